@@ -1,0 +1,150 @@
+#include "config/cli.hpp"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <charconv>
+#include <map>
+
+namespace actorserve {
+namespace {
+
+void add_engine_flags(CLI::App& app, engine_config& cfg) {
+  auto& m = cfg.model;
+  app.add_option("--model", m.model_dir, "Hugging Face model directory")->required();
+  app.add_option("--served-model-name", m.served_model_name, "model name reported by the API");
+  app.add_option("--chat-template", m.chat_template_file, "Jinja chat template file (overrides tokenizer_config.json)");
+  app.add_option("--max-model-len", m.max_model_len, "context length (0: from config.json)");
+  static const std::map<std::string, dtype_choice> dtypes{
+      {"auto", dtype_choice::auto_detect}, {"float32", dtype_choice::float32},
+      {"bfloat16", dtype_choice::bfloat16}, {"float16", dtype_choice::float16}};
+  app.add_option("--dtype", m.dtype, "auto|bfloat16|float16|float32")
+      ->transform(CLI::CheckedTransformer(dtypes, CLI::ignore_case));
+
+  auto& s = cfg.scheduler;
+  app.add_option("--max-num-seqs", s.max_num_seqs, "max sequences per step");
+  app.add_option("--max-num-batched-tokens", s.max_num_batched_tokens, "token budget per step");
+  app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", s.enable_chunked_prefill,
+               "split long prompts across steps");
+
+  auto& c = cfg.cache;
+  app.add_option("--block-size", c.block_size, "tokens per KV block");
+  app.add_option("--num-gpu-blocks-override", c.num_gpu_blocks_override, "cap the KV pool at N blocks (any executor)");
+  app.add_option("--gpu-memory-utilization", c.gpu_memory_utilization, "fraction of GPU memory to use");
+  app.add_option("--cpu-kv-cache-space", c.cpu_kv_cache_gib, "GiB of KV cache for the CPU executor");
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", c.enable_prefix_caching,
+               "reuse cached KV blocks of shared prompt prefixes");
+  static const std::map<std::string, kv_cache_layout> layouts{
+      {"vllm", kv_cache_layout::vllm}, {"flash-decoding", kv_cache_layout::flash_decoding}};
+  app.add_option("--paged-kv-cache-type", c.layout, "vllm|flash-decoding")
+      ->transform(CLI::CheckedTransformer(layouts, CLI::ignore_case));
+
+  auto& e = cfg.executor;
+  static const std::map<std::string, device_kind> devices{
+      {"auto", device_kind::auto_detect}, {"cpu", device_kind::cpu}, {"cuda", device_kind::cuda}};
+  app.add_option("--device", e.device, "auto|cuda|cpu")
+      ->transform(CLI::CheckedTransformer(devices, CLI::ignore_case));
+  app.add_flag("--enforce-eager", e.enforce_eager, "disable CUDA graphs");
+  app.add_option("--cpu-threads", e.cpu_threads, "CPU executor threads (0: all cores)");
+  app.add_option("--seed", e.seed, "seed for requests that bring none");
+  app.add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error|off");
+}
+
+void add_server_flags(CLI::App& app, server_options& s) {
+  app.add_option("--host", s.host, "address to bind");
+  app.add_option("--port", s.port, "port to bind (0: any free port)");
+  app.add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY'");
+  app.add_option("--max-connections", s.max_connections, "concurrent connections at most");
+  app.add_option("--max-body-bytes", s.max_body_bytes, "request body size limit");
+  app.add_option("--idle-timeout", s.idle_timeout_s, "seconds before an idle connection is closed");
+  app.add_option("--drain-timeout", s.drain_timeout_s, "seconds SIGTERM waits for in-flight requests");
+  app.add_option("--io-threads", s.io_threads, "network I/O threads");
+}
+
+void add_generate_flags(CLI::App& app, generate_options& g, std::vector<std::string>& id_lists) {
+  app.add_option("--prompt", g.prompts, "prompt text (repeatable)");
+  app.add_option("--prompt-ids", id_lists, "prompt as comma-separated token ids (repeatable)");
+  app.add_option("--requests", g.requests_file, "JSON-lines file of requests");
+  auto& p = g.sampling;
+  app.add_option("--max-tokens", p.max_tokens, "tokens to generate at most");
+  app.add_option("--temperature", p.temperature, "0 for greedy");
+  app.add_option("--top-p", p.top_p);
+  app.add_option("--top-k", p.top_k);
+  app.add_option("--min-p", p.min_p);
+  app.add_option("--repetition-penalty", p.repetition_penalty);
+  app.add_option("--presence-penalty", p.presence_penalty);
+  app.add_option("--frequency-penalty", p.frequency_penalty);
+  app.add_option("--sampling-seed", p.seed, "per-request sampling seed");
+  app.add_option("--logprobs", p.num_logprobs, "top-K logprobs per step");
+  app.add_option("--n", p.n, "samples per prompt");
+  app.add_flag("--ignore-eos", p.ignore_eos, "do not stop at EOS");
+  app.add_option("--stop", p.stop, "stop string (repeatable)");
+}
+
+}  // namespace
+
+result<std::vector<int32_t>> parse_id_list(std::string_view text, std::string_view flag) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string_view::npos) end = text.size();
+    auto item = text.substr(pos, end - pos);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    int32_t v = 0;
+    auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (item.empty() || ec != std::errc{} || ptr != item.data() + item.size() || v < 0)
+      return make_error(error_code::invalid_argument,
+                        fmt::format("{}: '{}' is not a non-negative token id", flag, item));
+    ids.push_back(v);
+    pos = end + 1;
+  }
+  return ids;
+}
+
+result<command_line> parse_command_line(int argc, const char* const* argv) {
+  command_line out;
+  CLI::App app{"actorserve: an LLM inference server", "actorserve"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "actorserve 0.1.0");
+  auto* serve = app.add_subcommand("serve", "run the OpenAI-compatible HTTP/WebSocket server");
+  add_engine_flags(*serve, out.engine);
+  add_server_flags(*serve, out.engine.server);
+  auto* gen = app.add_subcommand("generate", "generate offline and print JSON");
+  engine_config gen_cfg;
+  std::vector<std::string> id_lists;
+  add_engine_flags(*gen, gen_cfg);
+  add_generate_flags(*gen, out.generate, id_lists);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    out.exit_now = true;
+    out.output = app.help("", CLI::AppFormatMode::All);
+    return out;
+  } catch (const CLI::CallForVersion& e) {
+    out.exit_now = true;
+    out.output = e.what();
+    return out;
+  } catch (const CLI::ParseError& e) {
+    return make_error(error_code::invalid_argument, e.what());
+  }
+  if (gen->parsed()) {
+    out.cmd = command::generate;
+    out.engine = gen_cfg;
+    for (const auto& text : id_lists) {
+      auto ids = parse_id_list(text, "--prompt-ids");
+      if (!ids) return ids.err();
+      out.generate.prompt_ids.push_back(std::move(ids.value()));
+    }
+    if (out.generate.prompts.empty() && out.generate.prompt_ids.empty() && out.generate.requests_file.empty())
+      return make_error(error_code::invalid_argument,
+                        "generate: give --prompt, --prompt-ids or --requests");
+    if (auto st = validate(out.generate.sampling); !st)
+      return make_error(error_code::invalid_argument, "--" + st.err().message);
+  }
+  if (auto st = validate(out.engine); !st) return st.err();
+  return out;
+}
+
+}  // namespace actorserve

@@ -1,0 +1,84 @@
+#include "config/engine_config.hpp"
+
+#include <fmt/format.h>
+
+#include "config/log.hpp"
+
+namespace actorserve {
+namespace {
+
+error bad_flag(std::string_view flag, std::string_view why) {
+  return make_error(error_code::invalid_argument, fmt::format("{}: {}", flag, why));
+}
+
+}  // namespace
+
+status validate(const engine_config& cfg) {
+  if (cfg.model.model_dir.empty()) return bad_flag("--model", "a model directory is required");
+  if (cfg.model.max_model_len < 0)
+    return bad_flag("--max-model-len", fmt::format("must be >= 0, got {}", cfg.model.max_model_len));
+  const auto& s = cfg.scheduler;
+  if (s.max_num_seqs < 1 || s.max_num_seqs > 65536)
+    return bad_flag("--max-num-seqs", fmt::format("must be in [1, 65536], got {}", s.max_num_seqs));
+  if (s.max_num_batched_tokens < 1)
+    return bad_flag("--max-num-batched-tokens", fmt::format("must be >= 1, got {}", s.max_num_batched_tokens));
+  if (!s.enable_chunked_prefill && cfg.model.max_model_len > s.max_num_batched_tokens)
+    return bad_flag("--max-num-batched-tokens",
+                    fmt::format("must be >= --max-model-len ({}) when chunked prefill is off, got {}",
+                                cfg.model.max_model_len, s.max_num_batched_tokens));
+  const auto& c = cfg.cache;
+  if (c.block_size < 1 || c.block_size > 256 || (c.block_size & (c.block_size - 1)) != 0)
+    return bad_flag("--block-size", fmt::format("must be a power of two in [1, 256], got {}", c.block_size));
+  if (c.num_gpu_blocks_override && *c.num_gpu_blocks_override < 1)
+    return bad_flag("--num-gpu-blocks-override",
+                    fmt::format("must be >= 1, got {}", *c.num_gpu_blocks_override));
+  if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0))
+    return bad_flag("--gpu-memory-utilization",
+                    fmt::format("must be in (0, 1], got {}", c.gpu_memory_utilization));
+  if (!(c.cpu_kv_cache_gib > 0.0))
+    return bad_flag("--cpu-kv-cache-space", fmt::format("must be > 0 GiB, got {}", c.cpu_kv_cache_gib));
+  if (cfg.executor.cpu_threads < 0)
+    return bad_flag("--cpu-threads", fmt::format("must be >= 0, got {}", cfg.executor.cpu_threads));
+  const auto& sv = cfg.server;
+  if (sv.port < 0 || sv.port > 65535)
+    return bad_flag("--port", fmt::format("must be in [0, 65535], got {}", sv.port));
+  if (sv.max_connections < 1)
+    return bad_flag("--max-connections", fmt::format("must be >= 1, got {}", sv.max_connections));
+  if (sv.max_body_bytes < 1024)
+    return bad_flag("--max-body-bytes", fmt::format("must be >= 1024, got {}", sv.max_body_bytes));
+  if (sv.idle_timeout_s < 1)
+    return bad_flag("--idle-timeout", fmt::format("must be >= 1 second, got {}", sv.idle_timeout_s));
+  if (sv.drain_timeout_s < 0)
+    return bad_flag("--drain-timeout", fmt::format("must be >= 0 seconds, got {}", sv.drain_timeout_s));
+  if (sv.io_threads < 1 || sv.io_threads > 64)
+    return bad_flag("--io-threads", fmt::format("must be in [1, 64], got {}", sv.io_threads));
+  log::level lvl{};
+  if (!log::parse_level(cfg.log_level, lvl))
+    return bad_flag("--log-level", fmt::format("must be trace|debug|info|warn|error|off, got '{}'", cfg.log_level));
+  return {};
+}
+
+const char* to_string(device_kind d) {
+  switch (d) {
+    case device_kind::auto_detect: return "auto";
+    case device_kind::cpu: return "cpu";
+    case device_kind::cuda: return "cuda";
+  }
+  return "?";
+}
+
+const char* to_string(dtype_choice d) {
+  switch (d) {
+    case dtype_choice::auto_detect: return "auto";
+    case dtype_choice::float32: return "float32";
+    case dtype_choice::bfloat16: return "bfloat16";
+    case dtype_choice::float16: return "float16";
+  }
+  return "?";
+}
+
+const char* to_string(kv_cache_layout l) {
+  return l == kv_cache_layout::vllm ? "vllm" : "flash-decoding";
+}
+
+}  // namespace actorserve

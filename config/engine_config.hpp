@@ -1,0 +1,73 @@
+#pragma once
+/// The engine's and server's configuration as plain structs. Flag names follow vLLM where the
+/// concept is shared; `validate()` names the offending flag in its error.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "config/error.hpp"
+
+namespace actorserve {
+
+enum class device_kind { auto_detect, cpu, cuda };
+enum class dtype_choice { auto_detect, float32, bfloat16, float16 };
+enum class kv_cache_layout { vllm, flash_decoding };
+
+struct model_options {
+  std::string model_dir;                    ///< --model: Hugging Face model directory
+  std::string served_model_name;            ///< --served-model-name (default: directory name)
+  std::string chat_template_file;           ///< --chat-template: overrides tokenizer_config's
+  int64_t max_model_len = 0;                ///< --max-model-len (0: from config.json)
+  dtype_choice dtype = dtype_choice::auto_detect;  ///< --dtype
+};
+
+struct scheduler_options {
+  int64_t max_num_seqs = 256;               ///< --max-num-seqs
+  int64_t max_num_batched_tokens = 2048;    ///< --max-num-batched-tokens (per-step token budget)
+  bool enable_chunked_prefill = true;       ///< --enable-chunked-prefill / --no-enable-chunked-prefill
+};
+
+struct cache_options {
+  int64_t block_size = 16;                  ///< --block-size (tokens per KV block)
+  std::optional<int64_t> num_gpu_blocks_override;  ///< --num-gpu-blocks-override (any executor)
+  double gpu_memory_utilization = 0.9;      ///< --gpu-memory-utilization
+  double cpu_kv_cache_gib = 1.0;            ///< --cpu-kv-cache-space (GiB) for the CPU executor
+  bool enable_prefix_caching = true;        ///< --enable-prefix-caching / --no-enable-prefix-caching
+  kv_cache_layout layout = kv_cache_layout::vllm;  ///< --paged-kv-cache-type
+};
+
+struct executor_options {
+  device_kind device = device_kind::auto_detect;  ///< --device
+  bool enforce_eager = false;               ///< --enforce-eager (no CUDA graphs)
+  int64_t cpu_threads = 0;                  ///< --cpu-threads (0: all cores)
+  uint64_t seed = 0;                        ///< --seed (default seed for unseeded requests)
+};
+
+struct server_options {
+  std::string host = "127.0.0.1";           ///< --host
+  int64_t port = 8000;                      ///< --port
+  std::string api_key;                      ///< --api-key (empty: no auth)
+  int64_t max_connections = 16384;          ///< --max-connections
+  int64_t max_body_bytes = 8 << 20;         ///< --max-body-bytes
+  int64_t idle_timeout_s = 60;              ///< --idle-timeout
+  int64_t drain_timeout_s = 30;             ///< --drain-timeout (SIGTERM grace period)
+  int64_t io_threads = 1;                   ///< --io-threads
+};
+
+struct engine_config {
+  model_options model;
+  scheduler_options scheduler;
+  cache_options cache;
+  executor_options executor;
+  server_options server;
+  std::string log_level = "info";           ///< --log-level
+};
+
+/// Checks ranges and combinations; the error names the flag and the bad value.
+status validate(const engine_config& cfg);
+
+const char* to_string(device_kind d);
+const char* to_string(dtype_choice d);
+const char* to_string(kv_cache_layout l);
+
+}  // namespace actorserve

@@ -1,0 +1,85 @@
+#pragma once
+/// The one interface both executors (cpu/, cuda/) implement; the engine cannot tell them apart.
+///
+/// A step is a batch of sequences, each bringing some new tokens (a whole prompt, a prefill chunk
+/// appended to cached tokens, or one decode token) and its block table. The executor writes their
+/// K/V into the paged cache, and for each sequence that asks, samples the next token from the
+/// logits at its last new position (on the device for CUDA: only ids and requested logprobs come
+/// back). Steps run asynchronously: `submit` returns at once and `done` is called from the
+/// executor's own thread (never a caller's) when the step is complete.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/error.hpp"
+#include "config/sampling_params.hpp"
+
+namespace actorserve::gpu {
+
+/// One sequence's share of a step.
+struct step_sequence {
+  uint64_t seq_id = 0;
+  int32_t num_computed = 0;            ///< tokens of this sequence already in the KV cache
+  std::vector<int32_t> new_tokens;     ///< tokens to compute now, at positions num_computed...
+  std::vector<int32_t> block_table;    ///< block ids covering [0, num_computed + new_tokens.size())
+  bool sample = false;                 ///< sample a token after the last new token
+  /// Sampling state; read only when `sample`.
+  sampling_params params;
+  uint64_t seed = 0;                   ///< the request's seed (engine assigns one if absent)
+  int32_t num_generated = 0;           ///< tokens generated so far (index of the token sampled now)
+  /// Prompt + generated tokens so far; only set when params.uses_penalties().
+  std::shared_ptr<const std::vector<int32_t>> history;
+  int32_t prompt_len = 0;              ///< prefix of `history` that is prompt
+  bool suppress_eos = false;           ///< min_tokens not reached: EOS and stop ids masked
+};
+
+struct step_batch {
+  uint64_t step_id = 0;
+  std::vector<step_sequence> seqs;
+  /// Copy-on-write: whole-block copies (src, dst) done before the step's forward pass.
+  std::vector<std::pair<int32_t, int32_t>> block_copies;
+};
+
+struct token_logprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+/// The token sampled for one sequence of a step.
+struct sampled_token {
+  uint64_t seq_id = 0;
+  int32_t token_id = 0;
+  float logprob = 0.0f;                     ///< log-softmax of the raw logits at token_id
+  std::vector<token_logprob> top_logprobs;  ///< when params.num_logprobs > 0, best first
+};
+
+struct step_result {
+  uint64_t step_id = 0;
+  status outcome;                        ///< an error here fails the step (supervisor restarts)
+  std::vector<sampled_token> tokens;     ///< one per sequence that asked to sample, batch order
+  double device_ms = 0.0;                ///< time the step took on the executor
+};
+
+/// What the engine needs to know about the loaded model and cache.
+struct executor_info {
+  std::string name;                      ///< "cpu" or "cuda"
+  int32_t vocab_size = 0;
+  int32_t max_model_len = 0;
+  int32_t block_size = 0;
+  int32_t num_blocks = 0;                ///< KV blocks in the pool
+  std::vector<int32_t> eos_token_ids;
+};
+
+class executor {
+ public:
+  using done_fn = std::function<void(step_result)>;
+  virtual ~executor() = default;
+  virtual const executor_info& info() const = 0;
+  /// Enqueues a step; `done` runs later on the executor's thread. Steps complete in order.
+  virtual void submit(step_batch batch, done_fn done) = 0;
+};
+
+}  // namespace actorserve::gpu

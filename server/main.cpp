@@ -1,0 +1,23 @@
+// The actorserve binary: `actorserve serve ...` or `actorserve generate ...` (see README.md).
+#include <cstdio>
+
+#include "config/cli.hpp"
+#include "config/log.hpp"
+
+int main(int argc, char** argv) {
+  using namespace actorserve;
+  auto cl = parse_command_line(argc, argv);
+  if (!cl) {
+    std::fprintf(stderr, "actorserve: %s\n", cl.err().message.c_str());
+    return 2;
+  }
+  if (cl->exit_now) {
+    std::fputs(cl->output.c_str(), stdout);
+    return cl->exit_code;
+  }
+  log::level lvl{};
+  log::parse_level(cl->engine.log_level, lvl);
+  log::set_level(lvl);
+  std::fprintf(stderr, "actorserve: this command is not implemented yet\n");
+  return 1;
+}

@@ -1,0 +1,80 @@
+#include <gtest/gtest.h>
+
+#include "config/cli.hpp"
+
+using namespace actorserve;
+
+namespace {
+
+result<command_line> parse(std::vector<const char*> args) {
+  args.insert(args.begin(), "actorserve");
+  return parse_command_line(static_cast<int>(args.size()), args.data());
+}
+
+TEST(Cli, ServeTakesVllmFlagNames) {
+  auto cl = parse({"serve", "--model", "m", "--max-num-seqs", "8", "--block-size", "32",
+                   "--num-gpu-blocks-override", "100", "--no-enable-prefix-caching",
+                   "--paged-kv-cache-type", "flash-decoding", "--device", "cpu", "--port", "0"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->cmd, command::serve);
+  EXPECT_EQ(cl->engine.scheduler.max_num_seqs, 8);
+  EXPECT_EQ(cl->engine.cache.block_size, 32);
+  EXPECT_EQ(cl->engine.cache.num_gpu_blocks_override.value_or(0), 100);
+  EXPECT_FALSE(cl->engine.cache.enable_prefix_caching);
+  EXPECT_EQ(cl->engine.cache.layout, kv_cache_layout::flash_decoding);
+  EXPECT_EQ(cl->engine.executor.device, device_kind::cpu);
+}
+
+TEST(Cli, BadValueNamesTheFlag) {
+  auto cl = parse({"serve", "--model", "m", "--block-size", "24"});
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.err().message.find("--block-size"), std::string::npos) << cl.err().message;
+  cl = parse({"serve", "--model", "m", "--gpu-memory-utilization", "1.5"});
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.err().message.find("--gpu-memory-utilization"), std::string::npos);
+  cl = parse({"serve", "--model", "m", "--device", "tpu"});
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.err().message.find("--device"), std::string::npos) << cl.err().message;
+}
+
+TEST(Cli, MissingModelIsAnError) {
+  auto cl = parse({"serve"});
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.err().message.find("--model"), std::string::npos) << cl.err().message;
+}
+
+TEST(Cli, GeneratePromptIds) {
+  auto cl = parse({"generate", "--model", "m", "--prompt-ids", "12,7,99", "--prompt-ids", "5",
+                   "--max-tokens", "4", "--logprobs", "3", "--temperature", "0"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->cmd, command::generate);
+  ASSERT_EQ(cl->generate.prompt_ids.size(), 2u);
+  EXPECT_EQ(cl->generate.prompt_ids[0], (std::vector<int32_t>{12, 7, 99}));
+  EXPECT_EQ(cl->generate.sampling.num_logprobs, 3);
+  EXPECT_TRUE(cl->generate.sampling.greedy());
+}
+
+TEST(Cli, GenerateRejectsBadIds) {
+  auto cl = parse({"generate", "--model", "m", "--prompt-ids", "1,x,3"});
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.err().message.find("--prompt-ids"), std::string::npos);
+  EXPECT_NE(cl.err().message.find("'x'"), std::string::npos);
+}
+
+TEST(Cli, GenerateNeedsAPrompt) {
+  EXPECT_FALSE(parse({"generate", "--model", "m"}).ok());
+}
+
+TEST(SamplingParams, ValidationNamesTheField) {
+  sampling_params p;
+  p.top_p = 0.0f;
+  auto st = validate(p);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.err().message.rfind("top_p", 0), 0u) << st.err().message;
+  p = {};
+  p.n = 0;
+  EXPECT_FALSE(validate(p).ok());
+  EXPECT_TRUE(validate(sampling_params{}).ok());
+}
+
+}  // namespace
