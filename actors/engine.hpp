@@ -1,0 +1,93 @@
+#pragma once
+/// The engine facade: what the server and the offline generator see of the actor system.
+/// Behind it: one request actor per request, the scheduler, the KV block manager and the executor
+/// actor (see docs/architecture.md). No CAF types leak through this header.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/engine_config.hpp"
+#include "config/error.hpp"
+#include "config/sampling_params.hpp"
+
+namespace actorserve::protocol { class tokenizer; }
+
+namespace actorserve::actors {
+
+enum class finish_reason { stop, length, cancelled, error };
+const char* to_string(finish_reason r);
+
+struct generation_request {
+  std::string request_id;                 ///< for logs; unique per request
+  std::vector<int32_t> prompt_ids;
+  sampling_params params;                 ///< includes n, stop strings, logprobs, max_tokens
+  int32_t priority = 0;                   ///< lower value is served first (vLLM convention)
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+};
+
+struct logprob_entry {
+  int32_t token_id = 0;
+  std::string token;                      ///< the token's text (as OpenAI's logprobs show it)
+  float logprob = 0.0f;
+  std::vector<std::pair<int32_t, float>> top;  ///< top alternatives, best first
+};
+
+struct usage_counts {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;          ///< over all n choices
+  int64_t cached_prompt_tokens = 0;
+};
+
+/// One streamed update for one choice (index < n) of a request. Text is already safe UTF-8
+/// with stop strings removed; the last delta of a choice carries `finish`.
+struct delta {
+  int32_t index = 0;
+  std::vector<int32_t> token_ids;
+  std::string text;
+  std::vector<logprob_entry> logprobs;    ///< one per token in token_ids when logprobs asked
+  std::optional<finish_reason> finish;
+  std::optional<error> failure;           ///< set with finish == error
+  /// Set on the very last delta of the whole request (all choices finished).
+  std::optional<usage_counts> usage;
+};
+
+/// Called from actor threads, in order per request: a consumer must hand the delta to its own
+/// thread or strand and return quickly. Returning false asks the engine to cancel the request
+/// (e.g. the consumer's queue is full).
+using delta_sink = std::function<bool(delta)>;
+
+struct engine_stats {
+  int64_t num_running = 0, num_waiting = 0;
+  int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_free = 0, kv_blocks_cached = 0;
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;   ///< in tokens
+  int64_t num_preemptions = 0, num_recomputed_tokens = 0;
+  int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
+  int64_t num_steps = 0, num_executor_restarts = 0;
+  int64_t requests_finished = 0, requests_cancelled = 0;
+  bool healthy = false;                   ///< engine loop alive and making progress
+};
+
+class engine {
+ public:
+  /// Loads the model and tokenizer, starts the actor system and executor. Errors name the file
+  /// or flag.
+  static result<std::unique_ptr<engine>> start(const engine_config& cfg);
+  virtual ~engine() = default;
+
+  /// Admits a request (non-blocking). An invalid request is answered with an error at once.
+  virtual status submit(generation_request req, delta_sink sink) = 0;
+  /// Cancels a request by id; frees its KV blocks within one step. Unknown ids are ignored.
+  virtual void cancel(const std::string& request_id) = 0;
+  virtual engine_stats stats() const = 0;
+  virtual const protocol::tokenizer& tokenizer() const = 0;
+  virtual const std::string& model_name() const = 0;
+  virtual int64_t max_model_len() const = 0;
+  /// Stops admitting, cancels what runs after `grace`, stops the actors. Idempotent.
+  virtual void shutdown(std::chrono::milliseconds grace) = 0;
+};
+
+}  // namespace actorserve::actors
