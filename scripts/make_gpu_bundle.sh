@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds actorserve with CUDA for sm_90a and packs the executables (server, tests, benchmarks)
+# plus the non-system shared libraries they need into one relocatable folder. A GPU host needs
+# only the NVIDIA driver and the CUDA 13 runtime/cuBLAS (found through ldconfig or /usr/local/cuda).
+#
+#   scripts/make_gpu_bundle.sh [--with-data] [BUNDLE_DIR=.gpu_bundle] [BUILD_DIR=build-gpu]
+#
+# Then on the GPU host:   BUNDLE_DIR/run_gpu_suite.sh RESULTS_DIR
+set -euo pipefail
+with_data=0
+if [[ "${1:-}" == "--with-data" ]]; then with_data=1; shift; fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+bundle=${1:-$root/.gpu_bundle}
+build=${2:-$root/build-gpu}
+jobs=${JOBS:-2}
+
+[[ -x /usr/local/cuda/bin/nvcc ]] || { echo "make_gpu_bundle: nvcc not found at /usr/local/cuda/bin/nvcc" >&2; exit 1; }
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DACTORSERVE_ENABLE_CUDA=ON \
+      -DACTORSERVE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90a}" >/dev/null
+ninja -C "$build" -j"$jobs"
+
+rm -rf "$bundle"
+mkdir -p "$bundle/bin" "$bundle/lib"
+shopt -s nullglob
+exes=("$build/server/actorserve" "$build"/tests/test_* "$build"/bench/bench_*)
+for exe in "${exes[@]}"; do
+  [[ -x "$exe" && -f "$exe" ]] || continue
+  cp "$exe" "$bundle/bin/"
+  strip --strip-debug "$bundle/bin/$(basename "$exe")"
+done
+# Shared libraries: everything ldd resolves except the C/C++ runtime and the CUDA/driver
+# libraries, which the GPU host provides.
+system_re='^(linux-vdso|libc\.|libm\.|libdl\.|librt\.|libpthread\.|ld-linux|libgcc_s\.|libstdc\+\+\.|libcuda\.|libcudart\.|libcublas\.|libcublasLt\.|libnvidia)'
+for exe in "$bundle"/bin/*; do
+  ldd "$exe" | awk '/=> \//{print $3}'
+done | sort -u | while read -r lib; do
+  name=$(basename "$lib")
+  [[ "$name" =~ $system_re ]] && continue
+  cp -L "$lib" "$bundle/lib/$name"
+done
+cp "$root/scripts/run_gpu_suite.sh" "$bundle/run_gpu_suite.sh"
+if (( with_data )); then cp -r "$root/tests/data" "$bundle/data"; fi
+git -C "$root" rev-parse HEAD > "$bundle/COMMIT" 2>/dev/null || echo unknown > "$bundle/COMMIT"
+echo "bundle: $bundle ($(du -sh "$bundle" | cut -f1)); libs: $(ls "$bundle/lib" | tr '\n' ' ')"

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs every GPU test and GPU benchmark of a bundle made by make_gpu_bundle.sh, in one go.
+#   run_gpu_suite.sh RESULTS_DIR [DATA_DIR]
+# DATA_DIR (the test fixtures): the bundle's data/ if present, else $ACTORSERVE_TEST_DATA.
+# Writes RESULTS_DIR/summary.txt, one log per program, and gtest XML files.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: run_gpu_suite.sh RESULTS_DIR [DATA_DIR]}
+mkdir -p "$out"
+data=${2:-${ACTORSERVE_TEST_DATA:-$here/data}}
+export ACTORSERVE_TEST_DATA=$data
+export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+summary="$out/summary.txt"
+{
+  echo "commit: $(cat "$here/COMMIT" 2>/dev/null)"
+  echo "host: $(hostname) $(date -u +%FT%TZ)"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader 2>/dev/null || echo "nvidia-smi: unavailable"
+} > "$summary"
+status=0
+# GPU tests: every test binary whose name marks it as CUDA/GPU, plus the filter in GPU_TESTS.
+for t in "$here"/bin/test_*; do
+  name=$(basename "$t")
+  case "$name" in test_cuda*|test_gpu*) ;; *) [[ " ${GPU_TESTS:-} " == *" $name "* ]] || continue ;; esac
+  echo "== $name" | tee -a "$summary"
+  "$t" --gtest_output="xml:$out/$name.xml" > "$out/$name.log" 2>&1
+  rc=$?
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|max abs|error|device 0' "$out/$name.log" | head -40 | tee -a "$summary"
+  (( rc == 0 )) || { status=1; echo "   -> FAILED (rc=$rc)" | tee -a "$summary"; }
+done
+# GPU benchmarks: bench_cuda_* programs, each given the results dir.
+for b in "$here"/bin/bench_cuda_*; do
+  [[ -x "$b" ]] || continue
+  name=$(basename "$b")
+  echo "== $name" | tee -a "$summary"
+  "$b" --out "$out" > "$out/$name.log" 2>&1
+  rc=$?
+  tail -40 "$out/$name.log" | tee -a "$summary"
+  (( rc == 0 )) || { status=1; echo "   -> FAILED (rc=$rc)" | tee -a "$summary"; }
+done
+echo "gpu suite exit status: $status" | tee -a "$summary"
+exit $status
