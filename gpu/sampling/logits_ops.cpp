@@ -1,0 +1,110 @@
+#include "gpu/sampling/logits_ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace actorserve::gpu {
+namespace {
+
+bool in_vocab(int32_t id, size_t vocab) { return id >= 0 && static_cast<size_t>(id) < vocab; }
+
+/// A sorted copy of the in-vocab ids of `ids`.
+std::vector<int32_t> sorted_ids(std::span<const int32_t> ids, size_t vocab) {
+  std::vector<int32_t> out;
+  out.reserve(ids.size());
+  for (int32_t id : ids)
+    if (in_vocab(id, vocab)) out.push_back(id);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+void apply_penalties(std::span<float> logits, const sampling_params& params,
+                     std::span<const int32_t> history, int32_t prompt_len) {
+  const size_t vocab = logits.size();
+  const size_t split = std::min(history.size(), static_cast<size_t>(std::max(prompt_len, 0)));
+  if (params.repetition_penalty != 1.0f) {
+    const float rp = params.repetition_penalty;
+    std::vector<int32_t> seen = sorted_ids(history, vocab);
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    for (int32_t id : seen) {
+      float& l = logits[static_cast<size_t>(id)];
+      l = l > 0.0f ? l / rp : l * rp;
+    }
+  }
+  if (params.presence_penalty == 0.0f && params.frequency_penalty == 0.0f) return;
+  const std::vector<int32_t> output = sorted_ids(history.subspan(split), vocab);
+  for (size_t i = 0; i < output.size();) {
+    size_t j = i;
+    while (j < output.size() && output[j] == output[i]) ++j;
+    logits[static_cast<size_t>(output[i])] -=
+        params.frequency_penalty * static_cast<float>(j - i) + params.presence_penalty;
+    i = j;
+  }
+}
+
+void mask_tokens(std::span<float> logits, std::span<const int32_t> ids) {
+  for (int32_t id : ids)
+    if (in_vocab(id, logits.size()))
+      logits[static_cast<size_t>(id)] = -std::numeric_limits<float>::infinity();
+}
+
+int32_t argmax(std::span<const float> logits) {
+  size_t best = 0;
+  float best_value = -std::numeric_limits<float>::infinity();
+  bool found = false;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] > best_value || (!found && !std::isnan(logits[i]))) {
+      best_value = logits[i];
+      best = i;
+      found = true;
+    }
+  }
+  return static_cast<int32_t>(best);
+}
+
+double log_sum_exp(std::span<const float> logits) {
+  float max_value = -std::numeric_limits<float>::infinity();
+  for (float l : logits)
+    if (l > max_value) max_value = l;
+  if (std::isinf(max_value)) return max_value;
+  double sum = 0.0;
+  for (float l : logits)
+    if (l > -std::numeric_limits<float>::infinity())  // skips NaN and -inf
+      sum += std::exp(static_cast<double>(l) - max_value);
+  return static_cast<double>(max_value) + std::log(sum);
+}
+
+std::vector<int32_t> top_ids(std::span<const float> values, size_t k) {
+  k = std::min(k, values.size());
+  // `better(a, b)`: a ranks before b. The heap keeps the worst kept id at its front.
+  auto better = [&](int32_t a, int32_t b) {
+    const float va = values[static_cast<size_t>(a)];
+    const float vb = values[static_cast<size_t>(b)];
+    const bool nan_a = std::isnan(va);
+    const bool nan_b = std::isnan(vb);
+    if (nan_a || nan_b) return nan_a == nan_b ? a < b : nan_b;  // NaN ranks last
+    if (va != vb) return va > vb;
+    return a < b;
+  };
+  std::vector<int32_t> heap;
+  heap.reserve(k);
+  if (k == 0) return heap;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const auto id = static_cast<int32_t>(i);
+    if (heap.size() < k) {
+      heap.push_back(id);
+      std::push_heap(heap.begin(), heap.end(), better);
+    } else if (better(id, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), better);
+      heap.back() = id;
+      std::push_heap(heap.begin(), heap.end(), better);
+    }
+  }
+  std::sort_heap(heap.begin(), heap.end(), better);
+  return heap;
+}
+
+}  // namespace actorserve::gpu

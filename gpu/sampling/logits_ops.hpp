@@ -1,0 +1,29 @@
+#pragma once
+/// The building blocks of the CPU sampler, each a pass over one sequence's vocab-sized logits.
+/// Exposed separately so tests (and the CUDA sampler's reference checks) can use them directly.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "config/sampling_params.hpp"
+
+namespace actorserve::gpu {
+
+/// Applies repetition (over all of `history`), presence and frequency (over
+/// history[prompt_len:]) penalties in place, vLLM order. Ids outside the vocab are ignored.
+void apply_penalties(std::span<float> logits, const sampling_params& params,
+                     std::span<const int32_t> history, int32_t prompt_len);
+
+/// Sets the logits of `ids` (those inside the vocab) to -inf.
+void mask_tokens(std::span<float> logits, std::span<const int32_t> ids);
+
+/// Index of the largest logit, ties to the lowest id; NaN never wins. O(vocab).
+int32_t argmax(std::span<const float> logits);
+
+/// log(sum(exp(logits))) computed stably; -inf when every logit is -inf.
+double log_sum_exp(std::span<const float> logits);
+
+/// The `k` ids with the largest values, best first, ties to the lowest id. O(vocab log k).
+std::vector<int32_t> top_ids(std::span<const float> values, size_t k);
+
+}  // namespace actorserve::gpu
