@@ -1,0 +1,307 @@
+#include "config/model_config.hpp"
+
+#include <fmt/format.h>
+#include <simdjson.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+namespace actorserve {
+namespace {
+
+namespace dom = simdjson::dom;
+
+/// Typed access to the fields of one JSON object; errors name the file and the field.
+class field_reader {
+ public:
+  field_reader(dom::object obj, std::string file, std::string prefix = "")
+      : obj_(obj), file_(std::move(file)), prefix_(std::move(prefix)) {}
+
+  /// The field, or nullopt when absent or null.
+  std::optional<dom::element> find(const char* key) const {
+    dom::element e;
+    if (obj_[key].get(e) != simdjson::SUCCESS || e.is_null()) return std::nullopt;
+    return e;
+  }
+  error bad(const char* key, const char* want) const {
+    return make_error(error_code::malformed_file,
+                      fmt::format("{}: field '{}{}' must be {}", file_, prefix_, key, want));
+  }
+  error missing(const char* key) const {
+    return make_error(error_code::malformed_file, fmt::format("{}: missing field '{}{}'", file_, prefix_, key));
+  }
+  /// Reads an integer field; `required` makes absence an error, otherwise `out` keeps its value.
+  status get_int(const char* key, int64_t& out, bool required, int64_t min_value = 0) const {
+    auto e = find(key);
+    if (!e) return required ? status(missing(key)) : status();
+    int64_t v = 0;
+    if (e->get_int64().get(v) != simdjson::SUCCESS || v < min_value)
+      return bad(key, min_value > 0 ? "a positive integer" : "a non-negative integer");
+    out = v;
+    return {};
+  }
+  status get_double(const char* key, double& out, bool required) const {
+    auto e = find(key);
+    if (!e) return required ? status(missing(key)) : status();
+    double v = 0;
+    if (e->get_double().get(v) != simdjson::SUCCESS || !std::isfinite(v)) return bad(key, "a number");
+    out = v;
+    return {};
+  }
+  status get_bool(const char* key, bool& out) const {
+    auto e = find(key);
+    if (!e) return {};
+    if (e->get_bool().get(out) != simdjson::SUCCESS) return bad(key, "a boolean");
+    return {};
+  }
+  status get_string(const char* key, std::string& out) const {
+    auto e = find(key);
+    if (!e) return {};
+    std::string_view v;
+    if (e->get_string().get(v) != simdjson::SUCCESS) return bad(key, "a string");
+    out = std::string(v);
+    return {};
+  }
+  /// An int or a list of ints (token ids); absent/null leaves `out` empty.
+  status get_id_list(const char* key, std::vector<int32_t>& out) const {
+    out.clear();
+    auto e = find(key);
+    if (!e) return {};
+    int64_t v = 0;
+    if (e->get_int64().get(v) == simdjson::SUCCESS) {
+      if (v < 0 || v > INT32_MAX) return bad(key, "a token id or a list of token ids");
+      out.push_back(static_cast<int32_t>(v));
+      return {};
+    }
+    dom::array arr;
+    if (e->get_array().get(arr) != simdjson::SUCCESS) return bad(key, "a token id or a list of token ids");
+    for (dom::element item : arr) {
+      if (item.get_int64().get(v) != simdjson::SUCCESS || v < 0 || v > INT32_MAX)
+        return bad(key, "a token id or a list of token ids");
+      out.push_back(static_cast<int32_t>(v));
+    }
+    return {};
+  }
+  const std::string& file() const { return file_; }
+
+ private:
+  dom::object obj_;
+  std::string file_;
+  std::string prefix_;
+};
+
+#define AS_TRY(expr)                         \
+  do {                                       \
+    if (status st_ = (expr); !st_.ok()) return st_.err(); \
+  } while (0)
+
+status parse_rope(const field_reader& top, model_config& cfg) {
+  // transformers 5: rope_parameters {rope_theta, rope_type, ...}; older: rope_theta + rope_scaling.
+  AS_TRY(top.get_double("rope_theta", cfg.rope.theta, false));
+  const char* section = "rope_scaling";
+  auto params = top.find("rope_parameters");
+  if (params) section = "rope_parameters";
+  else params = top.find("rope_scaling");
+  if (!params) return {};
+  dom::object obj;
+  if (params->get_object().get(obj) != simdjson::SUCCESS) return top.bad(section, "an object");
+  field_reader r(obj, top.file(), std::string(section) + ".");
+  AS_TRY(r.get_double("rope_theta", cfg.rope.theta, false));
+  std::string type;
+  AS_TRY(r.get_string("rope_type", type));
+  if (type.empty()) AS_TRY(r.get_string("type", type));
+  if (type.empty() || type == "default") {
+    cfg.rope.kind = rope_kind::default_rope;
+  } else if (type == "linear") {
+    cfg.rope.kind = rope_kind::linear;
+  } else if (type == "dynamic") {
+    cfg.rope.kind = rope_kind::dynamic;
+  } else if (type == "llama3") {
+    cfg.rope.kind = rope_kind::llama3;
+  } else {
+    return make_error(error_code::unsupported,
+                      fmt::format("{}: {}.rope_type '{}' is not supported (default, linear, dynamic, llama3)",
+                                  top.file(), section, type));
+  }
+  if (cfg.rope.kind != rope_kind::default_rope) {
+    AS_TRY(r.get_double("factor", cfg.rope.factor, true));
+    if (cfg.rope.factor <= 0) return r.bad("factor", "positive");
+  }
+  AS_TRY(r.get_double("low_freq_factor", cfg.rope.low_freq_factor, false));
+  AS_TRY(r.get_double("high_freq_factor", cfg.rope.high_freq_factor, false));
+  AS_TRY(r.get_int("original_max_position_embeddings", cfg.rope.original_max_position_embeddings,
+                   cfg.rope.kind == rope_kind::llama3, 1));
+  if (cfg.rope.kind == rope_kind::llama3 && cfg.rope.high_freq_factor <= cfg.rope.low_freq_factor)
+    return r.bad("high_freq_factor", "greater than low_freq_factor");
+  if (!(cfg.rope.theta > 0)) return top.bad("rope_theta", "positive");
+  return {};
+}
+
+status parse_architecture(const field_reader& r, model_config& cfg) {
+  AS_TRY(r.get_string("model_type", cfg.model_type));
+  if (auto arch = r.find("architectures")) {
+    dom::array arr;
+    std::string_view name;
+    if (arch->get_array().get(arr) != simdjson::SUCCESS || arr.size() == 0 ||
+        arr.at(0).get_string().get(name) != simdjson::SUCCESS)
+      return r.bad("architectures", "a non-empty list of strings");
+    cfg.architecture = std::string(name);
+  } else if (cfg.model_type == "llama") {
+    cfg.architecture = "LlamaForCausalLM";
+  } else if (cfg.model_type == "mistral") {
+    cfg.architecture = "MistralForCausalLM";
+  } else if (cfg.model_type == "qwen2") {
+    cfg.architecture = "Qwen2ForCausalLM";
+  } else {
+    return r.missing("architectures");
+  }
+  if (cfg.architecture != "LlamaForCausalLM" && cfg.architecture != "MistralForCausalLM" &&
+      cfg.architecture != "Qwen2ForCausalLM")
+    return make_error(error_code::unsupported,
+                      fmt::format("{}: architecture '{}' is not supported (LlamaForCausalLM, MistralForCausalLM, "
+                                  "Qwen2ForCausalLM)",
+                                  r.file(), cfg.architecture));
+  return {};
+}
+
+status parse_shapes(const field_reader& r, model_config& cfg) {
+  AS_TRY(r.get_int("vocab_size", cfg.vocab_size, true, 1));
+  AS_TRY(r.get_int("hidden_size", cfg.hidden_size, true, 1));
+  AS_TRY(r.get_int("intermediate_size", cfg.intermediate_size, true, 1));
+  AS_TRY(r.get_int("num_hidden_layers", cfg.num_layers, true, 1));
+  AS_TRY(r.get_int("num_attention_heads", cfg.num_heads, true, 1));
+  cfg.num_kv_heads = cfg.num_heads;
+  AS_TRY(r.get_int("num_key_value_heads", cfg.num_kv_heads, false, 1));
+  if (cfg.num_heads % cfg.num_kv_heads != 0)
+    return r.bad("num_key_value_heads", "a divisor of num_attention_heads");
+  cfg.head_dim = 0;
+  AS_TRY(r.get_int("head_dim", cfg.head_dim, false, 1));
+  if (cfg.head_dim == 0) {
+    if (cfg.hidden_size % cfg.num_heads != 0) return r.bad("hidden_size", "a multiple of num_attention_heads");
+    cfg.head_dim = cfg.hidden_size / cfg.num_heads;
+  }
+  if (cfg.head_dim % 2 != 0) return r.bad("head_dim", "even");
+  if (cfg.vocab_size > INT32_MAX || cfg.hidden_size > (1 << 20) || cfg.head_dim > 4096 ||
+      cfg.intermediate_size > (1 << 22) || cfg.num_layers > 4096 || cfg.num_heads > 4096)
+    return make_error(error_code::unsupported, fmt::format("{}: model dimensions are implausibly large", r.file()));
+  cfg.max_position_embeddings = 2048;
+  AS_TRY(r.get_int("max_position_embeddings", cfg.max_position_embeddings, false, 1));
+  AS_TRY(r.get_double("rms_norm_eps", cfg.rms_norm_eps, false));
+  if (!(cfg.rms_norm_eps > 0)) return r.bad("rms_norm_eps", "positive");
+  return {};
+}
+
+status parse_features(const field_reader& r, model_config& cfg) {
+  AS_TRY(r.get_string("hidden_act", cfg.hidden_act));
+  if (cfg.hidden_act != "silu")
+    return make_error(error_code::unsupported,
+                      fmt::format("{}: hidden_act '{}' is not supported (only silu)", r.file(), cfg.hidden_act));
+  AS_TRY(r.get_bool("tie_word_embeddings", cfg.tie_word_embeddings));
+  bool attention_bias = false;
+  AS_TRY(r.get_bool("attention_bias", attention_bias));
+  if (cfg.architecture == "Qwen2ForCausalLM") {
+    cfg.qkv_bias = true;
+    cfg.o_bias = false;
+  } else {
+    cfg.qkv_bias = attention_bias;
+    cfg.o_bias = attention_bias;
+  }
+  bool mlp_bias = false;
+  AS_TRY(r.get_bool("mlp_bias", mlp_bias));
+  if (mlp_bias)
+    return make_error(error_code::unsupported, fmt::format("{}: mlp_bias true is not supported", r.file()));
+  bool use_sliding = cfg.architecture == "MistralForCausalLM";
+  AS_TRY(r.get_bool("use_sliding_window", use_sliding));
+  int64_t window = 0;
+  AS_TRY(r.get_int("sliding_window", window, false, 1));
+  if (use_sliding && window > 0) cfg.sliding_window = window;
+  AS_TRY(r.get_string("torch_dtype", cfg.torch_dtype));
+  AS_TRY(r.get_string("dtype", cfg.torch_dtype));
+  if (cfg.torch_dtype != "float32" && cfg.torch_dtype != "bfloat16" && cfg.torch_dtype != "float16")
+    return make_error(error_code::unsupported,
+                      fmt::format("{}: dtype '{}' is not supported (float32, bfloat16, float16)", r.file(),
+                                  cfg.torch_dtype));
+  std::vector<int32_t> bos;
+  AS_TRY(r.get_id_list("bos_token_id", bos));
+  if (!bos.empty()) cfg.bos_token_id = bos.front();
+  AS_TRY(r.get_id_list("eos_token_id", cfg.eos_token_ids));
+  return {};
+}
+
+result<std::string> read_text(const std::string& path, bool& exists) {
+  std::ifstream in(path, std::ios::binary);
+  exists = static_cast<bool>(in);
+  if (!in) return make_error(error_code::not_found, fmt::format("{}: cannot open file", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+const char* to_string(rope_kind k) {
+  switch (k) {
+    case rope_kind::default_rope: return "default";
+    case rope_kind::linear: return "linear";
+    case rope_kind::dynamic: return "dynamic";
+    case rope_kind::llama3: return "llama3";
+  }
+  return "?";
+}
+
+result<model_config> parse_model_config(const std::string& config_json, const std::string& generation_json,
+                                        const std::string& dir_for_errors) {
+  const std::string cfg_file = dir_for_errors + "/config.json";
+  dom::parser parser;
+  dom::element root;
+  dom::object obj;
+  if (parser.parse(config_json).get(root) != simdjson::SUCCESS || root.get_object().get(obj) != simdjson::SUCCESS)
+    return make_error(error_code::malformed_file, fmt::format("{}: not a JSON object", cfg_file));
+  model_config cfg;
+  field_reader r(obj, cfg_file);
+  AS_TRY(parse_architecture(r, cfg));
+  AS_TRY(parse_shapes(r, cfg));
+  AS_TRY(parse_features(r, cfg));
+  AS_TRY(parse_rope(r, cfg));
+  if (cfg.rope.original_max_position_embeddings == 0)
+    cfg.rope.original_max_position_embeddings = cfg.max_position_embeddings;
+  if (!generation_json.empty()) {
+    const std::string gen_file = dir_for_errors + "/generation_config.json";
+    dom::parser gen_parser;
+    dom::element gen_root;
+    dom::object gen_obj;
+    if (gen_parser.parse(generation_json).get(gen_root) != simdjson::SUCCESS ||
+        gen_root.get_object().get(gen_obj) != simdjson::SUCCESS)
+      return make_error(error_code::malformed_file, fmt::format("{}: not a JSON object", gen_file));
+    field_reader g(gen_obj, gen_file);
+    std::vector<int32_t> gen_eos;
+    AS_TRY(g.get_id_list("eos_token_id", gen_eos));
+    // generation_config.json's ids come first; config.json's are kept when not already listed.
+    for (int32_t id : cfg.eos_token_ids)
+      if (std::find(gen_eos.begin(), gen_eos.end(), id) == gen_eos.end()) gen_eos.push_back(id);
+    cfg.eos_token_ids = std::move(gen_eos);
+    std::vector<int32_t> bos;
+    AS_TRY(g.get_id_list("bos_token_id", bos));
+    if (!bos.empty()) cfg.bos_token_id = bos.front();
+  }
+  for (int32_t id : cfg.eos_token_ids)
+    if (id >= cfg.vocab_size)
+      return make_error(error_code::malformed_file,
+                        fmt::format("{}: eos_token_id {} is outside the vocabulary ({})", cfg_file, id, cfg.vocab_size));
+  return cfg;
+}
+
+result<model_config> load_model_config(const std::string& model_dir) {
+  bool exists = false;
+  auto config_text = read_text(model_dir + "/config.json", exists);
+  if (!config_text) return config_text.err();
+  auto gen_text = read_text(model_dir + "/generation_config.json", exists);
+  std::string gen = gen_text ? std::move(gen_text).value() : std::string();
+  if (exists && gen.empty())
+    return make_error(error_code::malformed_file, fmt::format("{}/generation_config.json: empty file", model_dir));
+  return parse_model_config(config_text.value(), gen, model_dir);
+}
+
+}  // namespace actorserve

@@ -1,0 +1,178 @@
+#include "gpu/cpu/cpu_executor.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <exception>
+
+#include "config/log.hpp"
+#include "gpu/model/model_weights.hpp"
+#include "gpu/sampling/cpu_sampler.hpp"
+
+namespace actorserve::gpu {
+namespace {
+
+error bad_step(uint64_t step_id, const std::string& what) {
+  return make_error(error_code::invalid_argument, fmt::format("step {}: {}", step_id, what));
+}
+
+}  // namespace
+
+result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& model_dir,
+                                                           const cpu_executor_options& opts) {
+  if (opts.block_size < 1 || opts.block_size > 4096)
+    return make_error(error_code::invalid_argument, fmt::format("block_size {} is out of range", opts.block_size));
+  if (opts.num_blocks < 0 || opts.threads < 0 || opts.max_model_len < 0)
+    return make_error(error_code::invalid_argument, "num_blocks, threads and max_model_len must not be negative");
+  auto files = open_model_files(model_dir);
+  if (!files) return files.err();
+  const model_config& cfg = files->config;
+  const int64_t max_len = opts.max_model_len > 0 ? opts.max_model_len : cfg.max_position_embeddings;
+  if (max_len > cfg.max_position_embeddings)
+    return make_error(error_code::invalid_argument,
+                      fmt::format("max_model_len {} exceeds the model's max_position_embeddings {}", max_len,
+                                  cfg.max_position_embeddings));
+  const size_t per_block =
+      cpu::paged_kv_cache::bytes_per_block(cfg.num_layers, opts.block_size, cfg.num_kv_heads, cfg.head_dim);
+  const int64_t num_blocks =
+      opts.num_blocks > 0 ? opts.num_blocks : static_cast<int64_t>(opts.kv_cache_bytes / static_cast<int64_t>(per_block));
+  if (num_blocks < 1 || num_blocks > INT32_MAX)
+    return make_error(error_code::out_of_memory,
+                      fmt::format("KV cache of {} bytes holds {} blocks of {} bytes", opts.kv_cache_bytes, num_blocks,
+                                  per_block));
+  std::unique_ptr<cpu_executor> ex(new cpu_executor());
+  ex->info_.name = "cpu";
+  ex->info_.vocab_size = static_cast<int32_t>(cfg.vocab_size);
+  ex->info_.max_model_len = static_cast<int32_t>(max_len);
+  ex->info_.block_size = opts.block_size;
+  ex->info_.num_blocks = static_cast<int32_t>(num_blocks);
+  ex->info_.eos_token_ids = cfg.eos_token_ids;
+  try {
+    ex->cache_ = std::make_unique<cpu::paged_kv_cache>(cfg.num_layers, num_blocks, opts.block_size, cfg.num_kv_heads,
+                                                       cfg.head_dim);
+  } catch (const std::bad_alloc&) {
+    return make_error(error_code::out_of_memory, fmt::format("cannot allocate {} KV blocks", num_blocks));
+  }
+  auto weights = upcast_weights(files->views);
+  ex->model_ = std::make_unique<cpu::cpu_model>(files->config, std::move(weights));
+  int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
+  ex->pool_ = std::make_unique<thread_pool>(std::max(1, threads));
+  ex->worker_ = std::thread([p = ex.get()] { p->worker_loop(); });
+  log::info("cpu executor: {} ({} layers, hidden {}), {} KV blocks of {} tokens, {} threads", cfg.architecture,
+            cfg.num_layers, cfg.hidden_size, num_blocks, opts.block_size, ex->pool_->num_threads());
+  return ex;
+}
+
+cpu_executor::~cpu_executor() {
+  {
+    std::lock_guard lock(queue_mu_);
+    stopping_ = true;
+  }
+  queue_cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void cpu_executor::submit(step_batch batch, done_fn done) {
+  {
+    std::lock_guard lock(queue_mu_);
+    queue_.push_back({std::move(batch), std::move(done)});
+  }
+  queue_cv_.notify_one();
+}
+
+void cpu_executor::worker_loop() {
+  for (;;) {
+    queued_step step;
+    bool cancel = false;
+    {
+      std::unique_lock lock(queue_mu_);
+      queue_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      step = std::move(queue_.front());
+      queue_.pop_front();
+      cancel = stopping_;
+    }
+    step_result r;
+    if (cancel) {
+      // NOTE: steps still queued at shutdown are answered, never dropped silently.
+      r.step_id = step.batch.step_id;
+      r.outcome = make_error(error_code::cancelled, "executor shut down");
+    } else {
+      r = run_step_sync(step.batch);
+    }
+    if (step.done) step.done(std::move(r));
+  }
+}
+
+status cpu_executor::validate(const step_batch& batch) const {
+  const int64_t nb = info_.num_blocks, bs = info_.block_size;
+  for (const auto& [src, dst] : batch.block_copies)
+    if (src < 0 || src >= nb || dst < 0 || dst >= nb)
+      return bad_step(batch.step_id, fmt::format("block copy ({}, {}) is outside the pool of {} blocks", src, dst, nb));
+  for (const auto& s : batch.seqs) {
+    const int64_t end = static_cast<int64_t>(s.num_computed) + static_cast<int64_t>(s.new_tokens.size());
+    if (s.new_tokens.empty()) return bad_step(batch.step_id, fmt::format("seq {} has no new tokens", s.seq_id));
+    if (s.num_computed < 0) return bad_step(batch.step_id, fmt::format("seq {} has num_computed < 0", s.seq_id));
+    if (end > info_.max_model_len)
+      return bad_step(batch.step_id, fmt::format("seq {} reaches position {} beyond max_model_len {}", s.seq_id,
+                                                 end - 1, info_.max_model_len));
+    if (s.block_table.empty()) return bad_step(batch.step_id, fmt::format("seq {} has an empty block table", s.seq_id));
+    if (static_cast<int64_t>(s.block_table.size()) * bs < end)
+      return bad_step(batch.step_id, fmt::format("seq {}: {} blocks cannot hold {} tokens", s.seq_id,
+                                                 s.block_table.size(), end));
+    for (int32_t b : s.block_table)
+      if (b < 0 || b >= nb)
+        return bad_step(batch.step_id,
+                        fmt::format("seq {}: block id {} is outside the pool of {} blocks", s.seq_id, b, nb));
+    for (int32_t t : s.new_tokens)
+      if (t < 0 || t >= info_.vocab_size)
+        return bad_step(batch.step_id, fmt::format("seq {}: token id {} is outside the vocabulary", s.seq_id, t));
+  }
+  return {};
+}
+
+step_result cpu_executor::run_step_sync(const step_batch& batch, std::vector<std::vector<float>>* last_logits) {
+  const auto t0 = std::chrono::steady_clock::now();
+  step_result r;
+  r.step_id = batch.step_id;
+  if (status st = validate(batch); !st) {
+    r.outcome = st;
+    return r;
+  }
+  std::lock_guard lock(compute_mu_);
+  try {
+    for (const auto& [src, dst] : batch.block_copies) cache_->copy_block(src, dst);
+    std::vector<cpu::forward_seq> seqs;
+    seqs.reserve(batch.seqs.size());
+    for (const auto& s : batch.seqs)
+      seqs.push_back({s.num_computed, s.new_tokens, s.block_table, s.sample || last_logits != nullptr});
+    logits_.clear();
+    model_->forward(*pool_, *cache_, seqs, logits_);
+    const size_t vocab = static_cast<size_t>(info_.vocab_size);
+    size_t row = 0;
+    if (last_logits) last_logits->clear();
+    for (const auto& s : batch.seqs) {
+      if (!s.sample && !last_logits) continue;
+      std::span<float> logits(logits_.data() + row * vocab, vocab);
+      ++row;
+      if (last_logits) last_logits->emplace_back(logits.begin(), logits.end());
+      if (!s.sample) continue;
+      sampled_token tok = sample_token(logits, s, info_.eos_token_ids);
+      tok.seq_id = s.seq_id;
+      r.tokens.push_back(std::move(tok));
+    }
+  } catch (const std::exception& e) {
+    r.outcome = make_error(error_code::internal, fmt::format("step {}: {}", batch.step_id, e.what()));
+    r.tokens.clear();
+  }
+  r.device_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+result<std::unique_ptr<executor>> make_cpu_executor(const std::string& model_dir, const cpu_executor_options& opts) {
+  auto ex = cpu_executor::create(model_dir, opts);
+  if (!ex) return ex.err();
+  return std::unique_ptr<executor>(std::move(ex).value());
+}
+
+}  // namespace actorserve::gpu

@@ -1,0 +1,71 @@
+#pragma once
+/// The fp32 CPU executor: the reference implementation of `executor` over a paged KV cache.
+/// Steps run on the executor's own worker thread, in submission order; matmuls and attention
+/// are spread over a small thread pool.
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/error.hpp"
+#include "gpu/cpu/cpu_model.hpp"
+#include "gpu/cpu/kv_cache.hpp"
+#include "gpu/cpu/thread_pool.hpp"
+#include "gpu/executor.hpp"
+
+namespace actorserve::gpu {
+
+struct cpu_executor_options {
+  int32_t block_size = 16;                  ///< tokens per KV block
+  int32_t num_blocks = 0;                   ///< KV blocks; 0: as many as kv_cache_bytes holds
+  int64_t kv_cache_bytes = int64_t{1} << 30;
+  int32_t threads = 0;                      ///< compute threads; 0: all cores
+  int32_t max_model_len = 0;                ///< 0: config.json's max_position_embeddings
+};
+
+class cpu_executor final : public executor {
+ public:
+  /// Loads the model directory and allocates the cache; errors name the file, tensor or option.
+  static result<std::unique_ptr<cpu_executor>> create(const std::string& model_dir, const cpu_executor_options& opts);
+  ~cpu_executor() override;
+
+  const executor_info& info() const override { return info_; }
+  void submit(step_batch batch, done_fn done) override;
+
+  /// Runs one step on the calling thread (tests, tools). Not to be mixed with concurrent submits
+  /// whose order matters. When `last_logits` is set it receives, per sequence of the batch, the
+  /// raw logits at its last new token (before sampling).
+  step_result run_step_sync(const step_batch& batch, std::vector<std::vector<float>>* last_logits = nullptr);
+  const model_config& config() const { return model_->config(); }
+
+ private:
+  cpu_executor() = default;
+  status validate(const step_batch& batch) const;
+  void worker_loop();
+
+  executor_info info_;
+  std::unique_ptr<cpu::cpu_model> model_;
+  std::unique_ptr<cpu::paged_kv_cache> cache_;
+  std::unique_ptr<thread_pool> pool_;
+  std::mutex compute_mu_;                   ///< one step computes at a time
+  std::vector<float> logits_;               ///< scratch, guarded by compute_mu_
+
+  struct queued_step {
+    step_batch batch;
+    done_fn done;
+  };
+  std::mutex queue_mu_;
+  std::condition_variable queue_cv_;
+  std::deque<queued_step> queue_;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+/// Creates a CPU executor for `model_dir` (the factory the engine uses).
+result<std::unique_ptr<executor>> make_cpu_executor(const std::string& model_dir, const cpu_executor_options& opts);
+
+}  // namespace actorserve::gpu

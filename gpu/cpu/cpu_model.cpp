@@ -1,0 +1,166 @@
+#include "gpu/cpu/cpu_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "gpu/cpu/kernels.hpp"
+#include "gpu/model/rope.hpp"
+
+namespace actorserve::gpu::cpu {
+namespace {
+constexpr int64_t attn_chunk = 16;   ///< query tokens per attention work item
+}
+
+cpu_model::cpu_model(model_config cfg, model_weights_f32 weights) : cfg_(std::move(cfg)), w_(std::move(weights)) {
+  if (!rope_depends_on_length(cfg_.rope)) static_inv_freq_ = model_rope_inv_freq(cfg_);
+}
+
+void cpu_model::prepare(std::span<const forward_seq> seqs) {
+  const int64_t half = cfg_.head_dim / 2;
+  tok_seq_.clear();
+  tok_pos_.clear();
+  seq_start_.clear();
+  items_.clear();
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    seq_start_.push_back(static_cast<int64_t>(tok_seq_.size()));
+    for (size_t i = 0; i < seqs[s].tokens.size(); ++i) {
+      tok_seq_.push_back(static_cast<int32_t>(s));
+      tok_pos_.push_back(seqs[s].num_computed + static_cast<int64_t>(i));
+    }
+  }
+  const size_t T = tok_seq_.size();
+  cos_.resize(T * half);
+  sin_.resize(T * half);
+  std::vector<float> dyn_freq;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(seqs[s].tokens.size());
+    const int64_t first = seq_start_[s];
+    const std::vector<float>* inv = &static_inv_freq_;
+    if (static_inv_freq_.empty()) {
+      dyn_freq = model_rope_inv_freq(cfg_, seqs[s].num_computed + n);
+      inv = &dyn_freq;
+    }
+    for (int64_t t = first; t < first + n; ++t) rope_cos_sin(*inv, tok_pos_[t], &cos_[t * half], &sin_[t * half]);
+    for (int32_t h = 0; h < cfg_.num_heads; ++h)
+      for (int64_t b = 0; b < n; b += attn_chunk)
+        items_.push_back({static_cast<int32_t>(s), h, first + b, first + std::min(n, b + attn_chunk)});
+  }
+  // Longest work first: a long prefill's late chunks attend to the most keys.
+  std::stable_sort(items_.begin(), items_.end(),
+                   [&](const attn_item& a, const attn_item& b) { return tok_pos_[a.t_end - 1] > tok_pos_[b.t_end - 1]; });
+}
+
+void cpu_model::write_kv(paged_kv_cache& cache, int64_t layer, std::span<const forward_seq> seqs) {
+  const int64_t hd = cfg_.head_dim, kvh = cfg_.num_kv_heads, bs = cache.block_size();
+  for (size_t t = 0; t < tok_seq_.size(); ++t) {
+    const int64_t pos = tok_pos_[t];
+    const int64_t block = seqs[tok_seq_[t]].block_table[pos / bs];
+    const int64_t slot = pos % bs;
+    for (int64_t h = 0; h < kvh; ++h) {
+      std::memcpy(cache.k(layer, block, h) + slot * hd, &k_[(t * kvh + h) * hd], hd * sizeof(float));
+      std::memcpy(cache.v(layer, block, h) + slot * hd, &v_[(t * kvh + h) * hd], hd * sizeof(float));
+    }
+  }
+}
+
+void cpu_model::attention_layer(thread_pool& pool, paged_kv_cache& cache, int64_t layer,
+                                std::span<const forward_seq> seqs) {
+  const int64_t hd = cfg_.head_dim, nh = cfg_.num_heads, group = cfg_.num_heads / cfg_.num_kv_heads;
+  const int64_t bs = cache.block_size();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int64_t window = cfg_.sliding_window.value_or(0);
+  pool.parallel_for(items_.size(), [&](size_t i0, size_t i1) {
+    std::vector<float> scores;
+    for (size_t it = i0; it < i1; ++it) {
+      const attn_item& item = items_[it];
+      const forward_seq& seq = seqs[item.seq];
+      const int64_t kv_head = item.head / group;
+      for (int64_t t = item.t_begin; t < item.t_end; ++t) {
+        const int64_t pos = tok_pos_[t];
+        const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+        const float* q = &q_[(t * nh + item.head) * hd];
+        scores.resize(static_cast<size_t>(pos + 1 - lo));
+        float max_score = -INFINITY;
+        for (int64_t j = lo; j <= pos; ++j) {
+          const float* kj = cache.k(layer, seq.block_table[j / bs], kv_head) + (j % bs) * hd;
+          const float s = dot(q, kj, static_cast<size_t>(hd)) * scale;
+          scores[j - lo] = s;
+          max_score = std::max(max_score, s);
+        }
+        float sum = 0.0f;
+        for (float& s : scores) {
+          s = std::exp(s - max_score);
+          sum += s;
+        }
+        float* out = &attn_[(t * nh + item.head) * hd];
+        std::fill(out, out + hd, 0.0f);
+        const float inv_sum = 1.0f / sum;
+        for (int64_t j = lo; j <= pos; ++j) {
+          const float* vj = cache.v(layer, seq.block_table[j / bs], kv_head) + (j % bs) * hd;
+          axpy(out, scores[j - lo] * inv_sum, vj, static_cast<size_t>(hd));
+        }
+      }
+    }
+  });
+}
+
+void cpu_model::forward(thread_pool& pool, paged_kv_cache& cache, std::span<const forward_seq> seqs,
+                        std::vector<float>& logits) {
+  prepare(seqs);
+  const size_t T = tok_seq_.size();
+  const size_t h = static_cast<size_t>(cfg_.hidden_size), hd = static_cast<size_t>(cfg_.head_dim);
+  const size_t nh = static_cast<size_t>(cfg_.num_heads), kvh = static_cast<size_t>(cfg_.num_kv_heads);
+  const size_t qd = nh * hd, kvd = kvh * hd, inter = static_cast<size_t>(cfg_.intermediate_size);
+  const size_t half = hd / 2;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  x_.resize(T * h);
+  xn_.resize(T * h);
+  q_.resize(T * qd);
+  k_.resize(T * kvd);
+  v_.resize(T * kvd);
+  attn_.resize(T * qd);
+  tmp_.resize(T * h);
+  gate_.resize(T * inter);
+  up_.resize(T * inter);
+  for (size_t s = 0, t = 0; s < seqs.size(); ++s)
+    for (int32_t id : seqs[s].tokens) std::memcpy(&x_[t++ * h], &w_.embed_tokens[static_cast<size_t>(id) * h], h * 4);
+
+  auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
+  for (size_t l = 0; l < w_.layers.size(); ++l) {
+    const layer_weights_f32& L = w_.layers[l];
+    rms_norm(x_.data(), L.input_norm.data(), T, h, eps, xn_.data());
+    matmul(pool, xn_.data(), T, h, L.q_proj.data(), qd, bias(L.q_bias), q_.data());
+    matmul(pool, xn_.data(), T, h, L.k_proj.data(), kvd, bias(L.k_bias), k_.data());
+    matmul(pool, xn_.data(), T, h, L.v_proj.data(), kvd, bias(L.v_bias), v_.data());
+    for (size_t t = 0; t < T; ++t) {
+      for (size_t i = 0; i < nh; ++i) apply_rope(&q_[(t * nh + i) * hd], &cos_[t * half], &sin_[t * half], half);
+      for (size_t i = 0; i < kvh; ++i) apply_rope(&k_[(t * kvh + i) * hd], &cos_[t * half], &sin_[t * half], half);
+    }
+    write_kv(cache, static_cast<int64_t>(l), seqs);
+    attention_layer(pool, cache, static_cast<int64_t>(l), seqs);
+    matmul(pool, attn_.data(), T, qd, L.o_proj.data(), h, bias(L.o_bias), tmp_.data());
+    add_inplace(x_.data(), tmp_.data(), T * h);
+    rms_norm(x_.data(), L.post_norm.data(), T, h, eps, xn_.data());
+    matmul(pool, xn_.data(), T, h, L.gate_proj.data(), inter, nullptr, gate_.data());
+    matmul(pool, xn_.data(), T, h, L.up_proj.data(), inter, nullptr, up_.data());
+    silu_mul(gate_.data(), up_.data(), T * inter);
+    matmul(pool, gate_.data(), T, inter, L.down_proj.data(), h, nullptr, tmp_.data());
+    add_inplace(x_.data(), tmp_.data(), T * h);
+  }
+
+  // Final norm and LM head only at the last new token of the sequences that want logits.
+  std::vector<size_t> rows;
+  for (size_t s = 0; s < seqs.size(); ++s)
+    if (seqs[s].want_logits && !seqs[s].tokens.empty())
+      rows.push_back(static_cast<size_t>(seq_start_[s]) + seqs[s].tokens.size() - 1);
+  if (rows.empty()) return;
+  for (size_t r = 0; r < rows.size(); ++r)
+    rms_norm(&x_[rows[r] * h], w_.final_norm.data(), 1, h, eps, &xn_[r * h]);
+  const size_t vocab = static_cast<size_t>(cfg_.vocab_size);
+  const size_t base = logits.size();
+  logits.resize(base + rows.size() * vocab);
+  matmul(pool, xn_.data(), rows.size(), h, w_.lm_head_data(), vocab, nullptr, logits.data() + base);
+}
+
+}  // namespace actorserve::gpu::cpu

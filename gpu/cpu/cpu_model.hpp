@@ -1,0 +1,55 @@
+#pragma once
+/// The fp32 Llama-family forward pass over a paged KV cache (the reference the CUDA executor is
+/// checked against). Inputs are validated by the caller (cpu_executor).
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "config/model_config.hpp"
+#include "gpu/cpu/kv_cache.hpp"
+#include "gpu/cpu/thread_pool.hpp"
+#include "gpu/model/model_weights.hpp"
+
+namespace actorserve::gpu::cpu {
+
+/// One sequence's share of a forward pass (already validated).
+struct forward_seq {
+  int64_t num_computed = 0;               ///< tokens already in the cache
+  std::span<const int32_t> tokens;        ///< new tokens at positions num_computed...
+  std::span<const int32_t> block_table;   ///< covers [0, num_computed + tokens.size())
+  bool want_logits = false;               ///< produce logits at the last new token
+};
+
+class cpu_model {
+ public:
+  cpu_model(model_config cfg, model_weights_f32 weights);
+
+  const model_config& config() const { return cfg_; }
+  /// Computes the new tokens of every sequence, writing their K/V into `cache`; appends to
+  /// `logits` one row of vocab_size floats per sequence with want_logits, in batch order.
+  void forward(thread_pool& pool, paged_kv_cache& cache, std::span<const forward_seq> seqs,
+               std::vector<float>& logits);
+
+ private:
+  /// A unit of attention work: some consecutive new tokens of one sequence, one query head.
+  struct attn_item {
+    int32_t seq, head;
+    int64_t t_begin, t_end;   ///< flat token range of the step
+  };
+  void prepare(std::span<const forward_seq> seqs);
+  void attention_layer(thread_pool& pool, paged_kv_cache& cache, int64_t layer, std::span<const forward_seq> seqs);
+  void write_kv(paged_kv_cache& cache, int64_t layer, std::span<const forward_seq> seqs);
+
+  model_config cfg_;
+  model_weights_f32 w_;
+  std::vector<float> static_inv_freq_;   ///< unless rope is dynamic
+  // Per-step scratch, reused across steps. T = tokens in the step.
+  std::vector<int32_t> tok_seq_;         ///< [T] sequence index
+  std::vector<int64_t> tok_pos_;         ///< [T] position
+  std::vector<int64_t> seq_start_;       ///< [num_seqs] first flat token
+  std::vector<float> cos_, sin_;         ///< [T][head_dim/2]
+  std::vector<float> x_, xn_, q_, k_, v_, attn_, tmp_, gate_, up_;
+  std::vector<attn_item> items_;
+};
+
+}  // namespace actorserve::gpu::cpu

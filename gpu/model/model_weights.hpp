@@ -1,0 +1,68 @@
+#pragma once
+/// The Llama-family weights (Llama, Mistral, Qwen2) bound by name and shape from a model
+/// directory: raw host views as stored (for a device uploader) and fp32 copies (CPU executor).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/error.hpp"
+#include "config/model_config.hpp"
+#include "gpu/model/weight_store.hpp"
+
+namespace actorserve::gpu {
+
+/// One decoder layer as stored. Projections are [out][in] (nn.Linear layout).
+struct layer_views {
+  tensor_view input_norm;                  ///< [hidden]
+  tensor_view q_proj;                      ///< [num_heads*head_dim][hidden]
+  tensor_view k_proj;                      ///< [num_kv_heads*head_dim][hidden]
+  tensor_view v_proj;                      ///< [num_kv_heads*head_dim][hidden]
+  tensor_view o_proj;                      ///< [hidden][num_heads*head_dim]
+  std::optional<tensor_view> q_bias, k_bias, v_bias, o_bias;
+  tensor_view post_norm;                   ///< [hidden]
+  tensor_view gate_proj;                   ///< [intermediate][hidden]
+  tensor_view up_proj;                     ///< [intermediate][hidden]
+  tensor_view down_proj;                   ///< [hidden][intermediate]
+};
+
+struct model_weight_views {
+  tensor_view embed_tokens;                ///< [vocab][hidden]
+  std::vector<layer_views> layers;
+  tensor_view final_norm;                  ///< [hidden]
+  tensor_view lm_head;                     ///< [vocab][hidden]; the embedding when tied
+  bool lm_head_tied = false;
+};
+
+/// A model directory opened for serving: config, mapped weights and their bound views.
+struct model_files {
+  model_config config;
+  weight_store store;
+  model_weight_views views;                ///< point into `store`'s mappings
+};
+
+/// Binds every tensor the config needs; a missing or mis-shaped tensor names its file and name.
+result<model_weight_views> bind_weight_views(const weight_store& store, const model_config& cfg);
+
+/// Loads config.json (+ generation_config.json), maps the safetensors and binds the weights.
+result<model_files> open_model_files(const std::string& model_dir);
+
+/// One decoder layer in fp32; biases are empty when absent.
+struct layer_weights_f32 {
+  std::vector<float> input_norm, q_proj, k_proj, v_proj, o_proj;
+  std::vector<float> q_bias, k_bias, v_bias, o_bias;
+  std::vector<float> post_norm, gate_proj, up_proj, down_proj;
+};
+
+/// The whole model in fp32 (exact upcast of the stored weights).
+struct model_weights_f32 {
+  std::vector<float> embed_tokens;
+  std::vector<layer_weights_f32> layers;
+  std::vector<float> final_norm;
+  std::vector<float> lm_head;              ///< empty when tied to embed_tokens
+  const float* lm_head_data() const { return lm_head.empty() ? embed_tokens.data() : lm_head.data(); }
+};
+
+/// Upcasts bound views to fp32.
+model_weights_f32 upcast_weights(const model_weight_views& views);
+
+}  // namespace actorserve::gpu

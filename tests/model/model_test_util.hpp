@@ -1,0 +1,42 @@
+#pragma once
+/// Shared helpers of the model tests: reading reference.json and driving a cpu_executor through
+/// the paged path (prefill, then one decode step at a time).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpu/cpu/cpu_executor.hpp"
+
+namespace actorserve::testing {
+
+struct reference_case {
+  std::vector<int32_t> prompt_ids;
+  std::vector<float> last_logits;
+  std::vector<int32_t> greedy_ids;
+  std::vector<double> greedy_top2_margins;
+};
+
+/// The cases of models/<name>/reference.json; fails the current test on a parse error.
+std::vector<reference_case> load_reference(const std::string& model_name);
+
+/// max |a - b| / max |b|.
+double relative_error(const std::vector<float>& a, const std::vector<float>& b);
+
+/// A greedy step_sequence: `tokens` at positions num_computed..., blocks from `blocks`.
+gpu::step_sequence greedy_seq(uint64_t seq_id, int32_t num_computed, std::vector<int32_t> tokens,
+                              std::vector<int32_t> blocks, bool sample = true);
+
+/// Runs one sequence through `ex`: the prompt in prefill chunks of `chunk` tokens (0: whole),
+/// then `num_decode` greedy decode steps. Returns the logits at the prompt's last token and the
+/// generated ids.
+struct generation {
+  std::vector<float> prompt_logits;
+  std::vector<int32_t> tokens;
+};
+generation run_greedy(gpu::cpu_executor& ex, const std::vector<int32_t>& prompt, const std::vector<int32_t>& blocks,
+                      int32_t chunk, int32_t num_decode);
+
+/// Block ids [first, first + n).
+std::vector<int32_t> block_range(int32_t first, int32_t n);
+
+}  // namespace actorserve::testing
