@@ -1,0 +1,328 @@
+#include "actors/scheduler_policy.hpp"
+
+#include <algorithm>
+#include <tuple>
+
+#include "actors/block_hash.hpp"
+#include "config/check.hpp"
+
+namespace actorserve::actors {
+
+namespace {
+bool served_before(const sequence& a, const sequence& b) {
+  return std::tie(a.priority, a.arrival) < std::tie(b.priority, b.arrival);
+}
+uint64_t child_seed(uint64_t seed, int32_t index) {
+  return seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index);
+}
+}  // namespace
+
+scheduler_policy::scheduler_policy(scheduler_config cfg) : cfg_(std::move(cfg)) {
+  AS_CHECK(cfg_.block_size > 0 && cfg_.max_num_batched_tokens > 0 && cfg_.max_num_seqs > 0, "scheduler limits");
+}
+
+scheduler_policy::~scheduler_policy() = default;
+
+const sequence* scheduler_policy::find(uint64_t seq_id) const {
+  auto it = seqs_.find(seq_id);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+sequence* scheduler_policy::lookup(uint64_t seq_id) {
+  auto it = seqs_.find(seq_id);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+std::vector<uint64_t> scheduler_policy::group(uint64_t group_id) const {
+  auto it = groups_.find(group_id);
+  return it == groups_.end() ? std::vector<uint64_t>{} : it->second;
+}
+
+void scheduler_policy::add(new_request r) {
+  auto s = std::make_unique<sequence>();
+  s->seq_id = next_seq_id_++;
+  s->group_id = r.group_id;
+  s->priority = r.priority;
+  s->arrival = next_arrival_++;
+  s->params = std::move(r.params);
+  s->seed = r.seed;
+  s->tokens = std::move(r.prompt);
+  s->num_prompt = s->num_tokens();
+  s->fork_n = std::max(1, s->params->n);
+  if (cfg_.enable_prefix_caching) extend_block_hashes(s->block_hashes, s->tokens, cfg_.block_size);
+  counters_.prompt_tokens += s->num_prompt;
+  sequence* raw = s.get();
+  groups_[r.group_id].push_back(raw->seq_id);
+  seqs_.emplace(raw->seq_id, std::move(s));
+  if (raw->fork_n > 1 && raw->target() == 0) {
+    fork(*raw);  // a one-token prompt has nothing to share: the children start as waiting
+    return;
+  }
+  insert_waiting(raw);
+}
+
+void scheduler_policy::insert_waiting(sequence* s) {
+  s->status = seq_status::waiting;
+  auto pos = waiting_.end();
+  while (pos != waiting_.begin() && served_before(*s, **std::prev(pos))) --pos;
+  waiting_.insert(pos, s);
+}
+
+void scheduler_policy::abort(uint64_t group_id) {
+  if (awaiting_answer_) {
+    deferred_aborts_.push_back(group_id);
+    return;
+  }
+  abort_now(group_id);
+}
+
+void scheduler_policy::abort_now(uint64_t group_id) {
+  auto git = groups_.find(group_id);
+  if (git == groups_.end()) return;
+  const auto ids = git->second;
+  for (uint64_t id : ids) {
+    if (sequence* s = lookup(id)) finish(*s, seq_finish::aborted);
+  }
+}
+
+void scheduler_policy::finish(sequence& s, seq_finish why) {
+  s.finish = why;
+  if (s.status == seq_status::running) {
+    running_.erase(std::find(running_.begin(), running_.end(), &s));
+  } else if (s.status == seq_status::waiting) {
+    auto it = std::find(waiting_.begin(), waiting_.end(), &s);
+    if (it != waiting_.end()) waiting_.erase(it);
+  }
+  s.status = seq_status::finished;
+  if (s.holds_blocks || s.fork_parent) pending_frees_.push_back({s.seq_id, s.num_computed});
+  auto git = groups_.find(s.group_id);
+  if (git != groups_.end()) {
+    auto& ids = git->second;
+    ids.erase(std::find(ids.begin(), ids.end(), s.seq_id));
+    if (ids.empty()) groups_.erase(git);
+  }
+  const uint64_t id = s.seq_id;  // `s` dies with the erase
+  seqs_.erase(id);
+}
+
+void scheduler_policy::preempt(sequence& s) {
+  pending_frees_.push_back({s.seq_id, s.num_computed});
+  s.recompute_until = std::max(s.recompute_until, s.num_computed);
+  s.num_computed = 0;
+  s.block_table.clear();
+  s.holds_blocks = false;
+  s.num_hashes_sent = 0;
+  ++s.num_preemptions;
+  ++counters_.num_preemptions;
+  running_.erase(std::find(running_.begin(), running_.end(), &s));
+  insert_waiting(&s);
+}
+
+void scheduler_policy::fork(sequence& parent) {
+  std::vector<sequence*> children;
+  for (int32_t i = 0; i < parent.fork_n; ++i) {
+    auto c = std::make_unique<sequence>(parent);
+    c->seq_id = next_seq_id_++;
+    c->index = i;
+    c->fork_n = 1;
+    c->seed = child_seed(parent.seed, i);
+    if (parent.holds_blocks) {
+      c->fork_parent = parent.seq_id;
+      pending_forks_.push_back({parent.seq_id, c->seq_id});
+    }
+    children.push_back(c.get());
+    groups_[parent.group_id].push_back(c->seq_id);
+    seqs_.emplace(c->seq_id, std::move(c));
+  }
+  if (parent.status == seq_status::running) {
+    auto pos = running_.erase(std::find(running_.begin(), running_.end(), &parent));
+    running_.insert(pos, children.begin(), children.end());
+    for (sequence* c : children) c->status = seq_status::running;
+    parent.status = seq_status::finished;  // not in any queue now; its blocks go with the frees
+  } else {
+    for (sequence* c : children) insert_waiting(c);
+  }
+  finish(parent, seq_finish::none);
+}
+
+std::optional<kv_reservation> scheduler_policy::plan() { return plan_impl(true); }
+
+kv_item scheduler_policy::make_item(sequence& s, int32_t num_new, bool from_waiting) {
+  kv_item it;
+  it.seq_id = s.seq_id;
+  it.num_computed = s.num_computed;
+  it.num_tokens = s.target();
+  it.num_new = num_new;
+  it.lookup = from_waiting;
+  it.optional = from_waiting;
+  const size_t first = from_waiting ? 0 : static_cast<size_t>(s.num_hashes_sent);
+  it.new_hashes.assign(s.block_hashes.begin() + static_cast<std::ptrdiff_t>(first), s.block_hashes.end());
+  if (!from_waiting) s.num_hashes_sent = static_cast<int32_t>(s.block_hashes.size());
+  return it;
+}
+
+std::optional<kv_reservation> scheduler_policy::plan_impl(bool admit) {
+  kv_reservation r;
+  r.step_id = next_step_id_;
+  r.forks = std::move(pending_forks_);
+  r.frees = std::move(pending_frees_);
+  pending_forks_.clear();
+  pending_frees_.clear();
+  planned_.clear();
+  int32_t budget = cfg_.max_num_batched_tokens;
+  const bool chunked = cfg_.enable_chunked_prefill;
+  for (sequence* s : running_) {
+    if (budget == 0) break;
+    int32_t n = s->num_uncomputed();
+    if (n <= 0) continue;
+    if (!chunked && n > budget && !planned_.empty()) continue;
+    n = std::min(n, budget);
+    r.items.push_back(make_item(*s, n, false));
+    planned_.push_back({s, false});
+    budget -= n;
+  }
+  if (admit) {
+    size_t num_seqs = running_.size();
+    for (sequence* s : waiting_) {
+      if (budget == 0 || num_seqs + static_cast<size_t>(s->fork_n) > static_cast<size_t>(cfg_.max_num_seqs)) break;
+      int32_t n = s->num_uncomputed();
+      if (!chunked && n > budget && !planned_.empty()) break;
+      n = std::min(n, budget);
+      r.items.push_back(make_item(*s, n, true));
+      planned_.push_back({s, true});
+      budget -= n;
+      num_seqs += static_cast<size_t>(s->fork_n);
+    }
+  }
+  if (r.items.empty() && r.frees.empty() && r.forks.empty()) return std::nullopt;
+  awaiting_answer_ = true;
+  return r;
+}
+
+scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
+  AS_CHECK(awaiting_answer_, "an answer without a reservation");
+  awaiting_answer_ = false;
+  counters_.prefix_queries += a.prefix_queries;
+  counters_.prefix_hits += a.prefix_hits;
+  decision d;
+  if (!a.granted) {
+    // Preempt the lowest-priority, latest-arriving running sequence, then ask again without
+    // admitting anyone new this step.
+    AS_CHECK(!running_.empty(), "a shortfall with nothing running");
+    sequence* victim = *std::max_element(running_.begin(), running_.end(),
+                                         [](const sequence* x, const sequence* y) { return served_before(*x, *y); });
+    if (running_.size() == 1) {
+      seq_output out{victim->group_id, victim->index, false, {}, seq_finish::error, victim->num_cached,
+                     victim->num_preemptions, victim->num_recomputed};
+      finish(*victim, seq_finish::error);
+      d.failed.push_back(std::move(out));
+    } else {
+      preempt(*victim);
+    }
+    for (uint64_t g : deferred_aborts_) abort_now(g);
+    deferred_aborts_.clear();
+    d.retry = plan_impl(false);
+    return d;
+  }
+  gpu::step_batch batch;
+  batch.step_id = next_step_id_++;
+  batch.block_copies = a.copies;
+  in_flight_.clear();
+  bool admitted = false;
+  for (size_t i = 0; i < a.items.size(); ++i) {
+    sequence& s = *planned_[i].seq;
+    const kv_grant_item& g = a.items[i];
+    s.block_table = g.block_table;
+    s.holds_blocks = true;
+    s.fork_parent.reset();
+    if (planned_[i].from_waiting) {
+      s.num_computed = g.num_computed;
+      s.num_hashes_sent = static_cast<int32_t>(s.block_hashes.size());
+      if (!s.admitted_once) s.num_cached = g.num_cached;
+      s.admitted_once = true;
+      s.status = seq_status::running;
+      running_.push_back(&s);
+      admitted = true;
+    }
+    const int32_t redo = std::min(g.num_computed + g.num_new, s.recompute_until) - g.num_computed;
+    if (redo > 0) {
+      s.num_recomputed += redo;
+      counters_.num_recomputed_tokens += redo;
+    }
+    if (g.num_new == 0) continue;
+    counters_.num_computed_tokens += g.num_new;
+    batch.seqs.push_back(make_step_sequence(s, g));
+    in_flight_.push_back({s.seq_id, g.num_new, batch.seqs.back().sample});
+  }
+  if (admitted) {
+    waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
+                                  [](const sequence* s) { return s->status == seq_status::running; }),
+                   waiting_.end());
+  }
+  if (a.items.empty() && running_.empty() && !planned_.empty()) {
+    // The whole pool is free and the head of the queue still does not fit: it never will.
+    sequence& s = *planned_.front().seq;
+    d.failed.push_back({s.group_id, s.index, false, {}, seq_finish::error, 0, s.num_preemptions, s.num_recomputed});
+    finish(s, seq_finish::error);
+  }
+  for (uint64_t g : deferred_aborts_) abort_now(g);
+  deferred_aborts_.clear();
+  if (!batch.seqs.empty()) {
+    ++counters_.num_steps;
+    d.step = std::move(batch);
+  }
+  return d;
+}
+
+gpu::step_sequence scheduler_policy::make_step_sequence(sequence& s, const kv_grant_item& g) {
+  gpu::step_sequence q;
+  q.seq_id = s.seq_id;
+  q.num_computed = g.num_computed;
+  const auto begin = s.tokens.begin() + g.num_computed;
+  q.new_tokens.assign(begin, begin + g.num_new);
+  q.block_table = s.block_table;
+  q.sample = g.num_computed + g.num_new == s.num_tokens() && s.fork_n == 1;
+  if (q.sample) {
+    q.params = *s.params;
+    q.seed = s.seed;
+    q.num_generated = s.num_generated();
+    q.prompt_len = s.num_prompt;
+    q.suppress_eos = s.num_generated() < s.params->min_tokens;
+    if (s.params->uses_penalties()) q.history = std::make_shared<const std::vector<int32_t>>(s.tokens);
+  }
+  return q;
+}
+
+std::vector<seq_output> scheduler_policy::on_step_done(const gpu::step_result& r) {
+  std::vector<seq_output> outs;
+  size_t k = 0;
+  for (const auto& f : in_flight_) {
+    const gpu::sampled_token* tok = nullptr;
+    if (f.sample && r.outcome.ok()) {
+      AS_CHECK(k < r.tokens.size() && r.tokens[k].seq_id == f.seq_id, "step result out of batch order");
+      tok = &r.tokens[k++];
+    }
+    sequence* s = lookup(f.seq_id);
+    if (!s) continue;  // aborted while the step ran
+    if (!r.outcome.ok()) {
+      outs.push_back({s->group_id, s->index, false, {}, seq_finish::error, s->num_cached, s->num_preemptions,
+                      s->num_recomputed});
+      finish(*s, seq_finish::error);
+      continue;
+    }
+    s->num_computed += f.num_new;
+    if (tok) {
+      ++counters_.generation_tokens;
+      const seq_finish why = append_token(*s, tok->token_id, cfg_.eos_token_ids, cfg_.max_model_len, cfg_.block_size,
+                                          cfg_.enable_prefix_caching);
+      outs.push_back({s->group_id, s->index, true, *tok, why, s->num_cached, s->num_preemptions, s->num_recomputed});
+      if (why != seq_finish::none) finish(*s, why);
+    } else if (s->fork_n > 1 && s->num_computed == s->target()) {
+      fork(*s);
+    }
+  }
+  in_flight_.clear();
+  return outs;
+}
+
+}  // namespace actorserve::actors

@@ -1,0 +1,128 @@
+#pragma once
+/// The scheduling policy (no CAF): waiting and running queues, a per-step token budget and
+/// sequence cap, chunked prefill, FCFS with optional priorities, preemption by recompute and n>1
+/// forks. It talks to the block pool only through kv_reservation / kv_answer values and to the
+/// executor only through gpu::step_batch / gpu::step_result.
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "actors/kv_types.hpp"
+#include "actors/sequence.hpp"
+#include "gpu/executor.hpp"
+
+namespace actorserve::actors {
+
+struct scheduler_config {
+  int32_t max_num_seqs = 256;
+  int32_t max_num_batched_tokens = 2048;
+  bool enable_chunked_prefill = true;
+  int32_t block_size = 16;
+  bool enable_prefix_caching = true;
+  int32_t max_model_len = 0;         ///< 0: unlimited
+  std::vector<int32_t> eos_token_ids;
+};
+
+/// A request entering the scheduler (n sequences once its prompt is computed).
+struct new_request {
+  uint64_t group_id = 0;
+  std::vector<int32_t> prompt;
+  std::shared_ptr<const sampling_params> params;
+  uint64_t seed = 0;
+  int32_t priority = 0;
+};
+
+/// What one step produced for one sequence: a token and/or the end of the sequence.
+struct seq_output {
+  uint64_t group_id = 0;
+  int32_t index = 0;
+  bool has_token = false;
+  gpu::sampled_token token;
+  seq_finish finish = seq_finish::none;
+  int32_t num_cached = 0;            ///< prompt tokens served by the prefix cache
+  int32_t num_preemptions = 0;
+  int64_t num_recomputed = 0;
+};
+
+/// Totals since start.
+struct scheduler_counters {
+  int64_t num_preemptions = 0, num_recomputed_tokens = 0, num_computed_tokens = 0;
+  int64_t prompt_tokens = 0, generation_tokens = 0, num_steps = 0;
+  int64_t prefix_queries = 0, prefix_hits = 0;
+};
+
+class scheduler_policy {
+ public:
+  explicit scheduler_policy(scheduler_config cfg);
+  ~scheduler_policy();
+
+  /// Queues a request (sorted by priority, then arrival).
+  void add(new_request r);
+  /// Drops every sequence of a request; its blocks are freed by the next reservation.
+  void abort(uint64_t group_id);
+
+  /// The next reservation for the pool, or nothing when there is nothing to compute or free.
+  std::optional<kv_reservation> plan();
+
+  struct decision {
+    std::optional<gpu::step_batch> step;       ///< granted: run this
+    std::optional<kv_reservation> retry;       ///< shortfall: victims preempted, ask again
+    std::vector<seq_output> failed;            ///< sequences that can never fit the pool
+  };
+  /// Applies the pool's answer to the last reservation.
+  decision on_answer(const kv_answer& a);
+  /// Applies a finished step: advances progress, appends tokens, finishes and forks sequences.
+  std::vector<seq_output> on_step_done(const gpu::step_result& r);
+
+  bool has_work() const { return !running_.empty() || !waiting_.empty() || !pending_frees_.empty(); }
+  size_t num_running() const { return running_.size(); }
+  size_t num_waiting() const { return waiting_.size(); }
+  const scheduler_counters& counters() const { return counters_; }
+  /// A live sequence, or null.
+  const sequence* find(uint64_t seq_id) const;
+  /// Live sequence ids of a request.
+  std::vector<uint64_t> group(uint64_t group_id) const;
+
+ private:
+  struct planned {
+    sequence* seq;
+    bool from_waiting;
+  };
+  struct in_flight {
+    uint64_t seq_id;
+    int32_t num_new;
+    bool sample;
+  };
+
+  std::optional<kv_reservation> plan_impl(bool admit);
+  kv_item make_item(sequence& s, int32_t num_new, bool from_waiting);
+  void preempt(sequence& s);
+  void finish(sequence& s, seq_finish why);
+  void fork(sequence& parent);
+  void insert_waiting(sequence* s);
+  void abort_now(uint64_t group_id);
+  gpu::step_sequence make_step_sequence(sequence& s, const kv_grant_item& g);
+  sequence* lookup(uint64_t seq_id);
+
+  scheduler_config cfg_;
+  std::unordered_map<uint64_t, std::unique_ptr<sequence>> seqs_;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> groups_;
+  std::vector<sequence*> running_;           ///< admission order
+  std::deque<sequence*> waiting_;            ///< (priority, arrival) order
+  std::vector<kv_fork> pending_forks_;
+  std::vector<kv_free> pending_frees_;
+  std::vector<uint64_t> deferred_aborts_;
+  std::vector<planned> planned_;
+  std::vector<in_flight> in_flight_;
+  bool awaiting_answer_ = false;
+  uint64_t next_seq_id_ = 1;
+  uint64_t next_arrival_ = 0;
+  uint64_t next_step_id_ = 1;
+  scheduler_counters counters_;
+};
+
+}  // namespace actorserve::actors

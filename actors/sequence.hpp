@@ -1,0 +1,62 @@
+#pragma once
+/// One sequence's state as the scheduler sees it (no CAF). One progress model for everything:
+/// `num_computed` catches up with `tokens.size()`; prefill, chunked prefill, prefix hits, decode
+/// and recompute after preemption are all that one mechanism.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "config/sampling_params.hpp"
+
+namespace actorserve::actors {
+
+/// Lifecycle in chronological order.
+enum class seq_status { waiting, running, finished };
+
+/// Why a sequence stopped (scheduler-level reasons; stop strings are the request's business).
+enum class seq_finish { none, stop, length, aborted, error };
+
+struct sequence {
+  uint64_t seq_id = 0;
+  uint64_t group_id = 0;          ///< the request
+  int32_t index = 0;              ///< choice index within the request (< n)
+  int32_t priority = 0;           ///< lower is served first
+  uint64_t arrival = 0;           ///< admission order (FCFS tie-break)
+  std::shared_ptr<const sampling_params> params;
+  uint64_t seed = 0;
+
+  std::vector<int32_t> tokens;    ///< prompt + generated
+  int32_t num_prompt = 0;
+  int32_t num_computed = 0;       ///< tokens whose K/V are in this sequence's blocks
+  std::vector<int32_t> block_table;
+  std::vector<uint64_t> block_hashes;  ///< full-block hashes of `tokens` (prefix caching)
+  int32_t num_hashes_sent = 0;    ///< hashes the block pool already has
+  bool holds_blocks = false;      ///< the pool knows this sequence
+
+  int32_t fork_n = 1;             ///< > 1: compute the prompt but its last token, then fork n ways
+  std::optional<uint64_t> fork_parent;  ///< set until the pool has copied the parent's table
+
+  seq_status status = seq_status::waiting;
+  seq_finish finish = seq_finish::none;
+
+  int32_t num_preemptions = 0;
+  int64_t num_recomputed = 0;     ///< tokens computed a second time after preemption
+  int32_t recompute_until = 0;    ///< tokens computed before the last preemption
+  int32_t num_cached = 0;         ///< prompt tokens served by the prefix cache at first admission
+  bool admitted_once = false;
+
+  int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
+  int32_t num_generated() const { return num_tokens() - num_prompt; }
+  /// The token count this sequence computes up to before it samples (fork parents stop short).
+  int32_t target() const { return fork_n > 1 ? num_tokens() - 1 : num_tokens(); }
+  /// Tokens still to compute.
+  int32_t num_uncomputed() const { return target() - num_computed; }
+};
+
+/// Appends a sampled token and decides whether the sequence is done: EOS/stop ids (unless
+/// ignore_eos, after min_tokens), max_tokens, or the model's maximum length.
+seq_finish append_token(sequence& s, int32_t token, const std::vector<int32_t>& eos_ids, int32_t max_model_len,
+                        int32_t block_size, bool hash_blocks);
+
+}  // namespace actorserve::actors
