@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
+#include <string>
 #include <vector>
 
 #include "gpu/sampling/counter_rng.hpp"
@@ -13,26 +13,87 @@ namespace {
 
 /// Below this temperature sampling is greedy (as vLLM's _SAMPLING_EPS): exp() would overflow.
 constexpr float min_temperature = 1e-5f;
-/// First candidate count tried when top-p must find its nucleus without top-k.
-constexpr size_t first_nucleus_guess = 256;
+/// Probability buckets that locate the nucleus without sorting the vocab: bucket b holds ids
+/// whose probability relative to the best lies in (2^-(b+1)/8, 2^-b/8]; the last holds the rest.
+constexpr int buckets_per_octave = 8;
+constexpr int num_buckets = 128;
 
-bool top_k_active(const sampling_params& p, size_t vocab) {
-  return p.top_k > 0 && static_cast<size_t>(p.top_k) < vocab;
+/// Keeps the prefix of `ids` (best first) whose mass before each id is below `target`.
+void cut_nucleus(std::vector<int32_t>& ids, std::span<const float> probs, double target) {
+  double cum = 0.0;
+  auto it = ids.begin();
+  for (; it != ids.end() && cum < target; ++it) cum += probs[static_cast<size_t>(*it)];
+  ids.erase(it, ids.end());
 }
 
-/// Keeps the prefix of `ids` (sorted by probability, best first) whose mass before each id is
-/// below `top_p * mass`; false when the whole list was kept without reaching it.
-bool cut_nucleus(std::vector<int32_t>& ids, std::span<const float> probs, double top_p,
-                 double mass) {
-  double cum = 0.0;
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i > 0 && cum >= top_p * mass) {
-      ids.resize(i);
-      return true;
+/// How many of `ids` (reordered: the kept ones first) the nucleus keeps when `target` mass is
+/// left to fill; npos when all are kept without filling it.
+/// NOTE: quickselect by mass (halving with nth_element), so a flat bucket costs O(n), not a sort.
+size_t cut_in_bucket(std::span<const float> logits, std::span<const float> probs,
+                     std::span<int32_t> ids, double target) {
+  constexpr size_t sort_below = 64;
+  size_t lo = 0;
+  size_t hi = ids.size();
+  while (hi - lo > sort_below) {
+    const size_t mid = lo + (hi - lo) / 2;
+    select_ids(logits, ids.subspan(lo, hi - lo), mid - lo);
+    double mass = 0.0;
+    for (size_t i = lo; i < mid; ++i) mass += probs[static_cast<size_t>(ids[i])];
+    if (mass < target) {  // [lo, mid) is all kept
+      target -= mass;
+      lo = mid;
+    } else {
+      hi = mid;  // the cut lies within [lo, mid]
     }
-    cum += probs[static_cast<size_t>(ids[i])];
   }
-  return cum >= top_p * mass;
+  sort_ids(logits, ids.subspan(lo, hi - lo));
+  double cum = 0.0;
+  size_t i = lo;
+  for (; i < hi && cum < target; ++i) cum += probs[static_cast<size_t>(ids[i])];
+  if (cum >= target || hi < ids.size()) return i;
+  return std::string::npos;
+}
+
+/// The top-p nucleus over all of `logits` (probs: unnormalised, summing to `total`).
+/// NOTE: ids are grouped by probability bucket (a counting sort); only the one bucket where the
+/// nucleus ends is searched, so the cost is O(vocab), not a vocab sort. The kept ids come in no
+/// particular (but deterministic) order.
+std::vector<int32_t> nucleus(std::span<const float> logits, std::span<const float> probs,
+                             float max_logit, float inv_t, double target) {
+  const size_t vocab = logits.size();
+  const double scale = static_cast<double>(inv_t) * buckets_per_octave / std::log(2.0);
+  thread_local std::vector<uint8_t> bucket_of;
+  bucket_of.resize(vocab);
+  size_t offset[num_buckets + 1] = {};
+  double mass[num_buckets] = {};
+  for (size_t i = 0; i < vocab; ++i) {
+    const double d = (static_cast<double>(max_logit) - logits[i]) * scale;
+    const int b = d < num_buckets - 1 ? static_cast<int>(d) : num_buckets - 1;  // NaN: last
+    bucket_of[i] = static_cast<uint8_t>(b);
+    ++offset[b + 1];
+    mass[b] += probs[i];
+  }
+  for (int b = 0; b < num_buckets; ++b) offset[b + 1] += offset[b];
+  std::vector<int32_t> ids(vocab);
+  size_t next[num_buckets];
+  std::copy(offset, offset + num_buckets, next);
+  for (size_t i = 0; i < vocab; ++i) ids[next[bucket_of[i]]++] = static_cast<int32_t>(i);
+
+  double remaining = target;
+  for (int b = 0; b < num_buckets; ++b) {
+    if (mass[b] < remaining) {  // the whole bucket lies inside the nucleus
+      remaining -= mass[b];
+      continue;
+    }
+    const size_t kept = cut_in_bucket(logits, probs,
+        std::span<int32_t>(ids.data() + offset[b], offset[b + 1] - offset[b]), remaining);
+    if (kept != std::string::npos) {
+      ids.resize(offset[b] + kept);
+      return ids;
+    }
+    remaining -= mass[b];  // rounding: the bucket fell just short, go on
+  }
+  return ids;
 }
 
 /// Draws one id of `ids` with weights probs[id], using uniform `u` in [0, 1).
@@ -81,12 +142,12 @@ int32_t sample_random(std::span<const float> logits, const step_sequence& seq) {
   probs_buffer.resize(vocab);
   std::span<float> probs(probs_buffer);
   double total = 0.0;
-  for (size_t i = 0; i < vocab; ++i) {  // unnormalised: the best id has weight 1
+  for (size_t i = 0; i < vocab; ++i) {  // unnormalised: the best id has weight exactly 1
     probs[i] = std::isnan(logits[i]) ? 0.0f : std::exp((logits[i] - max_logit) * inv_t);
     total += probs[i];
   }
   const double u = counter_uniform(seq.seed, static_cast<uint64_t>(seq.num_generated));
-  const bool use_top_k = top_k_active(p, vocab);
+  const bool use_top_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < vocab;
   const bool use_top_p = p.top_p < 1.0f;
   if (!use_top_k && !use_top_p) return draw_all(probs, p.min_p, u);
 
@@ -96,22 +157,14 @@ int32_t sample_random(std::span<const float> logits, const step_sequence& seq) {
     if (use_top_p) {
       double mass = 0.0;
       for (int32_t id : ids) mass += probs[static_cast<size_t>(id)];
-      cut_nucleus(ids, probs, p.top_p, mass);
+      cut_nucleus(ids, probs, p.top_p * mass);
     }
   } else {
-    // NOTE: grow a partial sort until it holds the nucleus, instead of sorting the vocab.
-    for (size_t guess = first_nucleus_guess;; guess *= 4) {
-      ids = top_ids(logits, std::min(guess, vocab));
-      if (cut_nucleus(ids, probs, p.top_p, total) || ids.size() == vocab) break;
-    }
+    ids = nucleus(logits, probs, max_logit, inv_t, p.top_p * total);
   }
-  if (p.min_p > 0.0f) {  // probabilities relative to the best, which is ids.front()
-    const float threshold = p.min_p * probs[static_cast<size_t>(ids.front())];
-    auto first_below = std::find_if(ids.begin() + 1, ids.end(), [&](int32_t id) {
-      return probs[static_cast<size_t>(id)] < threshold;
-    });
-    ids.erase(first_below, ids.end());
-  }
+  // min-p is relative to the best probability, which is weight 1 here.
+  std::erase_if(ids, [&](int32_t id) { return probs[static_cast<size_t>(id)] < p.min_p; });
+  if (ids.empty()) return best;  // only for top_p == 0, which validation rejects
   return draw(ids, probs, u);
 }
 

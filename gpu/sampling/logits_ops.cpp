@@ -19,6 +19,21 @@ std::vector<int32_t> sorted_ids(std::span<const int32_t> ids, size_t vocab) {
   return out;
 }
 
+/// `operator()(a, b)`: id a ranks before id b (larger value, then lower id; NaN last).
+struct rank_before {
+  std::span<const float> values;
+  bool operator()(int32_t a, int32_t b) const {
+    const float va = values[static_cast<size_t>(a)];
+    const float vb = values[static_cast<size_t>(b)];
+    if (va > vb) return true;
+    if (va < vb) return false;
+    if (va == vb) return a < b;
+    const bool nan_a = std::isnan(va);  // unordered: at least one NaN, which ranks last
+    const bool nan_b = std::isnan(vb);
+    return nan_a == nan_b ? a < b : nan_b;
+  }
+};
+
 }  // namespace
 
 void apply_penalties(std::span<float> logits, const sampling_params& params,
@@ -73,23 +88,31 @@ double log_sum_exp(std::span<const float> logits) {
   double sum = 0.0;
   for (float l : logits)
     if (l > -std::numeric_limits<float>::infinity())  // skips NaN and -inf
-      sum += std::exp(static_cast<double>(l) - max_value);
+      sum += std::exp(l - max_value);  // float exp: several times faster than double
   return static_cast<double>(max_value) + std::log(sum);
+}
+
+void sort_ids(std::span<const float> values, std::span<int32_t> ids) {
+  std::sort(ids.begin(), ids.end(), rank_before{values});
+}
+
+void select_ids(std::span<const float> values, std::span<int32_t> ids, size_t n) {
+  std::nth_element(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(n), ids.end(),
+                   rank_before{values});
 }
 
 std::vector<int32_t> top_ids(std::span<const float> values, size_t k) {
   k = std::min(k, values.size());
-  // `better(a, b)`: a ranks before b. The heap keeps the worst kept id at its front.
-  auto better = [&](int32_t a, int32_t b) {
-    const float va = values[static_cast<size_t>(a)];
-    const float vb = values[static_cast<size_t>(b)];
-    const bool nan_a = std::isnan(va);
-    const bool nan_b = std::isnan(vb);
-    if (nan_a || nan_b) return nan_a == nan_b ? a < b : nan_b;  // NaN ranks last
-    if (va != vb) return va > vb;
-    return a < b;
-  };
-  std::vector<int32_t> heap;
+  const rank_before better{values};
+  if (k * 8 > values.size()) {  // a large share of the vocab: select, then sort the head
+    std::vector<int32_t> ids(values.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    std::nth_element(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(k), ids.end(), better);
+    ids.resize(k);
+    std::sort(ids.begin(), ids.end(), better);
+    return ids;
+  }
+  std::vector<int32_t> heap;  // front: the worst id kept so far
   heap.reserve(k);
   if (k == 0) return heap;
   for (size_t i = 0; i < values.size(); ++i) {

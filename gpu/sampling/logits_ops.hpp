@@ -23,6 +23,12 @@ int32_t argmax(std::span<const float> logits);
 /// log(sum(exp(logits))) computed stably; -inf when every logit is -inf.
 double log_sum_exp(std::span<const float> logits);
 
+/// Sorts `ids` by `values`, best first, ties to the lowest id, NaN last (top_ids' order).
+void sort_ids(std::span<const float> values, std::span<int32_t> ids);
+
+/// Reorders `ids` so its first `n` are the best `n` (in no particular order), as nth_element.
+void select_ids(std::span<const float> values, std::span<int32_t> ids, size_t n);
+
 /// The `k` ids with the largest values, best first, ties to the lowest id. O(vocab log k).
 std::vector<int32_t> top_ids(std::span<const float> values, size_t k);
 
