@@ -1,0 +1,143 @@
+// config.json / generation_config.json parsing: the fixtures, both rope spellings, and rejects.
+#include <gtest/gtest.h>
+
+#include "config/model_config.hpp"
+#include "test_data.hpp"
+
+namespace actorserve::testing {
+namespace {
+
+TEST(model_config, reads_the_fixture_models) {
+  auto llama = load_model_config(model_dir("llama-tiny"));
+  ASSERT_TRUE(llama.ok()) << llama.err().message;
+  EXPECT_EQ(llama->architecture, "LlamaForCausalLM");
+  EXPECT_EQ(llama->vocab_size, 1024);
+  EXPECT_EQ(llama->hidden_size, 64);
+  EXPECT_EQ(llama->intermediate_size, 172);
+  EXPECT_EQ(llama->num_layers, 2);
+  EXPECT_EQ(llama->num_heads, 4);
+  EXPECT_EQ(llama->num_kv_heads, 2);
+  EXPECT_EQ(llama->head_dim, 16);
+  EXPECT_DOUBLE_EQ(llama->rms_norm_eps, 1e-5);
+  EXPECT_EQ(llama->rope.kind, rope_kind::default_rope);
+  EXPECT_DOUBLE_EQ(llama->rope.theta, 10000.0);
+  EXPECT_FALSE(llama->qkv_bias);
+  EXPECT_FALSE(llama->tie_word_embeddings);
+  EXPECT_EQ(llama->bos_token_id, 0);
+  EXPECT_EQ(llama->eos_token_ids, std::vector<int32_t>{1});
+  EXPECT_EQ(llama->max_position_embeddings, 2048);
+
+  auto hd128 = load_model_config(model_dir("llama-hd128-bf16"));
+  ASSERT_TRUE(hd128.ok()) << hd128.err().message;
+  EXPECT_EQ(hd128->torch_dtype, "bfloat16");
+  EXPECT_EQ(hd128->head_dim, 128);
+  EXPECT_EQ(hd128->rope.kind, rope_kind::llama3);
+  EXPECT_DOUBLE_EQ(hd128->rope.theta, 500000.0);
+  EXPECT_DOUBLE_EQ(hd128->rope.factor, 8.0);
+  EXPECT_DOUBLE_EQ(hd128->rope.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(hd128->rope.high_freq_factor, 4.0);
+  EXPECT_EQ(hd128->rope.original_max_position_embeddings, 256);
+
+  auto qwen = load_model_config(model_dir("qwen2-tiny"));
+  ASSERT_TRUE(qwen.ok()) << qwen.err().message;
+  EXPECT_TRUE(qwen->qkv_bias);
+  EXPECT_FALSE(qwen->o_bias);
+  EXPECT_TRUE(qwen->tie_word_embeddings);
+  EXPECT_EQ(qwen->head_dim, 32);   // hidden 128 / 4 heads
+  EXPECT_DOUBLE_EQ(qwen->rope.theta, 1e6);
+  EXPECT_FALSE(qwen->sliding_window.has_value());
+
+  auto mistral = load_model_config(model_dir("mistral-tiny"));
+  ASSERT_TRUE(mistral.ok()) << mistral.err().message;
+  EXPECT_EQ(mistral->num_kv_heads, 1);
+  EXPECT_EQ(mistral->head_dim, 32);
+  EXPECT_FALSE(mistral->sliding_window.has_value());   // "sliding_window": null
+}
+
+std::string base_config(const std::string& extra) {
+  return R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 100, "hidden_size": 32,
+             "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4)" +
+         extra + "}";
+}
+
+result<model_config> parse(const std::string& extra, const std::string& gen = "") {
+  return parse_model_config(base_config(extra), gen, "/m");
+}
+
+TEST(model_config, older_rope_spelling_and_defaults) {
+  auto cfg = parse(R"(, "rope_theta": 250000.0, "rope_scaling": {"type": "linear", "factor": 4.0})");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  EXPECT_EQ(cfg->num_kv_heads, 4);
+  EXPECT_EQ(cfg->head_dim, 8);
+  EXPECT_DOUBLE_EQ(cfg->rope.theta, 250000.0);
+  EXPECT_EQ(cfg->rope.kind, rope_kind::linear);
+  EXPECT_DOUBLE_EQ(cfg->rope.factor, 4.0);
+
+  cfg = parse(R"(, "rope_scaling": {"rope_type": "dynamic", "factor": 2}, "max_position_embeddings": 512)");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  EXPECT_EQ(cfg->rope.kind, rope_kind::dynamic);
+  EXPECT_EQ(cfg->rope.original_max_position_embeddings, 512);
+  EXPECT_DOUBLE_EQ(cfg->rope.theta, 10000.0);
+
+  cfg = parse(R"(, "rope_scaling": null, "rope_theta": 5e5)");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  EXPECT_EQ(cfg->rope.kind, rope_kind::default_rope);
+  EXPECT_DOUBLE_EQ(cfg->rope.theta, 5e5);
+
+  cfg = parse(R"(, "rope_parameters": {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8,
+                 "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 64})");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  EXPECT_EQ(cfg->rope.kind, rope_kind::llama3);
+}
+
+TEST(model_config, eos_ids_from_both_files) {
+  auto cfg = parse(R"(, "eos_token_id": [5, 6], "bos_token_id": 2)", R"({"eos_token_id": 7})");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  EXPECT_EQ(cfg->eos_token_ids, (std::vector<int32_t>{7, 5, 6}));
+  EXPECT_EQ(cfg->bos_token_id, 2);
+  cfg = parse(R"(, "eos_token_id": 3)", R"({"eos_token_id": [3, 4]})");
+  ASSERT_TRUE(cfg.ok());
+  EXPECT_EQ(cfg->eos_token_ids, (std::vector<int32_t>{3, 4}));
+}
+
+TEST(model_config, qwen2_always_has_qkv_bias_and_llama_follows_attention_bias) {
+  auto qwen = parse_model_config(R"({"architectures": ["Qwen2ForCausalLM"], "vocab_size": 10, "hidden_size": 8,
+                                    "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2})",
+                                 "", "/q");
+  ASSERT_TRUE(qwen.ok()) << qwen.err().message;
+  EXPECT_TRUE(qwen->qkv_bias);
+  auto llama = parse(R"(, "attention_bias": true)");
+  ASSERT_TRUE(llama.ok());
+  EXPECT_TRUE(llama->qkv_bias);
+  EXPECT_TRUE(llama->o_bias);
+}
+
+void expect_error(const result<model_config>& r, const std::vector<std::string>& needles) {
+  ASSERT_FALSE(r.ok());
+  for (const auto& n : needles) EXPECT_NE(r.err().message.find(n), std::string::npos) << r.err().message;
+}
+
+TEST(model_config, rejects_name_file_and_field) {
+  expect_error(parse_model_config(R"({"architectures": ["MixtralForCausalLM"]})", "", "/m"),
+               {"/m/config.json", "MixtralForCausalLM"});
+  expect_error(parse(R"(, "hidden_act": "gelu")"), {"/m/config.json", "hidden_act", "gelu"});
+  expect_error(parse(R"(, "rope_parameters": {"rope_type": "yarn", "factor": 4})"), {"rope_type", "yarn"});
+  expect_error(parse(R"(, "rope_scaling": {"type": "linear"})"), {"rope_scaling.factor"});
+  expect_error(parse(R"(, "num_key_value_heads": 3)"), {"num_key_value_heads"});
+  expect_error(parse(R"(, "rms_norm_eps": "small")"), {"rms_norm_eps"});
+  expect_error(parse(R"(, "dtype": "float8")"), {"float8"});
+  expect_error(parse_model_config(R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 10})", "", "/m"),
+               {"/m/config.json", "hidden_size"});
+  expect_error(parse_model_config("not json", "", "/m"), {"/m/config.json"});
+  expect_error(parse("", R"({"eos_token_id": "x"})"), {"/m/generation_config.json", "eos_token_id"});
+  expect_error(parse(R"(, "eos_token_id": 100)"), {"eos_token_id"});
+}
+
+TEST(model_config, missing_directory_names_config_json) {
+  auto r = load_model_config("/nonexistent/model");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.err().message.find("/nonexistent/model/config.json"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace actorserve::testing
