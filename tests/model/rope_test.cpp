@@ -1,0 +1,91 @@
+// Rotary frequencies per rope type, dtype rounding of inv_freq, and the rotate_half rotation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "gpu/model/rope.hpp"
+
+namespace actorserve::testing {
+namespace {
+
+rope_config rope(rope_kind kind, double theta = 10000.0, double factor = 1.0, int64_t orig = 0) {
+  rope_config r;
+  r.kind = kind;
+  r.theta = theta;
+  r.factor = factor;
+  r.original_max_position_embeddings = orig;
+  return r;
+}
+
+TEST(rope, default_linear_and_dynamic_frequencies) {
+  auto d = gpu::rope_inv_freq(rope(rope_kind::default_rope), 4);
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0], 1.0f);
+  EXPECT_FLOAT_EQ(d[1], 0.01f);   // 1 / 10000^(2/4)
+  auto l = gpu::rope_inv_freq(rope(rope_kind::linear, 10000.0, 4.0), 4);
+  EXPECT_EQ(l[0], 0.25f);
+  EXPECT_FLOAT_EQ(l[1], 0.0025f);
+  // Dynamic NTK: unchanged within the original context, base grown beyond it:
+  // base' = theta * (factor * len / orig - (factor - 1))^(dim / (dim - 2)) = 10000 * 3^2.
+  auto same = gpu::rope_inv_freq(rope(rope_kind::dynamic, 10000.0, 2.0, 100), 4, 50);
+  EXPECT_EQ(same, d);
+  auto grown = gpu::rope_inv_freq(rope(rope_kind::dynamic, 10000.0, 2.0, 100), 4, 200);
+  EXPECT_EQ(grown[0], 1.0f);
+  EXPECT_FLOAT_EQ(grown[1], 1.0f / 300.0f);
+}
+
+TEST(rope, llama3_keeps_high_scales_low_and_blends_medium_frequencies) {
+  rope_config r = rope(rope_kind::llama3, 500000.0, 8.0, 256);
+  r.low_freq_factor = 1.0;
+  r.high_freq_factor = 4.0;
+  const auto base = gpu::rope_inv_freq(rope(rope_kind::default_rope, 500000.0), 128);
+  const auto inv = gpu::rope_inv_freq(r, 128);
+  ASSERT_EQ(inv.size(), 64u);
+  int high = 0, low = 0, medium = 0;
+  for (size_t i = 0; i < inv.size(); ++i) {
+    const double wavelen = 2 * M_PI / base[i];
+    if (wavelen < 256.0 / 4.0) {   // high frequency: kept
+      EXPECT_EQ(inv[i], base[i]) << i;
+      ++high;
+    } else if (wavelen > 256.0) {   // low frequency: divided by the factor
+      EXPECT_FLOAT_EQ(inv[i], base[i] / 8.0f) << i;
+      ++low;
+    } else {   // smooth = (256 / wavelen - 1) / 3; (1 - smooth) * f / 8 + smooth * f
+      const double smooth = (256.0 / wavelen - 1.0) / 3.0;
+      EXPECT_NEAR(inv[i], (1 - smooth) * base[i] / 8 + smooth * base[i], 1e-6 * base[i]) << i;
+      ++medium;
+    }
+  }
+  EXPECT_GT(high, 0);
+  EXPECT_GT(low, 0);
+  EXPECT_GT(medium, 0);
+}
+
+TEST(rope, inv_freq_rounds_to_the_checkpoint_dtype) {
+  EXPECT_EQ(gpu::round_to_dtype(1.0f / 3.0f, "bfloat16"), 0.333984375f);
+  EXPECT_EQ(gpu::round_to_dtype(1.0f / 3.0f, "float16"), 0.333251953125f);
+  EXPECT_EQ(gpu::round_to_dtype(1e-6f, "float16"), 17.0f * std::ldexp(1.0f, -24));   // subnormal
+  EXPECT_EQ(gpu::round_to_dtype(1.0f / 3.0f, "float32"), 1.0f / 3.0f);
+  model_config cfg;
+  cfg.head_dim = 128;
+  cfg.rope = rope(rope_kind::default_rope, 500000.0);
+  cfg.torch_dtype = "bfloat16";
+  for (float f : gpu::model_rope_inv_freq(cfg)) EXPECT_EQ(f, gpu::round_to_dtype(f, "bfloat16"));
+}
+
+TEST(rope, rotate_half_pairs_i_with_i_plus_half) {
+  float x[4] = {1, 2, 3, 4};
+  const float cos_v[2] = {0, 1}, sin_v[2] = {1, 0};
+  gpu::apply_rope(x, cos_v, sin_v, 2);
+  EXPECT_EQ(x[0], -3.0f);   // 1*cos0 - 3*sin0
+  EXPECT_EQ(x[1], 2.0f);
+  EXPECT_EQ(x[2], 1.0f);    // 3*cos0 + 1*sin0
+  EXPECT_EQ(x[3], 4.0f);
+  float c[2], s[2];
+  gpu::rope_cos_sin({1.0f, 0.5f}, 3, c, s);
+  EXPECT_FLOAT_EQ(c[0], std::cos(3.0f));
+  EXPECT_FLOAT_EQ(s[1], std::sin(1.5f));
+}
+
+}  // namespace
+}  // namespace actorserve::testing
