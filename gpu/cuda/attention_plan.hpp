@@ -1,0 +1,24 @@
+#pragma once
+/// Host-side work planning for paged_attention: query tiles per sequence and KV head, and split-KV
+/// pieces when there are too few tiles to fill the GPU (decode with few long sequences).
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "gpu/cuda/kernels.hpp"
+
+namespace actorserve::gpu::cuda {
+
+struct attention_plan {
+  std::vector<attn_item> items;
+  std::vector<attn_combine> combines;
+  int32_t num_partials = 0;      ///< partial slots used (<= the capacity given)
+};
+
+/// Tiles `seqs` (each query token at position context_len - q_len + i sees keys [0, pos]).
+/// `target_blocks`: split long key ranges until about this many thread blocks exist (0: never);
+/// at most `max_partials` partial slots are used.
+attention_plan plan_attention(std::span<const attn_seq> seqs, int num_heads, int num_kv_heads,
+                              int target_blocks, int max_partials);
+
+}  // namespace actorserve::gpu::cuda

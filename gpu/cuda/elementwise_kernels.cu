@@ -1,0 +1,169 @@
+// Element-wise and row-wise kernels: dtype conversion, embedding gather, residual add + RMSNorm,
+// SiLU-and-mul, rotary embedding fused with the paged KV write, KV block copies.
+#include "gpu/cuda/kernel_util.cuh"
+
+namespace actorserve::gpu::cuda {
+namespace {
+
+using namespace dev;
+
+__device__ __forceinline__ float load_src(const void* src, src_dtype sd, size_t i) {
+  switch (sd) {
+    case src_dtype::f32: return static_cast<const float*>(src)[i];
+    case src_dtype::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(src)[i]);
+    default: return __half2float(static_cast<const __half*>(src)[i]);
+  }
+}
+
+template <class T>
+__global__ void convert_kernel(const void* src, src_dtype sd, T* dst, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = from_f32<T>(load_src(src, sd, i));
+}
+
+__global__ void convert_f32_kernel(const void* src, src_dtype sd, float* dst, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = load_src(src, sd, i);
+}
+
+template <class T>
+__global__ void embedding_kernel(const T* table, const int32_t* ids, int hidden, float* out) {
+  const int t = blockIdx.x;
+  const T* row = table + size_t(ids[t]) * hidden;
+  float* o = out + size_t(t) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = to_f32(row[i]);
+}
+
+template <class T>
+__global__ void add_rmsnorm_kernel(float* residual, const float* delta, const float* bias, const float* weight,
+                                   float eps, const int32_t* rows, int hidden, T* out) {
+  __shared__ float scratch[32];
+  const int i = blockIdx.x;
+  const int r = rows ? rows[i] : i;
+  float* res = residual + size_t(r) * hidden;
+  const float* del = delta ? delta + size_t(r) * hidden : nullptr;
+  float ss = 0.0f;
+  for (int k = threadIdx.x; k < hidden; k += blockDim.x) {
+    float v = res[k];
+    if (del) {
+      v += del[k] + (bias ? bias[k] : 0.0f);
+      res[k] = v;
+    }
+    ss += v * v;
+  }
+  const float total = block_sum(ss, scratch);
+  const float rstd = rsqrtf(total / float(hidden) + eps);
+  T* o = out + size_t(i) * hidden;
+  for (int k = threadIdx.x; k < hidden; k += blockDim.x) o[k] = from_f32<T>(weight[k] * (res[k] * rstd));
+}
+
+template <class T>
+__global__ void silu_mul_kernel(const float* gu, int n, int inter, T* out) {
+  const size_t total = size_t(n) * inter;
+  for (size_t idx = blockIdx.x * size_t(blockDim.x) + threadIdx.x; idx < total; idx += size_t(gridDim.x) * blockDim.x) {
+    const size_t t = idx / inter, i = idx % inter;
+    const float g = gu[t * 2 * inter + i], u = gu[t * 2 * inter + inter + i];
+    out[idx] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+  }
+}
+
+template <class T>
+__global__ void rope_kv_kernel(rope_kv_args a) {
+  const int t = blockIdx.x;
+  const int D = a.head_dim, half = D / 2, H = a.num_heads, KVH = a.num_kv_heads;
+  const int width = (H + 2 * KVH) * D;
+  float* row = a.qkv + size_t(t) * width;
+  const float pos = float(a.positions[t]);
+  const int slot = a.slots[t];
+  T* kc = static_cast<T*>(a.k_cache);
+  T* vc = static_cast<T*>(a.v_cache);
+  // q and k heads: rotate pairs (i, i + half).
+  for (int idx = threadIdx.x; idx < (H + KVH) * half; idx += blockDim.x) {
+    const int h = idx / half, i = idx % half;
+    const int c0 = h * D + i, c1 = c0 + half;
+    float x1 = row[c0], x2 = row[c1];
+    if (a.bias) { x1 += a.bias[c0]; x2 += a.bias[c1]; }
+    const float ang = pos * a.inv_freq[i];
+    const float c = cosf(ang), s = sinf(ang);
+    const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+    if (h < H) {
+      row[c0] = y1;
+      row[c1] = y2;
+    } else if (slot >= 0) {
+      T* dst = kc + (size_t(slot) * KVH + (h - H)) * D;
+      dst[i] = from_f32<T>(y1);
+      dst[i + half] = from_f32<T>(y2);
+    }
+  }
+  if (slot < 0) return;
+  for (int idx = threadIdx.x; idx < KVH * D; idx += blockDim.x) {
+    const int c = (H + KVH) * D + idx;
+    float v = row[c];
+    if (a.bias) v += a.bias[c];
+    vc[size_t(slot) * KVH * D + idx] = from_f32<T>(v);
+  }
+}
+
+__global__ void copy_blocks_kernel(char* pool, const int32_t* pairs, size_t cache_stride, size_t block_bytes) {
+  const int p = blockIdx.x, c = blockIdx.y;
+  char* base = pool + size_t(c) * cache_stride;
+  const uint4* src = reinterpret_cast<const uint4*>(base + size_t(pairs[2 * p]) * block_bytes);
+  uint4* dst = reinterpret_cast<uint4*>(base + size_t(pairs[2 * p + 1]) * block_bytes);
+  for (size_t i = threadIdx.x; i < block_bytes / 16; i += blockDim.x) dst[i] = src[i];
+}
+
+int grid_for(size_t n, int threads) {
+  size_t g = (n + threads - 1) / threads;
+  return int(g < 65536 ? (g == 0 ? 1 : g) : 65536);
+}
+
+}  // namespace
+
+int convert_to_act(act_dtype dt, const void* src, src_dtype sd, void* dst, size_t n, cudaStream_t s) {
+  AS_DISPATCH_ACT(dt, convert_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(src, sd, static_cast<T*>(dst), n));
+  return cudaGetLastError();
+}
+
+int convert_to_f32(const void* src, src_dtype sd, float* dst, size_t n, cudaStream_t s) {
+  convert_f32_kernel<<<grid_for(n, 256), 256, 0, s>>>(src, sd, dst, n);
+  return cudaGetLastError();
+}
+
+int embedding_gather(act_dtype dt, const void* table, const int32_t* ids, int n, int hidden, float* out,
+                     cudaStream_t s) {
+  if (n == 0) return 0;
+  AS_DISPATCH_ACT(dt, embedding_kernel<T><<<n, 256, 0, s>>>(static_cast<const T*>(table), ids, hidden, out));
+  return cudaGetLastError();
+}
+
+int add_rmsnorm(act_dtype dt, float* residual, const float* delta, const float* bias, const float* weight,
+                float eps, const int32_t* rows, int n, int hidden, void* out, cudaStream_t s) {
+  if (n == 0) return 0;
+  const int threads = hidden >= 1024 ? 1024 : ((hidden + 31) / 32) * 32;
+  AS_DISPATCH_ACT(dt, add_rmsnorm_kernel<T><<<n, threads, 0, s>>>(residual, delta, bias, weight, eps, rows, hidden,
+                                                                  static_cast<T*>(out)));
+  return cudaGetLastError();
+}
+
+int silu_and_mul(act_dtype dt, const float* gate_up, int n, int inter, void* out, cudaStream_t s) {
+  if (n == 0) return 0;
+  AS_DISPATCH_ACT(dt, silu_mul_kernel<T><<<grid_for(size_t(n) * inter, 256), 256, 0, s>>>(gate_up, n, inter,
+                                                                                         static_cast<T*>(out)));
+  return cudaGetLastError();
+}
+
+int rope_kv_write(act_dtype dt, const rope_kv_args& a, cudaStream_t s) {
+  if (a.n == 0) return 0;
+  AS_DISPATCH_ACT(dt, rope_kv_kernel<T><<<a.n, 256, 0, s>>>(a));
+  return cudaGetLastError();
+}
+
+int copy_kv_blocks(void* pool, const int32_t* pairs, int num_pairs, int num_caches, size_t cache_stride,
+                   size_t block_bytes, cudaStream_t s) {
+  if (num_pairs == 0) return 0;
+  copy_blocks_kernel<<<dim3(num_pairs, num_caches), 256, 0, s>>>(static_cast<char*>(pool), pairs, cache_stride,
+                                                                  block_bytes);
+  return cudaGetLastError();
+}
+
+}  // namespace actorserve::gpu::cuda

@@ -1,0 +1,67 @@
+#pragma once
+// Device helpers shared by the .cu files: element conversions and block reductions.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gpu/cuda/kernels.hpp"
+
+namespace actorserve::gpu::cuda::dev {
+
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(float v) { return v; }
+
+template <class T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+
+/// Eight 16-bit elements (one 16-byte load) as floats.
+template <class T>
+__device__ __forceinline__ void load8(const T* p, float* out) {
+  uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) out[i] = to_f32(e[i]);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/// Sum over the block; `scratch` holds 32 floats. Every thread gets the result.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+
+/// Launches with dt dispatched to the element type T (__nv_bfloat16 or __half).
+#define AS_DISPATCH_ACT(dt, ...)                  \
+  do {                                            \
+    if ((dt) == act_dtype::bf16) {                \
+      using T = __nv_bfloat16;                    \
+      __VA_ARGS__;                                \
+    } else {                                      \
+      using T = __half;                           \
+      __VA_ARGS__;                                \
+    }                                             \
+  } while (0)
+
+}  // namespace actorserve::gpu::cuda::dev

@@ -1,0 +1,198 @@
+// Element-wise kernels against CPU fp32 references: embedding, residual add + RMSNorm,
+// SiLU-and-mul, rotary embedding fused with the paged KV write, KV block copies.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "cuda_test_util.hpp"
+#include "config/model_config.hpp"
+#include "gpu/model/rope.hpp"
+
+namespace actorserve::testing {
+namespace {
+
+using cuda::act_dtype;
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<float> download_act(act_dtype dt, const dev_vec<uint16_t>& d) {
+  auto bits = d.download();
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = from_act_bits(dt, bits[i]);
+  return out;
+}
+
+class CudaKernels : public ::testing::TestWithParam<act_dtype> {
+ protected:
+  void SetUp() override { AS_REQUIRE_CUDA(); }
+};
+
+TEST_P(CudaKernels, AddRmsNormMatchesCpu) {
+  const act_dtype dt = GetParam();
+  for (int hidden : {64, 4096, 5120 + 8}) {
+    for (int n : {1, 257}) {
+      auto res = randn(size_t(n) * hidden, 1), delta = randn(size_t(n) * hidden, 2), bias = randn(hidden, 3);
+      auto w = randn(hidden, 4);
+      std::vector<int32_t> rows(n);
+      std::iota(rows.begin(), rows.end(), 0);
+      std::reverse(rows.begin(), rows.end());
+      dev_vec<float> d_res(res), d_delta(delta), d_bias(bias), d_w(w);
+      dev_vec<int32_t> d_rows(rows);
+      dev_vec<uint16_t> d_out(size_t(n) * hidden);
+      d_out.poison();
+      ASSERT_EQ(cuda::add_rmsnorm(dt, d_res.get(), d_delta.get(), d_bias.get(), d_w.get(), 1e-5f, d_rows.get(), n,
+                                  hidden, d_out.get(), nullptr), 0);
+      auto out = download_act(dt, d_out);
+      auto res_out = d_res.download();
+      std::vector<float> ref(out.size()), ref_res(res.size());
+      for (int i = 0; i < n; ++i) {
+        const int r = rows[i];
+        double ss = 0;
+        for (int k = 0; k < hidden; ++k) {
+          const size_t j = size_t(r) * hidden + k;
+          ref_res[j] = res[j] + delta[j] + bias[k];
+          ss += double(ref_res[j]) * ref_res[j];
+        }
+        const double rstd = 1.0 / std::sqrt(ss / hidden + 1e-5);
+        for (int k = 0; k < hidden; ++k) ref[size_t(i) * hidden + k] = float(w[k] * ref_res[size_t(r) * hidden + k] * rstd);
+      }
+      EXPECT_LT(rel_max_err(res_out, ref_res), 1e-6) << "hidden " << hidden << " n " << n;
+      EXPECT_LT(rel_max_err(out, ref), 8e-3) << "hidden " << hidden << " n " << n;
+    }
+  }
+}
+
+TEST_P(CudaKernels, EmbeddingAndSiluMulMatchCpu) {
+  const act_dtype dt = GetParam();
+  const int vocab = 1000, hidden = 72, n = 257, inter = 344;
+  auto table = randn(size_t(vocab) * hidden, 5);
+  std::vector<uint16_t> table_bits(table.size());
+  for (size_t i = 0; i < table.size(); ++i) table_bits[i] = to_act_bits(dt, table[i]);
+  std::vector<int32_t> ids(n);
+  std::mt19937 rng(6);
+  for (auto& id : ids) id = int32_t(rng() % vocab);
+  dev_vec<uint16_t> d_table(table_bits);
+  dev_vec<int32_t> d_ids(ids);
+  dev_vec<float> d_emb(size_t(n) * hidden);
+  d_emb.poison();
+  ASSERT_EQ(cuda::embedding_gather(dt, d_table.get(), d_ids.get(), n, hidden, d_emb.get(), nullptr), 0);
+  auto emb = d_emb.download();
+  for (int t = 0; t < n; ++t)
+    for (int k = 0; k < hidden; ++k)
+      ASSERT_EQ(emb[size_t(t) * hidden + k], from_act_bits(dt, table_bits[size_t(ids[t]) * hidden + k]));
+
+  auto gu = randn(size_t(n) * 2 * inter, 7, 3.0f);
+  dev_vec<float> d_gu(gu);
+  dev_vec<uint16_t> d_out(size_t(n) * inter);
+  d_out.poison();
+  ASSERT_EQ(cuda::silu_and_mul(dt, d_gu.get(), n, inter, d_out.get(), nullptr), 0);
+  auto out = download_act(dt, d_out);
+  std::vector<float> ref(out.size());
+  for (int t = 0; t < n; ++t)
+    for (int i = 0; i < inter; ++i) {
+      const double g = gu[size_t(t) * 2 * inter + i], u = gu[size_t(t) * 2 * inter + inter + i];
+      ref[size_t(t) * inter + i] = float(g / (1 + std::exp(-g)) * u);
+    }
+  EXPECT_LT(rel_max_err(out, ref), 8e-3);
+}
+
+TEST_P(CudaKernels, RopeKvWriteMatchesCpu) {
+  const act_dtype dt = GetParam();
+  struct shape { int H, KVH, D; rope_kind kind; };
+  for (const shape& sh : {shape{4, 2, 16, rope_kind::default_rope}, shape{32, 8, 128, rope_kind::llama3},
+                          shape{4, 1, 32, rope_kind::linear}}) {
+    rope_config rc;
+    rc.theta = sh.kind == rope_kind::llama3 ? 500000.0 : 10000.0;
+    rc.kind = sh.kind;
+    rc.factor = sh.kind == rope_kind::default_rope ? 1.0 : 8.0;
+    rc.original_max_position_embeddings = 256;
+    const auto inv_freq = gpu::rope_inv_freq(rc, sh.D);
+    const int n = 257, block_size = 16, num_blocks = 40;
+    const int width = (sh.H + 2 * sh.KVH) * sh.D;
+    auto qkv = randn(size_t(n) * width, 8), bias = randn(width, 9, 0.1f);
+    std::vector<int32_t> pos(n), slots(n);
+    std::vector<int32_t> perm(num_blocks * block_size);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937 rng(10);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int t = 0; t < n; ++t) {
+      pos[t] = int32_t(rng() % 1000);
+      slots[t] = t % 7 == 3 ? -1 : perm[t];
+    }
+    dev_vec<float> d_qkv(qkv), d_bias(bias), d_inv(inv_freq);
+    dev_vec<int32_t> d_pos(pos), d_slots(slots);
+    const size_t cache_elems = size_t(num_blocks) * block_size * sh.KVH * sh.D;
+    dev_vec<uint16_t> d_k(cache_elems), d_v(cache_elems);
+    d_k.poison();
+    d_v.poison();
+    cuda::rope_kv_args a;
+    a.qkv = d_qkv.get();
+    a.bias = d_bias.get();
+    a.positions = d_pos.get();
+    a.slots = d_slots.get();
+    a.inv_freq = d_inv.get();
+    a.k_cache = d_k.get();
+    a.v_cache = d_v.get();
+    a.n = n;
+    a.num_heads = sh.H;
+    a.num_kv_heads = sh.KVH;
+    a.head_dim = sh.D;
+    ASSERT_EQ(cuda::rope_kv_write(dt, a, nullptr), 0);
+    auto q_out = d_qkv.download();
+    auto k_out = download_act(dt, d_k), v_out = download_act(dt, d_v);
+    std::vector<float> q_ref, q_got, k_ref, k_got, v_ref, v_got;
+    std::vector<float> cs(sh.D / 2), sn(sh.D / 2);
+    for (int t = 0; t < n; ++t) {
+      std::vector<float> row(qkv.begin() + size_t(t) * width, qkv.begin() + size_t(t + 1) * width);
+      for (int c = 0; c < width; ++c) row[c] += bias[c];
+      gpu::rope_cos_sin(inv_freq, pos[t], cs.data(), sn.data());
+      for (int h = 0; h < sh.H + sh.KVH; ++h) gpu::apply_rope(row.data() + h * sh.D, cs.data(), sn.data(), sh.D / 2);
+      for (int c = 0; c < sh.H * sh.D; ++c) {
+        q_ref.push_back(row[c]);
+        q_got.push_back(q_out[size_t(t) * width + c]);
+      }
+      if (slots[t] < 0) continue;
+      for (int c = 0; c < sh.KVH * sh.D; ++c) {
+        k_ref.push_back(row[sh.H * sh.D + c]);
+        k_got.push_back(k_out[size_t(slots[t]) * sh.KVH * sh.D + c]);
+        v_ref.push_back(row[(sh.H + sh.KVH) * sh.D + c]);
+        v_got.push_back(v_out[size_t(slots[t]) * sh.KVH * sh.D + c]);
+      }
+    }
+    EXPECT_LT(rel_max_err(q_got, q_ref), 1e-5) << "D " << sh.D;
+    EXPECT_LT(rel_max_err(k_got, k_ref), 8e-3) << "D " << sh.D;
+    EXPECT_LT(rel_max_err(v_got, v_ref), 8e-3) << "D " << sh.D;
+  }
+}
+
+TEST_P(CudaKernels, CopyKvBlocksCopiesEveryCache) {
+  const int num_caches = 6, num_blocks = 9, block_elems = 16 * 2 * 16;
+  std::vector<uint16_t> pool(size_t(num_caches) * num_blocks * block_elems);
+  for (size_t i = 0; i < pool.size(); ++i) pool[i] = uint16_t(i * 2654435761u >> 16);
+  std::vector<int32_t> pairs = {2, 7, 0, 5, 8, 1};
+  dev_vec<uint16_t> d_pool(pool);
+  dev_vec<int32_t> d_pairs(pairs);
+  ASSERT_EQ(cuda::copy_kv_blocks(d_pool.get(), d_pairs.get(), 3, num_caches, size_t(num_blocks) * block_elems * 2,
+                                 block_elems * 2, nullptr), 0);
+  auto got = d_pool.download();
+  auto want = pool;
+  for (int c = 0; c < num_caches; ++c)
+    for (size_t p = 0; p < pairs.size(); p += 2)
+      std::copy_n(pool.begin() + (size_t(c) * num_blocks + pairs[p]) * block_elems, block_elems,
+                  want.begin() + (size_t(c) * num_blocks + pairs[p + 1]) * block_elems);
+  EXPECT_EQ(got, want);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaKernels, ::testing::Values(act_dtype::bf16, act_dtype::fp16),
+                         [](const auto& info) { return info.param == act_dtype::bf16 ? "bf16" : "fp16"; });
+
+}  // namespace
+}  // namespace actorserve::testing
