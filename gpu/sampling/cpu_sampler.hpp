@@ -10,11 +10,15 @@
 ///     and BEFORE temperature/top-k/top-p/min-p. NOTE: vLLM's default ("raw_logprobs") is before
 ///     penalties too; we report the processed-before-temperature values, which is what the
 ///     token was actually drawn from up to temperature and truncation;
-///  4. temperature == 0: argmax (ties to the lowest id), O(vocab). Otherwise temperature scaling,
-///     top-k, top-p (nucleus over sorted probabilities, keeps at least one), min-p (relative to
-///     the max probability), then one draw.
+///     num_logprobs < 0: `logprob` only; 0: the same; K > 0: plus the K best, best first.
+///  4. temperature < 1e-5 (0 included): argmax (ties to the lowest id), O(vocab). Otherwise
+///     temperature scaling, top-k, top-p (nucleus over the probabilities after top-k, keeps at
+///     least one), min-p (relative to the max probability), then one draw. No step sorts the
+///     vocab: top-k is a heap, top-p a bucketed quickselect by mass.
 /// Randomness is counter-based, keyed by (seq.seed, seq.num_generated): the same seed gives the
-/// same tokens, and a sequence recomputed after preemption samples exactly the same tokens.
+/// same tokens, and a sequence recomputed after preemption samples exactly the same tokens
+/// (counter_rng.hpp). NOTE: requests with n > 1 need a distinct seed per sample.
+/// NaN logits are never sampled; a sequence whose logits are all masked gets its argmax.
 #include <cstdint>
 #include <span>
 

@@ -174,5 +174,21 @@ TEST(CpuSampler, EverythingMaskedStillReturnsAToken) {
   EXPECT_LT(tok.token_id, 2);
 }
 
+TEST(CpuSampler, NanLogitsAreNeverSampled) {
+  const std::vector<float> logits = {NAN, 1.0f, NAN, 0.5f};
+  sampling_params p;
+  p.num_logprobs = 2;
+  for (int32_t step = 0; step < 200; ++step) {
+    std::vector<float> scratch = logits;
+    const auto tok = sample_token(scratch, make_seq(p, 4, step), {});
+    ASSERT_TRUE(tok.token_id == 1 || tok.token_id == 3) << tok.token_id;
+    ASSERT_TRUE(std::isfinite(tok.logprob));
+    ASSERT_EQ(tok.top_logprobs[0].token_id, 1);
+    ASSERT_EQ(tok.top_logprobs[1].token_id, 3);
+  }
+  std::vector<float> scratch = logits;
+  EXPECT_EQ(sample_token(scratch, make_seq(greedy_params()), {}).token_id, 1);
+}
+
 }  // namespace
 }  // namespace actorserve::testing

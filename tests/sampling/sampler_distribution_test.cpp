@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 
 #include "sampler_test_util.hpp"
 
@@ -94,25 +95,58 @@ TEST(SamplerDistribution, MinPFiltersRelativeToTheBest) {
   expect_distribution(draw_counts(logits, p, num_draws), want);
 }
 
-TEST(SamplerDistribution, NucleusOfALargeVocabGrowsPastTheFirstGuess) {
-  // 32000 equal-ish logits: a 0.5 nucleus holds thousands of ids, more than one partial sort.
-  std::vector<float> big(32000);
-  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 97) * 0.001f;
-  std::vector<int32_t> order(big.size());
+/// The top-p nucleus of `logits` at `temperature`, computed by a full sort in the test.
+std::vector<char> nucleus_of(const std::vector<float>& logits, double temperature, double top_p,
+                             std::vector<int32_t>& order, size_t& size) {
+  order.resize(logits.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    return big[static_cast<size_t>(a)] > big[static_cast<size_t>(b)];
+    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
   });
-  const std::vector<double> probs = softmax(big);
-  std::vector<char> in_nucleus(big.size(), 0);
+  const std::vector<double> probs = softmax(logits, temperature);
+  std::vector<char> in_nucleus(logits.size(), 0);
   double cum = 0.0;
-  size_t nucleus = 0;
+  size = 0;
   for (int32_t id : order) {
-    if (cum >= 0.5) break;
+    if (cum >= top_p) break;
     cum += probs[static_cast<size_t>(id)];
     in_nucleus[static_cast<size_t>(id)] = 1;
-    ++nucleus;
+    ++size;
   }
+  return in_nucleus;
+}
+
+TEST(SamplerDistribution, NucleusOfAPeakedLargeVocabIsExact) {
+  std::mt19937 gen(77);
+  std::normal_distribution<float> dist(0.0f, 2.5f);
+  std::vector<float> big(32000);
+  for (float& l : big) l = dist(gen);
+  std::vector<int32_t> order;
+  size_t size = 0;
+  const std::vector<char> in_nucleus = nucleus_of(big, 0.8, 0.9, order, size);
+  ASSERT_GT(size, 50u);
+  sampling_params p;
+  p.temperature = 0.8f;
+  p.top_p = 0.9f;
+  std::vector<char> seen(big.size(), 0);
+  size_t distinct = 0;
+  for (int32_t step = 0; step < 600; ++step) {
+    std::vector<float> scratch = big;
+    const int32_t tok = gpu::sample_token(scratch, make_seq(p, 9, step), {}).token_id;
+    ASSERT_TRUE(in_nucleus[static_cast<size_t>(tok)]) << "token " << tok;
+    distinct += !seen[static_cast<size_t>(tok)];
+    seen[static_cast<size_t>(tok)] = 1;
+  }
+  EXPECT_GT(distinct, 100u) << "nucleus of " << size;
+}
+
+TEST(SamplerDistribution, NucleusOfAFlatLargeVocabIsExact) {
+  // 32000 near-equal logits: a 0.5 nucleus holds thousands of ids in one probability bucket.
+  std::vector<float> big(32000);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 97) * 0.001f;
+  std::vector<int32_t> order;
+  size_t nucleus = 0;
+  const std::vector<char> in_nucleus = nucleus_of(big, 1.0, 0.5, order, nucleus);
   ASSERT_GT(nucleus, 4096u);
   sampling_params p;
   p.top_p = 0.5f;
