@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <string>
 #include <vector>
 
 #include "gpu/sampling/counter_rng.hpp"
@@ -13,106 +12,97 @@ namespace {
 
 /// Below this temperature sampling is greedy (as vLLM's _SAMPLING_EPS): exp() would overflow.
 constexpr float min_temperature = 1e-5f;
-/// Probability buckets that locate the nucleus without sorting the vocab: bucket b holds ids
+/// Probability buckets that order the vocab coarsely without sorting it: bucket b holds ids
 /// whose probability relative to the best lies in (2^-(b+1)/8, 2^-b/8]; the last holds the rest.
 constexpr int buckets_per_octave = 8;
 constexpr int num_buckets = 128;
 
-/// Keeps the prefix of `ids` (best first) whose mass before each id is below `target`.
-void cut_nucleus(std::vector<int32_t>& ids, std::span<const float> probs, double target) {
-  double cum = 0.0;
-  auto it = ids.begin();
-  for (; it != ids.end() && cum < target; ++it) cum += probs[static_cast<size_t>(*it)];
-  ids.erase(it, ids.end());
-}
+/// Candidate ids in rank order of groups: group g is ids[bounds[g], bounds[g + 1]); every id of
+/// a group ranks before every id of a later group; inside a group the order is arbitrary.
+struct ranked_groups {
+  std::vector<int32_t> ids;
+  std::vector<size_t> bounds;
+};
 
-/// How many of `ids` (reordered: the kept ones first) the nucleus keeps when `target` mass is
-/// left to fill; npos when all are kept without filling it.
-/// NOTE: quickselect by mass (halving with nth_element), so a flat bucket costs O(n), not a sort.
-size_t cut_in_bucket(std::span<const float> logits, std::span<const float> probs,
-                     std::span<int32_t> ids, double target) {
-  constexpr size_t sort_below = 64;
-  size_t lo = 0;
-  size_t hi = ids.size();
-  while (hi - lo > sort_below) {
-    const size_t mid = lo + (hi - lo) / 2;
-    select_ids(logits, ids.subspan(lo, hi - lo), mid - lo);
-    double mass = 0.0;
-    for (size_t i = lo; i < mid; ++i) mass += probs[static_cast<size_t>(ids[i])];
-    if (mass < target) {  // [lo, mid) is all kept
-      target -= mass;
-      lo = mid;
-    } else {
-      hi = mid;  // the cut lies within [lo, mid]
-    }
-  }
-  sort_ids(logits, ids.subspan(lo, hi - lo));
-  double cum = 0.0;
-  size_t i = lo;
-  for (; i < hi && cum < target; ++i) cum += probs[static_cast<size_t>(ids[i])];
-  if (cum >= target || hi < ids.size()) return i;
-  return std::string::npos;
-}
-
-/// The top-p nucleus over all of `logits` (probs: unnormalised, summing to `total`).
-/// NOTE: ids are grouped by probability bucket (a counting sort); only the one bucket where the
-/// nucleus ends is searched, so the cost is O(vocab), not a vocab sort. The kept ids come in no
-/// particular (but deterministic) order.
-std::vector<int32_t> nucleus(std::span<const float> logits, std::span<const float> probs,
-                             float max_logit, float inv_t, double target) {
-  const size_t vocab = logits.size();
+/// Groups all ids by probability bucket (a counting sort, O(vocab)).
+ranked_groups bucket_by_probability(std::span<const float> logits, float max_logit, float inv_t) {
   const double scale = static_cast<double>(inv_t) * buckets_per_octave / std::log(2.0);
   thread_local std::vector<uint8_t> bucket_of;
-  bucket_of.resize(vocab);
-  size_t offset[num_buckets + 1] = {};
-  double mass[num_buckets] = {};
-  for (size_t i = 0; i < vocab; ++i) {
+  bucket_of.resize(logits.size());
+  ranked_groups g;
+  g.bounds.assign(num_buckets + 1, 0);
+  for (size_t i = 0; i < logits.size(); ++i) {
     const double d = (static_cast<double>(max_logit) - logits[i]) * scale;
     const int b = d < num_buckets - 1 ? static_cast<int>(d) : num_buckets - 1;  // NaN: last
     bucket_of[i] = static_cast<uint8_t>(b);
-    ++offset[b + 1];
-    mass[b] += probs[i];
+    ++g.bounds[static_cast<size_t>(b) + 1];
   }
-  for (int b = 0; b < num_buckets; ++b) offset[b + 1] += offset[b];
-  std::vector<int32_t> ids(vocab);
-  size_t next[num_buckets];
-  std::copy(offset, offset + num_buckets, next);
-  for (size_t i = 0; i < vocab; ++i) ids[next[bucket_of[i]]++] = static_cast<int32_t>(i);
+  for (size_t b = 0; b < num_buckets; ++b) g.bounds[b + 1] += g.bounds[b];
+  g.ids.resize(logits.size());
+  std::vector<size_t> next(g.bounds.begin(), g.bounds.end() - 1);
+  for (size_t i = 0; i < logits.size(); ++i) g.ids[next[bucket_of[i]]++] = static_cast<int32_t>(i);
+  return g;
+}
 
-  double remaining = target;
-  for (int b = 0; b < num_buckets; ++b) {
-    if (mass[b] < remaining) {  // the whole bucket lies inside the nucleus
-      remaining -= mass[b];
+double group_mass(std::span<const int32_t> ids, std::span<const float> weights) {
+  double mass = 0.0;
+  for (int32_t id : ids) mass += weights[static_cast<size_t>(id)];
+  return mass;
+}
+
+std::span<int32_t> group(ranked_groups& g, size_t i) {
+  return std::span<int32_t>(g.ids).subspan(g.bounds[i], g.bounds[i + 1] - g.bounds[i]);
+}
+
+/// Cuts `g` to the top-p nucleus: the ids whose probability mass before them (in rank order)
+/// is below `target`.
+void cut_nucleus(std::span<const float> logits, std::span<const float> probs, ranked_groups& g,
+                 double target) {
+  for (size_t i = 0; i + 1 < g.bounds.size(); ++i) {
+    const double mass = group_mass(group(g, i), probs);
+    if (mass < target) {  // the whole group lies inside the nucleus
+      target -= mass;
       continue;
     }
-    const size_t kept = cut_in_bucket(logits, probs,
-        std::span<int32_t>(ids.data() + offset[b], offset[b + 1] - offset[b]), remaining);
-    if (kept != std::string::npos) {
-      ids.resize(offset[b] + kept);
-      return ids;
+    const size_t kept = mass_prefix(logits, probs, group(g, i), target,
+                                    prefix_rule::mass_before_below);
+    if (kept < group(g, i).size()) {
+      g.bounds.resize(i + 2);
+      g.bounds[i + 1] = g.bounds[i] + kept;
+      g.ids.resize(g.bounds[i + 1]);
+      return;
     }
-    remaining -= mass[b];  // rounding: the bucket fell just short, go on
+    target -= mass;  // rounding: the group fell just short, go on
   }
-  return ids;
 }
 
-/// Draws one id of `ids` with weights probs[id], using uniform `u` in [0, 1).
-int32_t draw(std::span<const int32_t> ids, std::span<const float> probs, double u) {
-  double mass = 0.0;
-  for (int32_t id : ids) mass += probs[static_cast<size_t>(id)];
-  double r = u * mass;
-  int32_t last_positive = ids.front();
-  for (int32_t id : ids) {
-    const double p = probs[static_cast<size_t>(id)];
-    if (p <= 0.0) continue;
-    last_positive = id;
-    r -= p;
-    if (r < 0.0) return id;
+/// Draws from `g` walked best first with weights[id] and uniform `u` in [0, 1): the id at which
+/// the running mass first exceeds u * total.
+int32_t draw_ranked(std::span<const float> logits, std::span<const float> weights,
+                    ranked_groups& g, double u) {
+  double r = u * group_mass(g.ids, weights);
+  size_t last_positive_group = 0;
+  for (size_t i = 0; i + 1 < g.bounds.size(); ++i) {
+    const double mass = group_mass(group(g, i), weights);
+    if (mass > 0.0) last_positive_group = i;
+    if (mass <= r) {
+      r -= mass;
+      continue;
+    }
+    std::span<int32_t> ids = group(g, i);
+    const size_t skipped = mass_prefix(logits, weights, ids, r, prefix_rule::mass_through_at_most);
+    if (skipped < ids.size()) return best_of(logits, ids.subspan(skipped));
+    r -= mass;  // rounding: go on
   }
-  return last_positive;  // rounding left r >= 0 at the end
+  // Rounding left the walk past the end: the worst positive-weight id, as a plain walk would.
+  std::span<int32_t> ids = group(g, last_positive_group);
+  sort_ids(logits, ids);
+  for (auto it = ids.rbegin(); it != ids.rend(); ++it)
+    if (weights[static_cast<size_t>(*it)] > 0.0f) return *it;
+  return g.ids.front();
 }
 
-/// Draws one id over the whole vocab (id order), dropping those below `min_prob`.
+/// Draws one id over the whole vocab in id order, dropping those below `min_prob`.
 int32_t draw_all(std::span<float> probs, float min_prob, double u) {
   double mass = 0.0;
   for (float& p : probs) {
@@ -151,21 +141,19 @@ int32_t sample_random(std::span<const float> logits, const step_sequence& seq) {
   const bool use_top_p = p.top_p < 1.0f;
   if (!use_top_k && !use_top_p) return draw_all(probs, p.min_p, u);
 
-  std::vector<int32_t> ids;
+  ranked_groups g;
   if (use_top_k) {
-    ids = top_ids(logits, static_cast<size_t>(p.top_k));
-    if (use_top_p) {
-      double mass = 0.0;
-      for (int32_t id : ids) mass += probs[static_cast<size_t>(id)];
-      cut_nucleus(ids, probs, p.top_p * mass);
-    }
+    g.ids = top_ids(logits, static_cast<size_t>(p.top_k));
+    g.bounds = {0, g.ids.size()};
   } else {
-    ids = nucleus(logits, probs, max_logit, inv_t, p.top_p * total);
+    g = bucket_by_probability(logits, max_logit, inv_t);
   }
+  if (use_top_p) cut_nucleus(logits, probs, g, p.top_p * group_mass(g.ids, probs));
   // min-p is relative to the best probability, which is weight 1 here.
-  std::erase_if(ids, [&](int32_t id) { return probs[static_cast<size_t>(id)] < p.min_p; });
-  if (ids.empty()) return best;  // only for top_p == 0, which validation rejects
-  return draw(ids, probs, u);
+  if (p.min_p > 0.0f)
+    for (int32_t id : g.ids)
+      if (probs[static_cast<size_t>(id)] < p.min_p) probs[static_cast<size_t>(id)] = 0.0f;
+  return draw_ranked(logits, probs, g, u);
 }
 
 }  // namespace

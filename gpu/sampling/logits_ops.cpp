@@ -101,6 +101,40 @@ void select_ids(std::span<const float> values, std::span<int32_t> ids, size_t n)
                    rank_before{values});
 }
 
+int32_t best_of(std::span<const float> values, std::span<const int32_t> ids) {
+  return *std::min_element(ids.begin(), ids.end(), rank_before{values});
+}
+
+size_t mass_prefix(std::span<const float> values, std::span<const float> weights,
+                   std::span<int32_t> ids, double target, prefix_rule rule) {
+  constexpr size_t sort_below = 64;
+  const bool before = rule == prefix_rule::mass_before_below;
+  auto weight = [&](int32_t id) { return static_cast<double>(weights[static_cast<size_t>(id)]); };
+  size_t lo = 0;  // [0, lo) is known to be in the prefix, with weight `acc`
+  size_t hi = ids.size();  // the prefix ends at or before hi
+  double acc = 0.0;
+  while (hi - lo > sort_below) {
+    const size_t mid = lo + (hi - lo) / 2;
+    select_ids(values, ids.subspan(lo, hi - lo), mid - lo);
+    double mass = 0.0;
+    for (size_t i = lo; i < mid; ++i) mass += weight(ids[i]);
+    if (before ? acc + mass < target : acc + mass <= target) {
+      acc += mass;
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  sort_ids(values, ids.subspan(lo, hi - lo));
+  size_t i = lo;
+  for (; i < hi; ++i) {
+    const double w = weight(ids[i]);
+    if (before ? !(acc < target) : !(acc + w <= target)) break;
+    acc += w;
+  }
+  return i;
+}
+
 std::vector<int32_t> top_ids(std::span<const float> values, size_t k) {
   k = std::min(k, values.size());
   const rank_before better{values};

@@ -29,6 +29,21 @@ void sort_ids(std::span<const float> values, std::span<int32_t> ids);
 /// Reorders `ids` so its first `n` are the best `n` (in no particular order), as nth_element.
 void select_ids(std::span<const float> values, std::span<int32_t> ids, size_t n);
 
+/// The best of `ids` (non-empty) in top_ids' order.
+int32_t best_of(std::span<const float> values, std::span<const int32_t> ids);
+
+/// Which rank-order prefix `mass_prefix` measures.
+enum class prefix_rule {
+  mass_before_below,     ///< ids whose weight before them is < target (a top-p nucleus)
+  mass_through_at_most,  ///< ids whose weight up to and including them is <= target (a draw)
+};
+
+/// Length n of the longest prefix of `ids`, taken in top_ids' order of `values`, that obeys
+/// `rule` for weights[id]; reorders `ids` so that its first n are those ids (in any order).
+/// NOTE: a quickselect by mass: expected O(ids) rather than a sort.
+size_t mass_prefix(std::span<const float> values, std::span<const float> weights,
+                   std::span<int32_t> ids, double target, prefix_rule rule);
+
 /// The `k` ids with the largest values, best first, ties to the lowest id. O(vocab log k).
 std::vector<int32_t> top_ids(std::span<const float> values, size_t k);
 
