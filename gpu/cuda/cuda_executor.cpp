@@ -1,0 +1,328 @@
+#include "gpu/cuda/cuda_executor.hpp"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "config/log.hpp"
+#include "gpu/cuda/cuda_executor_impl.hpp"
+#include "gpu/cuda/cuda_status.hpp"
+
+namespace actorserve::gpu {
+
+namespace cuda {
+namespace {
+
+constexpr size_t kCublasWorkspace = size_t(32) << 20;
+constexpr size_t kInitialTail = size_t(4) << 20;   ///< penalties + block copies, grows on demand
+constexpr int kMasksPerSeq = 64;
+
+size_t align16(size_t v) { return (v + 15) & ~size_t(15); }
+
+}  // namespace
+
+int decode_bucket(int batch) {
+  if (batch <= 0) return 0;
+  if (batch <= 16) {
+    int b = 1;
+    while (b < batch) b *= 2;
+    return b;
+  }
+  return batch > 256 ? 0 : (batch + 7) / 8 * 8;
+}
+
+result<std::unique_ptr<executor>> cuda_executor::create(const std::string& model_dir,
+                                                        const cuda_executor_options& opts) {
+  auto ex = std::make_unique<cuda_executor>();
+  if (auto st = ex->init(model_dir, opts); !st) return st.err();
+  return std::unique_ptr<executor>(std::move(ex));
+}
+
+status cuda_executor::init(const std::string& model_dir, const cuda_executor_options& opts) {
+  opts_ = opts;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= opts.device) {
+    (void)cudaGetLastError();
+    return make_error(error_code::unavailable, fmt::format("no CUDA device {} (found {})", opts.device, count));
+  }
+  AS_CUDA_TRY(cudaSetDevice(opts.device));
+  AS_CUDA_TRY(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, opts.device));
+  AS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  auto model = load_device_model(model_dir, opts.dtype, stream_);
+  if (!model) return model.err();
+  model_ = std::move(model.value());
+  dt_ = model_->dt;
+  const model_config& c = model_->cfg;
+  if (auto st = gemm_.init(stream_, kCublasWorkspace); !st) return st;
+  const int64_t max_len = opts.max_model_len > 0 ? opts.max_model_len : c.max_position_embeddings;
+  if (max_len <= 0)
+    return make_error(error_code::invalid_argument, "--max-model-len: the model gives no max_position_embeddings");
+  if (opts.block_size <= 0 || opts.max_num_batched_tokens <= 0 || opts.max_num_seqs <= 0)
+    return make_error(error_code::invalid_argument, "block size, max batched tokens and max seqs must be positive");
+  info_.name = "cuda";
+  info_.vocab_size = static_cast<int32_t>(c.vocab_size);
+  info_.max_model_len = static_cast<int32_t>(max_len);
+  info_.block_size = opts.block_size;
+  info_.eos_token_ids = c.eos_token_ids;
+  max_tokens_ = opts.max_num_batched_tokens;
+  max_rows_ = opts.max_num_seqs;
+  max_partials_ = 4 * num_sms_;
+  max_blocks_per_seq_ = static_cast<int>((max_len + opts.block_size - 1) / opts.block_size);
+  qkv_width_ = static_cast<int>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
+  block_bytes_ = size_t(opts.block_size) * c.num_kv_heads * c.head_dim * act_size(dt_);
+  if (auto st = allocate_buffers(); !st) return st;
+  for (host_slot& s : slots_) {
+    AS_CUDA_TRY(cudaEventCreate(&s.start));
+    AS_CUDA_TRY(cudaEventCreate(&s.end));
+  }
+  worker_ = std::thread([this] { worker_loop(); });
+  return plan_memory();
+}
+
+status cuda_executor::allocate_buffers() {
+  const model_config& c = model_->cfg;
+  const size_t T = max_tokens_, rows = std::max(max_rows_, max_tokens_), es = act_size(dt_);
+  auto alloc = [&](size_t bytes, void** out) -> status {
+    if (auto e = cudaMalloc(out, std::max<size_t>(bytes, 16)); e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return make_error(error_code::out_of_memory,
+                        fmt::format("out of device memory allocating {:.1f} MiB of activations (lower "
+                                    "--max-num-batched-tokens or --max-num-seqs)", bytes / 1048576.0));
+    }
+    buffers_.push_back(*out);
+    return {};
+  };
+  void* p = nullptr;
+  struct want { size_t bytes; void** where; };
+  const want wants[] = {
+      {T * c.hidden_size * 4, reinterpret_cast<void**>(&residual_)},
+      {T * qkv_width_ * 4, reinterpret_cast<void**>(&qkv_)},
+      {T * c.hidden_size * 4, reinterpret_cast<void**>(&delta_)},
+      {T * 2 * c.intermediate_size * 4, reinterpret_cast<void**>(&gate_up_)},
+      {size_t(max_rows_) * c.vocab_size * 4, reinterpret_cast<void**>(&logits_)},
+      {size_t(max_partials_) * attn_tile_rows * c.head_dim * 4, reinterpret_cast<void**>(&partial_acc_)},
+      {size_t(max_partials_) * attn_tile_rows * 2 * 4, reinterpret_cast<void**>(&partial_ml_)},
+      {rows * c.hidden_size * es, &x_},
+      {T * c.num_heads * c.head_dim * es, &attn_},
+      {T * c.intermediate_size * es, &act_},
+      {size_t(max_rows_) * sizeof(sample_out), reinterpret_cast<void**>(&out_)},
+  };
+  for (const want& w : wants) {
+    if (auto st = alloc(w.bytes, &p); !st) return st;
+    *w.where = p;
+  }
+  if (opts_.keep_logits) {
+    if (auto st = alloc(size_t(max_rows_) * c.vocab_size * 4, &p); !st) return st;
+    kept_logits_ = static_cast<float*>(p);
+  }
+  // Metadata layout: fixed-capacity arrays first, then the growable tail.
+  meta_layout& L = layout_;
+  L.item_capacity = size_t(max_tokens_) * c.num_kv_heads + max_partials_;
+  L.block_table_capacity = size_t(max_rows_) * max_blocks_per_seq_;
+  L.mask_capacity = size_t(max_rows_) * kMasksPerSeq;
+  size_t off = 0;
+  auto take = [&](size_t bytes) { const size_t at = off; off = align16(off + bytes); return at; };
+  L.ids = take(T * 4);
+  L.positions = take(T * 4);
+  L.slots = take(T * 4);
+  L.sample_rows = take(size_t(max_rows_) * 4);
+  L.seqs = take(size_t(max_rows_) * sizeof(attn_seq));
+  L.counts = take(16);
+  L.items = take(L.item_capacity * sizeof(attn_item));
+  L.combines = take(size_t(max_partials_) * sizeof(attn_combine));
+  L.sample_seqs = take(size_t(max_rows_) * sizeof(sample_seq));
+  L.block_tables = take(L.block_table_capacity * 4);
+  L.masks = take(L.mask_capacity * 4);
+  L.penalties = off;
+  meta_capacity_ = off + kInitialTail;
+  AS_CUDA_TRY(cudaMalloc(&meta_, meta_capacity_));
+  for (host_slot& s : slots_) {
+    if (auto st = ensure_meta_capacity(s, meta_capacity_); !st) return st;
+    AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&s.out), size_t(max_rows_) * sizeof(sample_out),
+                              cudaHostAllocDefault));
+    if (opts_.keep_logits)
+      AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&s.logits), size_t(max_rows_) * c.vocab_size * 4,
+                                cudaHostAllocDefault));
+  }
+  return {};
+}
+
+status cuda_executor::ensure_meta_capacity(host_slot& slot, size_t bytes) {
+  if (slot.meta_capacity >= bytes) return {};
+  if (slot.meta) cudaFreeHost(slot.meta);
+  slot.meta = nullptr;
+  const size_t cap = std::max(bytes, slot.meta_capacity * 2);
+  AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&slot.meta), cap, cudaHostAllocDefault));
+  slot.meta_capacity = cap;
+  return {};
+}
+
+status cuda_executor::allocate_kv_pool(int64_t num_blocks) {
+  if (kv_pool_) cudaFree(kv_pool_);
+  kv_pool_ = nullptr;
+  const size_t caches = size_t(2) * model_->cfg.num_layers;
+  cache_stride_ = size_t(num_blocks) * block_bytes_;
+  if (auto e = cudaMalloc(&kv_pool_, std::max<size_t>(caches * cache_stride_, 16)); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    kv_pool_ = nullptr;
+    return make_error(error_code::out_of_memory,
+                      fmt::format("out of device memory allocating the KV cache: {} blocks ({:.1f} MiB)", num_blocks,
+                                  caches * cache_stride_ / 1048576.0));
+  }
+  info_.num_blocks = static_cast<int32_t>(num_blocks);
+  return {};
+}
+
+status cuda_executor::plan_memory() {
+  // A worst-case step: max_num_batched_tokens prompt tokens (in sequences of at most
+  // max_model_len), every sequence sampled, on a temporary pool just large enough.
+  const int bs = opts_.block_size, max_len = info_.max_model_len;
+  step_batch probe;
+  int64_t blocks = 0;
+  for (int left = max_tokens_; left > 0 && int(probe.seqs.size()) < max_rows_;) {
+    step_sequence s;
+    s.seq_id = probe.seqs.size();
+    const int len = std::min(left, max_len);
+    s.new_tokens.assign(size_t(len), 0);
+    for (int b = 0; b < (len + bs - 1) / bs; ++b) s.block_table.push_back(static_cast<int32_t>(blocks++));
+    s.sample = true;
+    s.params.temperature = 0.0f;
+    probe.seqs.push_back(std::move(s));
+    left -= len;
+  }
+  if (auto st = allocate_kv_pool(blocks); !st) return st;
+  {
+    std::lock_guard lock(submit_mu_);
+    pending_step p;
+    if (auto st = stage_and_launch(probe, slots_[0], p); !st) return st;
+    AS_CUDA_TRY(cudaStreamSynchronize(stream_));  // start-up only; p must outlive its callback
+  }
+  size_t free_b = 0, total_b = 0;
+  AS_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
+  const size_t probe_pool = size_t(2) * model_->cfg.num_layers * cache_stride_;
+  cudaFree(kv_pool_);
+  kv_pool_ = nullptr;
+  const double used = double(total_b - free_b) - double(probe_pool);
+  const size_t per_block = size_t(2) * model_->cfg.num_layers * block_bytes_;
+  int64_t num_blocks = 0;
+  if (opts_.num_blocks_override) {
+    num_blocks = *opts_.num_blocks_override;
+  } else {
+    const double budget = double(total_b) * opts_.gpu_memory_utilization - used;
+    num_blocks = budget > 0 ? static_cast<int64_t>(budget / double(per_block)) : 0;
+    log::info("GPU memory: {:.2f} GiB total, {:.2f} GiB in use after the worst-case step (weights {:.2f} GiB); "
+              "KV budget at --gpu-memory-utilization {} is {:.2f} GiB", total_b / 1073741824.0, used / 1073741824.0,
+              model_->bytes / 1073741824.0, opts_.gpu_memory_utilization, std::max(0.0, budget) / 1073741824.0);
+  }
+  if (num_blocks < max_blocks_per_seq_)
+    return make_error(error_code::out_of_memory,
+                      fmt::format("KV cache too small: {} blocks of {} tokens cannot hold one sequence of "
+                                  "--max-model-len {} (needs {}); raise --gpu-memory-utilization or lower "
+                                  "--max-model-len", num_blocks, bs, max_len, max_blocks_per_seq_));
+  if (auto st = allocate_kv_pool(num_blocks); !st) return st;
+  log::info("KV cache: {} blocks of {} tokens ({:.2f} GiB); max concurrency at {} tokens per sequence: {:.2f}x",
+            num_blocks, bs, double(num_blocks) * per_block / 1073741824.0, max_len,
+            double(num_blocks) * bs / double(max_len));
+  return {};
+}
+
+cuda_executor::~cuda_executor() {
+  {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return pending_.empty(); });
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [bucket, g] : graphs_) cudaGraphExecDestroy(g);
+  for (host_slot& s : slots_) {
+    if (s.meta) cudaFreeHost(s.meta);
+    if (s.out) cudaFreeHost(s.out);
+    if (s.logits) cudaFreeHost(s.logits);
+    if (s.start) cudaEventDestroy(s.start);
+    if (s.end) cudaEventDestroy(s.end);
+  }
+  for (void* p : buffers_) cudaFree(p);
+  if (meta_) cudaFree(meta_);
+  if (kv_pool_) cudaFree(kv_pool_);
+  model_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+void cuda_executor::on_host(void* ctx) {
+  // Runs on CUDA's callback thread: no CUDA calls here, only hand the step to our worker.
+  auto* p = static_cast<pending_step*>(ctx);
+  auto* self = p->owner;
+  {
+    std::lock_guard lock(self->mu_);
+    p->ready = true;
+  }
+  self->cv_.notify_all();
+}
+
+void cuda_executor::worker_loop() {
+  for (;;) {
+    std::unique_ptr<pending_step> p;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return (!pending_.empty() && pending_.front()->ready) || (stopping_ && pending_.empty()); });
+      if (pending_.empty()) return;
+      p = std::move(pending_.front());
+      pending_.pop_front();
+    }
+    finish(*p);
+    cv_.notify_all();
+  }
+}
+
+void cuda_executor::finish(pending_step& p) {
+  step_result r;
+  r.step_id = p.step_id;
+  r.outcome = p.outcome;
+  host_slot& slot = slots_[p.slot];
+  if (p.outcome.ok()) {
+    float ms = 0.0f;
+    if (cudaEventElapsedTime(&ms, slot.start, slot.end) == cudaSuccess) r.device_ms = ms;
+    r.tokens.reserve(p.seq_ids.size());
+    for (size_t i = 0; i < p.seq_ids.size(); ++i) {
+      const sample_out& o = slot.out[p.out_rows[i]];
+      sampled_token t;
+      t.seq_id = p.seq_ids[i];
+      t.token_id = o.token;
+      t.logprob = o.logprob;
+      for (int k = 0; k < p.num_top[i]; ++k) t.top_logprobs.push_back({o.top_ids[k], o.top_logprobs[k]});
+      r.tokens.push_back(std::move(t));
+    }
+    if (opts_.keep_logits) {
+      std::vector<std::vector<float>> rows;
+      const size_t V = size_t(info_.vocab_size);
+      for (size_t i = 0; i < p.out_rows.size(); ++i)
+        rows.emplace_back(slot.logits + p.out_rows[i] * V, slot.logits + (p.out_rows[i] + 1) * V);
+      std::lock_guard lock(logits_mu_);
+      last_logits_ = std::move(rows);
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    slot.busy = false;
+  }
+  cv_.notify_all();
+  if (p.done) p.done(std::move(r));
+}
+
+std::vector<std::vector<float>> cuda_executor::last_logits() const {
+  std::lock_guard lock(logits_mu_);
+  return last_logits_;
+}
+
+}  // namespace cuda
+
+result<std::unique_ptr<executor>> make_cuda_executor(const std::string& model_dir,
+                                                    const cuda_executor_options& options) {
+  return cuda::cuda_executor::create(model_dir, options);
+}
+
+}  // namespace actorserve::gpu

@@ -1,0 +1,46 @@
+#pragma once
+/// The CUDA executor: weights in device memory (bf16/fp16), cuBLAS GEMMs with fp32 accumulation,
+/// the kernels of kernels.hpp, a paged KV pool sized from --gpu-memory-utilization, steps staged
+/// in double-buffered pinned memory and completed through cudaLaunchHostFunc on the executor's
+/// own thread, decode steps replayed from CUDA graphs unless enforce_eager.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/engine_config.hpp"
+#include "config/error.hpp"
+#include "gpu/executor.hpp"
+
+namespace actorserve::gpu {
+
+struct cuda_executor_options {
+  dtype_choice dtype = dtype_choice::auto_detect;   ///< auto: bf16 unless the checkpoint is fp16
+  int32_t block_size = 16;                          ///< tokens per KV block
+  std::optional<int64_t> num_blocks_override;       ///< --num-gpu-blocks-override
+  double gpu_memory_utilization = 0.9;              ///< share of device memory this process may use
+  int32_t max_num_batched_tokens = 2048;            ///< tokens per step at most
+  int32_t max_num_seqs = 256;                       ///< sequences per step at most
+  int32_t max_model_len = 0;                        ///< 0: max_position_embeddings of the model
+  bool enforce_eager = false;                       ///< no CUDA graphs
+  int device = 0;                                   ///< CUDA device ordinal
+  bool keep_logits = false;                         ///< tests: keep each step's sampled-row logits
+};
+
+/// Opens `model_dir`, uploads the weights, plans memory and starts the completion thread.
+result<std::unique_ptr<executor>> make_cuda_executor(const std::string& model_dir,
+                                                    const cuda_executor_options& options);
+
+/// Implemented by the CUDA executor (reach it with dynamic_cast) for tests and benchmarks.
+class cuda_executor_probe {
+ public:
+  virtual ~cuda_executor_probe() = default;
+  /// Logits (before penalties) of the sampled rows of the last completed step, batch order;
+  /// empty unless options.keep_logits.
+  virtual std::vector<std::vector<float>> last_logits() const = 0;
+  /// Decode steps replayed from a CUDA graph so far.
+  virtual int64_t graph_replays() const = 0;
+};
+
+}  // namespace actorserve::gpu

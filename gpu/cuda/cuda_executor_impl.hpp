@@ -1,0 +1,132 @@
+#pragma once
+/// Internals of the CUDA executor (see cuda_executor.hpp): the class, split over
+/// cuda_executor.cpp (start-up, memory planning, completion thread) and cuda_step.cpp (staging a
+/// step into pinned memory and enqueuing its forward pass, eagerly or through a CUDA graph).
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "gpu/cuda/attention_plan.hpp"
+#include "gpu/cuda/cuda_executor.hpp"
+#include "gpu/cuda/cuda_model.hpp"
+#include "gpu/cuda/kernels.hpp"
+
+namespace actorserve::gpu::cuda {
+
+/// Byte offsets of the step metadata inside the staging buffers (the same on host and device).
+/// Everything up to `penalties` sits at fixed offsets so captured graphs stay valid.
+struct meta_layout {
+  size_t ids = 0, positions = 0, slots = 0, sample_rows = 0, seqs = 0, counts = 0, items = 0, combines = 0,
+         sample_seqs = 0, block_tables = 0, masks = 0, penalties = 0;
+  size_t item_capacity = 0, block_table_capacity = 0, mask_capacity = 0;
+};
+
+/// One pinned staging area; two alternate so a step is staged while the previous one runs.
+struct host_slot {
+  char* meta = nullptr;          ///< pinned metadata, meta_layout offsets
+  size_t meta_capacity = 0;
+  sample_out* out = nullptr;     ///< pinned sampler output
+  float* logits = nullptr;       ///< pinned copy of the logits (keep_logits only)
+  cudaEvent_t start = nullptr, end = nullptr;
+  bool busy = false;
+};
+
+class cuda_executor;
+
+/// A submitted step waiting for its completion on the executor's thread.
+struct pending_step {
+  cuda_executor* owner = nullptr;
+  uint64_t step_id = 0;
+  executor::done_fn done;
+  int slot = 0;
+  status outcome;
+  bool ready = false;
+  std::vector<uint64_t> seq_ids;     ///< sampled sequences, batch order
+  std::vector<int32_t> out_rows;     ///< their rows in the sampler output
+  std::vector<int32_t> num_top;      ///< top logprobs each asked for
+  int32_t logit_rows = 0;            ///< rows of logits copied (keep_logits)
+};
+
+/// Sizes of one launch of the forward pass.
+struct launch_shape {
+  int tokens = 0;        ///< rows through the layers
+  int sample_rows = 0;   ///< rows through lm_head and the sampler
+  int item_grid = 0, combine_grid = 0;
+  int block_copies = 0;
+  size_t pairs_offset = 0;
+};
+
+class cuda_executor final : public executor, public cuda_executor_probe {
+ public:
+  static result<std::unique_ptr<executor>> create(const std::string& model_dir, const cuda_executor_options& opts);
+  cuda_executor() = default;
+  ~cuda_executor() override;
+
+  const executor_info& info() const override { return info_; }
+  void submit(step_batch batch, done_fn done) override;
+  std::vector<std::vector<float>> last_logits() const override;
+  int64_t graph_replays() const override { return graph_replays_.load(); }
+
+ private:
+  status init(const std::string& model_dir, const cuda_executor_options& opts);
+  status allocate_buffers();
+  status plan_memory();
+  status allocate_kv_pool(int64_t num_blocks);
+  status ensure_meta_capacity(host_slot& slot, size_t bytes);
+  /// Validates and stages `b` into `slot`, then enqueues copies, the forward pass, the output
+  /// copies and the completion callback. An error leaves nothing enqueued for the host to wait on.
+  status stage_and_launch(const step_batch& b, host_slot& slot, pending_step& p);
+  status enqueue_forward(const launch_shape& shape);
+  status launch_decode_graph(int bucket, const launch_shape& shape);
+  void finish(pending_step& p);
+  void worker_loop();
+  static void on_host(void* ctx);
+
+  cuda_executor_options opts_;
+  executor_info info_;
+  std::unique_ptr<device_model> model_;
+  act_dtype dt_ = act_dtype::bf16;
+  cudaStream_t stream_ = nullptr;
+  gemm_runner gemm_;
+  int num_sms_ = 0;
+  int max_tokens_ = 0, max_rows_ = 0, max_partials_ = 0, max_blocks_per_seq_ = 0;
+  int qkv_width_ = 0;
+  // Device buffers.
+  std::vector<void*> buffers_;
+  float *residual_ = nullptr, *qkv_ = nullptr, *delta_ = nullptr, *gate_up_ = nullptr, *logits_ = nullptr;
+  float *partial_acc_ = nullptr, *partial_ml_ = nullptr, *kept_logits_ = nullptr;
+  void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
+  sample_out* out_ = nullptr;
+  char* meta_ = nullptr;             ///< device copy of the staged metadata
+  size_t meta_capacity_ = 0;
+  meta_layout layout_;
+  void* kv_pool_ = nullptr;
+  size_t block_bytes_ = 0;           ///< one block of one cache (K or V of one layer)
+  size_t cache_stride_ = 0;          ///< one whole cache
+  // Staging and completion.
+  host_slot slots_[2];
+  int next_slot_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<pending_step>> pending_;
+  bool stopping_ = false;
+  std::thread worker_;
+  std::mutex submit_mu_;
+  mutable std::mutex logits_mu_;
+  std::vector<std::vector<float>> last_logits_;
+  // CUDA graphs per decode bucket.
+  std::map<int, cudaGraphExec_t> graphs_;
+  std::atomic<int64_t> graph_replays_{0};
+};
+
+/// Decode batch sizes that get a CUDA graph: 1, 2, 4, 8, 16, 24, 32, ... 256.
+int decode_bucket(int batch);
+
+}  // namespace actorserve::gpu::cuda

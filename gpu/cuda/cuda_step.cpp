@@ -1,0 +1,357 @@
+// One step of the CUDA executor: validation, staging into pinned memory, the forward pass
+// (eager, or a CUDA graph per decode bucket), output copies and the completion callback.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "config/log.hpp"
+#include "gpu/cuda/cuda_executor_impl.hpp"
+#include "gpu/cuda/cuda_status.hpp"
+
+namespace actorserve::gpu::cuda {
+namespace {
+
+constexpr float kGreedyBelow = 1e-5f;
+
+template <class T>
+T* at(char* base, size_t offset) { return reinterpret_cast<T*>(base + offset); }
+
+error bad_step(const std::string& what) { return make_error(error_code::invalid_argument, what); }
+
+/// Unique ids of a history with their output counts (prompt_len splits prompt from output).
+void penalty_entries(const step_sequence& s, std::vector<penalty_token>& out) {
+  std::vector<std::pair<int32_t, int32_t>> toks;  // (id, is_output)
+  toks.reserve(s.history->size());
+  for (size_t i = 0; i < s.history->size(); ++i)
+    toks.emplace_back((*s.history)[i], int32_t(i) >= s.prompt_len ? 1 : 0);
+  std::sort(toks.begin(), toks.end());
+  for (size_t i = 0; i < toks.size();) {
+    penalty_token e;
+    e.id = toks[i].first;
+    e.in_history = 1;
+    size_t j = i;
+    for (; j < toks.size() && toks[j].first == e.id; ++j) e.output_count += toks[j].second;
+    out.push_back(e);
+    i = j;
+  }
+}
+
+}  // namespace
+
+void cuda_executor::submit(step_batch batch, done_fn done) {
+  std::lock_guard submit_lock(submit_mu_);
+  const int slot_index = next_slot_;
+  next_slot_ ^= 1;
+  auto owned = std::make_unique<pending_step>();
+  pending_step* p = owned.get();
+  p->owner = this;
+  p->step_id = batch.step_id;
+  p->done = std::move(done);
+  p->slot = slot_index;
+  {
+    std::unique_lock lock(mu_);
+    // Back-pressure only: the slot's previous step (two steps ago) must have completed.
+    cv_.wait(lock, [&] { return !slots_[slot_index].busy; });
+    slots_[slot_index].busy = true;
+    pending_.push_back(std::move(owned));
+  }
+  if (status st = stage_and_launch(batch, slots_[slot_index], *p); !st) {
+    {
+      std::lock_guard lock(mu_);
+      p->outcome = st;
+      p->ready = true;
+    }
+    cv_.notify_all();
+  }
+}
+
+status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pending_step& p) {
+  p.owner = this;
+  const model_config& c = model_->cfg;
+  const int V = info_.vocab_size, bs = info_.block_size, nseq = static_cast<int>(b.seqs.size());
+  if (nseq > max_rows_) return bad_step(fmt::format("step has {} sequences, over --max-num-seqs {}", nseq, max_rows_));
+  int ntok = 0;
+  bool all_decode = nseq > 0;
+  for (const step_sequence& s : b.seqs) {
+    ntok += static_cast<int>(s.new_tokens.size());
+    all_decode = all_decode && s.new_tokens.size() == 1;
+  }
+  if (ntok > max_tokens_)
+    return bad_step(fmt::format("step has {} tokens, over --max-num-batched-tokens {}", ntok, max_tokens_));
+  int bucket = 0;
+  if (!opts_.enforce_eager && all_decode && b.block_copies.empty()) {
+    bucket = decode_bucket(nseq);
+    if (bucket > std::min(max_rows_, max_tokens_)) bucket = 0;
+  }
+  const int rows_tok = bucket ? bucket : ntok;
+  // Variable-size tail first, to size the buffers.
+  std::vector<penalty_token> pens;
+  std::vector<int32_t> masks;
+  std::vector<sample_seq> sseqs;
+  std::vector<int32_t> sample_rows;
+  std::vector<attn_seq> aseqs;
+  p.seq_ids.clear();
+  p.out_rows.clear();
+  p.num_top.clear();
+  for (const step_sequence& s : b.seqs) {
+    sample_seq x;
+    if (s.sample) {
+      const sampling_params& sp = s.params;
+      x.temperature = sp.temperature < kGreedyBelow ? 0.0f : sp.temperature;
+      x.top_p = sp.top_p;
+      x.top_k = sp.top_k;
+      x.min_p = sp.min_p;
+      x.repetition_penalty = sp.repetition_penalty;
+      x.presence_penalty = sp.presence_penalty;
+      x.frequency_penalty = sp.frequency_penalty;
+      x.num_logprobs = std::clamp(sp.num_logprobs, 0, max_top_logprobs);
+      x.seed = s.seed;
+      x.counter = static_cast<uint64_t>(s.num_generated);
+      x.penalty_begin = static_cast<int32_t>(pens.size());
+      if (sp.uses_penalties() && s.history) penalty_entries(s, pens);
+      x.penalty_count = static_cast<int32_t>(pens.size()) - x.penalty_begin;
+      x.mask_begin = static_cast<int32_t>(masks.size());
+      if (s.suppress_eos) {
+        masks.insert(masks.end(), info_.eos_token_ids.begin(), info_.eos_token_ids.end());
+        masks.insert(masks.end(), sp.stop_token_ids.begin(), sp.stop_token_ids.end());
+      }
+      x.mask_count = static_cast<int32_t>(masks.size()) - x.mask_begin;
+    }
+    if (bucket || s.sample) sseqs.push_back(x);
+  }
+  if (masks.size() > layout_.mask_capacity) return bad_step("too many EOS/stop token ids to suppress in one step");
+  const size_t pairs_offset = (layout_.penalties + pens.size() * sizeof(penalty_token) + 15) & ~size_t(15);
+  const size_t total = pairs_offset + b.block_copies.size() * 2 * sizeof(int32_t);
+  if (auto st = ensure_meta_capacity(slot, total); !st) return st;
+  if (total > meta_capacity_) {
+    AS_CUDA_TRY(cudaFreeAsync(meta_, stream_));
+    meta_capacity_ = std::max(total, meta_capacity_ * 2);
+    AS_CUDA_TRY(cudaMallocAsync(reinterpret_cast<void**>(&meta_), meta_capacity_, stream_));
+    for (auto& [bk, g] : graphs_) cudaGraphExecDestroy(g);  // they captured the old buffer
+    graphs_.clear();
+  }
+  char* h = slot.meta;
+  int32_t* ids = at<int32_t>(h, layout_.ids);
+  int32_t* pos = at<int32_t>(h, layout_.positions);
+  int32_t* slots = at<int32_t>(h, layout_.slots);
+  int32_t* bt = at<int32_t>(h, layout_.block_tables);
+  size_t bt_used = 0;
+  int tok = 0;
+  for (int i = 0; i < nseq; ++i) {
+    const step_sequence& s = b.seqs[i];
+    const int q = static_cast<int>(s.new_tokens.size());
+    const int64_t ctx = int64_t(s.num_computed) + q;
+    if (s.num_computed < 0 || ctx > info_.max_model_len)
+      return bad_step(fmt::format("sequence {}: {} tokens exceed --max-model-len {}", s.seq_id, ctx, info_.max_model_len));
+    const size_t need = static_cast<size_t>((ctx + bs - 1) / bs);
+    if (s.block_table.size() < need)
+      return bad_step(fmt::format("sequence {}: block table has {} blocks for {} tokens", s.seq_id,
+                                  s.block_table.size(), ctx));
+    if (bt_used + need > layout_.block_table_capacity) return bad_step("block tables exceed their staging capacity");
+    for (size_t k = 0; k < need; ++k) {
+      const int32_t blk = s.block_table[k];
+      if (blk < 0 || blk >= info_.num_blocks)
+        return bad_step(fmt::format("sequence {}: block id {} outside the pool of {}", s.seq_id, blk, info_.num_blocks));
+      bt[bt_used + k] = blk;
+    }
+    attn_seq a;
+    a.q_start = tok;
+    a.q_len = q;
+    a.context_len = static_cast<int32_t>(ctx);
+    a.bt_offset = static_cast<int32_t>(bt_used);
+    aseqs.push_back(a);
+    bt_used += need;
+    for (int k = 0; k < q; ++k, ++tok) {
+      const int32_t id = s.new_tokens[k];
+      if (id < 0 || id >= V) return bad_step(fmt::format("sequence {}: token id {} outside the vocabulary", s.seq_id, id));
+      const int32_t position = s.num_computed + k;
+      ids[tok] = id;
+      pos[tok] = position;
+      slots[tok] = s.block_table[position / bs] * bs + position % bs;
+    }
+    if (q == 0 && s.sample) return bad_step(fmt::format("sequence {}: asked to sample with no new tokens", s.seq_id));
+    if (bucket) {
+      sample_rows.push_back(i);
+      if (s.sample) {
+        p.seq_ids.push_back(s.seq_id);
+        p.out_rows.push_back(i);
+        p.num_top.push_back(std::clamp(s.params.num_logprobs, 0, max_top_logprobs));
+      }
+    } else if (s.sample) {
+      p.out_rows.push_back(static_cast<int32_t>(sample_rows.size()));
+      sample_rows.push_back(tok - 1);
+      p.seq_ids.push_back(s.seq_id);
+      p.num_top.push_back(std::clamp(s.params.num_logprobs, 0, max_top_logprobs));
+    }
+  }
+  for (; tok < rows_tok; ++tok) {  // graph padding rows: computed, never written to the cache
+    ids[tok] = 0;
+    pos[tok] = 0;
+    slots[tok] = -1;
+  }
+  for (int i = nseq; i < bucket; ++i) {
+    sample_rows.push_back(i);
+    sseqs.push_back(sample_seq{});
+  }
+  const attention_plan plan = plan_attention(aseqs, static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads),
+                                             2 * num_sms_, max_partials_);
+  if (plan.items.size() > layout_.item_capacity) return bad_step("attention work exceeds its staging capacity");
+  std::memcpy(at<char>(h, layout_.seqs), aseqs.data(), aseqs.size() * sizeof(attn_seq));
+  std::memcpy(at<char>(h, layout_.items), plan.items.data(), plan.items.size() * sizeof(attn_item));
+  std::memcpy(at<char>(h, layout_.combines), plan.combines.data(), plan.combines.size() * sizeof(attn_combine));
+  at<int32_t>(h, layout_.counts)[0] = static_cast<int32_t>(plan.items.size());
+  at<int32_t>(h, layout_.counts)[1] = static_cast<int32_t>(plan.combines.size());
+  std::memcpy(at<char>(h, layout_.sample_rows), sample_rows.data(), sample_rows.size() * 4);
+  std::memcpy(at<char>(h, layout_.sample_seqs), sseqs.data(), sseqs.size() * sizeof(sample_seq));
+  std::memcpy(at<char>(h, layout_.masks), masks.data(), masks.size() * 4);
+  std::memcpy(at<char>(h, layout_.penalties), pens.data(), pens.size() * sizeof(penalty_token));
+  int32_t* pairs = at<int32_t>(h, pairs_offset);
+  for (size_t i = 0; i < b.block_copies.size(); ++i) {
+    const auto [src, dst] = b.block_copies[i];
+    if (src < 0 || src >= info_.num_blocks || dst < 0 || dst >= info_.num_blocks)
+      return bad_step(fmt::format("block copy {} -> {} outside the pool of {}", src, dst, info_.num_blocks));
+    pairs[2 * i] = src;
+    pairs[2 * i + 1] = dst;
+  }
+  // Copy the used part of each array.
+  const std::pair<size_t, size_t> ranges[] = {
+      {layout_.ids, size_t(rows_tok) * 4},
+      {layout_.positions, size_t(rows_tok) * 4},
+      {layout_.slots, size_t(rows_tok) * 4},
+      {layout_.sample_rows, sample_rows.size() * 4},
+      {layout_.seqs, aseqs.size() * sizeof(attn_seq)},
+      {layout_.counts, 8},
+      {layout_.items, plan.items.size() * sizeof(attn_item)},
+      {layout_.combines, plan.combines.size() * sizeof(attn_combine)},
+      {layout_.sample_seqs, sseqs.size() * sizeof(sample_seq)},
+      {layout_.block_tables, bt_used * 4},
+      {layout_.masks, masks.size() * 4},
+      {layout_.penalties, total - layout_.penalties},
+  };
+  AS_CUDA_TRY(cudaEventRecord(slot.start, stream_));
+  for (const auto& [off, len] : ranges)
+    if (len) AS_CUDA_TRY(cudaMemcpyAsync(meta_ + off, h + off, len, cudaMemcpyHostToDevice, stream_));
+  if (!b.block_copies.empty())
+    AS_CUDA_TRY(copy_kv_blocks(kv_pool_, at<int32_t>(meta_, pairs_offset), static_cast<int>(b.block_copies.size()),
+                               static_cast<int>(2 * c.num_layers), cache_stride_, block_bytes_, stream_));
+  launch_shape shape;
+  shape.tokens = rows_tok;
+  shape.sample_rows = static_cast<int>(sample_rows.size());
+  if (bucket) {
+    shape.item_grid = static_cast<int>(bucket * c.num_kv_heads + max_partials_);
+    shape.combine_grid = max_partials_;
+    if (auto st = launch_decode_graph(bucket, shape); !st) return st;
+  } else {
+    shape.item_grid = static_cast<int>(plan.items.size());
+    shape.combine_grid = static_cast<int>(plan.combines.size());
+    if (auto st = enqueue_forward(shape); !st) return st;
+  }
+  if (shape.sample_rows > 0) {
+    AS_CUDA_TRY(cudaMemcpyAsync(slot.out, out_, size_t(shape.sample_rows) * sizeof(sample_out),
+                                cudaMemcpyDeviceToHost, stream_));
+    if (opts_.keep_logits)
+      AS_CUDA_TRY(cudaMemcpyAsync(slot.logits, kept_logits_, size_t(shape.sample_rows) * V * sizeof(float),
+                                  cudaMemcpyDeviceToHost, stream_));
+  }
+  AS_CUDA_TRY(cudaEventRecord(slot.end, stream_));
+  AS_CUDA_TRY(cudaLaunchHostFunc(stream_, &cuda_executor::on_host, &p));
+  return {};
+}
+
+status cuda_executor::enqueue_forward(const launch_shape& shape) {
+  const model_config& c = model_->cfg;
+  const device_model& m = *model_;
+  const int n = shape.tokens, H = int(c.num_heads), KVH = int(c.num_kv_heads), D = int(c.head_dim);
+  const int hidden = int(c.hidden_size), inter = int(c.intermediate_size), V = info_.vocab_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  auto* ids = at<int32_t>(meta_, layout_.ids);
+  AS_CUDA_TRY(embedding_gather(dt_, m.embed, ids, n, hidden, residual_, stream_));
+  attention_args aa;
+  aa.q = qkv_;
+  aa.q_stride = qkv_width_;
+  aa.block_tables = at<int32_t>(meta_, layout_.block_tables);
+  aa.seqs = at<attn_seq>(meta_, layout_.seqs);
+  aa.items = at<attn_item>(meta_, layout_.items);
+  aa.combines = at<attn_combine>(meta_, layout_.combines);
+  aa.counts = at<int32_t>(meta_, layout_.counts);
+  aa.item_grid = shape.item_grid;
+  aa.combine_grid = shape.combine_grid;
+  aa.partial_acc = partial_acc_;
+  aa.partial_ml = partial_ml_;
+  aa.out = attn_;
+  aa.num_heads = H;
+  aa.num_kv_heads = KVH;
+  aa.head_dim = D;
+  aa.block_size = info_.block_size;
+  aa.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  rope_kv_args ra;
+  ra.qkv = qkv_;
+  ra.positions = at<int32_t>(meta_, layout_.positions);
+  ra.slots = at<int32_t>(meta_, layout_.slots);
+  ra.inv_freq = m.inv_freq;
+  ra.n = n;
+  ra.num_heads = H;
+  ra.num_kv_heads = KVH;
+  ra.head_dim = D;
+  for (size_t l = 0; l < m.layers.size(); ++l) {
+    const device_layer& w = m.layers[l];
+    char* k_cache = static_cast<char*>(kv_pool_) + (2 * l) * cache_stride_;
+    char* v_cache = k_cache + cache_stride_;
+    // The previous layer's MLP output joins the residual here (none before the first layer).
+    AS_CUDA_TRY(add_rmsnorm(dt_, residual_, l == 0 ? nullptr : delta_, nullptr, w.input_norm, eps, nullptr, n, hidden,
+                            x_, stream_));
+    if (auto st = gemm_.run(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv_); !st) return st;
+    ra.bias = w.qkv_bias;
+    ra.k_cache = k_cache;
+    ra.v_cache = v_cache;
+    AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
+    aa.k_cache = k_cache;
+    aa.v_cache = v_cache;
+    AS_CUDA_TRY(paged_attention(dt_, aa, stream_));
+    if (auto st = gemm_.run(dt_, attn_, n, H * D, w.o, hidden, delta_); !st) return st;
+    AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta_, w.o_bias, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
+    if (auto st = gemm_.run(dt_, x_, n, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
+    AS_CUDA_TRY(silu_and_mul(dt_, gate_up_, n, inter, act_, stream_));
+    if (auto st = gemm_.run(dt_, act_, n, inter, w.down, hidden, delta_); !st) return st;
+  }
+  const int rows = shape.sample_rows;
+  if (rows == 0) return {};
+  AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta_, nullptr, m.final_norm, eps, at<int32_t>(meta_, layout_.sample_rows),
+                          rows, hidden, x_, stream_));
+  if (auto st = gemm_.run(dt_, x_, rows, hidden, m.lm_head, V, logits_); !st) return st;
+  if (opts_.keep_logits)
+    AS_CUDA_TRY(cudaMemcpyAsync(kept_logits_, logits_, size_t(rows) * V * sizeof(float), cudaMemcpyDeviceToDevice,
+                                stream_));
+  AS_CUDA_TRY(sample_tokens(logits_, rows, V, at<sample_seq>(meta_, layout_.sample_seqs),
+                            at<penalty_token>(meta_, layout_.penalties), at<int32_t>(meta_, layout_.masks), out_,
+                            stream_));
+  return {};
+}
+
+status cuda_executor::launch_decode_graph(int bucket, const launch_shape& shape) {
+  auto it = graphs_.find(bucket);
+  if (it == graphs_.end()) {
+    AS_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    const status st = enqueue_forward(shape);
+    cudaGraph_t graph = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+    if (!st) {
+      if (graph) cudaGraphDestroy(graph);
+      return st;
+    }
+    AS_CUDA_TRY(end);
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    AS_CUDA_TRY(inst);
+    it = graphs_.emplace(bucket, exec).first;
+    log::debug("captured a CUDA graph for decode batch {}", bucket);
+  }
+  AS_CUDA_TRY(cudaGraphLaunch(it->second, stream_));
+  graph_replays_.fetch_add(1);
+  return {};
+}
+
+}  // namespace actorserve::gpu::cuda

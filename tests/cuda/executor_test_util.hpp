@@ -1,0 +1,58 @@
+#pragma once
+// Driving executors from the CUDA executor tests: synchronous steps, greedy sequences.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "gpu/cuda/cuda_executor.hpp"
+#include "gpu/executor.hpp"
+
+namespace actorserve::testing {
+
+/// Submits one step and waits for it; checks `done` runs on another thread.
+inline gpu::step_result run_step(gpu::executor& ex, gpu::step_batch b) {
+  std::promise<gpu::step_result> pr;
+  auto fut = pr.get_future();
+  const auto caller = std::this_thread::get_id();
+  ex.submit(std::move(b), [&pr, caller](gpu::step_result r) {
+    EXPECT_NE(std::this_thread::get_id(), caller) << "done must run on the executor's thread";
+    pr.set_value(std::move(r));
+  });
+  return fut.get();
+}
+
+inline gpu::step_sequence greedy(uint64_t id, int32_t num_computed, std::vector<int32_t> tokens,
+                                 std::vector<int32_t> blocks, bool sample = true) {
+  gpu::step_sequence s;
+  s.seq_id = id;
+  s.num_computed = num_computed;
+  s.new_tokens = std::move(tokens);
+  s.block_table = std::move(blocks);
+  s.sample = sample;
+  s.params.temperature = 0.0f;
+  return s;
+}
+
+/// The test's CUDA executor options: a small fixed pool, logits kept.
+inline gpu::cuda_executor_options test_options(bool eager = false) {
+  gpu::cuda_executor_options o;
+  o.keep_logits = true;
+  o.num_blocks_override = 512;
+  o.max_num_batched_tokens = 1024;
+  o.max_num_seqs = 32;
+  o.max_model_len = 2048;
+  o.enforce_eager = eager;
+  return o;
+}
+
+/// Top-1 minus top-2 of a logits row.
+inline double top2_margin(const std::vector<float>& l) {
+  float a = -1e30f, b = -1e30f;
+  for (float x : l) {
+    if (x > a) { b = a; a = x; } else if (x > b) { b = x; }
+  }
+  return double(a) - b;
+}
+
+}  // namespace actorserve::testing
