@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstring>
 
 #include "protocol/tokenizer/utf8.hpp"
 
@@ -9,6 +10,16 @@ namespace actorserve::protocol::detail {
 namespace {
 
 constexpr int32_t no_rank = INT32_MAX;
+/// Words longer than this (bytes) are cut at boundaries no merge can cross before merging.
+constexpr size_t split_threshold = 64;
+
+/// The code point of one well-formed multi-byte UTF-8 character.
+uint32_t decode_code_point(std::string_view ch) {
+  auto b = [&](size_t i) { return static_cast<uint32_t>(static_cast<uint8_t>(ch[i])); };
+  if (ch.size() == 2) return ((b(0) & 0x1F) << 6) | (b(1) & 0x3F);
+  if (ch.size() == 3) return ((b(0) & 0x0F) << 12) | ((b(1) & 0x3F) << 6) | (b(2) & 0x3F);
+  return ((b(0) & 0x07) << 18) | ((b(1) & 0x3F) << 12) | ((b(2) & 0x3F) << 6) | (b(3) & 0x3F);
+}
 
 /// Words up to this many symbols merge with a linear scan over cached pair ranks; longer ones
 /// use a heap. Both pick the lowest rank, leftmost first, so results are identical.
@@ -50,7 +61,9 @@ struct heap_entry {
   bool operator<(const heap_entry& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
 };
 
-void merge_heap(std::vector<int32_t>& sym, const pair_map& merges) {
+}  // namespace
+
+void bpe_merge_heap(std::vector<int32_t>& sym, const pair_map& merges) {
   const auto n = static_cast<int32_t>(sym.size());
   std::vector<int32_t> prev(n), next(n);
   std::vector<uint8_t> alive(n, 1);
@@ -94,8 +107,6 @@ void merge_heap(std::vector<int32_t>& sym, const pair_map& merges) {
   sym.resize(out);
 }
 
-}  // namespace
-
 void pair_map::reserve(size_t n) {
   size_t cap = 16;
   while (cap < n * 2) cap <<= 1;
@@ -120,23 +131,49 @@ void bpe_merge(std::vector<int32_t>& symbols, const pair_map& merges) {
   if (symbols.size() <= linear_merge_limit)
     merge_linear(symbols, merges);
   else
-    merge_heap(symbols, merges);
+    bpe_merge_heap(symbols, merges);
 }
 
-bool word_cache::lookup(std::string_view word, std::vector<int32_t>& out) const {
-  shard& s = shards_[string_hash{}(word) % num_shards];
-  std::lock_guard lock(s.mu);
-  auto it = s.map.find(word);
-  if (it == s.map.end()) return false;
-  out.insert(out.end(), it->second.begin(), it->second.end());
+word_cache& word_cache::for_thread(uint64_t owner_id) {
+  constexpr size_t max_caches = 4;
+  thread_local std::vector<std::pair<uint64_t, std::unique_ptr<word_cache>>> caches;
+  for (auto& [id, cache] : caches)
+    if (id == owner_id) return *cache;
+  if (caches.size() == max_caches) caches.erase(caches.begin());  // the least recently created
+  caches.emplace_back(owner_id, std::make_unique<word_cache>());
+  return *caches.back().second;
+}
+
+uint64_t word_cache::hash(std::string_view w) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ w.size();
+  size_t i = 0;
+  for (; i + 8 <= w.size(); i += 8) {
+    uint64_t v;
+    std::memcpy(&v, w.data() + i, 8);
+    h = (h ^ v) * 0xff51afd7ed558ccdULL;
+    h ^= h >> 29;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, w.data() + i, w.size() - i);
+  h = (h ^ tail) * 0xc4ceb9fe1a85ec53ULL;
+  return h ^ (h >> 32);
+}
+
+bool word_cache::lookup(std::string_view word, uint64_t h, std::vector<int32_t>& out) const {
+  const slot& s = slots_[h & (num_slots - 1)];
+  if (s.hash != h || s.key_len != word.size() || std::memcmp(s.key, word.data(), word.size()) != 0) return false;
+  out.insert(out.end(), s.ids, s.ids + s.num_ids);
   return true;
 }
 
-void word_cache::insert(std::string_view word, const int32_t* ids, size_t n) const {
-  shard& s = shards_[string_hash{}(word) % num_shards];
-  std::lock_guard lock(s.mu);
-  if (s.map.size() >= max_entries_per_shard) s.map.clear();  // NOTE: crude bound; refills quickly
-  s.map.emplace(std::string(word), std::vector<int32_t>(ids, ids + n));
+void word_cache::insert(std::string_view word, uint64_t h, const int32_t* ids, size_t n) {
+  if (word.size() > max_word_bytes || n > max_ids) return;
+  slot& s = slots_[h & (num_slots - 1)];
+  s.hash = h;
+  s.key_len = static_cast<uint8_t>(word.size());
+  s.num_ids = static_cast<uint8_t>(n);
+  std::memcpy(s.key, word.data(), word.size());
+  std::memcpy(s.ids, ids, n * sizeof(int32_t));
 }
 
 void bpe_model::initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const {
@@ -182,22 +219,77 @@ void bpe_model::initial_symbols(std::string_view word, std::vector<int32_t>& sym
   if (pending_unk) symbols.push_back(unk_id);
 }
 
+void joinable_pairs::add_piece(std::string_view piece, bool bytes) {
+  uint32_t prev = UINT32_MAX;
+  for (size_t i = 0; i < piece.size();) {
+    size_t len = bytes ? 1 : utf8_char_len(piece, i);
+    if (len == 0) len = 1;
+    uint32_t cur = bytes || len == 1 ? static_cast<uint8_t>(piece[i]) : decode_code_point(piece.substr(i, len));
+    if (prev != UINT32_MAX) {
+      if (prev < 128 && cur < 128)
+        ascii_[prev] |= __uint128_t{1} << cur;
+      else
+        other_.insert((static_cast<uint64_t>(prev) << 32) | cur);
+    }
+    prev = cur;
+    i += len;
+  }
+}
+
 void bpe_model::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
-  bool cacheable = word.size() <= word_cache::max_word_bytes;
-  if (cacheable && cache->lookup(word, out)) return;
   if (ignore_merges) {
     if (auto it = piece_to_id.find(word); it != piece_to_id.end()) {
       out.push_back(it->second);
       return;
     }
   }
+  word_cache& cache = word_cache::for_thread(cache_owner_id);
+  if (word.size() <= split_threshold) return merge_cached(word, cache, out);
+  // Long words (no pre-tokenizer, long whitespace runs): cut where no merge can ever form.
+  size_t start = 0;
+  uint32_t prev = UINT32_MAX;
+  bool prev_known = false;
+  for (size_t i = 0; i < word.size();) {
+    size_t len = byte_level ? 1 : utf8_char_len(word, i);
+    // Only cut between two symbols of the vocabulary: byte-fallback and <unk> symbols never are.
+    bool known = len != 0;
+    if (len == 0) len = 1;
+    uint32_t cur = byte_level || len == 1 ? static_cast<uint8_t>(word[i]) : decode_code_point(word.substr(i, len));
+    if (len == 1)
+      known = known && byte_id[cur] >= 0;
+    else
+      known = piece_to_id.find(word.substr(i, len)) != piece_to_id.end();
+    if (i > start && prev_known && known && !joinable.contains(prev, cur)) {
+      merge_cached(word.substr(start, i - start), cache, out);
+      start = i;
+    }
+    prev = cur;
+    prev_known = known;
+    i += len;
+  }
+  merge_cached(word.substr(start), cache, out);
+}
+
+void bpe_model::merge_cached(std::string_view word, word_cache& cache, std::vector<int32_t>& out) const {
+  bool cacheable = word.size() <= word_cache::max_word_bytes;
+  uint64_t h = cacheable ? word_cache::hash(word) : 0;
+  if (cacheable && cache.lookup(word, h, out)) return;
   thread_local std::vector<int32_t> symbols;
   symbols.clear();
   initial_symbols(word, symbols);
   bpe_merge(symbols, merges);
   out.insert(out.end(), symbols.begin(), symbols.end());
-  if (cacheable) cache->insert(word, symbols.data(), symbols.size());
+  if (cacheable) cache.insert(word, h, symbols.data(), symbols.size());
+}
+
+void bpe_model::encode_word_reference(std::string_view word, std::vector<int32_t>& out) const {
+  if (ignore_merges)
+    if (auto it = piece_to_id.find(word); it != piece_to_id.end()) return out.push_back(it->second);
+  std::vector<int32_t> symbols;
+  initial_symbols(word, symbols);
+  bpe_merge_heap(symbols, merges);
+  out.insert(out.end(), symbols.begin(), symbols.end());
 }
 
 }  // namespace actorserve::protocol::detail

@@ -6,10 +6,10 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace actorserve::protocol::detail {
@@ -61,22 +61,49 @@ class pair_map {
 
 /// Applies `merges` to `symbols` in place: repeatedly the lowest-rank adjacent pair, leftmost first.
 void bpe_merge(std::vector<int32_t>& symbols, const pair_map& merges);
+/// The same with Hugging Face's heap algorithm whatever the length (a reference for tests).
+void bpe_merge_heap(std::vector<int32_t>& symbols, const pair_map& merges);
 
-/// A bounded, sharded, thread-safe word -> ids cache.
+/// A per-thread, direct-mapped word -> ids cache for short words (no locks: each thread keeps
+/// its own for the few tokenizers it used last).
 class word_cache {
  public:
-  static constexpr size_t max_word_bytes = 256;
-  bool lookup(std::string_view word, std::vector<int32_t>& out) const;
-  void insert(std::string_view word, const int32_t* ids, size_t n) const;
+  static constexpr size_t max_word_bytes = 30;
+  static constexpr size_t max_ids = 14;
+  /// The calling thread's cache for the tokenizer model `owner_id`.
+  static word_cache& for_thread(uint64_t owner_id);
+  /// Appends the cached ids of `word` to `out`; false on a miss.
+  bool lookup(std::string_view word, uint64_t hash, std::vector<int32_t>& out) const;
+  void insert(std::string_view word, uint64_t hash, const int32_t* ids, size_t n);
+  static uint64_t hash(std::string_view word);
 
  private:
-  static constexpr size_t num_shards = 16;
-  static constexpr size_t max_entries_per_shard = 8192;
-  struct shard {
-    std::mutex mu;
-    std::unordered_map<std::string, std::vector<int32_t>, string_hash, std::equal_to<>> map;
+  struct slot {
+    uint64_t hash = 0;
+    uint8_t key_len = 0;
+    uint8_t num_ids = 0;
+    char key[max_word_bytes];
+    int32_t ids[max_ids];
   };
-  mutable std::array<shard, num_shards> shards_;
+  static constexpr size_t num_slots = 1 << 14;
+  std::vector<slot> slots_ = std::vector<slot>(num_slots);
+};
+
+/// The adjacent symbol pairs (bytes, or code points) that occur inside some vocabulary token.
+/// A merge can only ever form across a boundary whose pair is in this set, so a long word may
+/// be cut at every other boundary and its parts merged independently with identical results.
+class joinable_pairs {
+ public:
+  /// Records every adjacent pair of units in `piece` (bytes when `bytes`, else code points).
+  void add_piece(std::string_view piece, bool bytes);
+  bool contains(uint32_t a, uint32_t b) const {
+    if (a < 128 && b < 128) return (ascii_[a] >> b) & 1;
+    return other_.count((static_cast<uint64_t>(a) << 32) | b) != 0;
+  }
+
+ private:
+  std::array<__uint128_t, 128> ascii_{};
+  std::unordered_set<uint64_t> other_;
 };
 
 /// The BPE model of one tokenizer.json.
@@ -90,12 +117,17 @@ struct bpe_model {
   bool ignore_merges = false;
   bool fuse_unk = false;
   int32_t unk_id = -1;
-  std::unique_ptr<word_cache> cache = std::make_unique<word_cache>();
+  joinable_pairs joinable;
+  uint64_t cache_owner_id = 0;  ///< unique per loaded model; keys the per-thread caches
 
   /// Appends the ids of one pre-tokenized word.
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  /// encode_word without cache, cuts or linear merging: Hugging Face's algorithm as written.
+  void encode_word_reference(std::string_view word, std::vector<int32_t>& out) const;
 
  private:
+  /// Merges one (sub)word through the cache; no ignore_merges shortcut.
+  void merge_cached(std::string_view word, word_cache& cache, std::vector<int32_t>& out) const;
   void initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const;
 };
 

@@ -1,6 +1,7 @@
 // tokenizer.json (model, vocabulary, merges, added tokens), tokenizer_config.json and
 // generation_config.json -> tokenizer_impl.
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 
 #include "protocol/tokenizer/byte_level.hpp"
@@ -58,6 +59,7 @@ void build_pieces(tokenizer_impl& t) {
       if (auto b = byte_level_to_bytes(tok)) piece = std::move(*b);
     if (piece.size() == 1 && (m.byte_level || static_cast<uint8_t>(piece[0]) < 0x80))
       m.byte_id[static_cast<uint8_t>(piece[0])] = id;
+    m.joinable.add_piece(piece, m.byte_level);
     m.piece_to_id.emplace(std::move(piece), id);
   }
   for (int b = 0; b < 256; ++b)
@@ -290,8 +292,10 @@ void finalize_special_ids(tokenizer_impl& t) {
 /// Loads all three files; `config_path` and `generation_path` may be empty or missing.
 result<std::shared_ptr<tokenizer_impl>> load_tokenizer(const std::string& json_path, const std::string& config_path,
                                                        const std::string& generation_path) {
+  static std::atomic<uint64_t> next_model_id{1};
   auto t = std::make_shared<tokenizer_impl>();
   t->source = json_path;
+  t->model.cache_owner_id = next_model_id.fetch_add(1);
   {
     dom::parser parser;
     simdjson::padded_string buf;
