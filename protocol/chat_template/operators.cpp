@@ -1,5 +1,6 @@
 /// Arithmetic, concatenation and membership with Python semantics; iteration and len().
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "protocol/chat_template/renderer.hpp"
@@ -134,6 +135,52 @@ bool contains(const value& needle, const value& hay, int line) {
   }
 }
 
+/// Python "fmt % args" for %s, %r, %d, %i, %f (with an optional precision) and %%.
+value printf_format(renderer& r, const std::string& fmt, const value& args, int line) {
+  const value_list single{args};
+  const value_list& items = args.is_list() ? args.as_list() : single;
+  std::size_t next = 0;
+  std::string out;
+  for (std::size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out += fmt[i];
+      continue;
+    }
+    if (++i >= fmt.size()) fail(line, "incomplete format");
+    int precision = -1;
+    if (fmt[i] == '.') {
+      precision = 0;
+      while (++i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') precision = precision * 10 + (fmt[i] - '0');
+      if (i >= fmt.size() || precision > 100) fail(line, "bad format precision");
+    }
+    const char conv = fmt[i];
+    if (conv == '%') {
+      out += '%';
+      continue;
+    }
+    if (next >= items.size()) fail(line, "not enough arguments for format string");
+    const value& v = items[next++];
+    if (conv == 's') {
+      out += to_str(v);
+    } else if (conv == 'r') {
+      out += repr(v);
+    } else if (conv == 'd' || conv == 'i') {
+      if (!v.is_number()) fail(line, "%d format: a real number is required, not " + type_name(v));
+      out += std::to_string(v.is(value::kind::floating) ? static_cast<std::int64_t>(v.as_float()) : int_of(v));
+    } else if (conv == 'f') {
+      if (!v.is_number()) fail(line, "%f format: a real number is required, not " + type_name(v));
+      char buf[512];
+      std::snprintf(buf, sizeof(buf), "%.*f", precision < 0 ? 6 : precision, v.to_double());
+      out += buf;
+    } else {
+      fail(line, std::string("unsupported format character '") + conv + "'", error_code::unsupported);
+    }
+    r.check_size(out.size(), line);
+  }
+  if (next < items.size() && args.is_list()) fail(line, "not all arguments converted during string formatting");
+  return value(std::move(out));
+}
+
 }  // namespace
 
 value binary_op(renderer& r, op_kind op, const value& a, const value& b, int line) {
@@ -165,9 +212,7 @@ value binary_op(renderer& r, op_kind op, const value& a, const value& b, int lin
     if ((a.is_string() || a.is_list()) && is_int_like(b)) return repeat(r, a, int_of(b), line);
     if ((b.is_string() || b.is_list()) && is_int_like(a)) return repeat(r, b, int_of(a), line);
   }
-  if (op == op_kind::mod && a.is_string()) {
-    fail(line, "unsupported syntax: printf-style string formatting with '%'", error_code::unsupported);
-  }
+  if (op == op_kind::mod && a.is_string()) return printf_format(r, a.as_string(), b, line);
   unsupported_operands(op, a, b, line);
 }
 
