@@ -43,7 +43,8 @@ int32_t reference_sample(const std::vector<float>& logits, const sampling_params
     for (int32_t id : order) mass += w[static_cast<size_t>(id)];
     double cum = 0.0;
     size_t keep = 0;
-    while (keep < order.size() && cum < p.top_p * mass) cum += w[static_cast<size_t>(order[keep++])];
+    while (keep < order.size() && cum < p.top_p * mass)
+      cum += w[static_cast<size_t>(order[keep++])];
     order.resize(keep);
   }
   double mass = 0.0;
