@@ -40,6 +40,8 @@ struct usage_counts {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;          ///< over all n choices
   int64_t cached_prompt_tokens = 0;
+  int64_t num_preemptions = 0;            ///< times a choice was preempted (most of any choice)
+  int64_t num_recomputed_tokens = 0;      ///< tokens computed again after preemption (most of any choice)
 };
 
 /// One streamed update for one choice (index < n) of a request. Text is already safe UTF-8
@@ -65,6 +67,8 @@ struct engine_stats {
   int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_free = 0, kv_blocks_cached = 0;
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;   ///< in tokens
   int64_t num_preemptions = 0, num_recomputed_tokens = 0;
+  int64_t num_computed_tokens = 0;        ///< tokens run through the model (prefix hits excluded)
+  int64_t kv_blocks_shared = 0;           ///< blocks referenced by more than one sequence
   int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
   int64_t num_steps = 0, num_executor_restarts = 0;
   int64_t requests_finished = 0, requests_cancelled = 0;

@@ -68,20 +68,24 @@ void scheduler_policy::insert_waiting(sequence* s) {
   waiting_.insert(pos, s);
 }
 
-void scheduler_policy::abort(uint64_t group_id) {
+void scheduler_policy::abort(uint64_t group_id, int32_t index) {
   if (awaiting_answer_) {
-    deferred_aborts_.push_back(group_id);
+    deferred_aborts_.emplace_back(group_id, index);
     return;
   }
-  abort_now(group_id);
+  abort_now(group_id, index);
 }
 
-void scheduler_policy::abort_now(uint64_t group_id) {
+void scheduler_policy::abort_now(uint64_t group_id, int32_t index) {
   auto git = groups_.find(group_id);
   if (git == groups_.end()) return;
   const auto ids = git->second;
   for (uint64_t id : ids) {
-    if (sequence* s = lookup(id)) finish(*s, seq_finish::aborted);
+    sequence* s = lookup(id);
+    // A choice is dropped alone; a fork parent stands for every choice, so only a whole-request
+    // abort removes it.
+    if (!s || (index >= 0 && (s->index != index || s->fork_n > 1))) continue;
+    finish(*s, seq_finish::aborted);
   }
 }
 
@@ -219,7 +223,7 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
     } else {
       preempt(*victim);
     }
-    for (uint64_t g : deferred_aborts_) abort_now(g);
+    for (auto [g, i] : deferred_aborts_) abort_now(g, i);
     deferred_aborts_.clear();
     d.retry = plan_impl(false);
     return d;
@@ -265,7 +269,7 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
     d.failed.push_back({s.group_id, s.index, false, {}, seq_finish::error, 0, s.num_preemptions, s.num_recomputed});
     finish(s, seq_finish::error);
   }
-  for (uint64_t g : deferred_aborts_) abort_now(g);
+  for (auto [g, i] : deferred_aborts_) abort_now(g, i);
   deferred_aborts_.clear();
   if (!batch.seqs.empty()) {
     ++counters_.num_steps;

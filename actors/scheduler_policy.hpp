@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "actors/kv_types.hpp"
@@ -62,8 +63,9 @@ class scheduler_policy {
 
   /// Queues a request (sorted by priority, then arrival).
   void add(new_request r);
-  /// Drops every sequence of a request; its blocks are freed by the next reservation.
-  void abort(uint64_t group_id);
+  /// Drops every sequence of a request (or only choice `index` when >= 0); its blocks are freed
+  /// by the next reservation.
+  void abort(uint64_t group_id, int32_t index = -1);
 
   /// The next reservation for the pool, or nothing when there is nothing to compute or free.
   std::optional<kv_reservation> plan();
@@ -104,7 +106,7 @@ class scheduler_policy {
   void finish(sequence& s, seq_finish why);
   void fork(sequence& parent);
   void insert_waiting(sequence* s);
-  void abort_now(uint64_t group_id);
+  void abort_now(uint64_t group_id, int32_t index);
   gpu::step_sequence make_step_sequence(sequence& s, const kv_grant_item& g);
   sequence* lookup(uint64_t seq_id);
 
@@ -115,7 +117,7 @@ class scheduler_policy {
   std::deque<sequence*> waiting_;            ///< (priority, arrival) order
   std::vector<kv_fork> pending_forks_;
   std::vector<kv_free> pending_frees_;
-  std::vector<uint64_t> deferred_aborts_;
+  std::vector<std::pair<uint64_t, int32_t>> deferred_aborts_;
   std::vector<planned> planned_;
   std::vector<in_flight> in_flight_;
   bool awaiting_answer_ = false;

@@ -1,0 +1,39 @@
+#pragma once
+/// Internal: spawn functions of the engine's actors (CAF handles; include only from actors/*.cpp).
+#include <caf/fwd.hpp>
+
+#include <memory>
+
+#include "actors/engine.hpp"
+#include "actors/engine_shared.hpp"
+#include "actors/scheduler_policy.hpp"
+#include "gpu/executor.hpp"
+#include "protocol/tokenizer/tokenizer.hpp"
+
+namespace actorserve::actors {
+
+/// The KV block manager: owns the block pool, answers each step's reservation in one message.
+caf::actor spawn_kv_block_manager(caf::actor_system& sys, int32_t num_blocks, int32_t block_size,
+                                  bool enable_prefix_caching, std::shared_ptr<stats_board> stats);
+
+/// The executor actor: hands steps to `ex` (asynchronous) and turns each completion into a
+/// step_done message to the step's sender. Never waits on a step.
+caf::actor spawn_executor_actor(caf::actor_system& sys, std::shared_ptr<gpu::executor> ex);
+
+/// The scheduler: queues, batches, preemption; routes each step's outputs to request actors.
+caf::actor spawn_scheduler(caf::actor_system& sys, scheduler_config cfg, caf::actor block_manager,
+                           caf::actor executor, std::shared_ptr<stats_board> stats);
+
+/// Everything a request actor needs besides the request itself.
+struct request_context {
+  caf::actor* scheduler = nullptr;
+  const protocol::tokenizer* tokenizer = nullptr;
+  std::shared_ptr<stats_board> stats;
+  uint64_t group_id = 0;
+  uint64_t seed = 0;
+};
+
+/// One actor per request: sampling/stop state, detokenizers, deadline, and the consumer's sink.
+caf::actor spawn_request(caf::actor_system& sys, generation_request req, delta_sink sink, const request_context& ctx);
+
+}  // namespace actorserve::actors

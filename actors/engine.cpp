@@ -1,0 +1,246 @@
+// The engine facade: loads the tokenizer and an executor, starts the actor system and the
+// service actors (scheduler, KV block manager, executor), and spawns one actor per request.
+#include "actors/engine.hpp"
+
+#include <caf/all.hpp>
+
+#include <filesystem>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "actors/actor_spawn.hpp"
+#include "actors/messages.hpp"
+#include "config/log.hpp"
+#include "gpu/cpu/cpu_executor.hpp"
+#include "protocol/tokenizer/tokenizer.hpp"
+
+#ifdef ACTORSERVE_HAS_CUDA
+#include "gpu/cuda/device_info.hpp"
+#endif
+
+namespace actorserve::actors {
+
+const char* to_string(finish_reason r) {
+  switch (r) {
+    case finish_reason::stop: return "stop";
+    case finish_reason::length: return "length";
+    case finish_reason::cancelled: return "cancelled";
+    case finish_reason::error: return "error";
+  }
+  return "error";
+}
+
+namespace {
+
+/// A step that has not finished this long while work is pending makes the engine unhealthy.
+constexpr std::chrono::seconds wedge_timeout{30};
+
+result<std::unique_ptr<gpu::executor>> make_cpu(const engine_config& cfg) {
+  gpu::cpu_executor_options o;
+  o.block_size = static_cast<int32_t>(cfg.cache.block_size);
+  o.num_blocks = cfg.cache.num_gpu_blocks_override ? static_cast<int32_t>(*cfg.cache.num_gpu_blocks_override) : 0;
+  o.kv_cache_bytes = static_cast<int64_t>(cfg.cache.cpu_kv_cache_gib * double(int64_t{1} << 30));
+  o.threads = static_cast<int32_t>(cfg.executor.cpu_threads);
+  o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
+  return gpu::make_cpu_executor(cfg.model.model_dir, o);
+}
+
+/// Picks the executor: --device cpu, or auto without a usable GPU, gets the CPU executor.
+result<std::unique_ptr<gpu::executor>> make_executor(const engine_config& cfg) {
+  const auto device = cfg.executor.device;
+#ifdef ACTORSERVE_HAS_CUDA
+  const bool has_gpu = gpu::cuda::device_count() > 0;
+#else
+  const bool has_gpu = false;
+#endif
+  if (device == device_kind::cuda || (device == device_kind::auto_detect && has_gpu)) {
+    // Hook for the CUDA executor: once gpu/cuda provides it, this branch becomes
+    //   return gpu::cuda::make_cuda_executor(cfg.model.model_dir, cuda_options_from(cfg));
+    // with the same --num-gpu-blocks-override cap. Until then CUDA is refused explicitly.
+    if (device == device_kind::cuda)
+      return make_error(error_code::unsupported, "--device cuda: the CUDA executor is not available in this build");
+    log::warn("engine: a GPU is present but the CUDA executor is not available yet; using the CPU executor");
+  }
+  return make_cpu(cfg);
+}
+
+/// Live requests by id, for cancel(); entries leave when their actor ends.
+struct request_registry {
+  std::mutex mu;
+  std::unordered_map<std::string, caf::actor> by_id;
+};
+
+class engine_impl final : public engine {
+ public:
+  engine_impl(const engine_config& cfg, protocol::tokenizer tok, std::shared_ptr<gpu::executor> ex)
+      : cfg_(cfg), tok_(std::move(tok)), executor_(std::move(ex)) {
+    const auto& info = executor_->info();
+    max_model_len_ = info.max_model_len;
+    std::filesystem::path dir(cfg.model.model_dir);
+    model_name_ = !cfg.model.served_model_name.empty() ? cfg.model.served_model_name
+                                                      : dir.lexically_normal().filename().string();
+    if (model_name_.empty()) model_name_ = dir.lexically_normal().parent_path().filename().string();
+
+    scheduler_config sc;
+    sc.max_num_seqs = static_cast<int32_t>(cfg.scheduler.max_num_seqs);
+    sc.max_num_batched_tokens = static_cast<int32_t>(cfg.scheduler.max_num_batched_tokens);
+    sc.enable_chunked_prefill = cfg.scheduler.enable_chunked_prefill;
+    sc.block_size = info.block_size;
+    sc.enable_prefix_caching = cfg.cache.enable_prefix_caching;
+    sc.max_model_len = info.max_model_len;
+    sc.eos_token_ids = info.eos_token_ids;
+    for (int32_t id : tok_.eos_token_ids()) {
+      if (std::find(sc.eos_token_ids.begin(), sc.eos_token_ids.end(), id) == sc.eos_token_ids.end())
+        sc.eos_token_ids.push_back(id);
+    }
+    int32_t num_blocks = info.num_blocks;
+    if (cfg.cache.num_gpu_blocks_override)
+      num_blocks = std::min<int32_t>(num_blocks, static_cast<int32_t>(*cfg.cache.num_gpu_blocks_override));
+
+    caf_cfg_.set("scheduler.max-threads", 2);
+    caf_cfg_.set("logger.console", caf::atom("none"));
+    system_ = std::make_unique<caf::actor_system>(caf_cfg_);
+    stats_ = std::make_shared<stats_board>();
+    stats_->mark_progress();
+    block_manager_ = spawn_kv_block_manager(*system_, num_blocks, info.block_size, cfg.cache.enable_prefix_caching,
+                                            stats_);
+    executor_actor_ = spawn_executor_actor(*system_, executor_);
+    scheduler_ = spawn_scheduler(*system_, std::move(sc), block_manager_, executor_actor_, stats_);
+    stats_->alive = true;
+    log::info("engine: model {} on the {} executor, {} KV blocks of {} tokens, max_model_len {}", model_name_,
+              info.name, num_blocks, info.block_size, max_model_len_);
+  }
+
+  ~engine_impl() override {
+    shutdown(std::chrono::milliseconds(0));
+    system_.reset();
+    executor_.reset();
+  }
+
+  status submit(generation_request req, delta_sink sink) override {
+    if (!accepting_.load()) return make_error(error_code::unavailable, "the engine is shutting down");
+    if (auto st = validate(req.params); !st) return st;
+    if (req.prompt_ids.empty()) return make_error(error_code::invalid_argument, "prompt: must not be empty");
+    const int32_t vocab = executor_->info().vocab_size;
+    for (int32_t id : req.prompt_ids) {
+      if (id < 0 || (vocab > 0 && id >= vocab))
+        return make_error(error_code::invalid_argument, fmt::format("prompt: token id {} is out of range", id));
+    }
+    if (static_cast<int64_t>(req.prompt_ids.size()) >= max_model_len_)
+      return make_error(error_code::too_large,
+                        fmt::format("prompt: {} tokens leave no room under max_model_len {}", req.prompt_ids.size(),
+                                    max_model_len_));
+    request_context ctx;
+    ctx.scheduler = &scheduler_;
+    ctx.tokenizer = &tok_;
+    ctx.stats = stats_;
+    ctx.group_id = next_group_.fetch_add(1);
+    ctx.seed = req.params.seed ? *req.params.seed : cfg_.executor.seed + next_seed_.fetch_add(1);
+    const std::string id = req.request_id;
+    std::lock_guard<std::mutex> lock(registry_->mu);
+    auto hdl = spawn_request(*system_, std::move(req), std::move(sink), ctx);
+    registry_->by_id[id] = hdl;
+    std::weak_ptr<request_registry> weak = registry_;
+    hdl->attach_functor([weak, id, addr = hdl.address()] {
+      if (auto reg = weak.lock()) {
+        std::lock_guard<std::mutex> l(reg->mu);
+        auto it = reg->by_id.find(id);
+        if (it != reg->by_id.end() && it->second.address() == addr) reg->by_id.erase(it);
+      }
+    });
+    return {};
+  }
+
+  void cancel(const std::string& request_id) override {
+    std::lock_guard<std::mutex> lock(registry_->mu);
+    auto it = registry_->by_id.find(request_id);
+    if (it != registry_->by_id.end()) caf::anon_send(it->second, cancel_atom::value);
+  }
+
+  engine_stats stats() const override {
+    const auto& s = *stats_;
+    constexpr auto r = std::memory_order_relaxed;
+    engine_stats e;
+    e.num_running = s.num_running.load(r);
+    e.num_waiting = s.num_waiting.load(r);
+    e.kv_blocks_total = s.kv_total.load(r);
+    e.kv_blocks_used = s.kv_used.load(r);
+    e.kv_blocks_free = s.kv_free.load(r);
+    e.kv_blocks_cached = s.kv_cached.load(r);
+    e.kv_blocks_shared = s.kv_shared.load(r);
+    e.prefix_cache_queries = s.prefix_queries.load(r);
+    e.prefix_cache_hits = s.prefix_hits.load(r);
+    e.num_preemptions = s.preemptions.load(r);
+    e.num_recomputed_tokens = s.recomputed_tokens.load(r);
+    e.num_computed_tokens = s.computed_tokens.load(r);
+    e.prompt_tokens_total = s.prompt_tokens.load(r);
+    e.generation_tokens_total = s.generation_tokens.load(r);
+    e.num_steps = s.steps.load(r);
+    e.num_executor_restarts = s.executor_restarts.load(r);
+    e.requests_finished = s.requests_finished.load(r);
+    e.requests_cancelled = s.requests_cancelled.load(r);
+    const bool pending = e.num_running + e.num_waiting > 0;
+    const auto since = std::chrono::steady_clock::now().time_since_epoch() -
+                       std::chrono::steady_clock::duration(s.last_progress_ns.load(r));
+    e.healthy = s.alive.load() && (!pending || since < wedge_timeout);
+    return e;
+  }
+
+  const protocol::tokenizer& tokenizer() const override { return tok_; }
+  const std::string& model_name() const override { return model_name_; }
+  int64_t max_model_len() const override { return max_model_len_; }
+
+  void shutdown(std::chrono::milliseconds grace) override {
+    std::lock_guard<std::mutex> once(shutdown_mu_);
+    if (stopped_) return;
+    accepting_ = false;
+    const auto until = std::chrono::steady_clock::now() + grace;
+    while (num_live() > 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    {
+      std::lock_guard<std::mutex> lock(registry_->mu);
+      for (auto& [id, hdl] : registry_->by_id) caf::anon_send(hdl, cancel_atom::value);
+    }
+    for (const auto& a : {scheduler_, block_manager_, executor_actor_})
+      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    system_->await_all_actors_done();
+    stats_->alive = false;
+    stopped_ = true;
+  }
+
+ private:
+  size_t num_live() {
+    std::lock_guard<std::mutex> lock(registry_->mu);
+    return registry_->by_id.size();
+  }
+
+  engine_config cfg_;
+  protocol::tokenizer tok_;
+  std::shared_ptr<gpu::executor> executor_;
+  int64_t max_model_len_ = 0;
+  std::string model_name_;
+  caf::actor_system_config caf_cfg_;
+  std::unique_ptr<caf::actor_system> system_;
+  std::shared_ptr<stats_board> stats_;
+  caf::actor block_manager_, executor_actor_, scheduler_;
+  std::shared_ptr<request_registry> registry_ = std::make_shared<request_registry>();
+  std::atomic<bool> accepting_{true};
+  std::atomic<uint64_t> next_group_{1}, next_seed_{0};
+  std::mutex shutdown_mu_;
+  bool stopped_ = false;
+};
+
+}  // namespace
+
+result<std::unique_ptr<engine>> engine::start(const engine_config& cfg) {
+  if (auto st = validate(cfg); !st) return st.err();
+  auto tok = protocol::tokenizer::from_model_dir(cfg.model.model_dir);
+  if (!tok) return tok.err();
+  auto ex = make_executor(cfg);
+  if (!ex) return ex.err();
+  return std::unique_ptr<engine>(
+      new engine_impl(cfg, std::move(tok.value()), std::shared_ptr<gpu::executor>(std::move(ex.value()))));
+}
+
+}  // namespace actorserve::actors

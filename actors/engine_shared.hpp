@@ -1,0 +1,25 @@
+#pragma once
+/// Internal (no CAF): state the actors publish for other threads. engine::stats() reads it from
+/// any thread; the scheduler, block manager and request actors write it.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace actorserve::actors {
+
+struct stats_board {
+  std::atomic<int64_t> num_running{0}, num_waiting{0};
+  std::atomic<int64_t> kv_total{0}, kv_used{0}, kv_free{0}, kv_cached{0}, kv_shared{0};
+  std::atomic<int64_t> prefix_queries{0}, prefix_hits{0};
+  std::atomic<int64_t> preemptions{0}, recomputed_tokens{0}, computed_tokens{0};
+  std::atomic<int64_t> prompt_tokens{0}, generation_tokens{0}, steps{0}, executor_restarts{0};
+  std::atomic<int64_t> requests_finished{0}, requests_cancelled{0};
+  std::atomic<int64_t> last_progress_ns{0};   ///< steady_clock time of the last step or idle point
+  std::atomic<bool> alive{false};
+
+  void mark_progress() {
+    last_progress_ns.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  }
+};
+
+}  // namespace actorserve::actors

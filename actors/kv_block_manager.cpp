@@ -1,0 +1,56 @@
+// The KV block manager actor: a thin shell around block_pool.
+#include "actors/actor_spawn.hpp"
+#include "actors/block_pool.hpp"
+#include "actors/messages.hpp"
+
+namespace actorserve::actors {
+
+namespace {
+
+struct kv_block_manager_state {
+  std::unique_ptr<block_pool> pool;
+  static inline const char* name = "kv_block_manager";
+};
+
+caf::behavior kv_block_manager(caf::stateful_actor<kv_block_manager_state>* self, int32_t num_blocks,
+                               int32_t block_size, bool enable_prefix_caching, std::shared_ptr<stats_board> stats) {
+  self->state.pool = std::make_unique<block_pool>(num_blocks, block_size, enable_prefix_caching);
+  const auto c = self->state.pool->counts();
+  stats->kv_total = c.total;
+  stats->kv_free = c.free;
+  return {
+      [self, stats](reserve_atom, const kv_reservation& r) -> kv_answer {
+        kv_answer a = self->state.pool->reserve(r);
+        stats->kv_used.store(a.counts.used, std::memory_order_relaxed);
+        stats->kv_free.store(a.counts.free, std::memory_order_relaxed);
+        stats->kv_cached.store(a.counts.cached, std::memory_order_relaxed);
+        stats->kv_shared.store(a.counts.shared, std::memory_order_relaxed);
+        return a;
+      },
+  };
+}
+
+caf::behavior executor_actor(caf::event_based_actor* self, std::shared_ptr<gpu::executor> ex) {
+  return {
+      [self, ex](run_atom, gpu::step_batch& batch) {
+        auto reply_to = caf::actor_cast<caf::actor>(self->current_sender());
+        // NOTE: `done` runs on the executor's own thread; a message is the only way back in.
+        ex->submit(std::move(batch), [reply_to](gpu::step_result r) {
+          caf::anon_send(reply_to, step_done_atom::value, std::move(r));
+        });
+      },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_kv_block_manager(caf::actor_system& sys, int32_t num_blocks, int32_t block_size,
+                                  bool enable_prefix_caching, std::shared_ptr<stats_board> stats) {
+  return sys.spawn(kv_block_manager, num_blocks, block_size, enable_prefix_caching, std::move(stats));
+}
+
+caf::actor spawn_executor_actor(caf::actor_system& sys, std::shared_ptr<gpu::executor> ex) {
+  return sys.spawn(executor_actor, std::move(ex));
+}
+
+}  // namespace actorserve::actors

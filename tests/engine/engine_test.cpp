@@ -1,0 +1,193 @@
+// The real engine (request/scheduler/block-manager/executor actors over the CPU executor) on
+// llama-tiny: preemption invariance, prefix caching, cancellation storms and n > 1.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <thread>
+
+#include "engine_harness.hpp"
+
+namespace actorserve::actors {
+namespace {
+
+using namespace actors::testing;
+
+std::map<int, std::map<int32_t, choice_result>> run_all(engine& e, const std::vector<std::vector<int32_t>>& prompts,
+                                                        const sampling_params& p) {
+  collector c;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int key = static_cast<int>(i);
+    auto st = e.submit(make_request("r" + std::to_string(i), prompts[i], p), c.sink(key));
+    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.err().message);
+  }
+  EXPECT_TRUE(c.wait());
+  return c.results();
+}
+
+TEST(engine, preemption_under_a_tiny_pool_keeps_greedy_outputs) {
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> prompts;
+  int64_t blocks_needed = 0;
+  const int32_t max_tokens = 10;
+  for (int i = 0; i < 256; ++i) {
+    prompts.push_back(random_prompt(rng, 4, 28));
+    blocks_needed += (static_cast<int64_t>(prompts.back().size()) + max_tokens + 15) / 16;
+  }
+  const int64_t tight_blocks = blocks_needed / 20;  // 5 % of what they need together
+
+  auto ample = start_engine(tiny_config(4096));
+  ASSERT_TRUE(ample);
+  const auto expected = run_all(*ample, prompts, greedy(max_tokens));
+  EXPECT_EQ(ample->stats().num_preemptions, 0);
+  ample->shutdown(std::chrono::milliseconds(0));
+
+  auto tight = start_engine(tiny_config(tight_blocks));
+  ASSERT_TRUE(tight);
+  const auto got = run_all(*tight, prompts, greedy(max_tokens));
+  ASSERT_EQ(got.size(), prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto& g = got.at(static_cast<int>(i)).at(0);
+    const auto& x = expected.at(static_cast<int>(i)).at(0);
+    EXPECT_EQ(g.tokens, x.tokens) << "request " << i;
+    EXPECT_EQ(g.text, x.text) << "request " << i;
+    EXPECT_EQ(g.finish, finish_reason::length);
+    EXPECT_EQ(g.tokens.size(), static_cast<size_t>(max_tokens));
+  }
+  const auto s = wait_idle(*tight);
+  EXPECT_GT(s.num_preemptions, 0);
+  EXPECT_GT(s.num_recomputed_tokens, 0);
+  EXPECT_EQ(s.kv_blocks_total, tight_blocks);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_EQ(s.kv_blocks_free + s.kv_blocks_cached, s.kv_blocks_total) << "blocks leaked";
+  EXPECT_EQ(s.requests_finished, 256);
+  EXPECT_TRUE(s.healthy);
+  std::printf("[ figures  ] tight pool %lld blocks (%lld needed): %lld preemptions, %lld recomputed tokens, %lld steps\n",
+              static_cast<long long>(tight_blocks), static_cast<long long>(blocks_needed),
+              static_cast<long long>(s.num_preemptions), static_cast<long long>(s.num_recomputed_tokens),
+              static_cast<long long>(s.num_steps));
+}
+
+TEST(engine, prefix_cache_computes_only_uncached_tokens) {
+  std::mt19937 rng(5);
+  auto shared = random_prompt(rng, 200, 200);
+  auto first = shared;
+  auto second = std::vector<int32_t>(shared.begin(), shared.begin() + 192);
+  for (int i = 0; i < 10; ++i) second.push_back(700 + i);
+  const int32_t max_tokens = 8;
+
+  auto e = start_engine(tiny_config());
+  ASSERT_TRUE(e);
+  run_all(*e, {first}, greedy(max_tokens));
+  const auto before = wait_idle(*e);
+  EXPECT_EQ(before.num_computed_tokens, 200 + (max_tokens - 1));
+  collector c;
+  ASSERT_TRUE(e->submit(make_request("b", second, greedy(max_tokens)), c.sink(0)).ok());
+  ASSERT_TRUE(c.wait());
+  const auto after = wait_idle(*e);
+  EXPECT_EQ(after.num_computed_tokens - before.num_computed_tokens, (202 - 192) + (max_tokens - 1))
+      << "only the 10 new prompt tokens and the decode steps run through the model";
+  EXPECT_EQ(after.prefix_cache_hits - before.prefix_cache_hits, 192);
+  EXPECT_EQ(c.usage().at(0).cached_prompt_tokens, 192);
+
+  auto fresh = start_engine(tiny_config(std::nullopt, false));
+  ASSERT_TRUE(fresh);
+  const auto reference = run_all(*fresh, {second}, greedy(max_tokens));
+  EXPECT_EQ(c.results().at(0).at(0).tokens, reference.at(0).at(0).tokens);
+  EXPECT_EQ(c.results().at(0).at(0).text, reference.at(0).at(0).text);
+  EXPECT_EQ(fresh->stats().prefix_cache_hits, 0);
+}
+
+TEST(engine, cancellation_storm_leaks_nothing_and_keeps_serving) {
+  auto e = start_engine(tiny_config(256));
+  ASSERT_TRUE(e);
+  std::mt19937 rng(99);
+  collector c;
+  const int n = 1000;
+  for (int i = 0; i < n; ++i) {
+    auto p = greedy(16);
+    auto req = make_request("c" + std::to_string(i), random_prompt(rng, 3, 40), p);
+    if (i % 10 == 3) req.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(rng() % 50);
+    // Some consumers give up by returning false after a few deltas.
+    ASSERT_TRUE(e->submit(std::move(req), c.sink(i, i % 7 == 5 ? 1 + static_cast<int>(rng() % 6) : 0)).ok());
+    if (i % 3 == 0) e->cancel("c" + std::to_string(rng() % static_cast<uint32_t>(i + 1)));
+  }
+  for (int i = 0; i < n; i += 2) e->cancel("c" + std::to_string(i));
+  ASSERT_TRUE(c.wait(std::chrono::seconds(120)));
+  auto s = wait_idle(*e);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_EQ(s.kv_blocks_free + s.kv_blocks_cached, s.kv_blocks_total) << "blocks leaked";
+  EXPECT_GT(s.requests_cancelled, 300);
+  EXPECT_TRUE(s.healthy);
+
+  // The engine keeps serving, and what it serves matches a fresh engine.
+  std::vector<int32_t> prompt{5, 9, 33, 70, 12, 401};
+  const auto after = run_all(*e, {prompt}, greedy(12));
+  auto fresh = start_engine(tiny_config());
+  const auto reference = run_all(*fresh, {prompt}, greedy(12));
+  EXPECT_EQ(after.at(0).at(0).tokens, reference.at(0).at(0).tokens);
+  EXPECT_EQ(after.at(0).at(0).tokens.size(), 12u);
+}
+
+TEST(engine, parallel_sampling_shares_prompt_blocks) {
+  auto e = start_engine(tiny_config());
+  ASSERT_TRUE(e);
+  std::mt19937 rng(21);
+  const auto prompt = random_prompt(rng, 40, 40);  // 2 full blocks + 8 tokens
+  sampling_params p;
+  p.n = 4;
+  p.temperature = 1.5f;
+  p.max_tokens = 16;
+  p.ignore_eos = true;
+  p.seed = 1234;
+  std::atomic<int64_t> max_shared{0};
+  collector c;
+  auto inner = c.sink(0);
+  ASSERT_TRUE(e->submit(make_request("n4", prompt, p), [&](delta d) {
+                  const int64_t shared = e->stats().kv_blocks_shared;
+                  int64_t m = max_shared.load();
+                  while (shared > m && !max_shared.compare_exchange_weak(m, shared)) {
+                  }
+                  return inner(std::move(d));
+                }).ok());
+  ASSERT_TRUE(c.wait());
+  const auto r = c.results().at(0);
+  ASSERT_EQ(r.size(), 4u);
+  std::set<std::vector<int32_t>> distinct;
+  for (const auto& [index, choice] : r) {
+    EXPECT_EQ(choice.tokens.size(), 16u) << "choice " << index;
+    EXPECT_EQ(choice.finish, finish_reason::length);
+    distinct.insert(choice.tokens);
+  }
+  EXPECT_GE(distinct.size(), 3u) << "four samples with different seeds are independent";
+  EXPECT_EQ(max_shared.load(), 2) << "the two full prompt blocks are shared by the four samples";
+  const auto s = wait_idle(*e);
+  EXPECT_EQ(s.num_computed_tokens, 39 + 4 * 16) << "the prompt is computed once, then each sample alone";
+  EXPECT_EQ(c.usage().at(0).completion_tokens, 64);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+
+  // Same seed, same four streams.
+  collector again;
+  ASSERT_TRUE(e->submit(make_request("n4b", prompt, p), again.sink(0)).ok());
+  ASSERT_TRUE(again.wait());
+  const auto replay = again.results().at(0);
+  for (const auto& [index, choice] : replay) EXPECT_EQ(choice.tokens, r.at(index).tokens);
+}
+
+TEST(engine, rejects_invalid_requests_and_cuda_without_support) {
+  auto e = start_engine(tiny_config());
+  ASSERT_TRUE(e);
+  collector c;
+  EXPECT_FALSE(e->submit(make_request("empty", {}, greedy(4)), c.sink(0)).ok());
+  EXPECT_FALSE(e->submit(make_request("oob", {5, 5000}, greedy(4)), c.sink(1)).ok());
+  auto bad = greedy(4);
+  bad.top_p = 0.0f;
+  EXPECT_FALSE(e->submit(make_request("topp", {5, 6}, bad), c.sink(2)).ok());
+  auto cfg = tiny_config();
+  cfg.executor.device = device_kind::cuda;
+  auto cuda = engine::start(cfg);
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_EQ(cuda.err().code, error_code::unsupported);
+}
+
+}  // namespace
+}  // namespace actorserve::actors
