@@ -52,7 +52,7 @@ struct token_logprob {
 struct sampled_token {
   uint64_t seq_id = 0;
   int32_t token_id = 0;
-  float logprob = 0.0f;                     ///< log-softmax of the raw logits at token_id
+  float logprob = 0.0f;                     ///< log-softmax after penalties and EOS masking, before temperature
   std::vector<token_logprob> top_logprobs;  ///< when params.num_logprobs > 0, best first
 };
 
