@@ -1,0 +1,39 @@
+#include "server/context.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <random>
+
+#include "server/prompt_builder.hpp"
+
+namespace actorserve::server {
+
+server_context::server_context(actors::engine& e, const engine_config& c)
+    : engine(e), config(c), model_name(e.model_name()), max_model_len(e.max_model_len()) {
+  if (!c.model.served_model_name.empty()) model_name = c.model.served_model_name;
+  created = std::chrono::duration_cast<std::chrono::seconds>(
+                std::chrono::system_clock::now().time_since_epoch()).count();
+  nonce_ = std::random_device{}() & 0xffffffu;
+}
+
+server_context::~server_context() = default;
+
+std::string server_context::new_request_id(std::string_view prefix) {
+  return fmt::format("{}-{:06x}{:010x}", prefix, nonce_, next_id_.fetch_add(1, std::memory_order_relaxed));
+}
+
+bool authorized(std::string_view header_value, std::string_view api_key) {
+  constexpr std::string_view scheme = "Bearer ";
+  const bool has_scheme = header_value.size() >= scheme.size() && header_value.substr(0, scheme.size()) == scheme;
+  const std::string_view given = has_scheme ? header_value.substr(scheme.size()) : std::string_view{};
+  // Compare over the key's full length whatever the input, so timing reveals neither prefix nor length.
+  unsigned char diff = given.size() == api_key.size() ? 0 : 1;
+  for (size_t i = 0; i < api_key.size(); ++i) {
+    const unsigned char g = i < given.size() ? static_cast<unsigned char>(given[i]) : 0;
+    diff |= static_cast<unsigned char>(g ^ static_cast<unsigned char>(api_key[i]));
+  }
+  return has_scheme && diff == 0;
+}
+
+}  // namespace actorserve::server

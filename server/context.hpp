@@ -1,0 +1,51 @@
+#pragma once
+/// State every session shares: the engine, the limits, the metrics, counters and the prompt
+/// builder. Owned by http_server; sessions hold a reference.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "actors/engine.hpp"
+#include "config/engine_config.hpp"
+#include "server/metrics.hpp"
+
+namespace actorserve::server {
+
+class prompt_builder;
+
+/// Limits that are not flags, named beside the state they protect.
+struct session_limits {
+  static constexpr uint32_t max_header_bytes = 16 * 1024;   ///< 431 beyond
+  static constexpr size_t max_queued_chunks = 2048;         ///< per stream; then cut
+  static constexpr size_t max_queued_bytes = 8 << 20;       ///< per stream; then cut
+};
+
+struct server_context {
+  server_context(actors::engine& e, const engine_config& c);
+  ~server_context();
+
+  actors::engine& engine;
+  engine_config config;
+  std::string model_name;
+  int64_t max_model_len = 0;
+  int64_t created = 0;                       ///< start time (unix seconds), for /v1/models
+  metrics stats;
+  std::unique_ptr<prompt_builder> prompts;
+  std::atomic<int64_t> num_connections{0};
+  std::atomic<int64_t> num_active_jobs{0};   ///< API requests between submit and last byte
+  std::atomic<bool> draining{false};
+
+  /// "<prefix>-<process nonce><counter>", unique within the process and across restarts.
+  std::string new_request_id(std::string_view prefix);
+
+ private:
+  std::atomic<uint64_t> next_id_{0};
+  uint64_t nonce_ = 0;
+};
+
+/// Constant-time check of an `Authorization` header value against "Bearer <key>".
+bool authorized(std::string_view header_value, std::string_view api_key);
+
+}  // namespace actorserve::server

@@ -1,0 +1,92 @@
+#include "server/job.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "server/context.hpp"
+#include "server/prompt_builder.hpp"
+
+namespace actorserve::server {
+namespace {
+
+/// Fills max_tokens and checks the context length; `field` names the prompt in errors.
+status fit_context(const server_context& ctx, const std::vector<int32_t>& ids, bool max_tokens_set,
+                   sampling_params& p, std::string_view field) {
+  const int64_t len = static_cast<int64_t>(ids.size());
+  const int64_t room = ctx.max_model_len - len;
+  if (room < 1)
+    return make_error(error_code::invalid_argument,
+                      fmt::format("{}: this model's maximum context length is {} tokens, but the prompt has {} tokens",
+                                  field, ctx.max_model_len, len));
+  if (max_tokens_set && p.max_tokens > room)
+    return make_error(error_code::invalid_argument,
+                      fmt::format("max_tokens: this model's maximum context length is {} tokens; the prompt has {} "
+                                  "tokens, so at most {} can be generated, but {} were requested",
+                                  ctx.max_model_len, len, room, p.max_tokens));
+  if (!max_tokens_set) p.max_tokens = static_cast<int32_t>(std::min<int64_t>(p.max_tokens, room));
+  p.min_tokens = std::min(p.min_tokens, p.max_tokens);
+  return {};
+}
+
+protocol::openai::response_meta make_meta(server_context& ctx, std::string_view prefix) {
+  protocol::openai::response_meta m;
+  m.id = ctx.new_request_id(prefix);
+  m.created = std::chrono::duration_cast<std::chrono::seconds>(
+                  std::chrono::system_clock::now().time_since_epoch()).count();
+  m.model = ctx.model_name;
+  return m;
+}
+
+status check_model(const server_context& ctx, const std::string& model) {
+  if (model.empty() || model == ctx.model_name) return {};
+  return make_error(error_code::not_found, fmt::format("model: the model '{}' does not exist", model));
+}
+
+}  // namespace
+
+result<job_spec> make_completion_job(server_context& ctx, protocol::openai::completion_request&& r) {
+  if (auto st = check_model(ctx, r.model); !st) return st.err();
+  job_spec job;
+  job.chat = false;
+  job.stream = r.output.stream;
+  job.flags = {r.logprobs, r.output.return_token_ids, r.output.stream && r.output.include_usage};
+  job.n = r.params.n;
+  job.meta = make_meta(ctx, "cmpl");
+  for (size_t i = 0; i < r.prompts.size(); ++i) {
+    auto ids = ctx.prompts->completion_prompt(r.prompts[i]);
+    if (!ids) return ids.err();
+    actors::generation_request g;
+    g.request_id = fmt::format("{}-{}", job.meta.id, i);
+    g.params = r.params;
+    if (auto st = fit_context(ctx, *ids, r.max_tokens_set, g.params, "prompt"); !st) return st.err();
+    g.prompt_ids = *ids;
+    job.prompt_ids.push_back(std::move(*ids));
+    job.requests.push_back(std::move(g));
+  }
+  return job;
+}
+
+result<job_spec> make_chat_job(server_context& ctx, protocol::openai::chat_request&& r) {
+  if (auto st = check_model(ctx, r.model); !st) return st.err();
+  job_spec job;
+  job.chat = true;
+  job.stream = r.output.stream;
+  job.flags = {r.logprobs, r.output.return_token_ids, r.output.stream && r.output.include_usage};
+  job.n = r.params.n;
+  job.meta = make_meta(ctx, "chatcmpl");
+  auto ids = ctx.prompts->chat_prompt(r.messages, r.add_generation_prompt);
+  if (!ids) return ids.err();
+  actors::generation_request g;
+  g.request_id = job.meta.id + "-0";
+  g.params = r.params;
+  if (!r.max_tokens_set) g.params.max_tokens = std::numeric_limits<int32_t>::max();
+  if (auto st = fit_context(ctx, *ids, r.max_tokens_set, g.params, "messages"); !st) return st.err();
+  g.prompt_ids = *ids;
+  job.prompt_ids.push_back(std::move(*ids));
+  job.requests.push_back(std::move(g));
+  return job;
+}
+
+}  // namespace actorserve::server

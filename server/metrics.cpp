@@ -1,0 +1,82 @@
+#include "server/metrics.hpp"
+
+#include <fmt/format.h>
+
+namespace actorserve::server {
+
+histogram::histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), buckets_(bounds_.size() + 1) {}
+
+void histogram::observe(double seconds) {
+  size_t i = 0;
+  while (i < bounds_.size() && seconds > bounds_[i]) ++i;
+  buckets_[i].fetch_add(1, std::memory_order_relaxed);
+  count_.fetch_add(1, std::memory_order_relaxed);
+  sum_us_.fetch_add(static_cast<uint64_t>(seconds * 1e6), std::memory_order_relaxed);
+}
+
+void histogram::render(std::string& out, std::string_view name, std::string_view help) const {
+  out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += buckets_[i].load(std::memory_order_relaxed);
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cumulative);
+  }
+  cumulative += buckets_.back().load(std::memory_order_relaxed);
+  out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, cumulative);
+  out += fmt::format("{}_sum {}\n", name, static_cast<double>(sum_us_.load(std::memory_order_relaxed)) / 1e6);
+  out += fmt::format("{}_count {}\n", name, count_.load(std::memory_order_relaxed));
+}
+
+metrics::metrics()
+    : time_to_first_token({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
+      inter_token_latency({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0}),
+      e2e_request_latency({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0}) {}
+
+namespace {
+void gauge(std::string& out, std::string_view name, std::string_view help, std::string_view type, double v) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, v);
+}
+}  // namespace
+
+std::string metrics::render(const actors::engine_stats& s, std::string_view model) const {
+  std::string out;
+  out.reserve(8192);
+  out += fmt::format("# actorserve metrics; model {}\n", model);
+  gauge(out, "actorserve:num_requests_running", "Requests in the running batch.", "gauge", double(s.num_running));
+  gauge(out, "actorserve:num_requests_waiting", "Requests waiting to be scheduled.", "gauge", double(s.num_waiting));
+  gauge(out, "actorserve:kv_blocks_total", "KV cache blocks in the pool.", "gauge", double(s.kv_blocks_total));
+  gauge(out, "actorserve:kv_blocks_used", "KV cache blocks in use.", "gauge", double(s.kv_blocks_used));
+  gauge(out, "actorserve:kv_blocks_free", "KV cache blocks free.", "gauge", double(s.kv_blocks_free));
+  gauge(out, "actorserve:kv_blocks_cached", "Free KV blocks that still hold a cached prefix.", "gauge", double(s.kv_blocks_cached));
+  const double usage = s.kv_blocks_total > 0 ? double(s.kv_blocks_used) / double(s.kv_blocks_total) : 0.0;
+  gauge(out, "actorserve:kv_cache_usage_perc", "Fraction of KV blocks in use.", "gauge", usage);
+  gauge(out, "actorserve:prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.", "counter", double(s.prefix_cache_queries));
+  gauge(out, "actorserve:prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", "counter", double(s.prefix_cache_hits));
+  const double hit_rate = s.prefix_cache_queries > 0 ? double(s.prefix_cache_hits) / double(s.prefix_cache_queries) : 0.0;
+  gauge(out, "actorserve:prefix_cache_hit_rate", "Prefix cache hits / queries (tokens).", "gauge", hit_rate);
+  gauge(out, "actorserve:num_preemptions_total", "Sequences preempted (recompute).", "counter", double(s.num_preemptions));
+  gauge(out, "actorserve:num_recomputed_tokens_total", "Tokens recomputed after preemption.", "counter", double(s.num_recomputed_tokens));
+  gauge(out, "actorserve:prompt_tokens_total", "Prompt tokens processed.", "counter", double(s.prompt_tokens_total));
+  gauge(out, "actorserve:generation_tokens_total", "Tokens generated.", "counter", double(s.generation_tokens_total));
+  gauge(out, "actorserve:num_steps_total", "Engine steps run.", "counter", double(s.num_steps));
+  gauge(out, "actorserve:executor_restarts_total", "Executor restarts.", "counter", double(s.num_executor_restarts));
+  gauge(out, "actorserve:requests_finished_total", "Engine requests finished.", "counter", double(s.requests_finished));
+  gauge(out, "actorserve:requests_cancelled_total", "Engine requests cancelled.", "counter", double(s.requests_cancelled));
+  gauge(out, "actorserve:engine_healthy", "1 while the engine loop makes progress.", "gauge", s.healthy ? 1.0 : 0.0);
+  gauge(out, "actorserve:http_requests_total", "HTTP requests and WebSocket requests received.", "counter", double(http_requests.load()));
+  gauge(out, "actorserve:http_errors_total", "Requests answered with an error.", "counter", double(http_errors.load()));
+  gauge(out, "actorserve:streams_cut_total", "Streams cut because the client read too slowly.", "counter", double(streams_cut.load()));
+  gauge(out, "actorserve:open_connections", "Open client connections.", "gauge", double(open_connections.load()));
+  out += "# HELP actorserve:request_success_total Finished choices by finish reason.\n"
+         "# TYPE actorserve:request_success_total counter\n";
+  out += fmt::format("actorserve:request_success_total{{finished_reason=\"stop\"}} {}\n", finished_stop.load());
+  out += fmt::format("actorserve:request_success_total{{finished_reason=\"length\"}} {}\n", finished_length.load());
+  out += fmt::format("actorserve:request_success_total{{finished_reason=\"abort\"}} {}\n", finished_abort.load());
+  out += fmt::format("actorserve:request_success_total{{finished_reason=\"error\"}} {}\n", finished_error.load());
+  time_to_first_token.render(out, "actorserve:time_to_first_token_seconds", "Time to first token.");
+  inter_token_latency.render(out, "actorserve:inter_token_latency_seconds", "Time between streamed deltas.");
+  e2e_request_latency.render(out, "actorserve:e2e_request_latency_seconds", "Request latency, arrival to last token.");
+  return out;
+}
+
+}  // namespace actorserve::server

@@ -1,0 +1,47 @@
+#pragma once
+/// Server metrics in Prometheus text format: engine gauges/counters read from engine_stats, and
+/// latency histograms observed by the sessions (lock-free, any thread).
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "actors/engine.hpp"
+
+namespace actorserve::server {
+
+/// A cumulative histogram with fixed bucket bounds (seconds).
+class histogram {
+ public:
+  explicit histogram(std::vector<double> bounds);
+  void observe(double seconds);
+  /// Appends `# HELP`, `# TYPE` and the bucket/sum/count series.
+  void render(std::string& out, std::string_view name, std::string_view help) const;
+  uint64_t count() const { return count_.load(std::memory_order_relaxed); }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<std::atomic<uint64_t>> buckets_;  ///< per bucket (not cumulative); last is +Inf
+  std::atomic<uint64_t> count_{0};
+  std::atomic<uint64_t> sum_us_{0};             ///< sum in microseconds
+};
+
+class metrics {
+ public:
+  metrics();
+  histogram time_to_first_token;
+  histogram inter_token_latency;
+  histogram e2e_request_latency;
+  std::atomic<int64_t> http_requests{0};
+  std::atomic<int64_t> http_errors{0};          ///< 4xx/5xx answers
+  std::atomic<int64_t> streams_cut{0};          ///< slow clients whose stream was cut
+  std::atomic<int64_t> open_connections{0};
+  std::atomic<int64_t> finished_stop{0}, finished_length{0}, finished_abort{0}, finished_error{0};
+
+  /// The whole /metrics page.
+  std::string render(const actors::engine_stats& s, std::string_view model) const;
+};
+
+}  // namespace actorserve::server

@@ -1,0 +1,41 @@
+#pragma once
+/// Turns API prompts into token ids: completions text or ids, chat messages through the chat
+/// template (--chat-template file, else the tokenizer's). Errors name the request field.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/error.hpp"
+#include "protocol/openai/types.hpp"
+
+namespace actorserve::protocol { class tokenizer; }
+
+namespace actorserve::server {
+
+class prompt_builder {
+ public:
+  /// `template_file` overrides the tokenizer's template when non-empty; an unreadable or
+  /// unparsable template is an error naming --chat-template.
+  static result<std::unique_ptr<prompt_builder>> create(const protocol::tokenizer& tok,
+                                                        const std::string& template_file);
+  ~prompt_builder();
+
+  /// Token ids of one completions prompt (text gets the tokenizer's special tokens, e.g. BOS).
+  result<std::vector<int32_t>> completion_prompt(const protocol::openai::prompt_input& p) const;
+  /// The rendered chat prompt text.
+  result<std::string> render_chat(const std::vector<protocol::openai::chat_message>& messages,
+                                  bool add_generation_prompt) const;
+  /// Token ids of the rendered chat prompt (the template writes BOS itself).
+  result<std::vector<int32_t>> chat_prompt(const std::vector<protocol::openai::chat_message>& messages,
+                                           bool add_generation_prompt) const;
+  const protocol::tokenizer& tokenizer() const { return tok_; }
+
+ private:
+  struct chat_state;
+  prompt_builder(const protocol::tokenizer& tok, std::unique_ptr<chat_state> chat);
+  const protocol::tokenizer& tok_;
+  std::unique_ptr<chat_state> chat_;
+};
+
+}  // namespace actorserve::server

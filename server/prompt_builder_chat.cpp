@@ -1,0 +1,61 @@
+#include <fmt/format.h>
+
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "protocol/chat_template/chat_template.hpp"
+#include "protocol/tokenizer/tokenizer.hpp"
+#include "server/prompt_builder.hpp"
+
+namespace actorserve::server {
+
+struct prompt_builder::chat_state {
+  std::optional<protocol::chat_template> tpl;  ///< nullopt: the model has no chat template
+};
+
+prompt_builder::prompt_builder(const protocol::tokenizer& tok, std::unique_ptr<chat_state> chat)
+    : tok_(tok), chat_(std::move(chat)) {}
+prompt_builder::~prompt_builder() = default;
+
+result<std::unique_ptr<prompt_builder>> prompt_builder::create(const protocol::tokenizer& tok,
+                                                               const std::string& template_file) {
+  std::string source = tok.chat_template();
+  if (!template_file.empty()) {
+    std::ifstream in(template_file, std::ios::binary);
+    if (!in) return make_error(error_code::not_found, "--chat-template: cannot read " + template_file);
+    std::ostringstream text;
+    text << in.rdbuf();
+    source = text.str();
+  }
+  auto chat = std::make_unique<chat_state>();
+  if (!source.empty()) {
+    auto tpl = protocol::chat_template::parse(source);
+    if (!tpl) return make_error(tpl.err().code, "--chat-template: " + tpl.err().message);
+    chat->tpl = std::move(*tpl);
+  }
+  return std::unique_ptr<prompt_builder>(new prompt_builder(tok, std::move(chat)));
+}
+
+result<std::string> prompt_builder::render_chat(const std::vector<protocol::openai::chat_message>& messages,
+                                                bool add_generation_prompt) const {
+  if (!chat_->tpl)
+    return make_error(error_code::invalid_argument,
+                      "messages: the model has no chat template; start the server with --chat-template FILE");
+  protocol::chat_template_inputs in;
+  in.add_generation_prompt = add_generation_prompt;
+  if (!tok_.bos_token().empty()) in.bos_token = tok_.bos_token();
+  if (!tok_.eos_token().empty()) in.eos_token = tok_.eos_token();
+  in.messages.reserve(messages.size());
+  for (const auto& m : messages) {
+    protocol::chat_value::object obj{{"role", m.role}, {"content", m.content}};
+    if (!m.name.empty()) obj.emplace_back("name", m.name);
+    if (!m.tool_call_id.empty()) obj.emplace_back("tool_call_id", m.tool_call_id);
+    in.messages.emplace_back(std::move(obj));
+  }
+  auto text = protocol::apply_chat_template(*chat_->tpl, in);
+  if (!text) return make_error(text.err().code, "messages: " + text.err().message);
+  return text;
+}
+
+}  // namespace actorserve::server

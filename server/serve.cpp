@@ -1,0 +1,136 @@
+#include "server/serve.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
+
+#include <thread>
+#include <vector>
+
+#include "config/log.hpp"
+#include "protocol/tokenizer/tokenizer.hpp"
+#include "server/context.hpp"
+#include "server/http_session.hpp"
+#include "server/prompt_builder.hpp"
+
+namespace actorserve::server {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+class listener : public std::enable_shared_from_this<listener> {
+ public:
+  listener(net::io_context& ioc, tcp::acceptor&& acceptor, server_context& ctx)
+      : ioc_(ioc), acceptor_(std::move(acceptor)), ctx_(ctx) {}
+
+  void run() { do_accept(); }
+  void close() {
+    net::post(acceptor_.get_executor(), [self = shared_from_this()] {
+      boost::system::error_code ec;
+      self->acceptor_.close(ec);
+    });
+  }
+
+ private:
+  void do_accept() {
+    acceptor_.async_accept(net::make_strand(ioc_), [self = shared_from_this()](boost::system::error_code ec,
+                                                                             tcp::socket socket) {
+      self->on_accept(ec, std::move(socket));
+    });
+  }
+
+  void on_accept(boost::system::error_code ec, tcp::socket socket) {
+    if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
+    if (!ec) {
+      if (ctx_.num_connections.load() >= ctx_.config.server.max_connections) {
+        log::warn("connection refused: --max-connections {} reached", ctx_.config.server.max_connections);
+        boost::system::error_code ignored;
+        socket.close(ignored);
+      } else {
+        boost::system::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
+        launch_http_session(std::move(socket), ctx_);
+      }
+    }
+    do_accept();
+  }
+
+  net::io_context& ioc_;
+  tcp::acceptor acceptor_;
+  server_context& ctx_;
+};
+
+}  // namespace
+
+struct http_server::impl {
+  explicit impl(int threads) : ioc(threads) {}
+  net::io_context ioc;
+  std::unique_ptr<server_context> ctx;
+  std::shared_ptr<listener> accept;
+  std::vector<std::thread> threads;
+  uint16_t port = 0;
+  bool stopped = false;
+};
+
+http_server::http_server(std::unique_ptr<impl> p) : impl_(std::move(p)) {}
+http_server::~http_server() { stop(); }
+
+result<std::unique_ptr<http_server>> http_server::start(actors::engine& engine, const engine_config& cfg) {
+  const int threads = static_cast<int>(std::max<int64_t>(1, cfg.server.io_threads));
+  auto p = std::make_unique<impl>(threads);
+  p->ctx = std::make_unique<server_context>(engine, cfg);
+  auto prompts = prompt_builder::create(engine.tokenizer(), cfg.model.chat_template_file);
+  if (!prompts) return prompts.err();
+  p->ctx->prompts = std::move(*prompts);
+
+  boost::system::error_code ec;
+  const auto address = net::ip::make_address(cfg.server.host, ec);
+  if (ec) return make_error(error_code::invalid_argument, "--host: not an IP address: " + cfg.server.host);
+  tcp::acceptor acceptor(p->ioc);
+  const tcp::endpoint endpoint(address, static_cast<uint16_t>(cfg.server.port));
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (!ec) acceptor.listen(net::socket_base::max_listen_connections, ec);
+  if (ec)
+    return make_error(error_code::unavailable,
+                      "--port: cannot listen on " + cfg.server.host + ":" + std::to_string(cfg.server.port) + ": " +
+                          ec.message());
+  p->port = acceptor.local_endpoint().port();
+  p->accept = std::make_shared<listener>(p->ioc, std::move(acceptor), *p->ctx);
+  p->accept->run();
+  for (int i = 0; i < threads; ++i) p->threads.emplace_back([io = &p->ioc] { io->run(); });
+  return std::unique_ptr<http_server>(new http_server(std::move(p)));
+}
+
+uint16_t http_server::port() const { return impl_->port; }
+server_context& http_server::context() { return *impl_->ctx; }
+
+bool http_server::wait_idle(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (impl_->ctx->num_active_jobs.load() > 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+bool http_server::drain(std::chrono::milliseconds grace) {
+  impl_->ctx->draining = true;
+  impl_->accept->close();
+  return wait_idle(grace);
+}
+
+void http_server::stop() {
+  if (!impl_ || impl_->stopped) return;
+  impl_->stopped = true;
+  impl_->accept->close();
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads) t.join();
+  impl_->threads.clear();
+}
+
+}  // namespace actorserve::server
