@@ -12,7 +12,18 @@ namespace actorserve::server {
 
 struct prompt_builder::chat_state {
   std::optional<protocol::chat_template> tpl;  ///< nullopt: the model has no chat template
+  std::optional<std::string> bos, eos;         ///< nullopt: undefined in the template
 };
+
+namespace {
+/// tokenizer_config.json's token string, else the vocabulary string of the id the tokenizer knows.
+std::optional<std::string> special_text(const std::string& configured, std::optional<int32_t> id,
+                                        const protocol::tokenizer& tok) {
+  if (!configured.empty()) return configured;
+  if (id) return tok.id_to_token(*id);
+  return std::nullopt;
+}
+}  // namespace
 
 prompt_builder::prompt_builder(const protocol::tokenizer& tok, std::unique_ptr<chat_state> chat)
     : tok_(tok), chat_(std::move(chat)) {}
@@ -29,6 +40,9 @@ result<std::unique_ptr<prompt_builder>> prompt_builder::create(const protocol::t
     source = text.str();
   }
   auto chat = std::make_unique<chat_state>();
+  chat->bos = special_text(tok.bos_token(), tok.bos_token_id(), tok);
+  const auto& eos_ids = tok.eos_token_ids();
+  chat->eos = special_text(tok.eos_token(), eos_ids.empty() ? std::nullopt : std::optional<int32_t>(eos_ids[0]), tok);
   if (!source.empty()) {
     auto tpl = protocol::chat_template::parse(source);
     if (!tpl) return make_error(tpl.err().code, "--chat-template: " + tpl.err().message);
@@ -44,8 +58,8 @@ result<std::string> prompt_builder::render_chat(const std::vector<protocol::open
                       "messages: the model has no chat template; start the server with --chat-template FILE");
   protocol::chat_template_inputs in;
   in.add_generation_prompt = add_generation_prompt;
-  if (!tok_.bos_token().empty()) in.bos_token = tok_.bos_token();
-  if (!tok_.eos_token().empty()) in.eos_token = tok_.eos_token();
+  in.bos_token = chat_->bos;
+  in.eos_token = chat_->eos;
   in.messages.reserve(messages.size());
   for (const auto& m : messages) {
     protocol::chat_value::object obj{{"role", m.role}, {"content", m.content}};

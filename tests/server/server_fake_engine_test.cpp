@@ -261,6 +261,7 @@ TEST_F(ServerFake, TokenizeAndDetokenize) {
 
 TEST_F(ServerFake, MetricsExposeEngineAndLatency) {
   http_call(port_, "POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 3})");
+  ASSERT_TRUE(eventually([&] { return engine_->stats().num_running == 0; }));  // its thread ends after the last delta
   auto r = http_call(port_, "GET", "/metrics");
   ASSERT_EQ(r.status, 200);
   for (const char* name : {"actorserve:num_requests_running 0", "actorserve:num_requests_waiting 0",
