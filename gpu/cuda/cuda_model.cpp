@@ -81,7 +81,8 @@ class uploader {
       staging_bytes_ = v.num_bytes();
       AS_CUDA_TRY(cudaMalloc(&staging_, staging_bytes_));
     }
-    AS_CUDA_TRY(cudaMemcpy(staging_, v.data, v.num_bytes(), cudaMemcpyHostToDevice));
+    // Same stream as the conversion: a pageable copy may return before its DMA lands.
+    AS_CUDA_TRY(cudaMemcpyAsync(staging_, v.data, v.num_bytes(), cudaMemcpyHostToDevice, s_));
     return static_cast<const void*>(staging_);
   }
 
@@ -203,7 +204,8 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   const std::vector<float> inv_freq = rope_inv_freq(cfg.rope, cfg.head_dim);
   void* f = nullptr;
   if (auto st = m->alloc(&f, inv_freq.size() * sizeof(float)); !st) return st.err();
-  AS_CUDA_TRY(cudaMemcpy(f, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
+  AS_CUDA_TRY(cudaMemcpyAsync(f, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+  AS_CUDA_TRY(cudaStreamSynchronize(stream));
   m->inv_freq = static_cast<float*>(f);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log::info("weights loaded: {} MiB in {:.2f} s", m->bytes >> 20, secs);

@@ -85,7 +85,7 @@ TEST_F(CudaExecutor, CopyOnWriteBlocksForkASequence) {
   ASSERT_TRUE(r.outcome.ok()) << r.outcome.err().message;
   const auto l = probe->last_logits();
   ASSERT_EQ(l.size(), 2u);
-  EXPECT_EQ(l[0], l[1]);
+  EXPECT_LT(rel_max_err(l[0], l[1]), 1e-5);
   EXPECT_EQ(r.tokens[0].token_id, r.tokens[1].token_id);
 }
 
