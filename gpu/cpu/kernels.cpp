@@ -8,13 +8,16 @@ namespace {
 
 // NOTE: GCC vector extensions give SIMD dot products without -ffast-math (a scalar reduction
 // loop is never vectorised under strict IEEE semantics). 8 lanes: two SSE registers, or one AVX.
-// The AVX2 clone of the hot loops is picked at load time where the CPU has it (x86-64 only).
+// On x86-64 an AVX2 copy of the hot loops is chosen at run time where the CPU has it.
+// NOTE: dispatch by a plain flag, not target_clones: an ifunc resolver runs before the
+// ThreadSanitizer runtime is initialised and crashes TSan builds at load time.
 #pragma GCC diagnostic ignored "-Wpsabi"
 typedef float v8 __attribute__((vector_size(32)));
-#if defined(__x86_64__) && !defined(__clang__)
-#define AS_SIMD_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define AS_AVX2_DISPATCH 1
+#define AS_TARGET_AVX2 __attribute__((target("avx2")))
 #else
-#define AS_SIMD_CLONES
+#define AS_AVX2_DISPATCH 0
 #endif
 
 __attribute__((always_inline)) inline v8 load8(const float* p) {
@@ -53,7 +56,31 @@ __attribute__((always_inline)) inline void tile_2x4(const float* x0, const float
 }
 
 /// Output rows [o_begin, o_end) for all input rows.
-AS_SIMD_CLONES void matmul_rows(const float* x, size_t rows, size_t in, const float* w, size_t out, const float* bias,
+__attribute__((always_inline)) inline float dot_impl(const float* a, const float* b, size_t n) {
+  v8 acc0 = {}, acc1 = {};
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    acc0 += load8(a + i) * load8(b + i);
+    acc1 += load8(a + i + 8) * load8(b + i + 8);
+  }
+  for (; i + 8 <= n; i += 8) acc0 += load8(a + i) * load8(b + i);
+  float s = hsum(acc0 + acc1);
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+__attribute__((always_inline)) inline void axpy_impl(float* y, float a, const float* x, size_t n) {
+  const v8 av = {a, a, a, a, a, a, a, a};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    v8 yv = load8(y + i);
+    yv += av * load8(x + i);
+    std::memcpy(y + i, &yv, sizeof yv);
+  }
+  for (; i < n; ++i) y[i] += a * x[i];
+}
+
+__attribute__((always_inline)) inline void matmul_rows_impl(const float* x, size_t rows, size_t in, const float* w, size_t out, const float* bias,
                  float* y, size_t o_begin, size_t o_end) {
   // Input rows in blocks so that a block of x stays in cache while weight rows stream past.
   constexpr size_t row_block = 32;
@@ -68,26 +95,48 @@ AS_SIMD_CLONES void matmul_rows(const float* x, size_t rows, size_t in, const fl
       if (t < t1) tile_2x4(x + t * in, x + t * in, w + o * in, in, y + t * out + o, tmp);
     }
     for (; o < o_end; ++o)
-      for (size_t t = t0; t < t1; ++t) y[t * out + o] = dot(x + t * in, w + o * in, in);
+      for (size_t t = t0; t < t1; ++t) y[t * out + o] = dot_impl(x + t * in, w + o * in, in);
   }
   if (bias)
     for (size_t t = 0; t < rows; ++t)
       for (size_t o = o_begin; o < o_end; ++o) y[t * out + o] += bias[o];
 }
 
+void matmul_rows_generic(const float* x, size_t rows, size_t in, const float* w, size_t out, const float* bias,
+                         float* y, size_t o_begin, size_t o_end) {
+  matmul_rows_impl(x, rows, in, w, out, bias, y, o_begin, o_end);
+}
+float dot_generic(const float* a, const float* b, size_t n) { return dot_impl(a, b, n); }
+void axpy_generic(float* y, float a, const float* x, size_t n) { axpy_impl(y, a, x, n); }
+
+#if AS_AVX2_DISPATCH
+AS_TARGET_AVX2 void matmul_rows_avx2(const float* x, size_t rows, size_t in, const float* w, size_t out,
+                                     const float* bias, float* y, size_t o_begin, size_t o_end) {
+  matmul_rows_impl(x, rows, in, w, out, bias, y, o_begin, o_end);
+}
+AS_TARGET_AVX2 float dot_avx2(const float* a, const float* b, size_t n) { return dot_impl(a, b, n); }
+AS_TARGET_AVX2 void axpy_avx2(float* y, float a, const float* x, size_t n) { axpy_impl(y, a, x, n); }
+bool cpu_has_avx2() {
+  static const bool has = __builtin_cpu_supports("avx2");
+  return has;
+}
+#endif
+
+void matmul_rows(const float* x, size_t rows, size_t in, const float* w, size_t out, const float* bias, float* y,
+                 size_t o_begin, size_t o_end) {
+#if AS_AVX2_DISPATCH
+  if (cpu_has_avx2()) return matmul_rows_avx2(x, rows, in, w, out, bias, y, o_begin, o_end);
+#endif
+  matmul_rows_generic(x, rows, in, w, out, bias, y, o_begin, o_end);
+}
+
 }  // namespace
 
-AS_SIMD_CLONES float dot(const float* a, const float* b, size_t n) {
-  v8 acc0 = {}, acc1 = {};
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    acc0 += load8(a + i) * load8(b + i);
-    acc1 += load8(a + i + 8) * load8(b + i + 8);
-  }
-  for (; i + 8 <= n; i += 8) acc0 += load8(a + i) * load8(b + i);
-  float s = hsum(acc0 + acc1);
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
+float dot(const float* a, const float* b, size_t n) {
+#if AS_AVX2_DISPATCH
+  if (cpu_has_avx2()) return dot_avx2(a, b, n);
+#endif
+  return dot_generic(a, b, n);
 }
 
 void matmul(thread_pool& pool, const float* x, size_t rows, size_t in, const float* w, size_t out,
@@ -124,7 +173,10 @@ void add_inplace(float* y, const float* x, size_t n) {
 }
 
 void axpy(float* y, float a, const float* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) y[i] += a * x[i];
+#if AS_AVX2_DISPATCH
+  if (cpu_has_avx2()) return axpy_avx2(y, a, x, n);
+#endif
+  axpy_generic(y, a, x, n);
 }
 
 }  // namespace actorserve::gpu::cpu
