@@ -4,6 +4,7 @@
 # only the NVIDIA driver and the CUDA 13 runtime/cuBLAS (found through ldconfig or /usr/local/cuda).
 #
 #   scripts/make_gpu_bundle.sh [--with-data] [BUNDLE_DIR=.gpu_bundle] [BUILD_DIR=build-gpu]
+#   TARGETS="test_cuda bench_cuda_kernels" scripts/make_gpu_bundle.sh   # build only these
 #
 # Then on the GPU host:   BUNDLE_DIR/run_gpu_suite.sh RESULTS_DIR
 set -euo pipefail
@@ -17,7 +18,8 @@ jobs=${JOBS:-2}
 [[ -x /usr/local/cuda/bin/nvcc ]] || { echo "make_gpu_bundle: nvcc not found at /usr/local/cuda/bin/nvcc" >&2; exit 1; }
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DACTORSERVE_ENABLE_CUDA=ON \
       -DACTORSERVE_CUDA_ARCHITECTURES="${CUDA_ARCH:-90a}" >/dev/null
-ninja -C "$build" -j"$jobs"
+# shellcheck disable=SC2086
+ninja -C "$build" -j"$jobs" ${TARGETS:-}
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"
