@@ -163,8 +163,8 @@ void build_added_index(tokenizer_impl& t) {
   for (uint32_t i : order) {
     const added_token& tok = t.added[i];
     if (tok.special) t.special[tok.id] = 1;
-    // NOTE: special tokens are never normalized (as Hugging Face's AddedVocabulary does).
-    auto& index = tok.normalized && !tok.special ? t.normalized_added : t.raw_added;
+    // As Hugging Face's AddedVocabulary: split purely on the `normalized` flag.
+    auto& index = tok.normalized ? t.normalized_added : t.raw_added;
     index.by_first_byte[static_cast<uint8_t>(tok.content[0])].push_back(i);
     index.empty = false;
   }

@@ -168,3 +168,48 @@ TEST(tokenizer_files, added_tokens_match_longest_first) {
 
 }  // namespace
 }  // namespace actorserve::testing
+
+namespace actorserve::testing {
+namespace {
+
+TEST(tokenizer_files, metaspace_pre_tokenizer_equals_the_prepend_replace_normalizer) {
+  // Newer Llama-2/Mistral files express the "▁" handling as a Metaspace pre-tokenizer
+  // (prepend_scheme "first", split false) and a Metaspace decoder; both forms must agree.
+  temp_dir dir;
+  std::string json = read_file(tokenizer_dir("sentencepiece") + "/tokenizer.json");
+  size_t n0 = json.find("\"normalizer\": {");
+  size_t n1 = json.find("\"pre_tokenizer\": null");
+  ASSERT_NE(n0, std::string::npos);
+  ASSERT_NE(n1, std::string::npos);
+  json.replace(n0, n1 + std::string("\"pre_tokenizer\": null").size() - n0,
+               "\"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", "
+               "\"prepend_scheme\": \"first\", \"split\": false}");
+  size_t d0 = json.find("\"decoder\": {");
+  size_t d1 = json.find("\"model\": {");
+  ASSERT_NE(d0, std::string::npos);
+  ASSERT_LT(d0, d1);
+  json.replace(d0, d1 - d0,
+               "\"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}, "
+               "{\"type\": \"Metaspace\", \"replacement\": \"\\u2581\", \"prepend_scheme\": \"first\", "
+               "\"split\": false}]},\n  ");
+  auto meta = tokenizer::from_files(dir.file("tokenizer.json", json), "");
+  ASSERT_TRUE(meta) << meta.err().message;
+  int num_leading_space = 0;
+  for (const auto& c : load_cases("sentencepiece")) {
+    EXPECT_EQ(meta->decode(c.ids, true), c.decoded_skip_special) << c.text;
+    if (c.text.empty() || c.text[0] != ' ') {
+      EXPECT_EQ(meta->encode(c.text, true), c.ids) << c.text;
+      continue;
+    }
+    // Metaspace does not prepend to text that already starts with a space: one "▁" fewer.
+    ++num_leading_space;
+    auto ids = meta->encode(c.text, true);
+    auto plain = load_fixture_tokenizer("sentencepiece");
+    auto reference = plain.encode(c.text.substr(1), true);
+    EXPECT_EQ(ids, reference) << c.text;
+  }
+  EXPECT_EQ(num_leading_space, 1);
+}
+
+}  // namespace
+}  // namespace actorserve::testing
