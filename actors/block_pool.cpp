@@ -50,11 +50,14 @@ kv_answer block_pool::reserve(const kv_reservation& r) {
     seqs_.erase(it);
   }
   // Hashes and computed blocks of known sequences are facts whatever the answer.
-  for (const auto& it : r.items) {
+  std::vector<seq_state*> states(r.items.size(), nullptr);
+  for (size_t i = 0; i < r.items.size(); ++i) {
+    const auto& it = r.items[i];
     if (it.lookup) continue;
     auto& s = seqs_[it.seq_id];
     s.hashes.insert(s.hashes.end(), it.new_hashes.begin(), it.new_hashes.end());
     register_computed(s, it.num_computed);
+    states[i] = &s;
   }
 
   // Pass 1: what each item needs from the free list; required items all or nothing.
@@ -62,10 +65,9 @@ kv_answer block_pool::reserve(const kv_reservation& r) {
   std::vector<item_plan> plans;
   plans.reserve(r.items.size());
   int64_t required = 0;
-  for (const auto& it : r.items) {
-    auto sit = seqs_.find(it.seq_id);
-    plans.push_back(plan_item(it, it.lookup || sit == seqs_.end() ? nullptr : &sit->second));
-    if (!it.optional) required += plans.back().need;
+  for (size_t i = 0; i < r.items.size(); ++i) {
+    plans.push_back(plan_item(r.items[i], states[i]));
+    if (!r.items[i].optional) required += plans.back().need;
   }
   if (required > num_free_) {
     ans.granted = false;
@@ -89,6 +91,7 @@ kv_answer block_pool::reserve(const kv_reservation& r) {
     const auto& it = r.items[i];
     if (!it.lookup) continue;
     auto& s = seqs_[it.seq_id];
+    states[i] = &s;
     s.hashes = it.new_hashes;
     for (int32_t k = 0; k < plans[i].hits; ++k) {
       const int32_t b = cache_.at(s.hashes[static_cast<size_t>(k)]);
@@ -104,21 +107,25 @@ kv_answer block_pool::reserve(const kv_reservation& r) {
   for (size_t i = 0; i < granted; ++i) {
     const auto& it = r.items[i];
     const auto& p = plans[i];
-    auto& s = seqs_[it.seq_id];
+    auto& s = *states[i];
+    auto& g = ans.items[i];
+    g.table_from = it.lookup ? 0 : static_cast<int32_t>(s.table.size());
     const size_t first = static_cast<size_t>(p.computed / block_size_);
     if (p.computed % block_size_ != 0 && first < s.table.size() && ref_count(s.table[first]) > 1) {
       const int32_t fresh = allocate();
       ans.copies.emplace_back(s.table[first], fresh);
       decref(s.table[first]);
       s.table[first] = fresh;
+      g.table_from = std::min(g.table_from, static_cast<int32_t>(first));
     }
     for (int32_t k = 0; k < p.new_blocks; ++k) s.table.push_back(allocate());
-    auto& g = ans.items[i];
     g.seq_id = it.seq_id;
     g.num_computed = p.computed;
     g.num_new = p.num_new;
     g.num_cached = p.hits * block_size_;
-    g.block_table = s.table;
+    g.blocks_offset = static_cast<int32_t>(ans.blocks.size());
+    g.blocks_count = static_cast<int32_t>(s.table.size()) - g.table_from;
+    ans.blocks.insert(ans.blocks.end(), s.table.begin() + g.table_from, s.table.end());
   }
   ans.counts = counts();
   return ans;

@@ -42,13 +42,16 @@ struct kv_reservation {
   std::vector<kv_item> items;
 };
 
-/// A granted item: where the sequence's computation starts (after prefix hits) and its table.
+/// A granted item: where the sequence's computation starts (after prefix hits) and how its
+/// block table changed: entries from `table_from` on are replaced by
+/// kv_answer::blocks[blocks_offset, blocks_offset + blocks_count) (new blocks, copy-on-write).
 struct kv_grant_item {
   uint64_t seq_id = 0;
   int32_t num_computed = 0;   ///< after prefix-cache hits (>= the item's num_computed)
   int32_t num_new = 0;        ///< tokens to compute now (<= the item's num_new)
   int32_t num_cached = 0;     ///< tokens found in the prefix cache (lookup items)
-  std::vector<int32_t> block_table;
+  int32_t table_from = 0;
+  int32_t blocks_offset = 0, blocks_count = 0;
 };
 
 /// Pool occupancy after the answer (for stats).
@@ -57,6 +60,12 @@ struct kv_pool_counts {
   int64_t shared = 0;  ///< blocks referenced by more than one sequence
 };
 
+/// Applies a grant's table changes to a block table.
+inline void apply_grant(std::vector<int32_t>& table, const kv_grant_item& g, const std::vector<int32_t>& blocks) {
+  table.resize(static_cast<size_t>(g.table_from));
+  table.insert(table.end(), blocks.begin() + g.blocks_offset, blocks.begin() + g.blocks_offset + g.blocks_count);
+}
+
 /// The pool's answer: granted (items[i] answers the reservation's items[i] for i < items.size();
 /// optional items past that were left out) or a shortfall (nothing was granted).
 struct kv_answer {
@@ -64,6 +73,7 @@ struct kv_answer {
   bool granted = false;
   int32_t shortfall = 0;      ///< blocks missing for the required items
   std::vector<kv_grant_item> items;
+  std::vector<int32_t> blocks;                       ///< table changes of all items, flat
   std::vector<std::pair<int32_t, int32_t>> copies;  ///< copy-on-write (src, dst), before the step
   kv_pool_counts counts;
   int64_t prefix_queries = 0, prefix_hits = 0;       ///< tokens, this answer only

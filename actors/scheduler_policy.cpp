@@ -173,6 +173,7 @@ std::optional<kv_reservation> scheduler_policy::plan_impl(bool admit) {
   pending_forks_.clear();
   pending_frees_.clear();
   planned_.clear();
+  r.items.reserve(running_.size() + (admit ? std::min<size_t>(waiting_.size(), 64) : 0));
   int32_t budget = cfg_.max_num_batched_tokens;
   const bool chunked = cfg_.enable_chunked_prefill;
   for (sequence* s : running_) {
@@ -232,11 +233,13 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
   batch.step_id = next_step_id_++;
   batch.block_copies = a.copies;
   in_flight_.clear();
+  in_flight_.reserve(a.items.size());
+  batch.seqs.reserve(a.items.size());
   bool admitted = false;
   for (size_t i = 0; i < a.items.size(); ++i) {
     sequence& s = *planned_[i].seq;
     const kv_grant_item& g = a.items[i];
-    s.block_table = g.block_table;
+    apply_grant(s.block_table, g, a.blocks);
     s.holds_blocks = true;
     s.fork_parent.reset();
     if (planned_[i].from_waiting) {

@@ -61,10 +61,10 @@ TEST(block_pool, grants_blocks_and_counts_references) {
   auto ans = reserve(pool, {admit(1, iota_tokens(40))});
   ASSERT_TRUE(ans.granted);
   ASSERT_EQ(ans.items.size(), 1u);
-  EXPECT_EQ(ans.items[0].block_table.size(), 3u);
+  EXPECT_EQ(pool.table(ans.items[0].seq_id).size(), 3u);
   EXPECT_EQ(ans.items[0].num_computed, 0);
   EXPECT_EQ(ans.items[0].num_new, 40);
-  for (int32_t b : ans.items[0].block_table) EXPECT_EQ(pool.ref_count(b), 1);
+  for (int32_t b : pool.table(ans.items[0].seq_id)) EXPECT_EQ(pool.ref_count(b), 1);
   EXPECT_EQ(ans.counts.used, 3);
   EXPECT_EQ(ans.counts.free + ans.counts.cached, 7);
 
@@ -114,7 +114,7 @@ TEST(block_pool, eviction_takes_unkeyed_blocks_then_the_oldest_keys) {
   block_pool pool(6, bs, true);
   const auto a = iota_tokens(48);
   auto ans = reserve(pool, {admit(1, a)});
-  const auto table_a = ans.items[0].block_table;
+  const auto table_a = pool.table(ans.items[0].seq_id);
   reserve(pool, {}, {{1, 48}});
   // Free list: never-used blocks first, then A's blocks tail first (its prefix evicted last).
   const auto order = pool.free_list();
@@ -126,7 +126,7 @@ TEST(block_pool, eviction_takes_unkeyed_blocks_then_the_oldest_keys) {
 
   ans = reserve(pool, {admit(2, iota_tokens(52, 900))});  // 4 blocks: 3 unkeyed, then A's tail
   ASSERT_TRUE(ans.granted);
-  EXPECT_EQ(ans.items[0].block_table[3], table_a[2]);
+  EXPECT_EQ(pool.table(ans.items[0].seq_id)[3], table_a[2]);
   EXPECT_FALSE(pool.is_cached(table_a[2]));
   EXPECT_TRUE(pool.is_cached(table_a[1]));
 
@@ -136,8 +136,8 @@ TEST(block_pool, eviction_takes_unkeyed_blocks_then_the_oldest_keys) {
   ASSERT_TRUE(ans.granted);
   ASSERT_EQ(ans.items.size(), 1u);
   EXPECT_EQ(ans.items[0].num_cached, 32);
-  EXPECT_EQ(ans.items[0].block_table[0], table_a[0]);
-  EXPECT_EQ(ans.items[0].block_table[1], table_a[1]);
+  EXPECT_EQ(pool.table(ans.items[0].seq_id)[0], table_a[0]);
+  EXPECT_EQ(pool.table(ans.items[0].seq_id)[1], table_a[1]);
 }
 
 TEST(block_pool, forks_share_blocks_and_copy_on_write) {
@@ -148,7 +148,7 @@ TEST(block_pool, forks_share_blocks_and_copy_on_write) {
   parent.num_new = 20;
   auto ans = reserve(pool, {parent});
   ASSERT_TRUE(ans.granted);
-  const auto table = ans.items[0].block_table;
+  const auto table = pool.table(ans.items[0].seq_id);
   ASSERT_EQ(table.size(), 2u);
 
   auto child = [&](uint64_t id) {
@@ -165,10 +165,14 @@ TEST(block_pool, forks_share_blocks_and_copy_on_write) {
   ASSERT_EQ(ans.copies.size(), 2u) << "two children copy the partial block, the last writes in place";
   EXPECT_EQ(ans.copies[0].first, table[1]);
   EXPECT_EQ(ans.copies[1].first, table[1]);
-  EXPECT_EQ(ans.items[2].block_table[1], table[1]);
-  EXPECT_NE(ans.items[0].block_table[1], table[1]);
-  EXPECT_NE(ans.items[0].block_table[1], ans.items[1].block_table[1]);
-  for (const auto& g : ans.items) EXPECT_EQ(g.block_table[0], table[0]);
+  EXPECT_EQ(pool.table(ans.items[2].seq_id)[1], table[1]);
+  EXPECT_EQ(ans.items[0].table_from, 1) << "the grant names the replaced entry";
+  EXPECT_EQ(ans.items[0].blocks_count, 1);
+  EXPECT_EQ(ans.items[2].table_from, 2) << "nothing changed for the in-place writer";
+  EXPECT_EQ(ans.items[2].blocks_count, 0);
+  EXPECT_NE(pool.table(ans.items[0].seq_id)[1], table[1]);
+  EXPECT_NE(pool.table(ans.items[0].seq_id)[1], pool.table(ans.items[1].seq_id)[1]);
+  for (const auto& g : ans.items) EXPECT_EQ(pool.table(g.seq_id)[0], table[0]);
   EXPECT_EQ(ans.counts.used, 4);
   EXPECT_EQ(ans.counts.shared, 1);
 
