@@ -201,7 +201,8 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
       log::info("loading weights: layer {}/{} ({} MiB on the GPU)", i + 1, v.layers.size(), m->bytes >> 20);
     }
   }
-  const std::vector<float> inv_freq = rope_inv_freq(cfg.rope, cfg.head_dim);
+  // The checkpoint dtype rounds HF's inv_freq buffer; match it (see gpu/model/rope.hpp).
+  const std::vector<float> inv_freq = model_rope_inv_freq(cfg);
   void* f = nullptr;
   if (auto st = m->alloc(&f, inv_freq.size() * sizeof(float)); !st) return st.err();
   AS_CUDA_TRY(cudaMemcpyAsync(f, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
