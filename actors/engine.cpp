@@ -114,6 +114,11 @@ class engine_impl final : public engine {
 
   ~engine_impl() override {
     shutdown(std::chrono::milliseconds(0));
+    {
+      std::lock_guard<std::mutex> lock(registry_->mu);
+      registry_->by_id.clear();
+    }
+    scheduler_ = block_manager_ = executor_actor_ = caf::actor();
     system_.reset();
     executor_.reset();
   }
@@ -138,9 +143,13 @@ class engine_impl final : public engine {
     ctx.group_id = next_group_.fetch_add(1);
     ctx.seed = req.params.seed ? *req.params.seed : cfg_.executor.seed + next_seed_.fetch_add(1);
     const std::string id = req.request_id;
-    std::lock_guard<std::mutex> lock(registry_->mu);
     auto hdl = spawn_request(*system_, std::move(req), std::move(sink), ctx);
-    registry_->by_id[id] = hdl;
+    {
+      std::lock_guard<std::mutex> lock(registry_->mu);
+      registry_->by_id[id] = hdl;
+    }
+    // NOTE: attached after the insert and outside the lock: on an actor that already ended the
+    // functor runs at once, here.
     std::weak_ptr<request_registry> weak = registry_;
     hdl->attach_functor([weak, id, addr = hdl.address()] {
       if (auto reg = weak.lock()) {

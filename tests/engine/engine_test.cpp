@@ -111,6 +111,11 @@ TEST(engine, cancellation_storm_leaks_nothing_and_keeps_serving) {
     ASSERT_TRUE(e->submit(std::move(req), c.sink(i, i % 7 == 5 ? 1 + static_cast<int>(rng() % 6) : 0)).ok());
     if (i % 3 == 0) e->cancel("c" + std::to_string(rng() % static_cast<uint32_t>(i + 1)));
   }
+  // While they run: cancel at random points in time.
+  for (int k = 0; k < 300; ++k) {
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+    e->cancel("c" + std::to_string(rng() % n));
+  }
   for (int i = 0; i < n; i += 2) e->cancel("c" + std::to_string(i));
   ASSERT_TRUE(c.wait(std::chrono::seconds(120)));
   auto s = wait_idle(*e);
@@ -171,6 +176,23 @@ TEST(engine, parallel_sampling_shares_prompt_blocks) {
   ASSERT_TRUE(again.wait());
   const auto replay = again.results().at(0);
   for (const auto& [index, choice] : replay) EXPECT_EQ(choice.tokens, r.at(index).tokens);
+}
+
+TEST(engine, stop_strings_end_the_text_before_the_match) {
+  auto e = start_engine(tiny_config());
+  ASSERT_TRUE(e);
+  const std::vector<int32_t> prompt{964, 653, 102, 252, 528, 174, 781};
+  const auto full = run_all(*e, {prompt}, greedy(24)).at(0).at(0);
+  ASSERT_GE(full.text.size(), 12u) << full.text;
+  const std::string stop = full.text.substr(full.text.size() / 2, 3);
+  const size_t cut = full.text.find(stop);
+  auto p = greedy(24);
+  p.stop = {stop};
+  const auto stopped = run_all(*e, {prompt}, p).at(0).at(0);
+  EXPECT_EQ(stopped.text, full.text.substr(0, cut));
+  EXPECT_EQ(stopped.finish, finish_reason::stop);
+  EXPECT_LT(stopped.tokens.size(), full.tokens.size());
+  EXPECT_EQ(wait_idle(*e).kv_blocks_used, 0);
 }
 
 TEST(engine, rejects_invalid_requests_and_cuda_without_support) {
