@@ -1,0 +1,56 @@
+// Starts the actorserve binary (ACTORSERVE_BIN) on llama-tiny with the CPU executor and port 0,
+// and finds the bound port in its "listening on http://HOST:PORT" log line.
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const dataDir = process.env.ACTORSERVE_TEST_DATA ?? path.resolve(here, '../data');
+
+export async function startServer(extraArgs = []) {
+  const bin = process.env.ACTORSERVE_BIN;
+  if (!bin) throw new Error('set ACTORSERVE_BIN to the actorserve (or actorserve_e2e_serve) binary');
+  const args = ['serve', '--model', path.join(dataDir, 'models/llama-tiny'), '--device', 'cpu', '--port', '0',
+    '--served-model-name', 'llama-tiny', '--cpu-threads', '1',
+    '--chat-template', path.join(dataDir, 'chat_templates/templates/meta-llama-3-8b-instruct.jinja'), ...extraArgs];
+  const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  let log = '';
+  const port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 60000);
+    const onData = (chunk) => {
+      log += chunk.toString();
+      const m = log.match(/listening on http:\/\/[^:]+:(\d+)/);
+      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
+    };
+    proc.stderr.on('data', onData);
+    proc.stdout.on('data', onData);
+    proc.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited with ${code}:\n${log}`)); });
+  });
+  proc.stderr.on('data', (c) => { log += c.toString(); });
+  const stop = () => new Promise((resolve) => {
+    if (proc.exitCode !== null) { resolve(proc.exitCode); return; }
+    proc.once('exit', (code, signal) => resolve(code ?? signal));
+    proc.kill('SIGTERM');
+  });
+  return { proc, port, base: `http://127.0.0.1:${port}`, stop, log: () => log };
+}
+
+/// Polls /metrics until `metric` has `value` (or the timeout passes); returns the last value.
+export async function waitForMetric(base, metric, value, timeoutMs = 10000) {
+  const deadline = Date.now() + timeoutMs;
+  let last;
+  for (;;) {
+    const text = await (await fetch(`${base}/metrics`)).text();
+    const m = text.match(new RegExp(`^${metric.replace(/[:]/g, '\\:')} (\\S+)$`, 'm'));
+    last = m ? Number(m[1]) : undefined;
+    if (last === value || Date.now() > deadline) return last;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/// The current value of one metric.
+export async function metric(base, name) {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const m = text.match(new RegExp(`^${name.replace(/[:]/g, '\\:')} (\\S+)$`, 'm'));
+  return m ? Number(m[1]) : undefined;
+}
