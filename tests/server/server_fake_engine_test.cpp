@@ -37,7 +37,8 @@ bool eventually(Pred pred, std::chrono::milliseconds timeout = 3000ms) {
 class ServerFake : public ::testing::Test {
  protected:
   void SetUp() override { start({}); }
-  void start(const std::string& api_key, int64_t max_body = 1 << 20, int64_t context = 64) {
+  void start(const std::string& api_key, int64_t max_body = 1 << 20, int64_t context = 64,
+             int64_t max_connections = 16384, int64_t idle_timeout_s = 60) {
     server_.reset();
     auto tok = protocol::tokenizer::from_model_dir(model_dir("llama-tiny"));
     ASSERT_TRUE(tok.ok()) << tok.err().message;
@@ -47,6 +48,8 @@ class ServerFake : public ::testing::Test {
     cfg.server.port = 0;
     cfg.server.api_key = api_key;
     cfg.server.max_body_bytes = max_body;
+    cfg.server.max_connections = max_connections;
+    cfg.server.idle_timeout_s = idle_timeout_s;
     cfg.model.served_model_name = "tiny";
     auto srv = server::http_server::start(*engine_, cfg);
     ASSERT_TRUE(srv.ok()) << srv.err().message;
@@ -123,6 +126,38 @@ TEST_F(ServerFake, BodyOverLimitIs413) {
   start("", 256);
   const std::string big = R"({"prompt": ")" + std::string(1000, 'a') + "\"}";
   EXPECT_EQ(http_call(port_, "POST", "/v1/completions", big).status, 413);
+}
+
+TEST_F(ServerFake, OversizedHeadersAre431) {
+  auto r = http_call(port_, "GET", "/v1/models", {}, {"X-Filler: " + std::string(20000, 'h')});
+  EXPECT_EQ(r.status, 431);
+}
+
+TEST_F(ServerFake, IdleConnectionsAreClosed) {
+  start("", 1 << 20, 64, 16384, 1);
+  client_socket s(port_);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string buf;
+  EXPECT_FALSE(s.read_some(buf));  // EOF once the idle timeout passes
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, 900ms);
+  EXPECT_LT(waited, 5000ms);
+}
+
+TEST_F(ServerFake, ConnectionsOverTheLimitAreRefused) {
+  start("", 1 << 20, 64, 2);
+  client_socket a(port_), b(port_);
+  std::string buf;
+  a.send_all(make_request("GET", "/v1/models", ""));
+  EXPECT_EQ(read_response(a, buf).status, 200);
+  b.send_all(make_request("GET", "/v1/models", ""));
+  EXPECT_EQ(read_response(b, buf).status, 200);
+  client_socket c(port_);
+  c.send_all(make_request("GET", "/v1/models", ""));
+  EXPECT_EQ(read_response(c, buf).status, 0);  // closed without an answer
+  a.close();
+  ASSERT_TRUE(eventually([&] { return server_->context().num_connections.load() == 1; }));
+  EXPECT_EQ(http_call(port_, "GET", "/v1/models").status, 200);
 }
 
 TEST_F(ServerFake, ApiKeyGuardsEverythingButHealth) {
