@@ -233,6 +233,12 @@ void joinable_pairs::add_piece(std::string_view piece, bool bytes) {
     }
     prev = cur;
     i += len;
+    if (i == piece.size() && i == len) {  // the piece is a single unit
+      if (cur < 0x10000)
+        single_bmp_[cur >> 6] |= uint64_t{1} << (cur & 63);
+      else
+        single_other_.insert(cur);
+    }
   }
 }
 
@@ -256,10 +262,7 @@ void bpe_model::encode_word(std::string_view word, std::vector<int32_t>& out) co
     bool known = len != 0;
     if (len == 0) len = 1;
     uint32_t cur = byte_level || len == 1 ? static_cast<uint8_t>(word[i]) : decode_code_point(word.substr(i, len));
-    if (len == 1)
-      known = known && byte_id[cur] >= 0;
-    else
-      known = piece_to_id.find(word.substr(i, len)) != piece_to_id.end();
+    known = known && joinable.is_piece(cur);
     if (i > start && prev_known && known && !joinable.contains(prev, cur)) {
       merge_cached(word.substr(start, i - start), cache, out);
       start = i;

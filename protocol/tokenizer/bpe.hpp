@@ -100,10 +100,17 @@ class joinable_pairs {
     if (a < 128 && b < 128) return (ascii_[a] >> b) & 1;
     return other_.count((static_cast<uint64_t>(a) << 32) | b) != 0;
   }
+  /// Whether the unit (byte or code point) is on its own a vocabulary piece.
+  bool is_piece(uint32_t unit) const {
+    if (unit < 0x10000) return (single_bmp_[unit >> 6] >> (unit & 63)) & 1;
+    return single_other_.count(unit) != 0;
+  }
 
  private:
   std::array<__uint128_t, 128> ascii_{};
   std::unordered_set<uint64_t> other_;
+  std::vector<uint64_t> single_bmp_ = std::vector<uint64_t>(0x10000 / 64);
+  std::unordered_set<uint32_t> single_other_;
 };
 
 /// The BPE model of one tokenizer.json.
