@@ -13,6 +13,7 @@ struct attention_plan {
   std::vector<attn_item> items;
   std::vector<attn_combine> combines;
   int32_t num_partials = 0;      ///< partial slots used (<= the capacity given)
+  int32_t num_decode_items = 0;  ///< the last items are decode pieces (attention backends' decode kernels)
 };
 
 /// Tiles `seqs` (each query token at position context_len - q_len + i sees keys [0, pos]).

@@ -68,10 +68,21 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   info_.eos_token_ids = c.eos_token_ids;
   max_tokens_ = opts.max_num_batched_tokens;
   max_rows_ = opts.max_num_seqs;
-  max_partials_ = 4 * num_sms_;
+  attention_shape ashape;
+  ashape.dt = dt_;
+  ashape.num_heads = static_cast<int>(c.num_heads);
+  ashape.num_kv_heads = static_cast<int>(c.num_kv_heads);
+  ashape.head_dim = static_cast<int>(c.head_dim);
+  ashape.block_size = opts.block_size;
+  ashape.num_sms = num_sms_;
+  auto backend = make_attention_backend(opts.kv_layout, ashape);
+  if (!backend) return backend.err();
+  attention_ = std::move(backend.value());
+  log::info("attention backend: {}, block size {}", attention_->name(), attention_->block_size());
+  max_partials_ = attention_->max_partials();
   max_blocks_per_seq_ = static_cast<int>((max_len + opts.block_size - 1) / opts.block_size);
   qkv_width_ = static_cast<int>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
-  block_bytes_ = size_t(opts.block_size) * c.num_kv_heads * c.head_dim * act_size(dt_);
+  block_bytes_ = attention_->block_bytes();
   if (auto st = allocate_buffers(); !st) return st;
   for (host_slot& s : slots_) {
     AS_CUDA_TRY(cudaEventCreate(&s.start));

@@ -18,6 +18,7 @@ namespace actorserve::gpu {
 struct cuda_executor_options {
   dtype_choice dtype = dtype_choice::auto_detect;   ///< auto: bf16 unless the checkpoint is fp16
   int32_t block_size = 16;                          ///< tokens per KV block
+  kv_cache_layout kv_layout = kv_cache_layout::vllm;  ///< attention backend (--paged-kv-cache-type)
   std::optional<int64_t> num_blocks_override;       ///< --num-gpu-blocks-override
   double gpu_memory_utilization = 0.9;              ///< share of device memory this process may use
   int32_t max_num_batched_tokens = 2048;            ///< tokens per step at most

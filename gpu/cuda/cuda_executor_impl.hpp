@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "gpu/cuda/attention_plan.hpp"
+#include "gpu/cuda/attention/backend.hpp"
 #include "gpu/cuda/cuda_executor.hpp"
 #include "gpu/cuda/cuda_model.hpp"
 #include "gpu/cuda/kernels.hpp"
@@ -58,7 +58,7 @@ struct pending_step {
 struct launch_shape {
   int tokens = 0;        ///< rows through the layers
   int sample_rows = 0;   ///< rows through lm_head and the sampler
-  int item_grid = 0, combine_grid = 0;
+  attention_grids attn;  ///< attention launch sizes
   int block_copies = 0;
   size_t pairs_offset = 0;
 };
@@ -92,6 +92,7 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   cuda_executor_options opts_;
   executor_info info_;
   std::unique_ptr<device_model> model_;
+  std::unique_ptr<attention_backend> attention_;
   act_dtype dt_ = act_dtype::bf16;
   cudaStream_t stream_ = nullptr;
   gemm_runner gemm_;

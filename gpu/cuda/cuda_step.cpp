@@ -195,14 +195,15 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
     sample_rows.push_back(i);
     sseqs.push_back(sample_seq{});
   }
-  const attention_plan plan = plan_attention(aseqs, static_cast<int>(c.num_heads), static_cast<int>(c.num_kv_heads),
-                                             2 * num_sms_, max_partials_);
+  const attention_plan plan = attention_->plan(aseqs);
   if (plan.items.size() > layout_.item_capacity) return bad_step("attention work exceeds its staging capacity");
   std::memcpy(at<char>(h, layout_.seqs), aseqs.data(), aseqs.size() * sizeof(attn_seq));
   std::memcpy(at<char>(h, layout_.items), plan.items.data(), plan.items.size() * sizeof(attn_item));
   std::memcpy(at<char>(h, layout_.combines), plan.combines.data(), plan.combines.size() * sizeof(attn_combine));
-  at<int32_t>(h, layout_.counts)[0] = static_cast<int32_t>(plan.items.size());
+  at<int32_t>(h, layout_.counts)[0] = static_cast<int32_t>(plan.items.size()) - plan.num_decode_items;
   at<int32_t>(h, layout_.counts)[1] = static_cast<int32_t>(plan.combines.size());
+  at<int32_t>(h, layout_.counts)[2] = plan.num_decode_items;
+  at<int32_t>(h, layout_.counts)[3] = 0;
   std::memcpy(at<char>(h, layout_.sample_rows), sample_rows.data(), sample_rows.size() * 4);
   std::memcpy(at<char>(h, layout_.sample_seqs), sseqs.data(), sseqs.size() * sizeof(sample_seq));
   std::memcpy(at<char>(h, layout_.masks), masks.data(), masks.size() * 4);
@@ -222,7 +223,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
       {layout_.slots, size_t(rows_tok) * 4},
       {layout_.sample_rows, sample_rows.size() * 4},
       {layout_.seqs, aseqs.size() * sizeof(attn_seq)},
-      {layout_.counts, 8},
+      {layout_.counts, 16},
       {layout_.items, plan.items.size() * sizeof(attn_item)},
       {layout_.combines, plan.combines.size() * sizeof(attn_combine)},
       {layout_.sample_seqs, sseqs.size() * sizeof(sample_seq)},
@@ -240,12 +241,10 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   shape.tokens = rows_tok;
   shape.sample_rows = static_cast<int>(sample_rows.size());
   if (bucket) {
-    shape.item_grid = static_cast<int>(bucket * c.num_kv_heads + max_partials_);
-    shape.combine_grid = max_partials_;
+    shape.attn = attention_->decode_graph_grids(bucket);
     if (auto st = launch_decode_graph(bucket, shape); !st) return st;
   } else {
-    shape.item_grid = static_cast<int>(plan.items.size());
-    shape.combine_grid = static_cast<int>(plan.combines.size());
+    shape.attn = attention_->grids(plan);
     if (auto st = enqueue_forward(shape); !st) return st;
   }
   if (shape.sample_rows > 0) {
@@ -268,7 +267,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   auto* ids = at<int32_t>(meta_, layout_.ids);
   AS_CUDA_TRY(embedding_gather(dt_, m.embed, ids, n, hidden, residual_, stream_));
-  attention_args aa;
+  attn_launch aa;
   aa.q = qkv_;
   aa.q_stride = qkv_width_;
   aa.block_tables = at<int32_t>(meta_, layout_.block_tables);
@@ -276,10 +275,11 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   aa.items = at<attn_item>(meta_, layout_.items);
   aa.combines = at<attn_combine>(meta_, layout_.combines);
   aa.counts = at<int32_t>(meta_, layout_.counts);
-  aa.item_grid = shape.item_grid;
-  aa.combine_grid = shape.combine_grid;
-  aa.partial_acc = partial_acc_;
-  aa.partial_ml = partial_ml_;
+  aa.prefill_grid = shape.attn.prefill;
+  aa.decode_grid = shape.attn.decode;
+  aa.combine_grid = shape.attn.combine;
+  aa.partial_o = partial_acc_;
+  aa.partial_lse = partial_ml_;
   aa.out = attn_;
   aa.num_heads = H;
   aa.num_kv_heads = KVH;
@@ -309,7 +309,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
     aa.k_cache = k_cache;
     aa.v_cache = v_cache;
-    AS_CUDA_TRY(paged_attention(dt_, aa, stream_));
+    AS_CUDA_TRY(attention_->run(aa, stream_));
     if (auto st = gemm_.run(dt_, attn_, n, H * D, w.o, hidden, delta_); !st) return st;
     AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta_, w.o_bias, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
     if (auto st = gemm_.run(dt_, x_, n, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;

@@ -1,0 +1,229 @@
+#include "gpu/cuda/attention/backend.hpp"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "config/log.hpp"
+#include "gpu/cuda/attention/split_heuristic.hpp"
+
+namespace actorserve::gpu::cuda {
+namespace {
+
+/// Prefill tiles of `tc_prefill_rows` query rows (tokens x the GQA group), one per KV head.
+void plan_prefill(std::span<const attn_seq> seqs, int group, int num_kv_heads, attention_plan& plan) {
+  const int tile_tokens = std::max(1, tc_prefill_rows / group);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const attn_seq& sq = seqs[s];
+    if (sq.q_len <= 1) continue;
+    const int32_t ctx_before = sq.context_len - sq.q_len;
+    for (int32_t t0 = 0; t0 < sq.q_len; t0 += tile_tokens) {
+      const int32_t len = std::min(tile_tokens, sq.q_len - t0);
+      for (int h = 0; h < num_kv_heads; ++h) {
+        attn_item it;
+        it.seq = static_cast<int32_t>(s);
+        it.q_begin = sq.q_start + t0;
+        it.q_len = len;
+        it.kv_head = h;
+        it.kv_end = ctx_before + t0 + len;
+        plan.items.push_back(it);
+      }
+    }
+  }
+}
+
+/// Decode pieces: every q_len == 1 sequence and KV head, cut into `chunk`-token pieces (0: none).
+void plan_decode(std::span<const attn_seq> seqs, int num_kv_heads, int32_t chunk, attention_plan& plan) {
+  const size_t first = plan.items.size();
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const attn_seq& sq = seqs[s];
+    if (sq.q_len != 1) continue;
+    for (int h = 0; h < num_kv_heads; ++h) {
+      attn_item it;
+      it.seq = static_cast<int32_t>(s);
+      it.q_begin = sq.q_start;
+      it.q_len = 1;
+      it.kv_head = h;
+      it.kv_end = sq.context_len;
+      if (chunk <= 0 || sq.context_len <= chunk) {
+        plan.items.push_back(it);
+        continue;
+      }
+      attn_combine cb;
+      cb.q_begin = sq.q_start;
+      cb.q_len = 1;
+      cb.kv_head = h;
+      cb.first_partial = plan.num_partials;
+      cb.num_splits = (sq.context_len + chunk - 1) / chunk;
+      for (int32_t p = 0; p < cb.num_splits; ++p) {
+        attn_item piece = it;
+        piece.kv_begin = p * chunk;
+        piece.kv_end = std::min(sq.context_len, (p + 1) * chunk);
+        piece.partial = plan.num_partials++;
+        plan.items.push_back(piece);
+      }
+      plan.combines.push_back(cb);
+    }
+  }
+  plan.num_decode_items = static_cast<int32_t>(plan.items.size() - first);
+}
+
+std::vector<int32_t> decode_lengths(std::span<const attn_seq> seqs) {
+  std::vector<int32_t> lens;
+  for (const attn_seq& s : seqs)
+    if (s.q_len == 1) lens.push_back(s.context_len);
+  return lens;
+}
+
+/// Tensor-core backends: prefill tiles, then decode pieces for one of the decode kernels.
+class tc_backend : public attention_backend {
+ public:
+  tc_backend(const attention_shape& shape, bool vllm) : vllm_(vllm) {
+    shape_ = shape;
+    name_ = vllm ? "vllm" : "flash-decoding";
+    ctas_per_sm_ = std::max(1, decode_ctas_per_sm(shape.dt, shape.head_dim, vllm));
+    // flash-decoding splits at most one wave; vLLM's 512-token partitions need more slots.
+    resident_slots_ = shape.num_sms * ctas_per_sm_;
+    max_partials_ = vllm ? 32 * shape.num_sms : 2 * resident_slots_;
+  }
+
+  attention_plan plan(std::span<const attn_seq> seqs) const override {
+    attention_plan p;
+    plan_prefill(seqs, shape_.num_heads / shape_.num_kv_heads, shape_.num_kv_heads, p);
+    const std::vector<int32_t> lens = decode_lengths(seqs);
+    plan_decode(seqs, shape_.num_kv_heads, lens.empty() ? 0 : decode_chunk(lens), p);
+    return p;
+  }
+
+  int run(const attn_launch& a, cudaStream_t s) const override {
+    if (int e = launch_tc_prefill(shape_.dt, a, s)) return e;
+    if (int e = vllm_ ? launch_vllm_decode(shape_.dt, a, s) : launch_fd_decode(shape_.dt, a, s)) return e;
+    return launch_lse_combine(shape_.dt, a, s);
+  }
+
+ private:
+  int32_t decode_chunk(const std::vector<int32_t>& lens) const {
+    if (!vllm_) {
+      split_inputs in;
+      in.num_kv_heads = shape_.num_kv_heads;
+      in.num_sms = shape_.num_sms;
+      in.ctas_per_sm = ctas_per_sm_;
+      in.tile = fd_kv_tile;
+      in.max_partials = max_partials_;
+      return choose_kv_chunk(lens, in);
+    }
+    const int32_t longest = *std::max_element(lens.begin(), lens.end());
+    if (!vllm_use_partitions(longest, static_cast<int>(lens.size()), shape_.num_heads)) return 0;
+    int32_t chunk = vllm_partition;  // v2; a larger partition only when the slots run out
+    while (decode_ctas(lens, shape_.num_kv_heads, chunk) > max_partials_ && chunk < longest) chunk *= 2;
+    return chunk;
+  }
+
+  bool vllm_ = false;
+  int ctas_per_sm_ = 1;
+};
+
+/// Head dims without a tensor-core build: the generic CUDA-core kernel (attention_kernels.cu).
+class generic_backend : public attention_backend {
+ public:
+  generic_backend(const attention_shape& shape, const char* requested) {
+    shape_ = shape;
+    name_ = fmt::format("{} (generic kernel)", requested);
+    max_partials_ = 4 * shape.num_sms;
+  }
+
+  attention_plan plan(std::span<const attn_seq> seqs) const override {
+    return plan_attention(seqs, shape_.num_heads, shape_.num_kv_heads, 2 * shape_.num_sms, max_partials_);
+  }
+
+  attention_grids decode_graph_grids(int batch) const override {
+    return {batch * shape_.num_kv_heads + max_partials_, 0, max_partials_};
+  }
+
+  int run(const attn_launch& a, cudaStream_t s) const override {
+    attention_args g;
+    g.q = a.q;
+    g.q_stride = a.q_stride;
+    g.k_cache = a.k_cache;
+    g.v_cache = a.v_cache;
+    g.block_tables = a.block_tables;
+    g.seqs = a.seqs;
+    g.items = a.items;
+    g.combines = a.combines;
+    g.counts = a.counts;
+    g.item_grid = a.prefill_grid;
+    g.combine_grid = a.combine_grid;
+    g.partial_acc = a.partial_o;
+    g.partial_ml = a.partial_lse;
+    g.out = a.out;
+    g.num_heads = a.num_heads;
+    g.num_kv_heads = a.num_kv_heads;
+    g.head_dim = a.head_dim;
+    g.block_size = a.block_size;
+    g.scale = a.scale;
+    return paged_attention(shape_.dt, g, s);
+  }
+};
+
+error bad(const std::string& what) { return make_error(error_code::invalid_argument, what); }
+
+}  // namespace
+
+size_t attention_backend::block_bytes() const {
+  return size_t(shape_.block_size) * shape_.num_kv_heads * shape_.head_dim * act_size(shape_.dt);
+}
+
+attention_grids attention_backend::grids(const attention_plan& p) const {
+  attention_grids g;
+  g.decode = p.num_decode_items;
+  g.prefill = static_cast<int>(p.items.size()) - p.num_decode_items;
+  g.combine = static_cast<int>(p.combines.size());
+  return g;
+}
+
+attention_grids attention_backend::decode_graph_grids(int batch) const {
+  // The decode kernels stride over their items, so any grid is correct; this one covers every
+  // flash-decoding plan (at most max(B x KVH, one wave of slots)) without looping.
+  const int base = batch * shape_.num_kv_heads;
+  return {0, std::max(base, resident_slots_), std::min(base, max_partials_)};
+}
+
+result<std::unique_ptr<attention_backend>> make_attention_backend(kv_cache_layout layout,
+                                                                  const attention_shape& shape_in) {
+  attention_shape shape = shape_in;
+  const bool vllm = layout == kv_cache_layout::vllm;
+  const char* name = to_string(layout);
+  const int bs = shape.block_size;
+  if (vllm && bs != 8 && bs != 16 && bs != 32)
+    return bad(fmt::format("--block-size {}: --paged-kv-cache-type vllm takes 8, 16 or 32", bs));
+  if (!vllm && (bs < 64 || bs > 256 || bs % 16 != 0))
+    return bad(fmt::format("--block-size {}: --paged-kv-cache-type flash-decoding takes a multiple of 16 "
+                           "from 64 to 256", bs));
+  if (shape.num_kv_heads <= 0 || shape.num_heads % shape.num_kv_heads != 0)
+    return bad(fmt::format("attention: {} query heads are not a multiple of {} KV heads", shape.num_heads,
+                           shape.num_kv_heads));
+  const int group = shape.num_heads / shape.num_kv_heads;
+  if (group > 16)
+    return bad(fmt::format("attention: GQA group of {} query heads per KV head (at most 16 supported)", group));
+  if (shape.head_dim <= 0 || shape.head_dim % 8 != 0 || shape.head_dim > 256)
+    return bad(fmt::format("attention: head_dim {} unsupported (64 and 128 on tensor cores; other multiples of 8 "
+                           "up to 256 on the generic kernel)", shape.head_dim));
+  if (shape.num_sms <= 0) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&shape.num_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      shape.num_sms = 1;
+    }
+  }
+  if (!tc_head_dim_supported(shape.head_dim) || group > 8) {
+    log::warn("attention: head_dim {} / GQA group {} has no tensor-core build; --paged-kv-cache-type {} runs "
+              "on the generic CUDA-core kernel", shape.head_dim, group, name);
+    return std::unique_ptr<attention_backend>(std::make_unique<generic_backend>(shape, name));
+  }
+  return std::unique_ptr<attention_backend>(std::make_unique<tc_backend>(shape, vllm));
+}
+
+}  // namespace actorserve::gpu::cuda

@@ -1,0 +1,64 @@
+#pragma once
+/// The attention-backend interface of the CUDA executor: a backend owns the KV block size and
+/// layout, plans each step's attention work on the host (plan) and runs it per layer (run).
+/// Selected by --paged-kv-cache-type (vllm | flash-decoding) and --block-size; the block manager
+/// only sees block ids and the block size. docs/attention.md describes both backends.
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "config/engine_config.hpp"
+#include "config/error.hpp"
+#include "gpu/cuda/attention/launch.hpp"
+#include "gpu/cuda/attention_plan.hpp"
+
+namespace actorserve::gpu::cuda {
+
+/// What an attention backend is built for.
+struct attention_shape {
+  act_dtype dt = act_dtype::bf16;
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int block_size = 16;       ///< tokens per KV block
+  int num_sms = 0;           ///< 0: read from the current device
+};
+
+/// Grid sizes of one attention launch (upper bounds when a CUDA graph replays them).
+struct attention_grids {
+  int prefill = 0, decode = 0, combine = 0;
+};
+
+class attention_backend {
+ public:
+  virtual ~attention_backend() = default;
+  /// "vllm" or "flash-decoding"; " (generic kernel)" when the head dim falls back.
+  const std::string& name() const { return name_; }
+  /// Tokens per KV block (the block manager's unit).
+  int block_size() const { return shape_.block_size; }
+  /// Bytes of one KV block of one cache (K or V of one layer): [block_size, KVH, D] elements.
+  size_t block_bytes() const;
+  /// Partial slots (attn_tile_rows x head_dim floats each) one step may use.
+  int max_partials() const { return max_partials_; }
+  /// The step's work list for `seqs` (a sequence with q_len 1 is a decode).
+  virtual attention_plan plan(std::span<const attn_seq> seqs) const = 0;
+  /// Launch sizes of a plan.
+  attention_grids grids(const attention_plan& p) const;
+  /// Launch sizes that cover any plan of a decode-only step of `batch` sequences.
+  virtual attention_grids decode_graph_grids(int batch) const;
+  /// Enqueues one layer's attention on `s`; a cudaError_t as int (0 = success).
+  virtual int run(const attn_launch& a, cudaStream_t s) const = 0;
+
+ protected:
+  attention_shape shape_;
+  std::string name_;
+  int max_partials_ = 0;
+  int resident_slots_ = 1;   ///< decode CTAs resident at once (SMs x occupancy)
+};
+
+/// Builds the backend for `layout`, checking block size, head dim and GQA group: a clear
+/// invalid_argument error names the flag. Head dims other than 64 and 128 run on the generic
+/// CUDA-core kernel (paged_attention) with a warning.
+result<std::unique_ptr<attention_backend>> make_attention_backend(kv_cache_layout layout,
+                                                                  const attention_shape& shape);
+
+}  // namespace actorserve::gpu::cuda

@@ -1,0 +1,88 @@
+#pragma once
+// Pieces the decode kernels share: masking the keys past a piece's end and the final merge of the
+// warps' online-softmax states, which writes the output or a split piece's partial.
+#include <cmath>
+
+#include "gpu/cuda/attention/tile_ops.cuh"
+
+namespace actorserve::gpu::cuda::attn_dev {
+
+/// Sets scores of keys k0 + column >= kv_end to -inf (the accumulator layout of m16n8).
+template <int NK>
+__device__ __forceinline__ void mask_tail(float (&s)[NK / 8][4], int k0, int kv_end, int lane) {
+  if (k0 + NK <= kv_end) return;
+#pragma unroll
+  for (int n = 0; n < NK / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (k0 + n * 8 + (lane % 4) * 2 + (e & 1) >= kv_end) s[n][e] = -INFINITY;
+}
+
+/// Merges the NW warps' states of the same 16 rows (each warp saw different keys) through
+/// `red` (shared memory, at least NW * 16 * (D + 4) + NW * 32 floats) and stores rows < valid:
+/// the output when it.partial < 0, else the normalised partial and its log2-sum-exp.
+template <class T, int D, int NW>
+__device__ __forceinline__ void merge_warps_and_store(const attn_launch& a, const attn_item& it, warp_rows<T, D>& w,
+                                                      float* red, int valid, int tid) {
+  constexpr int kStride = D + 4;
+  const int lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
+  w.finish_sums();
+  float* o_s = red;
+  float* ml_s = red + NW * 16 * kStride;
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = lane / 4 + h * 8, col = n * 8 + (lane % 4) * 2;
+      *reinterpret_cast<float2*>(o_s + (warp * 16 + row) * kStride + col) = make_float2(w.o[n][2 * h], w.o[n][2 * h + 1]);
+    }
+  if (lane % 4 == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      ml_s[(warp * 16 + lane / 4 + h * 8) * 2] = w.m[h];
+      ml_s[(warp * 16 + lane / 4 + h * 8) * 2 + 1] = w.l[h];
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < valid * (D / 4); idx += NW * 32) {
+    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
+    float M = -INFINITY;
+#pragma unroll
+    for (int v = 0; v < NW; ++v) M = fmaxf(M, ml_s[(v * 16 + r) * 2]);
+    float L = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (M != -INFINITY) {
+#pragma unroll
+      for (int v = 0; v < NW; ++v) {
+        const float mv = ml_s[(v * 16 + r) * 2];
+        if (mv == -INFINITY) continue;
+        const float f = exp2f(mv - M);
+        L += ml_s[(v * 16 + r) * 2 + 1] * f;
+        const float4 x = *reinterpret_cast<const float4*>(o_s + (v * 16 + r) * kStride + c);
+        acc.x += x.x * f;
+        acc.y += x.y * f;
+        acc.z += x.z * f;
+        acc.w += x.w * f;
+      }
+    }
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    acc.x *= inv;
+    acc.y *= inv;
+    acc.z *= inv;
+    acc.w *= inv;
+    if (it.partial < 0) {
+      const int tok = it.q_begin + r / G, head = it.kv_head * G + r % G;
+      T* out = static_cast<T*>(a.out) + size_t(tok) * a.num_heads * D + head * D + c;
+      uint2 v;
+      v.x = elem<T>::pack(acc.x, acc.y);
+      v.y = elem<T>::pack(acc.z, acc.w);
+      *reinterpret_cast<uint2*>(out) = v;
+    } else {
+      const size_t row = size_t(it.partial) * attn_tile_rows + r;
+      *reinterpret_cast<float4*>(a.partial_o + row * D + c) = acc;
+      if (c == 0) a.partial_lse[row * 2] = L > 0.0f ? M + log2f(L) : -INFINITY;
+    }
+  }
+}
+
+}  // namespace actorserve::gpu::cuda::attn_dev

@@ -1,0 +1,198 @@
+// Decode kernels of the two attention backends, both on tensor cores (mma.sync m16n8k16, fp32
+// accumulation) with the query heads of one GQA group packed into the rows of one 16-row tile,
+// so each KV head is read once for all of its query heads:
+//  - flash-decoding: the CTA streams its KV range in 64-token tiles through a 3-stage cp.async
+//    pipeline; each of the 4 warps takes 16 keys of every tile.
+//  - vLLM-style: each warp walks its own 16-token blocks (u = warp, warp + 4, ...) with a private
+//    3-stage cp.async pipeline and no CTA barrier in the loop (vLLM's warp-per-block walk).
+// Both end with a merge of the 4 warps' (max, sum, output) and either write the output or a
+// normalised partial plus its log-sum-exp for the split merge (combine_kernel.cu).
+#include <cmath>
+
+#include "gpu/cuda/attention/decode_common.cuh"
+
+namespace actorserve::gpu::cuda {
+namespace {
+
+using namespace attn_dev;
+
+constexpr int kThreads = 128, kWarps = 4;
+
+template <int D>
+constexpr int fd_smem_bytes() { return fd_stages * 2 * fd_kv_tile * D * 2 + 16 * D * 2; }
+
+template <class T, int D>
+__device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
+  constexpr int kTile = fd_kv_tile, kSt = fd_stages, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
+  const attn_seq sq = a.seqs[it.seq];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
+  const uint32_t s0 = smem_addr(smem_raw), q_s = s0 + kSt * 2 * kTileBytes;
+  const int32_t* bt = a.block_tables + sq.bt_offset;
+  const auto* kc = static_cast<const uint16_t*>(a.k_cache);
+  const auto* vc = static_cast<const uint16_t*>(a.v_cache);
+  stage_q<T, D, kThreads>(a, it.q_begin, it.kv_head, 16, G * it.q_len, q_s, tid);
+  const int ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
+#pragma unroll
+  for (int s = 0; s < kSt - 1; ++s) {
+    if (s < ntiles)
+      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + s * kTile,
+                                       it.kv_end, s0 + s * 2 * kTileBytes, s0 + s * 2 * kTileBytes + kTileBytes, tid);
+    cp_async_commit();
+  }
+  __syncthreads();
+  warp_rows<T, D> w;
+  w.init(q_s, lane);
+  for (int t = 0; t < ntiles; ++t) {
+    cp_async_wait<kSt - 2>();
+    __syncthreads();
+    const int nt = t + kSt - 1;
+    if (nt < ntiles) {
+      const uint32_t st = s0 + (nt % kSt) * 2 * kTileBytes;
+      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + nt * kTile,
+                                       it.kv_end, st, st + kTileBytes, tid);
+    }
+    cp_async_commit();
+    const uint32_t k_s = s0 + (t % kSt) * 2 * kTileBytes;
+    float sc[kWarpKeys / 8][4];
+    w.template scores<kWarpKeys>(k_s, warp * kWarpKeys, lane, sc);
+    mask_tail<kWarpKeys>(sc, it.kv_begin + t * kTile + warp * kWarpKeys, it.kv_end, lane);
+    w.template accumulate<kWarpKeys>(sc, k_s + kTileBytes, warp * kWarpKeys, lane);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  merge_warps_and_store<T, D, kWarps>(a, it, w, reinterpret_cast<float*>(smem_raw), G * it.q_len, tid);
+}
+
+/// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) fd_decode_kernel(attn_launch a) {
+  extern __shared__ uint4 smem_raw[];
+  const int n = a.counts[2];
+  for (int i = blockIdx.x; i < n; i += gridDim.x) {
+    if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
+    fd_decode_item<T, D>(a, a.items[a.counts[0] + i], smem_raw);
+  }
+}
+
+template <int D>
+constexpr int vllm_smem_bytes() { return kWarps * fd_stages * 2 * vllm_warp_tokens * D * 2 + 16 * D * 2; }
+
+template <class T, int D>
+__device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
+  constexpr int kU = vllm_warp_tokens, kSt = fd_stages, kUnitBytes = kU * D * 2;
+  const attn_seq sq = a.seqs[it.seq];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
+  const uint32_t s0 = smem_addr(smem_raw), q_s = s0 + kWarps * kSt * 2 * kUnitBytes;
+  const uint32_t my = s0 + warp * kSt * 2 * kUnitBytes;  // this warp's stages
+  const int32_t* bt = a.block_tables + sq.bt_offset;
+  const auto* kc = static_cast<const uint16_t*>(a.k_cache);
+  const auto* vc = static_cast<const uint16_t*>(a.v_cache);
+  stage_q<T, D, kThreads>(a, it.q_begin, it.kv_head, 16, G * it.q_len, q_s, tid);
+  const int units = (it.kv_end - it.kv_begin + kU - 1) / kU;
+  const int mine = units > warp ? (units - warp + kWarps - 1) / kWarps : 0;
+#pragma unroll
+  for (int s = 0; s < kSt - 1; ++s) {
+    if (s < mine)
+      load_kv_tile<D, kU, 32>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads,
+                              it.kv_begin + (warp + s * kWarps) * kU, it.kv_end, my + s * 2 * kUnitBytes,
+                              my + s * 2 * kUnitBytes + kUnitBytes, lane);
+    cp_async_commit();
+  }
+  __syncthreads();
+  warp_rows<T, D> w;
+  w.init(q_s, lane);
+  for (int i = 0; i < mine; ++i) {
+    cp_async_wait<kSt - 2>();
+    __syncwarp();
+    const int ni = i + kSt - 1;
+    if (ni < mine) {
+      const uint32_t st = my + (ni % kSt) * 2 * kUnitBytes;
+      load_kv_tile<D, kU, 32>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads,
+                              it.kv_begin + (warp + ni * kWarps) * kU, it.kv_end, st, st + kUnitBytes, lane);
+    }
+    cp_async_commit();
+    const uint32_t k_s = my + (i % kSt) * 2 * kUnitBytes;
+    float sc[kU / 8][4];
+    w.template scores<kU>(k_s, 0, lane, sc);
+    mask_tail<kU>(sc, it.kv_begin + (warp + i * kWarps) * kU, it.kv_end, lane);
+    w.template accumulate<kU>(sc, k_s + kUnitBytes, 0, lane);
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  merge_warps_and_store<T, D, kWarps>(a, it, w, reinterpret_cast<float*>(smem_raw), G * it.q_len, tid);
+}
+
+/// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) vllm_decode_kernel(attn_launch a) {
+  extern __shared__ uint4 smem_raw[];
+  const int n = a.counts[2];
+  for (int i = blockIdx.x; i < n; i += gridDim.x) {
+    if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
+    vllm_decode_item<T, D>(a, a.items[a.counts[0] + i], smem_raw);
+  }
+}
+
+template <class K>
+int configure(K kernel, int smem) {
+  return int(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+}
+
+template <class T, int D>
+int launch_fd(const attn_launch& a, cudaStream_t s) {
+  static const int configured = configure(fd_decode_kernel<T, D>, fd_smem_bytes<D>());
+  if (configured != 0) return configured;
+  if (a.decode_grid > 0) fd_decode_kernel<T, D><<<a.decode_grid, kThreads, fd_smem_bytes<D>(), s>>>(a);
+  return int(cudaGetLastError());
+}
+
+template <class T, int D>
+int launch_vllm(const attn_launch& a, cudaStream_t s) {
+  static const int configured = configure(vllm_decode_kernel<T, D>, vllm_smem_bytes<D>());
+  if (configured != 0) return configured;
+  if (a.decode_grid > 0) vllm_decode_kernel<T, D><<<a.decode_grid, kThreads, vllm_smem_bytes<D>(), s>>>(a);
+  return int(cudaGetLastError());
+}
+
+template <class T, int D>
+int occupancy(bool vllm) {
+  int n = 0;
+  const int smem = vllm ? vllm_smem_bytes<D>() : fd_smem_bytes<D>();
+  cudaError_t e = vllm ? cudaErrorUnknown : cudaSuccess;
+  if (vllm) {
+    e = cudaError_t(configure(vllm_decode_kernel<T, D>, smem));
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, vllm_decode_kernel<T, D>, kThreads, smem);
+  } else {
+    e = cudaError_t(configure(fd_decode_kernel<T, D>, smem));
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_kernel<T, D>, kThreads, smem);
+  }
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+int launch_fd_decode(act_dtype dt, const attn_launch& a, cudaStream_t s) {
+  if (a.head_dim == 128) return dt == act_dtype::bf16 ? launch_fd<__nv_bfloat16, 128>(a, s) : launch_fd<__half, 128>(a, s);
+  if (a.head_dim == 64) return dt == act_dtype::bf16 ? launch_fd<__nv_bfloat16, 64>(a, s) : launch_fd<__half, 64>(a, s);
+  return int(cudaErrorInvalidValue);
+}
+
+int launch_vllm_decode(act_dtype dt, const attn_launch& a, cudaStream_t s) {
+  if (a.head_dim == 128)
+    return dt == act_dtype::bf16 ? launch_vllm<__nv_bfloat16, 128>(a, s) : launch_vllm<__half, 128>(a, s);
+  if (a.head_dim == 64)
+    return dt == act_dtype::bf16 ? launch_vllm<__nv_bfloat16, 64>(a, s) : launch_vllm<__half, 64>(a, s);
+  return int(cudaErrorInvalidValue);
+}
+
+int decode_ctas_per_sm(act_dtype dt, int head_dim, bool vllm) {
+  if (head_dim == 128) return dt == act_dtype::bf16 ? occupancy<__nv_bfloat16, 128>(vllm) : occupancy<__half, 128>(vllm);
+  if (head_dim == 64) return dt == act_dtype::bf16 ? occupancy<__nv_bfloat16, 64>(vllm) : occupancy<__half, 64>(vllm);
+  return 0;
+}
+
+}  // namespace actorserve::gpu::cuda

@@ -1,0 +1,63 @@
+#pragma once
+/// Device-side arguments and launchers of the attention backends' kernels (plain C++17: included
+/// by .cu files). Work lists are built on the host (backend.hpp) and read on the device, so a
+/// captured CUDA graph replays with new lists at the same addresses.
+///
+/// The KV cache of one layer is [num_blocks, block_size, num_kv_heads, head_dim] of the
+/// activation dtype for K and for V (what rope_kv_write fills); every kernel here reads it
+/// through the block table, one 16-byte row chunk per copy.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gpu/cuda/kernels.hpp"
+
+namespace actorserve::gpu::cuda {
+
+/// One attention call (one layer). Items [0, counts[0]) are prefill tiles, items
+/// [counts[0], counts[0] + counts[2]) decode pieces; counts[1] combines merge split decode pieces.
+struct attn_launch {
+  const float* q = nullptr;          ///< token t, head h at q[t * q_stride + h * D] (fp32)
+  int q_stride = 0;
+  const void* k_cache = nullptr;
+  const void* v_cache = nullptr;
+  const int32_t* block_tables = nullptr;
+  const attn_seq* seqs = nullptr;
+  const attn_item* items = nullptr;
+  const attn_combine* combines = nullptr;
+  const int32_t* counts = nullptr;   ///< device: [0] prefill items, [1] combines, [2] decode items
+  int prefill_grid = 0, decode_grid = 0, combine_grid = 0;  ///< launch sizes (upper bounds)
+  float* partial_o = nullptr;        ///< [slots, attn_tile_rows, D]: normalised partial outputs
+  float* partial_lse = nullptr;      ///< [slots, attn_tile_rows, 2]: [0] = log2-sum-exp of the piece
+  void* out = nullptr;               ///< [tokens, H * D] of the activation dtype
+  int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
+  float scale = 1.0f;                ///< softmax scale (1/sqrt(D))
+};
+
+/// KV tokens per pipeline stage of the flash-decoding decode kernel (split chunks are multiples).
+inline constexpr int fd_kv_tile = 64;
+/// Pipeline stages of the flash-decoding decode kernel.
+inline constexpr int fd_stages = 3;
+/// Tokens one warp of the vLLM-style kernel takes per step (a 16-token block).
+inline constexpr int vllm_warp_tokens = 16;
+/// The vLLM v2 partition (tokens per split of a long context).
+inline constexpr int vllm_partition = 512;
+/// Query rows (tokens x heads of one KV group) of one tensor-core prefill tile.
+inline constexpr int tc_prefill_rows = 64;
+
+/// Head dims the tensor-core kernels are built for; others go through paged_attention.
+inline constexpr bool tc_head_dim_supported(int d) { return d == 64 || d == 128; }
+
+/// Flash-decoding decode kernel over items [counts[0], counts[0] + counts[2]).
+int launch_fd_decode(act_dtype dt, const attn_launch& a, cudaStream_t s);
+/// vLLM-style (warp per block) decode kernel over the same decode items.
+int launch_vllm_decode(act_dtype dt, const attn_launch& a, cudaStream_t s);
+/// Tensor-core causal prefill over items [0, counts[0]).
+int launch_tc_prefill(act_dtype dt, const attn_launch& a, cudaStream_t s);
+/// Log-sum-exp merge of split decode pieces (counts[1] combines).
+int launch_lse_combine(act_dtype dt, const attn_launch& a, cudaStream_t s);
+
+/// Resident CTAs per SM of a decode kernel (0 on error); `vllm` picks the vLLM-style kernel.
+int decode_ctas_per_sm(act_dtype dt, int head_dim, bool vllm);
+
+}  // namespace actorserve::gpu::cuda

@@ -1,0 +1,105 @@
+// Causal, variable-length prefill (and chunked prefill over a cached prefix) on tensor cores
+// (mma.sync m16n8k16, FlashAttention-2 style): a CTA of 4 warps takes 64 query rows (tokens x
+// heads of one GQA group, so K/V tiles serve the whole group) and streams the paged K/V in
+// 64-token tiles through a 2-stage cp.async pipeline; each warp owns 16 rows and skips the
+// tiles its rows cannot see.
+#include <cmath>
+
+#include "gpu/cuda/attention/tile_ops.cuh"
+
+namespace actorserve::gpu::cuda {
+namespace {
+
+using namespace attn_dev;
+
+constexpr int kThreads = 128, kTile = 64, kStages = 2, kRows = tc_prefill_rows;
+
+template <int D>
+constexpr int prefill_smem_bytes() { return kStages * 2 * kTile * D * 2 + kRows * D * 2; }
+
+template <class T, int D>
+__global__ void __launch_bounds__(kThreads) tc_prefill_kernel(attn_launch a) {
+  constexpr int kTileBytes = kTile * D * 2;
+  if (int(blockIdx.x) >= a.counts[0]) return;
+  extern __shared__ uint4 smem_raw[];
+  const attn_item it = a.items[blockIdx.x];
+  const attn_seq sq = a.seqs[it.seq];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
+  const int valid = it.q_len * G;
+  const uint32_t s0 = smem_addr(smem_raw), q_s = s0 + kStages * 2 * kTileBytes;
+  const int32_t* bt = a.block_tables + sq.bt_offset;
+  const auto* kc = static_cast<const uint16_t*>(a.k_cache);
+  const auto* vc = static_cast<const uint16_t*>(a.v_cache);
+  stage_q<T, D, kThreads>(a, it.q_begin, it.kv_head, kRows, valid, q_s, tid);
+  // Position of the first query token of this tile; row r is token r / G.
+  const int pos0 = sq.context_len - sq.q_len + (it.q_begin - sq.q_start);
+  const int r0 = warp * 16 + lane / 4;
+  const int qpos[2] = {pos0 + min(r0, valid - 1) / G, pos0 + min(r0 + 8, valid - 1) / G};
+  const int warp_last = pos0 + min(warp * 16 + 15, valid - 1) / G;  // the warp's furthest-seeing row
+  const int warp_first = pos0 + min(warp * 16, valid - 1) / G;
+  const int ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
+  if (ntiles > 0)
+    load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin, it.kv_end, s0,
+                                     s0 + kTileBytes, tid);
+  cp_async_commit();
+  __syncthreads();
+  warp_rows<T, D> w;
+  w.init(q_s + warp * 16 * D * 2, lane);
+  for (int t = 0; t < ntiles; ++t) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (t + 1 < ntiles) {
+      const uint32_t st = s0 + ((t + 1) % kStages) * 2 * kTileBytes;
+      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads,
+                                       it.kv_begin + (t + 1) * kTile, it.kv_end, st, st + kTileBytes, tid);
+    }
+    cp_async_commit();
+    const int k0 = it.kv_begin + t * kTile;
+    if (k0 > warp_last) continue;  // causal: no row of this warp sees these keys
+    const uint32_t k_s = s0 + (t % kStages) * 2 * kTileBytes;
+    float sc[kTile / 8][4];
+    w.template scores<kTile>(k_s, 0, lane, sc);
+    if (k0 + kTile - 1 > warp_first || k0 + kTile > it.kv_end) {
+#pragma unroll
+      for (int n = 0; n < kTile / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int kpos = k0 + n * 8 + (lane % 4) * 2 + (e & 1);
+          if (kpos > qpos[e >> 1] || kpos >= it.kv_end) sc[n][e] = -INFINITY;
+        }
+    }
+    w.template accumulate<kTile>(sc, k_s + kTileBytes, 0, lane);
+  }
+  w.finish_sums();
+  T* out = static_cast<T*>(a.out);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + h * 8;
+    if (r >= valid) continue;
+    const int tok = it.q_begin + r / G, head = it.kv_head * G + r % G;
+    const float inv = w.l[h] > 0.0f ? 1.0f / w.l[h] : 0.0f;
+    T* dst = out + size_t(tok) * a.num_heads * D + head * D + (lane % 4) * 2;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+      *reinterpret_cast<uint32_t*>(dst + n * 8) = elem<T>::pack(w.o[n][2 * h] * inv, w.o[n][2 * h + 1] * inv);
+  }
+}
+
+template <class T, int D>
+int launch(const attn_launch& a, cudaStream_t s) {
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      tc_prefill_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, prefill_smem_bytes<D>());
+  if (configured != cudaSuccess) return int(configured);
+  if (a.prefill_grid > 0) tc_prefill_kernel<T, D><<<a.prefill_grid, kThreads, prefill_smem_bytes<D>(), s>>>(a);
+  return int(cudaGetLastError());
+}
+
+}  // namespace
+
+int launch_tc_prefill(act_dtype dt, const attn_launch& a, cudaStream_t s) {
+  if (a.head_dim == 128) return dt == act_dtype::bf16 ? launch<__nv_bfloat16, 128>(a, s) : launch<__half, 128>(a, s);
+  if (a.head_dim == 64) return dt == act_dtype::bf16 ? launch<__nv_bfloat16, 64>(a, s) : launch<__half, 64>(a, s);
+  return int(cudaErrorInvalidValue);
+}
+
+}  // namespace actorserve::gpu::cuda

@@ -1,0 +1,57 @@
+#include "gpu/cuda/attention/split_heuristic.hpp"
+
+#include <algorithm>
+
+namespace actorserve::gpu::cuda {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// Partial slots used with `chunk`: every piece of a sequence longer than one chunk.
+int64_t partials(std::span<const int32_t> kv_lens, int num_kv_heads, int32_t chunk) {
+  int64_t n = 0;
+  for (int32_t len : kv_lens)
+    if (len > chunk) n += ceil_div(len, chunk) * num_kv_heads;
+  return n;
+}
+
+}  // namespace
+
+int64_t decode_ctas(std::span<const int32_t> kv_lens, int num_kv_heads, int32_t chunk) {
+  int64_t n = 0;
+  for (int32_t len : kv_lens) n += chunk > 0 ? std::max<int64_t>(1, ceil_div(len, chunk)) : 1;
+  return n * num_kv_heads;
+}
+
+int32_t choose_kv_chunk(std::span<const int32_t> kv_lens, const split_inputs& in) {
+  if (kv_lens.empty() || in.tile <= 0) return 0;
+  const int64_t slots = int64_t(std::max(1, in.num_sms)) * std::max(1, in.ctas_per_sm);
+  const int64_t base = int64_t(kv_lens.size()) * in.num_kv_heads;
+  if (base >= slots) return 0;  // a full wave without splitting: splits would only add merges
+  const int32_t longest = *std::max_element(kv_lens.begin(), kv_lens.end());
+  const int32_t lo_chunk = int32_t(ceil_div(std::max(in.min_chunk, in.tile), in.tile) * in.tile);
+  if (longest <= lo_chunk) return 0;
+  // ctas(chunk) falls as chunk grows: binary search the smallest chunk (in tiles) that fits.
+  int64_t lo = lo_chunk / in.tile, hi = ceil_div(longest, in.tile);
+  auto fits = [&](int64_t tiles) {
+    const auto chunk = int32_t(tiles * in.tile);
+    return decode_ctas(kv_lens, in.num_kv_heads, chunk) <= slots &&
+           partials(kv_lens, in.num_kv_heads, chunk) <= in.max_partials;
+  };
+  if (!fits(hi - 1 >= lo ? hi - 1 : lo)) return 0;  // not even two pieces for the longest fit
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (fits(mid)) hi = mid; else lo = mid + 1;
+  }
+  const auto chunk = int32_t(lo * in.tile);
+  return chunk >= longest ? 0 : chunk;
+}
+
+bool vllm_use_partitions(int32_t max_kv_len, int batch, int num_heads) {
+  constexpr int32_t partition = 512;
+  const int64_t max_partitions = (int64_t(max_kv_len) + partition - 1) / partition;
+  const bool use_v1 = max_kv_len <= 8192 && (max_partitions == 1 || int64_t(batch) * num_heads > 512);
+  return !use_v1;
+}
+
+}  // namespace actorserve::gpu::cuda

@@ -1,0 +1,34 @@
+#pragma once
+/// Host-only choices of how decode attention is cut into CTAs (no CUDA calls: unit-tested
+/// without a GPU). docs/attention.md explains the reasoning behind each rule.
+#include <cstdint>
+#include <span>
+
+namespace actorserve::gpu::cuda {
+
+/// What the flash-decoding split heuristic looks at besides the KV lengths.
+struct split_inputs {
+  int num_kv_heads = 1;
+  int num_sms = 1;
+  int ctas_per_sm = 1;       ///< resident decode CTAs per SM (occupancy)
+  int tile = 64;             ///< KV tokens per pipeline stage; chunks are multiples of it
+  int min_chunk = 128;       ///< shortest piece worth a partial write and a merge
+  int max_partials = 0;      ///< partial slots available (pieces of split sequences)
+};
+
+/// KV tokens per split-K piece for one decode step of sequences with `kv_lens` keys each, or 0
+/// for no split. With B x KVH CTAs already filling the resident slots (num_sms x ctas_per_sm),
+/// no split; otherwise the smallest chunk (a multiple of `tile`, at least `min_chunk`) whose
+/// pieces, sum_i ceil(len_i / chunk) x KVH, still fit in one wave of resident slots and whose
+/// partials fit `max_partials`.
+int32_t choose_kv_chunk(std::span<const int32_t> kv_lens, const split_inputs& in);
+
+/// CTAs a decode step runs with the given chunk (0: one per sequence and KV head).
+int64_t decode_ctas(std::span<const int32_t> kv_lens, int num_kv_heads, int32_t chunk);
+
+/// vLLM's choice between its v1 kernel (one CTA per sequence and head) and v2 (512-token
+/// partitions plus a reduce): v1 when the longest context is at most 8192 and either it fits one
+/// partition or there are more than 512 (sequence, query head) pairs to fill the GPU.
+bool vllm_use_partitions(int32_t max_kv_len, int batch, int num_heads);
+
+}  // namespace actorserve::gpu::cuda

@@ -1,0 +1,228 @@
+#pragma once
+// Device building blocks of the tensor-core attention kernels (sm_80+ instructions: cp.async,
+// ldmatrix, mma.sync m16n8k16 with fp32 accumulation): 16-byte asynchronous copies of K/V rows
+// from the paged cache into XOR-swizzled shared memory, and one warp's 16-query-row tile with
+// its online softmax in exp2 units.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gpu/cuda/attention/launch.hpp"
+
+namespace actorserve::gpu::cuda::attn_dev {
+
+/// Shared-memory address of a pointer (for cp.async / ldmatrix).
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// 16 bytes global -> shared, bypassing L1; `bytes` < 16 zero-fills the rest (0: all zeros).
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/// Byte offset of 16-byte chunk `c` of row `r` in a swizzled tile of rows of D 16-bit elements.
+template <int D>
+__device__ __forceinline__ uint32_t swz(int r, int c) {
+  return uint32_t(r * (D * 2) + ((c ^ (r & 7)) << 4));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+
+template <class T>
+struct elem;
+template <>
+struct elem<__nv_bfloat16> {
+  __device__ static __forceinline__ uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  __device__ static __forceinline__ void mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ static __forceinline__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
+};
+template <>
+struct elem<__half> {
+  __device__ static __forceinline__ uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  __device__ static __forceinline__ void mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ static __forceinline__ __half from(float v) { return __float2half_rn(v); }
+};
+
+/// Cache offset (elements) of token `kpos`'s row of KV head `kvh`: [blocks, bs, KVH, D].
+__device__ __forceinline__ size_t kv_row(const int32_t* bt, int kpos, int bs, int kvh, int kvh_count, int D) {
+  return ((size_t(__ldg(bt + kpos / bs)) * bs + kpos % bs) * kvh_count + kvh) * D;
+}
+
+/// Issues the cp.async copies of K and V rows [k0, k0 + N) of one KV head into swizzled tiles
+/// (rows past kv_end are zero-filled), `NT` threads sharing the work, `tid` this thread's index.
+template <int D, int N, int NT>
+__device__ __forceinline__ void load_kv_tile(const uint16_t* kc, const uint16_t* vc, const int32_t* bt, int bs,
+                                             int kvh, int kvh_count, int k0, int kv_end, uint32_t k_s,
+                                             uint32_t v_s, int tid) {
+  constexpr int kChunks = D / 8;
+  static_assert((N * kChunks) % NT == 0, "tile copy must divide evenly");
+#pragma unroll
+  for (int i = 0; i < N * kChunks / NT; ++i) {
+    const int idx = i * NT + tid, r = idx / kChunks, c = idx % kChunks;
+    const int kpos = k0 + r;
+    const bool ok = kpos < kv_end;
+    const size_t off = ok ? kv_row(bt, kpos, bs, kvh, kvh_count, D) + c * 8 : 0;
+    cp_async16(k_s + swz<D>(r, c), kc + off, ok ? 16 : 0);
+    cp_async16(v_s + swz<D>(r, c), vc + off, ok ? 16 : 0);
+  }
+}
+
+/// Writes query rows into a swizzled [rows, D] tile as T, scaled (scores come out in log2 units).
+/// Row r of the tile is token q_begin + r / G, head kv_head * G + r % G; rows >= valid are zeros.
+template <class T, int D, int NT>
+__device__ __forceinline__ void stage_q(const attn_launch& a, int q_begin, int kv_head, int rows, int valid,
+                                        uint32_t q_s, int tid) {
+  const int G = a.num_heads / a.num_kv_heads;
+  const float sc = a.scale * 1.4426950408889634f;
+  for (int idx = tid; idx < rows * (D / 8); idx += NT) {
+    const int r = idx / (D / 8), c = idx % (D / 8);
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < valid) {
+      const float* src = a.q + size_t(q_begin + r / G) * a.q_stride + (kv_head * G + r % G) * D + c * 8;
+      const float4 x0 = *reinterpret_cast<const float4*>(src);
+      const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
+      v.x = elem<T>::pack(x0.x * sc, x0.y * sc);
+      v.y = elem<T>::pack(x0.z * sc, x0.w * sc);
+      v.z = elem<T>::pack(x1.x * sc, x1.y * sc);
+      v.w = elem<T>::pack(x1.z * sc, x1.w * sc);
+    }
+    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(q_s + swz<D>(r, c)), "r"(v.x), "r"(v.y), "r"(v.z),
+                 "r"(v.w));
+  }
+}
+
+/// One warp's 16 query rows: Q fragments in registers, the fp32 output accumulator and the
+/// running max / sum of its two rows per thread (row g = lane / 4 and g + 8).
+template <class T, int D>
+struct warp_rows {
+  uint32_t qf[D / 16][4];
+  float o[D / 8][4];
+  float m[2], l[2];
+
+  __device__ __forceinline__ void init(uint32_t q_s, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      ldsm_x4(q_s + swz<D>(lane % 16, ks * 2 + lane / 16), qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3]);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+  }
+
+  /// Scores of this warp's rows against keys [key0, key0 + NK) of the K tile.
+  template <int NK>
+  __device__ __forceinline__ void scores(uint32_t k_s, int key0, int lane, float (&s)[NK / 8][4]) const {
+#pragma unroll
+    for (int n = 0; n < NK / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+      for (int nb = 0; nb < NK / 16; ++nb) {
+        uint32_t b0, b1, b2, b3;
+        const int row = key0 + nb * 16 + (lane / 16) * 8 + lane % 8;
+        ldsm_x4(k_s + swz<D>(row, ks * 2 + (lane / 8) % 2), b0, b1, b2, b3);
+        elem<T>::mma(s[2 * nb], qf[ks], b0, b1);
+        elem<T>::mma(s[2 * nb + 1], qf[ks], b2, b3);
+      }
+    }
+  }
+
+  /// Online softmax over the (already masked: -inf) scores, then o += P V for keys
+  /// [key0, key0 + NK) of the V tile.
+  template <int NK>
+  __device__ __forceinline__ void accumulate(float (&s)[NK / 8][4], uint32_t v_s, int key0, int lane) {
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int n = 0; n < NK / 8; ++n) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    }
+    float corr[2], base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      base[h] = mx[h] == -INFINITY ? 0.0f : mx[h];  // a fully masked row keeps p = 0
+      corr[h] = exp2f(m[h] - base[h]);
+      m[h] = mx[h];
+    }
+    float rs[2] = {0.0f, 0.0f};
+    uint32_t pf[NK / 16][4];
+#pragma unroll
+    for (int n = 0; n < NK / 8; ++n) {
+      const float p0 = exp2f(s[n][0] - base[0]), p1 = exp2f(s[n][1] - base[0]);
+      const float p2 = exp2f(s[n][2] - base[1]), p3 = exp2f(s[n][3] - base[1]);
+      rs[0] += p0 + p1;
+      rs[1] += p2 + p3;
+      pf[n / 2][(n % 2) * 2] = elem<T>::pack(p0, p1);
+      pf[n / 2][(n % 2) * 2 + 1] = elem<T>::pack(p2, p3);
+    }
+    l[0] = l[0] * corr[0] + rs[0];
+    l[1] = l[1] * corr[1] + rs[1];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      o[n][0] *= corr[0];
+      o[n][1] *= corr[0];
+      o[n][2] *= corr[1];
+      o[n][3] *= corr[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < NK / 16; ++kk) {
+#pragma unroll
+      for (int dn = 0; dn < D / 16; ++dn) {
+        uint32_t b0, b1, b2, b3;
+        const int row = key0 + kk * 16 + ((lane / 8) % 2) * 8 + lane % 8;
+        ldsm_x4_t(v_s + swz<D>(row, dn * 2 + lane / 16), b0, b1, b2, b3);
+        elem<T>::mma(o[2 * dn], pf[kk], b0, b1);
+        elem<T>::mma(o[2 * dn + 1], pf[kk], b2, b3);
+      }
+    }
+  }
+
+  /// Row sums over the quad (each thread summed only its own columns).
+  __device__ __forceinline__ void finish_sums() {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+  }
+};
+
+}  // namespace actorserve::gpu::cuda::attn_dev

@@ -1,0 +1,146 @@
+// Host-side tests of the decode split heuristics and of the backend's start-up checks: no GPU
+// needed (these run in CI). Expected chunks are worked out by hand in the comments.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "gpu/cuda/attention/backend.hpp"
+#include "gpu/cuda/attention/split_heuristic.hpp"
+
+namespace actorserve::testing {
+namespace {
+
+using gpu::cuda::choose_kv_chunk;
+using gpu::cuda::decode_ctas;
+using gpu::cuda::split_inputs;
+
+/// An H200-like device: 132 SMs, 2 resident decode CTAs each (264 slots), KVH 8.
+split_inputs h200(int max_partials = 528) {
+  split_inputs in;
+  in.num_kv_heads = 8;
+  in.num_sms = 132;
+  in.ctas_per_sm = 2;
+  in.tile = 64;
+  in.min_chunk = 128;
+  in.max_partials = max_partials;
+  return in;
+}
+
+TEST(SplitHeuristic, NoSplitOnceTheBatchFillsAWave) {
+  // 33 x 8 = 264 CTAs = 264 slots; 256 x 8 = 2048 CTAs: already several waves.
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>(33, 8192), h200()), 0);
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>(256, 2048), h200()), 0);
+}
+
+TEST(SplitHeuristic, SingleLongSequenceFillsOneWave) {
+  // 8 x ceil(32768 / c) <= 264  =>  ceil <= 33  =>  c >= 993.0  =>  1024 (a multiple of 64).
+  const std::vector<int32_t> lens = {32768};
+  EXPECT_EQ(choose_kv_chunk(lens, h200()), 1024);
+  EXPECT_EQ(decode_ctas(lens, 8, 1024), 256);
+}
+
+TEST(SplitHeuristic, SmallBatchSplitsToFourPieces) {
+  // 8 x 8 x ceil(2048 / c) <= 264  =>  ceil <= 4  =>  c = 512.
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>(8, 2048), h200()), 512);
+  // 32 x 8 = 256 CTAs: one more piece each would be 512 > 264, so no split.
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>(32, 2048), h200()), 0);
+}
+
+TEST(SplitHeuristic, ShortContextsAreNotSplitBelowMinChunk) {
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{100}, h200()), 0);   // under one min chunk
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{128}, h200()), 0);
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{200}, h200()), 128); // 2 pieces of >= 128
+}
+
+TEST(SplitHeuristic, MixedLengthsGiveLongSequencesMorePieces) {
+  // ceil(8192 / c) + 3 <= 33  =>  c >= 273.07  =>  320 (256 would give 32 + 3 = 35 pieces).
+  const std::vector<int32_t> lens = {8192, 64, 64, 64};
+  EXPECT_EQ(choose_kv_chunk(lens, h200()), 320);
+  EXPECT_EQ(decode_ctas(lens, 8, 320), (26 + 3) * 8);
+}
+
+TEST(SplitHeuristic, PartialSlotsCapTheSplit) {
+  // 8 x ceil(32768 / c) <= 64 partial slots  =>  ceil <= 8  =>  c = 4096.
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{32768}, h200(64)), 4096);
+  // Not even two pieces per head fit 8 slots: no split.
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{32768}, h200(8)), 0);
+}
+
+TEST(SplitHeuristic, OccupancyScalesTheWave) {
+  split_inputs in = h200(4096);
+  in.ctas_per_sm = 4;  // 528 slots: 8 x ceil(32768 / c) <= 528  =>  ceil <= 66  =>  c >= 504.2  =>  512
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{32768}, in), 512);
+}
+
+TEST(SplitHeuristic, ChoiceIsTheSmallestChunkThatFits) {
+  // Property over random batches: the chosen chunk fits one wave and the partial slots, and one
+  // tile less would not (or would go under the minimum chunk).
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 500; ++trial) {
+    std::vector<int32_t> lens(1 + rng() % 40);
+    for (auto& l : lens) l = 1 + int32_t(rng() % 40000);
+    const split_inputs in = h200(256 + int(rng() % 1024));
+    const int32_t c = choose_kv_chunk(lens, in);
+    if (c == 0) continue;
+    ASSERT_EQ(c % in.tile, 0);
+    ASSERT_GE(c, in.min_chunk);
+    const int64_t slots = int64_t(in.num_sms) * in.ctas_per_sm;
+    EXPECT_LE(decode_ctas(lens, in.num_kv_heads, c), slots);
+    const int32_t smaller = c - in.tile;
+    if (smaller >= in.min_chunk) {
+      int64_t parts = 0;
+      for (int32_t l : lens)
+        if (l > smaller) parts += (l + smaller - 1) / smaller * in.num_kv_heads;
+      EXPECT_TRUE(decode_ctas(lens, in.num_kv_heads, smaller) > slots || parts > in.max_partials);
+    }
+  }
+}
+
+TEST(VllmPartitions, FollowsVllmV1V2Rule) {
+  EXPECT_FALSE(gpu::cuda::vllm_use_partitions(512, 1, 32));     // one partition: v1
+  EXPECT_TRUE(gpu::cuda::vllm_use_partitions(2048, 1, 32));     // 32 (seq, head) pairs: v2
+  EXPECT_FALSE(gpu::cuda::vllm_use_partitions(2048, 32, 32));   // 1024 pairs fill the GPU: v1
+  EXPECT_TRUE(gpu::cuda::vllm_use_partitions(8193, 256, 32));   // past 8192: always v2
+}
+
+gpu::cuda::attention_shape shape(int D, int bs, int H = 32, int KVH = 8) {
+  gpu::cuda::attention_shape s;
+  s.num_heads = H;
+  s.num_kv_heads = KVH;
+  s.head_dim = D;
+  s.block_size = bs;
+  s.num_sms = 132;
+  return s;
+}
+
+TEST(AttentionBackend, BlockSizeBelongsToTheBackend) {
+  using gpu::cuda::make_attention_backend;
+  for (int bs : {8, 16, 32}) {
+    auto b = make_attention_backend(kv_cache_layout::vllm, shape(16, bs));
+    ASSERT_TRUE(b) << bs;
+    EXPECT_EQ((*b)->block_size(), bs);
+  }
+  for (int bs : {4, 64, 48}) {
+    auto b = make_attention_backend(kv_cache_layout::vllm, shape(16, bs));
+    ASSERT_FALSE(b) << bs;
+    EXPECT_NE(b.err().message.find("--block-size"), std::string::npos);
+  }
+  for (int bs : {16, 32, 72, 512}) EXPECT_FALSE(make_attention_backend(kv_cache_layout::flash_decoding, shape(16, bs)));
+  for (int bs : {64, 128, 256}) EXPECT_TRUE(make_attention_backend(kv_cache_layout::flash_decoding, shape(16, bs)));
+}
+
+TEST(AttentionBackend, HeadDimsWithoutTensorCoreBuildUseTheGenericKernel) {
+  using gpu::cuda::make_attention_backend;
+  auto b = make_attention_backend(kv_cache_layout::vllm, shape(16, 16, 4, 2));
+  ASSERT_TRUE(b);
+  EXPECT_EQ((*b)->name(), "vllm (generic kernel)");
+  EXPECT_EQ((*b)->block_bytes(), size_t(16) * 2 * 16 * 2);
+  EXPECT_FALSE(make_attention_backend(kv_cache_layout::vllm, shape(100, 16)));   // not a multiple of 8
+  EXPECT_FALSE(make_attention_backend(kv_cache_layout::vllm, shape(512, 16)));   // over 256
+  EXPECT_FALSE(make_attention_backend(kv_cache_layout::vllm, shape(128, 16, 34, 2)));  // group of 17
+  EXPECT_FALSE(make_attention_backend(kv_cache_layout::vllm, shape(128, 16, 30, 8)));  // 30 % 8 != 0
+}
+
+}  // namespace
+}  // namespace actorserve::testing
