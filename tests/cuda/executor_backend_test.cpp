@@ -79,9 +79,10 @@ TEST_P(CudaExecutorBackend, ReferenceLogitsAndGreedyTokens) {
   const size_t steps = alone[0].size();
   for (size_t k = 1; k < steps; ++k) {
     gpu::step_batch d;
-    for (size_t i = 0; i < cases.size(); ++i)
+    for (size_t i = 0; i < cases.size(); ++i) {
       if (k < alone[i].size())
         d.seqs.push_back(greedy(i + 1, int32_t(cases[i].prompt_ids.size() + k - 1), {alone[i][k - 1]}, tables[i]));
+    }
     auto rd = run_step(ex, d);
     ASSERT_TRUE(rd.outcome.ok()) << rd.outcome.err().message;
     for (size_t j = 0; j < rd.tokens.size(); ++j) {
