@@ -127,7 +127,7 @@ status load_pre_tokenizer_obj(tokenizer_impl& t, const json_obj& o) {
 }
 
 /// Ids of a special token named in TemplateProcessing's `special_tokens` map.
-status template_ids(tokenizer_impl& t, const json_obj& o, std::string_view name, std::vector<int32_t>& out) {
+status template_ids(const json_obj& o, std::string_view name, std::vector<int32_t>& out) {
   auto specials = o.get_object("special_tokens");
   if (!specials) return specials.err();
   auto entry = specials->get_object(name);
@@ -141,7 +141,6 @@ status template_ids(tokenizer_impl& t, const json_obj& o, std::string_view name,
       return entry->bad("ids", "an array of token ids");
     out.push_back(static_cast<int32_t>(id));
   }
-  (void)t;
   return {};
 }
 
@@ -164,7 +163,7 @@ status load_template(tokenizer_impl& t, const json_obj& o) {
     if (obj["SpecialToken"].get_object().get(inner) != simdjson::SUCCESS ||
         inner["id"].get_string().get(id) != simdjson::SUCCESS)
       return o.bad(name, "{\"Sequence\": ...} or {\"SpecialToken\": {\"id\": ...}}");
-    if (status s = template_ids(t, o, id, seen_sequence ? suffix : prefix); !s) return s;
+    if (status s = template_ids(o, id, seen_sequence ? suffix : prefix); !s) return s;
   }
   t.post_prefix.insert(t.post_prefix.end(), prefix.begin(), prefix.end());
   t.post_suffix.insert(t.post_suffix.end(), suffix.begin(), suffix.end());

@@ -166,12 +166,6 @@ TEST(tokenizer_files, added_tokens_match_longest_first) {
   EXPECT_TRUE(tok->is_special(900));
 }
 
-}  // namespace
-}  // namespace actorserve::testing
-
-namespace actorserve::testing {
-namespace {
-
 TEST(tokenizer_files, metaspace_pre_tokenizer_equals_the_prepend_replace_normalizer) {
   // Newer Llama-2/Mistral files express the "▁" handling as a Metaspace pre-tokenizer
   // (prepend_scheme "first", split false) and a Metaspace decoder; both forms must agree.
