@@ -257,7 +257,7 @@ void bpe_model::encode_word(std::string_view word, std::vector<int32_t>& out) co
   uint32_t prev = UINT32_MAX;
   bool prev_known = false;
   for (size_t i = 0; i < word.size();) {
-    size_t len = byte_level ? 1 : utf8_char_len(word, i);
+    size_t len = byte_level || static_cast<uint8_t>(word[i]) < 0x80 ? 1 : utf8_char_len(word, i);
     // Only cut between two symbols of the vocabulary: byte-fallback and <unk> symbols never are.
     bool known = len != 0;
     if (len == 0) len = 1;
