@@ -10,6 +10,8 @@ block_pool::block_pool(int32_t num_blocks, int32_t block_size, bool enable_prefi
     : block_size_(block_size), prefix_caching_(enable_prefix_caching), blocks_(static_cast<size_t>(num_blocks)) {
   AS_CHECK(num_blocks > 0 && block_size > 0, "block pool needs blocks");
   for (int32_t b = 0; b < num_blocks; ++b) push_back(b);
+  // NOTE: sized once so that a step never pays for a rehash.
+  cache_.reserve(static_cast<size_t>(num_blocks));
 }
 
 kv_pool_counts block_pool::counts() const {
@@ -40,6 +42,7 @@ kv_answer block_pool::reserve(const kv_reservation& r) {
     auto pit = seqs_.find(f.parent);
     seq_state child = pit == seqs_.end() ? seq_state{} : pit->second;
     for (int32_t b : child.table) incref(b);
+    child.shared_tail = true;
     seqs_[f.child] = std::move(child);
   }
   for (const auto& f : r.frees) {
@@ -111,13 +114,14 @@ kv_answer block_pool::reserve(const kv_reservation& r) {
     auto& g = ans.items[i];
     g.table_from = it.lookup ? 0 : static_cast<int32_t>(s.table.size());
     const size_t first = static_cast<size_t>(p.computed / block_size_);
-    if (p.computed % block_size_ != 0 && first < s.table.size() && ref_count(s.table[first]) > 1) {
+    if (s.shared_tail && p.computed % block_size_ != 0 && first < s.table.size() && ref_count(s.table[first]) > 1) {
       const int32_t fresh = allocate();
       ans.copies.emplace_back(s.table[first], fresh);
       decref(s.table[first]);
       s.table[first] = fresh;
       g.table_from = std::min(g.table_from, static_cast<int32_t>(first));
     }
+    s.shared_tail = false;  // from now on this sequence writes only blocks of its own
     for (int32_t k = 0; k < p.new_blocks; ++k) s.table.push_back(allocate());
     g.seq_id = it.seq_id;
     g.num_computed = p.computed;
@@ -156,7 +160,9 @@ block_pool::item_plan block_pool::plan_item(const kv_item& it, const seq_state* 
   p.new_blocks = std::max(0, blocks_needed - have);
   p.need += p.new_blocks;
   const size_t first = static_cast<size_t>(p.computed / block_size_);
-  if (s && p.computed % block_size_ != 0 && first < s->table.size() && ref_count(s->table[first]) > 1) ++p.need;
+  if (s && s->shared_tail && p.computed % block_size_ != 0 && first < s->table.size() &&
+      ref_count(s->table[first]) > 1)
+    ++p.need;
   return p;
 }
 

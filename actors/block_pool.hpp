@@ -46,6 +46,7 @@ class block_pool {
     std::vector<int32_t> table;
     std::vector<uint64_t> hashes;  ///< full-block hashes reported by the scheduler
     int32_t num_registered = 0;    ///< leading blocks whose keys are in the cache
+    bool shared_tail = false;      ///< forked: the partial last block may be shared (copy-on-write)
   };
   struct item_plan {
     int32_t hits = 0, computed = 0, num_new = 0, new_blocks = 0, need = 0;

@@ -258,7 +258,7 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
     }
     if (g.num_new == 0) continue;
     counters_.num_computed_tokens += g.num_new;
-    batch.seqs.push_back(make_step_sequence(s, g));
+    fill_step_sequence(batch.seqs.emplace_back(), s, g);
     in_flight_.push_back({s.seq_id, g.num_new, batch.seqs.back().sample});
   }
   if (admitted) {
@@ -281,8 +281,7 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
   return d;
 }
 
-gpu::step_sequence scheduler_policy::make_step_sequence(sequence& s, const kv_grant_item& g) {
-  gpu::step_sequence q;
+void scheduler_policy::fill_step_sequence(gpu::step_sequence& q, const sequence& s, const kv_grant_item& g) {
   q.seq_id = s.seq_id;
   q.num_computed = g.num_computed;
   const auto begin = s.tokens.begin() + g.num_computed;
@@ -297,7 +296,6 @@ gpu::step_sequence scheduler_policy::make_step_sequence(sequence& s, const kv_gr
     q.suppress_eos = s.num_generated() < s.params->min_tokens;
     if (s.params->uses_penalties()) q.history = std::make_shared<const std::vector<int32_t>>(s.tokens);
   }
-  return q;
 }
 
 std::vector<seq_output> scheduler_policy::on_step_done(const gpu::step_result& r) {

@@ -107,7 +107,7 @@ class scheduler_policy {
   void fork(sequence& parent);
   void insert_waiting(sequence* s);
   void abort_now(uint64_t group_id, int32_t index);
-  gpu::step_sequence make_step_sequence(sequence& s, const kv_grant_item& g);
+  static void fill_step_sequence(gpu::step_sequence& q, const sequence& s, const kv_grant_item& g);
   sequence* lookup(uint64_t seq_id);
 
   scheduler_config cfg_;

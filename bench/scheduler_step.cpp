@@ -26,19 +26,42 @@ gpu::step_result fake_result(const gpu::step_batch& b) {
   return r;
 }
 
-/// One full step; returns the microseconds of the decision (plan .. batch ready) only.
-double step(scheduler_policy& sched, block_pool& pool) {
-  const auto t0 = clock_type::now();
+/// Microseconds of one decision, split by phase.
+struct timing {
+  double plan = 0, reserve = 0, answer = 0;
+  double total() const { return plan + reserve + answer; }
+};
+
+double us_between(clock_type::time_point a, clock_type::time_point b) {
+  return std::chrono::duration<double, std::micro>(b - a).count();
+}
+
+/// One full step; times the decision only (plan .. step batch ready), not the fake execution.
+timing step(scheduler_policy& sched, block_pool& pool) {
+  timing t;
+  auto t0 = clock_type::now();
   auto r = sched.plan();
+  auto t1 = clock_type::now();
+  t.plan = us_between(t0, t1);
   std::optional<gpu::step_batch> batch;
   while (r) {
-    auto d = sched.on_answer(pool.reserve(*r));
+    t0 = clock_type::now();
+    auto ans = pool.reserve(*r);
+    t1 = clock_type::now();
+    auto d = sched.on_answer(ans);
+    const auto t2 = clock_type::now();
+    t.reserve += us_between(t0, t1);
+    t.answer += us_between(t1, t2);
     r = std::move(d.retry);
     batch = std::move(d.step);
   }
-  const auto t1 = clock_type::now();
   if (batch) sched.on_step_done(fake_result(*batch));
-  return std::chrono::duration<double, std::micro>(t1 - t0).count();
+  return t;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 }  // namespace
@@ -68,14 +91,21 @@ int main(int argc, char** argv) {
   // Prefill everyone, then decode a while so that tables have grown.
   while (sched.num_waiting() > 0) step(sched, pool);
   for (int i = 0; i < 50; ++i) step(sched, pool);
-  std::vector<double> us;
-  for (int i = 0; i < iterations; ++i) us.push_back(step(sched, pool));
-  std::sort(us.begin(), us.end());
+  std::vector<double> total, plan, reserve, answer;
+  for (int i = 0; i < iterations; ++i) {
+    const timing t = step(sched, pool);
+    total.push_back(t.total());
+    plan.push_back(t.plan);
+    reserve.push_back(t.reserve);
+    answer.push_back(t.answer);
+  }
+  std::sort(total.begin(), total.end());
   const auto c = pool.counts();
   if (sched.counters().num_preemptions != 0) std::printf("warning: preemptions happened during the run\n");
-  std::printf("scheduler_step: %d running sequences, %d decisions: median %.1f us, p90 %.1f us, min %.1f us "
-              "(pool %lld/%lld blocks used)\n",
-              static_cast<int>(sched.num_running()), iterations, us[us.size() / 2], us[us.size() * 9 / 10], us.front(),
-              static_cast<long long>(c.used), static_cast<long long>(c.total));
+  std::printf("scheduler_step: %d running sequences, %d decisions: median %.1f us (p90 %.1f, min %.1f); "
+              "phases (medians): plan %.1f, block reservation %.1f, grant + step batch %.1f us; pool %lld/%lld used\n",
+              static_cast<int>(sched.num_running()), iterations, total[total.size() / 2], total[total.size() * 9 / 10],
+              total.front(), median(plan), median(reserve), median(answer), static_cast<long long>(c.used),
+              static_cast<long long>(c.total));
   return 0;
 }
