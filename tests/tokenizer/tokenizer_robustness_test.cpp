@@ -2,6 +2,7 @@
 // byte-level vocabulary), arbitrary ids decode to valid UTF-8, invalid byte runs decode to
 // U+FFFD as Hugging Face does.
 #include <random>
+#include <thread>
 
 #include "tokenizer_fixture.hpp"
 
@@ -114,6 +115,26 @@ TEST(tokenizer_long_input, long_runs_and_large_texts_encode) {
     std::string text = "start" + spaces + "end " + std::string(100000, 'a');
     auto ids = tok.encode(text, false);
     EXPECT_EQ(tok.decode(ids, false), text) << name;
+  }
+}
+
+TEST(tokenizer_threads, concurrent_encodes_agree_with_a_single_thread) {
+  for (const auto& name : fixture_names()) {
+    auto tok = load_fixture_tokenizer(name);
+    std::vector<std::string> texts;
+    for (const auto& c : load_cases(name)) texts.push_back(c.text + " " + c.text);
+    std::vector<std::vector<int32_t>> expected;
+    for (const auto& t : texts) expected.push_back(tok.encode(t, true));
+    std::vector<std::thread> threads;
+    std::vector<int> mismatches(4, 0);
+    for (int k = 0; k < 4; ++k) {
+      threads.emplace_back([&, k] {
+        for (int round = 0; round < 200; ++round)
+          for (size_t i = 0; i < texts.size(); ++i) mismatches[k] += tok.encode(texts[i], true) != expected[i];
+      });
+    }
+    for (auto& th : threads) th.join();
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(mismatches[k], 0) << name << " thread " << k;
   }
 }
 
