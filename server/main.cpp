@@ -1,8 +1,10 @@
 // The actorserve binary: `actorserve serve ...` or `actorserve generate ...` (see README.md).
 #include <cstdio>
 
+#include "actors/offline_generate.hpp"
 #include "config/cli.hpp"
 #include "config/log.hpp"
+#include "server/serve.hpp"
 
 int main(int argc, char** argv) {
   using namespace actorserve;
@@ -18,6 +20,9 @@ int main(int argc, char** argv) {
   log::level lvl{};
   log::parse_level(cl->engine.log_level, lvl);
   log::set_level(lvl);
-  std::fprintf(stderr, "actorserve: this command is not implemented yet\n");
-  return 1;
+  switch (cl->cmd) {
+    case command::serve: return server::run_server(cl->engine);
+    case command::generate: return actors::run_generate(cl.value());
+  }
+  return 2;
 }

@@ -9,7 +9,7 @@ export const dataDir = process.env.ACTORSERVE_TEST_DATA ?? path.resolve(here, '.
 
 export async function startServer(extraArgs = []) {
   const bin = process.env.ACTORSERVE_BIN;
-  if (!bin) throw new Error('set ACTORSERVE_BIN to the actorserve (or actorserve_e2e_serve) binary');
+  if (!bin) throw new Error('set ACTORSERVE_BIN to the actorserve binary');
   const args = ['serve', '--model', path.join(dataDir, 'models/llama-tiny'), '--device', 'cpu', '--port', '0',
     '--served-model-name', 'llama-tiny', '--cpu-threads', '1',
     '--chat-template', path.join(dataDir, 'chat_templates/templates/meta-llama-3-8b-instruct.jinja'), ...extraArgs];
