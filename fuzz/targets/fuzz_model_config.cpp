@@ -1,0 +1,32 @@
+// config.json (+ generation_config.json) of a model directory: the input is the config text, then
+// optionally a NUL byte and the generation config text. Either an error, or a config whose
+// shapes are ones the executors can allocate from.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "config/model_config.hpp"
+#include "fuzz_util.hpp"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto parts = actorserve::fuzz::split_nul(actorserve::fuzz::as_text(data, size), 2);
+  std::string config(parts[0]);
+  std::string generation = parts.size() > 1 ? std::string(parts[1]) : std::string();
+  auto cfg = actorserve::parse_model_config(config, generation, "fuzz-model");
+  if (!cfg) return 0;
+  FUZZ_CHECK(cfg->vocab_size > 0 && cfg->hidden_size > 0 && cfg->num_layers > 0, "non-positive size accepted");
+  FUZZ_CHECK(cfg->num_heads > 0 && cfg->num_kv_heads > 0 && cfg->head_dim > 0, "non-positive head count accepted");
+  FUZZ_CHECK(cfg->num_heads % cfg->num_kv_heads == 0, "num_heads %lld not a multiple of num_kv_heads %lld",
+             static_cast<long long>(cfg->num_heads), static_cast<long long>(cfg->num_kv_heads));
+  FUZZ_CHECK(cfg->intermediate_size > 0 && cfg->max_position_embeddings > 0, "non-positive size accepted");
+  FUZZ_CHECK(cfg->head_dim % 2 == 0 && cfg->head_dim <= 4096, "head_dim %lld accepted",
+             static_cast<long long>(cfg->head_dim));
+  FUZZ_CHECK(cfg->rms_norm_eps > 0 && cfg->rope.theta > 0 && cfg->rope.factor > 0, "non-positive float accepted");
+  FUZZ_CHECK(std::isfinite(cfg->rope.theta) && std::isfinite(cfg->rope.factor), "non-finite rope value accepted");
+  if (cfg->sliding_window) FUZZ_CHECK(*cfg->sliding_window > 0, "non-positive sliding_window accepted");
+  if (cfg->bos_token_id) FUZZ_CHECK(*cfg->bos_token_id >= 0, "negative bos_token_id accepted");
+  for (int32_t eos : cfg->eos_token_ids)
+    FUZZ_CHECK(eos >= 0, "negative eos_token_id %d accepted", eos);
+  return 0;
+}
