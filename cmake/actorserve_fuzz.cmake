@@ -31,5 +31,7 @@ function(actorserve_fuzz_target name)
                          $<$<COMPILE_LANGUAGE:CXX>:${ACTORSERVE_WARNINGS}> ${ACTORSERVE_FUZZ_NO_WARN})
   target_link_options(${name} PRIVATE -fsanitize=fuzzer)
   target_compile_definitions(${name} PRIVATE ACTORSERVE_FUZZ_DATA_DEFAULT="${CMAKE_SOURCE_DIR}/tests/data")
+  # build-fuzz/fuzz/<name> whether fuzz/ is a subdirectory or included by the hook.
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/fuzz")
   set_property(GLOBAL APPEND PROPERTY ACTORSERVE_FUZZ_TARGETS ${name})
 endfunction()

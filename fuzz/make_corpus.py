@@ -28,6 +28,10 @@ def c_strings_with(path, marker):
 
 
 def write(target, seeds):
+    # Reproducers of past findings stay in the corpus as regression inputs.
+    crashes = ROOT / "fuzz" / "crashes" / target
+    if crashes.is_dir():
+        seeds = list(seeds) + [f.read_bytes() for f in sorted(crashes.iterdir())]
     d = OUT / target
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir(parents=True)

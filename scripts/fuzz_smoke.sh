@@ -56,7 +56,7 @@ for t in "${targets[@]}"; do
   set +e
   UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$dir/ubsan.supp${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
   LSAN_OPTIONS="suppressions=$dir/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}" ACTORSERVE_FUZZ_KNOWN="$known" \
-    nice -n 19 "$build/$t" -max_total_time="$seconds" -timeout="${FUZZ_UNIT_TIMEOUT:-10}" -rss_limit_mb=2048 \
+    nice -n 19 "$build/fuzz/$t" -max_total_time="$seconds" -timeout="${FUZZ_UNIT_TIMEOUT:-10}" -rss_limit_mb=2048 \
       -print_final_stats=1 -artifact_prefix="$dir/artifacts/" "${flags[@]}" "$dir/corpus" >"$dir/log" 2>&1
   rc=$?
   set -e
