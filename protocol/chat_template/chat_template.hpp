@@ -34,8 +34,10 @@ struct chat_template_limits {
 
 class chat_template {
  public:
-  /// Parses a template. Syntax errors: invalid_argument; constructs this interpreter does not
-  /// support: unsupported. Both name the line ("chat template line 3: ...").
+  /// Parses a template. Syntax errors: invalid_argument; tags this interpreter does not support
+  /// (include, extends, call, ...): unsupported. Both name the line ("chat template line 3: ...").
+  /// An unknown filter or test fails (unsupported, with its line) only when a render reaches it,
+  /// as jinja2 does for one inside a branch.
   static result<chat_template> parse(std::string_view source);
 
   /// Renders with the members of `context` (an object) as the template's variables.

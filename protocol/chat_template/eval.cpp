@@ -134,7 +134,7 @@ value get_slice(const value& obj, const value* start, const value* stop, const v
     offsets = code_point_offsets(obj.as_string());
     n = static_cast<std::int64_t>(offsets.size() - 1);
   } else {
-    fail(line, "'" + type_name(obj) + "' object is not subscriptable");
+    return value::undefined("slice");  // jinja2: an unsliceable value gives undefined
   }
   // PySlice_AdjustIndices.
   auto adjust = [&](const value* v, std::int64_t dflt) {
@@ -169,6 +169,7 @@ value get_slice(const value& obj, const value* start, const value* stop, const v
 
 value renderer::eval(const expr& e) {
   tick(e.line);
+  depth_guard guard(*this, e.line);
   switch (e.kind) {
     case expr_kind::literal: return e.constant;
     case expr_kind::name: return lookup(e.name);

@@ -94,7 +94,9 @@ value f_join(renderer& r, const value& v, const call_args& a, int line) {
   const value* attribute = a.get(1, "attribute");
   std::string out;
   bool first = true;
-  for (const auto& item : *iterate(v, line)) {
+  const auto seq = iterate(v, line);  // keep the list alive for the loop
+
+  for (const auto& item : *seq) {
     if (!first) out += sep;
     first = false;
     out += to_str(attribute && !attribute->is_none() ? attr_path(item, to_str(*attribute), line) : item);
@@ -133,6 +135,7 @@ value f_items(renderer&, const value& v, const call_args&, int line) {
 value f_int(renderer&, const value& v, const call_args& a, int line) {
   const value* dflt = a.get(0, "default");
   const value fallback = dflt ? *dflt : value(std::int64_t{0});
+  require_defined(v, line);
   if (v.is(value::kind::integer)) return v;
   if (v.is(value::kind::boolean)) return value(static_cast<std::int64_t>(v.as_bool()));
   if (v.is(value::kind::floating)) {
@@ -152,7 +155,8 @@ value f_int(renderer&, const value& v, const call_args& a, int line) {
   return fallback;
 }
 
-value f_float(renderer&, const value& v, const call_args& a, int) {
+value f_float(renderer&, const value& v, const call_args& a, int line) {
+  require_defined(v, line);
   const value* dflt = a.get(0, "default");
   const value fallback = dflt ? *dflt : value(0.0);
   if (v.is_number()) return value(v.to_double());
@@ -225,7 +229,9 @@ value select_impl(renderer& r, const value& v, const call_args& a, int line, boo
   call_args test_args;
   for (std::size_t i = next + 1; i < a.pos.size(); ++i) test_args.pos.push_back(a.pos[i]);
   value_list out;
-  for (const auto& item : *iterate(v, line)) {
+  const auto seq = iterate(v, line);  // keep the list alive for the loop
+
+  for (const auto& item : *seq) {
     r.tick(line);
     const value subject = by_attr ? attr_path(item, attribute, line) : item;
     const bool pass = test.empty() ? truthy(subject) : r.apply_test(test, subject, test_args, line);
@@ -243,7 +249,9 @@ value f_map(renderer& r, const value& v, const call_args& a, int line) {
   value_list out;
   if (const value* attribute = a.get(99, "attribute")) {
     const value* dflt = a.get(99, "default");
-    for (const auto& item : *iterate(v, line)) {
+    const auto seq = iterate(v, line);  // keep the list alive for the loop
+
+    for (const auto& item : *seq) {
       r.tick(line);
       value x = attr_path(item, to_str(*attribute), line);
       out.push_back(x.is_undefined() && dflt ? *dflt : x);
@@ -255,7 +263,9 @@ value f_map(renderer& r, const value& v, const call_args& a, int line) {
   call_args rest;
   rest.pos.assign(a.pos.begin() + 1, a.pos.end());
   rest.kw = a.kw;
-  for (const auto& item : *iterate(v, line)) out.push_back(r.apply_filter(name, item, rest, line));
+  const auto seq = iterate(v, line);  // keep the list alive for the loop
+
+  for (const auto& item : *seq) out.push_back(r.apply_filter(name, item, rest, line));
   return value(std::move(out));
 }
 
@@ -304,7 +314,9 @@ value f_unique(renderer&, const value& v, const call_args& a, int line) {
   const value* attribute = a.get(1, "attribute");
   value_list out;
   value_list seen;
-  for (const auto& item : *iterate(v, line)) {
+  const auto seq = iterate(v, line);  // keep the list alive for the loop
+
+  for (const auto& item : *seq) {
     value k = attribute ? attr_path(item, to_str(*attribute), line) : item;
     if (!case_sensitive && k.is_string()) k = value(ascii_lower(k.as_string()));
     if (std::none_of(seen.begin(), seen.end(), [&](const value& s) { return equals(s, k); })) {
@@ -319,7 +331,9 @@ value f_sum(renderer& r, const value& v, const call_args& a, int line) {
   const value* attribute = a.get(0, "attribute");
   const value* start = a.get(1, "start");
   value total = start ? *start : value(std::int64_t{0});
-  for (const auto& item : *iterate(v, line)) {
+  const auto seq = iterate(v, line);  // keep the list alive for the loop
+
+  for (const auto& item : *seq) {
     total = binary_op(r, op_kind::add, total, attribute ? attr_path(item, to_str(*attribute), line) : item, line);
   }
   return total;
@@ -399,8 +413,6 @@ const std::unordered_map<std::string_view, filter_fn>& filter_table() {
 }
 
 }  // namespace
-
-bool is_known_filter(const std::string& name) { return filter_table().count(name) != 0; }
 
 value renderer::apply_filter(const std::string& name, const value& operand, const call_args& args, int line) {
   tick(line);

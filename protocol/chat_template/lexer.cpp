@@ -219,7 +219,7 @@ class lexer {
       const std::size_t end = match_simple_tag(inner + (begin_sign ? 1 : 0), "endraw", end_sign);
       if (end == std::string::npos) continue;
       std::string body = src_.substr(pos_, p - pos_);
-      if (begin_sign == '-') body = py_strip(body, nullptr, false, true);
+      strip_before(body, '%', begin_sign);
       line_ += static_cast<int>(std::count(src_.begin() + static_cast<long>(pos_), src_.begin() + static_cast<long>(end), '\n'));
       if (!body.empty()) emit(token_kind::data, std::move(body), start_line);
       pos_ = end;
@@ -327,7 +327,10 @@ class lexer {
       pos_ += n;
       return;
     }
-    fail(line_, std::string("unexpected character '") + src_[pos_] + "'");
+    {
+    const auto offsets = code_point_offsets(std::string_view(src_).substr(pos_, 4));
+    fail(line_, "unexpected character '" + src_.substr(pos_, offsets.size() > 1 ? offsets[1] : 1) + "'");
+  }
   }
 
   void emit(token_kind kind, std::string text, int line) { tokens_.push_back(token{kind, std::move(text), line}); }

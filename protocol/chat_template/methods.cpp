@@ -137,7 +137,9 @@ value string_method(renderer& r, const std::string& s, const std::string& name, 
     if (!items) fail(line, "str.join() needs an iterable");
     std::string out;
     bool first = true;
-    for (const auto& item : *iterate(*items, line)) {
+    const auto seq = iterate(*items, line);  // keep the list alive for the loop
+
+    for (const auto& item : *seq) {
       if (!item.is_string()) fail(line, "sequence item: expected str instance, " + type_name(item) + " found");
       if (!first) out += s;
       first = false;

@@ -160,10 +160,13 @@ value printf_format(renderer& r, const std::string& fmt, const value& args, int 
     }
     if (next >= items.size()) fail(line, "not enough arguments for format string");
     const value& v = items[next++];
-    if (conv == 's') {
-      out += to_str(v);
-    } else if (conv == 'r') {
-      out += repr(v);
+    if (conv == 's' || conv == 'r') {
+      std::string text = conv == 's' ? to_str(v) : repr(v);
+      if (precision >= 0) {
+        const auto offsets = code_point_offsets(text);
+        if (static_cast<std::size_t>(precision) + 1 < offsets.size()) text.resize(offsets[static_cast<std::size_t>(precision)]);
+      }
+      out += text;
     } else if (conv == 'd' || conv == 'i') {
       if (!v.is_number()) fail(line, "%d format: a real number is required, not " + type_name(v));
       out += std::to_string(v.is(value::kind::floating) ? static_cast<std::int64_t>(v.as_float()) : int_of(v));

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "protocol/chat_template/renderer.hpp"
 #include "protocol/chat_template/template_error.hpp"
 
 namespace actorserve::protocol::jinja {
@@ -28,7 +27,7 @@ stmt_list parser::parse_until(const std::vector<std::string_view>& ends, std::st
     if (t.kind == token_kind::eof) {
       if (ends.empty()) return body;
       fail(t.line, "unexpected end of template: '" + std::string(opener) + "' opened on line " + std::to_string(open_line) +
-                       " was never closed (expected '" + std::string(ends.back()) + "')");
+                       " was never closed (expected 'end" + std::string(opener) + "')");
     }
     if (t.kind == token_kind::data) {
       auto s = std::make_unique<stmt>();
@@ -115,14 +114,14 @@ stmt_ptr parser::parse_if(int line) {
   auto s = std::make_unique<stmt>();
   s->kind = stmt_kind::if_;
   s->line = line;
-  expr_ptr cond = parse_tuple();
+  expr_ptr cond = parse_expression(false);  // jinja2: no `a if b else c` here
   expect_block_end();
   while (true) {
     std::string which;
     stmt_list body = parse_until({"elif", "else", "endif"}, which, line, "if");
     s->branches.emplace_back(std::move(cond), std::move(body));
     if (which == "elif") {
-      cond = parse_tuple();
+      cond = parse_expression(false);
       expect_block_end();
       continue;
     }
@@ -241,7 +240,6 @@ stmt_ptr parser::parse_filter_block(int line) {
     f->kind = expr_kind::filter;
     f->line = cur().line;
     f->name = expect_name();
-    if (!is_known_filter(f->name)) fail(f->line, "unsupported filter '" + f->name + "'", error_code::unsupported);
     if (is_op("(")) f->args = parse_call_args();
     f->a = std::move(chain);
     chain = std::move(f);

@@ -73,6 +73,16 @@ class parser {
     parser& p_;
   };
 
+  /// Guards a loop that wraps the node it built so far (a.b.c, x|f|g, a + b + c): each step
+  /// nests the tree one level deeper, so it counts against the same depth budget.
+  struct chain_guard {
+    explicit chain_guard(parser& p) : p_(p) {}
+    ~chain_guard() { p_.depth_ -= steps_; }
+    void step();
+    parser& p_;
+    int steps_ = 0;
+  };
+
   std::vector<token> tokens_;
   std::size_t pos_ = 0;
   int depth_ = 0;

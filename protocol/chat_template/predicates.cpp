@@ -97,8 +97,6 @@ std::string_view canonical(const std::string& name) {
 
 }  // namespace
 
-bool is_known_test(const std::string& name) { return name == "in" || test_table().count(canonical(name)) != 0; }
-
 bool renderer::apply_test(const std::string& name, const value& operand, const call_args& args, int line) {
   tick(line);
   if (name == "in") {

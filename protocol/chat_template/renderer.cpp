@@ -31,6 +31,15 @@ std::string renderer::render(const template_ast& ast, value_map context) {
   return out;
 }
 
+/// Recursion cap for eval/render (a few hundred bytes of stack each).
+constexpr int max_render_depth = 1500;
+
+renderer::depth_guard::depth_guard(renderer& r, int line) : r_(r) {
+  if (++r_.depth_ > max_render_depth) {
+    fail(line, "template recursion deeper than " + std::to_string(max_render_depth), error_code::too_large);
+  }
+}
+
 void renderer::tick(int line) {
   if (++steps_ > limits_.max_steps) {
     fail(line, "rendering exceeded " + std::to_string(limits_.max_steps) + " steps (runaway loop?)", error_code::too_large);
@@ -63,6 +72,7 @@ renderer::flow renderer::render_body(const stmt_list& body, std::string& out) {
 }
 
 renderer::flow renderer::render_stmt(const stmt& s, std::string& out) {
+  depth_guard guard(*this, s.line);
   switch (s.kind) {
     case stmt_kind::text: append(out, s.text, s.line); break;
     case stmt_kind::output: {
@@ -86,7 +96,8 @@ renderer::flow renderer::render_stmt(const stmt& s, std::string& out) {
       auto m = std::make_shared<callable>();
       m->name = s.name;
       m->macro = &s;
-      m->closure = scope_;
+      m->closure = scope_.get();
+      if (macro_scopes_.empty() || macro_scopes_.back() != scope_) macro_scopes_.push_back(scope_);
       scope_->vars.set(s.name, value(std::shared_ptr<const callable>(std::move(m))));
       break;
     }
@@ -200,7 +211,7 @@ value renderer::call_macro(const callable& m, const call_args& args, int line) {
     fail(line, "macro calls nested deeper than " + std::to_string(limits_.max_call_depth), error_code::too_large);
   }
   auto f = std::make_shared<frame>();
-  f->parent = m.closure;
+  f->parent = m.closure->shared_from_this();
   const frame_ptr caller_scope = scope_;
   scope_ = f;
   ++call_depth_;

@@ -22,7 +22,7 @@ struct limits {
 };
 
 /// One variable scope; loops open one per iteration, macros one per call.
-struct frame {
+struct frame : std::enable_shared_from_this<frame> {
   std::shared_ptr<frame> parent;
   value_map vars;
   const value* lookup(std::string_view name) const;
@@ -44,7 +44,9 @@ using builtin_fn = value (*)(renderer&, const call_args&, int line);
 struct callable {
   std::string name;
   const stmt* macro = nullptr;
-  frame_ptr closure;
+  /// The scope the macro was defined in. Not owning (a frame holds its macros, so owning would be
+  /// a cycle): the renderer keeps every such frame alive until the render ends.
+  frame* closure = nullptr;
   builtin_fn fn = nullptr;
 };
 
@@ -87,8 +89,17 @@ class renderer {
 
   const limits& limits_;
   frame_ptr scope_;
+  std::vector<frame_ptr> macro_scopes_;  ///< frames macros close over, kept for the whole render
   std::uint64_t steps_ = 0;
   int call_depth_ = 0;
+  int depth_ = 0;  ///< eval/render recursion depth, across macro calls
+
+  /// Bounds recursion across macro calls so a deep template cannot overflow the stack.
+  struct depth_guard {
+    depth_guard(renderer& r, int line);
+    ~depth_guard() { --r_.depth_; }
+    renderer& r_;
+  };
 };
 
 // Free helpers shared by the evaluator and the builtins.
@@ -110,9 +121,6 @@ void require_defined(const value& v, int line);
 /// A method call on a str, dict, list or loop (e.g. "x".strip(), d.items(), loop.cycle()); sets
 /// `found` false when `obj` has no such method.
 value call_method(renderer& r, const value& obj, const std::string& name, const call_args& args, int line, bool& found);
-/// Whether a filter / test of that name exists (the parser rejects unknown ones up front).
-bool is_known_filter(const std::string& name);
-bool is_known_test(const std::string& name);
 /// The global functions: range, namespace, dict, raise_exception, strftime_now.
 void add_globals(value_map& globals);
 /// Python json.dumps(v, ensure_ascii, indent, separators, sort_keys); indent < 0: none.

@@ -1,0 +1,173 @@
+/// Failures: syntax errors name their line, unsupported constructs say what they are, a template's
+/// raise_exception message comes through verbatim, and runaway templates are cut off by the
+/// render limits instead of hanging or exhausting memory. Also: concurrent renders of one template.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "render_helpers.hpp"
+
+using actorserve::error_code;
+using actorserve::protocol::chat_template;
+using actorserve::protocol::chat_template_limits;
+using actorserve::testing::render_err;
+using actorserve::testing::render_ok;
+
+namespace {
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+TEST(TemplateErrors, SyntaxErrorNamesTheLine) {
+  auto e = render_err("line one\n{% if true %}\n{{ 1 + }}\n{% endif %}");
+  EXPECT_EQ(e.code, error_code::invalid_argument);
+  EXPECT_TRUE(contains(e.message, "line 3")) << e.message;
+}
+
+TEST(TemplateErrors, UnclosedBlockNamesWhereItOpened) {
+  auto e = render_err("a\n\n{% for m in messages %}\n{{ m }}\n");
+  EXPECT_TRUE(contains(e.message, "'for' opened on line 3")) << e.message;
+  EXPECT_TRUE(contains(e.message, "endfor")) << e.message;
+}
+
+TEST(TemplateErrors, StrayEndTagAndUnterminatedPieces) {
+  EXPECT_TRUE(contains(render_err("x\n{% endif %}").message, "line 2")) << render_err("x\n{% endif %}").message;
+  EXPECT_TRUE(contains(render_err("{{ 'abc }}").message, "unterminated string")) << render_err("{{ 'abc }}").message;
+  EXPECT_TRUE(contains(render_err("{# never closed").message, "comment")) << render_err("{# never closed").message;
+  EXPECT_TRUE(contains(render_err("{{ x ").message, "'}}'")) << render_err("{{ x ").message;
+  EXPECT_TRUE(contains(render_err("{% break %}").message, "outside of a loop"));
+}
+
+TEST(TemplateErrors, UnsupportedTagsAreNamed) {
+  auto e = render_err("ok\n{% include 'other.jinja' %}");
+  EXPECT_EQ(e.code, error_code::unsupported);
+  EXPECT_TRUE(contains(e.message, "'include'") && contains(e.message, "line 2")) << e.message;
+  EXPECT_EQ(render_err("{% for x in xs recursive %}{% endfor %}").code, error_code::unsupported);
+}
+
+TEST(TemplateErrors, UnknownFilterFailsOnlyWhenReached) {
+  EXPECT_EQ(render_ok("{% if false %}{{ x | frobnicate }}{% endif %}ok"), "ok");
+  auto e = render_err("\n{{ 'x' | frobnicate }}");
+  EXPECT_EQ(e.code, error_code::unsupported);
+  EXPECT_TRUE(contains(e.message, "'frobnicate'") && contains(e.message, "line 2")) << e.message;
+}
+
+TEST(TemplateErrors, RaiseExceptionMessageIsVerbatim) {
+  auto e = render_err("{% if messages|length > 1 %}{{ raise_exception('Only one message, got ' ~ messages|length) }}{% endif %}",
+                      R"({"messages": [1, 2, 3]})");
+  EXPECT_EQ(e.code, error_code::invalid_argument);
+  EXPECT_EQ(e.message, "Only one message, got 3");
+}
+
+TEST(TemplateErrors, RuntimeTypeErrorsLikePython) {
+  EXPECT_TRUE(contains(render_err("{{ 'a' + 1 }}").message, "can only concatenate str"));
+  EXPECT_TRUE(contains(render_err("{{ x.y }}").message, "'x' is undefined"));
+  EXPECT_TRUE(contains(render_err("{{ 1 / 0 }}").message, "division by zero"));
+  EXPECT_TRUE(contains(render_err("{{ nope() }}").message, "'nope' is undefined"));
+  EXPECT_TRUE(contains(render_err("{{ undefined_var|tojson }}").message, "not JSON serializable"));
+  EXPECT_TRUE(contains(render_err("{{ [].append(1) }}").message, "immutable"));
+}
+
+TEST(RenderLimits, RunawayLoopIsCut) {
+  chat_template_limits lim;
+  lim.max_steps = 100000;
+  auto e = render_err("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "{}", lim);
+  EXPECT_EQ(e.code, error_code::too_large);
+  EXPECT_TRUE(contains(e.message, "steps")) << e.message;
+}
+
+TEST(RenderLimits, OutputSizeIsCapped) {
+  chat_template_limits lim;
+  lim.max_output_bytes = 1000;
+  EXPECT_EQ(render_err("{% for i in range(500) %}0123456789{% endfor %}", "{}", lim).code, error_code::too_large);
+  EXPECT_EQ(render_err("{{ 'x' * 100000000000 }}", "{}", lim).code, error_code::too_large);
+  // Doubling a string in a namespace: each value is capped, not just the final text.
+  EXPECT_EQ(render_err("{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "{}",
+                       lim)
+                .code,
+            error_code::too_large);
+}
+
+TEST(RenderLimits, HugeListsAreRefused) {
+  EXPECT_EQ(render_err("{{ range(10**12)|length }}").code, error_code::too_large);
+  EXPECT_EQ(render_err("{{ ([1] * 10000000000)|length }}").code, error_code::too_large);
+}
+
+TEST(RenderLimits, RecursionIsBounded) {
+  auto e = render_err("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  EXPECT_EQ(e.code, error_code::too_large);
+  EXPECT_TRUE(contains(e.message, "macro")) << e.message;
+}
+
+TEST(RenderLimits, DeepNestingFailsCleanly) {
+  EXPECT_EQ(render_err("{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}").code,
+            error_code::invalid_argument);
+  std::string chain = "{{ a";
+  for (int i = 0; i < 50000; ++i) chain += ".b";
+  EXPECT_TRUE(contains(render_err(chain + " }}").message, "nested too deeply"));
+  std::string ifs;
+  for (int i = 0; i < 5000; ++i) ifs += "{% if true %}";
+  EXPECT_TRUE(contains(render_err(ifs).message, "nested too deeply"));
+  EXPECT_TRUE(contains(render_err("{{ " + std::string(100000, '-') + "1 }}").message, "nested too deeply"));
+}
+
+TEST(RenderLimits, IntegerOverflowIsAnError) {
+  EXPECT_FALSE(chat_template::parse("{{ 9223372036854775807 + 1 }}")->render({}).ok());
+  EXPECT_FALSE(chat_template::parse("{{ 2 ** 64 }}")->render({}).ok());
+}
+
+TEST(RenderLimits, MutatedTemplatesNeverCrash) {
+  // Random byte edits of a real template: every result must be a clean value or error.
+  const std::string base =
+      "{% set ns = namespace(n=0) %}{%- for m in messages if m.role != 'x' -%}{% set ns.n = ns.n + 1 %}"
+      "{{- '<|' ~ m.role ~ '|>' + m.content|trim -}}{% if loop.last %}{{ ns.n }}{% endif %}{%- endfor %}"
+      "{{ messages|map(attribute='role')|join(',') }}{{ {'a': [1, 2.5]}|tojson(indent=2) }}{{ 'x'[::-1] }}";
+  const std::string ctx = R"({"messages": [{"role": "user", "content": " hi "}, {"role": "assistant", "content": "yo"}]})";
+  const char alphabet[] = "{}%#-+()[]|.,:~'\"=<>!*/ \nabcdefxyz019";
+  std::mt19937 rng(1234);
+  int rendered = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string s = base;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const std::size_t pos = rng() % (s.size() + 1);
+      if (rng() % 2) {
+        s.insert(pos, 1, alphabet[rng() % (sizeof(alphabet) - 1)]);
+      } else if (pos < s.size()) {
+        s.erase(pos, 1 + rng() % 3);
+      }
+    }
+    auto tpl = chat_template::parse(s);
+    if (!tpl.ok()) {
+      EXPECT_FALSE(tpl.err().message.empty());
+      continue;
+    }
+    auto out = tpl->render(actorserve::testing::parse_json(ctx));
+    if (out.ok()) ++rendered;
+  }
+  EXPECT_GT(rendered, 100);  // the mutations are mild enough that many still render
+}
+
+TEST(Concurrency, OneParsedTemplateRendersOnManyThreads) {
+  auto tpl = chat_template::parse(
+      "{% set ns = namespace(s='') %}{% for m in messages %}{% set ns.s = ns.s ~ m.content %}{% endfor %}{{ ns.s }}"
+      "{% macro twice(x) %}{{ x }}{{ x }}{% endmacro %}{{ twice(messages|length) }}");
+  ASSERT_TRUE(tpl.ok());
+  std::vector<std::thread> threads;
+  std::vector<int> failures(8, 0);
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      const std::string n = std::to_string(t);
+      const auto ctx = actorserve::testing::parse_json(R"({"messages": [{"content": "a)" + n + R"("}, {"content": "b"}]})");
+      for (int i = 0; i < 300; ++i) {
+        auto out = tpl->render(ctx);
+        if (!out.ok() || *out != "a" + n + "b22") ++failures[static_cast<std::size_t>(t)];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int f : failures) EXPECT_EQ(f, 0);
+}
+
+}  // namespace
