@@ -1,0 +1,109 @@
+#include "bench/common/engine_runner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+
+namespace actorserve::bench {
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// Shared between the sinks (actor threads) and the waiting caller.
+struct run_state {
+  clock_type::time_point start;
+  std::vector<request_record> records;
+  bool keep_outputs = false;
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t num_done = 0;
+
+  double now() const { return std::chrono::duration<double>(clock_type::now() - start).count(); }
+  void mark_done() {
+    std::lock_guard<std::mutex> lock(mu);
+    ++num_done;
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+result<std::unique_ptr<actors::engine>> start_engine(const engine_config& cfg, double& seconds) {
+  const auto t0 = clock_type::now();
+  auto eng = actors::engine::start(cfg);
+  seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+  return eng;
+}
+
+result<run_report> run_requests(actors::engine& eng, std::vector<actors::generation_request> reqs, bool keep_outputs,
+                                double timeout_s) {
+  auto st = std::make_shared<run_state>();
+  st->keep_outputs = keep_outputs;
+  st->records.resize(reqs.size());
+  run_report rep;
+  rep.before = eng.stats();
+  st->start = clock_type::now();
+  size_t expected = reqs.size();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    request_record& rec = st->records[i];
+    rec.request_id = reqs[i].request_id;
+    rec.prompt_len = static_cast<int64_t>(reqs[i].prompt_ids.size());
+    // NOTE: each sink touches only its own record; deltas of one request arrive in order, and
+    // the final one is published to the waiting thread under the mutex.
+    auto sink = [st, i](actors::delta d) {
+      request_record& r = st->records[i];
+      const double t = st->now();
+      if (!d.token_ids.empty()) {
+        if (r.first_token_s < 0) r.first_token_s = t;
+        r.output_len += static_cast<int64_t>(d.token_ids.size());
+        r.token_times_s.insert(r.token_times_s.end(), d.token_ids.size(), t);
+        if (st->keep_outputs) r.output_ids.insert(r.output_ids.end(), d.token_ids.begin(), d.token_ids.end());
+      }
+      if (d.finish) {
+        r.finish = d.finish;
+        if (d.failure) r.error = d.failure->message;
+      }
+      if (d.usage) {
+        r.usage = *d.usage;
+        r.finish_s = t;
+        st->mark_done();
+      }
+      return true;
+    };
+    if (auto s = eng.submit(std::move(reqs[i]), std::move(sink)); !s) {
+      rec.error = s.err().message;
+      --expected;
+    }
+  }
+  const auto deadline = clock_type::now() + std::chrono::duration<double>(timeout_s);
+  {
+    std::unique_lock<std::mutex> lock(st->mu);
+    while (st->num_done < expected) {
+      if (st->cv.wait_for(lock, std::chrono::milliseconds(5), [&] { return st->num_done >= expected; })) break;
+      lock.unlock();
+      const auto s = eng.stats();
+      rep.peak_kv_blocks_used = std::max(rep.peak_kv_blocks_used, s.kv_blocks_used);
+      rep.peak_running = std::max(rep.peak_running, s.num_running);
+      lock.lock();
+      if (clock_type::now() > deadline)
+        return make_error(error_code::cancelled,
+                          fmt::format("run: {} of {} requests unfinished after {:.0f} s", expected - st->num_done,
+                                      expected, timeout_s));
+    }
+    rep.requests = st->records;
+  }
+  rep.after = eng.stats();
+  for (const auto& r : rep.requests) {
+    rep.elapsed_s = std::max(rep.elapsed_s, r.finish_s);
+    if (!r.error.empty() || !r.finish || *r.finish == actors::finish_reason::error ||
+        *r.finish == actors::finish_reason::cancelled)
+      ++rep.num_failed;
+  }
+  return rep;
+}
+
+}  // namespace actorserve::bench

@@ -1,0 +1,45 @@
+#pragma once
+/// Runs a set of generation requests through the actor engine and times them: every request is
+/// submitted at once (the engine batches them continuously) and the call returns when all have
+/// finished. Used by bench_throughput and bench_latency.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/engine.hpp"
+#include "config/error.hpp"
+
+namespace actorserve::bench {
+
+/// What happened to one request; times are seconds since the run started.
+struct request_record {
+  std::string request_id;
+  int64_t prompt_len = 0;
+  int64_t output_len = 0;                 ///< tokens generated
+  double first_token_s = -1;              ///< arrival of the first generated token
+  double finish_s = -1;
+  std::vector<double> token_times_s;      ///< arrival time of each generated token (deltas may carry several)
+  std::vector<int32_t> output_ids;        ///< when kept
+  std::optional<actors::finish_reason> finish;
+  std::string error;                      ///< submit or engine error, empty if none
+  actors::usage_counts usage;
+};
+
+struct run_report {
+  std::vector<request_record> requests;   ///< in submission order
+  double elapsed_s = 0;                   ///< first submit to last finish
+  actors::engine_stats before, after;     ///< engine counters around the run
+  int64_t peak_kv_blocks_used = 0;        ///< sampled every few milliseconds
+  int64_t peak_running = 0;
+  int64_t num_failed = 0;                 ///< finished with an error or cancelled
+};
+
+/// Submits every request, waits for all to finish (or `timeout_s`), returns the records.
+result<run_report> run_requests(actors::engine& eng, std::vector<actors::generation_request> reqs, bool keep_outputs,
+                                double timeout_s);
+
+/// Starts an engine, timing the start; logs the error (naming the flag or file) on failure.
+result<std::unique_ptr<actors::engine>> start_engine(const engine_config& cfg, double& seconds);
+
+}  // namespace actorserve::bench

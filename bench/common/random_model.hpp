@@ -1,0 +1,66 @@
+#pragma once
+/// Random-weight Hugging Face model directories for benchmarks: config.json,
+/// generation_config.json, bf16 safetensors shards with model.safetensors.index.json, and a
+/// tokenizer.json whose vocabulary is extended to cover the model's.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/error.hpp"
+
+namespace actorserve::bench {
+
+/// The shape and identity of a Llama-family model (the fields config.json carries).
+struct model_shape {
+  std::string architecture = "LlamaForCausalLM";  ///< LlamaForCausalLM | MistralForCausalLM | Qwen2ForCausalLM
+  std::string model_type = "llama";
+  int64_t vocab_size = 32000;
+  int64_t hidden_size = 4096;
+  int64_t intermediate_size = 11008;
+  int64_t num_layers = 32;
+  int64_t num_heads = 32;
+  int64_t num_kv_heads = 32;
+  int64_t head_dim = 0;                  ///< 0: hidden_size / num_heads
+  int64_t max_position_embeddings = 4096;
+  double rms_norm_eps = 1e-5;
+  double rope_theta = 10000.0;
+  int64_t sliding_window = 0;            ///< 0: none
+  bool tie_word_embeddings = false;
+
+  int64_t effective_head_dim() const { return head_dim > 0 ? head_dim : hidden_size / num_heads; }
+  /// Number of weights (all tensors the loader binds).
+  int64_t num_parameters() const;
+};
+
+/// The shape of a named preset (real config.json values): llama-2-7b, llama-2-13b, llama-3-8b,
+/// mistral-7b (Mistral-7B-v0.1), qwen2-7b; or a tiny test shape: tiny.
+result<model_shape> preset_shape(const std::string& name);
+/// The preset names, for --help.
+std::vector<std::string> preset_names();
+
+struct random_model_options {
+  std::string output_dir;
+  std::string tokenizer_json;            ///< copied (and extended); empty: a synthetic byte-level one
+  bool extend_tokenizer = true;          ///< add synthetic tokens so every model id decodes
+  uint64_t seed = 1;
+  double std = 0.02;                     ///< weights ~ N(0, std); norms are 1
+  int32_t threads = 0;                   ///< 0: hardware concurrency
+  double shard_bytes = 5e9;              ///< safetensors shard size limit
+};
+
+/// What was written.
+struct random_model_report {
+  int64_t bytes_written = 0;
+  int32_t num_shards = 0;
+  int64_t tokenizer_vocab = 0;           ///< after extension
+  int64_t added_tokens = 0;              ///< synthetic tokens appended
+  double seconds = 0;
+};
+
+/// Writes the whole directory (created if missing). Errors name the file.
+result<random_model_report> write_random_model(const model_shape& shape, const random_model_options& opts);
+
+/// The config.json text of `shape` with the given special token ids (bf16).
+std::string config_json(const model_shape& shape, int32_t bos_id, const std::vector<int32_t>& eos_ids);
+
+}  // namespace actorserve::bench

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# The end-to-end performance suite on one GPU (H200), in about 9 minutes:
+#   1. a random-weight llama-3-8b (bf16, 16 GB) written to $MODEL_DIR (default /tmp/llama3-8b)
+#   2. single stream: 128 in / 256 out                        (bench_latency)
+#   3. offline: 200 prompts x 1000 in / 100 out               (bench_throughput)
+#   4. offline: 1000 prompts x 128 in / 1024 out              (bench_throughput)
+#   5. online: 1000 ShareGPT-like requests at 16 req/s against `actorserve serve --device cuda`
+#      started in the background                              (bench_serving)
+# then prints a summary table. Every stage has a timeout and its own log under RESULTS_DIR.
+#
+#   bench_gpu_suite.sh RESULTS_DIR
+# Binaries: $BIN_DIR, else bin/ beside this script (inside a GPU bundle), else the bundle or
+# build-gpu/ of the source tree. Tokenizer: $TOKENIZER, else data/models/llama-tiny/tokenizer.json
+# of the bundle or of $ACTORSERVE_TEST_DATA or of tests/, else a synthetic one.
+# Knobs: MODEL_DIR, PRESET (llama-3-8b), DEVICE (cuda), PORT (8011), ENGINE_FLAGS (extra engine
+# flags for every stage), T_MODEL T_LATENCY T_OFFLINE1 T_OFFLINE2 T_SERVING (stage timeouts, s).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${1:?usage: bench_gpu_suite.sh RESULTS_DIR}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+find_bin_dir() {
+  local d
+  for d in "${BIN_DIR:-}" "$here/bin" "$here/../.gpu_bundle/bin" "$here/../build-gpu"; do
+    [[ -n "$d" && -x "$d/bench_throughput" ]] && { echo "$d"; return; }
+    [[ -n "$d" && -x "$d/bench/bench_throughput" ]] && { echo "$d/bench"; return; }
+  done
+}
+bin=$(find_bin_dir)
+[[ -n "$bin" ]] || { echo "bench_gpu_suite: no bench_throughput found (set BIN_DIR)" >&2; exit 1; }
+server_bin="$bin/actorserve"
+[[ -x "$server_bin" ]] || server_bin="$bin/../server/actorserve"
+for lib in "$bin/../lib" "$here/lib"; do [[ -d "$lib" ]] && export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"; done
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64"
+
+tokenizer=${TOKENIZER:-}
+for t in "$here/data" "${ACTORSERVE_TEST_DATA:-}" "$here/../tests/data"; do
+  [[ -z "$tokenizer" && -n "$t" && -f "$t/models/llama-tiny/tokenizer.json" ]] && tokenizer="$t/models/llama-tiny/tokenizer.json"
+done
+model=${MODEL_DIR:-/tmp/llama3-8b}
+preset=${PRESET:-llama-3-8b}
+device=${DEVICE:-cuda}
+port=${PORT:-8011}
+read -r -a extra <<< "${ENGINE_FLAGS:-}"
+engine=(--model "$model" --device "$device" --log-level warn "${extra[@]}")
+summary="$out/bench_summary.txt"
+suite_start=$(date +%s)
+
+header() {  # header NAME CMD... -> the result file's '#' header
+  echo "# name: $1"
+  echo "# date: $(date -u +%FT%TZ)"
+  echo "# host: $(hostname) ($(uname -sr))"
+  echo "# cpu: $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo) x $(nproc)"
+  echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+  echo "# commit: $(cat "$here/COMMIT" 2>/dev/null || git -C "$here/.." rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  shift
+  echo "# command: $(printf '%q ' "$@")"
+  echo "#"
+}
+
+declare -a names statuses figures
+stage() {  # stage NAME TIMEOUT CMD... -> runs with a timeout, logs to $out/NAME.txt
+  local name=$1 limit=$2; shift 2
+  local file="$out/$name.txt" t0 rc
+  header "$name" "$@" > "$file"
+  echo "== $name (timeout ${limit}s)"
+  t0=$(date +%s)
+  timeout --signal=INT --kill-after=15 "$limit" "$@" >> "$file" 2>&1
+  rc=$?
+  echo "# exit status: $rc; wall time: $(( $(date +%s) - t0 )) s" >> "$file"
+  grep -vE '^#' "$file" | tail -25
+  names+=("$name")
+  case $rc in 0) statuses+=("ok") ;; 124|137) statuses+=("TIMEOUT") ;; *) statuses+=("FAILED($rc)") ;; esac
+  figures+=("$(figure "$file")")
+  return $rc
+}
+
+figure() {  # the headline numbers of one result file
+  awk '
+    /^wrote .* GB in/ { printf "%s GB in %s s, %s GB/s", $2, $8, substr($10, 2) }
+    /^Throughput:/ && !t { t = 1; printf "%s req/s, %s total tok/s, %s out tok/s; ", $2, $4, $7 }
+    /^Preemptions:/ { printf "preemptions %s", $2 }
+    /^Avg latency:/ { printf "avg %s s; ", $3 }
+    /^Decode tokens\/s:/ { printf "decode %s tok/s; ", $3 }
+    /^Per-token latency/ { a = $5; b = $9; sub(",", "", a); sub(",", "", b); printf "per-token p50 %s p99 %s ms", a, b }
+    /^Successful requests:/ { printf "%s ok; ", $3 }
+    /^Output token throughput/ { printf "%s out tok/s; ", $NF }
+    /^Median TTFT/ { printf "TTFT p50 %s ms; ", $NF }
+    /^Median TPOT/ { printf "TPOT p50 %s ms; ", $NF }
+    /^P99 ITL/ { printf "ITL p99 %s ms", $NF }
+  ' "$1" | sed 's/[;, ]*$//; s/,,/,/g'
+}
+
+{
+  echo "bench_gpu_suite: $(date -u +%FT%TZ) on $(hostname); binaries $bin"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader 2>/dev/null || echo "nvidia-smi: unavailable"
+} | tee "$out/bench_environment.txt"
+
+# 1. The model (kept across runs: a marker names the preset once the write completed).
+marker="$model/.bench-complete-$preset"
+if [[ -f "$marker" ]]; then
+  echo "== 01-model: reusing $model"
+  names+=("01-model"); statuses+=("reused"); figures+=("$model")
+else
+  tok_flag=(--synthetic-tokenizer)
+  [[ -n "$tokenizer" ]] && tok_flag=(--tokenizer "$tokenizer")
+  rm -f "$model"/.bench-complete-*
+  stage 01-model "${T_MODEL:-90}" "$bin/bench_make_random_model" --preset "$preset" --output "$model" "${tok_flag[@]}" \
+    && touch "$marker"
+fi
+
+# 2-4. Engine benchmarks in-process.
+stage 02-latency-128in-256out "${T_LATENCY:-80}" "$bin/bench_latency" "${engine[@]}" \
+  --input-len 128 --output-len 256 --num-iters 5 --num-iters-warmup 2
+stage 03-offline-200x1000in-100out "${T_OFFLINE1:-80}" "$bin/bench_throughput" "${engine[@]}" \
+  --num-prompts 200 --input-len 1000 --output-len 100 --timeout 70
+stage 04-offline-1000x128in-1024out "${T_OFFLINE2:-160}" "$bin/bench_throughput" "${engine[@]}" \
+  --num-prompts 1000 --input-len 128 --output-len 1024 --timeout 150
+
+# 5. Online: the server in the background, the client against it.
+server_log="$out/05-server.log"
+"$server_bin" serve "${engine[@]}" --host 127.0.0.1 --port "$port" --drain-timeout 5 > "$server_log" 2>&1 &
+server_pid=$!
+stage 05-serving-sharegpt-1000req-16rps "${T_SERVING:-120}" "$bin/bench_serving" --host 127.0.0.1 --port "$port" \
+  --model-dir "$model" --num-prompts 1000 --request-rate 16 --length-distribution sharegpt --wait-for-server 60 \
+  --timeout 60
+if kill -0 "$server_pid" 2>/dev/null; then
+  kill -TERM "$server_pid"
+  for _ in $(seq 1 20); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
+  kill -0 "$server_pid" 2>/dev/null && kill -KILL "$server_pid"
+fi
+wait "$server_pid" 2>/dev/null
+echo "server exit status: $?" >> "$server_log"
+
+{
+  echo
+  echo "============================== bench summary =============================="
+  echo "total wall time: $(( $(date +%s) - suite_start )) s; results in $out"
+  printf '%-36s %-10s %s\n' "stage" "status" "figures"
+  for i in "${!names[@]}"; do printf '%-36s %-10s %s\n' "${names[$i]}" "${statuses[$i]}" "${figures[$i]}"; done
+} | tee "$summary"
+for s in "${statuses[@]}"; do [[ "$s" == ok || "$s" == reused ]] || exit 1; done
+exit 0
