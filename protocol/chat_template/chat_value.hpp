@@ -55,8 +55,8 @@ class chat_value {
 
   /// The member named `key` of an object, or nullptr (also when this is not an object).
   const chat_value* find(std::string_view key) const;
-  /// A copy of this object with `key` set to `v` (appended when new); an error-free no-op on
-  /// non-objects is not offered: `this` must be an object or null (null becomes an empty object).
+  /// A copy of this object with `key` set to `v` (appended when new, replaced in place when not).
+  /// Any non-object (e.g. null) counts as an empty object.
   chat_value with(std::string_view key, chat_value v) const;
 
  private:

@@ -89,11 +89,17 @@ value make_builtin(const char* name, builtin_fn fn) {
 }  // namespace
 
 void add_globals(value_map& globals) {
-  globals.set("range", make_builtin("range", g_range));
-  globals.set("namespace", make_builtin("namespace", g_namespace));
-  globals.set("dict", make_builtin("dict", g_dict));
-  globals.set("raise_exception", make_builtin("raise_exception", g_raise_exception));
-  globals.set("strftime_now", make_builtin("strftime_now", g_strftime_now));
+  // Built once; the callables are immutable, so every render shares them.
+  static const value_map builtins = [] {
+    value_map m;
+    m.set("range", make_builtin("range", g_range));
+    m.set("namespace", make_builtin("namespace", g_namespace));
+    m.set("dict", make_builtin("dict", g_dict));
+    m.set("raise_exception", make_builtin("raise_exception", g_raise_exception));
+    m.set("strftime_now", make_builtin("strftime_now", g_strftime_now));
+    return m;
+  }();
+  for (const auto& [name, fn] : builtins.entries) globals.set(name, fn);
 }
 
 }  // namespace actorserve::protocol::jinja
