@@ -5,6 +5,7 @@
 //   bench_serving --port 8000 --model-dir DIR --num-prompts 1000 --request-rate 16
 //                 --length-distribution sharegpt
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <cmath>
 #include <cstdio>
@@ -118,6 +119,11 @@ int main(int argc, char** argv) {
   auto kind = bench::parse_length_kind(dist_name);
   if (!kind) return fmt::print(stderr, "error: {}\n", kind.err().message), 2;
   if (num_prompts < 1 || !(rate > 0)) return fmt::print(stderr, "error: --num-prompts and --request-rate must be positive\n"), 2;
+  // NOTE: one socket per request in flight; the default soft limit (1024) is too low for bursts.
+  if (rlimit lim{}; ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
   so.port = port;
   so.request_rate = rate;
   so.max_concurrency = max_concurrency;

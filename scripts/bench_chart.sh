@@ -28,7 +28,8 @@ command -v gnuplot >/dev/null || { echo "bench_chart: gnuplot missing (apt-get i
 table=${out%.png}.tsv
 printf 'run\toutput_tok_s\tper_token_ms\tttft_ms\n' > "$table"
 for f in "${files[@]}"; do
-  awk -v run="$(basename "$f" .txt)" '
+  label=$(basename "$f" .txt | sed -E 's/-[0-9]{8}-[0-9]{6}$//')
+  awk -v run="$label" '
     /^Throughput: .* output tokens\/s/ && tput == "" { for (i = 1; i <= NF; ++i) if ($(i+1) == "output") tput = $i }
     /^Output token throughput \(tok\/s\):/ && tput == "" { tput = $NF }
     /^Decode tokens\/s:/ && tput == "" { tput = $3 }
@@ -43,7 +44,7 @@ for f in "${files[@]}"; do
 done
 rows=$(($(wc -l < "$table") - 1))
 [[ $rows -gt 0 ]] || { echo "bench_chart: no benchmark figures found in ${files[*]}" >&2; exit 1; }
-width=$((640 + rows * 60))
+width=$((800 + rows * 70))
 gnuplot <<GP
 set terminal pngcairo size ${width},900 noenhanced font ",10"
 set output "$out"
@@ -56,16 +57,18 @@ set boxwidth 0.9
 set grid ytics
 set xtics rotate by -30 left
 set key top left
-set bmargin 9
+set bmargin 10
+set rmargin 22
 set multiplot layout 2,1 title "actorserve benchmarks (${rows} runs)"
 set title "Throughput"
 set ylabel "output tokens/s"
-plot "$table" using 2:xtic(1) title "output tokens/s" lc rgb "#4477aa"
+set xrange [-0.6:${rows}-0.4]
+plot "$table" skip 1 using 2:xtic(1) title "output tokens/s" lc rgb "#4477aa"
 set title "Latency"
 set ylabel "ms"
 set logscale y
-plot "$table" using 3:xtic(1) title "per-token (p50 / median TPOT)" lc rgb "#ee6677", \
-     "" using 4 title "TTFT (median)" lc rgb "#228833"
+plot "$table" skip 1 using 3:xtic(1) title "per-token (p50 / median TPOT)" lc rgb "#ee6677", \
+     "" skip 1 using 4 title "TTFT (median)" lc rgb "#228833"
 unset multiplot
 GP
 echo "bench_chart: wrote $out ($rows runs; table $table)"

@@ -12,8 +12,10 @@
 # Binaries: $BIN_DIR, else bin/ beside this script (inside a GPU bundle), else the bundle or
 # build-gpu/ of the source tree. Tokenizer: $TOKENIZER, else data/models/llama-tiny/tokenizer.json
 # of the bundle or of $ACTORSERVE_TEST_DATA or of tests/, else a synthetic one.
-# Knobs: MODEL_DIR, PRESET (llama-3-8b), DEVICE (cuda), PORT (8011), ENGINE_FLAGS (extra engine
-# flags for every stage), T_MODEL T_LATENCY T_OFFLINE1 T_OFFLINE2 T_SERVING (stage timeouts, s).
+# Knobs: MODEL_DIR, PRESET (llama-3-8b), MODEL_FLAGS (extra writer flags), DEVICE (cuda), PORT
+# (8011), ENGINE_FLAGS (extra engine flags for every stage), DIV (divides every prompt/request
+# count: DIV=20 DEVICE=cpu PRESET=tiny is a CPU dry run), T_MODEL T_LATENCY T_OFFLINE1 T_OFFLINE2
+# T_SERVING (stage timeouts, s).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: bench_gpu_suite.sh RESULTS_DIR}
@@ -42,7 +44,9 @@ model=${MODEL_DIR:-/tmp/llama3-8b}
 preset=${PRESET:-llama-3-8b}
 device=${DEVICE:-cuda}
 port=${PORT:-8011}
+div=${DIV:-1}
 read -r -a extra <<< "${ENGINE_FLAGS:-}"
+read -r -a model_flags <<< "${MODEL_FLAGS:-}"
 engine=(--model "$model" --device "$device" --log-level warn "${extra[@]}")
 summary="$out/bench_summary.txt"
 suite_start=$(date +%s)
@@ -98,7 +102,7 @@ figure() {  # the headline numbers of one result file
 } | tee "$out/bench_environment.txt"
 
 # 1. The model (kept across runs: a marker names the preset once the write completed).
-marker="$model/.bench-complete-$preset"
+marker="$model/.bench-complete-$preset${MODEL_FLAGS:+-custom}"
 if [[ -f "$marker" ]]; then
   echo "== 01-model: reusing $model"
   names+=("01-model"); statuses+=("reused"); figures+=("$model")
@@ -107,6 +111,7 @@ else
   [[ -n "$tokenizer" ]] && tok_flag=(--tokenizer "$tokenizer")
   rm -f "$model"/.bench-complete-*
   stage 01-model "${T_MODEL:-90}" "$bin/bench_make_random_model" --preset "$preset" --output "$model" "${tok_flag[@]}" \
+    "${model_flags[@]}" \
     && touch "$marker"
 fi
 
@@ -114,16 +119,16 @@ fi
 stage 02-latency-128in-256out "${T_LATENCY:-80}" "$bin/bench_latency" "${engine[@]}" \
   --input-len 128 --output-len 256 --num-iters 5 --num-iters-warmup 2
 stage 03-offline-200x1000in-100out "${T_OFFLINE1:-80}" "$bin/bench_throughput" "${engine[@]}" \
-  --num-prompts 200 --input-len 1000 --output-len 100 --timeout 70
+  --num-prompts $((200 / div)) --input-len 1000 --output-len 100 --timeout 70
 stage 04-offline-1000x128in-1024out "${T_OFFLINE2:-160}" "$bin/bench_throughput" "${engine[@]}" \
-  --num-prompts 1000 --input-len 128 --output-len 1024 --timeout 150
+  --num-prompts $((1000 / div)) --input-len 128 --output-len 1024 --timeout 150
 
 # 5. Online: the server in the background, the client against it.
 server_log="$out/05-server.log"
 "$server_bin" serve "${engine[@]}" --host 127.0.0.1 --port "$port" --drain-timeout 5 > "$server_log" 2>&1 &
 server_pid=$!
 stage 05-serving-sharegpt-1000req-16rps "${T_SERVING:-120}" "$bin/bench_serving" --host 127.0.0.1 --port "$port" \
-  --model-dir "$model" --num-prompts 1000 --request-rate 16 --length-distribution sharegpt --wait-for-server 60 \
+  --model-dir "$model" --num-prompts $((1000 / div)) --request-rate 16 --length-distribution sharegpt --wait-for-server 60 \
   --timeout 60
 if kill -0 "$server_pid" 2>/dev/null; then
   kill -TERM "$server_pid"
