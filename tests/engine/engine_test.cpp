@@ -195,6 +195,22 @@ TEST(engine, stop_strings_end_the_text_before_the_match) {
   EXPECT_EQ(wait_idle(*e).kv_blocks_used, 0);
 }
 
+TEST(engine, a_deadline_cancels_a_long_request) {
+  auto e = start_engine(tiny_config());
+  ASSERT_TRUE(e);
+  collector c;
+  auto req = make_request("slow", {5, 6, 7, 8}, greedy(1500));
+  req.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(30);
+  ASSERT_TRUE(e->submit(std::move(req), c.sink(0)).ok());
+  ASSERT_TRUE(c.wait());
+  const auto r = c.results().at(0).at(0);
+  EXPECT_EQ(r.finish, finish_reason::cancelled);
+  EXPECT_LT(r.tokens.size(), 1500u);
+  const auto s = wait_idle(*e);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_EQ(s.requests_cancelled, 1);
+}
+
 TEST(engine, rejects_invalid_requests_and_cuda_without_support) {
   auto e = start_engine(tiny_config());
   ASSERT_TRUE(e);
