@@ -30,27 +30,11 @@ caf::behavior kv_block_manager(caf::stateful_actor<kv_block_manager_state>* self
   };
 }
 
-caf::behavior executor_actor(caf::event_based_actor* self, std::shared_ptr<gpu::executor> ex) {
-  return {
-      [self, ex](run_atom, gpu::step_batch& batch) {
-        auto reply_to = caf::actor_cast<caf::actor>(self->current_sender());
-        // NOTE: `done` runs on the executor's own thread; a message is the only way back in.
-        ex->submit(std::move(batch), [reply_to](gpu::step_result r) {
-          caf::anon_send(reply_to, step_done_atom::value, std::move(r));
-        });
-      },
-  };
-}
-
 }  // namespace
 
 caf::actor spawn_kv_block_manager(caf::actor_system& sys, int32_t num_blocks, int32_t block_size,
                                   bool enable_prefix_caching, std::shared_ptr<stats_board> stats) {
   return sys.spawn(kv_block_manager, num_blocks, block_size, enable_prefix_caching, std::move(stats));
-}
-
-caf::actor spawn_executor_actor(caf::actor_system& sys, std::shared_ptr<gpu::executor> ex) {
-  return sys.spawn(executor_actor, std::move(ex));
 }
 
 }  // namespace actorserve::actors
