@@ -35,6 +35,7 @@ result<bench::request_record> run_one(actors::engine& eng, const options& o, int
   reqs.push_back(std::move(r));
   auto rep = bench::run_requests(eng, std::move(reqs), false, o.timeout_s);
   if (!rep) return rep.err();
+  if (rep->timed_out) return make_error(error_code::cancelled, fmt::format("timed out after {:.0f} s", o.timeout_s));
   auto rec = rep->requests.at(0);
   if (!rec.error.empty()) return make_error(error_code::internal, rec.error);
   return rec;

@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
       {"--seed", "seed of lengths, prompts and arrivals", &seed},
       {"--wait-for-server", "seconds to wait for GET /health to answer 200", &so.wait_for_server_s},
       {"--timeout", "seconds any network operation may take", &so.idle_timeout_s},
+      {"--duration-limit", "stop after this many seconds; unfinished requests count as failed (0: none)",
+       &so.duration_limit_s},
   };
   auto cl = bench::parse_bench_command_line("Online serving benchmark over HTTP/SSE (vLLM benchmark_serving)", own,
                                             false, argc, argv);
@@ -149,6 +151,8 @@ int main(int argc, char** argv) {
   auto run = bench::run_serving(so, reqs);
   if (!run) return fmt::print(stderr, "error: {}\n", run.err().message), 1;
   fmt::print("model {} at {}:{}\n", run->model, so.host, so.port);
+  if (run->hit_duration_limit)
+    fmt::print("DURATION LIMIT of {:.0f} s reached: unfinished requests were abandoned\n", so.duration_limit_s);
   print_table(run.value(), rate, max_concurrency);
   int64_t failed = 0;
   for (const auto& o : run->outcomes) failed += o.success ? 0 : 1;

@@ -53,17 +53,22 @@ result<bench::run_report> run_once(const engine_config& cfg, const options& o, i
   eng.value()->shutdown(std::chrono::milliseconds(0));
   if (!rep) return rep.err();
   const auto& r = rep.value();
-  int64_t prompt_tokens = 0, output_tokens = 0;
+  int64_t prompt_tokens = 0, output_tokens = 0, completed = 0;
   std::vector<double> latencies;
   for (const auto& q : r.requests) {
     prompt_tokens += q.prompt_len;
     output_tokens += q.output_len;
     latencies.push_back(q.finish_s);
+    completed += q.finish == actors::finish_reason::length || q.finish == actors::finish_reason::stop;
   }
   const double t = std::max(r.elapsed_s, 1e-9);
   fmt::print("[{}] engine start: {:.2f} s; {} requests, {} failed\n", label, start_s, r.requests.size(), r.num_failed);
+  if (r.timed_out)
+    fmt::print("TIMED OUT after {:.0f} s: the unfinished requests were cancelled; figures cover the tokens generated "
+               "until then\n",
+               o.timeout_s);
   fmt::print("Throughput: {:.2f} requests/s, {:.2f} total tokens/s, {:.2f} output tokens/s\n",
-             double(r.requests.size()) / t, double(prompt_tokens + output_tokens) / t, double(output_tokens) / t);
+             double(completed) / t, double(prompt_tokens + output_tokens) / t, double(output_tokens) / t);
   fmt::print("Total num prompt tokens:  {}\nTotal num output tokens:  {}\n", prompt_tokens, output_tokens);
   fmt::print("Elapsed time:             {:.2f} s (request latency median {:.2f} s, max {:.2f} s)\n", r.elapsed_s,
              bench::percentile(latencies, 50), bench::percentile(latencies, 100));
@@ -139,7 +144,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   auto small = run_once(cfg, o, model->vocab_size, o.verify ? "constrained" : "run");
   if (!small) return fmt::print(stderr, "error: {}\n", small.err().message), 1;
-  if (!o.verify) return small->num_failed == 0 ? 0 : 1;
+  if (!o.verify) return small->num_failed == 0 && !small->timed_out ? 0 : 1;
   engine_config ample = cfg;
   ample.cache.num_gpu_blocks_override.reset();
   if (o.unconstrained_blocks > 0) ample.cache.num_gpu_blocks_override = o.unconstrained_blocks;
@@ -154,5 +159,5 @@ int main(int argc, char** argv) {
              small->after.num_recomputed_tokens - small->before.num_recomputed_tokens,
              double(o.num_prompts * o.output_len) / std::max(small->elapsed_s, 1e-9),
              double(o.num_prompts * o.output_len) / std::max(big->elapsed_s, 1e-9));
-  return rc != 0 || small->num_failed > 0 || big->num_failed > 0 ? 1 : 0;
+  return rc != 0 || small->num_failed > 0 || big->num_failed > 0 || small->timed_out || big->timed_out ? 1 : 0;
 }

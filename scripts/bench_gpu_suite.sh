@@ -75,7 +75,11 @@ stage() {  # stage NAME TIMEOUT CMD... -> runs with a timeout, logs to $out/NAME
   echo "# exit status: $rc; wall time: $(( $(date +%s) - t0 )) s" >> "$file"
   grep -vE '^#' "$file" | tail -25
   names+=("$name")
-  case $rc in 0) statuses+=("ok") ;; 124|137) statuses+=("TIMEOUT") ;; *) statuses+=("FAILED($rc)") ;; esac
+  case $rc in
+    0) statuses+=("ok") ;;
+    124|137) statuses+=("TIMEOUT") ;;
+    *) if grep -qE '^(TIMED OUT|DURATION LIMIT)' "$file"; then statuses+=("PARTIAL"); else statuses+=("FAILED($rc)"); fi ;;
+  esac
   figures+=("$(figure "$file")")
   return $rc
 }
@@ -110,26 +114,26 @@ else
   tok_flag=(--synthetic-tokenizer)
   [[ -n "$tokenizer" ]] && tok_flag=(--tokenizer "$tokenizer")
   rm -f "$model"/.bench-complete-*
-  stage 01-model "${T_MODEL:-90}" "$bin/bench_make_random_model" --preset "$preset" --output "$model" "${tok_flag[@]}" \
+  stage 01-model "${T_MODEL:-75}" "$bin/bench_make_random_model" --preset "$preset" --output "$model" "${tok_flag[@]}" \
     "${model_flags[@]}" \
     && touch "$marker"
 fi
 
 # 2-4. Engine benchmarks in-process.
-stage 02-latency-128in-256out "${T_LATENCY:-80}" "$bin/bench_latency" "${engine[@]}" \
+stage 02-latency-128in-256out "${T_LATENCY:-70}" "$bin/bench_latency" "${engine[@]}" \
   --input-len 128 --output-len 256 --num-iters 5 --num-iters-warmup 2
-stage 03-offline-200x1000in-100out "${T_OFFLINE1:-80}" "$bin/bench_throughput" "${engine[@]}" \
-  --num-prompts $((200 / div)) --input-len 1000 --output-len 100 --timeout 70
+stage 03-offline-200x1000in-100out "${T_OFFLINE1:-75}" "$bin/bench_throughput" "${engine[@]}" \
+  --num-prompts $((200 / div)) --input-len 1000 --output-len 100 --timeout 50
 stage 04-offline-1000x128in-1024out "${T_OFFLINE2:-160}" "$bin/bench_throughput" "${engine[@]}" \
-  --num-prompts $((1000 / div)) --input-len 128 --output-len 1024 --timeout 150
+  --num-prompts $((1000 / div)) --input-len 128 --output-len 1024 --timeout 120
 
 # 5. Online: the server in the background, the client against it.
 server_log="$out/05-server.log"
 "$server_bin" serve "${engine[@]}" --host 127.0.0.1 --port "$port" --drain-timeout 5 > "$server_log" 2>&1 &
 server_pid=$!
-stage 05-serving-sharegpt-1000req-16rps "${T_SERVING:-120}" "$bin/bench_serving" --host 127.0.0.1 --port "$port" \
-  --model-dir "$model" --num-prompts $((1000 / div)) --request-rate 16 --length-distribution sharegpt --wait-for-server 60 \
-  --timeout 60
+stage 05-serving-sharegpt-1000req-16rps "${T_SERVING:-150}" "$bin/bench_serving" --host 127.0.0.1 --port "$port" \
+  --model-dir "$model" --num-prompts $((1000 / div)) --request-rate 16 --length-distribution sharegpt --wait-for-server 50 \
+  --duration-limit 85 --timeout 60
 if kill -0 "$server_pid" 2>/dev/null; then
   kill -TERM "$server_pid"
   for _ in $(seq 1 20); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done

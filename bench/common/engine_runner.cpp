@@ -12,6 +12,7 @@ namespace actorserve::bench {
 namespace {
 
 using clock_type = std::chrono::steady_clock;
+constexpr std::chrono::seconds cancel_grace{15};
 
 /// Shared between the sinks (actor threads) and the waiting caller.
 struct run_state {
@@ -89,16 +90,25 @@ result<run_report> run_requests(actors::engine& eng, std::vector<actors::generat
       rep.peak_kv_blocks_used = std::max(rep.peak_kv_blocks_used, s.kv_blocks_used);
       rep.peak_running = std::max(rep.peak_running, s.num_running);
       lock.lock();
-      if (clock_type::now() > deadline)
+      if (clock_type::now() > deadline && !rep.timed_out) {
+        // NOTE: cancelled requests still end with a final delta, after which their records are
+        // no longer written; only then may they be copied.
+        rep.timed_out = true;
+        lock.unlock();
+        for (const auto& r : st->records) eng.cancel(r.request_id);
+        lock.lock();
+      }
+      if (rep.timed_out && clock_type::now() > deadline + cancel_grace)
         return make_error(error_code::cancelled,
-                          fmt::format("run: {} of {} requests unfinished after {:.0f} s", expected - st->num_done,
-                                      expected, timeout_s));
+                          fmt::format("run: {} of {} requests still unfinished {} s after cancelling them",
+                                      expected - st->num_done, expected, cancel_grace.count()));
     }
     rep.requests = st->records;
   }
   rep.after = eng.stats();
   for (const auto& r : rep.requests) {
-    rep.elapsed_s = std::max(rep.elapsed_s, r.finish_s);
+    const double last_token = r.token_times_s.empty() ? 0.0 : r.token_times_s.back();
+    rep.elapsed_s = std::max(rep.elapsed_s, rep.timed_out ? last_token : r.finish_s);
     if (!r.error.empty() || !r.finish || *r.finish == actors::finish_reason::error ||
         *r.finish == actors::finish_reason::cancelled)
       ++rep.num_failed;

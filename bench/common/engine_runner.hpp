@@ -33,9 +33,11 @@ struct run_report {
   int64_t peak_kv_blocks_used = 0;        ///< sampled every few milliseconds
   int64_t peak_running = 0;
   int64_t num_failed = 0;                 ///< finished with an error or cancelled
+  bool timed_out = false;                 ///< the timeout cancelled what was left
 };
 
-/// Submits every request, waits for all to finish (or `timeout_s`), returns the records.
+/// Submits every request and waits for all to finish. At `timeout_s` the unfinished ones are
+/// cancelled and the report (timed_out) covers the tokens generated until then.
 result<run_report> run_requests(actors::engine& eng, std::vector<actors::generation_request> reqs, bool keep_outputs,
                                 double timeout_s);
 

@@ -38,7 +38,10 @@ struct client {
   clock_type::time_point start;
   std::vector<request_outcome> outcomes;
   int64_t in_flight = 0, peak = 0;
+  size_t num_done = 0;
+  bool hit_limit = false;
   std::unique_ptr<asio::steady_timer> slot_freed;   ///< cancelled whenever a request ends
+  std::unique_ptr<asio::steady_timer> limit;        ///< the duration limit; cancelled when all are done
 
   double now() const { return std::chrono::duration<double>(clock_type::now() - start).count(); }
   std::chrono::steady_clock::duration idle() const {
@@ -171,6 +174,17 @@ asio::awaitable<void> run_one(client& c, const serving_request& r, size_t index)
   co_await stream_completion(c, r, c.outcomes[index]);
   --c.in_flight;
   c.slot_freed->cancel();
+  if (++c.num_done == c.outcomes.size()) c.limit->cancel();
+}
+
+/// Ends the run at the duration limit, abandoning what is still in flight.
+asio::awaitable<void> enforce_limit(client& c) {
+  c.limit->expires_after(std::chrono::duration_cast<clock_type::duration>(
+      std::chrono::duration<double>(c.opts.duration_limit_s)));
+  auto [ec] = co_await c.limit->async_wait(nothrow);
+  if (ec) co_return;
+  c.hit_limit = true;
+  c.ioc.stop();
 }
 
 /// Launches the requests at their arrival times, each once a concurrency slot is free.
@@ -256,6 +270,7 @@ result<serving_run> run_serving(const serving_options& opts, const std::vector<s
   auto c = std::make_unique<client>();
   c->opts = opts;
   c->slot_freed = std::make_unique<asio::steady_timer>(c->ioc);
+  c->limit = std::make_unique<asio::steady_timer>(c->ioc);
   beast::error_code ec;
   tcp::resolver resolver(c->ioc);
   c->endpoints = resolver.resolve(opts.host, std::to_string(opts.port), ec);
@@ -274,11 +289,17 @@ result<serving_run> run_serving(const serving_options& opts, const std::vector<s
   c->outcomes.assign(requests.size(), request_outcome{});
   c->start = clock_type::now();
   asio::co_spawn(c->ioc, launch_all(*c, requests), asio::detached);
+  if (opts.duration_limit_s > 0) asio::co_spawn(c->ioc, enforce_limit(*c), asio::detached);
   c->ioc.run();
   serving_run run;
   run.model = c->opts.model;
   run.peak_concurrency = c->peak;
-  for (const auto& o : c->outcomes) run.duration_s = std::max(run.duration_s, o.start_s + o.latency_s);
+  run.hit_duration_limit = c->hit_limit;
+  for (auto& o : c->outcomes) {
+    run.duration_s = std::max(run.duration_s, o.start_s + o.latency_s);
+    if (c->hit_limit && !o.success && o.error.empty()) o.error = "unfinished at the duration limit";
+  }
+  if (c->hit_limit) run.duration_s = opts.duration_limit_s;
   run.outcomes = std::move(c->outcomes);
   return run;
 }

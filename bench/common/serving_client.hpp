@@ -30,6 +30,7 @@ struct serving_options {
   uint64_t seed = 0;                     ///< arrival times
   double idle_timeout_s = 600;           ///< per network operation
   double wait_for_server_s = 0;          ///< poll GET /health this long before starting
+  double duration_limit_s = 0;           ///< stop the benchmark here, unfinished requests fail (0: none)
 };
 
 /// One request's outcome; times in seconds.
@@ -49,6 +50,7 @@ struct serving_run {
   std::vector<request_outcome> outcomes; ///< in request order
   double duration_s = 0;                 ///< first send to last completion
   int64_t peak_concurrency = 0;
+  bool hit_duration_limit = false;
 };
 
 /// Waits for the server (if asked), sends one untimed test request, then runs all requests.
