@@ -1,0 +1,203 @@
+// Tests of the benchmark helpers: the random model writer produces a directory the loader, the
+// tokenizer and the CPU executor accept, byte-identical for any thread count; the SSE reader,
+// percentiles and length distributions behave as documented.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <numeric>
+
+#include "bench/common/length_dist.hpp"
+#include "bench/common/random_model.hpp"
+#include "bench/common/serving_client.hpp"
+#include "bench/common/stats.hpp"
+#include "config/model_config.hpp"
+#include "gpu/cpu/cpu_executor.hpp"
+#include "gpu/model/model_weights.hpp"
+#include "protocol/tokenizer/tokenizer.hpp"
+
+namespace actorserve::bench {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string fixture_tokenizer() {
+  const char* env = std::getenv("ACTORSERVE_TEST_DATA");
+  const std::string root = env && *env ? env : ACTORSERVE_SOURCE_DIR "/tests/data";
+  return root + "/models/llama-tiny/tokenizer.json";
+}
+
+/// A fresh temporary directory, removed at the end of the test.
+struct temp_dir {
+  fs::path path;
+  explicit temp_dir(const std::string& name) : path(fs::temp_directory_path() / ("actorserve_bench_" + name)) {
+    fs::remove_all(path);
+  }
+  ~temp_dir() { fs::remove_all(path); }
+};
+
+model_shape small_qwen2() {
+  model_shape s = preset_shape("qwen2-7b").value();
+  s.num_layers = 2;
+  s.hidden_size = 64;
+  s.intermediate_size = 96;
+  s.num_heads = 4;
+  s.num_kv_heads = 2;
+  s.vocab_size = 2000;  // more than the fixture tokenizer's 1024
+  s.max_position_embeddings = 512;
+  return s;
+}
+
+std::string read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(RandomModel, PresetsCarryTheRealShapes) {
+  auto l3 = preset_shape("llama-3-8b").value();
+  EXPECT_EQ(l3.vocab_size, 128256);
+  EXPECT_EQ(l3.num_kv_heads, 8);
+  EXPECT_EQ(l3.intermediate_size, 14336);
+  EXPECT_EQ(l3.num_parameters(), 8030261248);  // Meta-Llama-3-8B's published parameter count
+  auto l2 = preset_shape("llama-2-7b").value();
+  EXPECT_EQ(l2.num_parameters(), 6738415616);  // Llama-2-7b-hf
+  EXPECT_FALSE(preset_shape("gpt-5").ok());
+}
+
+TEST(RandomModel, WrittenDirectoryLoadsAndRunsOnTheCpuExecutor) {
+  temp_dir dir("load");
+  random_model_options o;
+  o.output_dir = dir.path.string();
+  o.tokenizer_json = fixture_tokenizer();
+  o.shard_bytes = 60000;  // several shards
+  o.threads = 2;
+  const model_shape shape = small_qwen2();
+  auto rep = write_random_model(shape, o);
+  ASSERT_TRUE(rep.ok()) << rep.err().message;
+  EXPECT_GT(rep->num_shards, 1);
+  EXPECT_EQ(rep->added_tokens, 2000 - 1024);
+
+  auto cfg = load_model_config(o.output_dir);
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  EXPECT_EQ(cfg->architecture, "Qwen2ForCausalLM");
+  EXPECT_TRUE(cfg->qkv_bias);
+  EXPECT_EQ(cfg->vocab_size, 2000);
+  EXPECT_EQ(cfg->num_kv_heads, 2);
+  EXPECT_EQ(cfg->torch_dtype, "bfloat16");
+  EXPECT_DOUBLE_EQ(cfg->rope.theta, 1000000.0);
+
+  auto tok = protocol::tokenizer::from_model_dir(o.output_dir);
+  ASSERT_TRUE(tok.ok()) << tok.err().message;
+  EXPECT_EQ(tok->vocab_size(), 2000);
+  const int32_t ids[] = {1500, 1999};
+  EXPECT_EQ(tok->decode(ids, false), " tok1500 tok1999");
+  EXPECT_EQ(tok->encode("hello", false), protocol::tokenizer::from_files(o.tokenizer_json, "")->encode("hello", false));
+
+  gpu::cpu_executor_options eo;
+  eo.num_blocks = 4;
+  auto ex = gpu::cpu_executor::create(o.output_dir, eo);
+  ASSERT_TRUE(ex.ok()) << ex.err().message;
+  gpu::step_batch batch;
+  gpu::step_sequence seq;
+  seq.new_tokens = {3, 1999, 42};
+  seq.block_table = {0};
+  seq.sample = true;
+  seq.params.temperature = 0;
+  batch.seqs.push_back(seq);
+  std::vector<std::vector<float>> logits;
+  auto r = ex.value()->run_step_sync(batch, &logits);
+  ASSERT_TRUE(r.outcome.ok()) << r.outcome.err().message;
+  ASSERT_EQ(logits.at(0).size(), 2000u);
+  for (float v : logits[0]) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST(RandomModel, WeightsAreNormalWithUnitNormsAndIndependentOfThreadCount) {
+  temp_dir a("threads_a"), b("threads_b");
+  random_model_options o;
+  o.tokenizer_json = fixture_tokenizer();
+  o.seed = 7;
+  model_shape shape = preset_shape("tiny").value();
+  o.output_dir = a.path.string();
+  o.threads = 1;
+  ASSERT_TRUE(write_random_model(shape, o).ok());
+  o.output_dir = b.path.string();
+  o.threads = 3;
+  ASSERT_TRUE(write_random_model(shape, o).ok());
+  const std::string shard = "model-00001-of-00001.safetensors";
+  EXPECT_EQ(read_bytes(a.path / shard), read_bytes(b.path / shard));
+
+  auto files = gpu::open_model_files(a.path.string());
+  ASSERT_TRUE(files.ok()) << files.err().message;
+  const auto embed = gpu::weight_store::to_f32(files->views.embed_tokens);  // 1024 x 64
+  const double mean = std::accumulate(embed.begin(), embed.end(), 0.0) / double(embed.size());
+  double var = 0;
+  for (float v : embed) var += (v - mean) * (v - mean);
+  const double sd = std::sqrt(var / double(embed.size()));
+  EXPECT_NEAR(mean, 0.0, 0.001);
+  EXPECT_NEAR(sd, 0.02, 0.0005);
+  for (float v : gpu::weight_store::to_f32(files->views.layers.at(1).post_norm)) ASSERT_EQ(v, 1.0f);
+}
+
+TEST(SseReader, JoinsEventsSplitAcrossReadsAndIgnoresCarriageReturns) {
+  sse_reader r;
+  EXPECT_TRUE(r.feed("data: {\"a\":").empty());
+  EXPECT_EQ(r.feed("1}\n\nda"), (std::vector<std::string>{"{\"a\":1}"}));
+  EXPECT_EQ(r.feed("ta: x\r\n\r\ndata:[DONE]\n\n"), (std::vector<std::string>{"x", "[DONE]"}));
+  EXPECT_EQ(r.feed(": comment\nevent: e\ndata: y\n\n"), (std::vector<std::string>{"y"}));
+}
+
+TEST(Stats, PercentilesInterpolateAsNumpyDoes) {
+  EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 50), 2.5);
+  std::vector<double> v(100);
+  std::iota(v.begin(), v.end(), 1.0);
+  EXPECT_NEAR(percentile(v, 99), 99.01, 1e-9);   // numpy.percentile(range(1, 101), 99)
+  EXPECT_DOUBLE_EQ(percentile(v, 0), 1.0);
+  EXPECT_DOUBLE_EQ(percentile({}, 50), 0.0);
+  auto s = summarize({1, 2, 3, 10});
+  EXPECT_DOUBLE_EQ(s.mean, 4.0);
+  EXPECT_DOUBLE_EQ(s.median, 2.5);
+  EXPECT_DOUBLE_EQ(s.max, 10.0);
+}
+
+TEST(LengthDist, ShareGptLikeStaysInsideTheFilterWithALongTail) {
+  std::mt19937_64 rng(1);
+  auto pairs = sample_lengths({length_kind::sharegpt, 0, 0, 0}, 20000, rng);
+  std::vector<double> in, out;
+  for (auto [i, o] : pairs) {
+    ASSERT_GE(i, 4);
+    ASSERT_GE(o, 4);
+    ASSERT_LE(i, 1024);
+    ASSERT_LE(i + o, 2048);
+    in.push_back(i);
+    out.push_back(o);
+  }
+  const auto si = summarize(in), so = summarize(out);
+  EXPECT_GT(si.mean, 180);
+  EXPECT_LT(si.mean, 230);
+  EXPECT_GT(so.mean, 165);
+  EXPECT_LT(so.mean, 215);
+  EXPECT_LT(si.median, 0.75 * si.mean);  // long tail
+  EXPECT_GT(si.p99, 700);
+}
+
+TEST(LengthDist, UniformAndFixed) {
+  std::mt19937_64 rng(2);
+  for (auto [i, o] : sample_lengths({length_kind::uniform, 100, 50, 0.5}, 2000, rng)) {
+    ASSERT_GE(i, 50);
+    ASSERT_LE(i, 150);
+    ASSERT_GE(o, 25);
+    ASSERT_LE(o, 75);
+  }
+  for (auto [i, o] : sample_lengths({length_kind::fixed, 7, 9, 0.5}, 10, rng)) {
+    EXPECT_EQ(i, 7);
+    EXPECT_EQ(o, 9);
+  }
+  EXPECT_FALSE(parse_length_kind("zipf").ok());
+  EXPECT_EQ(parse_length_kind("random").value(), length_kind::uniform);
+}
+
+}  // namespace
+}  // namespace actorserve::bench
