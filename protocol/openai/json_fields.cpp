@@ -1,5 +1,7 @@
 #include "protocol/openai/json_fields.hpp"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include <limits>
@@ -58,8 +60,11 @@ status read_int(element e, std::string_view field, int64_t lo, int64_t hi, int64
   } else if (e.type() == element_type::UINT64) {
     return field_error(field, fmt::format("must be in [{}, {}], got {}", lo, hi, uint64_t(e)));
   } else if (e.type() == element_type::DOUBLE) {
-    double d = double(e);
-    if (d != static_cast<double>(static_cast<int64_t>(d))) return field_error(field, "expected an integer");
+    const double d = double(e);
+    if (!std::isfinite(d) || d != std::trunc(d)) return field_error(field, "expected an integer");
+    // NOTE: range-check as double first: casting a double outside int64 is undefined.
+    if (d < static_cast<double>(lo) || d > static_cast<double>(hi))
+      return field_error(field, fmt::format("must be in [{}, {}], got {}", lo, hi, d));
     v = static_cast<int64_t>(d);
   } else {
     return field_error(field, "expected an integer");

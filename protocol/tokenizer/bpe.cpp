@@ -173,7 +173,7 @@ void word_cache::insert(std::string_view word, uint64_t h, const int32_t* ids, s
   s.key_len = static_cast<uint8_t>(word.size());
   s.num_ids = static_cast<uint8_t>(n);
   std::memcpy(s.key, word.data(), word.size());
-  std::memcpy(s.ids, ids, n * sizeof(int32_t));
+  if (n > 0) std::memcpy(s.ids, ids, n * sizeof(int32_t));  // ids may be null when n == 0
 }
 
 void bpe_model::initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const {

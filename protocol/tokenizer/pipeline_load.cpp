@@ -254,9 +254,15 @@ status load_pre_tokenizer(tokenizer_impl& t, const json_obj& root) {
   return optional_section(root, "pre_tokenizer", [&](const json_obj& o) { return load_pre_tokenizer_obj(t, o); });
 }
 status load_post_processor(tokenizer_impl& t, const json_obj& root) {
-  return optional_section(root, "post_processor", [&](const json_obj& o) {
+  return optional_section(root, "post_processor", [&](const json_obj& o) -> status {
     t.has_post_processor = true;
-    return load_post_processor_obj(t, o);
+    if (status s = load_post_processor_obj(t, o); !s) return s;
+    // NOTE: runs after the model and added tokens, so the vocabulary is complete here.
+    for (const auto* ids : {&t.post_prefix, &t.post_suffix})
+      for (int32_t id : *ids)
+        if (static_cast<size_t>(id) >= t.id_to_token.size() || t.id_to_token[id].empty())
+          return o.bad("special_tokens", fmt::format("ids within the vocabulary (id {} is not)", id));
+    return {};
   });
 }
 status load_decoder(tokenizer_impl& t, const json_obj& root) {

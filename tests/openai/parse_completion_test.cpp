@@ -164,3 +164,16 @@ TEST(ErrorParam, OnlyIdentifierPrefixes) {
 
 }  // namespace
 }  // namespace actorserve::protocol::openai
+
+namespace actorserve::protocol::openai {
+namespace {
+// Found by fuzzing: numbers beyond int64 must be a range error, never an undefined cast.
+TEST(ParseCompletion, HugeOrFractionalIntegersNameTheField) {
+  for (const char* v : {"1e19", "-1e300", "1e308", "2.5"}) {
+    auto r = parse_completion_request(std::string(R"({"prompt": "a", "max_tokens": )") + v + "}");
+    ASSERT_FALSE(r.ok()) << v;
+    EXPECT_EQ(r.err().message.rfind("max_tokens", 0), 0u) << r.err().message;
+  }
+}
+}  // namespace
+}  // namespace actorserve::protocol::openai

@@ -207,3 +207,19 @@ TEST(tokenizer_files, metaspace_pre_tokenizer_equals_the_prepend_replace_normali
 
 }  // namespace
 }  // namespace actorserve::testing
+
+namespace actorserve::testing {
+namespace {
+// Found by fuzzing: a TemplateProcessing special token whose id is outside the vocabulary must be
+// refused at load, not emitted by encode().
+TEST(tokenizer_files, template_special_token_outside_vocabulary_names_the_field) {
+  temp_dir dir;
+  std::string p = dir.file("tokenizer.json", replace_once(bytelevel_json(), "\"ids\": [\n          0\n        ]",
+                                                          "\"ids\": [\n          999999\n        ]"));
+  auto t = tokenizer::from_files(p, "");
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.err().message.find("special_tokens"), std::string::npos) << t.err().message;
+  EXPECT_NE(t.err().message.find("999999"), std::string::npos) << t.err().message;
+}
+}  // namespace
+}  // namespace actorserve::testing
