@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
       {"--temperature", "sampling temperature", &so.temperature},
       {"--seed", "seed of lengths, prompts and arrivals", &seed},
       {"--wait-for-server", "seconds to wait for GET /health to answer 200", &so.wait_for_server_s},
+      {"--server-pid", "stop waiting for the server when this process has exited", &so.server_pid},
       {"--timeout", "seconds any network operation may take", &so.idle_timeout_s},
       {"--duration-limit", "stop after this many seconds; unfinished requests count as failed (0: none)",
        &so.duration_limit_s},

@@ -140,6 +140,8 @@ int main(int argc, char** argv) {
     const int64_t per_req = (o.input_len + o.output_len + cfg.cache.block_size - 1) / cfg.cache.block_size;
     fmt::print("KV demand: {} blocks per request, {} for all at once; pool capped at {} blocks\n", per_req,
                per_req * o.num_prompts, *cfg.cache.num_gpu_blocks_override);
+    if (per_req > *cfg.cache.num_gpu_blocks_override)
+      fmt::print("warning: one request needs more blocks than the pool holds\n");
   }
   std::fflush(stdout);
   auto small = run_once(cfg, o, model->vocab_size, o.verify ? "constrained" : "run");

@@ -132,7 +132,7 @@ server_log="$out/05-server.log"
 "$server_bin" serve "${engine[@]}" --host 127.0.0.1 --port "$port" --drain-timeout 5 > "$server_log" 2>&1 &
 server_pid=$!
 stage 05-serving-sharegpt-1000req-16rps "${T_SERVING:-150}" "$bin/bench_serving" --host 127.0.0.1 --port "$port" \
-  --model-dir "$model" --num-prompts $((1000 / div)) --request-rate 16 --length-distribution sharegpt --wait-for-server 50 \
+  --model-dir "$model" --num-prompts $((1000 / div)) --request-rate 16 --length-distribution sharegpt --wait-for-server 50 --server-pid "$server_pid" \
   --duration-limit 85 --timeout 60
 if kill -0 "$server_pid" 2>/dev/null; then
   kill -TERM "$server_pid"

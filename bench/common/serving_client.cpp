@@ -11,6 +11,7 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <charconv>
@@ -219,9 +220,11 @@ asio::awaitable<std::optional<error>> prepare(client& c, const serving_request& 
   for (;;) {
     auto [status, body] = co_await simple_get(c, "/health");
     if (status == 200) break;
-    if (clock_type::now() >= give_up)
-      co_return make_error(error_code::unavailable, fmt::format("server {}:{} not healthy: {} {}", c.opts.host,
-                                                                c.opts.port, status, body.substr(0, 200)));
+    const bool server_gone = c.opts.server_pid > 0 && ::kill(static_cast<pid_t>(c.opts.server_pid), 0) != 0;
+    if (clock_type::now() >= give_up || server_gone)
+      co_return make_error(error_code::unavailable,
+                           fmt::format("server {}:{} not healthy{}: {} {}", c.opts.host, c.opts.port,
+                                       server_gone ? " (its process exited)" : "", status, body.substr(0, 200)));
     timer.expires_after(std::chrono::milliseconds(500));
     co_await timer.async_wait(nothrow);
   }

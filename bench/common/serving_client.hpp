@@ -30,6 +30,7 @@ struct serving_options {
   uint64_t seed = 0;                     ///< arrival times
   double idle_timeout_s = 600;           ///< per network operation
   double wait_for_server_s = 0;          ///< poll GET /health this long before starting
+  int64_t server_pid = 0;                ///< stop waiting once this process is gone (0: not watched)
   double duration_limit_s = 0;           ///< stop the benchmark here, unfinished requests fail (0: none)
 };
 
