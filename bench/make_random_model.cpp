@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
   double shard_gb = 5.0;
   bool tie = false, no_extend = false, do_verify = false;
   std::string names;
-  for (const auto& n : bench::preset_names()) names += (names.empty() ? "" : ", ") + n;
+  for (const auto& n : bench::preset_names()) names += fmt::format("{}{}", names.empty() ? "" : ", ", n);
   app.add_option("--preset", preset, "shape preset: " + names)->capture_default_str();
   app.add_option("--output,-o", opts.output_dir, "directory to write")->required();
   app.add_option("--tokenizer", opts.tokenizer_json, "tokenizer.json to copy")->capture_default_str();

@@ -1,6 +1,7 @@
 #include "bench/common/bench_cli.hpp"
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "config/cli.hpp"
 #include "config/log.hpp"
@@ -54,7 +55,8 @@ std::string command_line_text(int argc, const char* const* argv) {
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
     const bool plain = !a.empty() && a.find_first_of(" \t\"'$\\*?;&|<>()") == std::string::npos;
-    out += (i ? " " : "") + (plain ? a : "'" + a + "'");
+    if (i) out += ' ';
+    out += plain ? a : fmt::format("'{}'", a);
   }
   return out;
 }

@@ -61,7 +61,7 @@ std::string id_json(const std::vector<int32_t>& ids) {
   if (ids.empty()) return "null";
   if (ids.size() == 1) return std::to_string(ids[0]);
   std::string out = "[";
-  for (size_t i = 0; i < ids.size(); ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) out += fmt::format("{}{}", i ? ", " : "", ids[i]);
   return out + "]";
 }
 

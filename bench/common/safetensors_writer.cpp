@@ -77,7 +77,7 @@ shard_layout layout_shard(const std::string& dir, const shard_plan& plan) {
   for (const auto& t : plan.tensors) {
     l.begin.push_back(l.data_bytes);
     std::string shape;
-    for (int64_t d : t.shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    for (int64_t d : t.shape) shape += fmt::format("{}{}", shape.empty() ? "" : ",", d);
     json += fmt::format(R"(,"{}":{{"dtype":"BF16","shape":[{}],"data_offsets":[{},{}]}})", t.name, shape,
                         l.data_bytes, l.data_bytes + t.num_bytes());
     l.data_bytes += t.num_bytes();
