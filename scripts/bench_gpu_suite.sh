@@ -84,20 +84,23 @@ stage() {  # stage NAME TIMEOUT CMD... -> runs with a timeout, logs to $out/NAME
   return $rc
 }
 
-figure() {  # the headline numbers of one result file
+figure() {  # the headline numbers of one result file (or its first error)
   awk '
-    /^wrote .* GB in/ { printf "%s GB in %s s, %s GB/s", $2, $8, substr($10, 2) }
-    /^Throughput:/ && !t { t = 1; printf "%s req/s, %s total tok/s, %s out tok/s; ", $2, $4, $7 }
-    /^Preemptions:/ { printf "preemptions %s", $2 }
-    /^Avg latency:/ { printf "avg %s s; ", $3 }
-    /^Decode tokens\/s:/ { printf "decode %s tok/s; ", $3 }
-    /^Per-token latency/ { a = $5; b = $9; sub(",", "", a); sub(",", "", b); printf "per-token p50 %s p99 %s ms", a, b }
-    /^Successful requests:/ { printf "%s ok; ", $3 }
-    /^Output token throughput/ { printf "%s out tok/s; ", $NF }
-    /^Median TTFT/ { printf "TTFT p50 %s ms; ", $NF }
-    /^Median TPOT/ { printf "TPOT p50 %s ms; ", $NF }
-    /^P99 ITL/ { printf "ITL p99 %s ms", $NF }
-  ' "$1" | sed 's/[;, ]*$//; s/,,/,/g'
+    function add(text) { out = out text }
+    /^wrote .* GB in/ { add(sprintf("%s GB in %s s, %s GB/s", $2, $8, substr($10, 2))) }
+    /^Throughput:/ && !t { t = 1; add(sprintf("%s req/s, %s total tok/s, %s out tok/s; ", $2, $4, $7)) }
+    /^Preemptions:/ { add(sprintf("preemptions %s", $2)) }
+    /^Avg latency:/ { add(sprintf("avg %s s; ", $3)) }
+    /^Decode tokens\/s:/ { add(sprintf("decode %s tok/s; ", $3)) }
+    /^Per-token latency/ { a = $5; b = $9; sub(",", "", a); sub(",", "", b); add(sprintf("per-token p50 %s p99 %s ms", a, b)) }
+    /^Successful requests:/ { add(sprintf("%s ok; ", $3)) }
+    /^Output token throughput/ { add(sprintf("%s out tok/s; ", $NF)) }
+    /^Median TTFT/ { add(sprintf("TTFT p50 %s ms; ", $NF)) }
+    /^Median TPOT/ { add(sprintf("TPOT p50 %s ms; ", $NF)) }
+    /^P99 ITL/ { add(sprintf("ITL p99 %s ms", $NF)) }
+    /(^error: |error: )/ && err == "" { err = substr($0, 1, 110) }
+    END { print (out != "" ? out : err) }
+  ' "$1" | sed 's/[;, ]*$//'
 }
 
 {
