@@ -16,6 +16,7 @@
 #include "protocol/tokenizer/tokenizer.hpp"
 
 #ifdef ACTORSERVE_HAS_CUDA
+#include "gpu/cuda/cuda_executor.hpp"
 #include "gpu/cuda/device_info.hpp"
 #endif
 
@@ -46,22 +47,36 @@ result<std::unique_ptr<gpu::executor>> make_cpu(const engine_config& cfg) {
   return gpu::make_cpu_executor(cfg.model.model_dir, o);
 }
 
-/// Picks the executor: --device cpu, or auto without a usable GPU, gets the CPU executor.
+#ifdef ACTORSERVE_HAS_CUDA
+gpu::cuda_executor_options cuda_options_from(const engine_config& cfg) {
+  gpu::cuda_executor_options o;
+  o.dtype = cfg.model.dtype;
+  o.block_size = static_cast<int32_t>(cfg.cache.block_size);
+  o.kv_layout = cfg.cache.layout;
+  o.num_blocks_override = cfg.cache.num_gpu_blocks_override;
+  o.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;
+  o.max_num_batched_tokens = static_cast<int32_t>(cfg.scheduler.max_num_batched_tokens);
+  o.max_num_seqs = static_cast<int32_t>(cfg.scheduler.max_num_seqs);
+  o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
+  o.enforce_eager = cfg.executor.enforce_eager;
+  return o;
+}
+#endif
+
+/// Picks the executor: --device cpu, or auto without a usable GPU, gets the CPU executor;
+/// --device cuda, or auto with a GPU, the CUDA executor.
 result<std::unique_ptr<gpu::executor>> make_executor(const engine_config& cfg) {
   const auto device = cfg.executor.device;
 #ifdef ACTORSERVE_HAS_CUDA
   const bool has_gpu = gpu::cuda::device_count() > 0;
-#else
-  const bool has_gpu = false;
-#endif
   if (device == device_kind::cuda || (device == device_kind::auto_detect && has_gpu)) {
-    // Hook for the CUDA executor: once gpu/cuda provides it, this branch becomes
-    //   return gpu::cuda::make_cuda_executor(cfg.model.model_dir, cuda_options_from(cfg));
-    // with the same --num-gpu-blocks-override cap. Until then CUDA is refused explicitly.
-    if (device == device_kind::cuda)
-      return make_error(error_code::unsupported, "--device cuda: the CUDA executor is not available in this build");
-    log::warn("engine: a GPU is present but the CUDA executor is not available yet; using the CPU executor");
+    if (!has_gpu) return make_error(error_code::unavailable, "--device cuda: no CUDA device is visible");
+    return gpu::make_cuda_executor(cfg.model.model_dir, cuda_options_from(cfg));
   }
+#else
+  if (device == device_kind::cuda)
+    return make_error(error_code::unsupported, "--device cuda: this build has no CUDA executor (ACTORSERVE_ENABLE_CUDA=OFF)");
+#endif
   return make_cpu(cfg);
 }
 

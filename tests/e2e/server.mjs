@@ -1,4 +1,5 @@
-// Starts the actorserve binary (ACTORSERVE_BIN) on llama-tiny with the CPU executor and port 0,
+// Starts the actorserve binary (ACTORSERVE_BIN) on llama-tiny (CPU executor unless
+// ACTORSERVE_E2E_DEVICE says otherwise) and port 0,
 // and finds the bound port in its "listening on http://HOST:PORT" log line.
 import { spawn } from 'node:child_process';
 import path from 'node:path';
@@ -10,8 +11,11 @@ export const dataDir = process.env.ACTORSERVE_TEST_DATA ?? path.resolve(here, '.
 export async function startServer(extraArgs = []) {
   const bin = process.env.ACTORSERVE_BIN;
   if (!bin) throw new Error('set ACTORSERVE_BIN to the actorserve binary');
-  const args = ['serve', '--model', path.join(dataDir, 'models/llama-tiny'), '--device', 'cpu', '--port', '0',
-    '--served-model-name', 'llama-tiny', '--cpu-threads', '1',
+  // ACTORSERVE_E2E_DEVICE=cuda runs the same tests against the CUDA executor (the GPU suite does).
+  const device = process.env.ACTORSERVE_E2E_DEVICE ?? 'cpu';
+  const deviceArgs = device === 'cpu' ? ['--device', 'cpu', '--cpu-threads', '1'] : ['--device', device];
+  const args = ['serve', '--model', path.join(dataDir, 'models/llama-tiny'), ...deviceArgs, '--port', '0',
+    '--served-model-name', 'llama-tiny',
     '--chat-template', path.join(dataDir, 'chat_templates/templates/meta-llama-3-8b-instruct.jinja'), ...extraArgs];
   const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
