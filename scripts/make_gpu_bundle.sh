@@ -3,13 +3,23 @@
 # plus the non-system shared libraries they need into one relocatable folder. A GPU host needs
 # only the NVIDIA driver and the CUDA 13 runtime/cuBLAS (found through ldconfig or /usr/local/cuda).
 #
-#   scripts/make_gpu_bundle.sh [--with-data] [BUNDLE_DIR=.gpu_bundle] [BUILD_DIR=build-gpu]
+#   scripts/make_gpu_bundle.sh [--with-data] [--with-node] [BUNDLE_DIR=.gpu_bundle] [BUILD_DIR=build-gpu]
 #   TARGETS="test_cuda bench_cuda_kernels" scripts/make_gpu_bundle.sh   # build only these
+#   PACK=out.tar.xz scripts/make_gpu_bundle.sh                          # also pack it, xz-compressed
+# --with-node adds this machine's node binary and tests/e2e (with node_modules), so the
+# end-to-end tests (openai + ws clients) run on hosts without Node.js.
 #
 # Then on the GPU host:   BUNDLE_DIR/run_gpu_suite.sh RESULTS_DIR
 set -euo pipefail
-with_data=0
-if [[ "${1:-}" == "--with-data" ]]; then with_data=1; shift; fi
+with_data=0 with_node=0
+while [[ "${1:-}" == --with-* ]]; do
+  case "$1" in
+    --with-data) with_data=1 ;;
+    --with-node) with_node=1 ;;
+    *) echo "make_gpu_bundle: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
 root=$(cd "$(dirname "$0")/.." && pwd)
 bundle=${1:-$root/.gpu_bundle}
 build=${2:-$root/build-gpu}
@@ -40,7 +50,18 @@ done | sort -u | while read -r lib; do
   [[ "$name" =~ $system_re ]] && continue
   cp -L "$lib" "$bundle/lib/$name"
 done
-cp "$root/scripts/run_gpu_suite.sh" "$bundle/run_gpu_suite.sh"
+cp "$root/scripts/run_gpu_suite.sh" "$root/scripts/bench_gpu_suite.sh" "$bundle/"
 if (( with_data )); then cp -r "$root/tests/data" "$bundle/data"; fi
+if (( with_node )); then
+  [[ -d "$root/tests/e2e/node_modules" ]] || (cd "$root/tests/e2e" && npm ci --no-audit --no-fund --loglevel=error)
+  cp "$(command -v node)" "$bundle/bin/node"
+  mkdir -p "$bundle/e2e"
+  cp "$root"/tests/e2e/*.mjs "$root/tests/e2e/package.json" "$bundle/e2e/"
+  cp -r "$root/tests/e2e/node_modules" "$bundle/e2e/"
+fi
 git -C "$root" rev-parse HEAD > "$bundle/COMMIT" 2>/dev/null || echo unknown > "$bundle/COMMIT"
+if [[ -n "${PACK:-}" ]]; then
+  tar -C "$(dirname "$bundle")" -cf - "$(basename "$bundle")" | xz -T"$jobs" -6 > "$PACK"
+  echo "packed: $PACK ($(du -sh "$PACK" | cut -f1))"
+fi
 echo "bundle: $bundle ($(du -sh "$bundle" | cut -f1)); libs: $(ls "$bundle/lib" | tr '\n' ' ')"
