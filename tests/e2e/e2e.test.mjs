@@ -48,6 +48,20 @@ test('completions: streamed text equals the whole response, include_usage ends t
   assert.equal(chunks.at(-1).choices[0].finish_reason, 'length');
 });
 
+test('seeded sampling: streaming and non-streaming give the same text; another seed differs', async () => {
+  const body = { model: 'llama-tiny', prompt: 'The weather today', max_tokens: 24, temperature: 0.9, top_p: 0.95,
+    ignore_eos: true, seed: 1234 };
+  const whole = await client.completions.create(body);
+  const again = await client.completions.create(body);
+  assert.equal(again.choices[0].text, whole.choices[0].text, 'same seed, same text');
+  let text = '';
+  for await (const chunk of await client.completions.create({ ...body, stream: true })) text += chunk.choices[0]?.text ?? '';
+  assert.equal(text, whole.choices[0].text);
+  const texts = new Set();
+  for (const seed of [1, 2, 3, 4]) texts.add((await client.completions.create({ ...body, seed })).choices[0].text);
+  assert.ok(texts.size > 1, 'different seeds should not all give the same text');
+});
+
 test('chat: role chunk first, streamed content equals the whole message', async () => {
   const messages = [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Tell me a story.' }];
   const whole = await client.chat.completions.create({ model: 'llama-tiny', messages, max_tokens: 8, ...greedy });
