@@ -2,6 +2,8 @@
 /// Internal: spawn functions of the engine's actors (CAF handles; include only from actors/*.cpp).
 #include <caf/fwd.hpp>
 
+#include <chrono>
+#include <functional>
 #include <memory>
 
 #include "actors/engine.hpp"
@@ -16,13 +18,27 @@ namespace actorserve::actors {
 caf::actor spawn_kv_block_manager(caf::actor_system& sys, int32_t num_blocks, int32_t block_size,
                                   bool enable_prefix_caching, std::shared_ptr<stats_board> stats);
 
+/// Makes a fresh executor (the same one engine::start made) for a restart.
+using executor_factory = std::function<result<std::unique_ptr<gpu::executor>>()>;
+
 /// The executor actor: hands steps to `ex` (asynchronous) and turns each completion into a
-/// step_done message to the step's sender. Never waits on a step.
-caf::actor spawn_executor_actor(caf::actor_system& sys, std::shared_ptr<gpu::executor> ex);
+/// step_done message to the step's sender. Never waits on a step. On `restart` it discards `ex`
+/// and makes a new one with `factory` (it runs detached: that blocks).
+caf::actor spawn_executor_actor(caf::actor_system& sys, std::shared_ptr<gpu::executor> ex, executor_factory factory);
+
+/// How the scheduler supervises the executor.
+struct supervision_config {
+  std::chrono::milliseconds step_timeout{60000};    ///< watchdog: a step taking longer has failed
+  int32_t max_restarts = 3;                         ///< restarts allowed within `restart_window`
+  std::chrono::milliseconds restart_window{60000};
+  int32_t num_blocks = 0;                           ///< the pool's size cap after a restart
+};
 
 /// The scheduler: queues, batches, preemption; routes each step's outputs to request actors.
+/// It supervises the executor: a failed or overdue step restarts it and requeues every running
+/// sequence for recompute; too many failures within the window fail every request.
 caf::actor spawn_scheduler(caf::actor_system& sys, scheduler_config cfg, caf::actor block_manager,
-                           caf::actor executor, std::shared_ptr<stats_board> stats);
+                           caf::actor executor, std::shared_ptr<stats_board> stats, supervision_config sup);
 
 /// Everything a request actor needs besides the request itself.
 struct request_context {

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "actors/actor_spawn.hpp"
+#include "actors/fault_injection.hpp"
 #include "actors/messages.hpp"
 #include "config/log.hpp"
 #include "gpu/cpu/cpu_executor.hpp"
@@ -36,6 +37,11 @@ namespace {
 
 /// A step that has not finished this long while work is pending makes the engine unhealthy.
 constexpr std::chrono::seconds wedge_timeout{30};
+/// Supervision: a step not done after this long has failed (the executor is replaced), and
+/// more than `max_executor_restarts` failures within `restart_window` give up.
+constexpr std::chrono::seconds step_timeout{60};
+constexpr int32_t max_executor_restarts = 3;
+constexpr std::chrono::seconds restart_window{60};
 
 result<std::unique_ptr<gpu::executor>> make_cpu(const engine_config& cfg) {
   gpu::cpu_executor_options o;
@@ -80,6 +86,13 @@ result<std::unique_ptr<gpu::executor>> make_executor(const engine_config& cfg) {
   return make_cpu(cfg);
 }
 
+/// make_executor plus the test-only fault injection (--inject-step-failures).
+result<std::unique_ptr<gpu::executor>> make_supervised_executor(const engine_config& cfg) {
+  auto ex = make_executor(cfg);
+  if (!ex) return ex.err();
+  return inject_step_failures(std::move(ex.value()), cfg.executor.inject_step_failures);
+}
+
 /// Live requests by id, for cancel(); entries leave when their actor ends.
 struct request_registry {
   std::mutex mu;
@@ -89,8 +102,8 @@ struct request_registry {
 class engine_impl final : public engine {
  public:
   engine_impl(const engine_config& cfg, protocol::tokenizer tok, std::shared_ptr<gpu::executor> ex)
-      : cfg_(cfg), tok_(std::move(tok)), executor_(std::move(ex)) {
-    const auto& info = executor_->info();
+      : cfg_(cfg), tok_(std::move(tok)), info_(ex->info()) {
+    const auto& info = info_;
     max_model_len_ = info.max_model_len;
     std::filesystem::path dir(cfg.model.model_dir);
     model_name_ = !cfg.model.served_model_name.empty() ? cfg.model.served_model_name
@@ -120,8 +133,14 @@ class engine_impl final : public engine {
     stats_->mark_progress();
     block_manager_ = spawn_kv_block_manager(*system_, num_blocks, info.block_size, cfg.cache.enable_prefix_caching,
                                             stats_);
-    executor_actor_ = spawn_executor_actor(*system_, executor_);
-    scheduler_ = spawn_scheduler(*system_, std::move(sc), block_manager_, executor_actor_, stats_);
+    // The executor actor owns the executor: a restart must be able to free it (device memory).
+    executor_actor_ = spawn_executor_actor(*system_, std::move(ex), [cfg] { return make_supervised_executor(cfg); });
+    supervision_config sup;
+    sup.step_timeout = step_timeout;
+    sup.max_restarts = max_executor_restarts;
+    sup.restart_window = restart_window;
+    sup.num_blocks = num_blocks;
+    scheduler_ = spawn_scheduler(*system_, std::move(sc), block_manager_, executor_actor_, stats_, sup);
     stats_->alive = true;
     log::info("engine: model {} on the {} executor, {} KV blocks of {} tokens, max_model_len {}", model_name_,
               info.name, num_blocks, info.block_size, max_model_len_);
@@ -135,14 +154,14 @@ class engine_impl final : public engine {
     }
     scheduler_ = block_manager_ = executor_actor_ = caf::actor();
     system_.reset();
-    executor_.reset();
   }
 
   status submit(generation_request req, delta_sink sink) override {
     if (!accepting_.load()) return make_error(error_code::unavailable, "the engine is shutting down");
+    if (stats_->gave_up.load()) return make_error(error_code::unavailable, stats_->failure());
     if (auto st = validate(req.params); !st) return st;
     if (req.prompt_ids.empty()) return make_error(error_code::invalid_argument, "prompt: must not be empty");
-    const int32_t vocab = executor_->info().vocab_size;
+    const int32_t vocab = info_.vocab_size;
     for (int32_t id : req.prompt_ids) {
       if (id < 0 || (vocab > 0 && id >= vocab))
         return make_error(error_code::invalid_argument, fmt::format("prompt: token id {} is out of range", id));
@@ -207,7 +226,7 @@ class engine_impl final : public engine {
     const bool pending = e.num_running + e.num_waiting > 0;
     const auto since = std::chrono::steady_clock::now().time_since_epoch() -
                        std::chrono::steady_clock::duration(s.last_progress_ns.load(r));
-    e.healthy = s.alive.load() && (!pending || since < wedge_timeout);
+    e.healthy = s.alive.load() && !s.restarting.load() && !s.gave_up.load() && (!pending || since < wedge_timeout);
     return e;
   }
 
@@ -241,7 +260,7 @@ class engine_impl final : public engine {
 
   engine_config cfg_;
   protocol::tokenizer tok_;
-  std::shared_ptr<gpu::executor> executor_;
+  gpu::executor_info info_;
   int64_t max_model_len_ = 0;
   std::string model_name_;
   caf::actor_system_config caf_cfg_;
@@ -261,7 +280,7 @@ result<std::unique_ptr<engine>> engine::start(const engine_config& cfg) {
   if (auto st = validate(cfg); !st) return st.err();
   auto tok = protocol::tokenizer::from_model_dir(cfg.model.model_dir);
   if (!tok) return tok.err();
-  auto ex = make_executor(cfg);
+  auto ex = make_supervised_executor(cfg);
   if (!ex) return ex.err();
   return std::unique_ptr<engine>(
       new engine_impl(cfg, std::move(tok.value()), std::shared_ptr<gpu::executor>(std::move(ex.value()))));

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
+#include <string>
 
 namespace actorserve::actors {
 
@@ -16,10 +18,29 @@ struct stats_board {
   std::atomic<int64_t> requests_finished{0}, requests_cancelled{0};
   std::atomic<int64_t> last_progress_ns{0};   ///< steady_clock time of the last step or idle point
   std::atomic<bool> alive{false};
+  std::atomic<bool> restarting{false};        ///< a step failed; the executor is being replaced
+  std::atomic<bool> gave_up{false};           ///< failed repeatedly: every request fails from now on
+
+  /// Records why the engine gave up (read by submit to refuse new requests).
+  void give_up(std::string why) {
+    {
+      std::lock_guard<std::mutex> l(failure_mu_);
+      failure_ = std::move(why);
+    }
+    gave_up.store(true);
+  }
+  std::string failure() const {
+    std::lock_guard<std::mutex> l(failure_mu_);
+    return failure_;
+  }
 
   void mark_progress() {
     last_progress_ns.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
   }
+
+ private:
+  mutable std::mutex failure_mu_;
+  std::string failure_;
 };
 
 }  // namespace actorserve::actors

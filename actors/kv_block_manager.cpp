@@ -14,11 +14,20 @@ struct kv_block_manager_state {
 
 caf::behavior kv_block_manager(caf::stateful_actor<kv_block_manager_state>* self, int32_t num_blocks,
                                int32_t block_size, bool enable_prefix_caching, std::shared_ptr<stats_board> stats) {
-  self->state.pool = std::make_unique<block_pool>(num_blocks, block_size, enable_prefix_caching);
-  const auto c = self->state.pool->counts();
-  stats->kv_total = c.total;
-  stats->kv_free = c.free;
+  auto fresh_pool = [self, block_size, enable_prefix_caching, stats](int32_t n) {
+    self->state.pool = std::make_unique<block_pool>(n, block_size, enable_prefix_caching);
+    const auto c = self->state.pool->counts();
+    stats->kv_total = c.total;
+    stats->kv_free = c.free;
+    stats->kv_used = c.used;
+    stats->kv_cached = c.cached;
+    stats->kv_shared = c.shared;
+  };
+  fresh_pool(num_blocks);
   return {
+      // After an executor restart the device's KV contents are gone: every block is free and
+      // the prefix cache is empty.
+      [fresh_pool](reset_atom, int32_t n) { fresh_pool(n); },
       [self, stats](reserve_atom, const kv_reservation& r) -> kv_answer {
         kv_answer a = self->state.pool->reserve(r);
         stats->kv_used.store(a.counts.used, std::memory_order_relaxed);

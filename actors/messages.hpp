@@ -19,6 +19,10 @@ using step_done_atom = caf::atom_constant<caf::atom("stepdone")>; ///< executor 
 using outputs_atom = caf::atom_constant<caf::atom("outputs")>;    ///< scheduler -> request
 using cancel_atom = caf::atom_constant<caf::atom("cancel")>;      ///< engine -> request
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;  ///< request -> itself
+using restart_atom = caf::atom_constant<caf::atom("restart")>;    ///< scheduler -> executor (supervision)
+using reset_atom = caf::atom_constant<caf::atom("reset")>;        ///< scheduler -> block manager (after restart)
+using fail_atom = caf::atom_constant<caf::atom("fail")>;          ///< scheduler -> request (engine gave up)
+using watchdog_atom = caf::atom_constant<caf::atom("watchdog")>;  ///< scheduler -> itself (step deadline)
 
 /// One step's outputs for one request.
 struct output_batch {

@@ -179,6 +179,9 @@ caf::behavior request(request_actor* self, generation_request req, delta_sink si
       [self](outputs_atom, output_batch& batch) { on_outputs(self, batch); },
       [self](cancel_atom) { end_all(self, finish_reason::cancelled, std::nullopt); },
       [self](deadline_atom) { end_all(self, finish_reason::cancelled, std::nullopt); },
+      [self](fail_atom, const std::string& why) {
+        end_all(self, finish_reason::error, make_error(error_code::unavailable, why));
+      },
   };
 }
 

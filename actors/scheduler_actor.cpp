@@ -1,6 +1,13 @@
 // The scheduler actor: routes messages to scheduler_policy. One reservation or step is
-// outstanding at a time; nothing here ever waits.
+// outstanding at a time; nothing here ever waits. It also supervises the executor: a failed
+// step, or one overdue past the watchdog deadline, restarts the executor, resets the KV pool
+// and requeues every running sequence for recompute; too many failures within a window fail
+// every request and refuse new ones.
+#include <algorithm>
+#include <chrono>
+#include <deque>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "actors/actor_spawn.hpp"
@@ -19,6 +26,13 @@ struct scheduler_state {
   std::unordered_map<uint64_t, caf::actor> requests;   ///< group id -> request actor
   std::map<caf::actor_addr, uint64_t> groups;          ///< request actor -> group id
   bool busy = false;                                   ///< a reservation or a step is outstanding
+  supervision_config sup;
+  std::optional<uint64_t> step_in_flight;              ///< the step the executor owes us
+  std::chrono::steady_clock::time_point step_started;
+  bool watchdog_armed = false;
+  bool restarting = false;                             ///< waiting for a fresh executor
+  bool gave_up = false;
+  std::deque<std::chrono::steady_clock::time_point> failures;  ///< within the restart window
   static inline const char* name = "scheduler";
 };
 
@@ -73,6 +87,13 @@ void on_answer(scheduler_actor* self, const kv_answer& a) {
     return;
   }
   if (d.step) {
+    st.step_in_flight = d.step->step_id;
+    st.step_started = std::chrono::steady_clock::now();
+    if (!st.watchdog_armed) {
+      st.watchdog_armed = true;
+      self->delayed_send(self, std::max(st.sup.step_timeout / 4, std::chrono::milliseconds(10)),
+                         watchdog_atom::value);
+    }
     self->send(st.executor, run_atom::value, std::move(*d.step));
     return;
   }
@@ -84,24 +105,82 @@ void on_answer(scheduler_actor* self, const kv_answer& a) {
 
 void kick(scheduler_actor* self) {
   auto& st = self->state;
+  if (st.gave_up) {
+    publish(self);
+    return;
+  }
   if (st.busy) return;
   auto r = st.policy->plan();
   publish(self);
   if (!r) {
     st.stats->mark_progress();
+    st.stats->restarting = false;  // restarted with nothing left to run
     return;
   }
   st.busy = true;
   reserve(self, std::move(*r));
 }
 
+/// Fails every request with `why` and refuses new ones; the engine stays unhealthy.
+void give_up(scheduler_actor* self, const std::string& why) {
+  auto& st = self->state;
+  const std::string msg = "engine: executor failed repeatedly: " + why;
+  log::error("{}; failing every request", msg);
+  st.gave_up = true;
+  st.stats->give_up(msg);
+  for (const auto& [group, requester] : st.requests) self->send(requester, fail_atom::value, msg);
+  publish(self);
+}
+
+/// The supervisor: the step in flight failed (`wedged`: it never returned). Requeues every
+/// running sequence for recompute, then restarts the executor and resets the pool, or gives up.
+void on_executor_failure(scheduler_actor* self, const std::string& why, bool wedged) {
+  auto& st = self->state;
+  log::error("scheduler: executor failure: {}; restarting the executor", why);
+  st.stats->restarting = true;
+  st.step_in_flight.reset();
+  st.busy = true;  // nothing is planned until the new executor is up
+  st.restarting = true;
+  st.policy->requeue_all_for_recompute();
+  const auto now = std::chrono::steady_clock::now();
+  st.failures.push_back(now);
+  while (!st.failures.empty() && now - st.failures.front() > st.sup.restart_window) st.failures.pop_front();
+  if (static_cast<int32_t>(st.failures.size()) > st.sup.max_restarts) {
+    self->send(st.block_manager, reset_atom::value, st.sup.num_blocks);
+    give_up(self, why);
+    return;
+  }
+  publish(self);
+  self->request(st.executor, caf::infinite, restart_atom::value, wedged)
+      .then(
+          [self, why](int32_t num_blocks, const std::string& err) {
+            auto& st = self->state;
+            if (!err.empty()) {
+              give_up(self, why + "; the restart failed: " + err);
+              return;
+            }
+            const int32_t n = st.sup.num_blocks > 0 ? std::min(st.sup.num_blocks, num_blocks) : num_blocks;
+            // Sent before the next reservation, so the pool is fresh when it arrives.
+            self->send(st.block_manager, reset_atom::value, n);
+            st.stats->executor_restarts.fetch_add(1);
+            log::info("scheduler: executor restarted ({} KV blocks); recomputing {} sequences", n,
+                      st.policy->num_waiting());
+            st.restarting = false;
+            st.busy = false;
+            st.stats->mark_progress();
+            kick(self);
+          },
+          [self, why](caf::error& e) { give_up(self, why + "; the restart failed: " + caf::to_string(e)); });
+}
+
 caf::behavior scheduler(scheduler_actor* self, scheduler_config cfg, caf::actor block_manager, caf::actor executor,
-                        std::shared_ptr<stats_board> stats) {
+                        std::shared_ptr<stats_board> stats, supervision_config sup) {
   auto& st = self->state;
   st.policy = std::make_unique<scheduler_policy>(std::move(cfg));
   st.block_manager = std::move(block_manager);
   st.executor = std::move(executor);
   st.stats = std::move(stats);
+  st.sup = sup;
   // Request actors are monitored, never linked: one client going away must not take the others.
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
@@ -115,6 +194,10 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_config cfg, caf::actor 
   return {
       [self](enqueue_atom, new_request& r, caf::actor& requester) {
         auto& st = self->state;
+        if (st.gave_up) {
+          self->send(requester, fail_atom::value, st.stats->failure());
+          return;
+        }
         self->monitor(requester);
         st.groups[requester.address()] = r.group_id;
         st.requests[r.group_id] = requester;
@@ -127,12 +210,37 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_config cfg, caf::actor 
       },
       [self](step_done_atom, gpu::step_result& r) {
         auto& st = self->state;
-        if (!r.outcome.ok()) log::error("scheduler: step {} failed: {}", r.step_id, r.outcome.err().message);
+        if (st.gave_up || st.step_in_flight != r.step_id) {
+          log::warn("scheduler: ignoring the result of step {} (not the step in flight)", r.step_id);
+          return;
+        }
+        if (!r.outcome.ok()) {
+          on_executor_failure(self, fmt::format("step {} failed: {}", r.step_id, r.outcome.err().message), false);
+          return;
+        }
+        st.step_in_flight.reset();
         auto outs = st.policy->on_step_done(r);
         route(self, outs);
         st.busy = false;
         st.stats->mark_progress();
+        st.stats->restarting = false;  // the first good step after a restart: healthy again
         kick(self);
+      },
+      [self](watchdog_atom) {
+        auto& st = self->state;
+        st.watchdog_armed = false;
+        if (!st.step_in_flight || st.gave_up) return;
+        const auto late = std::chrono::steady_clock::now() - st.step_started;
+        if (late >= st.sup.step_timeout) {
+          on_executor_failure(self,
+                              fmt::format("step {} did not complete within {} ms", *st.step_in_flight,
+                                          st.sup.step_timeout.count()),
+                              true);
+          return;
+        }
+        st.watchdog_armed = true;
+        self->delayed_send(self, std::max(st.sup.step_timeout / 4, std::chrono::milliseconds(10)),
+                           watchdog_atom::value);
       },
   };
 }
@@ -140,8 +248,8 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_config cfg, caf::actor 
 }  // namespace
 
 caf::actor spawn_scheduler(caf::actor_system& sys, scheduler_config cfg, caf::actor block_manager,
-                           caf::actor executor, std::shared_ptr<stats_board> stats) {
-  return sys.spawn(scheduler, std::move(cfg), std::move(block_manager), std::move(executor), std::move(stats));
+                           caf::actor executor, std::shared_ptr<stats_board> stats, supervision_config sup) {
+  return sys.spawn(scheduler, std::move(cfg), std::move(block_manager), std::move(executor), std::move(stats), sup);
 }
 
 }  // namespace actorserve::actors

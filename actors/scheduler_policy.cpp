@@ -330,4 +330,25 @@ std::vector<seq_output> scheduler_policy::on_step_done(const gpu::step_result& r
   return outs;
 }
 
+void scheduler_policy::requeue_all_for_recompute() {
+  for (auto [g, i] : deferred_aborts_) abort_now(g, i);
+  deferred_aborts_.clear();
+  awaiting_answer_ = false;
+  in_flight_.clear();
+  planned_.clear();
+  pending_forks_.clear();
+  pending_frees_.clear();
+  const std::vector<sequence*> was_running = running_;
+  running_.clear();
+  for (auto& [id, s] : seqs_) {
+    s->recompute_until = std::max(s->recompute_until, s->num_computed);
+    s->num_computed = 0;
+    s->block_table.clear();
+    s->holds_blocks = false;
+    s->fork_parent.reset();
+    s->num_hashes_sent = 0;
+  }
+  for (sequence* s : was_running) insert_waiting(s);
+}
+
 }  // namespace actorserve::actors

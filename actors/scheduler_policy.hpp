@@ -79,6 +79,10 @@ class scheduler_policy {
   decision on_answer(const kv_answer& a);
   /// Applies a finished step: advances progress, appends tokens, finishes and forks sequences.
   std::vector<seq_output> on_step_done(const gpu::step_result& r);
+  /// After an executor failure (the in-flight step is lost, the device's KV contents are gone
+  /// and the pool is reset): every sequence drops its blocks and running ones go back to the
+  /// head of waiting with prompt + generated tokens, to be recomputed as after preemption.
+  void requeue_all_for_recompute();
 
   bool has_work() const { return !running_.empty() || !waiting_.empty() || !pending_frees_.empty(); }
   size_t num_running() const { return running_.size(); }

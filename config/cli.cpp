@@ -47,6 +47,10 @@ void add_engine_flags(CLI::App& app, engine_config& cfg) {
   app.add_flag("--enforce-eager", e.enforce_eager, "disable CUDA graphs");
   app.add_option("--cpu-threads", e.cpu_threads, "CPU executor threads (0: all cores)");
   app.add_option("--seed", e.seed, "seed for requests that bring none");
+  app.add_option("--inject-step-failures", e.inject_step_failures,
+                 "TEST ONLY: comma-separated step numbers (e.g. 5 or 5,6,7) whose step the executor reports as "
+                 "failed, to exercise the executor restart")
+      ->delimiter(',');
   app.add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error|off");
 }
 

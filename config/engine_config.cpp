@@ -39,6 +39,9 @@ status validate(const engine_config& cfg) {
     return bad_flag("--cpu-kv-cache-space", fmt::format("must be > 0 GiB, got {}", c.cpu_kv_cache_gib));
   if (cfg.executor.cpu_threads < 0)
     return bad_flag("--cpu-threads", fmt::format("must be >= 0, got {}", cfg.executor.cpu_threads));
+  for (int64_t step : cfg.executor.inject_step_failures) {
+    if (step < 1) return bad_flag("--inject-step-failures", fmt::format("step numbers must be >= 1, got {}", step));
+  }
   const auto& sv = cfg.server;
   if (sv.port < 0 || sv.port > 65535)
     return bad_flag("--port", fmt::format("must be in [0, 65535], got {}", sv.port));

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "config/error.hpp"
 
@@ -41,6 +42,8 @@ struct executor_options {
   bool enforce_eager = false;               ///< --enforce-eager (no CUDA graphs)
   int64_t cpu_threads = 0;                  ///< --cpu-threads (0: all cores)
   uint64_t seed = 0;                        ///< --seed (default seed for unseeded requests)
+  /// --inject-step-failures (test only): step numbers whose step_result reports a failure.
+  std::vector<int64_t> inject_step_failures;
 };
 
 struct server_options {
