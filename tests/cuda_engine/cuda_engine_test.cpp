@@ -18,6 +18,9 @@ engine_config cuda_config(const std::string& model, std::optional<int64_t> num_b
   cfg.model.model_dir = actorserve::testing::model_dir(model);
   cfg.executor.device = device_kind::cuda;
   cfg.cache.gpu_memory_utilization = 0.5;
+  // NOTE: the CUDA executor (like vLLM) refuses a pool that cannot hold one sequence of
+  // max_model_len; the tight pools below hold 256 tokens.
+  cfg.model.max_model_len = 256;
   return cfg;
 }
 
