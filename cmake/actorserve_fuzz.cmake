@@ -9,8 +9,9 @@ if(NOT ACTORSERVE_SANITIZE STREQUAL "address")
   message(WARNING "ACTORSERVE_FUZZ without ACTORSERVE_SANITIZE=address: fuzzing finds only crashes, not memory errors")
 endif()
 
-# -Wno-... flags for clang-only warnings in project code, fuzz builds only (none needed so far).
-set(ACTORSERVE_FUZZ_NO_WARN "")
+# -Wno-... flags for the fuzz (clang) build only: ACTORSERVE_WARNINGS carries GCC's -Wno-restrict
+# (cmake/actorserve_layers.cmake:7), which clang rejects under -Werror as an unknown option.
+set(ACTORSERVE_FUZZ_NO_WARN -Wno-unknown-warning-option)
 
 # UBSan findings are recoverable in the fuzz build so that fuzz/known_issues.txt can suppress a
 # reported one; fuzz/targets/sanitizer_options.cpp makes every other one fatal (halt_on_error).
