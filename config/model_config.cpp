@@ -104,7 +104,10 @@ status parse_rope(const field_reader& top, model_config& cfg) {
   auto params = top.find("rope_parameters");
   if (params) section = "rope_parameters";
   else params = top.find("rope_scaling");
-  if (!params) return {};
+  if (!params) {
+    if (!(cfg.rope.theta > 0)) return top.bad("rope_theta", "positive");
+    return {};
+  }
   dom::object obj;
   if (params->get_object().get(obj) != simdjson::SUCCESS) return top.bad(section, "an object");
   field_reader r(obj, top.file(), std::string(section) + ".");

@@ -90,6 +90,16 @@ TEST(model_config, older_rope_spelling_and_defaults) {
   EXPECT_EQ(cfg->rope.kind, rope_kind::llama3);
 }
 
+// Found by fuzzing: without rope_scaling/rope_parameters the theta check was skipped.
+TEST(model_config, rope_theta_must_be_positive_in_either_spelling) {
+  for (const char* extra : {R"(, "rope_theta": 0)", R"(, "rope_theta": -5.0, "rope_scaling": null)",
+                            R"(, "rope_parameters": {"rope_type": "default", "rope_theta": 0})"}) {
+    auto cfg = parse(extra);
+    ASSERT_FALSE(cfg.ok()) << extra;
+    EXPECT_NE(cfg.err().message.find("rope_theta"), std::string::npos) << cfg.err().message;
+  }
+}
+
 TEST(model_config, eos_ids_from_both_files) {
   auto cfg = parse(R"(, "eos_token_id": [5, 6], "bos_token_id": 2)", R"({"eos_token_id": 7})");
   ASSERT_TRUE(cfg.ok()) << cfg.err().message;
