@@ -19,10 +19,8 @@ targets=("$@")
 if [ "${FUZZ_NO_BUILD:-0}" != 1 ]; then
   cmake_args=(-S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DACTORSERVE_ENABLE_CUDA=OFF
               -DACTORSERVE_FUZZ=ON -DACTORSERVE_SANITIZE=address)
-  # Until the root CMakeLists.txt adds fuzz/ itself, a project-include hook adds it.
-  if ! grep -q 'add_subdirectory(fuzz)' "$root/CMakeLists.txt"; then
-    cmake_args+=(-DCMAKE_PROJECT_INCLUDE="$root/cmake/actorserve_fuzz_hook.cmake")
-  fi
+  # Older build-fuzz trees cached a project-include hook; the root CMakeLists.txt adds fuzz/ now.
+  cmake_args+=(-UCMAKE_PROJECT_INCLUDE)
   cmake "${cmake_args[@]}" >/dev/null
   ninja -C "$build" -j"${FUZZ_JOBS:-2}" "${targets[@]}"
 fi
