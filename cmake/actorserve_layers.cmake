@@ -3,8 +3,11 @@
 # root is exported only to targets that link the library. A wrong-way include therefore fails to
 # compile: protocol/ cannot see "gpu/..." because it does not link actorserve_gpu.
 
-# -Wno-restrict: GCC 12 reports false -Wrestrict overlaps inside std::string at -O3 (GCC bug 105329).
-set(ACTORSERVE_WARNINGS -Wall -Wextra -Wpedantic -Werror -Wno-missing-field-initializers -Wno-restrict)
+set(ACTORSERVE_WARNINGS -Wall -Wextra -Wpedantic -Werror -Wno-missing-field-initializers)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  # GCC 12 reports false -Wrestrict overlaps inside std::string at -O3 (GCC bug 105329).
+  list(APPEND ACTORSERVE_WARNINGS -Wno-restrict)
+endif()
 
 function(actorserve_include_root folder out_var)
   set(root "${CMAKE_BINARY_DIR}/include_roots/${folder}")
