@@ -116,18 +116,27 @@ expr_ptr parser::parse_expression(bool with_condexpr) {
   return node;
 }
 
+namespace {
+
+expr_ptr binary(op_kind op, int line, expr_ptr a, expr_ptr b) {
+  auto e = std::make_unique<expr>();
+  e->kind = expr_kind::binary;
+  e->line = line;
+  e->op = op;
+  e->a = std::move(a);
+  e->b = std::move(b);
+  return e;
+}
+
+}  // namespace
+
 expr_ptr parser::parse_or() {
   expr_ptr left = parse_and();
   chain_guard chain(*this);
   while (is_name("or")) {
     chain.step();
-    auto e = std::make_unique<expr>();
-    e->kind = expr_kind::binary;
-    e->line = next().line;
-    e->op = op_kind::or_;
-    e->a = std::move(left);
-    e->b = parse_and();
-    left = std::move(e);
+    const int line = next().line;
+    left = binary(op_kind::or_, line, std::move(left), parse_and());
   }
   return left;
 }
@@ -137,13 +146,8 @@ expr_ptr parser::parse_and() {
   chain_guard chain(*this);
   while (is_name("and")) {
     chain.step();
-    auto e = std::make_unique<expr>();
-    e->kind = expr_kind::binary;
-    e->line = next().line;
-    e->op = op_kind::and_;
-    e->a = std::move(left);
-    e->b = parse_not();
-    left = std::move(e);
+    const int line = next().line;
+    left = binary(op_kind::and_, line, std::move(left), parse_not());
   }
   return left;
 }
@@ -195,20 +199,6 @@ expr_ptr parser::parse_compare() {
   e->chain = std::move(chain);
   return e;
 }
-
-namespace {
-
-expr_ptr binary(op_kind op, int line, expr_ptr a, expr_ptr b) {
-  auto e = std::make_unique<expr>();
-  e->kind = expr_kind::binary;
-  e->line = line;
-  e->op = op;
-  e->a = std::move(a);
-  e->b = std::move(b);
-  return e;
-}
-
-}  // namespace
 
 expr_ptr parser::parse_math1() {
   expr_ptr left = parse_concat();
