@@ -230,16 +230,13 @@ status load_config(tokenizer_impl& t, const std::string& path) {
   if (!root) return root.err();
   auto o = root_object(*root, path);
   if (!o) return o.err();
-  bool flag = false;
   if (status s = get_token_field(*o, "bos_token", t.bos_token); !s) return s;
   if (status s = get_token_field(*o, "eos_token", t.eos_token); !s) return s;
-  if (o->find("add_bos_token")) {
-    if (status s = o->get_bool("add_bos_token", flag); !s) return s;
-    t.add_bos_token = flag;
-  }
-  if (o->find("add_eos_token")) {
-    if (status s = o->get_bool("add_eos_token", flag); !s) return s;
-    t.add_eos_token = flag;
+  for (auto [key, out] : {std::pair{"add_bos_token", &t.add_bos_token}, std::pair{"add_eos_token", &t.add_eos_token}}) {
+    if (!o->find(key)) continue;  // absent: the post-processor decides
+    bool flag = false;
+    if (status s = o->get_bool(key, flag); !s) return s;
+    *out = flag;
   }
   return load_chat_template(t, *o);
 }
