@@ -10,7 +10,6 @@ paged_kv_cache::paged_kv_cache(int64_t num_layers, int64_t num_blocks, int64_t b
       num_blocks_(num_blocks),
       block_size_(block_size),
       num_kv_heads_(num_kv_heads),
-      head_dim_(head_dim),
       head_stride_(static_cast<size_t>(block_size * head_dim)) {
   const size_t n = static_cast<size_t>(num_layers * num_blocks * num_kv_heads) * head_stride_;
   k_.reset(new float[n]);

@@ -27,7 +27,7 @@ class paged_kv_cache {
   size_t offset(int64_t layer, int64_t block, int64_t head) const {
     return ((static_cast<size_t>(layer) * num_blocks_ + block) * num_kv_heads_ + head) * head_stride_;
   }
-  int64_t num_layers_, num_blocks_, block_size_, num_kv_heads_, head_dim_;
+  int64_t num_layers_, num_blocks_, block_size_, num_kv_heads_;
   size_t head_stride_;   ///< block_size * head_dim floats
   // NOTE: left uninitialised on purpose: pages are only touched when a block is first written.
   std::unique_ptr<float[]> k_, v_;
