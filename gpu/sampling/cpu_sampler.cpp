@@ -131,10 +131,8 @@ int32_t sample_random(std::span<const float> logits, const step_sequence& seq) {
   thread_local std::vector<float> probs_buffer;
   probs_buffer.resize(vocab);
   std::span<float> probs(probs_buffer);
-  double total = 0.0;
   for (size_t i = 0; i < vocab; ++i) {  // unnormalised: the best id has weight exactly 1
     probs[i] = std::isnan(logits[i]) ? 0.0f : std::exp((logits[i] - max_logit) * inv_t);
-    total += probs[i];
   }
   const double u = counter_uniform(seq.seed, static_cast<uint64_t>(seq.num_generated));
   const bool use_top_k = p.top_k > 0 && static_cast<size_t>(p.top_k) < vocab;
