@@ -114,6 +114,7 @@ class engine_impl final : public engine {
     sc.max_num_seqs = static_cast<int32_t>(cfg.scheduler.max_num_seqs);
     sc.max_num_batched_tokens = static_cast<int32_t>(cfg.scheduler.max_num_batched_tokens);
     sc.enable_chunked_prefill = cfg.scheduler.enable_chunked_prefill;
+    sc.async_scheduling = cfg.scheduler.async_scheduling;
     sc.block_size = info.block_size;
     sc.enable_prefix_caching = cfg.cache.enable_prefix_caching;
     sc.max_model_len = info.max_model_len;
@@ -223,6 +224,13 @@ class engine_impl final : public engine {
     e.num_executor_restarts = s.executor_restarts.load(r);
     e.requests_finished = s.requests_finished.load(r);
     e.requests_cancelled = s.requests_cancelled.load(r);
+    e.timed_steps = s.timed_steps.load(r);
+    e.step_busy_us = s.step_busy_us.load(r);
+    e.step_idle_us = s.step_idle_us.load(r);
+    e.decode_steps = s.decode_steps.load(r);
+    e.decode_seqs = s.decode_seqs.load(r);
+    e.decode_busy_us = s.decode_busy_us.load(r);
+    e.decode_idle_us = s.decode_idle_us.load(r);
     const bool pending = e.num_running + e.num_waiting > 0;
     const auto since = std::chrono::steady_clock::now().time_since_epoch() -
                        std::chrono::steady_clock::duration(s.last_progress_ns.load(r));

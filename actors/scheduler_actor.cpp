@@ -1,8 +1,10 @@
-// The scheduler actor: routes messages to scheduler_policy. One reservation or step is
-// outstanding at a time; nothing here ever waits. It also supervises the executor: a failed
-// step, or one overdue past the watchdog deadline, restarts the executor, resets the KV pool
-// and requeues every running sequence for recompute; too many failures within a window fail
-// every request and refuse new ones.
+// The scheduler actor: routes messages to scheduler_policy; nothing here ever waits. At most one
+// reservation is outstanding; with async scheduling up to two steps are in flight: as soon as
+// step N is sent to the executor, step N+1 is planned (plan_ahead) and sent too, so the executor
+// never waits for the host between steps. It also supervises the executor: a failed step, or
+// one overdue past the watchdog deadline, restarts the executor, resets the KV pool and
+// requeues every running sequence for recompute; too many failures within a window fail every
+// request and refuse new ones. It records each step's busy and idle time (engine_stats).
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -12,6 +14,7 @@
 
 #include "actors/actor_spawn.hpp"
 #include "actors/messages.hpp"
+#include "config/check.hpp"
 #include "config/log.hpp"
 
 namespace actorserve::actors {
@@ -25,10 +28,20 @@ struct scheduler_state {
   std::shared_ptr<stats_board> stats;
   std::unordered_map<uint64_t, caf::actor> requests;   ///< group id -> request actor
   std::map<caf::actor_addr, uint64_t> groups;          ///< request actor -> group id
-  bool busy = false;                                   ///< a reservation or a step is outstanding
+  bool reserving = false;                              ///< a reservation is outstanding
+  size_t max_in_flight = 2;                            ///< 1 without async scheduling
   supervision_config sup;
-  std::optional<uint64_t> step_in_flight;              ///< the step the executor owes us
-  std::chrono::steady_clock::time_point step_started;
+  struct flight {
+    uint64_t step_id;
+    std::chrono::steady_clock::time_point started;     ///< sent, or the step before it completed
+    bool back_to_back;                                 ///< no idle engine since the step before
+    bool decode;                                       ///< every sequence decodes one token
+    size_t num_seqs;
+  };
+  std::deque<flight> in_flight;                        ///< the steps the executor owes us, oldest first
+  std::deque<gpu::step_result> deferred;               ///< results that arrived during a reservation
+  bool went_idle = true;                               ///< nothing to run since the last step
+  uint64_t epoch = 0;                                  ///< executor failures so far (stale answers)
   bool watchdog_armed = false;
   bool restarting = false;                             ///< waiting for a fresh executor
   bool gave_up = false;
@@ -66,41 +79,65 @@ void route(scheduler_actor* self, std::vector<seq_output>& outs) {
 }
 
 void kick(scheduler_actor* self);
-
-void on_answer(scheduler_actor* self, const kv_answer& a);
+void on_answer(scheduler_actor* self, const kv_answer& a, uint64_t epoch);
+void on_step_done(scheduler_actor* self, gpu::step_result& r);
+void on_executor_failure(scheduler_actor* self, const std::string& why, bool wedged);
 
 void reserve(scheduler_actor* self, kv_reservation r) {
   self->request(self->state.block_manager, caf::infinite, reserve_atom::value, std::move(r))
-      .then([self](const kv_answer& a) { on_answer(self, a); },
+      .then([self, epoch = self->state.epoch](const kv_answer& a) { on_answer(self, a, epoch); },
             [self](caf::error& e) {
               log::error("scheduler: the block manager did not answer: {}", caf::to_string(e));
               self->quit(e);
             });
 }
 
-void on_answer(scheduler_actor* self, const kv_answer& a) {
+void arm_watchdog(scheduler_actor* self) {
   auto& st = self->state;
+  if (st.watchdog_armed) return;
+  st.watchdog_armed = true;
+  self->delayed_send(self, std::max(st.sup.step_timeout / 4, std::chrono::milliseconds(10)), watchdog_atom::value);
+}
+
+void send_step(scheduler_actor* self, gpu::step_batch step) {
+  auto& st = self->state;
+  const bool decode = std::all_of(step.seqs.begin(), step.seqs.end(),
+                                  [](const gpu::step_sequence& q) { return q.new_tokens.size() == 1; });
+  st.in_flight.push_back({step.step_id, std::chrono::steady_clock::now(), !st.went_idle, decode, step.seqs.size()});
+  st.went_idle = false;
+  arm_watchdog(self);
+  self->send(st.executor, run_atom::value, std::move(step));
+}
+
+void on_answer(scheduler_actor* self, const kv_answer& a, uint64_t epoch) {
+  auto& st = self->state;
+  if (epoch != st.epoch || st.gave_up) {  // the executor failed meanwhile: the pool is reset
+    st.reserving = false;
+    kick(self);
+    return;
+  }
   auto d = st.policy->on_answer(a);
   route(self, d.failed);
   if (d.retry) {
     reserve(self, std::move(*d.retry));
     return;
   }
-  if (d.step) {
-    st.step_in_flight = d.step->step_id;
-    st.step_started = std::chrono::steady_clock::now();
-    if (!st.watchdog_armed) {
-      st.watchdog_armed = true;
-      self->delayed_send(self, std::max(st.sup.step_timeout / 4, std::chrono::milliseconds(10)),
-                         watchdog_atom::value);
-    }
-    self->send(st.executor, run_atom::value, std::move(*d.step));
-    return;
+  st.reserving = false;
+  if (d.step) send_step(self, std::move(*d.step));
+  // Results that came in while the pool answered, in step order.
+  while (!st.deferred.empty() && !st.reserving && !st.restarting && !st.gave_up) {
+    gpu::step_result r = std::move(st.deferred.front());
+    st.deferred.pop_front();
+    on_step_done(self, r);
   }
-  st.busy = false;
-  st.stats->mark_progress();
+  if (st.reserving || st.restarting || st.gave_up) return;
   publish(self);
-  if (!d.failed.empty()) kick(self);
+  if (d.step) {
+    kick(self);  // plan the next step while this one runs
+  } else if (st.in_flight.empty()) {
+    st.stats->mark_progress();
+    if (!d.failed.empty()) kick(self);
+  }
 }
 
 void kick(scheduler_actor* self) {
@@ -109,16 +146,63 @@ void kick(scheduler_actor* self) {
     publish(self);
     return;
   }
-  if (st.busy) return;
-  auto r = st.policy->plan();
+  if (st.reserving || st.restarting || st.in_flight.size() >= st.max_in_flight) return;
+  auto r = st.in_flight.empty() ? st.policy->plan() : st.policy->plan_ahead();
   publish(self);
   if (!r) {
-    st.stats->mark_progress();
-    st.stats->restarting = false;  // restarted with nothing left to run
+    if (st.in_flight.empty()) {
+      st.went_idle = true;
+      st.stats->mark_progress();
+      st.stats->restarting = false;  // restarted with nothing left to run
+    }
     return;
   }
-  st.busy = true;
+  st.reserving = true;
   reserve(self, std::move(*r));
+}
+
+/// Adds a completed step's busy time and the device's idle time before it to the stats.
+void record_timing(scheduler_actor* self, const scheduler_state::flight& f, const gpu::step_result& r) {
+  if (!f.back_to_back || r.idle_before_ms < 0) return;
+  auto& s = *self->state.stats;
+  constexpr auto relaxed = std::memory_order_relaxed;
+  const auto busy = static_cast<int64_t>(r.device_ms * 1000.0);
+  const auto idle = static_cast<int64_t>(r.idle_before_ms * 1000.0);
+  s.timed_steps.fetch_add(1, relaxed);
+  s.step_busy_us.fetch_add(busy, relaxed);
+  s.step_idle_us.fetch_add(idle, relaxed);
+  if (!f.decode) return;
+  s.decode_steps.fetch_add(1, relaxed);
+  s.decode_seqs.fetch_add(static_cast<int64_t>(f.num_seqs), relaxed);
+  s.decode_busy_us.fetch_add(busy, relaxed);
+  s.decode_idle_us.fetch_add(idle, relaxed);
+}
+
+void on_step_done(scheduler_actor* self, gpu::step_result& r) {
+  auto& st = self->state;
+  const bool ours = std::any_of(st.in_flight.begin(), st.in_flight.end(),
+                                [&](const scheduler_state::flight& f) { return f.step_id == r.step_id; });
+  if (st.gave_up || !ours) {
+    log::warn("scheduler: ignoring the result of step {} (not a step in flight)", r.step_id);
+    return;
+  }
+  if (st.reserving) {  // the policy awaits the pool's answer: apply this result after it
+    st.deferred.push_back(std::move(r));
+    return;
+  }
+  AS_CHECK(st.in_flight.front().step_id == r.step_id, "the executor completed steps out of order");
+  if (!r.outcome.ok()) {
+    on_executor_failure(self, fmt::format("step {} failed: {}", r.step_id, r.outcome.err().message), false);
+    return;
+  }
+  record_timing(self, st.in_flight.front(), r);
+  st.in_flight.pop_front();
+  if (!st.in_flight.empty()) st.in_flight.front().started = std::chrono::steady_clock::now();
+  auto outs = st.policy->on_step_done(r);
+  route(self, outs);
+  st.stats->mark_progress();
+  st.stats->restarting = false;  // the first good step after a restart: healthy again
+  kick(self);
 }
 
 /// Fails every request with `why` and refuses new ones; the engine stays unhealthy.
@@ -138,9 +222,11 @@ void on_executor_failure(scheduler_actor* self, const std::string& why, bool wed
   auto& st = self->state;
   log::error("scheduler: executor failure: {}; restarting the executor", why);
   st.stats->restarting = true;
-  st.step_in_flight.reset();
-  st.busy = true;  // nothing is planned until the new executor is up
-  st.restarting = true;
+  st.in_flight.clear();  // both steps are lost
+  ++st.epoch;
+  st.deferred.clear();
+  st.went_idle = true;
+  st.restarting = true;  // nothing is planned until the new executor is up
   st.policy->requeue_all_for_recompute();
   const auto now = std::chrono::steady_clock::now();
   st.failures.push_back(now);
@@ -166,7 +252,6 @@ void on_executor_failure(scheduler_actor* self, const std::string& why, bool wed
             log::info("scheduler: executor restarted ({} KV blocks); recomputing {} sequences", n,
                       st.policy->num_waiting());
             st.restarting = false;
-            st.busy = false;
             st.stats->mark_progress();
             kick(self);
           },
@@ -176,6 +261,7 @@ void on_executor_failure(scheduler_actor* self, const std::string& why, bool wed
 caf::behavior scheduler(scheduler_actor* self, scheduler_config cfg, caf::actor block_manager, caf::actor executor,
                         std::shared_ptr<stats_board> stats, supervision_config sup) {
   auto& st = self->state;
+  st.max_in_flight = cfg.async_scheduling ? 2 : 1;
   st.policy = std::make_unique<scheduler_policy>(std::move(cfg));
   st.block_manager = std::move(block_manager);
   st.executor = std::move(executor);
@@ -208,39 +294,20 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_config cfg, caf::actor 
         self->state.policy->abort(group_id, index);
         kick(self);
       },
-      [self](step_done_atom, gpu::step_result& r) {
-        auto& st = self->state;
-        if (st.gave_up || st.step_in_flight != r.step_id) {
-          log::warn("scheduler: ignoring the result of step {} (not the step in flight)", r.step_id);
-          return;
-        }
-        if (!r.outcome.ok()) {
-          on_executor_failure(self, fmt::format("step {} failed: {}", r.step_id, r.outcome.err().message), false);
-          return;
-        }
-        st.step_in_flight.reset();
-        auto outs = st.policy->on_step_done(r);
-        route(self, outs);
-        st.busy = false;
-        st.stats->mark_progress();
-        st.stats->restarting = false;  // the first good step after a restart: healthy again
-        kick(self);
-      },
+      [self](step_done_atom, gpu::step_result& r) { on_step_done(self, r); },
       [self](watchdog_atom) {
         auto& st = self->state;
         st.watchdog_armed = false;
-        if (!st.step_in_flight || st.gave_up) return;
-        const auto late = std::chrono::steady_clock::now() - st.step_started;
+        if (st.in_flight.empty() || st.gave_up || st.restarting) return;
+        const auto late = std::chrono::steady_clock::now() - st.in_flight.front().started;
         if (late >= st.sup.step_timeout) {
           on_executor_failure(self,
-                              fmt::format("step {} did not complete within {} ms", *st.step_in_flight,
+                              fmt::format("step {} did not complete within {} ms", st.in_flight.front().step_id,
                                           st.sup.step_timeout.count()),
                               true);
           return;
         }
-        st.watchdog_armed = true;
-        self->delayed_send(self, std::max(st.sup.step_timeout / 4, std::chrono::milliseconds(10)),
-                           watchdog_atom::value);
+        arm_watchdog(self);
       },
   };
 }

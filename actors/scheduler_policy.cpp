@@ -149,13 +149,33 @@ void scheduler_policy::fork(sequence& parent) {
   finish(parent, seq_finish::none);
 }
 
-std::optional<kv_reservation> scheduler_policy::plan() { return plan_impl(true); }
+std::optional<kv_reservation> scheduler_policy::plan() {
+  AS_CHECK(in_flight_.empty(), "plan() with a step in flight");
+  ahead_ = false;
+  return plan_impl(true);
+}
+
+std::optional<kv_reservation> scheduler_policy::plan_ahead() {
+  AS_CHECK(in_flight_.size() == 1, "plan_ahead() needs exactly one step in flight");
+  ahead_ = true;
+  return plan_impl(true);
+}
+
+bool scheduler_policy::may_plan_ahead(const sequence& s) const {
+  if (s.num_inflight_samples == 0) return true;  // prefill continues with known tokens
+  if (s.num_inflight_samples > 1 || s.fork_n > 1) return false;
+  const sampling_params& p = *s.params;
+  if (p.uses_penalties()) return false;          // the history must hold the pending token
+  if (s.eff_generated() >= p.max_tokens) return false;  // the pending token ends it by length
+  if (cfg_.max_model_len > 0 && s.eff_tokens() >= cfg_.max_model_len) return false;
+  return true;
+}
 
 kv_item scheduler_policy::make_item(sequence& s, int32_t num_new, bool from_waiting) {
   kv_item it;
   it.seq_id = s.seq_id;
-  it.num_computed = s.num_computed;
-  it.num_tokens = s.target();
+  it.num_computed = s.eff_computed();
+  it.num_tokens = s.eff_target();
   it.num_new = num_new;
   it.lookup = from_waiting;
   it.optional = from_waiting;
@@ -178,8 +198,8 @@ std::optional<kv_reservation> scheduler_policy::plan_impl(bool admit) {
   const bool chunked = cfg_.enable_chunked_prefill;
   for (sequence* s : running_) {
     if (budget == 0) break;
-    int32_t n = s->num_uncomputed();
-    if (n <= 0) continue;
+    int32_t n = s->eff_uncomputed();
+    if (n <= 0 || (ahead_ && !may_plan_ahead(*s))) continue;
     if (!chunked && n > budget && !planned_.empty()) continue;
     n = std::min(n, budget);
     r.items.push_back(make_item(*s, n, false));
@@ -210,6 +230,13 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
   counters_.prefix_queries += a.prefix_queries;
   counters_.prefix_hits += a.prefix_hits;
   decision d;
+  if (!a.granted && ahead_) {
+    // Planning ahead never preempts: drop this plan; the caller plans again after the step.
+    planned_.clear();
+    for (auto [g, i] : deferred_aborts_) abort_now(g, i);
+    deferred_aborts_.clear();
+    return d;
+  }
   if (!a.granted) {
     // Preempt the lowest-priority, latest-arriving running sequence, then ask again without
     // admitting anyone new this step.
@@ -232,8 +259,8 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
   gpu::step_batch batch;
   batch.step_id = next_step_id_++;
   batch.block_copies = a.copies;
-  in_flight_.clear();
-  in_flight_.reserve(a.items.size());
+  step_record rec{batch.step_id, {}};
+  rec.seqs.reserve(a.items.size());
   batch.seqs.reserve(a.items.size());
   bool admitted = false;
   for (size_t i = 0; i < a.items.size(); ++i) {
@@ -259,14 +286,17 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
     if (g.num_new == 0) continue;
     counters_.num_computed_tokens += g.num_new;
     fill_step_sequence(batch.seqs.emplace_back(), s, g);
-    in_flight_.push_back({s.seq_id, g.num_new, batch.seqs.back().sample});
+    const bool sample = batch.seqs.back().sample;
+    rec.seqs.push_back({s.seq_id, g.num_new, sample});
+    s.num_inflight += g.num_new;
+    s.num_inflight_samples += sample ? 1 : 0;
   }
   if (admitted) {
     waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
                                   [](const sequence* s) { return s->status == seq_status::running; }),
                    waiting_.end());
   }
-  if (a.items.empty() && running_.empty() && !planned_.empty()) {
+  if (!ahead_ && a.items.empty() && running_.empty() && !planned_.empty()) {
     // The whole pool is free and the head of the queue still does not fit: it never will.
     sequence& s = *planned_.front().seq;
     d.failed.push_back({s.group_id, s.index, false, {}, seq_finish::error, 0, s.num_preemptions, s.num_recomputed});
@@ -276,6 +306,7 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
   deferred_aborts_.clear();
   if (!batch.seqs.empty()) {
     ++counters_.num_steps;
+    in_flight_.push_back(std::move(rec));
     d.step = std::move(batch);
   }
   return d;
@@ -284,24 +315,31 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
 void scheduler_policy::fill_step_sequence(gpu::step_sequence& q, const sequence& s, const kv_grant_item& g) {
   q.seq_id = s.seq_id;
   q.num_computed = g.num_computed;
+  // Positions past the known tokens hold the token still being sampled (planning ahead).
+  const int32_t known = std::clamp(s.num_tokens() - g.num_computed, 0, g.num_new);
   const auto begin = s.tokens.begin() + g.num_computed;
-  q.new_tokens.assign(begin, begin + g.num_new);
+  q.new_tokens.assign(begin, begin + known);
+  q.new_tokens.resize(static_cast<size_t>(g.num_new), gpu::previous_token);
+  AS_CHECK(known == g.num_new || g.num_new == 1, "a placeholder token must be a step's only new token");
   q.block_table = s.block_table;
-  q.sample = g.num_computed + g.num_new == s.num_tokens() && s.fork_n == 1;
+  q.sample = g.num_computed + g.num_new == s.eff_tokens() && s.fork_n == 1;
   if (q.sample) {
     q.params = *s.params;
     q.seed = s.seed;
-    q.num_generated = s.num_generated();
+    q.num_generated = s.eff_generated();
     q.prompt_len = s.num_prompt;
-    q.suppress_eos = s.num_generated() < s.params->min_tokens;
+    q.suppress_eos = s.eff_generated() < s.params->min_tokens;
     if (s.params->uses_penalties()) q.history = std::make_shared<const std::vector<int32_t>>(s.tokens);
   }
 }
 
 std::vector<seq_output> scheduler_policy::on_step_done(const gpu::step_result& r) {
+  AS_CHECK(!in_flight_.empty() && in_flight_.front().step_id == r.step_id, "a step result out of order");
+  const step_record rec = std::move(in_flight_.front());
+  in_flight_.pop_front();
   std::vector<seq_output> outs;
   size_t k = 0;
-  for (const auto& f : in_flight_) {
+  for (const auto& f : rec.seqs) {
     const gpu::sampled_token* tok = nullptr;
     if (f.sample && r.outcome.ok()) {
       AS_CHECK(k < r.tokens.size() && r.tokens[k].seq_id == f.seq_id, "step result out of batch order");
@@ -316,6 +354,8 @@ std::vector<seq_output> scheduler_policy::on_step_done(const gpu::step_result& r
       continue;
     }
     s->num_computed += f.num_new;
+    s->num_inflight -= f.num_new;
+    if (f.sample) --s->num_inflight_samples;
     if (tok) {
       ++counters_.generation_tokens;
       const seq_finish why = append_token(*s, tok->token_id, cfg_.eos_token_ids, cfg_.max_model_len, cfg_.block_size,
@@ -326,7 +366,6 @@ std::vector<seq_output> scheduler_policy::on_step_done(const gpu::step_result& r
       fork(*s);
     }
   }
-  in_flight_.clear();
   return outs;
 }
 
@@ -347,6 +386,8 @@ void scheduler_policy::requeue_all_for_recompute() {
     s->holds_blocks = false;
     s->fork_parent.reset();
     s->num_hashes_sent = 0;
+    s->num_inflight = 0;
+    s->num_inflight_samples = 0;
   }
   for (sequence* s : was_running) insert_waiting(s);
 }

@@ -22,6 +22,7 @@ struct scheduler_config {
   int32_t max_num_seqs = 256;
   int32_t max_num_batched_tokens = 2048;
   bool enable_chunked_prefill = true;
+  bool async_scheduling = true;      ///< the actor plans ahead (plan_ahead) while a step runs
   int32_t block_size = 16;
   bool enable_prefix_caching = true;
   int32_t max_model_len = 0;         ///< 0: unlimited
@@ -68,7 +69,15 @@ class scheduler_policy {
   void abort(uint64_t group_id, int32_t index = -1);
 
   /// The next reservation for the pool, or nothing when there is nothing to compute or free.
+  /// Only with no step in flight (use plan_ahead otherwise).
   std::optional<kv_reservation> plan();
+  /// Async scheduling: the next reservation while exactly one step is in flight. Its work counts
+  /// as done: a sequence sampling in it decodes a gpu::previous_token placeholder next (its KV
+  /// slot reserved now), unless it needs the token on the host (penalties: the history) or the
+  /// pending token ends it by length; prefill continues after the chunk in flight. A shortfall
+  /// is not resolved by preemption: the plan is dropped (on_answer decides nothing) and the
+  /// caller plans again once the step in flight has completed.
+  std::optional<kv_reservation> plan_ahead();
 
   struct decision {
     std::optional<gpu::step_batch> step;       ///< granted: run this
@@ -77,7 +86,9 @@ class scheduler_policy {
   };
   /// Applies the pool's answer to the last reservation.
   decision on_answer(const kv_answer& a);
-  /// Applies a finished step: advances progress, appends tokens, finishes and forks sequences.
+  /// Applies a finished step (the oldest in flight): advances progress, appends tokens,
+  /// finishes and forks sequences. Outputs of sequences that ended meanwhile (finished by the
+  /// step before, aborted) are dropped.
   std::vector<seq_output> on_step_done(const gpu::step_result& r);
   /// After an executor failure (the in-flight step is lost, the device's KV contents are gone
   /// and the pool is reset): every sequence drops its blocks and running ones go back to the
@@ -87,6 +98,8 @@ class scheduler_policy {
   bool has_work() const { return !running_.empty() || !waiting_.empty() || !pending_frees_.empty(); }
   size_t num_running() const { return running_.size(); }
   size_t num_waiting() const { return waiting_.size(); }
+  /// Steps granted and not yet completed.
+  size_t num_steps_in_flight() const { return in_flight_.size(); }
   const scheduler_counters& counters() const { return counters_; }
   /// A live sequence, or null.
   const sequence* find(uint64_t seq_id) const;
@@ -103,8 +116,13 @@ class scheduler_policy {
     int32_t num_new;
     bool sample;
   };
+  struct step_record {
+    uint64_t step_id;
+    std::vector<in_flight> seqs;
+  };
 
   std::optional<kv_reservation> plan_impl(bool admit);
+  bool may_plan_ahead(const sequence& s) const;
   kv_item make_item(sequence& s, int32_t num_new, bool from_waiting);
   void preempt(sequence& s);
   void finish(sequence& s, seq_finish why);
@@ -123,8 +141,9 @@ class scheduler_policy {
   std::vector<kv_free> pending_frees_;
   std::vector<std::pair<uint64_t, int32_t>> deferred_aborts_;
   std::vector<planned> planned_;
-  std::vector<in_flight> in_flight_;
+  std::deque<step_record> in_flight_;       ///< oldest first
   bool awaiting_answer_ = false;
+  bool ahead_ = false;                       ///< the outstanding reservation plans ahead
   uint64_t next_seq_id_ = 1;
   uint64_t next_arrival_ = 0;
   uint64_t next_step_id_ = 1;

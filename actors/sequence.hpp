@@ -40,6 +40,11 @@ struct sequence {
   seq_status status = seq_status::waiting;
   seq_finish finish = seq_finish::none;
 
+  /// Work of steps still in flight (async scheduling): tokens being computed and tokens being
+  /// sampled. Planning ahead treats them as done; the step's result makes them real.
+  int32_t num_inflight = 0;
+  int32_t num_inflight_samples = 0;
+
   int32_t num_preemptions = 0;
   int64_t num_recomputed = 0;     ///< tokens computed a second time after preemption
   int32_t recompute_until = 0;    ///< tokens computed before the last preemption
@@ -52,6 +57,12 @@ struct sequence {
   int32_t target() const { return fork_n > 1 ? num_tokens() - 1 : num_tokens(); }
   /// Tokens still to compute.
   int32_t num_uncomputed() const { return target() - num_computed; }
+  /// The same counts once the steps in flight have completed (planning ahead).
+  int32_t eff_computed() const { return num_computed + num_inflight; }
+  int32_t eff_tokens() const { return num_tokens() + num_inflight_samples; }
+  int32_t eff_generated() const { return num_generated() + num_inflight_samples; }
+  int32_t eff_target() const { return fork_n > 1 ? eff_tokens() - 1 : eff_tokens(); }
+  int32_t eff_uncomputed() const { return eff_target() - eff_computed(); }
 };
 
 /// Appends a sampled token and decides whether the sequence is done: EOS/stop ids (unless

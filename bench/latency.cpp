@@ -72,7 +72,9 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   std::mt19937_64 rng(static_cast<uint64_t>(o.seed));
   std::vector<double> latencies, ttfts, decode_rates, gaps;
+  actors::engine_stats timed_before;
   for (int64_t i = 0; i < o.num_warmup + o.num_iters; ++i) {
+    if (i == o.num_warmup) timed_before = eng.value()->stats();
     auto rec = run_one(*eng.value(), o, model->vocab_size, rng, i);
     if (!rec) return fmt::print(stderr, "error: iteration {}: {}\n", i, rec.err().message), 1;
     if (i < o.num_warmup) continue;
@@ -84,6 +86,7 @@ int main(int argc, char** argv) {
     fmt::print("iteration {}: {:.3f} s, {} tokens, TTFT {:.1f} ms\n", i - o.num_warmup, rec->finish_s, rec->output_len,
                1000.0 * rec->first_token_s);
   }
+  const actors::engine_stats timed_after = eng.value()->stats();
   eng.value()->shutdown(std::chrono::milliseconds(0));
   const auto lat = bench::summarize(latencies);
   fmt::print("Avg latency: {:.6f} seconds\n", lat.mean);
@@ -98,5 +101,7 @@ int main(int argc, char** argv) {
   fmt::print("Decode tokens/s:          {:.2f} (after the first token)\n", rate.mean);
   fmt::print("Per-token latency (ms):   p50 {:.2f}, p90 {:.2f}, p99 {:.2f}, mean {:.2f}, max {:.2f} ({} gaps)\n",
              gap.median, gap.p90, gap.p99, gap.mean, gap.max, gap.count);
+  fmt::print("Async scheduling:         {}\n{}", cfg.scheduler.async_scheduling ? "on" : "off",
+             bench::gpu_idle_lines(timed_before, timed_after));
   return 0;
 }

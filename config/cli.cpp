@@ -26,6 +26,8 @@ void add_engine_flags(CLI::App& app, engine_config& cfg) {
   app.add_option("--max-num-batched-tokens", s.max_num_batched_tokens, "token budget per step");
   app.add_flag("--enable-chunked-prefill,!--no-enable-chunked-prefill", s.enable_chunked_prefill,
                "split long prompts across steps");
+  app.add_flag("--async-scheduling,!--no-async-scheduling", s.async_scheduling,
+               "plan the next step while the current one runs (two steps in flight)");
 
   auto& c = cfg.cache;
   app.add_option("--block-size", c.block_size, "tokens per KV block");

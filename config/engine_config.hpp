@@ -26,6 +26,8 @@ struct scheduler_options {
   int64_t max_num_seqs = 256;               ///< --max-num-seqs
   int64_t max_num_batched_tokens = 2048;    ///< --max-num-batched-tokens (per-step token budget)
   bool enable_chunked_prefill = true;       ///< --enable-chunked-prefill / --no-enable-chunked-prefill
+  /// --async-scheduling / --no-async-scheduling: plan step N+1 while step N runs (two in flight).
+  bool async_scheduling = true;
 };
 
 struct cache_options {

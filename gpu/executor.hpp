@@ -7,6 +7,11 @@
 /// logits at its last new position (on the device for CUDA: only ids and requested logprobs come
 /// back). Steps run asynchronously: `submit` returns at once and `done` is called from the
 /// executor's own thread (never a caller's) when the step is complete.
+///
+/// Two steps may be in flight: the engine plans step N+1 while N runs. A sequence that samples
+/// in N and decodes in N+1 brings `previous_token` as its one new token in N+1; the executor
+/// resolves it to the token it sampled for that sequence in the step submitted just before
+/// (CUDA: on the device from the sampler's output buffer; CPU: from its last result).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,11 +24,15 @@
 
 namespace actorserve::gpu {
 
+/// A new-token placeholder: the token this sequence sampled in the previous step (see above).
+inline constexpr int32_t previous_token = -1;
+
 /// One sequence's share of a step.
 struct step_sequence {
   uint64_t seq_id = 0;
   int32_t num_computed = 0;            ///< tokens of this sequence already in the KV cache
   std::vector<int32_t> new_tokens;     ///< tokens to compute now, at positions num_computed...
+                                       ///< (or {previous_token}: one decode token, see above)
   std::vector<int32_t> block_table;    ///< block ids covering [0, num_computed + new_tokens.size())
   bool sample = false;                 ///< sample a token after the last new token
   /// Sampling state; read only when `sample`.
@@ -60,7 +69,10 @@ struct step_result {
   uint64_t step_id = 0;
   status outcome;                        ///< an error here fails the step (supervisor restarts)
   std::vector<sampled_token> tokens;     ///< one per sequence that asked to sample, batch order
-  double device_ms = 0.0;                ///< time the step took on the executor
+  double device_ms = 0.0;                ///< time the step took on the executor (busy time)
+  /// How long the device sat idle between the end of the previous step and the start of this
+  /// one (CUDA events on the stream; CPU: the worker thread's clock); < 0 for the first step.
+  double idle_before_ms = -1.0;
 };
 
 /// What the engine needs to know about the loaded model and cache.

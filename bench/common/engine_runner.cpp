@@ -33,6 +33,20 @@ struct run_state {
 
 }  // namespace
 
+std::string gpu_idle_lines(const actors::engine_stats& b, const actors::engine_stats& a) {
+  auto line = [](const char* what, int64_t steps, int64_t busy_us, int64_t idle_us, int64_t seqs) {
+    const double busy = double(busy_us) / 1000.0, wall = double(busy_us + idle_us) / 1000.0;
+    const double idle_pct = wall > 0 ? 100.0 * (1.0 - busy / wall) : 0.0;
+    std::string s = fmt::format("{} {:.2f} % (busy {:.1f} ms of {:.1f} ms, {} steps", what, idle_pct, busy, wall, steps);
+    if (seqs >= 0) s += fmt::format(", batch mean {:.1f}", double(seqs) / double(std::max<int64_t>(steps, 1)));
+    return s + ")\n";
+  };
+  return line("GPU idle between steps:", a.decode_steps - b.decode_steps, a.decode_busy_us - b.decode_busy_us,
+              a.decode_idle_us - b.decode_idle_us, a.decode_seqs - b.decode_seqs) +
+         line("GPU idle, all steps:   ", a.timed_steps - b.timed_steps, a.step_busy_us - b.step_busy_us,
+              a.step_idle_us - b.step_idle_us, -1);
+}
+
 result<std::unique_ptr<actors::engine>> start_engine(const engine_config& cfg, double& seconds) {
   const auto t0 = clock_type::now();
   auto eng = actors::engine::start(cfg);

@@ -41,6 +41,11 @@ struct run_report {
 result<run_report> run_requests(actors::engine& eng, std::vector<actors::generation_request> reqs, bool keep_outputs,
                                 double timeout_s);
 
+/// The step-timing line for the steps between two stats snapshots, e.g.
+/// `GPU idle between steps: 1.2 % (busy 950.0 ms of 961.6 ms, 100 steps, batch mean 256.0)`
+/// over decode steps, then the same over all steps run back to back.
+std::string gpu_idle_lines(const actors::engine_stats& before, const actors::engine_stats& after);
+
 /// Starts an engine, timing the start; logs the error (naming the flag or file) on failure.
 result<std::unique_ptr<actors::engine>> start_engine(const engine_config& cfg, double& seconds);
 

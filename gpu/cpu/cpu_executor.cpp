@@ -124,6 +124,11 @@ status cpu_executor::validate(const step_batch& batch) const {
       if (b < 0 || b >= nb)
         return bad_step(batch.step_id,
                         fmt::format("seq {}: block id {} is outside the pool of {} blocks", s.seq_id, b, nb));
+    if (s.new_tokens.size() == 1 && s.new_tokens[0] == previous_token) {
+      if (!last_sampled_.count(s.seq_id))
+        return bad_step(batch.step_id, fmt::format("seq {}: no token sampled in the previous step", s.seq_id));
+      continue;
+    }
     for (int32_t t : s.new_tokens)
       if (t < 0 || t >= info_.vocab_size)
         return bad_step(batch.step_id, fmt::format("seq {}: token id {} is outside the vocabulary", s.seq_id, t));
@@ -132,20 +137,31 @@ status cpu_executor::validate(const step_batch& batch) const {
 }
 
 step_result cpu_executor::run_step_sync(const step_batch& batch, std::vector<std::vector<float>>* last_logits) {
+  std::lock_guard lock(compute_mu_);
   const auto t0 = std::chrono::steady_clock::now();
   step_result r;
   r.step_id = batch.step_id;
+  if (has_last_end_) r.idle_before_ms = std::chrono::duration<double, std::milli>(t0 - last_end_).count();
   if (status st = validate(batch); !st) {
     r.outcome = st;
+    last_sampled_.clear();
     return r;
   }
-  std::lock_guard lock(compute_mu_);
   try {
     for (const auto& [src, dst] : batch.block_copies) cache_->copy_block(src, dst);
+    // Placeholders become the tokens the previous step sampled (steps run in submission order).
+    resolved_.clear();
+    for (const auto& s : batch.seqs)
+      if (s.new_tokens.size() == 1 && s.new_tokens[0] == previous_token) resolved_.push_back(last_sampled_.at(s.seq_id));
     std::vector<cpu::forward_seq> seqs;
     seqs.reserve(batch.seqs.size());
-    for (const auto& s : batch.seqs)
-      seqs.push_back({s.num_computed, s.new_tokens, s.block_table, s.sample || last_logits != nullptr});
+    size_t k = 0;
+    for (const auto& s : batch.seqs) {
+      const bool placeholder = s.new_tokens.size() == 1 && s.new_tokens[0] == previous_token;
+      std::span<const int32_t> toks = placeholder ? std::span<const int32_t>(&resolved_[k++], 1)
+                                                  : std::span<const int32_t>(s.new_tokens);
+      seqs.push_back({s.num_computed, toks, s.block_table, s.sample || last_logits != nullptr});
+    }
     logits_.clear();
     model_->forward(*pool_, *cache_, seqs, logits_);
     const size_t vocab = static_cast<size_t>(info_.vocab_size);
@@ -165,7 +181,11 @@ step_result cpu_executor::run_step_sync(const step_batch& batch, std::vector<std
     r.outcome = make_error(error_code::internal, fmt::format("step {}: {}", batch.step_id, e.what()));
     r.tokens.clear();
   }
-  r.device_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  last_sampled_.clear();
+  for (const auto& t : r.tokens) last_sampled_[t.seq_id] = t.token_id;
+  last_end_ = std::chrono::steady_clock::now();
+  has_last_end_ = true;
+  r.device_ms = std::chrono::duration<double, std::milli>(last_end_ - t0).count();
   return r;
 }
 

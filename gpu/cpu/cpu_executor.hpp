@@ -2,6 +2,7 @@
 /// The fp32 CPU executor: the reference implementation of `executor` over a paged KV cache.
 /// Steps run on the executor's own worker thread, in submission order; matmuls and attention
 /// are spread over a small thread pool.
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -9,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "config/error.hpp"
@@ -53,6 +55,11 @@ class cpu_executor final : public executor {
   std::unique_ptr<thread_pool> pool_;
   std::mutex compute_mu_;                   ///< one step computes at a time
   std::vector<float> logits_;               ///< scratch, guarded by compute_mu_
+  /// Tokens sampled by the last step, by sequence (resolves gpu::previous_token); compute_mu_.
+  std::unordered_map<uint64_t, int32_t> last_sampled_;
+  std::vector<int32_t> resolved_;           ///< scratch: one step's new tokens, placeholders resolved
+  std::chrono::steady_clock::time_point last_end_{};  ///< end of the last step (idle accounting)
+  bool has_last_end_ = false;
 
   struct queued_step {
     step_batch batch;

@@ -88,6 +88,7 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
     AS_CUDA_TRY(cudaEventCreate(&s.start));
     AS_CUDA_TRY(cudaEventCreate(&s.end));
   }
+  for (cudaEvent_t& e : end_marks_) AS_CUDA_TRY(cudaEventCreate(&e));
   worker_ = std::thread([this] { worker_loop(); });
   return plan_memory();
 }
@@ -146,6 +147,7 @@ status cuda_executor::allocate_buffers() {
   L.sample_seqs = take(size_t(max_rows_) * sizeof(sample_seq));
   L.block_tables = take(L.block_table_capacity * 4);
   L.masks = take(L.mask_capacity * 4);
+  L.previous = take(size_t(max_rows_) * 2 * 4);
   L.penalties = off;
   meta_capacity_ = off + kInitialTail;
   AS_CUDA_TRY(cudaMalloc(&meta_, meta_capacity_));
@@ -209,6 +211,8 @@ status cuda_executor::plan_memory() {
     pending_step p;
     if (auto st = stage_and_launch(probe, slots_[0], p); !st) return st;
     AS_CUDA_TRY(cudaStreamSynchronize(stream_));  // start-up only; p must outlive its callback
+    prev_rows_.clear();
+    last_mark_ = -1;  // the first real step has no step before it
   }
   size_t free_b = 0, total_b = 0;
   AS_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
@@ -256,6 +260,8 @@ cuda_executor::~cuda_executor() {
     if (s.start) cudaEventDestroy(s.start);
     if (s.end) cudaEventDestroy(s.end);
   }
+  for (cudaEvent_t e : end_marks_)
+    if (e) cudaEventDestroy(e);
   for (void* p : buffers_) cudaFree(p);
   if (meta_) cudaFree(meta_);
   if (kv_pool_) cudaFree(kv_pool_);
@@ -297,6 +303,10 @@ void cuda_executor::finish(pending_step& p) {
   if (p.outcome.ok()) {
     float ms = 0.0f;
     if (cudaEventElapsedTime(&ms, slot.start, slot.end) == cudaSuccess) r.device_ms = ms;
+    // The device sat idle from the previous step's end until this step's first copy.
+    if (p.prev_mark >= 0 && cudaEventElapsedTime(&ms, end_marks_[p.prev_mark], slot.start) == cudaSuccess)
+      r.idle_before_ms = std::max(0.0f, ms);
+    (void)cudaGetLastError();
     r.tokens.reserve(p.seq_ids.size());
     for (size_t i = 0; i < p.seq_ids.size(); ++i) {
       const sample_out& o = slot.out[p.out_rows[i]];

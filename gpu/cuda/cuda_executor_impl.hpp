@@ -24,7 +24,7 @@ namespace actorserve::gpu::cuda {
 /// Everything up to `penalties` sits at fixed offsets so captured graphs stay valid.
 struct meta_layout {
   size_t ids = 0, positions = 0, slots = 0, sample_rows = 0, seqs = 0, counts = 0, items = 0, combines = 0,
-         sample_seqs = 0, block_tables = 0, masks = 0, penalties = 0;
+         sample_seqs = 0, block_tables = 0, masks = 0, previous = 0, penalties = 0;
   size_t item_capacity = 0, block_table_capacity = 0, mask_capacity = 0;
 };
 
@@ -52,6 +52,7 @@ struct pending_step {
   std::vector<int32_t> out_rows;     ///< their rows in the sampler output
   std::vector<int32_t> num_top;      ///< top logprobs each asked for
   int32_t logit_rows = 0;            ///< rows of logits copied (keep_logits)
+  int mark = -1, prev_mark = -1;     ///< end_marks_ of this step and of the step launched before it
 };
 
 /// Sizes of one launch of the forward pass.
@@ -122,6 +123,20 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   std::mutex submit_mu_;
   mutable std::mutex logits_mu_;
   std::vector<std::vector<float>> last_logits_;
+  // Idle accounting: an end mark per launched step (a ring: a step's finish reads the mark of the
+  // step before it, which at most two later launches could overwrite).
+  static constexpr int kMarks = 4;
+  cudaEvent_t end_marks_[kMarks] = {};
+  uint64_t launches_ = 0;
+  int last_mark_ = -1;               ///< mark of the last launched step; -1 after a failed one
+  // Async scheduling: (sequence, sampler row) of each sequence sampled by the last launched
+  // step, sorted by sequence (prev_rows_), and the step being staged (cur_rows_).
+  std::vector<std::pair<uint64_t, int32_t>> prev_rows_, cur_rows_;
+  // Staging scratch, reused (no per-step allocations); guarded by submit_mu_.
+  std::vector<penalty_token> pens_;
+  std::vector<int32_t> masks_, sample_rows_, previous_pairs_;
+  std::vector<sample_seq> sseqs_;
+  std::vector<attn_seq> aseqs_;
   // CUDA graphs per decode bucket.
   std::map<int, cudaGraphExec_t> graphs_;
   std::atomic<int64_t> graph_replays_{0};

@@ -9,6 +9,7 @@
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_executor_impl.hpp"
 #include "gpu/cuda/cuda_status.hpp"
+#include "gpu/cuda/step_inputs.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -58,6 +59,8 @@ void cuda_executor::submit(step_batch batch, done_fn done) {
     pending_.push_back(std::move(owned));
   }
   if (status st = stage_and_launch(batch, slots_[slot_index], *p); !st) {
+    prev_rows_.clear();  // the next step's placeholders have nothing to resolve to
+    last_mark_ = -1;
     {
       std::lock_guard lock(mu_);
       p->outcome = st;
@@ -86,12 +89,19 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
     if (bucket > std::min(max_rows_, max_tokens_)) bucket = 0;
   }
   const int rows_tok = bucket ? bucket : ntok;
-  // Variable-size tail first, to size the buffers.
-  std::vector<penalty_token> pens;
-  std::vector<int32_t> masks;
-  std::vector<sample_seq> sseqs;
-  std::vector<int32_t> sample_rows;
-  std::vector<attn_seq> aseqs;
+  // Variable-size tail first, to size the buffers. The scratch vectors keep their capacity.
+  std::vector<penalty_token>& pens = pens_;
+  std::vector<int32_t>& masks = masks_;
+  std::vector<sample_seq>& sseqs = sseqs_;
+  std::vector<int32_t>& sample_rows = sample_rows_;
+  std::vector<attn_seq>& aseqs = aseqs_;
+  std::vector<int32_t>& previous = previous_pairs_;
+  pens.clear();
+  masks.clear();
+  sseqs.clear();
+  sample_rows.clear();
+  aseqs.clear();
+  previous.clear();
   p.seq_ids.clear();
   p.out_rows.clear();
   p.num_top.clear();
@@ -164,7 +174,16 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
     aseqs.push_back(a);
     bt_used += need;
     for (int k = 0; k < q; ++k, ++tok) {
-      const int32_t id = s.new_tokens[k];
+      int32_t id = s.new_tokens[k];
+      if (id == previous_token && q == 1) {
+        // Resolved on the device from the sampler output of the step launched before this one.
+        const auto it = std::lower_bound(prev_rows_.begin(), prev_rows_.end(), std::make_pair(s.seq_id, INT32_MIN));
+        if (it == prev_rows_.end() || it->first != s.seq_id)
+          return bad_step(fmt::format("sequence {}: no token sampled in the previous step", s.seq_id));
+        previous.push_back(tok);
+        previous.push_back(it->second);
+        id = 0;
+      }
       if (id < 0 || id >= V) return bad_step(fmt::format("sequence {}: token id {} outside the vocabulary", s.seq_id, id));
       const int32_t position = s.num_computed + k;
       ids[tok] = id;
@@ -208,6 +227,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   std::memcpy(at<char>(h, layout_.sample_seqs), sseqs.data(), sseqs.size() * sizeof(sample_seq));
   std::memcpy(at<char>(h, layout_.masks), masks.data(), masks.size() * 4);
   std::memcpy(at<char>(h, layout_.penalties), pens.data(), pens.size() * sizeof(penalty_token));
+  std::memcpy(at<char>(h, layout_.previous), previous.data(), previous.size() * 4);
   int32_t* pairs = at<int32_t>(h, pairs_offset);
   for (size_t i = 0; i < b.block_copies.size(); ++i) {
     const auto [src, dst] = b.block_copies[i];
@@ -229,6 +249,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
       {layout_.sample_seqs, sseqs.size() * sizeof(sample_seq)},
       {layout_.block_tables, bt_used * 4},
       {layout_.masks, masks.size() * 4},
+      {layout_.previous, previous.size() * 4},
       {layout_.penalties, total - layout_.penalties},
   };
   AS_CUDA_TRY(cudaEventRecord(slot.start, stream_));
@@ -237,6 +258,8 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   if (!b.block_copies.empty())
     AS_CUDA_TRY(copy_kv_blocks(kv_pool_, at<int32_t>(meta_, pairs_offset), static_cast<int>(b.block_copies.size()),
                                static_cast<int>(2 * c.num_layers), cache_stride_, block_bytes_, stream_));
+  AS_CUDA_TRY(resolve_previous_tokens(at<int32_t>(meta_, layout_.ids), out_, at<int32_t>(meta_, layout_.previous),
+                                      static_cast<int>(previous.size() / 2), stream_));
   launch_shape shape;
   shape.tokens = rows_tok;
   shape.sample_rows = static_cast<int>(sample_rows.size());
@@ -255,6 +278,16 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
                                   cudaMemcpyDeviceToHost, stream_));
   }
   AS_CUDA_TRY(cudaEventRecord(slot.end, stream_));
+  const int mark = static_cast<int>(launches_++ % kMarks);
+  AS_CUDA_TRY(cudaEventRecord(end_marks_[mark], stream_));
+  p.prev_mark = last_mark_;
+  p.mark = mark;
+  last_mark_ = mark;
+  // What the next step's placeholders resolve to: this step's sampler rows.
+  cur_rows_.clear();
+  for (size_t i = 0; i < p.seq_ids.size(); ++i) cur_rows_.emplace_back(p.seq_ids[i], p.out_rows[i]);
+  std::sort(cur_rows_.begin(), cur_rows_.end());
+  prev_rows_.swap(cur_rows_);
   AS_CUDA_TRY(cudaLaunchHostFunc(stream_, &cuda_executor::on_host, &p));
   return {};
 }
