@@ -2,6 +2,7 @@
 /// State every session shares: the engine, the limits, the metrics, counters and the prompt
 /// builder. Owned by http_server; sessions hold a reference.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,6 +19,10 @@ class prompt_builder;
 /// Limits that are not flags, named beside the state they protect.
 struct session_limits {
   static constexpr uint32_t max_header_bytes = 16 * 1024;   ///< 431 beyond
+  /// Request line + headers must arrive this soon (capped by --idle-timeout); then closed.
+  static constexpr std::chrono::milliseconds header_timeout{10000};
+  static constexpr size_t read_chunk_bytes = 4096;          ///< first read of a kept-alive request
+  static constexpr size_t max_ws_requests = 256;            ///< running requests per WebSocket
   static constexpr size_t max_queued_chunks = 2048;         ///< per stream; then cut
   static constexpr size_t max_queued_bytes = 8 << 20;       ///< per stream; then cut
 };
@@ -36,6 +41,8 @@ struct server_context {
   std::atomic<int64_t> num_connections{0};
   std::atomic<int64_t> num_active_jobs{0};   ///< API requests between submit and last byte
   std::atomic<bool> draining{false};
+  /// session_limits::header_timeout; tests lower it before connecting.
+  std::atomic<int64_t> header_timeout_ms{session_limits::header_timeout.count()};
 
   /// "<prefix>-<process nonce><counter>", unique within the process and across restarts.
   std::string new_request_id(std::string_view prefix);

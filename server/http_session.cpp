@@ -46,6 +46,9 @@ bool iequals(std::string_view a, std::string_view b) {
 
 std::string sv(beast::string_view s) { return std::string(s.data(), s.size()); }
 
+/// Which deadline the pending read runs under (a timeout outside `idle` is counted).
+enum class deadline_phase { first_request, idle, header, body };
+
 class http_session : public std::enable_shared_from_this<http_session> {
  public:
   http_session(tcp::socket&& socket, server_context& ctx) : stream_(std::move(socket)), ctx_(ctx) {
@@ -66,14 +69,45 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
  private:
   std::chrono::seconds idle() const { return std::chrono::seconds(ctx_.config.server.idle_timeout_s); }
+  /// Time allowed for a request line and headers, from the first byte (or from accept).
+  std::chrono::milliseconds header_deadline() const {
+    return std::min<std::chrono::milliseconds>(idle(), std::chrono::milliseconds(ctx_.header_timeout_ms.load()));
+  }
 
+  /// Slowloris defence: a new connection must send its headers within the header deadline of
+  /// accept; a kept-alive one may wait `idle` for its next request, then gets the same deadline
+  /// from its first byte. The body then has `idle` more.
   void do_read() {
     parser_.emplace();
     parser_->header_limit(session_limits::max_header_bytes);
     parser_->body_limit(static_cast<uint64_t>(ctx_.config.server.max_body_bytes));
+    if (requests_read_ == 0 || buffer_.size() > 0) {
+      read_header(requests_read_ == 0 ? deadline_phase::first_request : deadline_phase::header);
+      return;
+    }
+    phase_ = deadline_phase::idle;
     stream_.expires_after(idle());
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    stream_.async_read_some(buffer_.prepare(session_limits::read_chunk_bytes),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->buffer_.commit(n);
+      if (ec) self->on_read(ec);
+      else self->read_header(deadline_phase::header);
+    });
+  }
+
+  void read_header(deadline_phase phase) {
+    phase_ = phase;
+    stream_.expires_after(header_deadline());
+    http::async_read_header(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec || self->parser_->is_done()) {
+        self->on_read(ec);
+        return;
+      }
+      self->phase_ = deadline_phase::body;
+      self->stream_.expires_after(self->idle());
+      http::async_read(self->stream_, self->buffer_, *self->parser_,
+                       [self](beast::error_code ec2, size_t) { self->on_read(ec2); });
+    });
   }
 
   void on_read(beast::error_code ec) {
@@ -87,8 +121,16 @@ class http_session : public std::enable_shared_from_this<http_session> {
                                            "\"invalid_request_error\",\"param\":null,\"code\":\"too_large\"}}");
       return;
     }
-    if (ec == http::error::end_of_stream || ec == beast::error::timeout || ec == net::error::operation_aborted ||
-        ec == net::error::eof || ec == net::error::connection_reset) {
+    if (ec == beast::error::timeout) {
+      if (phase_ != deadline_phase::idle) {
+        ctx_.stats.connections_timed_out.fetch_add(1);
+        log::debug("connection closed: request not received within its deadline");
+      }
+      close();
+      return;
+    }
+    if (ec == http::error::end_of_stream || ec == net::error::operation_aborted || ec == net::error::eof ||
+        ec == net::error::connection_reset) {
       close();
       return;
     }
@@ -97,6 +139,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
       return;
     }
     ++generation_;
+    ++requests_read_;
     auto& req = parser_->get();
     keep_alive_ = req.keep_alive() && !ctx_.draining;
     const std::string target = sv(req.target());
@@ -287,6 +330,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
   size_t queued_bytes_ = 0;
   std::array<char, 512> drain_{};
   uint64_t generation_ = 0;
+  uint64_t requests_read_ = 0;
+  deadline_phase phase_ = deadline_phase::first_request;
   bool writing_ = false;
   bool keep_alive_ = true;
   bool sse_ = false;

@@ -82,6 +82,7 @@ status job_runner::start(post_fn post) {
       mark_finished();
       return st;
     }
+    ctx_.stats.engine_requests_submitted.fetch_add(1);
   }
   if (mode_ == output_mode::sse && job_.chat) {
     // OpenAI streams open each choice with the assistant role.

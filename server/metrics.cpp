@@ -38,7 +38,7 @@ void gauge(std::string& out, std::string_view name, std::string_view help, std::
 }
 }  // namespace
 
-std::string metrics::render(const actors::engine_stats& s, std::string_view model) const {
+std::string metrics::render(const actors::engine_stats& s, std::string_view model, int64_t active_jobs) const {
   std::string out;
   out.reserve(8192);
   out += fmt::format("# actorserve metrics; model {}\n", model);
@@ -67,6 +67,14 @@ std::string metrics::render(const actors::engine_stats& s, std::string_view mode
   gauge(out, "actorserve:http_errors_total", "Requests answered with an error.", "counter", double(http_errors.load()));
   gauge(out, "actorserve:streams_cut_total", "Streams cut because the client read too slowly.", "counter", double(streams_cut.load()));
   gauge(out, "actorserve:open_connections", "Open client connections.", "gauge", double(open_connections.load()));
+  gauge(out, "actorserve:connections_refused_total", "Connections closed at accept (limit or no descriptors).", "counter", double(connections_refused.load()));
+  gauge(out, "actorserve:connections_timed_out_total", "Connections closed by a header, body or idle deadline.", "counter", double(connections_timed_out.load()));
+  gauge(out, "actorserve:active_jobs", "API requests between submit and their last byte.", "gauge", double(active_jobs));
+  gauge(out, "actorserve:engine_requests_submitted_total", "Engine requests admitted.", "counter", double(engine_requests_submitted.load()));
+  // An admitted engine request ends once, finished or cancelled (or failed, which neither counts):
+  // without engine failures the difference is the number of request actors alive.
+  gauge(out, "actorserve:engine_requests_alive", "Engine requests admitted and not yet finished or cancelled.", "gauge",
+        double(engine_requests_submitted.load() - s.requests_finished - s.requests_cancelled));
   out += "# HELP actorserve:request_success_total Finished choices by finish reason.\n"
          "# TYPE actorserve:request_success_total counter\n";
   out += fmt::format("actorserve:request_success_total{{finished_reason=\"stop\"}} {}\n", finished_stop.load());

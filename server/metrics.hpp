@@ -38,10 +38,13 @@ class metrics {
   std::atomic<int64_t> http_errors{0};          ///< 4xx/5xx answers
   std::atomic<int64_t> streams_cut{0};          ///< slow clients whose stream was cut
   std::atomic<int64_t> open_connections{0};
+  std::atomic<int64_t> connections_refused{0};  ///< closed at accept: --max-connections or no descriptors
+  std::atomic<int64_t> connections_timed_out{0};///< closed by a header, body or idle deadline
+  std::atomic<int64_t> engine_requests_submitted{0};  ///< engine requests admitted by submit()
   std::atomic<int64_t> finished_stop{0}, finished_length{0}, finished_abort{0}, finished_error{0};
 
-  /// The whole /metrics page.
-  std::string render(const actors::engine_stats& s, std::string_view model) const;
+  /// The whole /metrics page; `active_jobs`: API requests between submit and last byte.
+  std::string render(const actors::engine_stats& s, std::string_view model, int64_t active_jobs) const;
 };
 
 }  // namespace actorserve::server

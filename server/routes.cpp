@@ -94,7 +94,7 @@ route_result route(server_context& ctx, const http_request_view& req) {
   if (path == "/metrics" && get) {
     route_result r;
     r.content_type = "text/plain; version=0.0.4";
-    r.body = ctx.stats.render(ctx.engine.stats(), ctx.model_name);
+    r.body = ctx.stats.render(ctx.engine.stats(), ctx.model_name, ctx.num_active_jobs.load());
     return r;
   }
   if (path == "/v1/models" && get) return json_ok(oa::write_models(ctx.model_name, ctx.created, ctx.max_model_len));

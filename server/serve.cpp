@@ -3,6 +3,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 
 #include <thread>
@@ -24,13 +25,14 @@ namespace {
 class listener : public std::enable_shared_from_this<listener> {
  public:
   listener(net::io_context& ioc, tcp::acceptor&& acceptor, server_context& ctx)
-      : ioc_(ioc), acceptor_(std::move(acceptor)), ctx_(ctx) {}
+      : ioc_(ioc), acceptor_(std::move(acceptor)), ctx_(ctx), backoff_(acceptor_.get_executor()) {}
 
   void run() { do_accept(); }
   void close() {
     net::post(acceptor_.get_executor(), [self = shared_from_this()] {
       boost::system::error_code ec;
       self->acceptor_.close(ec);
+      self->backoff_.cancel();
     });
   }
 
@@ -44,23 +46,39 @@ class listener : public std::enable_shared_from_this<listener> {
 
   void on_accept(boost::system::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
-    if (!ec) {
-      if (ctx_.num_connections.load() >= ctx_.config.server.max_connections) {
+    if (ec) {
+      // Out of descriptors (EMFILE/ENFILE) or another transient failure: the pending connection
+      // stays in the backlog, so accepting again at once would spin. Back off, then retry.
+      ctx_.stats.connections_refused.fetch_add(1);
+      if (ec != last_accept_error_) log::warn("accept failed: {} (retrying every {} ms)", ec.message(), kAcceptBackoff.count());
+      last_accept_error_ = ec;
+      backoff_.expires_after(kAcceptBackoff);
+      backoff_.async_wait([self = shared_from_this()](boost::system::error_code wait_ec) {
+        if (!wait_ec) self->do_accept();
+      });
+      return;
+    }
+    last_accept_error_ = {};
+    if (ctx_.num_connections.load() >= ctx_.config.server.max_connections) {
+      if (ctx_.stats.connections_refused.fetch_add(1) % 1000 == 0)
         log::warn("connection refused: --max-connections {} reached", ctx_.config.server.max_connections);
-        boost::system::error_code ignored;
-        socket.close(ignored);
-      } else {
-        boost::system::error_code ignored;
-        socket.set_option(tcp::no_delay(true), ignored);
-        launch_http_session(std::move(socket), ctx_);
-      }
+      boost::system::error_code ignored;
+      socket.close(ignored);
+    } else {
+      boost::system::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
+      launch_http_session(std::move(socket), ctx_);
     }
     do_accept();
   }
 
+  static constexpr std::chrono::milliseconds kAcceptBackoff{50};
+
   net::io_context& ioc_;
   tcp::acceptor acceptor_;
   server_context& ctx_;
+  net::steady_timer backoff_;
+  boost::system::error_code last_accept_error_;
 };
 
 }  // namespace

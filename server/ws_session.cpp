@@ -36,7 +36,10 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   }
 
   void run(http::request<http::string_body>&& upgrade) {
-    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    // Pings at half the idle timeout; a peer that answers nothing for --idle-timeout is closed.
+    const auto idle = std::chrono::seconds(ctx_.config.server.idle_timeout_s);
+    const auto handshake = std::min<std::chrono::milliseconds>(idle, std::chrono::milliseconds(ctx_.header_timeout_ms.load()));
+    ws_.set_option(websocket::stream_base::timeout{handshake, idle, true});
     ws_.read_message_max(static_cast<uint64_t>(ctx_.config.server.max_body_bytes));
     ws_.async_accept(upgrade, [self = shared_from_this()](beast::error_code ec) {
       if (!ec) self->do_read();
@@ -78,6 +81,12 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     }
     if (jobs_.count(msg->id)) {
       send_error(msg->id, make_error(error_code::invalid_argument, "id: a request with this id is running"));
+      return;
+    }
+    if (jobs_.size() >= session_limits::max_ws_requests) {
+      send_error(msg->id, make_error(error_code::too_large,
+                                     "id: too many running requests on this connection (at most " +
+                                         std::to_string(session_limits::max_ws_requests) + ")"));
       return;
     }
     if (ctx_.draining) {

@@ -1,0 +1,168 @@
+// Hostile clients against the server (scripted engine, real sockets on 127.0.0.1): the limits
+// that the hostile storm (bench/storm) found or relies on, each pinned by a test.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/resource.h>
+
+#include <thread>
+
+#include "fake_engine.hpp"
+#include "http_client.hpp"
+#include "server/context.hpp"
+#include "server/serve.hpp"
+#include "test_data.hpp"
+
+namespace actorserve::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using steady = std::chrono::steady_clock;
+
+class HostileClients : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto tok = protocol::tokenizer::from_model_dir(model_dir("llama-tiny"));
+    ASSERT_TRUE(tok.ok()) << tok.err().message;
+    engine_ = std::make_unique<fake_engine>(std::move(*tok));
+    engine_config cfg;
+    cfg.server.port = 0;
+    cfg.server.idle_timeout_s = 60;
+    cfg.model.served_model_name = "tiny";
+    auto srv = server::http_server::start(*engine_, cfg);
+    ASSERT_TRUE(srv.ok()) << srv.err().message;
+    server_ = std::move(*srv);
+    port_ = server_->port();
+    server_->context().header_timeout_ms = 1000;
+  }
+  void TearDown() override {
+    engine_->shutdown(0ms);
+    server_.reset();
+  }
+  int64_t timed_out() { return server_->context().stats.connections_timed_out.load(); }
+
+  /// Seconds until the server closes `s` (reads and discards what it sends); -1 after `limit`.
+  static double seconds_until_closed(client_socket& s, std::chrono::milliseconds limit) {
+    const auto t0 = steady::now();
+    timeval tv{static_cast<time_t>(limit.count() / 1000), static_cast<suseconds_t>(limit.count() % 1000 * 1000)};
+    ::setsockopt(s.fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    std::string buf;
+    while (s.read_some(buf)) {}
+    const double secs = std::chrono::duration<double>(steady::now() - t0).count();
+    return secs >= std::chrono::duration<double>(limit).count() ? -1 : secs;
+  }
+
+  std::unique_ptr<fake_engine> engine_;
+  std::unique_ptr<server::http_server> server_;
+  uint16_t port_ = 0;
+};
+
+TEST_F(HostileClients, SlowlorisHeadersAreCutAtTheHeaderDeadlineNotTheIdleTimeout) {
+  client_socket s(port_);
+  ASSERT_TRUE(s.send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: "));
+  std::atomic<bool> stop{false};
+  std::thread dribbler([&] {
+    while (!stop && s.send_all("a")) std::this_thread::sleep_for(100ms);
+  });
+  const double secs = seconds_until_closed(s, 8000ms);
+  stop = true;
+  dribbler.join();
+  EXPECT_GT(secs, 0.8);  // the header deadline (1 s here), far below --idle-timeout 60
+  EXPECT_LT(secs, 4.0);
+  EXPECT_EQ(timed_out(), 1);
+}
+
+TEST_F(HostileClients, ANewConnectionThatSendsNothingIsClosedAtTheHeaderDeadline) {
+  client_socket s(port_);
+  const double secs = seconds_until_closed(s, 8000ms);
+  EXPECT_GT(secs, 0.8);
+  EXPECT_LT(secs, 4.0);
+  EXPECT_EQ(timed_out(), 1);
+}
+
+TEST_F(HostileClients, AKeptAliveConnectionMayIdleLongerThanTheHeaderDeadline) {
+  client_socket s(port_);
+  std::string buf;
+  ASSERT_TRUE(s.send_all(make_request("GET", "/health", "")));
+  EXPECT_EQ(read_response(s, buf).status, 200);
+  std::this_thread::sleep_for(1500ms);  // past the header deadline, within --idle-timeout
+  ASSERT_TRUE(s.send_all(make_request("GET", "/health", "")));
+  EXPECT_EQ(read_response(s, buf).status, 200);
+  EXPECT_EQ(timed_out(), 0);
+}
+
+TEST_F(HostileClients, ADribbledBodyGetsTheIdleTimeoutNotForever) {
+  server_.reset();
+  engine_config cfg;
+  cfg.server.port = 0;
+  cfg.server.idle_timeout_s = 2;
+  auto srv = server::http_server::start(*engine_, cfg);
+  ASSERT_TRUE(srv.ok());
+  server_ = std::move(*srv);
+  client_socket s(server_->port());
+  ASSERT_TRUE(s.send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"));
+  std::atomic<bool> stop{false};
+  std::thread dribbler([&] {
+    while (!stop && s.send_all("a")) std::this_thread::sleep_for(100ms);
+  });
+  const double secs = seconds_until_closed(s, 10000ms);
+  stop = true;
+  dribbler.join();
+  EXPECT_GT(secs, 1.5);
+  EXPECT_LT(secs, 6.0);
+  EXPECT_EQ(timed_out(), 1);
+}
+
+TEST_F(HostileClients, InvalidUtf8AndDeepJsonAre400WithAnOpenAIError) {
+  const std::string bodies[] = {
+      "{\"prompt\": \"\xff\xfe\", \"max_tokens\": 2}",
+      "{\"prompt\": \"a\", \"x\": " + std::string(100000, '[') + std::string(100000, ']') + "}",
+      std::string(50000, '[') + std::string(50000, ']'),
+  };
+  for (const auto& body : bodies) {
+    auto r = http_call(port_, "POST", "/v1/completions", body);
+    EXPECT_EQ(r.status, 400) << body.substr(0, 40);
+    EXPECT_NE(r.body.find("\"invalid_request_error\""), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(http_call(port_, "GET", "/health").status, 200);
+}
+
+TEST_F(HostileClients, AcceptBacksOffWhenOutOfDescriptorsAndRecovers) {
+  // Sockets made before the limit drops: connecting them needs no new descriptor here, but the
+  // server's accept does, and fails with EMFILE until the limit is restored.
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const int64_t refused_before = server_->context().stats.connections_refused.load();
+  std::vector<int> fds;
+  for (int i = 0; i < 3; ++i) fds.push_back(::socket(AF_INET, SOCK_STREAM, 0));
+  // The limit is the lowest free descriptor: every new one (the server's accept) fails with EMFILE.
+  int lowest_free = 0;
+  while (::fcntl(lowest_free, F_GETFD) != -1) ++lowest_free;
+  rlimit low = saved;
+  low.rlim_cur = static_cast<rlim_t>(lowest_free);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port_);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (int fd : fds) ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  std::this_thread::sleep_for(1000ms);
+  const int64_t refused = server_->context().stats.connections_refused.load() - refused_before;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_GE(refused, 1);    // accept did fail
+  EXPECT_LE(refused, 100);  // at most one retry per 50 ms back-off, not a busy loop
+  // Restored: the queued connections are accepted and served.
+  const std::string req = make_request("GET", "/health", "");
+  for (int fd : fds) {
+    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    char buf[64] = {};
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+    ASSERT_GT(n, 12);
+    EXPECT_EQ(std::string(buf, 12), "HTTP/1.1 200");
+    ::close(fd);
+  }
+}
+
+}  // namespace
+}  // namespace actorserve::testing
