@@ -30,10 +30,10 @@ done
 
 if [[ $quick == 1 ]]; then
   requests=600; streams=600; concurrency=32; capped_blocks=24; idle=500; slowloris=16; wellbehaved=100
-  idle_timeout=3; limit=120
+  idle_timeout=3; limit=120; abort_blocks=2048; warmup=300
 else
   requests=10000; streams=10000; concurrency=64; capped_blocks=48; idle=10000; slowloris=64; wellbehaved=400
-  idle_timeout=10; limit=900
+  idle_timeout=10; limit=900; abort_blocks=4096; warmup=1000
 fi
 # 10k idle connections need 10k descriptors on each side, plus the storms' own.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
@@ -98,8 +98,9 @@ for mode in $modes; do
       stop_server
       ;;
     abort)
-      start_server abort
-      run_storm --mode abort --requests "$streams" --concurrency "$concurrency"
+      # A pool the warm-up touches whole, so that first-touch pages are in the RSS baseline.
+      start_server abort --num-gpu-blocks-override "$abort_blocks"
+      run_storm --mode abort --requests "$streams" --concurrency "$concurrency" --warmup "$warmup"
       stop_server
       ;;
     hostile)
