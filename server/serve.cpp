@@ -85,8 +85,10 @@ class listener : public std::enable_shared_from_this<listener> {
 
 struct http_server::impl {
   explicit impl(int threads) : ioc(threads) {}
-  net::io_context ioc;
+  // Declared before ioc so that it outlives it: destroying ioc destroys the pending handlers, and
+  // the sessions they own touch ctx in their destructors (ASan/TSan: heap-use-after-free).
   std::unique_ptr<server_context> ctx;
+  net::io_context ioc;
   std::shared_ptr<listener> accept;
   std::vector<std::thread> threads;
   uint16_t port = 0;
