@@ -1,6 +1,8 @@
 // Attention backends on the device: decode (µs, effective GB/s = bytes of K and V read + Q + O)
 // and causal prefill (TFLOP/s), L2 flushed before every timed run, median of the runs.
 //   bench_cuda_attention [--out DIR] [--quick]
+//   bench_cuda_attention --variants          kernel variants (ACTORSERVE_ATTN_VARIANT) side by side
+//   bench_cuda_attention --one vllm|fd decode|prefill H BATCH KV   one configuration (for ncu)
 // Writes DIR/attention_grid.md (the whole grid as a table) and prints it with a target summary.
 #include <cuda_runtime.h>
 
@@ -193,14 +195,42 @@ double copy_gbs(device_state& st) {
   return 2.0 * bytes / (t[t.size() / 2] * 1e-3) / 1e9;
 }
 
+/// One configuration per kernel variant (launch.hpp: prefill variant | decode variant << 4).
+void run_variants(device_state& st, double copy) {
+  std::printf("device-to-device copy %.0f GB/s (read + write)\n\n", copy);
+  struct point { kv_cache_layout layout; int H, batch, kv; bool prefill; std::vector<int> variants; };
+  const kv_cache_layout fd = kv_cache_layout::flash_decoding, vl = kv_cache_layout::vllm;
+  const std::vector<int> dec = {0, 16, 32, 48, 64};
+  const point points[] = {
+      {fd, 32, 1, 32768, false, dec}, {fd, 64, 1, 32768, false, dec}, {fd, 32, 8, 2048, false, dec},
+      {fd, 32, 32, 2048, false, dec}, {fd, 64, 32, 2048, false, dec}, {fd, 32, 32, 8192, false, dec},
+      {fd, 32, 256, 8192, false, dec}, {fd, 64, 128, 2048, false, dec}, {vl, 32, 1, 32768, false, {0, 16}},
+      {vl, 64, 1, 512, false, {0, 16}}, {vl, 32, 32, 2048, false, {0}}, {vl, 32, 8, 8192, false, {0}},
+      {fd, 32, 32, 512, false, dec}, {fd, 64, 64, 2048, false, dec}, {fd, 32, 4, 4096, true, {0, 1, 2}},
+      {fd, 32, 1, 16384, true, {0, 1, 2}}, {fd, 32, 16, 1024, true, {0, 1, 2}}, {vl, 32, 4, 4096, true, {0}}};
+  std::printf("| backend | kind | q/kv | batch | KV | variant | µs | GB/s | TFLOP/s | CTAs | splits |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const point& p : points)
+    for (int v : p.variants) {
+      setenv("ACTORSERVE_ATTN_VARIANT", std::to_string(v).c_str(), 1);
+      const result_row r = run_config(st, p.layout, p.H, p.batch, p.kv, p.prefill, p.prefill ? 5 : 15);
+      std::printf("| %s | %s | %d/%d | %d | %d | %d | %.1f | %.0f | %.1f | %d | %d |\n", r.backend.c_str(),
+                  r.kind.c_str(), r.H, KVH, r.batch, r.kv, v, r.us, r.gbs, r.tflops, r.ctas, r.splits);
+    }
+  unsetenv("ACTORSERVE_ATTN_VARIANT");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string out_dir;
-  bool quick = false;
+  bool quick = false, variants = false;
+  std::vector<std::string> one;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
+    else if (!std::strcmp(argv[i], "--variants")) variants = true;
+    else if (!std::strcmp(argv[i], "--one") && i + 5 < argc) one.assign(argv + i + 1, argv + i + 6), i += 5;
   }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
@@ -234,6 +264,18 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(reinterpret_cast<void**>(&st.part_lse), st.max_partials * cuda::attn_tile_rows * 2 * 4));
   CK(cudaEventCreate(&st.a));
   CK(cudaEventCreate(&st.b));
+  if (variants) {
+    run_variants(st, copy_gbs(st));
+    return 0;
+  }
+  if (!one.empty()) {
+    const auto layout = one[0] == "vllm" ? kv_cache_layout::vllm : kv_cache_layout::flash_decoding;
+    const result_row r =
+        run_config(st, layout, std::atoi(one[2].c_str()), std::atoi(one[3].c_str()), std::atoi(one[4].c_str()),
+                   one[1] == "prefill", 1);
+    std::printf("%s %s: %.1f us, %.0f GB/s, %.1f TFLOP/s\n", r.backend.c_str(), r.kind.c_str(), r.us, r.gbs, r.tflops);
+    return 0;
+  }
   const double copy = copy_gbs(st);
   const int reps = quick ? 5 : 15;
   std::vector<result_row> rows;

@@ -11,15 +11,12 @@ int32_t ceil_div(int64_t a, int64_t b) { return static_cast<int32_t>((a + b - 1)
 
 }  // namespace
 
-attention_plan plan_attention(std::span<const attn_seq> seqs, int num_heads, int num_kv_heads,
-                              int target_blocks, int max_partials) {
-  attention_plan plan;
-  const int group = num_heads / num_kv_heads;
-  const int tile_tokens = std::max(1, attn_tile_rows / group);
-  std::vector<attn_item> base;
-  int64_t total_kv = 0;
+void append_query_tiles(std::span<const attn_seq> seqs, int group, int num_kv_heads, int tile_rows, int min_q_len,
+                        std::vector<attn_item>& out) {
+  const int tile_tokens = std::max(1, tile_rows / group);
   for (size_t s = 0; s < seqs.size(); ++s) {
     const attn_seq& sq = seqs[s];
+    if (sq.q_len < min_q_len) continue;
     const int32_t ctx_before = sq.context_len - sq.q_len;
     for (int32_t t0 = 0; t0 < sq.q_len; t0 += tile_tokens) {
       const int32_t len = std::min(tile_tokens, sq.q_len - t0);
@@ -31,11 +28,19 @@ attention_plan plan_attention(std::span<const attn_seq> seqs, int num_heads, int
         it.kv_head = h;
         it.kv_begin = 0;
         it.kv_end = ctx_before + t0 + len;  // the tile's last query sees keys up to its position
-        total_kv += it.kv_end;
-        base.push_back(it);
+        out.push_back(it);
       }
     }
   }
+}
+
+attention_plan plan_attention(std::span<const attn_seq> seqs, int num_heads, int num_kv_heads,
+                              int target_blocks, int max_partials) {
+  attention_plan plan;
+  std::vector<attn_item> base;
+  append_query_tiles(seqs, num_heads / num_kv_heads, num_kv_heads, attn_tile_rows, 0, base);
+  int64_t total_kv = 0;
+  for (const attn_item& it : base) total_kv += it.kv_end;
   const int64_t n = static_cast<int64_t>(base.size());
   int32_t split_len = 0;
   if (target_blocks > 0 && n > 0 && n < target_blocks) {

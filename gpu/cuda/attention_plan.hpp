@@ -16,6 +16,12 @@ struct attention_plan {
   int32_t num_decode_items = 0;  ///< the last items are decode pieces (attention backends' decode kernels)
 };
 
+/// Appends the query tiles of the sequences with q_len >= min_q_len to `out`: tiles of
+/// tile_rows / group tokens (at least one), one item per KV head, each over the keys its last
+/// query sees ([0, position + 1)). Shared by plan_attention and the attention backends.
+void append_query_tiles(std::span<const attn_seq> seqs, int group, int num_kv_heads, int tile_rows, int min_q_len,
+                        std::vector<attn_item>& out);
+
 /// Tiles `seqs` (each query token at position context_len - q_len + i sees keys [0, pos]).
 /// `target_blocks`: split long key ranges until about this many thread blocks exist (0: never);
 /// at most `max_partials` partial slots are used.

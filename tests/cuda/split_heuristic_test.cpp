@@ -2,6 +2,7 @@
 // needed (these run in CI). Expected chunks are worked out by hand in the comments.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -97,13 +98,6 @@ TEST(SplitHeuristic, ChoiceIsTheSmallestChunkThatFits) {
   }
 }
 
-TEST(VllmPartitions, FollowsVllmV1V2Rule) {
-  EXPECT_FALSE(gpu::cuda::vllm_use_partitions(512, 1, 32));     // one partition: v1
-  EXPECT_TRUE(gpu::cuda::vllm_use_partitions(2048, 1, 32));     // 32 (seq, head) pairs: v2
-  EXPECT_FALSE(gpu::cuda::vllm_use_partitions(2048, 32, 32));   // 1024 pairs fill the GPU: v1
-  EXPECT_TRUE(gpu::cuda::vllm_use_partitions(8193, 256, 32));   // past 8192: always v2
-}
-
 gpu::cuda::attention_shape shape(int D, int bs, int H = 32, int KVH = 8) {
   gpu::cuda::attention_shape s;
   s.num_heads = H;
@@ -140,6 +134,74 @@ TEST(AttentionBackend, HeadDimsWithoutTensorCoreBuildUseTheGenericKernel) {
   EXPECT_FALSE(make_attention_backend(kv_cache_layout::vllm, shape(512, 16)));   // over 256
   EXPECT_FALSE(make_attention_backend(kv_cache_layout::vllm, shape(128, 16, 34, 2)));  // group of 17
   EXPECT_FALSE(make_attention_backend(kv_cache_layout::vllm, shape(128, 16, 30, 8)));  // 30 % 8 != 0
+}
+
+gpu::cuda::attn_seq decode(int32_t q_start, int32_t context_len) { return {q_start, 1, context_len, 0}; }
+
+TEST(AttentionBackend, BothBackendsSplitASmallBatchOverTheSlots) {
+  // The vllm backend now cuts its partitions with the occupancy heuristic too: one 32k decode
+  // with 8 KV heads must be split into more than one piece per head on a 132-SM device.
+  for (auto layout : {kv_cache_layout::vllm, kv_cache_layout::flash_decoding}) {
+    auto b = gpu::cuda::make_attention_backend(layout, shape(128, layout == kv_cache_layout::vllm ? 16 : 64));
+    ASSERT_TRUE(b);
+    const std::vector<gpu::cuda::attn_seq> seqs = {decode(0, 32768)};
+    const gpu::cuda::attention_plan p = (*b)->plan(seqs);
+    ASSERT_EQ(p.combines.size(), 8u) << to_string(layout);
+    const int splits = p.combines[0].num_splits;
+    EXPECT_GE(splits, 2);
+    EXPECT_LE(p.num_partials, (*b)->max_partials());
+    EXPECT_EQ(p.num_decode_items, 8 * splits);
+  }
+}
+
+TEST(AttentionBackend, SplitPiecesNameTheirCombineAndCoverTheKeysOnce) {
+  // The decode kernel merges in-kernel through attn_item::pad (the combine index): every piece
+  // of a combine must point at it, use its consecutive partial slots and tile [0, len) exactly.
+  auto b = gpu::cuda::make_attention_backend(kv_cache_layout::flash_decoding, shape(128, 64));
+  ASSERT_TRUE(b);
+  const std::vector<gpu::cuda::attn_seq> seqs = {decode(0, 5000), decode(1, 17), decode(2, 1000)};
+  const gpu::cuda::attention_plan p = (*b)->plan(seqs);
+  ASSERT_FALSE(p.combines.empty());
+  std::vector<int> seen(p.combines.size(), 0);
+  std::vector<int32_t> end(p.combines.size(), 0);
+  for (const auto& it : p.items) {
+    if (it.partial < 0) continue;
+    ASSERT_GE(it.pad, 0);
+    ASSERT_LT(size_t(it.pad), p.combines.size());
+    const auto& cb = p.combines[size_t(it.pad)];
+    EXPECT_EQ(cb.kv_head, it.kv_head);
+    EXPECT_EQ(cb.q_begin, it.q_begin);
+    EXPECT_EQ(it.partial, cb.first_partial + seen[size_t(it.pad)]);
+    const int32_t chunk = p.items[0].kv_end - p.items[0].kv_begin;
+    EXPECT_EQ(it.kv_begin, end[size_t(it.pad)]);
+    EXPECT_EQ(it.kv_begin, seen[size_t(it.pad)] * chunk);
+    EXPECT_EQ(it.kv_end, std::min(it.kv_begin + chunk, seqs[size_t(it.seq)].context_len));
+    end[size_t(it.pad)] = it.kv_end;
+    ++seen[size_t(it.pad)];
+  }
+  for (size_t c = 0; c < p.combines.size(); ++c) EXPECT_EQ(seen[c], p.combines[c].num_splits) << c;
+  EXPECT_EQ(end[0], 5000);
+}
+
+TEST(AttentionBackend, PrefillTilesCoverEveryQueryOnceLongestFirst) {
+  // Causal tiles differ in work; the plan puts the longest key ranges first. Every (token, head)
+  // row of a 300-token prompt and a 70-token chunk over a 1000-token prefix is in one tile.
+  auto b = gpu::cuda::make_attention_backend(kv_cache_layout::flash_decoding, shape(128, 64));
+  ASSERT_TRUE(b);
+  const std::vector<gpu::cuda::attn_seq> seqs = {{0, 300, 300, 0}, {300, 70, 1070, 0}};
+  const gpu::cuda::attention_plan p = (*b)->plan(seqs);
+  EXPECT_EQ(p.num_decode_items, 0);
+  std::vector<int> covered(370 * 8, 0);
+  for (size_t i = 0; i < p.items.size(); ++i) {
+    const auto& it = p.items[i];
+    if (i > 0) {
+      EXPECT_GE(p.items[i - 1].kv_end - p.items[i - 1].kv_begin, it.kv_end - it.kv_begin);
+    }
+    const auto& sq = seqs[size_t(it.seq)];
+    EXPECT_EQ(it.kv_end, sq.context_len - sq.q_len + (it.q_begin - sq.q_start) + it.q_len);
+    for (int t = it.q_begin; t < it.q_begin + it.q_len; ++t) ++covered[size_t(t) * 8 + size_t(it.kv_head)];
+  }
+  for (size_t i = 0; i < covered.size(); ++i) EXPECT_EQ(covered[i], 1) << i;
 }
 
 }  // namespace

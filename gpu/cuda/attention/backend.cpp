@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <vector>
 
 #include "config/log.hpp"
@@ -12,26 +13,12 @@
 namespace actorserve::gpu::cuda {
 namespace {
 
-/// Prefill tiles of `tc_prefill_rows` query rows (tokens x the GQA group), one per KV head.
-void plan_prefill(std::span<const attn_seq> seqs, int group, int num_kv_heads, attention_plan& plan) {
-  const int tile_tokens = std::max(1, tc_prefill_rows / group);
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    const attn_seq& sq = seqs[s];
-    if (sq.q_len <= 1) continue;
-    const int32_t ctx_before = sq.context_len - sq.q_len;
-    for (int32_t t0 = 0; t0 < sq.q_len; t0 += tile_tokens) {
-      const int32_t len = std::min(tile_tokens, sq.q_len - t0);
-      for (int h = 0; h < num_kv_heads; ++h) {
-        attn_item it;
-        it.seq = static_cast<int32_t>(s);
-        it.q_begin = sq.q_start + t0;
-        it.q_len = len;
-        it.kv_head = h;
-        it.kv_end = ctx_before + t0 + len;
-        plan.items.push_back(it);
-      }
-    }
-  }
+/// Prefill tiles of `rows` query rows (tokens x the GQA group), one per KV head, the longest
+/// key ranges first (causal tiles differ in work; the long ones must not form the last wave).
+void plan_prefill(std::span<const attn_seq> seqs, int group, int num_kv_heads, int rows, attention_plan& plan) {
+  append_query_tiles(seqs, group, num_kv_heads, rows, 2, plan.items);
+  std::stable_sort(plan.items.begin(), plan.items.end(),
+                   [](const attn_item& x, const attn_item& y) { return x.kv_end - x.kv_begin > y.kv_end - y.kv_begin; });
 }
 
 /// Decode pieces: every q_len == 1 sequence and KV head, cut into `chunk`-token pieces (0: none).
@@ -59,6 +46,7 @@ void plan_decode(std::span<const attn_seq> seqs, int num_kv_heads, int32_t chunk
       cb.num_splits = (sq.context_len + chunk - 1) / chunk;
       for (int32_t p = 0; p < cb.num_splits; ++p) {
         attn_item piece = it;
+        piece.pad = static_cast<int32_t>(plan.combines.size());  // its combine (merged in-kernel)
         piece.kv_begin = p * chunk;
         piece.kv_end = std::min(sq.context_len, (p + 1) * chunk);
         piece.partial = plan.num_partials++;
@@ -80,49 +68,67 @@ std::vector<int32_t> decode_lengths(std::span<const attn_seq> seqs) {
 /// Tensor-core backends: prefill tiles, then decode pieces for one of the decode kernels.
 class tc_backend : public attention_backend {
  public:
-  tc_backend(const attention_shape& shape, bool vllm) : vllm_(vllm) {
+  tc_backend(const attention_shape& shape, bool vllm) : vllm_(vllm), variant_(variant_from_env()) {
     shape_ = shape;
     name_ = vllm ? "vllm" : "flash-decoding";
     ctas_per_sm_ = std::max(1, decode_ctas_per_sm(shape.dt, shape.head_dim, vllm));
-    // flash-decoding splits at most one wave; vLLM's 512-token partitions need more slots.
+    // Both backends split at most one wave of resident decode CTAs (split_heuristic.hpp).
     resident_slots_ = shape.num_sms * ctas_per_sm_;
-    max_partials_ = vllm ? 32 * shape.num_sms : 2 * resident_slots_;
+    max_partials_ = 2 * resident_slots_;
+    // One counter per combine (at most one per two partials) for the in-kernel merge; without
+    // a device the separate merge kernel stays the fallback.
+    if (cudaMalloc(reinterpret_cast<void**>(&counters_), sizeof(int32_t) * size_t(max_partials_)) != cudaSuccess ||
+        cudaMemset(counters_, 0, sizeof(int32_t) * size_t(max_partials_)) != cudaSuccess) {
+      (void)cudaGetLastError();
+      if (counters_) (void)cudaFree(counters_);
+      counters_ = nullptr;
+    }
+  }
+  tc_backend(const tc_backend&) = delete;
+  tc_backend& operator=(const tc_backend&) = delete;
+  ~tc_backend() override {
+    if (counters_) (void)cudaFree(counters_);
   }
 
   attention_plan plan(std::span<const attn_seq> seqs) const override {
     attention_plan p;
-    plan_prefill(seqs, shape_.num_heads / shape_.num_kv_heads, shape_.num_kv_heads, p);
+    plan_prefill(seqs, shape_.num_heads / shape_.num_kv_heads, shape_.num_kv_heads, tc_prefill_rows, p);
     const std::vector<int32_t> lens = decode_lengths(seqs);
     plan_decode(seqs, shape_.num_kv_heads, lens.empty() ? 0 : decode_chunk(lens), p);
     return p;
   }
 
-  int run(const attn_launch& a, cudaStream_t s) const override {
+  int run(const attn_launch& in, cudaStream_t s) const override {
+    attn_launch a = in;
+    a.variant = variant_;
+    const bool fused = counters_ != nullptr && decode_variant(variant_) != 1;
+    a.split_counters = fused ? counters_ : nullptr;
     if (int e = launch_tc_prefill(shape_.dt, a, s)) return e;
     if (int e = vllm_ ? launch_vllm_decode(shape_.dt, a, s) : launch_fd_decode(shape_.dt, a, s)) return e;
-    return launch_lse_combine(shape_.dt, a, s);
+    return fused ? 0 : launch_lse_combine(shape_.dt, a, s);
   }
 
  private:
+  /// ACTORSERVE_ATTN_VARIANT: kernel variants for bench_cuda_attention (launch.hpp); unset = 0.
+  static int variant_from_env() {
+    const char* v = std::getenv("ACTORSERVE_ATTN_VARIANT");
+    return v ? std::atoi(v) : 0;
+  }
+
   int32_t decode_chunk(const std::vector<int32_t>& lens) const {
-    if (!vllm_) {
-      split_inputs in;
-      in.num_kv_heads = shape_.num_kv_heads;
-      in.num_sms = shape_.num_sms;
-      in.ctas_per_sm = ctas_per_sm_;
-      in.tile = fd_kv_tile;
-      in.max_partials = max_partials_;
-      return choose_kv_chunk(lens, in);
-    }
-    const int32_t longest = *std::max_element(lens.begin(), lens.end());
-    if (!vllm_use_partitions(longest, static_cast<int>(lens.size()), shape_.num_heads)) return 0;
-    int32_t chunk = vllm_partition;  // v2; a larger partition only when the slots run out
-    while (decode_ctas(lens, shape_.num_kv_heads, chunk) > max_partials_ && chunk < longest) chunk *= 2;
-    return chunk;
+    split_inputs in;
+    in.num_kv_heads = shape_.num_kv_heads;
+    in.num_sms = shape_.num_sms;
+    in.ctas_per_sm = ctas_per_sm_;
+    in.tile = vllm_ ? 4 * vllm_warp_tokens : fd_kv_tile;  // vllm: one block per warp per step
+    in.max_partials = max_partials_;
+    return choose_kv_chunk(lens, in);
   }
 
   bool vllm_ = false;
+  int variant_ = 0;
   int ctas_per_sm_ = 1;
+  int32_t* counters_ = nullptr;
 };
 
 /// Head dims without a tensor-core build: the generic CUDA-core kernel (attention_kernels.cu).

@@ -1,6 +1,7 @@
 #pragma once
-// Pieces the decode kernels share: masking the keys past a piece's end and the final merge of the
-// warps' online-softmax states, which writes the output or a split piece's partial.
+// Pieces the decode kernels share: masking the keys past a piece's end, the final merge of the
+// warps' online-softmax states, which writes the output or a split piece's partial, and the merge
+// of a split (sequence, KV head)'s pieces by the CTA that finishes its last piece.
 #include <cmath>
 
 #include "gpu/cuda/attention/tile_ops.cuh"
@@ -82,6 +83,63 @@ __device__ __forceinline__ void merge_warps_and_store(const attn_launch& a, cons
       *reinterpret_cast<float4*>(a.partial_o + row * D + c) = acc;
       if (c == 0) a.partial_lse[row * 2] = L > 0.0f ? M + log2f(L) : -INFINITY;
     }
+  }
+}
+
+/// Log2-sum-exp of piece `s`, row `r` of combine `cb` (L2: written by other CTAs of this grid).
+__device__ __forceinline__ float piece_lse(const attn_launch& a, const attn_combine& cb, int s, int r) {
+  return __ldcg(a.partial_lse + (size_t(cb.first_partial + s) * attn_tile_rows + r) * 2);
+}
+
+/// Called by every CTA after it stored a split piece's partial (it.partial >= 0): counts the
+/// finished pieces of combine it.pad; the CTA that finishes the last one merges all pieces,
+/// out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), and resets the counter for the next
+/// call. `sm` (cap floats of shared memory) holds the pieces' lse values.
+template <class T, int D, int NT>
+__device__ __forceinline__ void finish_split(const attn_launch& a, const attn_item& it, float* sm, int cap, int tid) {
+  __shared__ int last;
+  __threadfence();  // this CTA's partial is visible device-wide before it is counted
+  __syncthreads();
+  const attn_combine cb = a.combines[it.pad];
+  if (tid == 0) {
+    const int done = atomicAdd(a.split_counters + it.pad, 1);
+    last = done == cb.num_splits - 1;
+    if (last) a.split_counters[it.pad] = 0;  // every piece has counted: ready for the next call
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  const int G = a.num_heads / a.num_kv_heads, rows = cb.q_len * G, S = cb.num_splits;
+  const bool cached = rows * S <= cap;
+  if (cached)
+    for (int idx = tid; idx < rows * S; idx += NT) sm[idx] = piece_lse(a, cb, idx / rows, idx % rows);
+  __syncthreads();
+  for (int idx = tid; idx < rows * (D / 4); idx += NT) {
+    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
+    float M = -INFINITY;
+    for (int s = 0; s < S; ++s) M = fmaxf(M, cached ? sm[s * rows + r] : piece_lse(a, cb, s, r));
+    float W = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (M != -INFINITY) {
+#pragma unroll 8
+      for (int s = 0; s < S; ++s) {
+        const float ls = cached ? sm[s * rows + r] : piece_lse(a, cb, s, r);
+        const float f = ls == -INFINITY ? 0.0f : exp2f(ls - M);  // such a piece stored zeros
+        const float4 x = __ldcg(reinterpret_cast<const float4*>(
+            a.partial_o + (size_t(cb.first_partial + s) * attn_tile_rows + r) * D + c));
+        W += f;
+        acc.x += x.x * f;
+        acc.y += x.y * f;
+        acc.z += x.z * f;
+        acc.w += x.w * f;
+      }
+    }
+    const float inv = W > 0.0f ? 1.0f / W : 0.0f;
+    const int tok = cb.q_begin + r / G, head = cb.kv_head * G + r % G;
+    uint2 v;
+    v.x = elem<T>::pack(acc.x * inv, acc.y * inv);
+    v.y = elem<T>::pack(acc.z * inv, acc.w * inv);
+    *reinterpret_cast<uint2*>(static_cast<T*>(a.out) + size_t(tok) * a.num_heads * D + head * D + c) = v;
   }
 }
 

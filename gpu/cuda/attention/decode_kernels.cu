@@ -6,8 +6,11 @@
 //  - vLLM-style: each warp walks its own 16-token blocks (u = warp, warp + 4, ...) with a private
 //    3-stage cp.async pipeline and no CTA barrier in the loop (vLLM's warp-per-block walk).
 // Both end with a merge of the 4 warps' (max, sum, output) and either write the output or a
-// normalised partial plus its log-sum-exp for the split merge (combine_kernel.cu).
+// normalised partial plus its log-sum-exp; the CTA finishing the last piece of a split
+// (sequence, KV head) merges its pieces (decode_common.cuh), unless the backend runs the
+// separate merge kernel (combine_kernel.cu).
 #include <cmath>
+#include <type_traits>
 
 #include "gpu/cuda/attention/decode_common.cuh"
 
@@ -21,7 +24,13 @@ constexpr int kThreads = 128, kWarps = 4;
 template <int D>
 constexpr int fd_smem_bytes() { return fd_stages * 2 * fd_kv_tile * D * 2 + 16 * D * 2; }
 
-template <class T, int D>
+/// Shared-memory floats the merge of split pieces may use for their lse values.
+constexpr int merge_cap(int smem_bytes) { return smem_bytes / 4; }
+
+/// kMode 0: attention; 1: the same copies without the math (a memory probe, wrong results);
+/// 2: the probe over a head-major cache layout; 3: attention with Q read after the first K/V
+/// copies are issued instead of before (the ordering comparison of docs/attention.md).
+template <class T, int D, int kMode>
 __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
   constexpr int kTile = fd_kv_tile, kSt = fd_stages, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
   const attn_seq sq = a.seqs[it.seq];
@@ -30,15 +39,22 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
   const int32_t* bt = a.block_tables + sq.bt_offset;
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
-  stage_q<T, D, kThreads>(a, it.q_begin, it.kv_head, 16, G * it.q_len, q_s, tid);
+  q_prefetch<T, D, kThreads> qp;  // Q first, K/V copies next, Q to shared memory after them
+  if (kMode != 3) qp.load(a, it.q_begin, it.kv_head, G * it.q_len, tid);
   const int ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
+  constexpr bool kHeadMajor = kMode == 2;
 #pragma unroll
   for (int s = 0; s < kSt - 1; ++s) {
     if (s < ntiles)
-      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + s * kTile,
-                                       it.kv_end, s0 + s * 2 * kTileBytes, s0 + s * 2 * kTileBytes + kTileBytes, tid);
+      load_kv_tile<D, kTile, kThreads, kHeadMajor>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads,
+                                                   it.kv_begin + s * kTile, it.kv_end, s0 + s * 2 * kTileBytes,
+                                                   s0 + s * 2 * kTileBytes + kTileBytes, tid);
     cp_async_commit();
   }
+  if (kMode == 3)
+    stage_q<T, D, kThreads>(a, it.q_begin, it.kv_head, 16, G * it.q_len, q_s, tid);
+  else
+    qp.store(a, q_s, tid);
   __syncthreads();
   warp_rows<T, D> w;
   w.init(q_s, lane);
@@ -48,10 +64,11 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
     const int nt = t + kSt - 1;
     if (nt < ntiles) {
       const uint32_t st = s0 + (nt % kSt) * 2 * kTileBytes;
-      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + nt * kTile,
-                                       it.kv_end, st, st + kTileBytes, tid);
+      load_kv_tile<D, kTile, kThreads, kHeadMajor>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads,
+                                                   it.kv_begin + nt * kTile, it.kv_end, st, st + kTileBytes, tid);
     }
     cp_async_commit();
+    if (kMode == 1 || kMode == 2) continue;
     const uint32_t k_s = s0 + (t % kSt) * 2 * kTileBytes;
     float sc[kWarpKeys / 8][4];
     w.template scores<kWarpKeys>(k_s, warp * kWarpKeys, lane, sc);
@@ -61,16 +78,18 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
   cp_async_wait<0>();
   __syncthreads();
   merge_warps_and_store<T, D, kWarps>(a, it, w, reinterpret_cast<float*>(smem_raw), G * it.q_len, tid);
+  if (it.partial >= 0 && a.split_counters)
+    finish_split<T, D, kThreads>(a, it, reinterpret_cast<float*>(smem_raw), merge_cap(fd_smem_bytes<D>()), tid);
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
-template <class T, int D>
+template <class T, int D, int kMode>
 __global__ void __launch_bounds__(kThreads) fd_decode_kernel(attn_launch a) {
   extern __shared__ uint4 smem_raw[];
   const int n = a.counts[2];
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    fd_decode_item<T, D>(a, a.items[a.counts[0] + i], smem_raw);
+    fd_decode_item<T, D, kMode>(a, a.items[a.counts[0] + i], smem_raw);
   }
 }
 
@@ -87,7 +106,8 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
   const int32_t* bt = a.block_tables + sq.bt_offset;
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
-  stage_q<T, D, kThreads>(a, it.q_begin, it.kv_head, 16, G * it.q_len, q_s, tid);
+  q_prefetch<T, D, kThreads> qp;  // Q first, K/V copies next, Q to shared memory after them
+  qp.load(a, it.q_begin, it.kv_head, G * it.q_len, tid);
   const int units = (it.kv_end - it.kv_begin + kU - 1) / kU;
   const int mine = units > warp ? (units - warp + kWarps - 1) / kWarps : 0;
 #pragma unroll
@@ -98,6 +118,7 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
                               my + s * 2 * kUnitBytes + kUnitBytes, lane);
     cp_async_commit();
   }
+  qp.store(a, q_s, tid);
   __syncthreads();
   warp_rows<T, D> w;
   w.init(q_s, lane);
@@ -120,6 +141,8 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
   cp_async_wait<0>();
   __syncthreads();
   merge_warps_and_store<T, D, kWarps>(a, it, w, reinterpret_cast<float*>(smem_raw), G * it.q_len, tid);
+  if (it.partial >= 0 && a.split_counters)
+    finish_split<T, D, kThreads>(a, it, reinterpret_cast<float*>(smem_raw), merge_cap(vllm_smem_bytes<D>()), tid);
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
@@ -138,12 +161,24 @@ int configure(K kernel, int smem) {
   return int(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 }
 
+template <class T, int D, int kMode>
+int launch_fd_mode(const attn_launch& a, cudaStream_t s) {
+  constexpr int smem = fd_smem_bytes<D>();
+  static const int configured = configure(fd_decode_kernel<T, D, kMode>, smem);
+  if (configured != 0) return configured;
+  if (a.decode_grid > 0) fd_decode_kernel<T, D, kMode><<<a.decode_grid, kThreads, smem, s>>>(a);
+  return int(cudaGetLastError());
+}
+
 template <class T, int D>
 int launch_fd(const attn_launch& a, cudaStream_t s) {
-  static const int configured = configure(fd_decode_kernel<T, D>, fd_smem_bytes<D>());
-  if (configured != 0) return configured;
-  if (a.decode_grid > 0) fd_decode_kernel<T, D><<<a.decode_grid, kThreads, fd_smem_bytes<D>(), s>>>(a);
-  return int(cudaGetLastError());
+  const int v = decode_variant(a.variant);
+  if (v < 2) return launch_fd_mode<T, D, 0>(a, s);
+  if constexpr (D == 128 && std::is_same_v<T, __nv_bfloat16>) {
+    if (v == 4) return launch_fd_mode<T, D, 3>(a, s);
+    return v == 2 ? launch_fd_mode<T, D, 1>(a, s) : launch_fd_mode<T, D, 2>(a, s);
+  }
+  return int(cudaErrorInvalidValue);
 }
 
 template <class T, int D>
@@ -163,8 +198,8 @@ int occupancy(bool vllm) {
     e = cudaError_t(configure(vllm_decode_kernel<T, D>, smem));
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, vllm_decode_kernel<T, D>, kThreads, smem);
   } else {
-    e = cudaError_t(configure(fd_decode_kernel<T, D>, smem));
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_kernel<T, D>, kThreads, smem);
+    e = cudaError_t(configure(fd_decode_kernel<T, D, 0>, smem));
+    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_kernel<T, D, 0>, kThreads, smem);
   }
   if (e != cudaSuccess) {
     (void)cudaGetLastError();

@@ -32,6 +32,11 @@ struct attn_launch {
   void* out = nullptr;               ///< [tokens, H * D] of the activation dtype
   int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;                ///< softmax scale (1/sqrt(D))
+  /// Filled by the backend in run(), not by callers: one zeroed counter per combine. When set,
+  /// the last decode piece of each split (sequence, KV head) merges the pieces itself (a split
+  /// piece's attn_item::pad holds its combine index) and no merge kernel is launched.
+  int32_t* split_counters = nullptr;
+  int variant = 0;                   ///< kernel variant (bench_cuda_attention experiments); 0 = default
 };
 
 /// KV tokens per pipeline stage of the flash-decoding decode kernel (split chunks are multiples).
@@ -40,8 +45,16 @@ inline constexpr int fd_kv_tile = 64;
 inline constexpr int fd_stages = 3;
 /// Tokens one warp of the vLLM-style kernel takes per step (a 16-token block).
 inline constexpr int vllm_warp_tokens = 16;
-/// The vLLM v2 partition (tokens per split of a long context).
-inline constexpr int vllm_partition = 512;
+
+/// Prefill kernel of attn_launch::variant: 0 = 64-key tiles x 2 stages (2 CTAs per SM),
+/// 1 = 32-key tiles x 2 stages (3 CTAs per SM), 2 = 64-key tiles x 3 stages; 1-2: bf16, D 128.
+inline constexpr int prefill_variant(int v) { return v & 15; }
+/// Decode kernel of attn_launch::variant (bench_cuda_attention --variants): 0 = default (merge
+/// in the last piece's CTA), 1 = separate merge kernel, 2 = flash-decoding without the math (a
+/// memory probe: wrong results), 3 = that probe over a head-major [blocks, KVH, block_size, D]
+/// layout, 4 = flash-decoding reading Q after issuing the first K/V copies; 2-4 are built for
+/// bf16, D 128 only.
+inline constexpr int decode_variant(int v) { return v >> 4; }
 /// Query rows (tokens x heads of one KV group) of one tensor-core prefill tile.
 inline constexpr int tc_prefill_rows = 64;
 

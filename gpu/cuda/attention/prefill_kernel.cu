@@ -1,9 +1,11 @@
 // Causal, variable-length prefill (and chunked prefill over a cached prefix) on tensor cores
-// (mma.sync m16n8k16, FlashAttention-2 style): a CTA of 4 warps takes 64 query rows (tokens x
-// heads of one GQA group, so K/V tiles serve the whole group) and streams the paged K/V in
-// 64-token tiles through a 2-stage cp.async pipeline; each warp owns 16 rows and skips the
-// tiles its rows cannot see.
+// (mma.sync m16n8k16, FlashAttention-2 style): a CTA of NW warps takes NW x 16 query rows
+// (tokens x heads of one GQA group, so K/V tiles serve the whole group) and streams the paged
+// K/V in 64-token tiles through an S-stage cp.async pipeline; each warp owns 16 rows and skips
+// the tiles its rows cannot see. Built as 4 warps, 64-key tiles, 2 stages (2 CTAs per SM):
+// measured on the H200 against 8 warps (1 CTA per SM), 10-15 % faster (docs/attention.md).
 #include <cmath>
+#include <type_traits>
 
 #include "gpu/cuda/attention/tile_ops.cuh"
 
@@ -12,14 +14,15 @@ namespace {
 
 using namespace attn_dev;
 
-constexpr int kThreads = 128, kTile = 64, kStages = 2, kRows = tc_prefill_rows;
+constexpr int NW = 4;
 
-template <int D>
-constexpr int prefill_smem_bytes() { return kStages * 2 * kTile * D * 2 + kRows * D * 2; }
+template <int D, int kTile, int kStages>
+constexpr int prefill_smem_bytes() { return kStages * 2 * kTile * D * 2 + NW * 16 * D * 2; }
 
-template <class T, int D>
-__global__ void __launch_bounds__(kThreads) tc_prefill_kernel(attn_launch a) {
-  constexpr int kTileBytes = kTile * D * 2;
+/// kTile keys per pipeline stage, kStages stages, kMinBlocks resident CTAs per SM asked of ptxas.
+template <class T, int D, int kTile, int kStages, int kMinBlocks>
+__global__ void __launch_bounds__(NW * 32, kMinBlocks) tc_prefill_kernel(attn_launch a) {
+  constexpr int kTileBytes = kTile * D * 2, kThreads = NW * 32, kRows = NW * 16;
   if (int(blockIdx.x) >= a.counts[0]) return;
   extern __shared__ uint4 smem_raw[];
   const attn_item it = a.items[blockIdx.x];
@@ -30,7 +33,6 @@ __global__ void __launch_bounds__(kThreads) tc_prefill_kernel(attn_launch a) {
   const int32_t* bt = a.block_tables + sq.bt_offset;
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
-  stage_q<T, D, kThreads>(a, it.q_begin, it.kv_head, kRows, valid, q_s, tid);
   // Position of the first query token of this tile; row r is token r / G.
   const int pos0 = sq.context_len - sq.q_len + (it.q_begin - sq.q_start);
   const int r0 = warp * 16 + lane / 4;
@@ -38,20 +40,27 @@ __global__ void __launch_bounds__(kThreads) tc_prefill_kernel(attn_launch a) {
   const int warp_last = pos0 + min(warp * 16 + 15, valid - 1) / G;  // the warp's furthest-seeing row
   const int warp_first = pos0 + min(warp * 16, valid - 1) / G;
   const int ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
-  if (ntiles > 0)
-    load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin, it.kv_end, s0,
-                                     s0 + kTileBytes, tid);
-  cp_async_commit();
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < ntiles) {
+      const uint32_t dst = s0 + st * 2 * kTileBytes;
+      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + st * kTile,
+                                       it.kv_end, dst, dst + kTileBytes, tid);
+    }
+    cp_async_commit();
+  }
+  stage_q<T, D, kThreads>(a, it.q_begin, it.kv_head, kRows, valid, q_s, tid);
   __syncthreads();
   warp_rows<T, D> w;
   w.init(q_s + warp * 16 * D * 2, lane);
   for (int t = 0; t < ntiles; ++t) {
-    cp_async_wait<0>();
-    __syncthreads();
-    if (t + 1 < ntiles) {
-      const uint32_t st = s0 + ((t + 1) % kStages) * 2 * kTileBytes;
-      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads,
-                                       it.kv_begin + (t + 1) * kTile, it.kv_end, st, st + kTileBytes, tid);
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile t landed for every thread; everyone is done with tile t - 1's slot
+    const int nt = t + kStages - 1;
+    if (nt < ntiles) {
+      const uint32_t st = s0 + (nt % kStages) * 2 * kTileBytes;
+      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + nt * kTile,
+                                       it.kv_end, st, st + kTileBytes, tid);
     }
     cp_async_commit();
     const int k0 = it.kv_begin + t * kTile;
@@ -85,13 +94,24 @@ __global__ void __launch_bounds__(kThreads) tc_prefill_kernel(attn_launch a) {
   }
 }
 
+template <class T, int D, int kTile, int S, int B>
+int launch_config(const attn_launch& a, cudaStream_t s) {
+  constexpr int smem = prefill_smem_bytes<D, kTile, S>();
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(tc_prefill_kernel<T, D, kTile, S, B>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (configured != cudaSuccess) return int(configured);
+  if (a.prefill_grid > 0) tc_prefill_kernel<T, D, kTile, S, B><<<a.prefill_grid, NW * 32, smem, s>>>(a);
+  return int(cudaGetLastError());
+}
+
 template <class T, int D>
 int launch(const attn_launch& a, cudaStream_t s) {
-  static const cudaError_t configured = cudaFuncSetAttribute(
-      tc_prefill_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, prefill_smem_bytes<D>());
-  if (configured != cudaSuccess) return int(configured);
-  if (a.prefill_grid > 0) tc_prefill_kernel<T, D><<<a.prefill_grid, kThreads, prefill_smem_bytes<D>(), s>>>(a);
-  return int(cudaGetLastError());
+  static_assert(tc_prefill_rows == NW * 16, "the plan's tile rows are the kernel's");
+  if constexpr (D == 128 && std::is_same_v<T, __nv_bfloat16>) {
+    if (prefill_variant(a.variant) == 1) return launch_config<T, D, 32, 2, 3>(a, s);
+    if (prefill_variant(a.variant) == 2) return launch_config<T, D, 64, 3, 2>(a, s);
+  }
+  return launch_config<T, D, 64, 2, 2>(a, s);
 }
 
 }  // namespace

@@ -47,11 +47,4 @@ int32_t choose_kv_chunk(std::span<const int32_t> kv_lens, const split_inputs& in
   return chunk >= longest ? 0 : chunk;
 }
 
-bool vllm_use_partitions(int32_t max_kv_len, int batch, int num_heads) {
-  constexpr int32_t partition = 512;
-  const int64_t max_partitions = (int64_t(max_kv_len) + partition - 1) / partition;
-  const bool use_v1 = max_kv_len <= 8192 && (max_partitions == 1 || int64_t(batch) * num_heads > 512);
-  return !use_v1;
-}
-
 }  // namespace actorserve::gpu::cuda

@@ -26,9 +26,4 @@ int32_t choose_kv_chunk(std::span<const int32_t> kv_lens, const split_inputs& in
 /// CTAs a decode step runs with the given chunk (0: one per sequence and KV head).
 int64_t decode_ctas(std::span<const int32_t> kv_lens, int num_kv_heads, int32_t chunk);
 
-/// vLLM's choice between its v1 kernel (one CTA per sequence and head) and v2 (512-token
-/// partitions plus a reduce): v1 when the longest context is at most 8192 and either it fits one
-/// partition or there are more than 512 (sequence, query head) pairs to fill the GPU.
-bool vllm_use_partitions(int32_t max_kv_len, int batch, int num_heads);
-
 }  // namespace actorserve::gpu::cuda

@@ -13,6 +13,13 @@
 
 namespace actorserve::gpu::cuda::attn_dev {
 
+/// 2^x by the MUFU instruction alone (denormal results flush to 0; 2^-inf = 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /// Shared-memory address of a pointer (for cp.async / ldmatrix).
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -83,21 +90,73 @@ __device__ __forceinline__ size_t kv_row(const int32_t* bt, int kpos, int bs, in
 
 /// Issues the cp.async copies of K and V rows [k0, k0 + N) of one KV head into swizzled tiles
 /// (rows past kv_end are zero-filled), `NT` threads sharing the work, `tid` this thread's index.
-template <int D, int N, int NT>
+/// kHeadMajor reads a [blocks, KVH, bs, D] cache instead (a layout probe of the benchmark).
+template <int D, int N, int NT, bool kHeadMajor = false>
 __device__ __forceinline__ void load_kv_tile(const uint16_t* kc, const uint16_t* vc, const int32_t* bt, int bs,
                                              int kvh, int kvh_count, int k0, int kv_end, uint32_t k_s,
                                              uint32_t v_s, int tid) {
   constexpr int kChunks = D / 8;
   static_assert((N * kChunks) % NT == 0, "tile copy must divide evenly");
+  if (!kHeadMajor && bs % N == 0 && k0 % N == 0) {
+    // The N rows lie in one block: one block-table read, then row r is r * KVH * D further.
+    const size_t row0 = (size_t(__ldg(bt + k0 / bs)) * bs + k0 % bs) * kvh_count * D + size_t(kvh) * D;
+    const uint16_t* kb = kc + row0;
+    const uint16_t* vb = vc + row0;
+    const int row_stride = kvh_count * D;
+#pragma unroll
+    for (int i = 0; i < N * kChunks / NT; ++i) {
+      const int idx = i * NT + tid, r = idx / kChunks, c = idx % kChunks;
+      const bool ok = k0 + r < kv_end;
+      const int off = ok ? r * row_stride + c * 8 : 0;
+      cp_async16(k_s + swz<D>(r, c), kb + off, ok ? 16 : 0);
+      cp_async16(v_s + swz<D>(r, c), vb + off, ok ? 16 : 0);
+    }
+    return;
+  }
+  if (!kHeadMajor && (bs & (bs - 1)) == 0) {
+    // Blocks smaller than the tile (vLLM's 8-32 tokens): shifts instead of divisions.
+    const int sh = __ffs(bs) - 1;
+    const size_t row_stride = size_t(kvh_count) * D, head = size_t(kvh) * D;
+#pragma unroll
+    for (int i = 0; i < N * kChunks / NT; ++i) {
+      const int idx = i * NT + tid, r = idx / kChunks, c = idx % kChunks;
+      const int kpos = k0 + r;
+      const bool ok = kpos < kv_end;
+      const size_t off =
+          ok ? ((size_t(__ldg(bt + (kpos >> sh))) << sh) + (kpos & (bs - 1))) * row_stride + head + c * 8 : 0;
+      cp_async16(k_s + swz<D>(r, c), kc + off, ok ? 16 : 0);
+      cp_async16(v_s + swz<D>(r, c), vc + off, ok ? 16 : 0);
+    }
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < N * kChunks / NT; ++i) {
     const int idx = i * NT + tid, r = idx / kChunks, c = idx % kChunks;
     const int kpos = k0 + r;
     const bool ok = kpos < kv_end;
-    const size_t off = ok ? kv_row(bt, kpos, bs, kvh, kvh_count, D) + c * 8 : 0;
+    size_t off = 0;
+    if (ok && kHeadMajor) off = ((size_t(__ldg(bt + kpos / bs)) * kvh_count + kvh) * bs + kpos % bs) * D + c * 8;
+    else if (ok) off = kv_row(bt, kpos, bs, kvh, kvh_count, D) + c * 8;
     cp_async16(k_s + swz<D>(r, c), kc + off, ok ? 16 : 0);
     cp_async16(v_s + swz<D>(r, c), vc + off, ok ? 16 : 0);
   }
+}
+
+/// Eight fp32 query values scaled and packed as T (one 16-byte shared-memory chunk).
+template <class T>
+__device__ __forceinline__ uint4 pack8(const float4& x0, const float4& x1, float sc) {
+  return make_uint4(elem<T>::pack(x0.x * sc, x0.y * sc), elem<T>::pack(x0.z * sc, x0.w * sc),
+                    elem<T>::pack(x1.x * sc, x1.y * sc), elem<T>::pack(x1.z * sc, x1.w * sc));
+}
+
+__device__ __forceinline__ void st_shared16(uint32_t addr, const uint4& v) {
+  asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+
+/// Source of query row r (token q_begin + r / G, head kv_head * G + r % G), chunk c of 8 floats.
+__device__ __forceinline__ const float4* q_src(const attn_launch& a, int q_begin, int kv_head, int r, int c, int D) {
+  const int G = a.num_heads / a.num_kv_heads;
+  return reinterpret_cast<const float4*>(a.q + size_t(q_begin + r / G) * a.q_stride + (kv_head * G + r % G) * D + c * 8);
 }
 
 /// Writes query rows into a swizzled [rows, D] tile as T, scaled (scores come out in log2 units).
@@ -105,24 +164,48 @@ __device__ __forceinline__ void load_kv_tile(const uint16_t* kc, const uint16_t*
 template <class T, int D, int NT>
 __device__ __forceinline__ void stage_q(const attn_launch& a, int q_begin, int kv_head, int rows, int valid,
                                         uint32_t q_s, int tid) {
-  const int G = a.num_heads / a.num_kv_heads;
   const float sc = a.scale * 1.4426950408889634f;
   for (int idx = tid; idx < rows * (D / 8); idx += NT) {
     const int r = idx / (D / 8), c = idx % (D / 8);
     uint4 v = make_uint4(0, 0, 0, 0);
     if (r < valid) {
-      const float* src = a.q + size_t(q_begin + r / G) * a.q_stride + (kv_head * G + r % G) * D + c * 8;
-      const float4 x0 = *reinterpret_cast<const float4*>(src);
-      const float4 x1 = *reinterpret_cast<const float4*>(src + 4);
-      v.x = elem<T>::pack(x0.x * sc, x0.y * sc);
-      v.y = elem<T>::pack(x0.z * sc, x0.w * sc);
-      v.z = elem<T>::pack(x1.x * sc, x1.y * sc);
-      v.w = elem<T>::pack(x1.z * sc, x1.w * sc);
+      const float4* src = q_src(a, q_begin, kv_head, r, c, D);
+      v = pack8<T>(src[0], src[1], sc);
     }
-    asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};\n" ::"r"(q_s + swz<D>(r, c)), "r"(v.x), "r"(v.y), "r"(v.z),
-                 "r"(v.w));
+    st_shared16(q_s + swz<D>(r, c), v);
   }
 }
+
+/// The 16 query rows of a decode tile, loaded into registers before the first K/V copies are
+/// issued (so these loads do not queue behind megabytes of them) and stored to shared memory
+/// once the copies are in flight; the same tile as stage_q with rows = 16.
+template <class T, int D, int NT>
+struct q_prefetch {
+  static constexpr int kChunks = 16 * (D / 8), kPer = (kChunks + NT - 1) / NT;
+  float4 x[kPer][2];
+
+  __device__ __forceinline__ void load(const attn_launch& a, int q_begin, int kv_head, int valid, int tid) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = i * NT + tid, r = idx / (D / 8), c = idx % (D / 8);
+      x[i][0] = x[i][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (idx < kChunks && r < valid) {
+        const float4* src = q_src(a, q_begin, kv_head, r, c, D);
+        x[i][0] = __ldg(src);
+        x[i][1] = __ldg(src + 1);
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(const attn_launch& a, uint32_t q_s, int tid) const {
+    const float sc = a.scale * 1.4426950408889634f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int idx = i * NT + tid;
+      if (idx < kChunks) st_shared16(q_s + swz<D>(idx / (D / 8), idx % (D / 8)), pack8<T>(x[i][0], x[i][1], sc));
+    }
+  }
+};
 
 /// One warp's 16 query rows: Q fragments in registers, the fp32 output accumulator and the
 /// running max / sum of its two rows per thread (row g = lane / 4 and g + 8).
@@ -179,15 +262,15 @@ struct warp_rows {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       base[h] = mx[h] == -INFINITY ? 0.0f : mx[h];  // a fully masked row keeps p = 0
-      corr[h] = exp2f(m[h] - base[h]);
+      corr[h] = fast_exp2(m[h] - base[h]);
       m[h] = mx[h];
     }
     float rs[2] = {0.0f, 0.0f};
     uint32_t pf[NK / 16][4];
 #pragma unroll
     for (int n = 0; n < NK / 8; ++n) {
-      const float p0 = exp2f(s[n][0] - base[0]), p1 = exp2f(s[n][1] - base[0]);
-      const float p2 = exp2f(s[n][2] - base[1]), p3 = exp2f(s[n][3] - base[1]);
+      const float p0 = fast_exp2(s[n][0] - base[0]), p1 = fast_exp2(s[n][1] - base[0]);
+      const float p2 = fast_exp2(s[n][2] - base[1]), p3 = fast_exp2(s[n][3] - base[1]);
       rs[0] += p0 + p1;
       rs[1] += p2 + p3;
       pf[n / 2][(n % 2) * 2] = elem<T>::pack(p0, p1);
@@ -195,12 +278,15 @@ struct warp_rows {
     }
     l[0] = l[0] * corr[0] + rs[0];
     l[1] = l[1] * corr[1] + rs[1];
+    // Once the running max settles (most tiles) no row of the warp needs its output rescaled.
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      o[n][0] *= corr[0];
-      o[n][1] *= corr[0];
-      o[n][2] *= corr[1];
-      o[n][3] *= corr[1];
+      for (int n = 0; n < D / 8; ++n) {
+        o[n][0] *= corr[0];
+        o[n][1] *= corr[0];
+        o[n][2] *= corr[1];
+        o[n][3] *= corr[1];
+      }
     }
 #pragma unroll
     for (int kk = 0; kk < NK / 16; ++kk) {
