@@ -1,5 +1,6 @@
 // The device sampler against the CPU sampler (gpu/sampling/): greedy, temperature, top-k, top-p,
-// min-p, penalties, suppressed EOS, per-request seeds and top-k logprobs, batch 257.
+// min-p, penalties, suppressed EOS, per-request seeds and top-k logprobs, batch 257; and logits
+// with thousands of exact ties, whose crowded buckets take the sampler's fallback path.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -133,6 +134,44 @@ TEST_F(CudaSampler, MatchesCpuSamplerOverParameterGrid) {
     EXPECT_GE(matched, batch - 1);  // a draw landing within rounding of a boundary may differ
     EXPECT_LT(max_lp_err, 1e-4);
   }
+}
+
+TEST_F(CudaSampler, ManyTiedLogitsMatchTheCpuOrder) {
+  // Logits on a 0.5 grid: every level holds up to thousands of ids, more than a bucket compacts.
+  const int vocab = 32000, batch = 96;
+  std::mt19937 rng{11};
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<float> logits(size_t(batch) * vocab);
+  for (auto& x : logits) x = std::round(nd(rng) * 2.0f) / 2.0f;
+  std::vector<gpu::step_sequence> seqs(batch);
+  for (int i = 0; i < batch; ++i) {
+    auto& p = seqs[i].params;
+    seqs[i].seed = rng();
+    seqs[i].num_generated = i;
+    p.temperature = i % 6 == 0 ? 0.0f : 0.4f + 0.2f * float(i % 5);
+    if (i % 3 != 0) p.top_k = i % 3 == 1 ? 1 + int(rng() % 40) : 500 + int(rng() % 9000);
+    if (i % 2 == 1) p.top_p = 0.3f + 0.1f * float(i % 7);
+    if (i % 8 == 5) p.min_p = 0.1f;
+    p.num_logprobs = i % 4 == 0 ? 20 : 3;
+  }
+  auto dev = run_device(logits, vocab, seqs, {});
+  int matched = 0;
+  for (int i = 0; i < batch; ++i) {
+    std::vector<float> row(logits.begin() + size_t(i) * vocab, logits.begin() + size_t(i + 1) * vocab);
+    auto ref = gpu::sample_token(row, seqs[i], {});
+    const auto& got = dev.out[i];
+    if (seqs[i].params.greedy()) {
+      ASSERT_EQ(got.token, ref.token_id) << "greedy row " << i;
+    }
+    matched += got.token == ref.token_id;
+    ASSERT_EQ(ref.top_logprobs.size(), size_t(seqs[i].params.num_logprobs));
+    for (size_t k = 0; k < ref.top_logprobs.size(); ++k) {
+      EXPECT_EQ(got.top_ids[k], ref.top_logprobs[k].token_id) << "row " << i << " rank " << k;
+      EXPECT_NEAR(got.top_logprobs[k], ref.top_logprobs[k].logprob, 1e-4) << "row " << i << " rank " << k;
+    }
+  }
+  std::printf("sampler with tied logits: %d/%d tokens identical to the CPU sampler\n", matched, batch);
+  EXPECT_GE(matched, batch - 1);
 }
 
 TEST_F(CudaSampler, SeedsAreReproducibleAndSpread) {
