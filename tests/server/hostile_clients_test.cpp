@@ -11,6 +11,7 @@
 #include "server/context.hpp"
 #include "server/serve.hpp"
 #include "test_data.hpp"
+#include "ws_client.hpp"
 
 namespace actorserve::testing {
 namespace {
@@ -37,6 +38,17 @@ class HostileClients : public ::testing::Test {
   void TearDown() override {
     engine_->shutdown(0ms);
     server_.reset();
+  }
+  /// A fresh server on the same engine with another --idle-timeout (header deadline 10 s again).
+  void restart(int64_t idle_timeout_s) {
+    server_.reset();
+    engine_config cfg;
+    cfg.server.port = 0;
+    cfg.server.idle_timeout_s = idle_timeout_s;
+    auto srv = server::http_server::start(*engine_, cfg);
+    ASSERT_TRUE(srv.ok()) << srv.err().message;
+    server_ = std::move(*srv);
+    port_ = server_->port();
   }
   int64_t timed_out() { return server_->context().stats.connections_timed_out.load(); }
 
@@ -91,14 +103,8 @@ TEST_F(HostileClients, AKeptAliveConnectionMayIdleLongerThanTheHeaderDeadline) {
 }
 
 TEST_F(HostileClients, ADribbledBodyGetsTheIdleTimeoutNotForever) {
-  server_.reset();
-  engine_config cfg;
-  cfg.server.port = 0;
-  cfg.server.idle_timeout_s = 2;
-  auto srv = server::http_server::start(*engine_, cfg);
-  ASSERT_TRUE(srv.ok());
-  server_ = std::move(*srv);
-  client_socket s(server_->port());
+  restart(2);
+  client_socket s(port_);
   ASSERT_TRUE(s.send_all("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"));
   std::atomic<bool> stop{false};
   std::thread dribbler([&] {
@@ -162,6 +168,47 @@ TEST_F(HostileClients, AcceptBacksOffWhenOutOfDescriptorsAndRecovers) {
     EXPECT_EQ(std::string(buf, 12), "HTTP/1.1 200");
     ::close(fd);
   }
+}
+
+TEST_F(HostileClients, AWebSocketRunsAtMost256RequestsAtOnce) {
+  engine_->step = 100ms;  // 40 steps: every request is still running when the last one arrives
+  ws_client ws(port_);
+  ASSERT_TRUE(ws.ok());
+  timeval tv{10, 0};  // without the cap no error comes: fail, do not hang
+  ::setsockopt(ws.socket().fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const size_t cap = server::session_limits::max_ws_requests;
+  for (size_t i = 0; i <= cap; ++i)
+    ASSERT_TRUE(ws.send_text(R"({"type":"completions","id":"r)" + std::to_string(i) +
+                             R"(","body":{"prompt":"hi","max_tokens":40}})"));
+  std::optional<std::string> error;
+  for (int i = 0; i < 100000 && !error; ++i) {
+    auto text = ws.read_text();
+    ASSERT_TRUE(text.has_value());
+    if (text->find("\"type\":\"error\"") != std::string::npos) error = text;
+  }
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("\"id\":\"r256\""), std::string::npos) << *error;
+  EXPECT_NE(error->find("too many running requests"), std::string::npos) << *error;
+  EXPECT_EQ(engine_->num_submitted.load(), static_cast<int>(cap));
+}
+
+TEST_F(HostileClients, AnIdleWebSocketIsPingedThenClosedWhenThePeerIsSilent) {
+  restart(2);
+  ws_client ws(port_);
+  ASSERT_TRUE(ws.ok());
+  timeval tv{10, 0};
+  ::setsockopt(ws.socket().fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const auto t0 = steady::now();
+  auto ping = ws.read_frame();
+  ASSERT_TRUE(ping.has_value());
+  EXPECT_EQ(ping->opcode, 9);  // after half of --idle-timeout without traffic
+  const double ping_s = std::chrono::duration<double>(steady::now() - t0).count();
+  EXPECT_GT(ping_s, 0.7);
+  EXPECT_LT(ping_s, 3.0);
+  while (ws.read_frame()) {}  // no pong: closed once --idle-timeout passes
+  const double closed_s = std::chrono::duration<double>(steady::now() - t0).count();
+  EXPECT_GT(closed_s, 1.5);
+  EXPECT_LT(closed_s, 6.0);
 }
 
 }  // namespace
