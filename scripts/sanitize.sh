@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Sanitizer suites: configures, builds and runs one or more of
+#   asan  ASan + UBSan (+ LeakSanitizer) over the whole ctest suite, clang, CUDA off, -O1. The same
+#         build dir also builds the libFuzzer targets (ACTORSERVE_FUZZ=ON), so `fuzz` reuses it.
+#   tsan  ThreadSanitizer over the engine and server suites (test_engine, test_server), clang, -O1,
+#         the test groups that run without a CAF actor system (CAF is not instrumented; see
+#         tests/sanitizers/tsan.supp), halt_on_error.
+#   fuzz  scripts/fuzz_smoke.sh: every fuzz target for FUZZ_SECONDS (60) from its seed corpus with a
+#         fixed seed, two targets at a time, in the asan build dir.
+# Usage: scripts/sanitize.sh [asan|tsan|fuzz|all]...   (default: all = asan fuzz tsan)
+# Environment: ASAN_BUILD_DIR (build-sanitize-asan), TSAN_BUILD_DIR (build-sanitize-tsan),
+#   JOBS (2, build and ctest parallelism), SANITIZE_E2E=1 (also run the node e2e tests under ASan;
+#   off by default: they start the server binary and the 1,000-stream load test is slow there),
+#   FUZZ_SECONDS (60). Exit status: non-zero when any phase fails; every phase still runs.
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+asan_build=${ASAN_BUILD_DIR:-$root/build-sanitize-asan}
+tsan_build=${TSAN_BUILD_DIR:-$root/build-sanitize-tsan}
+jobs=${JOBS:-2}
+phases=("$@")
+[ ${#phases[@]} -eq 0 ] && phases=(all)
+[ "${phases[*]}" = all ] && phases=(asan fuzz tsan)
+
+# Sanitizer builds: clang (shares one build with the fuzz targets), Debug with -O1 -g1: fast enough
+# to run, assertions on, line tables for the reports.
+common_cmake=(-G Ninja -DCMAKE_CXX_COMPILER=clang++ -DACTORSERVE_ENABLE_CUDA=OFF
+              -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g1")
+
+# The test executables a build dir defines (tests/CMakeLists.txt and bench/ declare them).
+test_targets() { ninja -C "$1" -t targets all | sed -n 's/^\(test_[a-z0-9_]*\): .*/\1/p' | sort -u; }
+
+run_asan() {
+  cmake -S "$root" -B "$asan_build" "${common_cmake[@]}" -DACTORSERVE_SANITIZE=address -DACTORSERVE_FUZZ=ON \
+    >/dev/null || return 1
+  local targets
+  mapfile -t targets < <(test_targets "$asan_build")
+  [ "${SANITIZE_E2E:-0}" = 1 ] && targets+=(actorserve)
+  ninja -C "$asan_build" -j"$jobs" "${targets[@]}" || return 1
+  local exclude=(-LE e2e)
+  [ "${SANITIZE_E2E:-0}" = 1 ] && exclude=(-LE load)
+  # halt_on_error: the first report fails the test. The fuzz instrumentation makes UBSan
+  # recoverable in config/ and protocol/ (cmake/actorserve_fuzz.cmake); halt_on_error=1 here
+  # makes every UBSan report fatal again.
+  (cd "$asan_build" &&
+   ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
+   UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
+   LSAN_OPTIONS="${LSAN_OPTIONS:-}" \
+   ctest --output-on-failure -j"$jobs" --timeout 900 "${exclude[@]}")
+}
+
+# The engine and server test groups that run without a CAF actor system. Debian's CAF is not
+# TSan-instrumented, so a test that starts an actor system (engine.*, executor_restart.*,
+# offline_generate.*, async_engine.*, ServerEngine.*) reports races in every actor handler; see
+# tests/sanitizers/tsan.supp. TSAN_GROUPS overrides the list (a regex of gtest suite names).
+tsan_groups=${TSAN_GROUPS:-'Auth|ErrorMapping|HostileClients|ServerFake|async_policy|block_pool|cpu_executor_placeholder|pools|scheduler'}
+
+run_tsan() {
+  cmake -S "$root" -B "$tsan_build" "${common_cmake[@]}" -DACTORSERVE_SANITIZE=thread >/dev/null || return 1
+  ninja -C "$tsan_build" -j"$jobs" test_engine test_server || return 1
+  (cd "$tsan_build" &&
+   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
+   ctest --output-on-failure -j"$jobs" --timeout 900 -L '^(engine|server)$' -R "^($tsan_groups)[./]")
+}
+
+run_fuzz() {
+  FUZZ_BUILD_DIR="$asan_build" FUZZ_JOBS="$jobs" FUZZ_PARALLEL="${FUZZ_PARALLEL:-$jobs}" \
+    "$root/scripts/fuzz_smoke.sh" "${FUZZ_SECONDS:-60}"
+}
+
+failed=()
+summary=()
+for phase in "${phases[@]}"; do
+  case "$phase" in asan|tsan|fuzz) ;; *) echo "sanitize.sh: unknown phase '$phase' (asan, tsan, fuzz, all)" >&2; exit 2 ;; esac
+  echo "== sanitize: $phase"
+  start=$(date +%s)
+  "run_$phase"
+  rc=$?
+  took=$(( $(date +%s) - start ))
+  if [ $rc -eq 0 ]; then
+    summary+=("$phase ok ${took} s")
+  else
+    summary+=("$phase FAILED ${took} s")
+    failed+=("$phase")
+  fi
+  echo "== sanitize: $phase $([ $rc -eq 0 ] && echo ok || echo FAILED) in ${took} s"
+done
+echo "sanitize.sh: ${summary[*]/%/;}"
+[ ${#failed[@]} -eq 0 ]
