@@ -202,8 +202,11 @@ int run_abort(const storm_options& o) {
   v.check(end.get("open_connections") <= 1, "every cut connection was closed by the server");
   v.check(probe.status == 200 && token_ids_in(probe.body).size() == 8, "a request after the storm completes");
   if (o.server_pid > 0) {
-    v.check(double(after.rss_kib - base.rss_kib) <= o.rss_slack_mib * 1024,
-            fmt::format("RSS back to its baseline (within {:.0f} MiB)", o.rss_slack_mib));
+    if (o.rss_slack_mib >= 0)
+      v.check(double(after.rss_kib - base.rss_kib) <= o.rss_slack_mib * 1024,
+              fmt::format("RSS back to its baseline (within {:.0f} MiB)", o.rss_slack_mib));
+    else
+      fmt::print("  [--] RSS not checked (--rss-slack-mib < 0)\n");
     v.check(after.threads == base.threads && after.fds <= base.fds + 2, "threads and descriptors back to baseline");
   }
   return v.exit_code();

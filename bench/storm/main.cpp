@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
       {"--ws-fraction", "abort: share of streams sent over WebSocket", &o.ws_fraction},
       {"--warmup", "abort: streams run before the RSS baseline is taken (0: max(50, requests / 10)); enough to touch "
                    "the whole KV pool once", &o.warmup},
-      {"--rss-slack-mib", "abort: RSS after the storm may exceed the baseline by this much", &o.rss_slack_mib},
+      {"--rss-slack-mib", "abort: RSS after the storm may exceed the baseline by this much (< 0: not checked)", &o.rss_slack_mib},
       {"--idle-connections", "hostile: idle connections opened at once", &o.idle_connections},
       {"--slowloris", "hostile: connections dribbling headers or bodies byte by byte", &o.slowloris},
       {"--wellbehaved-requests", "hostile: well-behaved requests per phase (baseline, under attack)",
