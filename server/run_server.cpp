@@ -1,12 +1,28 @@
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include "config/log.hpp"
 #include "server/serve.hpp"
 
 namespace actorserve::server {
 
+int64_t raise_open_file_limit() {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return -1;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  return lim.rlim_cur == RLIM_INFINITY ? INT64_MAX : static_cast<int64_t>(lim.rlim_cur);
+}
+
 int run_server(const engine_config& cfg) {
+  const int64_t descriptors = raise_open_file_limit();
+  if (descriptors >= 0 && descriptors < cfg.server.max_connections + 64)
+    log::warn("--max-connections {} but only {} file descriptors (ulimit -n): connections beyond are refused",
+              cfg.server.max_connections, descriptors);
   // Block SIGINT/SIGTERM before any thread starts, so every thread inherits the mask and the
   // signal is taken here by sigwait, not by an arbitrary engine or I/O thread.
   sigset_t signals;

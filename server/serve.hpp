@@ -39,6 +39,10 @@ class http_server {
   std::unique_ptr<impl> impl_;
 };
 
+/// Raises this process's soft RLIMIT_NOFILE to its hard limit (one descriptor per connection:
+/// the default 1024 caps --max-connections far below its default). Returns the soft limit now.
+int64_t raise_open_file_limit();
+
 /// Starts the engine and the server, logs "listening on http://HOST:PORT", serves until SIGTERM
 /// or SIGINT, then drains (--drain-timeout) and returns 0; returns 1 when start-up fails.
 int run_server(const engine_config& cfg);

@@ -211,5 +211,20 @@ TEST_F(HostileClients, AnIdleWebSocketIsPingedThenClosedWhenThePeerIsSilent) {
   EXPECT_LT(closed_s, 6.0);
 }
 
+TEST(OpenFileLimit, IsRaisedToTheHardLimitForManyConnections) {
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  if (saved.rlim_max != RLIM_INFINITY && saved.rlim_max <= 256) GTEST_SKIP() << "hard limit too low to lower";
+  rlimit low = saved;
+  low.rlim_cur = 256;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  const int64_t now = server::raise_open_file_limit();
+  rlimit after{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &after), 0);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  EXPECT_EQ(after.rlim_cur, saved.rlim_max);
+  EXPECT_GT(now, 256);
+}
+
 }  // namespace
 }  // namespace actorserve::testing
