@@ -1,8 +1,12 @@
-// CUDA kernel and executor timings on the device: paged attention (decode and prefill), the
-// device sampler, and the executor's prefill and decode steps (eager and graph) on the
-// llama-hd128-bf16 fixture.   bench_cuda_kernels [--out DIR]
+// CUDA kernel and executor timings on the device: a Llama-3-8B-shaped decode step broken down by
+// kernel class (random bf16 weights, each class replayed as a CUDA graph), the GEMM sweep of
+// cuBLAS against the decode GEMV per projection and row count, paged attention (decode and
+// prefill), the device sampler, and the executor's prefill and decode steps (eager and graph) on
+// the llama-hd128-bf16 fixture.
+//   bench_cuda_kernels [--out DIR] [--only attention|sampler|step|executor]
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -10,14 +14,18 @@
 #include <cstring>
 #include <fstream>
 #include <future>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "gpu/cuda/attention/backend.hpp"
 #include "gpu/cuda/attention_plan.hpp"
 #include "gpu/cuda/cuda_executor.hpp"
+#include "gpu/cuda/cuda_model.hpp"
 #include "gpu/cuda/device_info.hpp"
+#include "gpu/cuda/gemv_kernel.hpp"
 #include "gpu/cuda/kernels.hpp"
 
 namespace cuda = actorserve::gpu::cuda;
@@ -30,7 +38,11 @@ FILE* g_out = nullptr;
 template <class... A>
 void report(const char* fmt, A... a) {
   std::printf(fmt, a...);
-  if (g_out) std::fprintf(g_out, fmt, a...);
+  std::fflush(stdout);
+  if (g_out) {
+    std::fprintf(g_out, fmt, a...);
+    std::fflush(g_out);
+  }
 }
 
 template <class F>
@@ -114,16 +126,32 @@ void bench_attention(int batch, int ctx, int q_len, int num_sms) {
     cudaFree(const_cast<void*>(p));
 }
 
-void bench_sampler(int batch, int vocab, bool random) {
+/// Sampling settings of a sampler run.
+enum class sampler_mode { greedy, temperature, top_k, top_p, min_p, mixed };
+
+const char* mode_name(sampler_mode m) {
+  switch (m) {
+    case sampler_mode::greedy: return "greedy";
+    case sampler_mode::temperature: return "temperature 0.8";
+    case sampler_mode::top_k: return "temperature 0.8, top-k 50";
+    case sampler_mode::top_p: return "temperature 0.8, top-p 0.9";
+    case sampler_mode::min_p: return "temperature 0.8, min-p 0.05";
+    default: return "temperature 0.8, top-p 0.9, top-k 50 on half";
+  }
+}
+
+void bench_sampler(int batch, int vocab, sampler_mode mode) {
   std::mt19937 rng(2);
   std::normal_distribution<float> nd(0, 3);
   std::vector<float> logits(static_cast<size_t>(batch) * vocab);
   for (auto& x : logits) x = nd(rng);
   std::vector<cuda::sample_seq> ss(static_cast<size_t>(batch));
   for (int i = 0; i < batch; ++i) {
+    const bool random = mode != sampler_mode::greedy;
     ss[i].temperature = random ? 0.8f : 0.0f;
-    ss[i].top_k = random && i % 2 ? 50 : -1;
-    ss[i].top_p = random ? 0.9f : 1.0f;
+    if (mode == sampler_mode::top_k || (mode == sampler_mode::mixed && i % 2)) ss[i].top_k = 50;
+    if (mode == sampler_mode::top_p || mode == sampler_mode::mixed) ss[i].top_p = 0.9f;
+    if (mode == sampler_mode::min_p) ss[i].min_p = 0.05f;
     ss[i].num_logprobs = 5;
     ss[i].seed = uint64_t(i);
   }
@@ -133,13 +161,361 @@ void bench_sampler(int batch, int vocab, bool random) {
   auto* d_mask = upload(std::vector<int32_t>(1));
   auto* d_out = static_cast<cuda::sample_out*>(dmalloc(size_t(batch) * sizeof(cuda::sample_out)));
   const double ms = time_ms([&] { cuda::sample_tokens(d_logits, batch, vocab, d_ss, d_pen, d_mask, d_out, nullptr); }, 5);
-  report("sampler batch %d vocab %d %s (5 top logprobs): %.3f ms\n", batch, vocab,
-         random ? "temperature 0.8, top-p 0.9, top-k 50 on half" : "greedy", ms);
+  report("sampler batch %d vocab %d %s (5 top logprobs): %.3f ms\n", batch, vocab, mode_name(mode), ms);
   cudaFree(d_logits);
   cudaFree(d_ss);
   cudaFree(d_pen);
   cudaFree(d_mask);
   cudaFree(d_out);
+}
+
+/// Average ms of one replay of a CUDA graph that captures `f` (enqueued on `s`).
+template <class F>
+double graph_ms(cudaStream_t s, F&& f, int iters = 10) {
+  f();
+  cudaStreamSynchronize(s);
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t e = nullptr;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  f();
+  if (cudaStreamEndCapture(s, &g) != cudaSuccess || cudaGraphInstantiate(&e, g, 0) != cudaSuccess) {
+    std::printf("graph capture failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+    if (g) cudaGraphDestroy(g);
+    return -1.0;
+  }
+  cudaGraphLaunch(e, s);
+  cudaStreamSynchronize(s);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaEventRecord(a, s);
+  for (int i = 0; i < iters; ++i) cudaGraphLaunch(e, s);
+  cudaEventRecord(b, s);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(e);
+  cudaGraphDestroy(g);
+  if (auto err = cudaGetLastError(); err != cudaSuccess) {
+    std::printf("CUDA error: %s\n", cudaGetErrorString(err));
+    return -1.0;
+  }
+  return ms / iters;
+}
+
+// Llama-3-8B's shapes, and the simulated decode state: every sequence at kSimContext tokens.
+constexpr int kHidden = 4096, kInter = 14336, kHeads = 32, kKvHeads = 8, kHeadDim = 128, kVocab = 128256;
+constexpr int kLayers = 32, kQkvWidth = (kHeads + 2 * kKvHeads) * kHeadDim;
+constexpr int kSimMaxBatch = 64, kSimContext = 256, kSimBlock = 16;
+constexpr int kSimBlocksPerSeq = kSimContext / kSimBlock + 1;
+constexpr double kCopyGBs = 4150.0;  // measured H200 copy bandwidth (issue #8)
+
+enum op_class { op_norm, op_qkv, op_rope, op_attn, op_o, op_gate_up, op_silu, op_down, op_lm_head, op_sample,
+                op_count };
+const char* const op_names[op_count] = {"add_rmsnorm", "qkv gemm", "rope_kv_write", "attention", "o gemm",
+                                        "gate_up gemm", "silu_and_mul", "down gemm", "lm_head gemm", "sample (greedy)"};
+constexpr unsigned all_ops = (1u << op_count) - 1;
+
+/// A Llama-3-8B-shaped model with random bf16 weights and the buffers of one decode step, run
+/// through the executor's own launchers in cuda_step.cpp's order.
+class decode_sim {
+ public:
+  decode_sim() {
+    cudaStreamCreate(&s_);
+    if (!gemm_.init(s_, size_t(32) << 20).ok()) { std::fprintf(stderr, "cuBLAS init failed\n"); std::exit(1); }
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> ud(-0.05f, 0.05f);
+    std::vector<float> noise(size_t(1) << 24);
+    for (auto& v : noise) v = ud(rng);
+    noise_ = upload(noise);
+    for (int l = 0; l < kLayers; ++l) {
+      cuda::device_layer d;
+      d.qkv = weights(size_t(kQkvWidth) * kHidden);
+      d.o = weights(size_t(kHidden) * kHeads * kHeadDim);
+      d.gate_up = weights(size_t(2) * kInter * kHidden);
+      d.down = weights(size_t(kHidden) * kInter);
+      layers_.push_back(d);
+      k_cache_.push_back(dmalloc(cache_bytes()));
+      v_cache_.push_back(dmalloc(cache_bytes()));
+    }
+    lm_head_ = weights(size_t(kVocab) * kHidden);
+    norm_w_ = upload(std::vector<float>(kHidden, 1.0f));
+    std::vector<float> inv_freq(kHeadDim / 2);
+    for (int i = 0; i < kHeadDim / 2; ++i) inv_freq[i] = std::pow(500000.0f, -2.0f * i / kHeadDim);
+    inv_freq_ = upload(inv_freq);
+    const size_t B = kSimMaxBatch;
+    residual_ = static_cast<float*>(dmalloc(B * kHidden * 4));
+    delta_ = static_cast<float*>(dmalloc(B * kHidden * 4));
+    x_ = dmalloc(B * kHidden * 2);
+    qkv_ = static_cast<float*>(dmalloc(B * kQkvWidth * 4));
+    attn_ = dmalloc(B * kHeads * kHeadDim * 2);
+    gate_up_ = static_cast<float*>(dmalloc(B * 2 * kInter * 4));
+    act_ = dmalloc(B * kInter * 2);
+    logits_ = static_cast<float*>(dmalloc(B * kVocab * 4));
+    sample_seqs_ = upload(std::vector<cuda::sample_seq>(B));
+    penalties_ = upload(std::vector<cuda::penalty_token>(1));
+    masks_ = upload(std::vector<int32_t>(1));
+    out_ = static_cast<cuda::sample_out*>(dmalloc(B * sizeof(cuda::sample_out)));
+    cuda::attention_shape shape;
+    shape.num_heads = kHeads;
+    shape.num_kv_heads = kKvHeads;
+    shape.head_dim = kHeadDim;
+    shape.block_size = kSimBlock;
+    auto be = cuda::make_attention_backend(actorserve::kv_cache_layout::vllm, shape);
+    if (!be) { std::fprintf(stderr, "attention backend: %s\n", be.err().message.c_str()); std::exit(1); }
+    attention_ = std::move(*be);
+    const size_t partials = size_t(std::max(attention_->max_partials(), 1));
+    part_o_ = static_cast<float*>(dmalloc(partials * cuda::attn_tile_rows * kHeadDim * 4));
+    part_lse_ = static_cast<float*>(dmalloc(partials * cuda::attn_tile_rows * 2 * 4));
+    cudaStreamSynchronize(s_);
+  }
+  decode_sim(const decode_sim&) = delete;
+  decode_sim& operator=(const decode_sim&) = delete;
+  ~decode_sim() {
+    cudaDeviceSynchronize();
+    for (void* p : owned_) cudaFree(p);
+    cudaStreamDestroy(s_);
+  }
+
+  cudaStream_t stream() const { return s_; }
+  cuda::gemm_runner& gemm() { return gemm_; }
+  const cuda::device_layer& layer(int l) const { return layers_[size_t(l)]; }
+  void* lm_head() const { return lm_head_; }
+  void* x() const { return x_; }
+  void* act() const { return act_; }
+  float* out_f32() const { return logits_; }
+
+  /// Plans attention and the KV writes for `batch` decoding sequences.
+  void prepare(int batch) {
+    std::vector<int32_t> bt(size_t(batch) * kSimBlocksPerSeq);
+    std::iota(bt.begin(), bt.end(), 0);
+    std::shuffle(bt.begin(), bt.end(), std::mt19937(uint32_t(batch)));
+    std::vector<cuda::attn_seq> seqs(static_cast<size_t>(batch));
+    std::vector<int32_t> positions(static_cast<size_t>(batch), kSimContext - 1), slots(static_cast<size_t>(batch));
+    for (int s = 0; s < batch; ++s) {
+      seqs[s] = {s, 1, kSimContext, s * kSimBlocksPerSeq};
+      const int p = kSimContext - 1;
+      slots[s] = bt[size_t(s) * kSimBlocksPerSeq + p / kSimBlock] * kSimBlock + p % kSimBlock;
+    }
+    const cuda::attention_plan plan = attention_->plan(seqs);
+    const cuda::attention_grids g = attention_->grids(plan);
+    const int32_t n_prefill = int32_t(plan.items.size()) - plan.num_decode_items;
+    launch_ = {};
+    launch_.q = qkv_;
+    launch_.q_stride = kQkvWidth;
+    launch_.block_tables = upload(bt);
+    launch_.seqs = upload(seqs);
+    launch_.items = upload(plan.items);
+    launch_.combines = upload(plan.combines);
+    launch_.counts = upload(std::vector<int32_t>{n_prefill, int32_t(plan.combines.size()), plan.num_decode_items, 0});
+    launch_.prefill_grid = g.prefill;
+    launch_.decode_grid = g.decode;
+    launch_.combine_grid = g.combine;
+    launch_.partial_o = part_o_;
+    launch_.partial_lse = part_lse_;
+    launch_.out = attn_;
+    launch_.num_heads = kHeads;
+    launch_.num_kv_heads = kKvHeads;
+    launch_.head_dim = kHeadDim;
+    launch_.block_size = kSimBlock;
+    launch_.scale = 1.0f / std::sqrt(float(kHeadDim));
+    rope_ = {};
+    rope_.qkv = qkv_;
+    rope_.positions = upload(positions);
+    rope_.slots = upload(slots);
+    rope_.inv_freq = inv_freq_;
+    rope_.n = batch;
+    rope_.num_heads = kHeads;
+    rope_.num_kv_heads = kKvHeads;
+    rope_.head_dim = kHeadDim;
+    batch_ = batch;
+  }
+
+  /// Enqueues the kernels of `classes` (bit set of op_class) of one decode step.
+  void enqueue(unsigned classes) {
+    const auto on = [&](op_class c) { return (classes >> c) & 1u; };
+    const auto dt = cuda::act_dtype::bf16;
+    const int n = batch_;
+    const float eps = 1e-5f;
+    for (int l = 0; l < kLayers; ++l) {
+      const cuda::device_layer& w = layers_[size_t(l)];
+      if (on(op_norm))
+        cuda::add_rmsnorm(dt, residual_, l == 0 ? nullptr : delta_, nullptr, norm_w_, eps, nullptr, n, kHidden, x_, s_);
+      if (on(op_qkv)) (void)gemm_.run(dt, x_, n, kHidden, w.qkv, kQkvWidth, qkv_);
+      rope_.k_cache = k_cache_[size_t(l)];
+      rope_.v_cache = v_cache_[size_t(l)];
+      launch_.k_cache = rope_.k_cache;
+      launch_.v_cache = rope_.v_cache;
+      if (on(op_rope)) cuda::rope_kv_write(dt, rope_, s_);
+      if (on(op_attn)) attention_->run(launch_, s_);
+      if (on(op_o)) (void)gemm_.run(dt, attn_, n, kHeads * kHeadDim, w.o, kHidden, delta_);
+      if (on(op_norm))
+        cuda::add_rmsnorm(dt, residual_, delta_, nullptr, norm_w_, eps, nullptr, n, kHidden, x_, s_);
+      if (on(op_gate_up)) (void)gemm_.run(dt, x_, n, kHidden, w.gate_up, 2 * kInter, gate_up_);
+      if (on(op_silu)) cuda::silu_and_mul(dt, gate_up_, n, kInter, act_, s_);
+      if (on(op_down)) (void)gemm_.run(dt, act_, n, kInter, w.down, kHidden, delta_);
+    }
+    if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta_, nullptr, norm_w_, eps, nullptr, n, kHidden, x_, s_);
+    if (on(op_lm_head)) (void)gemm_.run(dt, x_, n, kHidden, lm_head_, kVocab, logits_);
+    if (on(op_sample)) cuda::sample_tokens(logits_, n, kVocab, sample_seqs_, penalties_, masks_, out_, s_);
+  }
+
+ private:
+  template <class T>
+  T* upload(const std::vector<T>& v) {
+    T* p = ::upload(v);
+    owned_.push_back(p);
+    return p;
+  }
+  void* dmalloc(size_t bytes) {
+    void* p = ::dmalloc(bytes);
+    owned_.push_back(p);
+    return p;
+  }
+  /// A bf16 matrix of n elements filled with uniform noise.
+  void* weights(size_t n) {
+    void* p = dmalloc(n * 2);
+    const size_t chunk = size_t(1) << 24;
+    for (size_t off = 0; off < n; off += chunk)
+      cuda::convert_to_act(cuda::act_dtype::bf16, noise_, cuda::src_dtype::f32, static_cast<char*>(p) + off * 2,
+                           std::min(chunk, n - off), s_);
+    return p;
+  }
+  static size_t cache_bytes() { return size_t(kSimMaxBatch) * kSimBlocksPerSeq * kSimBlock * kKvHeads * kHeadDim * 2; }
+
+  cudaStream_t s_ = nullptr;
+  cuda::gemm_runner gemm_;
+  std::vector<void*> owned_;
+  float* noise_ = nullptr;
+  std::vector<cuda::device_layer> layers_;
+  std::vector<void*> k_cache_, v_cache_;
+  void* lm_head_ = nullptr;
+  float *norm_w_ = nullptr, *inv_freq_ = nullptr;
+  float *residual_ = nullptr, *delta_ = nullptr, *qkv_ = nullptr, *gate_up_ = nullptr, *logits_ = nullptr;
+  void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
+  cuda::sample_seq* sample_seqs_ = nullptr;
+  cuda::penalty_token* penalties_ = nullptr;
+  int32_t* masks_ = nullptr;
+  cuda::sample_out* out_ = nullptr;
+  std::unique_ptr<cuda::attention_backend> attention_;
+  float *part_o_ = nullptr, *part_lse_ = nullptr;
+  cuda::attn_launch launch_;
+  cuda::rope_kv_args rope_;
+  int batch_ = 1;
+};
+
+/// One projection of the sweep: its weights per layer (or the single lm_head) and its operands.
+struct projection {
+  const char* name;
+  int n, k;
+  bool per_layer;
+};
+
+/// cuBLAS against the GEMV (4, 2 and 1 weight rows per block) per projection and row count: µs
+/// per call and weight GB/s, each projection replayed over all 32 layers' weights (13.9 GB:
+/// nothing stays in L2).
+void bench_gemm_sweep(decode_sim& sim) {
+  const projection projs[] = {{"qkv", kQkvWidth, kHidden, true},
+                              {"o", kHidden, kHeads * kHeadDim, true},
+                              {"gate_up", 2 * kInter, kHidden, true},
+                              {"down", kHidden, kInter, true},
+                              {"lm_head", kVocab, kHidden, false}};
+  report("\n## GEMM sweep (bf16 in, fp32 out; weight GB/s vs %.0f GB/s copy)\n", kCopyGBs);
+  report("| proj | n x k | m | cuBLAS us | cuBLAS GB/s | gemv r4 us | gemv r2 us | gemv r1 us | best gemv GB/s | "
+         "best gemv/cuBLAS | best + PDL us | PDL GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const projection& p : projs) {
+    for (int m : {1, 2, 3, 4, 8, 16, 64}) {
+      const int calls = p.per_layer ? kLayers : 1;
+      const auto time_mode = [&](int max_rows, int rows_per_block) {
+        sim.gemm().set_gemv_max_rows(max_rows);
+        sim.gemm().set_gemv_rows_per_block(rows_per_block);
+        return graph_ms(sim.stream(), [&] {
+          for (int l = 0; l < calls; ++l) {
+            const cuda::device_layer& w = sim.layer(l);
+            const void* wt = !p.per_layer ? sim.lm_head()
+                             : p.k == kInter ? w.down
+                             : p.n == kQkvWidth ? w.qkv
+                             : p.n == kHidden ? w.o
+                                              : w.gate_up;
+            (void)sim.gemm().run(cuda::act_dtype::bf16, p.k == kInter ? sim.act() : sim.x(), m, p.k, wt, p.n,
+                                 sim.out_f32());
+          }
+        }) * 1000.0 / calls;
+      };
+      const double bytes = double(p.n) * p.k * 2;
+      const double cublas_us = time_mode(0, 0);
+      report("| %s | %d x %d | %d | %.1f | %.0f |", p.name, p.n, p.k, m, cublas_us, bytes / cublas_us / 1e3);
+      if (m > cuda::gemv_max_m) {
+        report(" - | - | - | - | - | - | - |\n");
+        continue;
+      }
+      double best = 1e30;
+      int best_r = 4;
+      for (int r : {4, 2, 1}) {
+        if (r < 4 && m > 2) {
+          report(" - |");
+          continue;
+        }
+        const double us = time_mode(cuda::gemv_max_m, r);
+        if (us < best) {
+          best = us;
+          best_r = r;
+        }
+        report(" %.1f |", us);
+      }
+      cuda::set_programmatic_launch(true);
+      const double pdl_us = time_mode(cuda::gemv_max_m, best_r);
+      cuda::set_programmatic_launch(false);  // the other columns: plain launches
+      report(" %.0f | %.2f | %.1f | %.0f |\n", bytes / best / 1e3, best / cublas_us, pdl_us, bytes / pdl_us / 1e3);
+    }
+  }
+  sim.gemm().set_gemv_max_rows(cuda::default_gemv_max_rows);
+  sim.gemm().set_gemv_rows_per_block(0);
+}
+
+/// The decode step's GPU time per kernel class at each batch, under a GEMM dispatch.
+void bench_step_breakdown(decode_sim& sim, int gemv_rows, bool pdl, const char* label) {
+  sim.gemm().set_gemv_max_rows(gemv_rows);
+  cuda::set_programmatic_launch(pdl);
+  report("\n## Llama-3-8B decode step, context %d, %s: ms per step by kernel class (CUDA graph replays)\n",
+         kSimContext, label);
+  const int batches[] = {1, 8, 16, 32, 64};
+  report("| class |");
+  for (int b : batches) report(" batch %d |", b);
+  report("\n|---|");
+  for (size_t i = 0; i < std::size(batches); ++i) report("---|");
+  report("\n");
+  std::vector<std::vector<double>> ms(op_count + 2, std::vector<double>(std::size(batches)));
+  for (size_t bi = 0; bi < std::size(batches); ++bi) {
+    sim.prepare(batches[bi]);
+    double sum = 0;
+    for (int c = 0; c < op_count; ++c) {
+      ms[c][bi] = graph_ms(sim.stream(), [&] { sim.enqueue(1u << c); });
+      sum += ms[c][bi];
+    }
+    ms[op_count][bi] = sum;
+    ms[op_count + 1][bi] = graph_ms(sim.stream(), [&] { sim.enqueue(all_ops); });
+  }
+  for (int c = 0; c < op_count + 2; ++c) {
+    report("| %s |", c < op_count ? op_names[c] : c == op_count ? "sum of classes" : "**whole step**");
+    for (size_t bi = 0; bi < std::size(batches); ++bi) report(" %.3f |", ms[c][bi]);
+    report("\n");
+  }
+  const double weight_bytes = double(kLayers) * (double(kQkvWidth) * kHidden + double(kHidden) * kHeads * kHeadDim +
+                                                 2.0 * kInter * kHidden + double(kHidden) * kInter) * 2 +
+                              double(kVocab) * kHidden * 2;
+  report("| GEMM weight GB/s |");
+  for (size_t bi = 0; bi < std::size(batches); ++bi) {
+    const double gemm_ms = ms[op_qkv][bi] + ms[op_o][bi] + ms[op_gate_up][bi] + ms[op_down][bi] + ms[op_lm_head][bi];
+    report(" %.0f |", weight_bytes / gemm_ms / 1e6);
+  }
+  report("\n| step tok/s (batch x 1000 / step ms) |");
+  for (size_t bi = 0; bi < std::size(batches); ++bi) report(" %.1f |", batches[bi] * 1000.0 / ms[op_count + 1][bi]);
+  report("\n");
+  sim.gemm().set_gemv_max_rows(cuda::default_gemv_max_rows);
+  cuda::set_programmatic_launch(false);
 }
 
 gpu::step_result run(gpu::executor& ex, gpu::step_batch b) {
@@ -197,9 +573,12 @@ void bench_executor(const std::string& dir, bool eager) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string out_dir;
-  for (int i = 1; i + 1 < argc; ++i)
+  std::string out_dir, only;
+  for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--out") == 0) out_dir = argv[i + 1];
+    if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
+  }
+  const auto want = [&](const char* section) { return only.empty() || only == section; };
   if (cuda::device_count() == 0) {
     std::printf("no CUDA device: nothing to measure\n");
     return 0;
@@ -207,14 +586,28 @@ int main(int argc, char** argv) {
   if (!out_dir.empty()) g_out = std::fopen((out_dir + "/bench_cuda_kernels.txt").c_str(), "w");
   const auto p = cuda::properties(0);
   report("device: %s, %d SMs\n", p.name.c_str(), p.num_sms);
-  for (int batch : {1, 16, 64, 256}) bench_attention(batch, 4096, 1, p.num_sms);
-  bench_attention(1, 32768, 1, p.num_sms);
-  bench_attention(1, 2048, 2048, p.num_sms);
-  bench_attention(4, 512, 512, p.num_sms);
-  for (bool random : {false, true}) bench_sampler(256, 128256, random);
-  bench_sampler(1, 128256, true);
+  if (want("attention")) {
+    for (int batch : {1, 16, 64, 256}) bench_attention(batch, 4096, 1, p.num_sms);
+    bench_attention(1, 32768, 1, p.num_sms);
+    bench_attention(1, 2048, 2048, p.num_sms);
+    bench_attention(4, 512, 512, p.num_sms);
+  }
+  if (want("sampler"))
+    for (int batch : {1, 64, 256})
+      for (auto mode : {sampler_mode::greedy, sampler_mode::temperature, sampler_mode::top_k, sampler_mode::top_p,
+                        sampler_mode::min_p, sampler_mode::mixed})
+        bench_sampler(batch, 128256, mode);
+  if (want("step")) {
+    decode_sim sim;
+    cuda::set_programmatic_launch(false);
+    bench_gemm_sweep(sim);
+    bench_step_breakdown(sim, 0, false, "all GEMMs on cuBLAS, no programmatic launches");
+    bench_step_breakdown(sim, cuda::default_gemv_max_rows, false, "default dispatch, no programmatic launches");
+    bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, "default dispatch, programmatic launches");
+    cuda::set_programmatic_launch(true);
+  }
   const char* data = std::getenv("ACTORSERVE_TEST_DATA");
-  if (data) {
+  if (data && want("executor")) {
     bench_executor(std::string(data) + "/models/llama-hd128-bf16", true);
     bench_executor(std::string(data) + "/models/llama-hd128-bf16", false);
   }

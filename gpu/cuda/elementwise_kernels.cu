@@ -28,6 +28,7 @@ __global__ void convert_f32_kernel(const void* src, src_dtype sd, float* dst, si
 
 template <class T>
 __global__ void embedding_kernel(const T* table, const int32_t* ids, int hidden, float* out) {
+  pdl_begin();
   const int t = blockIdx.x;
   const T* row = table + size_t(ids[t]) * hidden;
   float* o = out + size_t(t) * hidden;
@@ -38,6 +39,7 @@ template <class T>
 __global__ void add_rmsnorm_kernel(float* residual, const float* delta, const float* bias, const float* weight,
                                    float eps, const int32_t* rows, int hidden, T* out) {
   __shared__ float scratch[32];
+  pdl_begin();
   const int i = blockIdx.x;
   const int r = rows ? rows[i] : i;
   float* res = residual + size_t(r) * hidden;
@@ -59,6 +61,7 @@ __global__ void add_rmsnorm_kernel(float* residual, const float* delta, const fl
 
 template <class T>
 __global__ void silu_mul_kernel(const float* gu, int n, int inter, T* out) {
+  pdl_begin();
   const size_t total = size_t(n) * inter;
   for (size_t idx = blockIdx.x * size_t(blockDim.x) + threadIdx.x; idx < total; idx += size_t(gridDim.x) * blockDim.x) {
     const size_t t = idx / inter, i = idx % inter;
@@ -67,8 +70,12 @@ __global__ void silu_mul_kernel(const float* gu, int n, int inter, T* out) {
   }
 }
 
+/// Grid (tokens, kRopeSplit): each token's heads are spread over kRopeSplit blocks.
+constexpr int kRopeSplit = 4;
+
 template <class T>
 __global__ void rope_kv_kernel(rope_kv_args a) {
+  pdl_begin();
   const int t = blockIdx.x;
   const int D = a.head_dim, half = D / 2, H = a.num_heads, KVH = a.num_kv_heads;
   const int width = (H + 2 * KVH) * D;
@@ -77,8 +84,9 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
   const int slot = a.slots[t];
   T* kc = static_cast<T*>(a.k_cache);
   T* vc = static_cast<T*>(a.v_cache);
+  const int first = blockIdx.y * blockDim.x + threadIdx.x, stride = gridDim.y * blockDim.x;
   // q and k heads: rotate pairs (i, i + half).
-  for (int idx = threadIdx.x; idx < (H + KVH) * half; idx += blockDim.x) {
+  for (int idx = first; idx < (H + KVH) * half; idx += stride) {
     const int h = idx / half, i = idx % half;
     const int c0 = h * D + i, c1 = c0 + half;
     float x1 = row[c0], x2 = row[c1];
@@ -96,7 +104,7 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
     }
   }
   if (slot < 0) return;
-  for (int idx = threadIdx.x; idx < KVH * D; idx += blockDim.x) {
+  for (int idx = first; idx < KVH * D; idx += stride) {
     const int c = (H + KVH) * D + idx;
     float v = row[c];
     if (a.bias) v += a.bias[c];
@@ -117,7 +125,12 @@ int grid_for(size_t n, int threads) {
   return int(g < 65536 ? (g == 0 ? 1 : g) : 65536);
 }
 
+bool g_programmatic_launch = true;
+
 }  // namespace
+
+void set_programmatic_launch(bool on) { g_programmatic_launch = on; }
+bool programmatic_launch() { return g_programmatic_launch; }
 
 int convert_to_act(act_dtype dt, const void* src, src_dtype sd, void* dst, size_t n, cudaStream_t s) {
   AS_DISPATCH_ACT(dt, convert_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(src, sd, static_cast<T*>(dst), n));
@@ -132,7 +145,8 @@ int convert_to_f32(const void* src, src_dtype sd, float* dst, size_t n, cudaStre
 int embedding_gather(act_dtype dt, const void* table, const int32_t* ids, int n, int hidden, float* out,
                      cudaStream_t s) {
   if (n == 0) return 0;
-  AS_DISPATCH_ACT(dt, embedding_kernel<T><<<n, 256, 0, s>>>(static_cast<const T*>(table), ids, hidden, out));
+  AS_DISPATCH_ACT(dt, launch_pdl(embedding_kernel<T>, dim3(n), dim3(256), s, static_cast<const T*>(table), ids, hidden,
+                                 out));
   return cudaGetLastError();
 }
 
@@ -140,21 +154,21 @@ int add_rmsnorm(act_dtype dt, float* residual, const float* delta, const float* 
                 float eps, const int32_t* rows, int n, int hidden, void* out, cudaStream_t s) {
   if (n == 0) return 0;
   const int threads = hidden >= 1024 ? 1024 : ((hidden + 31) / 32) * 32;
-  AS_DISPATCH_ACT(dt, add_rmsnorm_kernel<T><<<n, threads, 0, s>>>(residual, delta, bias, weight, eps, rows, hidden,
-                                                                  static_cast<T*>(out)));
+  AS_DISPATCH_ACT(dt, launch_pdl(add_rmsnorm_kernel<T>, dim3(n), dim3(threads), s, residual, delta, bias, weight, eps,
+                                 rows, hidden, static_cast<T*>(out)));
   return cudaGetLastError();
 }
 
 int silu_and_mul(act_dtype dt, const float* gate_up, int n, int inter, void* out, cudaStream_t s) {
   if (n == 0) return 0;
-  AS_DISPATCH_ACT(dt, silu_mul_kernel<T><<<grid_for(size_t(n) * inter, 256), 256, 0, s>>>(gate_up, n, inter,
-                                                                                         static_cast<T*>(out)));
+  AS_DISPATCH_ACT(dt, launch_pdl(silu_mul_kernel<T>, dim3(grid_for(size_t(n) * inter, 256)), dim3(256), s, gate_up, n,
+                                 inter, static_cast<T*>(out)));
   return cudaGetLastError();
 }
 
 int rope_kv_write(act_dtype dt, const rope_kv_args& a, cudaStream_t s) {
   if (a.n == 0) return 0;
-  AS_DISPATCH_ACT(dt, rope_kv_kernel<T><<<a.n, 256, 0, s>>>(a));
+  AS_DISPATCH_ACT(dt, launch_pdl(rope_kv_kernel<T>, dim3(a.n, kRopeSplit), dim3(256), s, a));
   return cudaGetLastError();
 }
 

@@ -52,6 +52,30 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(v);
 }
 
+/// First statement of a kernel launched by launch_pdl: lets the next kernel start launching, then
+/// waits until the previous one has finished and its writes are visible (no-ops without PDL).
+__device__ __forceinline__ void pdl_begin() {
+  asm volatile("griddepcontrol.launch_dependents;");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+/// Launches `kernel` on `s`, as a programmatic dependent of the previous kernel when
+/// programmatic_launch() is on; the kernel must start with pdl_begin() (or wait before it reads
+/// or writes anything the previous kernels touch). Returns the launch's cudaError_t.
+template <class... P, class... A>
+cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.stream = s;
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = programmatic_launch() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 /// Launches with dt dispatched to the element type T (__nv_bfloat16 or __half).
 #define AS_DISPATCH_ACT(dt, ...)                  \
   do {                                            \

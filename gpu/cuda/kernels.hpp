@@ -10,6 +10,12 @@
 
 namespace actorserve::gpu::cuda {
 
+/// Whether the step's kernels (embedding, norms, rope, SiLU, the sampler and the GEMV) launch as
+/// programmatic dependents of the kernel before them (sm_90 PDL): their blocks are scheduled while
+/// that one drains and wait for it before touching its outputs. Process-wide; default on.
+void set_programmatic_launch(bool on);
+bool programmatic_launch();
+
 /// Element type of weights, GEMM inputs and the KV cache.
 enum class act_dtype { bf16, fp16 };
 

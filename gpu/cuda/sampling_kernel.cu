@@ -446,6 +446,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int voc
                                                           const penalty_token* pen, const int32_t* mask_ids,
                                                           sample_out* outs) {
   __shared__ block_scratch sh;
+  dev::pdl_begin();
   const sample_seq sp = seqs[blockIdx.x];
   float* row = logits + size_t(blockIdx.x) * vocab;
   sample_out* out = outs + blockIdx.x;
@@ -508,7 +509,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int voc
 int sample_tokens(float* logits, int num_seqs, int vocab, const sample_seq* seqs, const penalty_token* penalty_tokens,
                   const int32_t* mask_ids, sample_out* out, cudaStream_t s) {
   if (num_seqs == 0) return 0;
-  sample_kernel<<<num_seqs, kThreads, 0, s>>>(logits, vocab, seqs, penalty_tokens, mask_ids, out);
+  dev::launch_pdl(sample_kernel, dim3(num_seqs), dim3(kThreads), s, logits, vocab, seqs, penalty_tokens, mask_ids, out);
   return cudaGetLastError();
 }
 
