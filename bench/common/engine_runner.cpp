@@ -37,7 +37,8 @@ std::string gpu_idle_lines(const actors::engine_stats& b, const actors::engine_s
   auto line = [](const char* what, int64_t steps, int64_t busy_us, int64_t idle_us, int64_t seqs) {
     const double busy = double(busy_us) / 1000.0, wall = double(busy_us + idle_us) / 1000.0;
     const double idle_pct = wall > 0 ? 100.0 * (1.0 - busy / wall) : 0.0;
-    std::string s = fmt::format("{} {:.2f} % (busy {:.1f} ms of {:.1f} ms, {} steps", what, idle_pct, busy, wall, steps);
+    std::string s =
+        fmt::format("{} {:.2f} % (busy {:.1f} ms of {:.1f} ms, {} steps", what, idle_pct, busy, wall, steps);
     if (seqs >= 0) s += fmt::format(", batch mean {:.1f}", double(seqs) / double(std::max<int64_t>(steps, 1)));
     return s + ")\n";
   };

@@ -152,7 +152,8 @@ step_result cpu_executor::run_step_sync(const step_batch& batch, std::vector<std
     // Placeholders become the tokens the previous step sampled (steps run in submission order).
     resolved_.clear();
     for (const auto& s : batch.seqs)
-      if (s.new_tokens.size() == 1 && s.new_tokens[0] == previous_token) resolved_.push_back(last_sampled_.at(s.seq_id));
+      if (s.new_tokens.size() == 1 && s.new_tokens[0] == previous_token)
+        resolved_.push_back(last_sampled_.at(s.seq_id));
     std::vector<cpu::forward_seq> seqs;
     seqs.reserve(batch.seqs.size());
     size_t k = 0;

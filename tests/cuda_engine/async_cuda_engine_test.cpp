@@ -84,7 +84,8 @@ TEST_F(AsyncCudaEngine, OutputsEqualTheOneStepEngineEagerGraphsAndUnderPreemptio
     const auto s = wait_idle(*e);
     EXPECT_EQ(s.kv_blocks_used, 0) << v.name << ": blocks leaked";
     EXPECT_GT(s.decode_steps, 0);
-    std::printf("[ figures  ] %s: %d/%zu outputs equal, %lld steps, %lld preemptions, decode busy %.1f ms idle %.1f ms\n",
+    std::printf("[ figures  ] %s: %d/%zu outputs equal, %lld steps, %lld preemptions, decode busy %.1f ms "
+                "idle %.1f ms\n",
                 v.name, same, prompts.size(), static_cast<long long>(s.num_steps),
                 static_cast<long long>(s.num_preemptions), s.decode_busy_us / 1000.0, s.decode_idle_us / 1000.0);
     e->shutdown(std::chrono::milliseconds(0));

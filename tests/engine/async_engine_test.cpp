@@ -111,8 +111,10 @@ TEST(async_engine, reports_busy_and_idle_step_time_of_decode_steps) {
     ASSERT_TRUE(e);
     std::mt19937 rng(3);
     collector c;
-    for (int i = 0; i < 16; ++i)
-      ASSERT_TRUE(e->submit(make_request("t" + std::to_string(i), random_prompt(rng, 5, 20), greedy(24)), c.sink(i)).ok());
+    for (int i = 0; i < 16; ++i) {
+      auto req = make_request("t" + std::to_string(i), random_prompt(rng, 5, 20), greedy(24));
+      ASSERT_TRUE(e->submit(std::move(req), c.sink(i)).ok());
+    }
     ASSERT_TRUE(c.wait());
     const auto s = wait_idle(*e);
     EXPECT_GT(s.decode_steps, 10) << "async " << on;
