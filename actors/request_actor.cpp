@@ -43,6 +43,13 @@ finish_reason to_reason(seq_finish f) {
   }
 }
 
+/// Quits, first removing this actor's monitor from the scheduler: a monitor left behind is a
+/// weak reference that keeps the finished actor's memory alive for as long as the scheduler runs.
+void stop(request_actor* self) {
+  self->demonitor(self->state.scheduler);
+  self->quit();
+}
+
 /// Delivers one delta; marks the choice done when the delta finishes it and ends the actor after
 /// the last choice. Returns false when the request ended.
 bool deliver(request_actor* self, delta d) {
@@ -60,12 +67,12 @@ bool deliver(request_actor* self, delta d) {
       // The consumer asked to stop: cancel what is left without calling it again.
       self->send(st.scheduler, abort_atom::value, st.group_id, int32_t{-1});
       st.stats->requests_cancelled.fetch_add(1, std::memory_order_relaxed);
-      self->quit();
+      stop(self);
       return false;
     }
   }
   if (last) {
-    self->quit();
+    stop(self);
     return false;
   }
   return true;
@@ -86,7 +93,7 @@ void end_all(request_actor* self, finish_reason why, std::optional<error> failur
     if (--st.remaining == 0) d.usage = st.usage;
     if (st.sink_open && !st.sink(std::move(d))) st.sink_open = false;
   }
-  self->quit();
+  stop(self);
 }
 
 logprob_entry make_logprob(const request_state& st, const gpu::sampled_token& t) {
