@@ -29,6 +29,11 @@ common_cmake=(-G Ninja -DCMAKE_CXX_COMPILER=clang++ -DACTORSERVE_ENABLE_CUDA=OFF
 # The test executables a build dir defines (tests/CMakeLists.txt and bench/ declare them).
 test_targets() { ninja -C "$1" -t targets all | sed -n 's/^\(test_[a-z0-9_]*\): .*/\1/p' | sort -u; }
 
+# Left out of the ASan phase: this test lowers RLIMIT_NOFILE to make accept() fail, and the
+# sanitizer runtime needs descriptors too (its memory-readability probe opens a pipe): an io thread
+# that starts while the limit is low gets a false UBSan "invalid vptr" report for std::thread's state.
+asan_skip='^HostileClients\.AcceptBacksOffWhenOutOfDescriptorsAndRecovers$'
+
 run_asan() {
   cmake -S "$root" -B "$asan_build" "${common_cmake[@]}" -DACTORSERVE_SANITIZE=address -DACTORSERVE_FUZZ=ON \
     >/dev/null || return 1
@@ -45,7 +50,7 @@ run_asan() {
    ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
    UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
    LSAN_OPTIONS="${LSAN_OPTIONS:-}" \
-   ctest --output-on-failure -j"$jobs" --timeout 900 "${exclude[@]}")
+   ctest --output-on-failure -j"$jobs" --timeout 900 "${exclude[@]}" -E "$asan_skip")
 }
 
 # The engine and server test groups that run without a CAF actor system. Debian's CAF is not
