@@ -90,6 +90,7 @@ figure() {  # the headline numbers of one result file (or its first error)
     /^wrote .* GB in/ { add(sprintf("%s GB in %s s, %s GB/s", $2, $8, substr($10, 2))) }
     /^Throughput:/ && !t { t = 1; add(sprintf("%s req/s, %s total tok/s, %s out tok/s; ", $2, $4, $7)) }
     /^Preemptions:/ { add(sprintf("preemptions %s", $2)) }
+    /^GPU idle between steps:/ && !g { g = 1; add(sprintf("; GPU idle %s %%", $5)) }
     /^Avg latency:/ { add(sprintf("avg %s s; ", $3)) }
     /^Decode tokens\/s:/ { add(sprintf("decode %s tok/s; ", $3)) }
     /^Per-token latency/ { a = $5; b = $9; sub(",", "", a); sub(",", "", b); add(sprintf("per-token p50 %s p99 %s ms", a, b)) }
