@@ -9,14 +9,13 @@
 #include <random>
 
 #include "cuda_test_util.hpp"
+#include "paged_attention_case.hpp"
 #include "gpu/cuda/attention/backend.hpp"
 
 namespace actorserve::testing {
 namespace {
 
 using cuda::act_dtype;
-
-struct seq_spec { int context_len; int q_len; };
 
 struct backend_case {
   int H, KVH, D, block_size;
@@ -39,46 +38,17 @@ double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case
   const cuda::attention_backend& backend = **made;
   EXPECT_EQ(backend.name().find("generic"), std::string::npos);
   std::mt19937 rng(seed);
-  std::normal_distribution<float> nd;
-  const int H = c.H, KVH = c.KVH, D = c.D, bs = c.block_size, G = H / KVH;
-  int total_blocks = 3, n_tokens = 0;
-  for (auto& s : c.seqs) {
-    total_blocks += (s.context_len + bs - 1) / bs;
-    n_tokens += s.q_len;
-  }
-  std::vector<int32_t> perm(total_blocks);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
-  const size_t row = size_t(KVH) * D;
-  std::vector<uint16_t> kc(size_t(total_blocks) * bs * row), vc(kc.size());
-  for (size_t i = 0; i < kc.size(); ++i) {
-    kc[i] = to_act_bits(dt, nd(rng));
-    vc[i] = to_act_bits(dt, nd(rng));
-  }
-  const int q_stride = (H + 2 * KVH) * D;
-  std::vector<float> q(size_t(n_tokens) * q_stride);
-  for (auto& x : q) x = nd(rng);
-  std::vector<cuda::attn_seq> seqs;
-  std::vector<int32_t> bt;
-  int next_block = 0, q_start = 0;
-  for (auto& s : c.seqs) {
-    cuda::attn_seq a;
-    a.q_start = q_start;
-    a.q_len = s.q_len;
-    a.context_len = s.context_len;
-    a.bt_offset = int32_t(bt.size());
-    for (int b = 0; b < (s.context_len + bs - 1) / bs; ++b) bt.push_back(perm[next_block++]);
-    seqs.push_back(a);
-    q_start += s.q_len;
-  }
+  const paged_inputs in = make_paged_inputs(dt, c.H, c.KVH, c.D, c.block_size, c.seqs, rng);
+  const int H = c.H, KVH = c.KVH, D = c.D, bs = c.block_size, n_tokens = in.n_tokens, q_stride = in.q_stride;
+  const std::vector<cuda::attn_seq>& seqs = in.seqs;
   const cuda::attention_plan plan = backend.plan(seqs);
   EXPECT_LE(plan.num_partials, backend.max_partials());
   cuda::attention_grids grids = backend.grids(plan);
   if (decode_grid > 0) grids.decode = decode_grid;
   const int32_t n_prefill = int32_t(plan.items.size()) - plan.num_decode_items;
-  dev_vec<float> d_q(q);
-  dev_vec<uint16_t> d_k(kc), d_v(vc);
-  dev_vec<int32_t> d_bt(bt);
+  dev_vec<float> d_q(in.q);
+  dev_vec<uint16_t> d_k(in.k_cache), d_v(in.v_cache);
+  dev_vec<int32_t> d_bt(in.block_tables);
   dev_vec<cuda::attn_seq> d_seqs(seqs);
   dev_vec<cuda::attn_item> d_items(plan.items.empty() ? std::vector<cuda::attn_item>(1) : plan.items);
   dev_vec<cuda::attn_combine> d_comb(plan.combines.empty() ? std::vector<cuda::attn_combine>(1) : plan.combines);
@@ -112,32 +82,9 @@ double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case
   a.scale = 1.0f / std::sqrt(float(D));
   EXPECT_EQ(backend.run(a, nullptr), 0);
   auto bits = d_out.download();
-  std::vector<float> got(bits.size()), ref(bits.size());
+  std::vector<float> got(bits.size());
   for (size_t i = 0; i < bits.size(); ++i) got[i] = from_act_bits(dt, bits[i]);
-  for (const auto& s : seqs) {
-    for (int i = 0; i < s.q_len; ++i) {
-      const int t = s.q_start + i, qpos = s.context_len - s.q_len + i;
-      for (int h = 0; h < H; ++h) {
-        std::vector<double> sc(qpos + 1);
-        double mx = -1e300;
-        for (int k = 0; k <= qpos; ++k) {
-          const size_t base = (size_t(bt[s.bt_offset + k / bs]) * bs + k % bs) * row + size_t(h / G) * D;
-          double dot = 0;
-          for (int d = 0; d < D; ++d) dot += double(q[size_t(t) * q_stride + h * D + d]) * from_act_bits(dt, kc[base + d]);
-          sc[k] = dot / std::sqrt(double(D));
-          mx = std::max(mx, sc[k]);
-        }
-        double l = 0;
-        for (auto& x : sc) l += (x = std::exp(x - mx));
-        std::vector<double> acc(D, 0.0);
-        for (int k = 0; k <= qpos; ++k) {
-          const size_t base = (size_t(bt[s.bt_offset + k / bs]) * bs + k % bs) * row + size_t(h / G) * D;
-          for (int d = 0; d < D; ++d) acc[d] += sc[k] * from_act_bits(dt, vc[base + d]);
-        }
-        for (int d = 0; d < D; ++d) ref[size_t(t) * H * D + h * D + d] = float(acc[d] / l);
-      }
-    }
-  }
+  const std::vector<float> ref = reference_attention(dt, in);
   return rel_max_err(got, ref);
 }
 

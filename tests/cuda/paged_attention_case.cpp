@@ -1,0 +1,82 @@
+#include "paged_attention_case.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace actorserve::testing {
+
+paged_inputs make_paged_inputs(cuda::act_dtype dt, int num_heads, int num_kv_heads, int head_dim, int block_size,
+                               const std::vector<seq_spec>& specs, std::mt19937& rng) {
+  std::normal_distribution<float> nd;
+  paged_inputs in;
+  in.num_heads = num_heads;
+  in.num_kv_heads = num_kv_heads;
+  in.head_dim = head_dim;
+  in.block_size = block_size;
+  const int bs = block_size;
+  int total_blocks = 3;  // unused blocks in the pool
+  for (const auto& s : specs) {
+    total_blocks += (s.context_len + bs - 1) / bs;
+    in.n_tokens += s.q_len;
+  }
+  std::vector<int32_t> perm(total_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  const size_t row = size_t(num_kv_heads) * head_dim;
+  in.k_cache.resize(size_t(total_blocks) * bs * row);
+  in.v_cache.resize(in.k_cache.size());
+  for (size_t i = 0; i < in.k_cache.size(); ++i) {
+    in.k_cache[i] = to_act_bits(dt, nd(rng));
+    in.v_cache[i] = to_act_bits(dt, nd(rng));
+  }
+  in.q_stride = (num_heads + 2 * num_kv_heads) * head_dim;
+  in.q.resize(size_t(in.n_tokens) * in.q_stride);
+  for (auto& x : in.q) x = nd(rng);
+  int next_block = 0, q_start = 0;
+  for (const auto& s : specs) {
+    cuda::attn_seq a;
+    a.q_start = q_start;
+    a.q_len = s.q_len;
+    a.context_len = s.context_len;
+    a.bt_offset = int32_t(in.block_tables.size());
+    for (int b = 0; b < (s.context_len + bs - 1) / bs; ++b) in.block_tables.push_back(perm[next_block++]);
+    in.seqs.push_back(a);
+    q_start += s.q_len;
+  }
+  return in;
+}
+
+std::vector<float> reference_attention(cuda::act_dtype dt, const paged_inputs& in) {
+  const int H = in.num_heads, D = in.head_dim, bs = in.block_size, G = H / in.num_kv_heads;
+  const size_t row = size_t(in.num_kv_heads) * D;
+  std::vector<float> ref(size_t(in.n_tokens) * H * D);
+  for (const auto& s : in.seqs) {
+    for (int i = 0; i < s.q_len; ++i) {
+      const int t = s.q_start + i, qpos = s.context_len - s.q_len + i;
+      for (int h = 0; h < H; ++h) {
+        auto base = [&](int k) {
+          return (size_t(in.block_tables[s.bt_offset + k / bs]) * bs + k % bs) * row + size_t(h / G) * D;
+        };
+        std::vector<double> sc(qpos + 1);
+        double mx = -1e300;
+        for (int k = 0; k <= qpos; ++k) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d)
+            dot += double(in.q[size_t(t) * in.q_stride + h * D + d]) * from_act_bits(dt, in.k_cache[base(k) + d]);
+          sc[k] = dot / std::sqrt(double(D));
+          mx = std::max(mx, sc[k]);
+        }
+        double l = 0;
+        for (auto& x : sc) l += (x = std::exp(x - mx));
+        std::vector<double> acc(D, 0.0);
+        for (int k = 0; k <= qpos; ++k)
+          for (int d = 0; d < D; ++d) acc[d] += sc[k] * from_act_bits(dt, in.v_cache[base(k) + d]);
+        for (int d = 0; d < D; ++d) ref[size_t(t) * H * D + h * D + d] = float(acc[d] / l);
+      }
+    }
+  }
+  return ref;
+}
+
+}  // namespace actorserve::testing
