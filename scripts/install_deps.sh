@@ -14,6 +14,8 @@ packages=(
   libfmt-dev libspdlog-dev  # formatting and logging
   googletest libgtest-dev   # tests
   nodejs npm            # end-to-end tests with the official openai and ws clients
+  clang-14 clang libclang-rt-14-dev  # sanitizer builds and libFuzzer (scripts/sanitize.sh)
+  curl                  # scripts/build_tsan_caf.sh fetches CAF's source from the Debian mirror
 )
 missing=()
 for p in "${packages[@]}"; do
