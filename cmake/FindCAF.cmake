@@ -1,5 +1,8 @@
 # Debian's libcaf-dev ships headers and shared libraries but no CMake or pkg-config file.
-# Defines CAF::core and CAF::io and CAF_VERSION.
+# Defines CAF::core and CAF::io and CAF_VERSION. The cache variables CAF_INCLUDE_DIR and
+# CAF_CORE_LIBRARY select another build: scripts/sanitize.sh tsan points them at the prefix of
+# scripts/build_tsan_caf.sh (its include/ carries that build's generated caf/detail/build_config.hpp;
+# CMake adds its lib/ to the build RPATH).
 find_path(CAF_INCLUDE_DIR caf/all.hpp)
 find_library(CAF_CORE_LIBRARY caf_core)
 find_library(CAF_IO_LIBRARY caf_io)
