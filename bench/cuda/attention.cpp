@@ -1,22 +1,30 @@
 // Attention backends on the device: decode (µs, effective GB/s = bytes of K and V read + Q + O)
-// and causal prefill (TFLOP/s), L2 flushed before every timed run, median of the runs.
+// and causal prefill (TFLOP/s), L2 flushed before every timed run, median of the runs. Every
+// configuration is timed twice: events around the launches as issued (host launch latency
+// included: the first method, kept) and "held" (the launches queued behind a kernel that holds
+// the stream until the host releases it: kernel time alone, as nvbench measures).
 //   bench_cuda_attention [--out DIR] [--quick]
 //   bench_cuda_attention --variants          kernel variants (ACTORSERVE_ATTN_VARIANT) side by side
+//   bench_cuda_attention --stream            streaming-read ceiling at the grid's byte counts
+//   bench_cuda_attention --pdl               decode after a 4 µs predecessor, PDL off / on
 //   bench_cuda_attention --one vllm|fd decode|prefill H BATCH KV   one configuration (for ncu)
 // Writes DIR/attention_grid.md (the whole grid as a table) and prints it with a target summary.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "gpu/cuda/attention/backend.hpp"
+#include "gpu/cuda/attention/probe.hpp"
 
 namespace cuda = actorserve::gpu::cuda;
 using actorserve::kv_cache_layout;
@@ -46,6 +54,9 @@ struct device_state {
   float* part_lse = nullptr;
   size_t max_tokens = 0, max_partials = 0;
   cudaEvent_t a = nullptr, b = nullptr;
+  volatile int* hold_host = nullptr;  ///< host-mapped flag that releases the held stream
+  int* hold_dev = nullptr;
+  unsigned* sink = nullptr;
 };
 
 /// Fills `bytes` of device memory with random bf16 normals (a 64 MiB random pattern, repeated).
@@ -74,14 +85,81 @@ T* upload(const std::vector<T>& v) {
 }
 
 struct result_row {
-  std::string backend, kind;
+  std::string backend, kind, kv_label;
   int H = 0, batch = 0, kv = 0;
-  double us = 0, gbs = 0, tflops = 0;
+  double us = 0, gbs = 0, tflops = 0;           ///< events around the launches (launch latency included)
+  double us_held = 0, gbs_held = 0, tflops_held = 0;  ///< launches queued behind a held stream
   int ctas = 0, splits = 0;
 };
 
-/// Median µs of `reps` runs of one configuration, each after an L2 flush.
-result_row run_config(device_state& st, kv_cache_layout layout, int H, int batch, int kv, bool prefill, int reps) {
+/// Median of `t` (sorted in place).
+double median(std::vector<double>& t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+/// Event-timed µs of `enqueue` after an L2 flush, either as launched (host launch latency
+/// included) or with the launches queued behind a kernel that holds the stream until all of
+/// them are enqueued (kernel time alone, nvbench's method).
+template <class F>
+double time_once(device_state& st, int r, bool held, F&& enqueue) {
+  CK(cudaMemsetAsync(st.flush, r & 0xff, kFlushBytes));
+  if (held) {
+    *st.hold_host = 0;
+    if (int e = cuda::launch_hold_stream(st.hold_dev, nullptr)) CK(cudaError_t(e));
+  }
+  CK(cudaEventRecord(st.a));
+  enqueue();
+  CK(cudaEventRecord(st.b));
+  if (held) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    *st.hold_host = 1;
+  }
+  CK(cudaEventSynchronize(st.b));
+  float ms = 0;
+  CK(cudaEventElapsedTime(&ms, st.a, st.b));
+  return ms * 1000.0;
+}
+
+/// Median µs of `reps` runs (two warm-ups first) by both methods: {as launched, held}.
+template <class F>
+std::pair<double, double> measure(device_state& st, int reps, F&& enqueue) {
+  std::vector<double> plain, held;
+  for (int r = 0; r < reps + 2; ++r) {
+    const double t0 = time_once(st, r, false, enqueue), t1 = time_once(st, r, true, enqueue);
+    if (r >= 2) plain.push_back(t0), held.push_back(t1);
+  }
+  CK(cudaGetLastError());
+  return {median(plain), median(held)};
+}
+
+/// One configuration's backend, plan and device arguments (freed with it).
+struct prepared {
+  std::unique_ptr<cuda::attention_backend> be;
+  cuda::attention_plan plan;
+  cuda::attention_grids g;
+  cuda::attn_launch a;
+  prepared() = default;
+  prepared(const prepared&) = delete;
+  prepared& operator=(const prepared&) = delete;
+  ~prepared() {
+    for (const void* p : {static_cast<const void*>(a.block_tables), static_cast<const void*>(a.seqs),
+                          static_cast<const void*>(a.items), static_cast<const void*>(a.combines),
+                          static_cast<const void*>(a.counts)})
+      if (p) (void)cudaFree(const_cast<void*>(p));
+  }
+  void run() const {
+    if (int e = be->run(a, nullptr)) {
+      std::fprintf(stderr, "run: %s\n", cudaGetErrorString(cudaError_t(e)));
+      std::exit(1);
+    }
+  }
+};
+
+/// Sequences of KV lengths `lens` (decode: one query each; prefill: q_len = the length) over
+/// block tables shuffled across the cache.
+void prepare(device_state& st, prepared& p, kv_cache_layout layout, int H, const std::vector<int>& lens,
+             bool prefill) {
   cuda::attention_shape shape;
   shape.dt = cuda::act_dtype::bf16;
   shape.num_heads = H;
@@ -93,40 +171,44 @@ result_row run_config(device_state& st, kv_cache_layout layout, int H, int batch
     std::fprintf(stderr, "backend: %s\n", made.err().message.c_str());
     std::exit(1);
   }
-  const cuda::attention_backend& be = **made;
-  const int bs = be.block_size(), q_len = prefill ? kv : 1;
-  const int blocks_per_seq = (kv + bs - 1) / bs;
-  const size_t total_blocks = size_t(batch) * blocks_per_seq;
-  if (total_blocks * bs > st.cache_tokens || size_t(batch) * q_len > st.max_tokens) {
+  p.be = std::move(*made);
+  const int bs = p.be->block_size(), batch = int(lens.size());
+  std::vector<cuda::attn_seq> seqs(lens.size());
+  size_t total_blocks = 0, tokens = 0;
+  for (int s = 0; s < batch; ++s) {
+    const int q_len = prefill ? lens[s] : 1;
+    seqs[s] = {int32_t(tokens), q_len, lens[s], int32_t(total_blocks)};
+    total_blocks += size_t(lens[s] + bs - 1) / bs;
+    tokens += size_t(q_len);
+  }
+  if (total_blocks * bs > st.cache_tokens || tokens > st.max_tokens) {
     std::fprintf(stderr, "config too large for the buffers\n");
     std::exit(1);
   }
   std::vector<int32_t> bt(total_blocks);
   std::iota(bt.begin(), bt.end(), 0);
-  std::shuffle(bt.begin(), bt.end(), std::mt19937(uint32_t(batch * 31 + kv)));
-  std::vector<cuda::attn_seq> seqs(static_cast<size_t>(batch));
-  for (int s = 0; s < batch; ++s) seqs[s] = {s * q_len, q_len, kv, s * blocks_per_seq};
-  const cuda::attention_plan plan = be.plan(seqs);
-  if (size_t(plan.num_partials) > st.max_partials) {
+  std::shuffle(bt.begin(), bt.end(), std::mt19937(uint32_t(batch * 31 + lens[0])));
+  p.plan = p.be->plan(seqs);
+  if (size_t(p.plan.num_partials) > st.max_partials) {
     std::fprintf(stderr, "too many partials\n");
     std::exit(1);
   }
-  const cuda::attention_grids g = be.grids(plan);
-  const int32_t n_prefill = int32_t(plan.items.size()) - plan.num_decode_items;
-  std::vector<int32_t> counts = {n_prefill, int32_t(plan.combines.size()), plan.num_decode_items, 0};
-  cuda::attn_launch a;
+  p.g = p.be->grids(p.plan);
+  const int32_t n_prefill = int32_t(p.plan.items.size()) - p.plan.num_decode_items;
+  std::vector<int32_t> counts = {n_prefill, int32_t(p.plan.combines.size()), p.plan.num_decode_items, 0};
+  cuda::attn_launch& a = p.a;
   a.q = st.q;
   a.q_stride = (H + 2 * KVH) * D;
   a.k_cache = st.k;
   a.v_cache = st.v;
   a.block_tables = upload(bt);
   a.seqs = upload(seqs);
-  a.items = upload(plan.items);
-  a.combines = upload(plan.combines);
+  a.items = upload(p.plan.items);
+  a.combines = upload(p.plan.combines);
   a.counts = upload(counts);
-  a.prefill_grid = g.prefill;
-  a.decode_grid = g.decode;
-  a.combine_grid = g.combine;
+  a.prefill_grid = p.g.prefill;
+  a.decode_grid = p.g.decode;
+  a.combine_grid = p.g.combine;
   a.partial_o = st.part_o;
   a.partial_lse = st.part_lse;
   a.out = st.out;
@@ -135,45 +217,52 @@ result_row run_config(device_state& st, kv_cache_layout layout, int H, int batch
   a.head_dim = D;
   a.block_size = bs;
   a.scale = 1.0f / std::sqrt(float(D));
-  std::vector<float> times;
-  for (int r = 0; r < reps + 2; ++r) {
-    CK(cudaMemsetAsync(st.flush, r & 0xff, kFlushBytes));
-    CK(cudaEventRecord(st.a));
-    if (int e = be.run(a, nullptr)) {
-      std::fprintf(stderr, "run: %s\n", cudaGetErrorString(cudaError_t(e)));
-      std::exit(1);
-    }
-    CK(cudaEventRecord(st.b));
-    CK(cudaEventSynchronize(st.b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, st.a, st.b));
-    if (r >= 2) times.push_back(ms * 1000.0f);
-  }
-  CK(cudaGetLastError());
-  std::sort(times.begin(), times.end());
+}
+
+/// Both timings of one configuration, with its effective GB/s (decode) or TFLOP/s (prefill).
+result_row run_lens(device_state& st, kv_cache_layout layout, int H, const std::vector<int>& lens, bool prefill,
+                    int reps, const std::string& kv_label = {}) {
+  prepared p;
+  prepare(st, p, layout, H, lens, prefill);
+  const auto [us, us_held] = measure(st, reps, [&] { p.run(); });
   result_row row;
-  row.backend = be.name();
+  row.backend = p.be->name();
   row.kind = prefill ? "prefill" : "decode";
   row.H = H;
-  row.batch = batch;
-  row.kv = kv;
-  row.us = times[times.size() / 2];
-  const double tokens = double(batch) * kv;
-  if (prefill) {
-    const double flops = 4.0 * H * D * double(batch) * (double(kv) * (kv + 1) / 2.0);
-    row.tflops = flops / (row.us * 1e-6) / 1e12;
-    row.gbs = 0;
-  } else {
-    const double bytes = tokens * KVH * D * 2 * 2 + double(batch) * H * D * (4 + 2);
-    row.gbs = bytes / (row.us * 1e-6) / 1e9;
+  row.batch = int(lens.size());
+  row.kv = lens[0];
+  row.kv_label = kv_label.empty() ? std::to_string(lens[0]) : kv_label;
+  row.us = us;
+  row.us_held = us_held;
+  double kv_tokens = 0, flops = 0;
+  for (int len : lens) {
+    kv_tokens += len;
+    flops += 4.0 * H * D * (double(len) * (len + 1) / 2.0);
   }
-  row.ctas = prefill ? g.prefill : g.decode;
-  row.splits = plan.combines.empty() ? 1 : plan.combines.front().num_splits;
-  for (const void* p : {static_cast<const void*>(a.block_tables), static_cast<const void*>(a.seqs),
-                        static_cast<const void*>(a.items), static_cast<const void*>(a.combines),
-                        static_cast<const void*>(a.counts)})
-    CK(cudaFree(const_cast<void*>(p)));
+  if (prefill) {
+    row.tflops = flops / (us * 1e-6) / 1e12;
+    row.tflops_held = flops / (us_held * 1e-6) / 1e12;
+  } else {
+    const double bytes = kv_tokens * KVH * D * 2 * 2 + double(lens.size()) * H * D * (4 + 2);
+    row.gbs = bytes / (us * 1e-6) / 1e9;
+    row.gbs_held = bytes / (us_held * 1e-6) / 1e9;
+  }
+  row.ctas = prefill ? p.g.prefill : p.g.decode;
+  row.splits = p.plan.combines.empty() ? 1 : p.plan.combines.front().num_splits;
   return row;
+}
+
+result_row run_config(device_state& st, kv_cache_layout layout, int H, int batch, int kv, bool prefill, int reps) {
+  return run_lens(st, layout, H, std::vector<int>(size_t(batch), kv), prefill, reps);
+}
+
+/// The offline workload of issue #8 (1000 x 128 in / 1024 out at ~250 running): 250 decode
+/// sequences with KV lengths spread evenly over 128-1152, in shuffled order.
+std::vector<int> mixed_lens() {
+  std::vector<int> lens(250);
+  for (int i = 0; i < 250; ++i) lens[i] = 128 + i * 1024 / 249;
+  std::shuffle(lens.begin(), lens.end(), std::mt19937(7));
+  return lens;
 }
 
 /// Device-to-device copy bandwidth (bytes read + written), the streaming ceiling.
@@ -200,36 +289,98 @@ void run_variants(device_state& st, double copy) {
   std::printf("device-to-device copy %.0f GB/s (read + write)\n\n", copy);
   struct point { kv_cache_layout layout; int H, batch, kv; bool prefill; std::vector<int> variants; };
   const kv_cache_layout fd = kv_cache_layout::flash_decoding, vl = kv_cache_layout::vllm;
-  const std::vector<int> dec = {0, 16, 32, 48, 64};
+  const std::vector<int> dec = {0, 16, 32, 64, 80, 96};
+  const std::vector<int> chunks = {0, 112, 128};
   const point points[] = {
-      {fd, 32, 1, 32768, false, dec}, {fd, 64, 1, 32768, false, dec}, {fd, 32, 8, 2048, false, dec},
-      {fd, 32, 32, 2048, false, dec}, {fd, 64, 32, 2048, false, dec}, {fd, 32, 32, 8192, false, dec},
-      {fd, 32, 256, 8192, false, dec}, {fd, 64, 128, 2048, false, dec}, {vl, 32, 1, 32768, false, {0, 16}},
-      {vl, 64, 1, 512, false, {0, 16}}, {vl, 32, 32, 2048, false, {0}}, {vl, 32, 8, 8192, false, {0}},
-      {fd, 32, 32, 512, false, dec}, {fd, 64, 64, 2048, false, dec}, {fd, 32, 4, 4096, true, {0, 1, 2}},
-      {fd, 32, 1, 16384, true, {0, 1, 2}}, {fd, 32, 16, 1024, true, {0, 1, 2}}, {vl, 32, 4, 4096, true, {0}}};
-  std::printf("| backend | kind | q/kv | batch | KV | variant | µs | GB/s | TFLOP/s | CTAs | splits |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|\n");
+      {fd, 32, 1, 32768, false, {0, 16, 32, 80, 96, 112, 128}}, {fd, 64, 1, 32768, false, {0, 32, 80, 96}},
+      {fd, 32, 8, 2048, false, {0, 32, 80, 96, 112, 128}}, {fd, 32, 32, 2048, false, dec},
+      {fd, 64, 32, 2048, false, dec}, {fd, 32, 32, 8192, false, dec}, {fd, 32, 256, 8192, false, {0, 32, 48, 80, 96}},
+      {fd, 64, 128, 2048, false, dec}, {fd, 32, 32, 512, false, dec}, {fd, 64, 64, 2048, false, dec},
+      {vl, 32, 1, 32768, false, {0, 16, 112, 128}}, {vl, 32, 1, 256, false, chunks}, {fd, 32, 1, 256, false, chunks},
+      {vl, 32, 1, 512, false, chunks}, {fd, 32, 1, 512, false, chunks}, {vl, 32, 1, 2048, false, chunks},
+      {vl, 32, 32, 2048, false, {0}}, {vl, 32, 8, 8192, false, {0, 112, 128}}};
+  const point mixed[] = {{fd, 32, 250, 0, false, {0, 144}}, {vl, 32, 250, 0, false, {0, 144}},
+                         {fd, 64, 250, 0, false, {0, 144}}, {vl, 64, 250, 0, false, {0, 144}}};
+  std::printf("| backend | kind | q/kv | batch | KV | variant | µs | GB/s | µs held | GB/s held | CTAs | splits |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const point& p : points)
     for (int v : p.variants) {
       setenv("ACTORSERVE_ATTN_VARIANT", std::to_string(v).c_str(), 1);
-      const result_row r = run_config(st, p.layout, p.H, p.batch, p.kv, p.prefill, p.prefill ? 5 : 15);
-      std::printf("| %s | %s | %d/%d | %d | %d | %d | %.1f | %.0f | %.1f | %d | %d |\n", r.backend.c_str(),
-                  r.kind.c_str(), r.H, KVH, r.batch, r.kv, v, r.us, r.gbs, r.tflops, r.ctas, r.splits);
+      const result_row r = run_config(st, p.layout, p.H, p.batch, p.kv, p.prefill, 15);
+      std::printf("| %s | %s | %d/%d | %d | %d | %d | %.1f | %.0f | %.1f | %.0f | %d | %d |\n", r.backend.c_str(),
+                  r.kind.c_str(), r.H, KVH, r.batch, r.kv, v, r.us, r.gbs, r.us_held, r.gbs_held, r.ctas, r.splits);
+    }
+  for (const point& p : mixed)
+    for (int v : p.variants) {
+      setenv("ACTORSERVE_ATTN_VARIANT", std::to_string(v).c_str(), 1);
+      const result_row r = run_lens(st, p.layout, p.H, mixed_lens(), false, 15, "128-1152");
+      std::printf("| %s | %s | %d/%d | %d | %s | %d | %.1f | %.0f | %.1f | %.0f | %d | %d |\n", r.backend.c_str(),
+                  r.kind.c_str(), r.H, KVH, r.batch, r.kv_label.c_str(), v, r.us, r.gbs, r.us_held, r.gbs_held, r.ctas,
+                  r.splits);
     }
   unsetenv("ACTORSERVE_ATTN_VARIANT");
+}
+
+/// The streaming-read ceiling at the byte counts of the decode grid (K + V of batch x KV).
+void run_stream(device_state& st, int sms) {
+  std::printf("\n| streaming read | MB | CTAs | µs | GB/s | µs held | GB/s held |\n|---|---|---|---|---|---|---|\n");
+  const std::pair<int, int> shapes[] = {{32, 512}, {1, 32768}, {32, 2048}, {64, 2048}, {32, 8192}, {128, 8192}};
+  for (auto [b, kv] : shapes) {
+    const size_t bytes = size_t(b) * kv * KVH * D * 2;  // K and V: two halves of the k buffer
+    for (int per_sm : {2, 4}) {
+      const auto [us, us_held] = measure(st, 15, [&] {
+        if (int e = cuda::launch_stream_read(st.k, 2 * bytes, st.sink, sms * per_sm, nullptr)) CK(cudaError_t(e));
+      });
+      std::printf("| %d x %d | %.0f | %d | %.1f | %.0f | %.1f | %.0f |\n", b, kv, 2 * bytes / 1e6, sms * per_sm, us,
+                  2 * bytes / (us * 1e-6) / 1e9, us_held, 2 * bytes / (us_held * 1e-6) / 1e9);
+    }
+  }
+}
+
+/// Decode after a short programmatic-dependent predecessor (the step's rope_kv_write), with
+/// programmatic launch off and on: the µs the attention adds after the predecessor.
+void run_pdl(device_state& st) {
+  constexpr int kPredNs = 4000;
+  std::printf("\n| backend | q/kv | batch | KV | alone µs held | pred µs | + attn, PDL off | + attn, PDL on | "
+              "attn adds, off | attn adds, on |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  struct point { kv_cache_layout layout; int H; std::vector<int> lens; const char* label; };
+  const kv_cache_layout fd = kv_cache_layout::flash_decoding, vl = kv_cache_layout::vllm;
+  const point points[] = {{vl, 32, {256}, "256"},   {fd, 32, {256}, "256"},       {vl, 32, {512}, "512"},
+                          {vl, 32, {2048}, "2048"}, {vl, 32, {32768}, "32768"},   {fd, 32, {32768}, "32768"},
+                          {vl, 32, std::vector<int>(32, 2048), "2048"}, {fd, 32, std::vector<int>(32, 2048), "2048"},
+                          {vl, 32, mixed_lens(), "128-1152"}, {fd, 32, mixed_lens(), "128-1152"}};
+  for (const point& pt : points) {
+    prepared p;
+    prepare(st, p, pt.layout, pt.H, pt.lens, false);
+    double pred[2] = {0, 0}, both[2] = {0, 0};
+    for (int pdl = 0; pdl < 2; ++pdl) {
+      cuda::set_programmatic_launch(pdl == 1);
+      pred[pdl] = measure(st, 15, [&] { CK(cudaError_t(cuda::launch_pdl_predecessor(kPredNs, nullptr))); }).second;
+      both[pdl] = measure(st, 15, [&] {
+        CK(cudaError_t(cuda::launch_pdl_predecessor(kPredNs, nullptr)));
+        p.run();
+      }).second;
+    }
+    cuda::set_programmatic_launch(false);
+    const double alone = measure(st, 15, [&] { p.run(); }).second;
+    cuda::set_programmatic_launch(true);
+    std::printf("| %s | %d/%d | %zu | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", p.be->name().c_str(), pt.H, KVH,
+                pt.lens.size(), pt.label, alone, pred[0], both[0], both[1], both[0] - pred[0], both[1] - pred[1]);
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string out_dir;
-  bool quick = false, variants = false;
+  bool quick = false, variants = false, stream = false, pdl = false;
   std::vector<std::string> one;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
     else if (!std::strcmp(argv[i], "--variants")) variants = true;
+    else if (!std::strcmp(argv[i], "--stream")) stream = true;
+    else if (!std::strcmp(argv[i], "--pdl")) pdl = true;
     else if (!std::strcmp(argv[i], "--one") && i + 5 < argc) one.assign(argv + i + 1, argv + i + 6), i += 5;
   }
   int count = 0;
@@ -264,8 +415,15 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(reinterpret_cast<void**>(&st.part_lse), st.max_partials * cuda::attn_tile_rows * 2 * 4));
   CK(cudaEventCreate(&st.a));
   CK(cudaEventCreate(&st.b));
-  if (variants) {
-    run_variants(st, copy_gbs(st));
+  void* hold = nullptr;
+  CK(cudaHostAlloc(&hold, sizeof(int), cudaHostAllocMapped));
+  st.hold_host = static_cast<volatile int*>(hold);
+  CK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st.hold_dev), hold, 0));
+  CK(cudaMalloc(reinterpret_cast<void**>(&st.sink), 16));
+  if (variants || stream || pdl) {
+    if (variants) run_variants(st, copy_gbs(st));
+    if (stream) run_stream(st, prop.multiProcessorCount);
+    if (pdl) run_pdl(st);
     return 0;
   }
   if (!one.empty()) {
@@ -273,7 +431,8 @@ int main(int argc, char** argv) {
     const result_row r =
         run_config(st, layout, std::atoi(one[2].c_str()), std::atoi(one[3].c_str()), std::atoi(one[4].c_str()),
                    one[1] == "prefill", 1);
-    std::printf("%s %s: %.1f us, %.0f GB/s, %.1f TFLOP/s\n", r.backend.c_str(), r.kind.c_str(), r.us, r.gbs, r.tflops);
+    std::printf("%s %s: %.1f us, %.0f GB/s, %.1f TFLOP/s (held: %.1f us)\n", r.backend.c_str(), r.kind.c_str(), r.us,
+                r.gbs, r.tflops, r.us_held);
     return 0;
   }
   const double copy = copy_gbs(st);
@@ -289,13 +448,19 @@ int main(int argc, char** argv) {
     const std::pair<int, int> prefills[] = {{1, 4096}, {4, 4096}, {1, 16384}, {16, 1024}};
     for (auto [b, n] : prefills) rows.push_back(run_config(st, layout, 32, b, n, true, quick ? 3 : 7));
   }
-  std::string table = "| backend | kind | q/kv heads | batch | KV len | µs | GB/s | TFLOP/s | CTAs | splits |\n"
-                      "|---|---|---|---|---|---|---|---|---|---|\n";
-  char line[256];
+  // Issue #8's decode steps: single stream at context 256, the offline batch of mixed lengths.
+  for (kv_cache_layout layout : {kv_cache_layout::flash_decoding, kv_cache_layout::vllm})
+    for (int H : {32, 64}) {
+      rows.push_back(run_lens(st, layout, H, {256}, false, reps));
+      rows.push_back(run_lens(st, layout, H, mixed_lens(), false, reps, "128-1152"));
+    }
+  std::string table = "| backend | kind | q/kv heads | batch | KV len | µs | GB/s | TFLOP/s | µs held | GB/s held | "
+                      "TFLOP/s held | CTAs | splits |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  char line[320];
   for (const result_row& r : rows) {
-    std::snprintf(line, sizeof line, "| %s | %s | %d/%d | %d | %d | %.1f | %.0f | %.1f | %d | %d |\n",
-                  r.backend.c_str(), r.kind.c_str(), r.H, KVH, r.batch, r.kv, r.us, r.gbs, r.tflops, r.ctas,
-                  r.splits);
+    std::snprintf(line, sizeof line, "| %s | %s | %d/%d | %d | %s | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f | %d | %d |\n",
+                  r.backend.c_str(), r.kind.c_str(), r.H, KVH, r.batch, r.kv_label.c_str(), r.us, r.gbs, r.tflops,
+                  r.us_held, r.gbs_held, r.tflops_held, r.ctas, r.splits);
     table += line;
   }
   // Targets of the attention issue.
@@ -304,28 +469,43 @@ int main(int argc, char** argv) {
       if (r.backend == be && r.kind == kind && r.H == H && r.batch == b && r.kv == kv) return &r;
     return nullptr;
   };
-  double fd_min_big = 1e30, worst_ratio = 1e30;
+  double fd_min_big = 1e30, worst_ratio = 1e30, fd_min_big_held = 1e30, worst_ratio_held = 1e30;
   for (const result_row& r : rows) {
-    if (r.kind != "decode") continue;
-    if (r.backend == "flash-decoding" && r.batch >= 32 && r.kv >= 2048) fd_min_big = std::min(fd_min_big, r.gbs);
+    if (r.kind != "decode" || r.batch == 250) continue;
+    if (r.backend == "flash-decoding" && r.batch >= 32 && r.kv >= 2048) {
+      fd_min_big = std::min(fd_min_big, r.gbs);
+      fd_min_big_held = std::min(fd_min_big_held, r.gbs_held);
+    }
     if (r.backend == "vllm")
-      if (const result_row* f = find("flash-decoding", "decode", r.H, r.batch, r.kv)) worst_ratio = std::min(worst_ratio, r.gbs / f->gbs);
+      if (const result_row* f = find("flash-decoding", "decode", r.H, r.batch, r.kv)) {
+        worst_ratio = std::min(worst_ratio, r.gbs / f->gbs);
+        worst_ratio_held = std::min(worst_ratio_held, r.gbs_held / f->gbs_held);
+      }
   }
   std::string summary;
   std::snprintf(line, sizeof line, "device: %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
                 prop.multiProcessorCount, copy);
   summary += line;
-  std::snprintf(line, sizeof line, "flash-decoding, batch >= 32 and KV >= 2048, worst: %.0f GB/s (target 3800)\n",
-                fd_min_big);
+  std::snprintf(line, sizeof line,
+                "flash-decoding, batch >= 32 and KV >= 2048, worst: %.0f GB/s, held %.0f GB/s (target 3800)\n",
+                fd_min_big, fd_min_big_held);
   summary += line;
   for (int H : {32, 64})
     if (const result_row* r = find("flash-decoding", "decode", H, 1, 32768)) {
-      std::snprintf(line, sizeof line, "flash-decoding batch 1 x 32768, %d/8: %.0f GB/s (target 3000)\n", H, r->gbs);
+      std::snprintf(line, sizeof line, "flash-decoding batch 1 x 32768, %d/8: %.0f GB/s, held %.0f GB/s (target 3000)\n",
+                    H, r->gbs, r->gbs_held);
       summary += line;
     }
-  std::snprintf(line, sizeof line, "vllm / flash-decoding, worst over the decode grid: %.2f (target >= 0.75)\n",
-                worst_ratio);
+  std::snprintf(line, sizeof line, "vllm / flash-decoding, worst over the decode grid: %.2f, held %.2f (target >= 0.75)\n",
+                worst_ratio, worst_ratio_held);
   summary += line;
+  for (const char* be : {"flash-decoding", "vllm"})
+    for (int b : {1, 250})
+      if (const result_row* r = find(be, "decode", 32, b, b == 1 ? 256 : mixed_lens()[0])) {
+        std::snprintf(line, sizeof line, "%s decode %s, 32/8: %.1f us, held %.1f us\n", be,
+                      b == 1 ? "1 x 256" : "250 x 128-1152", r->us, r->us_held);
+        summary += line;
+      }
   for (const char* be : {"flash-decoding", "vllm"})
     if (const result_row* r = find(be, "prefill", 32, 4, 4096)) {
       std::snprintf(line, sizeof line, "%s prefill 4 x 4096 causal: %.1f TFLOP/s (target 450)\n", be, r->tflops);

@@ -72,6 +72,8 @@ class tc_backend : public attention_backend {
     shape_ = shape;
     name_ = vllm ? "vllm" : "flash-decoding";
     ctas_per_sm_ = std::max(1, decode_ctas_per_sm(shape.dt, shape.head_dim, vllm));
+    const int dv = decode_variant(variant_);
+    if (!vllm && (dv == 5 || dv == 6)) ctas_per_sm_ = 1;  // the 6-stage variants: 196 KiB per CTA
     // Both backends split at most one wave of resident decode CTAs (split_heuristic.hpp).
     resident_slots_ = shape.num_sms * ctas_per_sm_;
     max_partials_ = 2 * resident_slots_;
@@ -95,6 +97,10 @@ class tc_backend : public attention_backend {
     plan_prefill(seqs, shape_.num_heads / shape_.num_kv_heads, shape_.num_kv_heads, tc_prefill_rows, p);
     const std::vector<int32_t> lens = decode_lengths(seqs);
     plan_decode(seqs, shape_.num_kv_heads, lens.empty() ? 0 : decode_chunk(lens), p);
+    if (decode_variant(variant_) == 9)  // longest pieces first: the last wave holds the short ones
+      std::stable_sort(p.items.end() - p.num_decode_items, p.items.end(), [](const attn_item& x, const attn_item& y) {
+        return x.kv_end - x.kv_begin > y.kv_end - y.kv_begin;
+      });
     return p;
   }
 
@@ -122,6 +128,8 @@ class tc_backend : public attention_backend {
     in.ctas_per_sm = ctas_per_sm_;
     in.tile = vllm_ ? 4 * vllm_warp_tokens : fd_kv_tile;  // vllm: one block per warp per step
     in.max_partials = max_partials_;
+    const int dv = decode_variant(variant_);
+    if (dv == 7 || dv == 8) in.min_chunk = dv == 7 ? 64 : 256;
     return choose_kv_chunk(lens, in);
   }
 

@@ -8,6 +8,22 @@
 
 namespace actorserve::gpu::cuda::attn_dev {
 
+/// Programmatic dependent launch, start of a decode kernel: lets the next kernel (launched with
+/// the PDL attribute) begin its own prologue; a no-op when nothing depends programmatically.
+__device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
+
+/// Waits until the previous kernel (this step's rope_kv_write: Q and the newest K/V row) has
+/// finished and its writes are visible; returns at once when not launched as a dependent.
+__device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+/// Whether the rows [k0, min(k0 + n, kv_end)) of a decode piece precede its sequence's newest
+/// key (context_len - 1, written by this step's rope_kv_write), so may be copied before
+/// wait_for_previous_kernel(). The step's metadata (counts, items, sequences, block tables) is
+/// copied from the host before the step's first kernel and is always safe to read.
+__device__ __forceinline__ bool rows_precede_newest(int k0, int n, int kv_end, int context_len) {
+  return min(kv_end, k0 + n) < context_len;
+}
+
 /// Sets scores of keys k0 + column >= kv_end to -inf (the accumulator layout of m16n8).
 template <int NK>
 __device__ __forceinline__ void mask_tail(float (&s)[NK / 8][4], int k0, int kv_end, int lane) {

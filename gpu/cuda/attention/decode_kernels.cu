@@ -9,6 +9,9 @@
 // normalised partial plus its log-sum-exp; the CTA finishing the last piece of a split
 // (sequence, KV head) merges its pieces (decode_common.cuh), unless the backend runs the
 // separate merge kernel (combine_kernel.cu).
+// Programmatic dependent launch: a decode kernel may start while the step's rope_kv_write still
+// runs; it reads its work item and block table and issues the copies of every leading K/V tile
+// older than the newest token before it waits for that kernel, then reads Q.
 #include <cmath>
 #include <type_traits>
 
@@ -21,8 +24,11 @@ using namespace attn_dev;
 
 constexpr int kThreads = 128, kWarps = 4;
 
-template <int D>
-constexpr int fd_smem_bytes() { return fd_stages * 2 * fd_kv_tile * D * 2 + 16 * D * 2; }
+template <int D, int kSt = fd_stages>
+constexpr int fd_smem_bytes() { return kSt * 2 * fd_kv_tile * D * 2 + 16 * D * 2; }
+
+/// Stages of the deep-pipeline variant (decode variants 5 and 6: one CTA per SM).
+constexpr int kDeepStages = 6;
 
 /// Shared-memory floats the merge of split pieces may use for their lse values.
 constexpr int merge_cap(int smem_bytes) { return smem_bytes / 4; }
@@ -30,27 +36,34 @@ constexpr int merge_cap(int smem_bytes) { return smem_bytes / 4; }
 /// kMode 0: attention; 1: the same copies without the math (a memory probe, wrong results);
 /// 2: the probe over a head-major cache layout; 3: attention with Q read after the first K/V
 /// copies are issued instead of before (the ordering comparison of docs/attention.md).
-template <class T, int D, int kMode>
+template <class T, int D, int kMode, int kSt>
 __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
-  constexpr int kTile = fd_kv_tile, kSt = fd_stages, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
+  constexpr int kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
   const attn_seq sq = a.seqs[it.seq];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
   const uint32_t s0 = smem_addr(smem_raw), q_s = s0 + kSt * 2 * kTileBytes;
   const int32_t* bt = a.block_tables + sq.bt_offset;
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
-  q_prefetch<T, D, kThreads> qp;  // Q first, K/V copies next, Q to shared memory after them
-  if (kMode != 3) qp.load(a, it.q_begin, it.kv_head, G * it.q_len, tid);
   const int ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
   constexpr bool kHeadMajor = kMode == 2;
-#pragma unroll
-  for (int s = 0; s < kSt - 1; ++s) {
+  auto issue = [&](int s) {
     if (s < ntiles)
       load_kv_tile<D, kTile, kThreads, kHeadMajor>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads,
                                                    it.kv_begin + s * kTile, it.kv_end, s0 + s * 2 * kTileBytes,
                                                    s0 + s * 2 * kTileBytes + kTileBytes, tid);
     cp_async_commit();
-  }
+  };
+  // Leading tiles older than the newest key before the dependency wait, Q right after it (its
+  // loads do not queue behind the rest of the copies), the remaining prologue tiles next.
+  int s = 0;
+  for (; s < kSt - 1 && s < ntiles && rows_precede_newest(it.kv_begin + s * kTile, kTile, it.kv_end, sq.context_len);
+       ++s)
+    issue(s);
+  wait_for_previous_kernel();
+  q_prefetch<T, D, kThreads> qp;
+  if (kMode != 3) qp.load(a, it.q_begin, it.kv_head, G * it.q_len, tid);
+  for (; s < kSt - 1; ++s) issue(s);
   if (kMode == 3)
     stage_q<T, D, kThreads>(a, it.q_begin, it.kv_head, 16, G * it.q_len, q_s, tid);
   else
@@ -79,17 +92,18 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
   __syncthreads();
   merge_warps_and_store<T, D, kWarps>(a, it, w, reinterpret_cast<float*>(smem_raw), G * it.q_len, tid);
   if (it.partial >= 0 && a.split_counters)
-    finish_split<T, D, kThreads>(a, it, reinterpret_cast<float*>(smem_raw), merge_cap(fd_smem_bytes<D>()), tid);
+    finish_split<T, D, kThreads>(a, it, reinterpret_cast<float*>(smem_raw), merge_cap(fd_smem_bytes<D, kSt>()), tid);
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
-template <class T, int D, int kMode>
+template <class T, int D, int kMode, int kSt>
 __global__ void __launch_bounds__(kThreads) fd_decode_kernel(attn_launch a) {
+  allow_dependents();
   extern __shared__ uint4 smem_raw[];
   const int n = a.counts[2];
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    fd_decode_item<T, D, kMode>(a, a.items[a.counts[0] + i], smem_raw);
+    fd_decode_item<T, D, kMode, kSt>(a, a.items[a.counts[0] + i], smem_raw);
   }
 }
 
@@ -106,18 +120,26 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
   const int32_t* bt = a.block_tables + sq.bt_offset;
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
-  q_prefetch<T, D, kThreads> qp;  // Q first, K/V copies next, Q to shared memory after them
-  qp.load(a, it.q_begin, it.kv_head, G * it.q_len, tid);
   const int units = (it.kv_end - it.kv_begin + kU - 1) / kU;
   const int mine = units > warp ? (units - warp + kWarps - 1) / kWarps : 0;
-#pragma unroll
-  for (int s = 0; s < kSt - 1; ++s) {
+  auto issue = [&](int s) {
     if (s < mine)
       load_kv_tile<D, kU, 32>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads,
                               it.kv_begin + (warp + s * kWarps) * kU, it.kv_end, my + s * 2 * kUnitBytes,
                               my + s * 2 * kUnitBytes + kUnitBytes, lane);
     cp_async_commit();
-  }
+  };
+  // As in the flash-decoding kernel: this warp's blocks older than the newest key, the
+  // dependency wait, Q, the rest of the prologue.
+  int s = 0;
+  for (; s < kSt - 1 && s < mine &&
+         rows_precede_newest(it.kv_begin + (warp + s * kWarps) * kU, kU, it.kv_end, sq.context_len);
+       ++s)
+    issue(s);
+  wait_for_previous_kernel();
+  q_prefetch<T, D, kThreads> qp;
+  qp.load(a, it.q_begin, it.kv_head, G * it.q_len, tid);
+  for (; s < kSt - 1; ++s) issue(s);
   qp.store(a, q_s, tid);
   __syncthreads();
   warp_rows<T, D> w;
@@ -148,6 +170,7 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads) vllm_decode_kernel(attn_launch a) {
+  allow_dependents();
   extern __shared__ uint4 smem_raw[];
   const int n = a.counts[2];
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
@@ -161,21 +184,39 @@ int configure(K kernel, int smem) {
   return int(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
 }
 
-template <class T, int D, int kMode>
+/// Launches a decode kernel as a programmatic dependent of the previous kernel when
+/// programmatic_launch() is on (the kernels wait before they read what that kernel writes).
+int launch_decode(void (*kernel)(attn_launch), int smem, const attn_launch& a, cudaStream_t s) {
+  if (a.decode_grid <= 0) return 0;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(a.decode_grid);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = size_t(smem);
+  cfg.stream = s;
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = programmatic_launch() ? 1 : 0;
+  return int(cudaLaunchKernelEx(&cfg, kernel, a));
+}
+
+template <class T, int D, int kMode, int kSt = fd_stages>
 int launch_fd_mode(const attn_launch& a, cudaStream_t s) {
-  constexpr int smem = fd_smem_bytes<D>();
-  static const int configured = configure(fd_decode_kernel<T, D, kMode>, smem);
+  constexpr int smem = fd_smem_bytes<D, kSt>();
+  static const int configured = configure(fd_decode_kernel<T, D, kMode, kSt>, smem);
   if (configured != 0) return configured;
-  if (a.decode_grid > 0) fd_decode_kernel<T, D, kMode><<<a.decode_grid, kThreads, smem, s>>>(a);
-  return int(cudaGetLastError());
+  return launch_decode(fd_decode_kernel<T, D, kMode, kSt>, smem, a, s);
 }
 
 template <class T, int D>
 int launch_fd(const attn_launch& a, cudaStream_t s) {
   const int v = decode_variant(a.variant);
-  if (v < 2) return launch_fd_mode<T, D, 0>(a, s);
+  if (v < 2 || v > 6) return launch_fd_mode<T, D, 0>(a, s);
   if constexpr (D == 128 && std::is_same_v<T, __nv_bfloat16>) {
     if (v == 4) return launch_fd_mode<T, D, 3>(a, s);
+    if (v == 5) return launch_fd_mode<T, D, 0, kDeepStages>(a, s);
+    if (v == 6) return launch_fd_mode<T, D, 1, kDeepStages>(a, s);
     return v == 2 ? launch_fd_mode<T, D, 1>(a, s) : launch_fd_mode<T, D, 2>(a, s);
   }
   return int(cudaErrorInvalidValue);
@@ -185,8 +226,7 @@ template <class T, int D>
 int launch_vllm(const attn_launch& a, cudaStream_t s) {
   static const int configured = configure(vllm_decode_kernel<T, D>, vllm_smem_bytes<D>());
   if (configured != 0) return configured;
-  if (a.decode_grid > 0) vllm_decode_kernel<T, D><<<a.decode_grid, kThreads, vllm_smem_bytes<D>(), s>>>(a);
-  return int(cudaGetLastError());
+  return launch_decode(vllm_decode_kernel<T, D>, vllm_smem_bytes<D>(), a, s);
 }
 
 template <class T, int D>
@@ -198,8 +238,9 @@ int occupancy(bool vllm) {
     e = cudaError_t(configure(vllm_decode_kernel<T, D>, smem));
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, vllm_decode_kernel<T, D>, kThreads, smem);
   } else {
-    e = cudaError_t(configure(fd_decode_kernel<T, D, 0>, smem));
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_kernel<T, D, 0>, kThreads, smem);
+    e = cudaError_t(configure(fd_decode_kernel<T, D, 0, fd_stages>, smem));
+    if (e == cudaSuccess)
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_kernel<T, D, 0, fd_stages>, kThreads, smem);
   }
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
