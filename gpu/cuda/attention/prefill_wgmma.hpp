@@ -1,0 +1,36 @@
+#pragma once
+/// Hopper (sm_90a) tensor-core prefill: warpgroup MMAs (wgmma) over the same prefill items as
+/// launch_tc_prefill (64 query rows of one sequence and KV head each), selected there.
+#include <cuda_runtime_api.h>
+
+#include "gpu/cuda/attention/launch.hpp"
+
+namespace actorserve::gpu::cuda {
+
+/// Prefill variants (attn_launch::variant, prefill_variant) that run on wgmma: 3 = one
+/// producer warp filling a 2-stage K/V ring, one consumer warpgroup (bf16/fp16, D 64/128);
+/// 4 = one warpgroup that copies and computes in turn, no warp specialisation; 5 = variant 3
+/// with a 3-stage ring; 7 = 32-key tiles, 3 stages, 3 CTAs per SM. 4, 5 and 7 are built for
+/// bf16, D 128 only (others run 3). Variant 6 (P V left in flight across the next S) was
+/// measured and removed: ptxas serialised its MMAs.
+inline constexpr bool is_wgmma_prefill_variant(int v) { return v == 3 || v == 4 || v == 5 || v == 7; }
+
+/// The prefill variant that forces the mma.sync kernel in its default configuration (what
+/// variant 0 ran before the wgmma kernel became the default for some shapes).
+inline constexpr int mma_sync_prefill_variant = 8;
+
+/// Whether variant 0 runs the wgmma kernel (variant 4) for these shapes: where it was measured
+/// faster on the H200 (bf16, head dim 128, blocks of a multiple of 64 tokens: 1.08-1.22x the
+/// mma.sync kernel). At vLLM's 8-32-token blocks it was slower (0.86x) and stays on mma.sync.
+inline constexpr bool wgmma_prefill_default(act_dtype dt, int head_dim, int block_size) {
+  return dt == act_dtype::bf16 && head_dim == 128 && block_size > 0 && block_size % 64 == 0;
+}
+
+/// Whether the current device runs the wgmma kernels (compute capability 9.x; cached).
+bool wgmma_prefill_available();
+
+/// Launches the wgmma prefill over items [0, counts[0]) for `variant` (3, 4, 5 or 7); a CUDA
+/// error code.
+int launch_wgmma_prefill(act_dtype dt, const attn_launch& a, int variant, cudaStream_t s);
+
+}  // namespace actorserve::gpu::cuda

@@ -1,0 +1,239 @@
+// The Hopper wgmma prefill kernels (gpu/cuda/attention/prefill_wgmma_kernel.cu, prefill variants
+// 3, 4, 5, 7; variant 0 runs 4 for bf16, head dim 128, 64-token blocks) against the double-precision reference over prefill-heavy steps: whole prompts, chunks
+// over a cached prefix, tiles cut short (q_len not a multiple of the tile's tokens), key ranges
+// of 1-33 tiles (the K/V ring wraps many times), GQA groups 1-8, head dims 64 and 128, bf16 and
+// fp16, both backends' block sizes; outputs poisoned before each run. Variant 8 (the mma.sync
+// kernel) runs the same cases as a control; ACTORSERVE_PREFILL_VARIANTS=3,4 picks variants. With
+// ACTORSERVE_PREFILL_BENCH=1 (and a GPU) one more test times them on the issue's prefill shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+#include "cuda_test_util.hpp"
+#include "paged_attention_case.hpp"
+#include "gpu/cuda/attention/backend.hpp"
+#include "gpu/cuda/attention/prefill_wgmma.hpp"
+
+namespace actorserve::testing {
+namespace {
+
+using cuda::act_dtype;
+
+/// Sets ACTORSERVE_ATTN_VARIANT for the backends made in its scope (read when one is built).
+class variant_env {
+ public:
+  explicit variant_env(int v) { setenv("ACTORSERVE_ATTN_VARIANT", std::to_string(v).c_str(), 1); }
+  ~variant_env() { unsetenv("ACTORSERVE_ATTN_VARIANT"); }
+  variant_env(const variant_env&) = delete;
+  variant_env& operator=(const variant_env&) = delete;
+};
+
+/// The variants to run: ACTORSERVE_PREFILL_VARIANTS (comma-separated, e.g. "8,3"), else all.
+std::vector<int> variants_to_run() {
+  std::vector<int> v;
+  if (const char* env = std::getenv("ACTORSERVE_PREFILL_VARIANTS")) {
+    for (const char* p = env; *p;) {
+      char* end = nullptr;
+      v.push_back(int(std::strtol(p, &end, 10)));
+      p = *end ? end + 1 : end;
+    }
+    return v;
+  }
+  return {cuda::mma_sync_prefill_variant, 0, 3, 4, 5, 7};
+}
+
+/// A step's inputs in device memory, uploaded once for every variant run over them.
+struct device_inputs {
+  explicit device_inputs(const paged_inputs& in)
+      : in(in), q(in.q), k(in.k_cache), v(in.v_cache), bt(in.block_tables), seqs(in.seqs),
+        out(size_t(in.n_tokens) * in.num_heads * in.head_dim) {}
+  const paged_inputs& in;
+  dev_vec<float> q;
+  dev_vec<uint16_t> k, v;
+  dev_vec<int32_t> bt;
+  dev_vec<cuda::attn_seq> seqs;
+  dev_vec<uint16_t> out;
+};
+
+/// One step through a backend built for `variant`: plan and launch arguments over `d`.
+class prefill_step {
+ public:
+  prefill_step(act_dtype dt, kv_cache_layout layout, device_inputs& d, int variant) : d_(d) {
+    const paged_inputs& in = d.in;
+    cuda::attention_shape shape;
+    shape.dt = dt;
+    shape.num_heads = in.num_heads;
+    shape.num_kv_heads = in.num_kv_heads;
+    shape.head_dim = in.head_dim;
+    shape.block_size = in.block_size;
+    {
+      variant_env env(variant);
+      auto made = cuda::make_attention_backend(layout, shape);
+      EXPECT_TRUE(made) << (made ? "" : made.err().message);
+      if (made) backend_ = std::move(*made);
+    }
+    if (!backend_) return;
+    const cuda::attention_plan plan = backend_->plan(in.seqs);
+    const cuda::attention_grids g = backend_->grids(plan);
+    prefill_items_ = int32_t(plan.items.size()) - plan.num_decode_items;
+    items_.upload(plan.items.empty() ? std::vector<cuda::attn_item>(1) : plan.items);
+    comb_.upload(plan.combines.empty() ? std::vector<cuda::attn_combine>(1) : plan.combines);
+    counts_.upload({prefill_items_, int32_t(plan.combines.size()), plan.num_decode_items, 0});
+    const size_t slots = size_t(std::max(1, plan.num_partials));
+    po_.resize(slots * cuda::attn_tile_rows * in.head_dim);
+    pl_.resize(slots * cuda::attn_tile_rows * 2);
+    a_.q = d.q.get();
+    a_.q_stride = in.q_stride;
+    a_.k_cache = d.k.get();
+    a_.v_cache = d.v.get();
+    a_.block_tables = d.bt.get();
+    a_.seqs = d.seqs.get();
+    a_.items = items_.get();
+    a_.combines = comb_.get();
+    a_.counts = counts_.get();
+    a_.prefill_grid = g.prefill + 3;  // extra CTAs must exit
+    a_.decode_grid = g.decode;
+    a_.combine_grid = g.combine;
+    a_.partial_o = po_.get();
+    a_.partial_lse = pl_.get();
+    a_.out = d.out.get();
+    a_.num_heads = in.num_heads;
+    a_.num_kv_heads = in.num_kv_heads;
+    a_.head_dim = in.head_dim;
+    a_.block_size = in.block_size;
+    a_.scale = 1.0f / std::sqrt(float(in.head_dim));
+  }
+
+  bool ok() const { return backend_ != nullptr; }
+  int prefill_items() const { return prefill_items_; }
+  void poison() {
+    d_.out.poison();
+    po_.poison();
+    pl_.poison();
+  }
+  int run(cudaStream_t s = nullptr) const { return backend_->run(a_, s); }
+  std::vector<float> output(act_dtype dt) const {
+    const auto bits = d_.out.download();
+    std::vector<float> got(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) got[i] = from_act_bits(dt, bits[i]);
+    return got;
+  }
+
+ private:
+  device_inputs& d_;
+  std::unique_ptr<cuda::attention_backend> backend_;
+  int32_t prefill_items_ = 0;
+  dev_vec<float> po_, pl_;
+  dev_vec<int32_t> counts_;
+  dev_vec<cuda::attn_item> items_;
+  dev_vec<cuda::attn_combine> comb_;
+  cuda::attn_launch a_;
+};
+
+struct param {
+  act_dtype dt;
+  kv_cache_layout layout;
+};
+
+class PrefillWgmma : public ::testing::TestWithParam<param> {
+ protected:
+  void SetUp() override { AS_REQUIRE_CUDA(); }
+};
+
+TEST_P(PrefillWgmma, VariantsMatchReference) {
+  const auto [dt, layout] = GetParam();
+  const bool vllm = layout == kv_cache_layout::vllm;
+  // Whole prompts (2 .. 2100 keys), chunks over a cached prefix, short tiles, one decode token.
+  const std::vector<seq_spec> seqs = {{2, 2}, {17, 17}, {300, 300}, {1000, 40}, {97, 30}, {2100, 71}, {64, 64},
+                                      {129, 1}, {200, 3}};
+  struct config { int D, G, bs; };
+  const config configs[] = {{128, 4, vllm ? 16 : 64}, {128, 1, vllm ? 16 : 80}, {128, 8, vllm ? 32 : 64},
+                            {128, 2, vllm ? 8 : 96},  {64, 4, vllm ? 16 : 64},  {64, 8, vllm ? 16 : 128}};
+  for (const config& k : configs) {
+    std::mt19937 rng(uint32_t(31 + k.D + k.G + k.bs));
+    const paged_inputs in = make_paged_inputs(dt, 2 * k.G, 2, k.D, k.bs, seqs, rng);
+    const std::vector<float> ref = reference_attention(dt, in);
+    device_inputs d(in);
+    for (int variant : variants_to_run()) {
+      prefill_step step(dt, layout, d, variant);
+      ASSERT_TRUE(step.ok());
+      ASSERT_GT(step.prefill_items(), 0);
+      step.poison();
+      ASSERT_EQ(step.run(), 0);
+      const double err = rel_max_err(step.output(dt), ref);
+      std::printf("prefill variant %d %s D=%d G=%d bs=%d: max abs err / max abs ref %.3g\n", variant,
+                  to_string(layout), k.D, k.G, k.bs, err);
+      EXPECT_LT(err, 1e-2) << "variant " << variant << " D=" << k.D << " G=" << k.G << " bs=" << k.bs;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, PrefillWgmma,
+                         ::testing::Values(param{act_dtype::bf16, kv_cache_layout::flash_decoding},
+                                           param{act_dtype::fp16, kv_cache_layout::flash_decoding},
+                                           param{act_dtype::bf16, kv_cache_layout::vllm},
+                                           param{act_dtype::fp16, kv_cache_layout::vllm}),
+                         [](const auto& info) {
+                           const bool vllm = info.param.layout == kv_cache_layout::vllm;
+                           return std::string(vllm ? "vllm_" : "flash_decoding_") +
+                                  (info.param.dt == act_dtype::bf16 ? "bf16" : "fp16");
+                         });
+
+/// Median event time (µs) of `reps` runs, 256 MiB written before each (L2 flushed).
+double time_runs(const prefill_step& step, int reps) {
+  dev_vec<uint8_t> flush(size_t(256) << 20);
+  cudaEvent_t a, b;
+  EXPECT_EQ(cudaEventCreate(&a), cudaSuccess);
+  EXPECT_EQ(cudaEventCreate(&b), cudaSuccess);
+  std::vector<double> us;
+  EXPECT_EQ(step.run(), 0);  // warm-up
+  for (int r = 0; r < reps; ++r) {
+    EXPECT_EQ(cudaMemsetAsync(flush.get(), r & 0xff, size_t(256) << 20), cudaSuccess);
+    EXPECT_EQ(cudaEventRecord(a), cudaSuccess);
+    EXPECT_EQ(step.run(), 0);
+    EXPECT_EQ(cudaEventRecord(b), cudaSuccess);
+    EXPECT_EQ(cudaEventSynchronize(b), cudaSuccess);
+    float ms = 0;
+    EXPECT_EQ(cudaEventElapsedTime(&ms, a, b), cudaSuccess);
+    us.push_back(ms * 1e3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+TEST(PrefillWgmmaBench, IssueShapes) {
+  AS_REQUIRE_CUDA();
+  if (!std::getenv("ACTORSERVE_PREFILL_BENCH")) GTEST_SKIP() << "set ACTORSERVE_PREFILL_BENCH=1 to time";
+  const int H = 32, KVH = 8, D = 128;
+  std::printf("| backend | batch x length | variant | µs | TFLOP/s | max rel diff vs the first variant |\n"
+              "|---|---|---|---|---|---|\n");
+  for (kv_cache_layout layout : {kv_cache_layout::flash_decoding, kv_cache_layout::vllm}) {
+    const int bs = layout == kv_cache_layout::vllm ? 16 : 64;
+    for (auto [batch, len] : {std::pair{1, 4096}, std::pair{4, 4096}, std::pair{1, 16384}, std::pair{16, 1024}}) {
+      std::mt19937 rng(uint32_t(batch * len));
+      const std::vector<seq_spec> seqs(size_t(batch), seq_spec{len, len});
+      const paged_inputs in = make_paged_inputs(act_dtype::bf16, H, KVH, D, bs, seqs, rng);
+      const double flops = 4.0 * H * D * batch * (double(len) * (len + 1) / 2);
+      device_inputs d(in);
+      std::vector<float> base;
+      for (int variant : variants_to_run()) {
+        prefill_step step(act_dtype::bf16, layout, d, variant);
+        ASSERT_TRUE(step.ok());
+        step.poison();
+        const double us = time_runs(step, 7);
+        const std::vector<float> got = step.output(act_dtype::bf16);
+        if (base.empty()) base = got;
+        std::printf("| %s | %d x %d | %d | %.1f | %.1f | %.3g |\n", to_string(layout), batch, len, variant, us,
+                    flops / us * 1e-6, rel_max_err(got, base));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace actorserve::testing
