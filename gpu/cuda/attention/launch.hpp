@@ -54,8 +54,9 @@ inline constexpr int prefill_variant(int v) { return v & 15; }
 /// memory probe: wrong results), 3 = that probe over a head-major [blocks, KVH, block_size, D]
 /// layout, 4 = flash-decoding reading Q after issuing the first K/V copies, 5 = flash-decoding
 /// with 6 stages at one CTA per SM, 6 = the memory probe with 6 stages, 7 / 8 = split chunks of
-/// at least 64 / 256 tokens (default 128; both backends), 9 = decode pieces longest first;
-/// 2-6 are built for bf16, D 128 only.
+/// at least 64 / 256 tokens (default 128; both backends), 9 = decode pieces longest first,
+/// 10 = splits filling two waves, 11 = no short-context split below 128 tokens, 12 = one K/V
+/// stage (not two) issued before the programmatic-dependency wait; 2-6: bf16, D 128 only.
 inline constexpr int decode_variant(int v) { return v >> 4; }
 /// Query rows (tokens x heads of one KV group) of one tensor-core prefill tile.
 inline constexpr int tc_prefill_rows = 64;
