@@ -1,14 +1,18 @@
-// The Hopper wgmma prefill kernels (gpu/cuda/attention/prefill_wgmma_kernel.cu, prefill variants
-// 3, 4, 5, 7; variant 0 runs 4 for bf16, head dim 128, 64-token blocks) against the double-precision reference over prefill-heavy steps: whole prompts, chunks
-// over a cached prefix, tiles cut short (q_len not a multiple of the tile's tokens), key ranges
-// of 1-33 tiles (the K/V ring wraps many times), GQA groups 1-8, head dims 64 and 128, bf16 and
+// The Hopper wgmma prefill kernels (gpu/cuda/attention/prefill_wgmma_kernel.cu: prefill
+// variants 3, 4, 5, 7, and 0, which runs 4 for bf16, head dim 128, 64-token-multiple blocks)
+// against the double-precision reference over prefill-heavy steps: whole prompts, chunks over a
+// cached prefix, tiles cut short (q_len not a multiple of the tile's tokens), key ranges of
+// 1-33 tiles (the K/V ring wraps many times), GQA groups 1-8, head dims 64 and 128, bf16 and
 // fp16, both backends' block sizes; outputs poisoned before each run. Variant 8 (the mma.sync
-// kernel) runs the same cases as a control; ACTORSERVE_PREFILL_VARIANTS=3,4 picks variants. With
+// kernel) runs the same cases as a control; ACTORSERVE_PREFILL_VARIANTS=3,4 picks variants.
+// Variant 9 (128-row items, two warpgroups per K/V tile) runs only when named there. With
 // ACTORSERVE_PREFILL_BENCH=1 (and a GPU) one more test times them on the issue's prefill shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 
@@ -42,7 +46,7 @@ std::vector<int> variants_to_run() {
     }
     return v;
   }
-  return {cuda::mma_sync_prefill_variant, 0, 3, 4, 5, 7};
+  return {cuda::mma_sync_prefill_variant, 0, 3, 4, 5, 7};  // 9 only when named
 }
 
 /// A step's inputs in device memory, uploaded once for every variant run over them.
@@ -58,10 +62,13 @@ struct device_inputs {
   dev_vec<uint16_t> out;
 };
 
-/// One step through a backend built for `variant`: plan and launch arguments over `d`.
+/// One step through a backend built for `variant`: plan and launch arguments over `d`. With
+/// `rows` > 0 (variant 9) the step is planned here instead, as prefill tiles of `rows` query
+/// rows (longest first, like the backends' planner), and launched through launch_tc_prefill.
 class prefill_step {
  public:
-  prefill_step(act_dtype dt, kv_cache_layout layout, device_inputs& d, int variant) : d_(d) {
+  prefill_step(act_dtype dt, kv_cache_layout layout, device_inputs& d, int variant, int rows = 0)
+      : d_(d), dt_(dt), variant_(variant), direct_(rows > 0) {
     const paged_inputs& in = d.in;
     cuda::attention_shape shape;
     shape.dt = dt;
@@ -76,7 +83,14 @@ class prefill_step {
       if (made) backend_ = std::move(*made);
     }
     if (!backend_) return;
-    const cuda::attention_plan plan = backend_->plan(in.seqs);
+    cuda::attention_plan plan = backend_->plan(in.seqs);
+    if (direct_) {
+      plan = cuda::attention_plan{};
+      cuda::append_query_tiles(in.seqs, in.num_heads / in.num_kv_heads, in.num_kv_heads, rows, 2, plan.items);
+      std::stable_sort(plan.items.begin(), plan.items.end(), [](const cuda::attn_item& x, const cuda::attn_item& y) {
+        return x.kv_end - x.kv_begin > y.kv_end - y.kv_begin;
+      });
+    }
     const cuda::attention_grids g = backend_->grids(plan);
     prefill_items_ = int32_t(plan.items.size()) - plan.num_decode_items;
     items_.upload(plan.items.empty() ? std::vector<cuda::attn_item>(1) : plan.items);
@@ -114,7 +128,12 @@ class prefill_step {
     po_.poison();
     pl_.poison();
   }
-  int run(cudaStream_t s = nullptr) const { return backend_->run(a_, s); }
+  int run(cudaStream_t s = nullptr) const {
+    if (!direct_) return backend_->run(a_, s);
+    cuda::attn_launch a = a_;
+    a.variant = variant_;
+    return cuda::launch_tc_prefill(dt_, a, s);
+  }
   std::vector<float> output(act_dtype dt) const {
     const auto bits = d_.out.download();
     std::vector<float> got(bits.size());
@@ -124,6 +143,9 @@ class prefill_step {
 
  private:
   device_inputs& d_;
+  act_dtype dt_;
+  int variant_ = 0;
+  bool direct_ = false;
   std::unique_ptr<cuda::attention_backend> backend_;
   int32_t prefill_items_ = 0;
   dev_vec<float> po_, pl_;
@@ -168,6 +190,39 @@ TEST_P(PrefillWgmma, VariantsMatchReference) {
                   to_string(layout), k.D, k.G, k.bs, err);
       EXPECT_LT(err, 1e-2) << "variant " << variant << " D=" << k.D << " G=" << k.G << " bs=" << k.bs;
     }
+  }
+}
+
+/// Whether ACTORSERVE_PREFILL_VARIANTS names `v`.
+bool variant_requested(int v) {
+  const std::vector<int> vs = variants_to_run();
+  return std::getenv("ACTORSERVE_PREFILL_VARIANTS") && std::find(vs.begin(), vs.end(), v) != vs.end();
+}
+
+/// Variant 9 over 128-row items (not the backends' plan, so not in the default runs: it runs
+/// when ACTORSERVE_PREFILL_VARIANTS names 9). Whole prompts and chunks only: no decode tokens.
+TEST_P(PrefillWgmma, PairedWarpgroupsMatchReference) {
+  if (!variant_requested(9)) GTEST_SKIP() << "set ACTORSERVE_PREFILL_VARIANTS=9 to run variant 9";
+  const auto [dt, layout] = GetParam();
+  const bool vllm = layout == kv_cache_layout::vllm;
+  const std::vector<seq_spec> seqs = {{2, 2}, {17, 17}, {300, 300}, {1000, 40}, {97, 30}, {2100, 71}, {64, 64},
+                                      {200, 3}, {700, 129}};
+  struct config { int D, G, bs; };
+  const config configs[] = {{128, 4, vllm ? 16 : 64}, {128, 1, vllm ? 16 : 80}, {128, 8, vllm ? 32 : 64},
+                            {64, 4, vllm ? 16 : 64},  {64, 8, vllm ? 16 : 128}};
+  for (const config& k : configs) {
+    std::mt19937 rng(uint32_t(57 + k.D + k.G + k.bs));
+    const paged_inputs in = make_paged_inputs(dt, 2 * k.G, 2, k.D, k.bs, seqs, rng);
+    const std::vector<float> ref = reference_attention(dt, in);
+    device_inputs d(in);
+    prefill_step step(dt, layout, d, 9, cuda::wgmma_pair_rows);
+    ASSERT_TRUE(step.ok());
+    step.poison();
+    ASSERT_EQ(step.run(), 0);
+    const double err = rel_max_err(step.output(dt), ref);
+    std::printf("prefill variant 9 (128-row items) %s D=%d G=%d bs=%d: max abs err / max abs ref %.3g\n",
+                to_string(layout), k.D, k.G, k.bs, err);
+    EXPECT_LT(err, 1e-2) << "D=" << k.D << " G=" << k.G << " bs=" << k.bs;
   }
 }
 
@@ -222,7 +277,7 @@ TEST(PrefillWgmmaBench, IssueShapes) {
       device_inputs d(in);
       std::vector<float> base;
       for (int variant : variants_to_run()) {
-        prefill_step step(act_dtype::bf16, layout, d, variant);
+        prefill_step step(act_dtype::bf16, layout, d, variant, variant == 9 ? cuda::wgmma_pair_rows : 0);
         ASSERT_TRUE(step.ok());
         step.poison();
         const double us = time_runs(step, 7);

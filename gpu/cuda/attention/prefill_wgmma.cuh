@@ -300,18 +300,18 @@ __device__ __forceinline__ void load_kv(const uint16_t* kc, const uint16_t* vc, 
   }
 }
 
-/// Writes the 64 query rows of a tile as T into a swizzled [D / 64][64][64] tile, scaled so
-/// scores come out in log2 units; row r is token q_begin + r / G, head kv_head * G + r % G, rows
-/// >= valid are zeros. `NT` threads share the work.
+/// Writes query rows [row0, row0 + 64) of an item as T into a swizzled [D / 64][64][64] tile,
+/// scaled so scores come out in log2 units; item row r is token q_begin + r / G, head
+/// kv_head * G + r % G, rows >= valid are zeros. `NT` threads share the work.
 template <class T, int D, int NT>
 __device__ __forceinline__ void stage_q_sw128(const attn_launch& a, int q_begin, int kv_head, int valid, uint32_t q_s,
-                                              int tid) {
+                                              int tid, int row0 = 0) {
   const float sc = a.scale * 1.4426950408889634f;
   for (int idx = tid; idx < 64 * (D / 8); idx += NT) {
     const int r = idx / (D / 8), c = idx % (D / 8);
     uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < valid) {
-      const float4* src = q_src(a, q_begin, kv_head, r, c, D);
+    if (row0 + r < valid) {
+      const float4* src = q_src(a, q_begin, kv_head, row0 + r, c, D);
       v = pack8<T>(__ldg(src), __ldg(src + 1), sc);
     }
     st_shared16(q_s + sw128<64>(r, c), v);

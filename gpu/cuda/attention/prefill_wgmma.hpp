@@ -12,8 +12,13 @@ namespace actorserve::gpu::cuda {
 /// 4 = one warpgroup that copies and computes in turn, no warp specialisation; 5 = variant 3
 /// with a 3-stage ring; 7 = 32-key tiles, 3 stages, 3 CTAs per SM. 4, 5 and 7 are built for
 /// bf16, D 128 only (others run 3). Variant 6 (P V left in flight across the next S) was
-/// measured and removed: ptxas serialised its MMAs.
-inline constexpr bool is_wgmma_prefill_variant(int v) { return v == 3 || v == 4 || v == 5 || v == 7; }
+/// measured and removed: ptxas serialised its MMAs. 9 = items of up to 128 rows (two
+/// warpgroups sharing each K/V tile), for a planner that cuts 128-row tiles (wgmma_pair_rows);
+/// with the backends' 64-row items its second warpgroup idles. Not yet measured on a GPU.
+inline constexpr bool is_wgmma_prefill_variant(int v) { return v == 3 || v == 4 || v == 5 || v == 7 || v == 9; }
+
+/// Query rows per item that prefill variant 9 is built for.
+inline constexpr int wgmma_pair_rows = 128;
 
 /// The prefill variant that forces the mma.sync kernel in its default configuration (what
 /// variant 0 ran before the wgmma kernel became the default for some shapes).
@@ -29,7 +34,7 @@ inline constexpr bool wgmma_prefill_default(act_dtype dt, int head_dim, int bloc
 /// Whether the current device runs the wgmma kernels (compute capability 9.x; cached).
 bool wgmma_prefill_available();
 
-/// Launches the wgmma prefill over items [0, counts[0]) for `variant` (3, 4, 5 or 7); a CUDA
+/// Launches the wgmma prefill over items [0, counts[0]) for `variant` (3, 4, 5, 7 or 9); a CUDA
 /// error code.
 int launch_wgmma_prefill(act_dtype dt, const attn_launch& a, int variant, cudaStream_t s);
 

@@ -306,6 +306,71 @@ __global__ void __launch_bounds__(128, 2) wgmma_prefill_simple(attn_launch a) {
 #endif
 }
 
+/// Variant 9 (not yet measured on a GPU): items of up to 128 query rows, as a planner cutting
+/// 128-row tiles would make them. Two warpgroups take 64 rows each against the same K/V tiles,
+/// so every tile read from L2 serves 128 rows (half the K/V stream of the 64-row items); all
+/// 256 threads copy through a kStages-stage cp.async ring; one CTA per SM. A warpgroup skips
+/// the tiles none of its rows sees (and every tile when the item has no rows for it).
+template <class T, int D, int kStages>
+__global__ void __launch_bounds__(256, 1) wgmma_prefill_rows128(attn_launch a) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  __trap();
+#else
+  constexpr int kKeys = 64, kTB = tile_bytes<D, kKeys>();
+  if (int(blockIdx.x) >= a.counts[0]) return;
+  extern __shared__ uint4 smem_raw[];
+  const uint32_t q0 = (smem_addr(smem_raw) + 1023u) & ~1023u, kv0 = q0 + 2 * q_bytes<D>();
+  const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const tile_ctx<kKeys> c(a, 4 * wg + warp, lane);  // rows 64 wg + 16 warp + lane / 4 (+ 8)
+  const int G = a.num_heads / a.num_kv_heads;
+  const bool has_rows = c.valid > 64 * wg;
+  const int wg_last = c.pos0 + min(64 * wg + 63, c.valid - 1) / G;  // the furthest-seeing row
+  const int32_t* bt = a.block_tables + a.seqs[c.it.seq].bt_offset;
+  const auto* kc = static_cast<const uint16_t*>(a.k_cache);
+  const auto* vc = static_cast<const uint16_t*>(a.v_cache);
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < c.ntiles) {
+      const uint32_t k_s = kv0 + st * 2 * kTB;
+      load_kv<D, kKeys, 256>(kc, vc, bt, a.block_size, c.it.kv_head, a.num_kv_heads, c.it.kv_begin + st * kKeys,
+                             c.it.kv_end, k_s, k_s + kTB, tid);
+    }
+    cp_async_commit();
+  }
+  const uint32_t q_s = q0 + wg * q_bytes<D>();
+  stage_q_sw128<T, D, 128>(a, c.it.q_begin, c.it.kv_head, c.valid, q_s, tid & 127, 64 * wg);
+  wg_rows<T, D, kKeys> w;
+  w.init();
+  for (int t = 0; t < c.ntiles; ++t) {
+    cp_async_wait<kStages - 2>();
+    fence_proxy_async();
+    __syncthreads();  // tile t (and Q) in shared memory for every thread; tile t - 1 fully read
+    const int nt = t + kStages - 1;
+    if (nt < c.ntiles) {
+      const uint32_t k_s = kv0 + (nt % kStages) * 2 * kTB;
+      load_kv<D, kKeys, 256>(kc, vc, bt, a.block_size, c.it.kv_head, a.num_kv_heads, c.it.kv_begin + nt * kKeys,
+                             c.it.kv_end, k_s, k_s + kTB, tid);
+    }
+    cp_async_commit();
+    const int k0 = c.it.kv_begin + t * kKeys;
+    if (!has_rows || k0 > wg_last) continue;  // causal: no row of this warpgroup sees these keys
+    const uint32_t k_s = kv0 + (t % kStages) * 2 * kTB;
+    float s[kKeys / 2];
+    uint32_t pf[kKeys / 16][4];
+    w.issue_scores(q_s, k_s, s);
+    wgmma_wait<0>();
+    fence_regs(s);
+    fence_regs(w.o);
+    const uint32_t vis = c.needs_mask(t) ? visible<kKeys>(k0, c.qpos, c.it.kv_end, lane) : ~0u;
+    w.softmax(s, vis, pf);
+    w.issue_pv(pf, k_s + kTB);
+    wgmma_wait<0>();
+    fence_regs(w.o);
+  }
+  w.store(a, c.it, c.valid, c.r0, lane);
+#endif
+}
+
 template <class K>
 int start(K kernel, int threads, int smem, const attn_launch& a, cudaStream_t s) {
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
@@ -316,6 +381,8 @@ int start(K kernel, int threads, int smem, const attn_launch& a, cudaStream_t s)
 
 template <class T, int D>
 int launch(const attn_launch& a, int variant, cudaStream_t s) {
+  if (variant == 9)
+    return start(wgmma_prefill_rows128<T, D, 3>, 256, 1024 + 2 * q_bytes<D>() + 6 * tile_bytes<D, 64>(), a, s);
   if constexpr (D == 128 && std::is_same_v<T, __nv_bfloat16>) {
     if (variant == 4)
       return start(wgmma_prefill_simple<T, D>, 128, 1024 + q_bytes<D>() + 4 * tile_bytes<D, 64>(), a, s);
