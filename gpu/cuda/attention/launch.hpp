@@ -46,8 +46,10 @@ inline constexpr int fd_stages = 3;
 /// Tokens one warp of the vLLM-style kernel takes per step (a 16-token block).
 inline constexpr int vllm_warp_tokens = 16;
 
-/// Prefill kernel of attn_launch::variant: 0 = 64-key tiles x 2 stages (2 CTAs per SM),
-/// 1 = 32-key tiles x 2 stages (3 CTAs per SM), 2 = 64-key tiles x 3 stages; 1-2: bf16, D 128.
+/// Prefill kernel of attn_launch::variant: 0 = the default (the wgmma kernel, variant 4, for
+/// bf16, D 128 and 64-token-multiple blocks on Hopper; else variant 8), mma.sync: 8 = 64-key
+/// tiles x 2 stages (2 CTAs per SM), 1 = 32-key tiles x 2 stages (3 CTAs per SM), 2 = 64-key
+/// tiles x 3 stages (1-2: bf16, D 128); wgmma (sm_90a): 3, 4, 5, 7, 9 (prefill_wgmma.hpp).
 inline constexpr int prefill_variant(int v) { return v & 15; }
 /// Decode kernel of attn_launch::variant (bench_cuda_attention --variants): 0 = default (merge
 /// in the last piece's CTA), 1 = separate merge kernel, 2 = flash-decoding without the math (a
