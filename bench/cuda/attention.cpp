@@ -289,18 +289,19 @@ void run_variants(device_state& st, double copy) {
   std::printf("device-to-device copy %.0f GB/s (read + write)\n\n", copy);
   struct point { kv_cache_layout layout; int H, batch, kv; bool prefill; std::vector<int> variants; };
   const kv_cache_layout fd = kv_cache_layout::flash_decoding, vl = kv_cache_layout::vllm;
-  const std::vector<int> dec = {0, 16, 32, 64, 80, 96};
-  const std::vector<int> chunks = {0, 112, 128};
+  // 0 default, 32 copy probe, 160 two waves, 176 no short split, 192 one early stage.
+  const std::vector<int> dec = {0, 32, 160, 192};
+  const std::vector<int> chunks = {0, 112, 176, 192};
   const point points[] = {
-      {fd, 32, 1, 32768, false, {0, 16, 32, 80, 96, 112, 128}}, {fd, 64, 1, 32768, false, {0, 32, 80, 96}},
-      {fd, 32, 8, 2048, false, {0, 32, 80, 96, 112, 128}}, {fd, 32, 32, 2048, false, dec},
-      {fd, 64, 32, 2048, false, dec}, {fd, 32, 32, 8192, false, dec}, {fd, 32, 256, 8192, false, {0, 32, 48, 80, 96}},
-      {fd, 64, 128, 2048, false, dec}, {fd, 32, 32, 512, false, dec}, {fd, 64, 64, 2048, false, dec},
-      {vl, 32, 1, 32768, false, {0, 16, 112, 128}}, {vl, 32, 1, 256, false, chunks}, {fd, 32, 1, 256, false, chunks},
-      {vl, 32, 1, 512, false, chunks}, {fd, 32, 1, 512, false, chunks}, {vl, 32, 1, 2048, false, chunks},
-      {vl, 32, 32, 2048, false, {0}}, {vl, 32, 8, 8192, false, {0, 112, 128}}};
-  const point mixed[] = {{fd, 32, 250, 0, false, {0, 144}}, {vl, 32, 250, 0, false, {0, 144}},
-                         {fd, 64, 250, 0, false, {0, 144}}, {vl, 64, 250, 0, false, {0, 144}}};
+      {fd, 32, 1, 32768, false, dec}, {fd, 64, 1, 32768, false, dec}, {vl, 32, 1, 32768, false, {0, 160, 192}},
+      {vl, 64, 1, 32768, false, {0, 160, 192}}, {fd, 32, 8, 2048, false, dec}, {vl, 64, 8, 2048, false, {0, 160, 192}},
+      {fd, 32, 32, 2048, false, dec}, {fd, 64, 32, 2048, false, dec}, {vl, 32, 32, 2048, false, {0, 160, 192}},
+      {fd, 32, 32, 8192, false, dec}, {fd, 32, 32, 512, false, dec}, {vl, 32, 32, 512, false, {0, 160, 192}},
+      {vl, 32, 1, 256, false, chunks}, {fd, 32, 1, 256, false, chunks}, {vl, 64, 1, 256, false, chunks},
+      {vl, 32, 1, 512, false, chunks}, {vl, 64, 1, 512, false, chunks}, {fd, 64, 1, 512, false, chunks},
+      {vl, 32, 1, 2048, false, chunks}, {vl, 64, 1, 2048, false, chunks}, {vl, 64, 8, 512, false, chunks}};
+  const point mixed[] = {{fd, 32, 250, 0, false, {0, 192}}, {vl, 32, 250, 0, false, {0, 192}},
+                         {fd, 64, 250, 0, false, {0, 192}}, {vl, 64, 250, 0, false, {0, 192}}};
   std::printf("| backend | kind | q/kv | batch | KV | variant | µs | GB/s | µs held | GB/s held | CTAs | splits |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const point& p : points)
@@ -341,31 +342,37 @@ void run_stream(device_state& st, int sms) {
 /// programmatic launch off and on: the µs the attention adds after the predecessor.
 void run_pdl(device_state& st) {
   constexpr int kPredNs = 4000;
-  std::printf("\n| backend | q/kv | batch | KV | alone µs held | pred µs | + attn, PDL off | + attn, PDL on | "
-              "attn adds, off | attn adds, on |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| backend | variant | q/kv | batch | KV | alone µs held | pred µs | + attn, PDL off | + attn, PDL on | "
+              "attn adds, off | attn adds, on |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   struct point { kv_cache_layout layout; int H; std::vector<int> lens; const char* label; };
   const kv_cache_layout fd = kv_cache_layout::flash_decoding, vl = kv_cache_layout::vllm;
-  const point points[] = {{vl, 32, {256}, "256"},   {fd, 32, {256}, "256"},       {vl, 32, {512}, "512"},
+  const point points[] = {{vl, 32, {256}, "256"},   {fd, 32, {256}, "256"},       {vl, 64, {256}, "256"},
+                          {vl, 32, {512}, "512"},   {vl, 64, {2048}, "2048"},
                           {vl, 32, {2048}, "2048"}, {vl, 32, {32768}, "32768"},   {fd, 32, {32768}, "32768"},
                           {vl, 32, std::vector<int>(32, 2048), "2048"}, {fd, 32, std::vector<int>(32, 2048), "2048"},
                           {vl, 32, mixed_lens(), "128-1152"}, {fd, 32, mixed_lens(), "128-1152"}};
-  for (const point& pt : points) {
-    prepared p;
-    prepare(st, p, pt.layout, pt.H, pt.lens, false);
-    double pred[2] = {0, 0}, both[2] = {0, 0};
-    for (int pdl = 0; pdl < 2; ++pdl) {
-      cuda::set_programmatic_launch(pdl == 1);
-      pred[pdl] = measure(st, 15, [&] { CK(cudaError_t(cuda::launch_pdl_predecessor(kPredNs, nullptr))); }).second;
-      both[pdl] = measure(st, 15, [&] {
-        CK(cudaError_t(cuda::launch_pdl_predecessor(kPredNs, nullptr)));
-        p.run();
-      }).second;
+  for (int v : {0, 176, 192}) {
+    for (const point& pt : points) {
+      setenv("ACTORSERVE_ATTN_VARIANT", std::to_string(v).c_str(), 1);
+      prepared p;
+      prepare(st, p, pt.layout, pt.H, pt.lens, false);
+      unsetenv("ACTORSERVE_ATTN_VARIANT");
+      double pred[2] = {0, 0}, both[2] = {0, 0};
+      for (int pdl = 0; pdl < 2; ++pdl) {
+        cuda::set_programmatic_launch(pdl == 1);
+        pred[pdl] = measure(st, 15, [&] { CK(cudaError_t(cuda::launch_pdl_predecessor(kPredNs, nullptr))); }).second;
+        both[pdl] = measure(st, 15, [&] {
+          CK(cudaError_t(cuda::launch_pdl_predecessor(kPredNs, nullptr)));
+          p.run();
+        }).second;
+      }
+      cuda::set_programmatic_launch(false);
+      const double alone = measure(st, 15, [&] { p.run(); }).second;
+      cuda::set_programmatic_launch(true);
+      std::printf("| %s | %d | %d/%d | %zu | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", p.be->name().c_str(), v,
+                  pt.H, KVH, pt.lens.size(), pt.label, alone, pred[0], both[0], both[1], both[0] - pred[0],
+                  both[1] - pred[1]);
     }
-    cuda::set_programmatic_launch(false);
-    const double alone = measure(st, 15, [&] { p.run(); }).second;
-    cuda::set_programmatic_launch(true);
-    std::printf("| %s | %d/%d | %zu | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", p.be->name().c_str(), pt.H, KVH,
-                pt.lens.size(), pt.label, alone, pred[0], both[0], both[1], both[0] - pred[0], both[1] - pred[1]);
   }
 }
 

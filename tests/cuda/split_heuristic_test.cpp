@@ -51,7 +51,30 @@ TEST(SplitHeuristic, SmallBatchSplitsToFourPieces) {
 TEST(SplitHeuristic, ShortContextsAreNotSplitBelowMinChunk) {
   EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{100}, h200()), 0);   // under one min chunk
   EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{128}, h200()), 0);
-  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{200}, h200()), 128); // 2 pieces of >= 128
+}
+
+TEST(SplitHeuristic, ShortSingleContextsSplitIntoUpToEightTiles) {
+  // Floor min(128, ceil(len / 8)) rounded up to the 64-token tile, then the smallest chunk that
+  // fits one wave (always the floor here: at most 8 x 8 = 64 CTAs).
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{200}, h200()), 64);   // ceil(200 / 8) = 25 -> 64
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{256}, h200()), 64);   // 4 pieces, 32 CTAs
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{512}, h200()), 64);   // 8 pieces, 64 CTAs
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{1000}, h200()), 128); // ceil(1000 / 8) = 125 -> 128
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{2048}, h200()), 128); // floor stays min_chunk
+  // short_pieces 1 restores pieces of at least min_chunk: 2 x 128 for 256 tokens.
+  split_inputs old = h200();
+  old.short_pieces = 1;
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{256}, old), 128);
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{200}, old), 128);
+}
+
+TEST(SplitHeuristic, TwoWavesSplitABatchThatFillsOne) {
+  split_inputs two = h200();
+  two.waves = 2;
+  // 32 x 8 = 256 CTAs < 528: 32 x 8 x ceil(2048 / c) <= 528  =>  ceil <= 2  =>  c = 1024.
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>(32, 2048), two), 1024);
+  // 8 x ceil(32768 / c) <= 528  =>  c >= 496.5  =>  512, 64 pieces = 512 partials <= 528.
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{32768}, two), 512);
 }
 
 TEST(SplitHeuristic, MixedLengthsGiveLongSequencesMorePieces) {
@@ -76,7 +99,7 @@ TEST(SplitHeuristic, OccupancyScalesTheWave) {
 
 TEST(SplitHeuristic, ChoiceIsTheSmallestChunkThatFits) {
   // Property over random batches: the chosen chunk fits one wave and the partial slots, and one
-  // tile less would not (or would go under the minimum chunk).
+  // tile less would not (or would go under the floor).
   std::mt19937 rng(5);
   for (int trial = 0; trial < 500; ++trial) {
     std::vector<int32_t> lens(1 + rng() % 40);
@@ -85,11 +108,15 @@ TEST(SplitHeuristic, ChoiceIsTheSmallestChunkThatFits) {
     const int32_t c = choose_kv_chunk(lens, in);
     if (c == 0) continue;
     ASSERT_EQ(c % in.tile, 0);
-    ASSERT_GE(c, in.min_chunk);
+    // The floor: min(min_chunk, ceil(longest / short_pieces)) rounded up to a tile.
+    const int32_t longest = *std::max_element(lens.begin(), lens.end());
+    const int32_t f = std::min(in.min_chunk, (longest + in.short_pieces - 1) / in.short_pieces);
+    const int32_t floor_chunk = (f + in.tile - 1) / in.tile * in.tile;
+    ASSERT_GE(c, floor_chunk);
     const int64_t slots = int64_t(in.num_sms) * in.ctas_per_sm;
     EXPECT_LE(decode_ctas(lens, in.num_kv_heads, c), slots);
     const int32_t smaller = c - in.tile;
-    if (smaller >= in.min_chunk) {
+    if (smaller >= floor_chunk) {
       int64_t parts = 0;
       for (int32_t l : lens)
         if (l > smaller) parts += (l + smaller - 1) / smaller * in.num_kv_heads;

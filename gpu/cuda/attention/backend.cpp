@@ -130,6 +130,8 @@ class tc_backend : public attention_backend {
     in.max_partials = max_partials_;
     const int dv = decode_variant(variant_);
     if (dv == 7 || dv == 8) in.min_chunk = dv == 7 ? 64 : 256;
+    if (dv == 10) in.waves = 2;
+    if (dv == 11) in.short_pieces = 1;  // the earlier rule: pieces of at least min_chunk
     return choose_kv_chunk(lens, in);
   }
 

@@ -56,8 +56,9 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
   };
   // Leading tiles older than the newest key before the dependency wait, Q right after it (its
   // loads do not queue behind the rest of the copies), the remaining prologue tiles next.
+  const int early = decode_variant(a.variant) == 12 ? 1 : kSt - 1;
   int s = 0;
-  for (; s < kSt - 1 && s < ntiles && rows_precede_newest(it.kv_begin + s * kTile, kTile, it.kv_end, sq.context_len);
+  for (; s < early && s < ntiles && rows_precede_newest(it.kv_begin + s * kTile, kTile, it.kv_end, sq.context_len);
        ++s)
     issue(s);
   wait_for_previous_kernel();
@@ -131,8 +132,9 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
   };
   // As in the flash-decoding kernel: this warp's blocks older than the newest key, the
   // dependency wait, Q, the rest of the prologue.
+  const int early = decode_variant(a.variant) == 12 ? 1 : kSt - 1;
   int s = 0;
-  for (; s < kSt - 1 && s < mine &&
+  for (; s < early && s < mine &&
          rows_precede_newest(it.kv_begin + (warp + s * kWarps) * kU, kU, it.kv_end, sq.context_len);
        ++s)
     issue(s);

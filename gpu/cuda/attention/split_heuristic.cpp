@@ -25,12 +25,15 @@ int64_t decode_ctas(std::span<const int32_t> kv_lens, int num_kv_heads, int32_t 
 
 int32_t choose_kv_chunk(std::span<const int32_t> kv_lens, const split_inputs& in) {
   if (kv_lens.empty() || in.tile <= 0) return 0;
-  const int64_t slots = int64_t(std::max(1, in.num_sms)) * std::max(1, in.ctas_per_sm);
+  const int64_t slots = int64_t(std::max(1, in.num_sms)) * std::max(1, in.ctas_per_sm) * std::max(1, in.waves);
   const int64_t base = int64_t(kv_lens.size()) * in.num_kv_heads;
   if (base >= slots) return 0;  // a full wave without splitting: splits would only add merges
   const int32_t longest = *std::max_element(kv_lens.begin(), kv_lens.end());
-  const int32_t lo_chunk = int32_t(ceil_div(std::max(in.min_chunk, in.tile), in.tile) * in.tile);
-  if (longest <= lo_chunk) return 0;
+  if (longest <= std::max(in.min_chunk, in.tile)) return 0;
+  // Short contexts (batch-1 decode at a few hundred tokens) are latency-bound: up to
+  // short_pieces pieces of at least one tile each (1 x 256 -> 4 x 64, 1 x 512 -> 8 x 64).
+  const int64_t floor_tokens = std::min<int64_t>(in.min_chunk, ceil_div(longest, std::max(1, in.short_pieces)));
+  const int32_t lo_chunk = int32_t(std::max<int64_t>(1, ceil_div(floor_tokens, in.tile)) * in.tile);
   // ctas(chunk) falls as chunk grows: binary search the smallest chunk (in tiles) that fits.
   int64_t lo = lo_chunk / in.tile, hi = ceil_div(longest, in.tile);
   auto fits = [&](int64_t tiles) {

@@ -12,15 +12,18 @@ struct split_inputs {
   int num_sms = 1;
   int ctas_per_sm = 1;       ///< resident decode CTAs per SM (occupancy)
   int tile = 64;             ///< KV tokens per pipeline stage; chunks are multiples of it
-  int min_chunk = 128;       ///< shortest piece worth a partial write and a merge
+  int min_chunk = 128;       ///< no split at or below this length; the floor of longer chunks...
+  int short_pieces = 8;      ///< ...unless longest / short_pieces (rounded up to a tile) is lower
   int max_partials = 0;      ///< partial slots available (pieces of split sequences)
+  int waves = 1;             ///< waves of resident slots the pieces may fill (a measured variant: 2)
 };
 
 /// KV tokens per split-K piece for one decode step of sequences with `kv_lens` keys each, or 0
 /// for no split. With B x KVH CTAs already filling the resident slots (num_sms x ctas_per_sm),
-/// no split; otherwise the smallest chunk (a multiple of `tile`, at least `min_chunk`) whose
-/// pieces, sum_i ceil(len_i / chunk) x KVH, still fit in one wave of resident slots and whose
-/// partials fit `max_partials`.
+/// or the longest sequence at most `min_chunk` long, no split; otherwise the smallest chunk (a
+/// multiple of `tile`, at least min(min_chunk, longest / short_pieces)) whose pieces,
+/// sum_i ceil(len_i / chunk) x KVH, still fit in one wave of resident slots and whose partials
+/// fit `max_partials`.
 int32_t choose_kv_chunk(std::span<const int32_t> kv_lens, const split_inputs& in);
 
 /// CTAs a decode step runs with the given chunk (0: one per sequence and KV head).
