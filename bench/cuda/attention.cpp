@@ -342,8 +342,8 @@ void run_stream(device_state& st, int sms) {
 /// programmatic launch off and on: the µs the attention adds after the predecessor.
 void run_pdl(device_state& st) {
   constexpr int kPredNs = 4000;
-  std::printf("\n| backend | variant | q/kv | batch | KV | alone µs held | pred µs | + attn, PDL off | + attn, PDL on | "
-              "attn adds, off | attn adds, on |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| backend | variant | q/kv | batch | KV | alone µs held | pred µs | + attn, PDL off | "
+              "+ attn, PDL on | attn adds, off | attn adds, on |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   struct point { kv_cache_layout layout; int H; std::vector<int> lens; const char* label; };
   const kv_cache_layout fd = kv_cache_layout::flash_decoding, vl = kv_cache_layout::vllm;
   const point points[] = {{vl, 32, {256}, "256"},   {fd, 32, {256}, "256"},       {vl, 64, {256}, "256"},
@@ -465,7 +465,8 @@ int main(int argc, char** argv) {
                       "TFLOP/s held | CTAs | splits |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   char line[320];
   for (const result_row& r : rows) {
-    std::snprintf(line, sizeof line, "| %s | %s | %d/%d | %d | %s | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f | %d | %d |\n",
+    std::snprintf(line, sizeof line,
+                  "| %s | %s | %d/%d | %d | %s | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f | %d | %d |\n",
                   r.backend.c_str(), r.kind.c_str(), r.H, KVH, r.batch, r.kv_label.c_str(), r.us, r.gbs, r.tflops,
                   r.us_held, r.gbs_held, r.tflops_held, r.ctas, r.splits);
     table += line;
@@ -499,11 +500,13 @@ int main(int argc, char** argv) {
   summary += line;
   for (int H : {32, 64})
     if (const result_row* r = find("flash-decoding", "decode", H, 1, 32768)) {
-      std::snprintf(line, sizeof line, "flash-decoding batch 1 x 32768, %d/8: %.0f GB/s, held %.0f GB/s (target 3000)\n",
+      std::snprintf(line, sizeof line,
+                    "flash-decoding batch 1 x 32768, %d/8: %.0f GB/s, held %.0f GB/s (target 3000)\n",
                     H, r->gbs, r->gbs_held);
       summary += line;
     }
-  std::snprintf(line, sizeof line, "vllm / flash-decoding, worst over the decode grid: %.2f, held %.2f (target >= 0.75)\n",
+  std::snprintf(line, sizeof line,
+                "vllm / flash-decoding, worst over the decode grid: %.2f, held %.2f (target >= 0.75)\n",
                 worst_ratio, worst_ratio_held);
   summary += line;
   for (const char* be : {"flash-decoding", "vllm"})
