@@ -3,7 +3,7 @@
 // cuBLAS against the decode GEMV per projection and row count, paged attention (decode and
 // prefill), the device sampler, and the executor's prefill and decode steps (eager and graph) on
 // the llama-hd128-bf16 fixture.
-//   bench_cuda_kernels [--out DIR] [--only attention|sampler|step|executor]
+//   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -208,8 +208,8 @@ double graph_ms(cudaStream_t s, F&& f, int iters = 10) {
 // Llama-3-8B's shapes, and the simulated decode state: every sequence at kSimContext tokens.
 constexpr int kHidden = 4096, kInter = 14336, kHeads = 32, kKvHeads = 8, kHeadDim = 128, kVocab = 128256;
 constexpr int kLayers = 32, kQkvWidth = (kHeads + 2 * kKvHeads) * kHeadDim;
-constexpr int kSimMaxBatch = 64, kSimContext = 256, kSimBlock = 16;
-constexpr int kSimBlocksPerSeq = kSimContext / kSimBlock + 1;
+constexpr int kSimMaxBatch = 256, kSimContext = 256, kSimMaxContext = 1152, kSimBlock = 16;
+constexpr int kSimBlocksPerSeq = kSimMaxContext / kSimBlock + 1;
 constexpr double kCopyGBs = 4150.0;  // measured H200 copy bandwidth (issue #8)
 
 enum op_class { op_norm, op_qkv, op_rope, op_attn, op_o, op_gate_up, op_silu, op_down, op_lm_head, op_sample,
@@ -287,16 +287,19 @@ class decode_sim {
   void* act() const { return act_; }
   float* out_f32() const { return logits_; }
 
-  /// Plans attention and the KV writes for `batch` decoding sequences.
-  void prepare(int batch) {
+  /// Plans attention and the KV writes for `batch` decoding sequences, their contexts spread
+  /// evenly over [ctx_lo, ctx_hi] (at most kSimMaxContext).
+  void prepare(int batch, int ctx_lo = kSimContext, int ctx_hi = kSimContext) {
     std::vector<int32_t> bt(size_t(batch) * kSimBlocksPerSeq);
     std::iota(bt.begin(), bt.end(), 0);
     std::shuffle(bt.begin(), bt.end(), std::mt19937(uint32_t(batch)));
     std::vector<cuda::attn_seq> seqs(static_cast<size_t>(batch));
-    std::vector<int32_t> positions(static_cast<size_t>(batch), kSimContext - 1), slots(static_cast<size_t>(batch));
+    std::vector<int32_t> positions(static_cast<size_t>(batch)), slots(static_cast<size_t>(batch));
     for (int s = 0; s < batch; ++s) {
-      seqs[s] = {s, 1, kSimContext, s * kSimBlocksPerSeq};
-      const int p = kSimContext - 1;
+      const int ctx = batch > 1 ? ctx_lo + int(int64_t(ctx_hi - ctx_lo) * s / (batch - 1)) : ctx_hi;
+      seqs[s] = {s, 1, ctx, s * kSimBlocksPerSeq};
+      const int p = ctx - 1;
+      positions[s] = p;
       slots[s] = bt[size_t(s) * kSimBlocksPerSeq + p / kSimBlock] * kSimBlock + p % kSimBlock;
     }
     const cuda::attention_plan plan = attention_->plan(seqs);
@@ -333,12 +336,15 @@ class decode_sim {
     batch_ = batch;
   }
 
-  /// Enqueues the kernels of `classes` (bit set of op_class) of one decode step.
+  /// Enqueues the kernels of `classes` (bit set of op_class) of one decode step. With
+  /// fused_decode() at batch 1, the executor's fused GEMVs: qkv includes rope, gate_up the SiLU
+  /// (rope_kv_write and silu_and_mul then time nothing).
   void enqueue(unsigned classes) {
     const auto on = [&](op_class c) { return (classes >> c) & 1u; };
     const auto dt = cuda::act_dtype::bf16;
     const int n = batch_;
     const float eps = 1e-5f;
+    if (n == 1 && cuda::fused_decode()) return enqueue_fused(classes);
     for (int l = 0; l < kLayers; ++l) {
       const cuda::device_layer& w = layers_[size_t(l)];
       if (on(op_norm))
@@ -363,6 +369,31 @@ class decode_sim {
   }
 
  private:
+  void enqueue_fused(unsigned classes) {
+    const auto on = [&](op_class c) { return (classes >> c) & 1u; };
+    const auto dt = cuda::act_dtype::bf16;
+    const float eps = 1e-5f;
+    const int rows_gate_up = gemm_.gemv_rows_for(2 * kInter);
+    for (int l = 0; l < kLayers; ++l) {
+      const cuda::device_layer& w = layers_[size_t(l)];
+      if (on(op_norm))
+        cuda::add_rmsnorm(dt, residual_, l == 0 ? nullptr : delta_, nullptr, norm_w_, eps, nullptr, 1, kHidden, x_, s_);
+      rope_.k_cache = k_cache_[size_t(l)];
+      rope_.v_cache = v_cache_[size_t(l)];
+      launch_.k_cache = rope_.k_cache;
+      launch_.v_cache = rope_.v_cache;
+      if (on(op_qkv)) cuda::gemv_qkv_rope(dt, x_, kHidden, w.qkv, rope_, s_);
+      if (on(op_attn)) attention_->run(launch_, s_);
+      if (on(op_o)) (void)gemm_.run(dt, attn_, 1, kHeads * kHeadDim, w.o, kHidden, delta_);
+      if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta_, nullptr, norm_w_, eps, nullptr, 1, kHidden, x_, s_);
+      if (on(op_gate_up)) cuda::gemv_gate_up_silu(dt, x_, kHidden, w.gate_up, kInter, act_, rows_gate_up, s_);
+      if (on(op_down)) (void)gemm_.run(dt, act_, 1, kInter, w.down, kHidden, delta_);
+    }
+    if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta_, nullptr, norm_w_, eps, nullptr, 1, kHidden, x_, s_);
+    if (on(op_lm_head)) (void)gemm_.run(dt, x_, 1, kHidden, lm_head_, kVocab, logits_);
+    if (on(op_sample)) cuda::sample_tokens(logits_, 1, kVocab, sample_seqs_, penalties_, masks_, out_, s_);
+  }
+
   template <class T>
   T* upload(const std::vector<T>& v) {
     T* p = ::upload(v);
@@ -426,7 +457,7 @@ void bench_gemm_sweep(decode_sim& sim) {
   report("| proj | n x k | m | cuBLAS us | cuBLAS GB/s | gemv r4 us | gemv r2 us | gemv r1 us | best gemv GB/s | "
          "best gemv/cuBLAS | best + PDL us | PDL GB/s |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const projection& p : projs) {
-    for (int m : {1, 2, 3, 4, 8, 16, 64}) {
+    for (int m : {1, 2, 3, 4, 8, 16, 64, 128, 256}) {
       const int calls = p.per_layer ? kLayers : 1;
       const auto time_mode = [&](int max_rows, int rows_per_block) {
         sim.gemm().set_gemv_max_rows(max_rows);
@@ -475,21 +506,28 @@ void bench_gemm_sweep(decode_sim& sim) {
   sim.gemm().set_gemv_rows_per_block(0);
 }
 
+/// Decode batch and the range its sequences' contexts spread over.
+struct sim_shape {
+  int batch, ctx_lo, ctx_hi;
+};
+
 /// The decode step's GPU time per kernel class at each batch, under a GEMM dispatch.
-void bench_step_breakdown(decode_sim& sim, int gemv_rows, bool pdl, const char* label) {
+void bench_step_breakdown(decode_sim& sim, int gemv_rows, bool pdl, bool fused, const std::vector<sim_shape>& shapes,
+                          const char* label) {
   sim.gemm().set_gemv_max_rows(gemv_rows);
   cuda::set_programmatic_launch(pdl);
-  report("\n## Llama-3-8B decode step, context %d, %s: ms per step by kernel class (CUDA graph replays)\n",
-         kSimContext, label);
-  const int batches[] = {1, 8, 16, 32, 64};
+  cuda::set_fused_decode(fused);
+  report("\n## Llama-3-8B decode step, %s: ms per step by kernel class (CUDA graph replays)\n", label);
+  std::vector<int> batches;
+  for (const sim_shape& sh : shapes) batches.push_back(sh.batch);
   report("| class |");
-  for (int b : batches) report(" batch %d |", b);
+  for (const sim_shape& sh : shapes) report(" batch %d ctx %d-%d |", sh.batch, sh.ctx_lo, sh.ctx_hi);
   report("\n|---|");
   for (size_t i = 0; i < std::size(batches); ++i) report("---|");
   report("\n");
   std::vector<std::vector<double>> ms(op_count + 2, std::vector<double>(std::size(batches)));
   for (size_t bi = 0; bi < std::size(batches); ++bi) {
-    sim.prepare(batches[bi]);
+    sim.prepare(shapes[bi].batch, shapes[bi].ctx_lo, shapes[bi].ctx_hi);
     double sum = 0;
     for (int c = 0; c < op_count; ++c) {
       ms[c][bi] = graph_ms(sim.stream(), [&] { sim.enqueue(1u << c); });
@@ -516,6 +554,7 @@ void bench_step_breakdown(decode_sim& sim, int gemv_rows, bool pdl, const char* 
   report("\n");
   sim.gemm().set_gemv_max_rows(cuda::default_gemv_max_rows);
   cuda::set_programmatic_launch(false);
+  cuda::set_fused_decode(true);
 }
 
 gpu::step_result run(gpu::executor& ex, gpu::step_batch b) {
@@ -597,13 +636,20 @@ int main(int argc, char** argv) {
       for (auto mode : {sampler_mode::greedy, sampler_mode::temperature, sampler_mode::top_k, sampler_mode::top_p,
                         sampler_mode::min_p, sampler_mode::mixed})
         bench_sampler(batch, 128256, mode);
-  if (want("step")) {
+  if (want("step") || want("sweep")) {
     decode_sim sim;
     cuda::set_programmatic_launch(false);
-    bench_gemm_sweep(sim);
-    bench_step_breakdown(sim, 0, false, "all GEMMs on cuBLAS, no programmatic launches");
-    bench_step_breakdown(sim, cuda::default_gemv_max_rows, false, "default dispatch, no programmatic launches");
-    bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, "default dispatch, programmatic launches");
+    if (want("sweep")) bench_gemm_sweep(sim);
+    if (want("step")) {
+      const std::vector<sim_shape> small = {{1, 256, 256}, {8, 256, 256}, {64, 256, 256}};
+      const std::vector<sim_shape> offline = {{128, 128, 1152}, {256, 128, 1152}};
+      bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, false, small,
+                           "default dispatch, programmatic launches, unfused");
+      bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, small,
+                           "default dispatch, programmatic launches, fused one-token GEMVs (shipped)");
+      bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, offline,
+                           "the offline 128 in / 1024 out workload's batches (shipped)");
+    }
     cuda::set_programmatic_launch(true);
   }
   const char* data = std::getenv("ACTORSERVE_TEST_DATA");

@@ -28,7 +28,9 @@ struct meta_layout {
   size_t item_capacity = 0, block_table_capacity = 0, mask_capacity = 0;
 };
 
-/// One pinned staging area; two alternate so a step is staged while the previous one runs.
+/// One pinned staging area; two alternate so a step is staged while the previous one runs. The
+/// completion thread waits on `end` (recorded after the output copies) rather than a host
+/// callback in the stream, which would hold the next step back until the callback returned.
 struct host_slot {
   char* meta = nullptr;          ///< pinned metadata, meta_layout offsets
   size_t meta_capacity = 0;
@@ -47,7 +49,8 @@ struct pending_step {
   executor::done_fn done;
   int slot = 0;
   status outcome;
-  bool ready = false;
+  bool ready = false;                ///< failed before launch: `outcome` holds why
+  bool launched = false;             ///< enqueued: done once its slot's `end` event completes
   std::vector<uint64_t> seq_ids;     ///< sampled sequences, batch order
   std::vector<int32_t> out_rows;     ///< their rows in the sampler output
   std::vector<int32_t> num_top;      ///< top logprobs each asked for
@@ -88,7 +91,6 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   status launch_decode_graph(int bucket, const launch_shape& shape);
   void finish(pending_step& p);
   void worker_loop();
-  static void on_host(void* ctx);
 
   cuda_executor_options opts_;
   executor_info info_;

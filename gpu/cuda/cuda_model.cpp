@@ -232,13 +232,17 @@ status gemm_runner::init(cudaStream_t stream, size_t workspace_bytes) {
   return {};
 }
 
+int gemm_runner::gemv_rows_for(int n) const {
+  // About 8 blocks of 4 rows fit per SM: between one and four waves, the tail of a partial
+  // wave costs more than halving the rows per block (qkv: 15.6 -> 14.8 us).
+  const int wave = 8 * num_sms_, blocks4 = (n + 3) / 4;
+  return blocks4 > wave && blocks4 < 4 * wave ? 2 : 4;
+}
+
 status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta) {
   if (m == 0) return {};
   if (m <= gemv_max_rows_ && gemv_supported(x, m, k, w)) {
-    // About 8 blocks of 4 rows fit per SM: between one and four waves, the tail of a partial
-    // wave costs more than halving the rows per block (qkv: 15.6 -> 14.8 us).
-    const int wave = 8 * num_sms_, blocks4 = (n + 3) / 4;
-    const int rows = gemv_rows_per_block_ ? gemv_rows_per_block_ : (blocks4 > wave && blocks4 < 4 * wave ? 2 : 4);
+    const int rows = gemv_rows_per_block_ ? gemv_rows_per_block_ : gemv_rows_for(n);
     AS_CUDA_TRY(gemv(dt, x, m, k, w, n, y, beta, stream_, rows));
     return {};
   }

@@ -79,6 +79,8 @@ class gemm_runner {
   /// Weight rows per GEMV block for m <= 2 (1, 2 or 4; 0: 2 where 4 would leave a partial second
   /// wave of blocks, else 4).
   void set_gemv_rows_per_block(int rows) { gemv_rows_per_block_ = rows; }
+  /// Weight rows per GEMV block it uses at m = 1 for n output rows (2 or 4).
+  int gemv_rows_for(int n) const;
 
  private:
   cublasHandle_t handle_ = nullptr;

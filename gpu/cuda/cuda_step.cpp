@@ -9,6 +9,7 @@
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_executor_impl.hpp"
 #include "gpu/cuda/cuda_status.hpp"
+#include "gpu/cuda/gemv_kernel.hpp"
 #include "gpu/cuda/step_inputs.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -67,7 +68,13 @@ void cuda_executor::submit(step_batch batch, done_fn done) {
       p->ready = true;
     }
     cv_.notify_all();
+    return;
   }
+  {
+    std::lock_guard lock(mu_);
+    p->launched = true;  // the worker may now wait for slot.end
+  }
+  cv_.notify_all();
 }
 
 status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pending_step& p) {
@@ -288,7 +295,6 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   for (size_t i = 0; i < p.seq_ids.size(); ++i) cur_rows_.emplace_back(p.seq_ids[i], p.out_rows[i]);
   std::sort(cur_rows_.begin(), cur_rows_.end());
   prev_rows_.swap(cur_rows_);
-  AS_CUDA_TRY(cudaLaunchHostFunc(stream_, &cuda_executor::on_host, &p));
   return {};
 }
 
@@ -328,25 +334,36 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   ra.num_heads = H;
   ra.num_kv_heads = KVH;
   ra.head_dim = D;
+  // One token: the qkv and gate/up projections fuse the element-wise kernel after them.
+  const bool fused = n == 1 && fused_decode() && hidden % 8 == 0;
+  const int rows_gate_up = gemm_.gemv_rows_for(2 * inter);
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const device_layer& w = m.layers[l];
     char* k_cache = static_cast<char*>(kv_pool_) + (2 * l) * cache_stride_;
     char* v_cache = k_cache + cache_stride_;
-    // The previous layer's MLP output joins the residual here (none before the first layer).
-    AS_CUDA_TRY(add_rmsnorm(dt_, residual_, l == 0 ? nullptr : delta_, nullptr, w.input_norm, eps, nullptr, n, hidden,
-                            x_, stream_));
-    if (auto st = gemm_.run(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv_); !st) return st;
     ra.bias = w.qkv_bias;
     ra.k_cache = k_cache;
     ra.v_cache = v_cache;
-    AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
     aa.k_cache = k_cache;
     aa.v_cache = v_cache;
+    // The previous layer's MLP output joins the residual here (none before the first layer).
+    AS_CUDA_TRY(add_rmsnorm(dt_, residual_, l == 0 ? nullptr : delta_, nullptr, w.input_norm, eps, nullptr, n, hidden,
+                            x_, stream_));
+    if (fused) {
+      AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv, ra, stream_));
+    } else {
+      if (auto st = gemm_.run(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv_); !st) return st;
+      AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
+    }
     AS_CUDA_TRY(attention_->run(aa, stream_));
     if (auto st = gemm_.run(dt_, attn_, n, H * D, w.o, hidden, delta_); !st) return st;
     AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta_, w.o_bias, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
-    if (auto st = gemm_.run(dt_, x_, n, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
-    AS_CUDA_TRY(silu_and_mul(dt_, gate_up_, n, inter, act_, stream_));
+    if (fused) {
+      AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, w.gate_up, inter, act_, rows_gate_up, stream_));
+    } else {
+      if (auto st = gemm_.run(dt_, x_, n, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
+      AS_CUDA_TRY(silu_and_mul(dt_, gate_up_, n, inter, act_, stream_));
+    }
     if (auto st = gemm_.run(dt_, act_, n, inter, w.down, hidden, delta_); !st) return st;
   }
   const int rows = shape.sample_rows;

@@ -1,7 +1,8 @@
 // Skinny GEMM (decode GEMV): one thread block per kRows weight rows, its threads striding along k
 // in 16-byte chunks. Weight loads bypass L1 (each byte is read once); the activation rows, read
 // by every block, stay in L1/L2. Per-thread partial sums are reduced in a fixed order, so results
-// do not depend on scheduling.
+// do not depend on scheduling, nor on how many rows a block holds. At m = 1 two variants fuse
+// the kernel that follows the projection into the epilogue (gemv_kernel.hpp).
 #include <cstdint>
 
 #include "gpu/cuda/gemv_kernel.hpp"
@@ -37,18 +38,26 @@ __device__ __forceinline__ void unpack8(const uint4& raw, float* out) {
   for (int i = 0; i < 8; ++i) out[i] = to_f32(e[i]);
 }
 
-/// kRows weight rows per block, M activation rows (m <= M).
-template <class T, int M, int kRows>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(const T* x, int m, int k, const T* w, int n, float* y,
-                                                         float beta) {
-  constexpr int kUnroll = kLoadsInFlight / kRows;
-  __shared__ float red[kWarps][kRows * M];
-  const int row0 = blockIdx.x * kRows;
-  const int chunks = k / 8;
-  const uint4* wp[kRows];
+/// Per-warp partial sums of the block's kRows weight rows against M activation rows.
+template <int M, int kRows>
+struct partials {
+  float v[kWarps][kRows * M];
+  /// The dot product of weight row r with activation row i (after a __syncthreads).
+  __device__ __forceinline__ float total(int r, int i) const {
+    float s = 0.0f;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r)
-    wp[r] = reinterpret_cast<const uint4*>(w + size_t(min(row0 + r, n - 1)) * k);
+    for (int q = 0; q < kWarps; ++q) s += v[q][r * M + i];
+    return s;
+  }
+};
+
+/// The GEMV's main loop: the dot products of the weight rows `wp` with the m (<= M) rows of x,
+/// reduced per warp into `red`; ends with a __syncthreads, after the previous grid finished.
+template <class T, int M, int kRows>
+__device__ __forceinline__ void accumulate(const T* x, int m, int k, const uint4* const (&wp)[kRows],
+                                           partials<M, kRows>& red) {
+  constexpr int kUnroll = kLoadsInFlight / kRows;
+  const int chunks = k / 8;
   const uint4* xp = reinterpret_cast<const uint4*>(x);
   float acc[kRows][M];
 #pragma unroll
@@ -90,25 +99,99 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* x, int m, int k
       }
     }
   }
-  wait_for_previous_grid();  // threads without a chunk; y may still be read by the previous kernel
+  wait_for_previous_grid();  // threads without a chunk; outputs may still be read by the previous kernel
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll
     for (int i = 0; i < M; ++i) {
       const float v = warp_sum(acc[r][i]);
-      if (lane == 0) red[warp][r * M + i] = v;
+      if (lane == 0) red.v[warp][r * M + i] = v;
     }
   __syncthreads();
+}
+
+/// kRows weight rows per block, M activation rows (m <= M).
+template <class T, int M, int kRows>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(const T* x, int m, int k, const T* w, int n, float* y,
+                                                         float beta) {
+  __shared__ partials<M, kRows> red;
+  const int row0 = blockIdx.x * kRows;
+  const uint4* wp[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+    wp[r] = reinterpret_cast<const uint4*>(w + size_t(min(row0 + r, n - 1)) * k);
+  accumulate<T, M, kRows>(x, m, k, wp, red);
   for (int t = threadIdx.x; t < kRows * M; t += kThreads) {
     const int r = t / M, i = t % M, row = row0 + r;
     if (i >= m || row >= n) continue;
-    float v = 0.0f;
-#pragma unroll
-    for (int q = 0; q < kWarps; ++q) v += red[q][t];
+    const float v = red.total(r, i);
     float* dst = y + size_t(i) * n + row;
     *dst = beta == 0.0f ? v : v + beta * *dst;
   }
+}
+
+/// QKV projection of one token with rope and the KV write: each block computes the rotary pair
+/// (c0, c0 + D/2) of one head, so the epilogue of rope_kv_write runs on the block's own outputs.
+template <class T>
+__global__ void __launch_bounds__(kThreads) gemv_qkv_rope_kernel(const T* x, int k, const T* w, rope_kv_args a) {
+  __shared__ partials<1, 2> red;
+  const int D = a.head_dim, half = D / 2, H = a.num_heads, KVH = a.num_kv_heads;
+  const int h = blockIdx.x / half, i = blockIdx.x % half;
+  const int c0 = h * D + i, c1 = c0 + half;
+  const uint4* const wp[2] = {reinterpret_cast<const uint4*>(w + size_t(c0) * k),
+                              reinterpret_cast<const uint4*>(w + size_t(c1) * k)};
+  accumulate<T, 1, 2>(x, 1, k, wp, red);
+  if (threadIdx.x != 0) return;
+  const float g1 = red.total(0, 0), g2 = red.total(1, 0);
+  float x1 = g1, x2 = g2;
+  if (a.bias) { x1 += a.bias[c0]; x2 += a.bias[c1]; }
+  const int slot = a.slots[0];
+  const int kvd = KVH * D;
+  if (h < H + KVH) {
+    const float ang = float(a.positions[0]) * a.inv_freq[i];
+    const float c = cosf(ang), s = sinf(ang);
+    const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+    if (h < H) {
+      a.qkv[c0] = y1;
+      a.qkv[c1] = y2;
+      return;
+    }
+    a.qkv[c0] = g1;  // k as the projection left it, as rope_kv_write does
+    a.qkv[c1] = g2;
+    if (slot < 0) return;
+    T* dst = static_cast<T*>(a.k_cache) + size_t(slot) * kvd + (h - H) * D;
+    dst[i] = from_f32<T>(y1);
+    dst[i + half] = from_f32<T>(y2);
+    return;
+  }
+  a.qkv[c0] = g1;
+  a.qkv[c1] = g2;
+  if (slot < 0) return;
+  T* dst = static_cast<T*>(a.v_cache) + size_t(slot) * kvd + (h - H - KVH) * D;
+  dst[i] = from_f32<T>(x1);
+  dst[i + half] = from_f32<T>(x2);
+}
+
+/// Gate/up projection of one token with SiLU-and-mul: each block computes kPairs gate rows and
+/// the matching up rows and writes act[j] = silu(gate_j) * up_j.
+template <class T, int kPairs>
+__global__ void __launch_bounds__(kThreads) gemv_gate_up_silu_kernel(const T* x, int k, const T* w, int inter,
+                                                                      T* act) {
+  __shared__ partials<1, 2 * kPairs> red;
+  const int j0 = blockIdx.x * kPairs;
+  const uint4* wp[2 * kPairs];
+#pragma unroll
+  for (int r = 0; r < kPairs; ++r) {
+    const int j = min(j0 + r, inter - 1);
+    wp[r] = reinterpret_cast<const uint4*>(w + size_t(j) * k);
+    wp[kPairs + r] = reinterpret_cast<const uint4*>(w + size_t(inter + j) * k);
+  }
+  accumulate<T, 1, 2 * kPairs>(x, 1, k, wp, red);
+  const int r = threadIdx.x;
+  if (r >= kPairs || j0 + r >= inter) return;
+  const float g = red.total(r, 0), u = red.total(kPairs + r, 0);
+  act[j0 + r] = from_f32<T>(g / (1.0f + expf(-g)) * u);
 }
 
 template <class T, int M, int R>
@@ -132,7 +215,12 @@ void launch(const T* x, int m, int k, const T* w, int n, float* y, float beta, i
   launch_rows<T, 8, 4>(x, m, k, w, n, y, beta, s);
 }
 
+bool g_fused_decode = true;
+
 }  // namespace
+
+void set_fused_decode(bool on) { g_fused_decode = on; }
+bool fused_decode() { return g_fused_decode; }
 
 bool gemv_supported(const void* x, int m, int k, const void* w) {
   const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
@@ -144,6 +232,24 @@ int gemv(act_dtype dt, const void* x, int m, int k, const void* w, int n, float*
   if (n <= 0) return 0;
   AS_DISPATCH_ACT(dt, launch<T>(static_cast<const T*>(x), m, k, static_cast<const T*>(w), n, y, beta,
                                 rows_per_block, s));
+  return cudaGetLastError();
+}
+
+int gemv_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_kv_args& a, cudaStream_t s) {
+  const int blocks = (a.num_heads + 2 * a.num_kv_heads) * (a.head_dim / 2);
+  AS_DISPATCH_ACT(dt, launch_pdl(gemv_qkv_rope_kernel<T>, dim3(blocks), dim3(kThreads), s, static_cast<const T*>(x),
+                                 k, static_cast<const T*>(w), a));
+  return cudaGetLastError();
+}
+
+int gemv_gate_up_silu(act_dtype dt, const void* x, int k, const void* w, int inter, void* act, int rows_per_block,
+                      cudaStream_t s) {
+  if (rows_per_block == 2)
+    AS_DISPATCH_ACT(dt, launch_pdl(gemv_gate_up_silu_kernel<T, 1>, dim3(inter), dim3(kThreads), s,
+                                   static_cast<const T*>(x), k, static_cast<const T*>(w), inter, static_cast<T*>(act)));
+  else
+    AS_DISPATCH_ACT(dt, launch_pdl(gemv_gate_up_silu_kernel<T, 2>, dim3((inter + 1) / 2), dim3(kThreads), s,
+                                   static_cast<const T*>(x), k, static_cast<const T*>(w), inter, static_cast<T*>(act)));
   return cudaGetLastError();
 }
 
