@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "config/log.hpp"
+#include "gpu/cuda/attention/prefill_wgmma.hpp"
 #include "gpu/cuda/attention/split_heuristic.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -94,7 +95,7 @@ class tc_backend : public attention_backend {
 
   attention_plan plan(std::span<const attn_seq> seqs) const override {
     attention_plan p;
-    plan_prefill(seqs, shape_.num_heads / shape_.num_kv_heads, shape_.num_kv_heads, tc_prefill_rows, p);
+    plan_prefill(seqs, shape_.num_heads / shape_.num_kv_heads, shape_.num_kv_heads, prefill_rows(), p);
     const std::vector<int32_t> lens = decode_lengths(seqs);
     plan_decode(seqs, shape_.num_kv_heads, lens.empty() ? 0 : decode_chunk(lens), p);
     if (decode_variant(variant_) == 9)  // longest pieces first: the last wave holds the short ones
@@ -119,6 +120,13 @@ class tc_backend : public attention_backend {
   static int variant_from_env() {
     const char* v = std::getenv("ACTORSERVE_ATTN_VARIANT");
     return v ? std::atoi(v) : 0;
+  }
+
+  /// Query rows per prefill item: 128 for prefill variant 9 (two wgmma warpgroups sharing each
+  /// K/V tile, prefill_wgmma.hpp) on a GPU that runs it, else the kernels' 64.
+  int prefill_rows() const {
+    const bool paired = prefill_variant(variant_) == 9 && wgmma_prefill_available();
+    return paired ? wgmma_pair_rows : tc_prefill_rows;
   }
 
   int32_t decode_chunk(const std::vector<int32_t>& lens) const {
