@@ -59,14 +59,16 @@ __device__ __forceinline__ void pdl_begin() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
-/// Launches `kernel` on `s`, as a programmatic dependent of the previous kernel when
-/// programmatic_launch() is on; the kernel must start with pdl_begin() (or wait before it reads
-/// or writes anything the previous kernels touch). Returns the launch's cudaError_t.
+/// Launches `kernel` with `smem` bytes of dynamic shared memory on `s`, as a programmatic
+/// dependent of the previous kernel when programmatic_launch() is on; the kernel must start
+/// with pdl_begin() (or wait before it reads or writes anything the previous kernels touch).
+/// Returns the launch's cudaError_t.
 template <class... P, class... A>
-cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args) {
+cudaError_t launch_pdl_smem(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cudaLaunchAttribute attr = {};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -74,6 +76,12 @@ cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t
   cfg.attrs = &attr;
   cfg.numAttrs = programmatic_launch() ? 1 : 0;
   return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
+/// launch_pdl_smem without dynamic shared memory.
+template <class... P, class... A>
+cudaError_t launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s, A... args) {
+  return launch_pdl_smem(kernel, grid, block, 0, s, args...);
 }
 
 /// Launches with dt dispatched to the element type T (__nv_bfloat16 or __half).

@@ -16,6 +16,7 @@
 #include <type_traits>
 
 #include "gpu/cuda/attention/decode_common.cuh"
+#include "gpu/cuda/kernel_util.cuh"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -190,17 +191,7 @@ int configure(K kernel, int smem) {
 /// programmatic_launch() is on (the kernels wait before they read what that kernel writes).
 int launch_decode(void (*kernel)(attn_launch), int smem, const attn_launch& a, cudaStream_t s) {
   if (a.decode_grid <= 0) return 0;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(a.decode_grid);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = size_t(smem);
-  cfg.stream = s;
-  cudaLaunchAttribute attr = {};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = programmatic_launch() ? 1 : 0;
-  return int(cudaLaunchKernelEx(&cfg, kernel, a));
+  return int(dev::launch_pdl_smem(kernel, dim3(a.decode_grid), dim3(kThreads), size_t(smem), s, a));
 }
 
 template <class T, int D, int kMode, int kSt = fd_stages>
