@@ -1,6 +1,7 @@
 // OpenAI request bodies (POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize):
 // any bytes either parse into a request whose sampling parameters validate, or fail with an
 // error whose message names a field that error_param() can extract without crashing.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -36,7 +37,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (chat) {
     FUZZ_CHECK(!chat->messages.empty(), "a chat request without messages parsed");
     auto params = chat->params;
-    if (!chat->max_tokens_set) params.max_tokens = 16;  // the server fills it from the context length
+    // Without max_tokens the server fills in the room left in the context and clamps min_tokens
+    // to it (server/job.cpp fit_context); 16 stands for that room here.
+    if (!chat->max_tokens_set) {
+      params.max_tokens = 16;
+      params.min_tokens = std::min(params.min_tokens, params.max_tokens);
+    }
     auto st = actorserve::validate(params);
     FUZZ_CHECK(st.ok(), "parsed chat params do not validate: %s", st.err().message.c_str());
   }
