@@ -52,6 +52,19 @@ TEST(ParseChat, MaxTokensIsAnAliasAndDefaultsAreUnset) {
   EXPECT_TRUE(d->add_generation_prompt);
 }
 
+/// Without max_tokens the bound of min_tokens is the server's (the room left in the context), so
+/// any min_tokens >= 0 parses, while an explicit max_tokens below it is refused (fuzz finding 6).
+TEST(ParseChat, MinTokensWithoutMaxTokensIsLeftToTheServer) {
+  auto r = parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}], "min_tokens": 21})");
+  ASSERT_TRUE(r.ok()) << r.err().message;
+  EXPECT_FALSE(r->max_tokens_set);
+  EXPECT_EQ(r->params.min_tokens, 21);
+  auto bad =
+      parse_chat_request(R"({"messages": [{"role": "user", "content": "hi"}], "min_tokens": 21, "max_tokens": 4})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.err().message.find("min_tokens"), std::string::npos) << bad.err().message;
+}
+
 TEST(ParseChat, LogprobsWithoutTopLogprobsMeansSampledTokenOnly) {
   auto r = parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})");
   ASSERT_TRUE(r.ok());
