@@ -38,12 +38,7 @@ __global__ void __launch_bounds__(kThreads) lse_combine_kernel(attn_launch a) {
         acc.w += x.w * f;
       }
     }
-    const float inv = W > 0.0f ? 1.0f / W : 0.0f;
-    const int tok = cb.q_begin + r / G, head = cb.kv_head * G + r % G;
-    uint2 v;
-    v.x = elem<T>::pack(acc.x * inv, acc.y * inv);
-    v.y = elem<T>::pack(acc.z * inv, acc.w * inv);
-    *reinterpret_cast<uint2*>(static_cast<T*>(a.out) + size_t(tok) * a.num_heads * D + head * D + c) = v;
+    store_merged_chunk<T>(a, cb, G, D, r, c, acc, W);
   }
 }
 

@@ -76,18 +76,8 @@ struct wg_rows {
       mx[0] = fmaxf(mx[0], fmaxf(x[4 * n], x[4 * n + 1]));
       mx[1] = fmaxf(mx[1], fmaxf(x[4 * n + 2], x[4 * n + 3]));
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-    }
     float corr[2], base[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      base[h] = mx[h] == -INFINITY ? 0.0f : mx[h];  // a fully masked row keeps p = 0
-      corr[h] = fast_exp2(m[h] - base[h]);
-      m[h] = mx[h];
-    }
+    online_softmax_rescale(mx, m, base, corr);
     float rs[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < kKeys / 8; ++n) {

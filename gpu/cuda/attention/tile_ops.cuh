@@ -20,6 +20,25 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+/// The online-softmax rescale of one thread's two accumulator rows (mma C layout: 4 lanes per
+/// row) once `mx` holds the maxima of the running maxima `m` and the thread's new scores:
+/// reduces `mx` over the row's lanes, sets `base` (0 for a fully masked row, whose p stay 0) and
+/// `corr` = 2^(m - base) for the old sums and outputs, and moves `m` to the new maxima.
+__device__ __forceinline__ void online_softmax_rescale(float (&mx)[2], float (&m)[2], float (&base)[2],
+                                                       float (&corr)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    base[h] = mx[h] == -INFINITY ? 0.0f : mx[h];
+    corr[h] = fast_exp2(m[h] - base[h]);
+    m[h] = mx[h];
+  }
+}
+
 /// Shared-memory address of a pointer (for cp.async / ldmatrix).
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -253,18 +272,8 @@ struct warp_rows {
       mx[0] = fmaxf(mx[0], fmaxf(s[n][0], s[n][1]));
       mx[1] = fmaxf(mx[1], fmaxf(s[n][2], s[n][3]));
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-    }
     float corr[2], base[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      base[h] = mx[h] == -INFINITY ? 0.0f : mx[h];  // a fully masked row keeps p = 0
-      corr[h] = fast_exp2(m[h] - base[h]);
-      m[h] = mx[h];
-    }
+    online_softmax_rescale(mx, m, base, corr);
     float rs[2] = {0.0f, 0.0f};
     uint32_t pf[NK / 16][4];
 #pragma unroll
@@ -310,5 +319,20 @@ struct warp_rows {
     }
   }
 };
+
+/// Divides a merged 4-column chunk `acc` by its weight `W` (0 when every piece was empty) and
+/// stores it at columns [c, c + 4) of query row `r` of combine `cb` (token r / G, head r % G of
+/// the KV group).
+template <class T>
+__device__ __forceinline__ void store_merged_chunk(const attn_launch& a, const attn_combine& cb, int G, int D, int r,
+                                                   int c, float4 acc, float W) {
+  const float inv = W > 0.0f ? 1.0f / W : 0.0f;
+  const int tok = cb.q_begin + r / G, head = cb.kv_head * G + r % G;
+  uint2 v;
+  v.x = elem<T>::pack(acc.x * inv, acc.y * inv);
+  v.y = elem<T>::pack(acc.z * inv, acc.w * inv);
+  *reinterpret_cast<uint2*>(static_cast<T*>(a.out) + size_t(tok) * a.num_heads * D + head * D + c) = v;
+}
+
 
 }  // namespace actorserve::gpu::cuda::attn_dev
