@@ -5,111 +5,14 @@
 // the kernel that follows the projection into the epilogue (gemv_kernel.hpp).
 #include <cstdint>
 
+#include "gpu/cuda/gemv_common.cuh"
 #include "gpu/cuda/gemv_kernel.hpp"
-#include "gpu/cuda/kernel_util.cuh"
 
 namespace actorserve::gpu::cuda {
 namespace {
 
 using namespace dev;
-
-constexpr int kThreads = 128;
-constexpr int kWarps = kThreads / 32;
-constexpr int kLoadsInFlight = 8;  // 16-byte weight loads per thread per round
-
-/// A streamed 16-byte load: not kept in L1, prefetching 256 bytes into L2.
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
-/// Programmatic dependent launch (sm_90, see launch_pdl): let the next kernel start launching;
-/// wait until the previous one has finished and its writes are visible.
-__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
-__device__ __forceinline__ void wait_for_previous_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-
-template <class T>
-__device__ __forceinline__ void unpack8(const uint4& raw, float* out) {
-  const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) out[i] = to_f32(e[i]);
-}
-
-/// Per-warp partial sums of the block's kRows weight rows against M activation rows.
-template <int M, int kRows>
-struct partials {
-  float v[kWarps][kRows * M];
-  /// The dot product of weight row r with activation row i (after a __syncthreads).
-  __device__ __forceinline__ float total(int r, int i) const {
-    float s = 0.0f;
-#pragma unroll
-    for (int q = 0; q < kWarps; ++q) s += v[q][r * M + i];
-    return s;
-  }
-};
-
-/// The GEMV's main loop: the dot products of the weight rows `wp` with the m (<= M) rows of x,
-/// reduced per warp into `red`; ends with a __syncthreads, after the previous grid finished.
-template <class T, int M, int kRows>
-__device__ __forceinline__ void accumulate(const T* x, int m, int k, const uint4* const (&wp)[kRows],
-                                           partials<M, kRows>& red) {
-  constexpr int kUnroll = kLoadsInFlight / kRows;
-  const int chunks = k / 8;
-  const uint4* xp = reinterpret_cast<const uint4*>(x);
-  float acc[kRows][M];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int i = 0; i < M; ++i) acc[r][i] = 0.0f;
-
-  // The weights never depend on earlier kernels: the first loads go out before waiting for them.
-  launch_dependents();
-  bool waited = false;
-  for (int c0 = threadIdx.x; c0 < chunks; c0 += kThreads * kUnroll) {
-    uint4 wv[kUnroll][kRows];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * kThreads;
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) wv[u][r] = c < chunks ? load_stream(wp[r] + c) : make_uint4(0, 0, 0, 0);
-    }
-    if (!waited) {
-      wait_for_previous_grid();
-      waited = true;
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int c = c0 + u * kThreads;
-      if (c >= chunks) break;
-      float wf[kRows][8];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) unpack8<T>(wv[u][r], wf[r]);
-#pragma unroll
-      for (int i = 0; i < M; ++i) {
-        if (i >= m) break;
-        float xf[8];
-        unpack8<T>(__ldg(xp + size_t(i) * chunks + c), xf);
-#pragma unroll
-        for (int r = 0; r < kRows; ++r)
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
-      }
-    }
-  }
-  wait_for_previous_grid();  // threads without a chunk; outputs may still be read by the previous kernel
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r)
-#pragma unroll
-    for (int i = 0; i < M; ++i) {
-      const float v = warp_sum(acc[r][i]);
-      if (lane == 0) red.v[warp][r * M + i] = v;
-    }
-  __syncthreads();
-}
+using namespace dev::gemv;
 
 /// kRows weight rows per block, M activation rows (m <= M).
 template <class T, int M, int kRows>
@@ -136,41 +39,13 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(const T* x, int m, int k
 template <class T>
 __global__ void __launch_bounds__(kThreads) gemv_qkv_rope_kernel(const T* x, int k, const T* w, rope_kv_args a) {
   __shared__ partials<1, 2> red;
-  const int D = a.head_dim, half = D / 2, H = a.num_heads, KVH = a.num_kv_heads;
+  const int D = a.head_dim, half = D / 2;
   const int h = blockIdx.x / half, i = blockIdx.x % half;
   const int c0 = h * D + i, c1 = c0 + half;
   const uint4* const wp[2] = {reinterpret_cast<const uint4*>(w + size_t(c0) * k),
                               reinterpret_cast<const uint4*>(w + size_t(c1) * k)};
   accumulate<T, 1, 2>(x, 1, k, wp, red);
-  if (threadIdx.x != 0) return;
-  const float g1 = red.total(0, 0), g2 = red.total(1, 0);
-  float x1 = g1, x2 = g2;
-  if (a.bias) { x1 += a.bias[c0]; x2 += a.bias[c1]; }
-  const int slot = a.slots[0];
-  const int kvd = KVH * D;
-  if (h < H + KVH) {
-    const float ang = float(a.positions[0]) * a.inv_freq[i];
-    const float c = cosf(ang), s = sinf(ang);
-    const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
-    if (h < H) {
-      a.qkv[c0] = y1;
-      a.qkv[c1] = y2;
-      return;
-    }
-    a.qkv[c0] = g1;  // k as the projection left it, as rope_kv_write does
-    a.qkv[c1] = g2;
-    if (slot < 0) return;
-    T* dst = static_cast<T*>(a.k_cache) + size_t(slot) * kvd + (h - H) * D;
-    dst[i] = from_f32<T>(y1);
-    dst[i + half] = from_f32<T>(y2);
-    return;
-  }
-  a.qkv[c0] = g1;
-  a.qkv[c1] = g2;
-  if (slot < 0) return;
-  T* dst = static_cast<T*>(a.v_cache) + size_t(slot) * kvd + (h - H - KVH) * D;
-  dst[i] = from_f32<T>(x1);
-  dst[i + half] = from_f32<T>(x2);
+  if (threadIdx.x == 0) qkv_rope_store<T>(a, h, i, red.total(0, 0), red.total(1, 0));
 }
 
 /// Gate/up projection of one token with SiLU-and-mul: each block computes kPairs gate rows and

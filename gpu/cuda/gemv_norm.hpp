@@ -1,0 +1,56 @@
+#pragma once
+/// One-token GEMVs that take over the residual add + RMSNorm (add_rmsnorm) between projections, so
+/// a decode step at m = 1 runs no norm kernel. The projection that produces a residual delta (o,
+/// down) adds it into the residual stream in its epilogue; the projection that reads the normed
+/// residual (qkv, gate/up, lm_head) normalises it itself once per thread block, into shared
+/// memory, after waiting for the previous kernel. Its sum of squares runs in add_rmsnorm's exact
+/// order and its x is rounded as add_rmsnorm rounds it, so the outputs equal add_rmsnorm followed
+/// by the GEMVs of gemv_kernel.hpp bit for bit. Plain C++ interface (no device code).
+#include <cuda_runtime_api.h>
+
+#include "gpu/cuda/kernels.hpp"
+
+namespace actorserve::gpu::cuda {
+
+/// The normed input of a GEMV: x = rmsnorm(residual[0 .. hidden)) * weight in the act dtype, the
+/// values add_rmsnorm(dt, residual, nullptr, nullptr, weight, eps, nullptr, 1, hidden, x) writes.
+struct norm_input {
+  const float* residual = nullptr;  ///< fp32, 16-byte aligned
+  const float* weight = nullptr;    ///< fp32 norm weight [hidden]
+  float eps = 1e-5f;
+  int hidden = 0;                   ///< the GEMV's k
+};
+
+/// The largest hidden size the normed GEMVs take (their x lives in shared memory).
+inline constexpr int norm_gemv_max_hidden = 16384;
+
+/// Whether the normed GEMVs run a weight matrix w of row length `hidden`: hidden a positive
+/// multiple of 8 up to norm_gemv_max_hidden and w 16-byte aligned.
+bool norm_gemv_supported(int hidden, const void* w);
+
+/// Whether the executor's one-token steps fold the norms into the GEMVs (when fused_decode() is
+/// on too). Process-wide; default on. For benchmarks and tests.
+void set_fused_norm_decode(bool on);
+bool fused_norm_decode();
+
+/// Thread blocks per SM of the normed GEMVs, each looping over its share of the weight rows:
+/// 0 (default) as many as fit at once (one wave, each block normalising x once), n > 0 at most
+/// n, -1 one block per group of rows (as gemv_kernel.hpp's kernels). For benchmarks and tests.
+void set_norm_gemv_blocks_per_sm(int blocks);
+
+/// residual[r] = residual[r] + ((W x)[r] + bias[r]) for r < n, in add_rmsnorm's order of
+/// operations (bias may be null); x: [k] of dt, as gemv_supported(x, 1, k, w) requires.
+int gemv_add_residual(act_dtype dt, const void* x, int k, const void* w, int n, float* residual, const float* bias,
+                      cudaStream_t s);
+
+/// gemv_qkv_rope over the normed input (w: [(H + 2*KVH) * D, in.hidden]).
+int gemv_norm_qkv_rope(act_dtype dt, const norm_input& in, const void* w, const rope_kv_args& a, cudaStream_t s);
+
+/// gemv_gate_up_silu over the normed input (w: [2 * inter, in.hidden]); rows_per_block 2 or 4.
+int gemv_norm_gate_up_silu(act_dtype dt, const norm_input& in, const void* w, int inter, void* act,
+                           int rows_per_block, cudaStream_t s);
+
+/// y[r] = (W x)[r] for r < n over the normed input (the final norm and lm_head of one token).
+int gemv_norm(act_dtype dt, const norm_input& in, const void* w, int n, float* y, cudaStream_t s);
+
+}  // namespace actorserve::gpu::cuda

@@ -1,0 +1,254 @@
+// One-token GEMVs with the residual add + RMSNorm folded in (gemv_norm.hpp). The normed kernels
+// run a grid of at most one wave of blocks; each block issues its first weight loads, waits for
+// the previous kernel, normalises the residual into shared memory once (replaying add_rmsnorm's
+// reduction tree exactly), then loops over its groups of weight rows.
+#include <cstdint>
+
+#include "gpu/cuda/gemv_common.cuh"
+#include "gpu/cuda/gemv_norm.hpp"
+
+namespace actorserve::gpu::cuda {
+namespace {
+
+using namespace dev;
+using namespace dev::gemv;
+
+/// add_rmsnorm's block size for a row of `hidden` values (its launcher's choice).
+__host__ __device__ constexpr int norm_threads(int hidden) { return hidden >= 1024 ? 1024 : ((hidden + 31) / 32) * 32; }
+
+/// Dynamic shared memory of a normed kernel: x in dt, then the per-thread and per-warp sums.
+size_t norm_smem_bytes(int hidden) { return size_t(hidden) * 2 + (1024 + 32) * sizeof(float); }
+
+/// xs = rmsnorm(residual) * weight rounded to T, as add_rmsnorm computes it: add_rmsnorm's thread
+/// t (of norm_threads(hidden)) sums v[t + j * threads]^2 with fmas in order of j, its warps sum
+/// with warp_sum, and block_sum adds the warp sums with one more warp_sum. Each of this block's
+/// threads plays some of those threads and warps, so the sum (and rstd) are bit-identical.
+template <class T>
+__device__ __forceinline__ void normalise_into(const norm_input& in, T* xs, float* part, float* wsum) {
+  const int hidden = in.hidden, nt = norm_threads(hidden);
+  for (int vt = threadIdx.x; vt < nt; vt += kThreads) {
+    float ss = 0.0f;
+    for (int k = vt; k < hidden; k += nt) {
+      const float v = in.residual[k];
+      ss = fmaf(v, v, ss);
+    }
+    part[vt] = ss;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, vwarps = nt / 32;
+  for (int vw = warp; vw < vwarps; vw += kWarps) {
+    const float v = warp_sum(part[vw * 32 + lane]);
+    if (lane == 0) wsum[vw] = v;
+  }
+  __syncthreads();
+  const float total = warp_sum(lane < vwarps ? wsum[lane] : 0.0f);
+  const float rstd = rsqrtf(total / float(hidden) + in.eps);
+  for (int k = threadIdx.x; k < hidden; k += kThreads) xs[k] = from_f32<T>(in.weight[k] * (in.residual[k] * rstd));
+  __syncthreads();
+}
+
+/// One round of kRows * kUnroll streamed weight loads from chunk c0 on (zeros past the row end).
+template <int kRows, int kUnroll>
+__device__ __forceinline__ void load_round(uint4 (&wv)[kUnroll][kRows], const uint4* const (&wp)[kRows], int c0,
+                                           int chunks) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int c = c0 + u * kThreads;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) wv[u][r] = c < chunks ? load_stream(wp[r] + c) : make_uint4(0, 0, 0, 0);
+  }
+}
+
+/// Epilogue of the QKV projection: group g is the rotary pair (i, i + D/2) of head g / (D/2).
+struct qkv_rope_epilogue {
+  rope_kv_args a;
+  __device__ __forceinline__ int groups() const { return (a.num_heads + 2 * a.num_kv_heads) * (a.head_dim / 2); }
+  __device__ __forceinline__ int row(int g, int r) const {
+    const int half = a.head_dim / 2;
+    return (g / half) * a.head_dim + g % half + r * half;
+  }
+  template <class T>
+  __device__ __forceinline__ void finish(int g, const partials<1, 2>& red) const {
+    const int half = a.head_dim / 2;
+    if (threadIdx.x == 0) qkv_rope_store<T>(a, g / half, g % half, red.total(0, 0), red.total(1, 0));
+  }
+};
+
+/// Epilogue of the gate/up projection: group g holds gate rows j = g * kPairs + r and their up rows.
+template <int kPairs>
+struct gate_up_epilogue {
+  void* act;
+  int inter;
+  __device__ __forceinline__ int groups() const { return (inter + kPairs - 1) / kPairs; }
+  __device__ __forceinline__ int row(int g, int r) const {
+    const int j = min(g * kPairs + r % kPairs, inter - 1);
+    return r < kPairs ? j : inter + j;
+  }
+  template <class T>
+  __device__ __forceinline__ void finish(int g, const partials<1, 2 * kPairs>& red) const {
+    const int r = threadIdx.x, j = g * kPairs + r;
+    if (r >= kPairs || j >= inter) return;
+    const float gv = red.total(r, 0), u = red.total(kPairs + r, 0);
+    static_cast<T*>(act)[j] = from_f32<T>(gv / (1.0f + expf(-gv)) * u);
+  }
+};
+
+/// Plain fp32 outputs: group g holds rows g * kRows + r.
+template <int kRows>
+struct store_epilogue {
+  float* y;
+  int n;
+  __device__ __forceinline__ int groups() const { return (n + kRows - 1) / kRows; }
+  __device__ __forceinline__ int row(int g, int r) const { return min(g * kRows + r, n - 1); }
+  template <class T>
+  __device__ __forceinline__ void finish(int g, const partials<1, kRows>& red) const {
+    const int r = threadIdx.x, row = g * kRows + r;
+    if (r < kRows && row < n) y[row] = red.total(r, 0);
+  }
+};
+
+/// The normed GEMV: blocks loop over groups blockIdx.x, blockIdx.x + gridDim.x, ...; the weights of
+/// the first round go out before the wait for the previous kernel.
+template <class T, int kRows, class Epi>
+__global__ void __launch_bounds__(kThreads) gemv_norm_kernel(norm_input in, const T* w, Epi epi) {
+  constexpr int kUnroll = kLoadsInFlight / kRows;
+  extern __shared__ uint4 smem[];
+  __shared__ partials<1, kRows> red;
+  T* xs = reinterpret_cast<T*>(smem);
+  float* part = reinterpret_cast<float*>(xs + in.hidden);
+  const int k = in.hidden, chunks = k / 8, groups = epi.groups();
+  const uint4* const xv = reinterpret_cast<const uint4*>(xs);
+  int g = blockIdx.x;
+  const uint4* wp[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) wp[r] = reinterpret_cast<const uint4*>(w + size_t(epi.row(g, r)) * k);
+  uint4 wv[kUnroll][kRows];
+  launch_dependents();
+  load_round<kRows, kUnroll>(wv, wp, threadIdx.x, chunks);
+  wait_for_previous_grid();
+  normalise_into<T>(in, xs, part, part + 1024);
+  for (;;) {
+    float acc[kRows][1];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r][0] = 0.0f;
+    for (int c0 = threadIdx.x;;) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = c0 + u * kThreads;
+        if (c >= chunks) break;
+        fma_chunk<T, kRows>(wv[u], xv[c], acc);
+      }
+      c0 += kThreads * kUnroll;
+      if (c0 >= chunks) break;
+      load_round<kRows, kUnroll>(wv, wp, c0, chunks);
+    }
+    reduce_warps<1, kRows>(acc, red);
+    __syncthreads();
+    epi.template finish<T>(g, red);
+    g += gridDim.x;
+    if (g >= groups) break;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) wp[r] = reinterpret_cast<const uint4*>(w + size_t(epi.row(g, r)) * k);
+    load_round<kRows, kUnroll>(wv, wp, threadIdx.x, chunks);
+    __syncthreads();  // everyone has read `red`
+  }
+}
+
+/// residual[row] += (W x)[row] + bias[row], kRows rows per block.
+template <class T, int kRows>
+__global__ void __launch_bounds__(kThreads) gemv_add_kernel(const T* x, int k, const T* w, int n, float* residual,
+                                                             const float* bias) {
+  __shared__ partials<1, kRows> red;
+  const int row0 = blockIdx.x * kRows;
+  const uint4* wp[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) wp[r] = reinterpret_cast<const uint4*>(w + size_t(min(row0 + r, n - 1)) * k);
+  accumulate<T, 1, kRows>(x, 1, k, wp, red);
+  const int r = threadIdx.x, row = row0 + r;
+  if (r >= kRows || row >= n) return;
+  residual[row] = residual[row] + (red.total(r, 0) + (bias ? bias[row] : 0.0f));
+}
+
+bool g_fused_norm = true;
+int g_blocks_per_sm = 0;
+
+/// The grid of a normed kernel over `groups` groups of rows.
+template <class K>
+int norm_grid(K kernel, int groups, size_t smem) {
+  if (g_blocks_per_sm < 0) return groups;
+  thread_local int sms = 0, cached_per_sm = 0;
+  thread_local const void* cached_kernel = nullptr;
+  thread_local size_t cached_smem = 0;
+  if (sms == 0) {
+    int device = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    if (sms <= 0) sms = 1;
+  }
+  int per_sm = g_blocks_per_sm;
+  if (per_sm == 0) {
+    if (cached_kernel != reinterpret_cast<const void*>(kernel) || cached_smem != smem) {
+      cached_per_sm = 0;
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cached_per_sm, kernel, kThreads, smem);
+      cached_kernel = reinterpret_cast<const void*>(kernel);
+      cached_smem = smem;
+    }
+    per_sm = cached_per_sm;
+  }
+  const int cap = (per_sm > 0 ? per_sm : 1) * sms;
+  return groups < cap ? groups : cap;
+}
+
+template <class T, int kRows, class Epi>
+int launch_norm(const norm_input& in, const void* w, const Epi& epi, int groups, cudaStream_t s) {
+  if (groups <= 0) return 0;
+  auto* kernel = gemv_norm_kernel<T, kRows, Epi>;
+  const size_t smem = norm_smem_bytes(in.hidden);
+  const int grid = norm_grid(kernel, groups, smem);
+  return launch_pdl_smem(kernel, dim3(grid), dim3(kThreads), smem, s, in, static_cast<const T*>(w), epi);
+}
+
+}  // namespace
+
+void set_fused_norm_decode(bool on) { g_fused_norm = on; }
+bool fused_norm_decode() { return g_fused_norm; }
+void set_norm_gemv_blocks_per_sm(int blocks) { g_blocks_per_sm = blocks; }
+
+bool norm_gemv_supported(int hidden, const void* w) {
+  return hidden > 0 && hidden % 8 == 0 && hidden <= norm_gemv_max_hidden &&
+         (reinterpret_cast<uintptr_t>(w) & 15u) == 0;
+}
+
+int gemv_add_residual(act_dtype dt, const void* x, int k, const void* w, int n, float* residual, const float* bias,
+                      cudaStream_t s) {
+  if (n <= 0) return 0;
+  AS_DISPATCH_ACT(dt, launch_pdl(gemv_add_kernel<T, 4>, dim3((n + 3) / 4), dim3(kThreads), s,
+                                 static_cast<const T*>(x), k, static_cast<const T*>(w), n, residual, bias));
+  return cudaGetLastError();
+}
+
+int gemv_norm_qkv_rope(act_dtype dt, const norm_input& in, const void* w, const rope_kv_args& a, cudaStream_t s) {
+  const qkv_rope_epilogue epi{a};
+  const int groups = (a.num_heads + 2 * a.num_kv_heads) * (a.head_dim / 2);
+  int rc = 0;
+  AS_DISPATCH_ACT(dt, rc = launch_norm<T, 2>(in, w, epi, groups, s));
+  return rc;
+}
+
+int gemv_norm_gate_up_silu(act_dtype dt, const norm_input& in, const void* w, int inter, void* act,
+                           int rows_per_block, cudaStream_t s) {
+  int rc = 0;
+  if (rows_per_block == 2)
+    AS_DISPATCH_ACT(dt, rc = launch_norm<T, 2>(in, w, gate_up_epilogue<1>{act, inter}, inter, s));
+  else
+    AS_DISPATCH_ACT(dt, rc = launch_norm<T, 4>(in, w, gate_up_epilogue<2>{act, inter}, (inter + 1) / 2, s));
+  return rc;
+}
+
+int gemv_norm(act_dtype dt, const norm_input& in, const void* w, int n, float* y, cudaStream_t s) {
+  int rc = 0;
+  AS_DISPATCH_ACT(dt, rc = launch_norm<T, 4>(in, w, store_epilogue<4>{y, n}, (n + 3) / 4, s));
+  return rc;
+}
+
+}  // namespace actorserve::gpu::cuda
