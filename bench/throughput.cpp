@@ -82,8 +82,8 @@ result<bench::run_report> run_once(const engine_config& cfg, const options& o, i
   fmt::print("Engine steps:             {} ({:.1f} output tokens/step, {:.2f} ms/step)\n", a.num_steps - b.num_steps,
              double(output_tokens) / double(std::max<int64_t>(a.num_steps - b.num_steps, 1)),
              1000.0 * t / double(std::max<int64_t>(a.num_steps - b.num_steps, 1)));
-  fmt::print("Async scheduling:         {}\n{}", cfg.scheduler.async_scheduling ? "on" : "off",
-             bench::gpu_idle_lines(b, a));
+  fmt::print("Async scheduling:         {}\n{}{}", cfg.scheduler.async_scheduling ? "on" : "off",
+             bench::gpu_idle_lines(b, a), bench::step_phase_lines(b, a));
   std::fflush(stdout);
   return rep;
 }

@@ -46,6 +46,12 @@ result<run_report> run_requests(actors::engine& eng, std::vector<actors::generat
 /// over decode steps, then the same over all steps run back to back.
 std::string gpu_idle_lines(const actors::engine_stats& before, const actors::engine_stats& after);
 
+/// The step split of issue #8's offline analysis, over the steps between two snapshots:
+///   `Decode-only steps:        4039 of 13.98 ms mean, batch mean 249.5 (56.47 s busy)`
+///   `Prefill-carrying steps:   76 of 53.27 ms mean, 1843.2 tokens mean (4.05 s busy)`
+/// (device busy time per step; the tokens of a prefill-carrying step include its decode rows).
+std::string step_phase_lines(const actors::engine_stats& before, const actors::engine_stats& after);
+
 /// Starts an engine, timing the start; logs the error (naming the flag or file) on failure.
 result<std::unique_ptr<actors::engine>> start_engine(const engine_config& cfg, double& seconds);
 

@@ -3,7 +3,8 @@
 // cuBLAS against the decode GEMV per projection and row count, paged attention (decode and
 // prefill), the device sampler, and the executor's prefill and decode steps (eager and graph) on
 // the llama-hd128-bf16 fixture.
-//   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor]
+//   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor|offline]
+// (offline: only with --only; the offline workloads' decode and mixed prefill steps)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -209,6 +210,7 @@ double graph_ms(cudaStream_t s, F&& f, int iters = 10) {
 constexpr int kHidden = 4096, kInter = 14336, kHeads = 32, kKvHeads = 8, kHeadDim = 128, kVocab = 128256;
 constexpr int kLayers = 32, kQkvWidth = (kHeads + 2 * kKvHeads) * kHeadDim;
 constexpr int kSimMaxBatch = 256, kSimContext = 256, kSimMaxContext = 1152, kSimBlock = 16;
+constexpr int kSimMaxTokens = 16384;  // a mixed step's tokens (prefill chunks + decodes)
 constexpr int kSimBlocksPerSeq = kSimMaxContext / kSimBlock + 1;
 constexpr double kCopyGBs = 4150.0;  // measured H200 copy bandwidth (issue #8)
 
@@ -245,14 +247,14 @@ class decode_sim {
     std::vector<float> inv_freq(kHeadDim / 2);
     for (int i = 0; i < kHeadDim / 2; ++i) inv_freq[i] = std::pow(500000.0f, -2.0f * i / kHeadDim);
     inv_freq_ = upload(inv_freq);
-    const size_t B = kSimMaxBatch;
-    residual_ = static_cast<float*>(dmalloc(B * kHidden * 4));
-    delta_ = static_cast<float*>(dmalloc(B * kHidden * 4));
-    x_ = dmalloc(B * kHidden * 2);
-    qkv_ = static_cast<float*>(dmalloc(B * kQkvWidth * 4));
-    attn_ = dmalloc(B * kHeads * kHeadDim * 2);
-    gate_up_ = static_cast<float*>(dmalloc(B * 2 * kInter * 4));
-    act_ = dmalloc(B * kInter * 2);
+    const size_t B = kSimMaxBatch, T = kSimMaxTokens;
+    residual_ = static_cast<float*>(dmalloc(T * kHidden * 4));
+    delta_ = static_cast<float*>(dmalloc(T * kHidden * 4));
+    x_ = dmalloc(T * kHidden * 2);
+    qkv_ = static_cast<float*>(dmalloc(T * kQkvWidth * 4));
+    attn_ = dmalloc(T * kHeads * kHeadDim * 2);
+    gate_up_ = static_cast<float*>(dmalloc(T * 2 * kInter * 4));
+    act_ = dmalloc(T * kInter * 2);
     logits_ = static_cast<float*>(dmalloc(B * kVocab * 4));
     sample_seqs_ = upload(std::vector<cuda::sample_seq>(B));
     penalties_ = upload(std::vector<cuda::penalty_token>(1));
@@ -288,19 +290,26 @@ class decode_sim {
   float* out_f32() const { return logits_; }
 
   /// Plans attention and the KV writes for `batch` decoding sequences, their contexts spread
-  /// evenly over [ctx_lo, ctx_hi] (at most kSimMaxContext).
-  void prepare(int batch, int ctx_lo = kSimContext, int ctx_hi = kSimContext) {
-    std::vector<int32_t> bt(size_t(batch) * kSimBlocksPerSeq);
+  /// evenly over [ctx_lo, ctx_hi] (at most kSimMaxContext), after `prefill` sequences whose first
+  /// `chunk` prompt tokens run in this step (a mixed step; each samples its last token).
+  void prepare(int batch, int ctx_lo = kSimContext, int ctx_hi = kSimContext, int prefill = 0, int chunk = 0) {
+    const int nseq = batch + prefill;
+    std::vector<int32_t> bt(size_t(nseq) * kSimBlocksPerSeq);
     std::iota(bt.begin(), bt.end(), 0);
-    std::shuffle(bt.begin(), bt.end(), std::mt19937(uint32_t(batch)));
-    std::vector<cuda::attn_seq> seqs(static_cast<size_t>(batch));
-    std::vector<int32_t> positions(static_cast<size_t>(batch)), slots(static_cast<size_t>(batch));
-    for (int s = 0; s < batch; ++s) {
-      const int ctx = batch > 1 ? ctx_lo + int(int64_t(ctx_hi - ctx_lo) * s / (batch - 1)) : ctx_hi;
-      seqs[s] = {s, 1, ctx, s * kSimBlocksPerSeq};
-      const int p = ctx - 1;
-      positions[s] = p;
-      slots[s] = bt[size_t(s) * kSimBlocksPerSeq + p / kSimBlock] * kSimBlock + p % kSimBlock;
+    std::shuffle(bt.begin(), bt.end(), std::mt19937(uint32_t(nseq)));
+    std::vector<cuda::attn_seq> seqs(static_cast<size_t>(nseq));
+    std::vector<int32_t> positions, slots, rows;
+    int tok = 0;
+    for (int s = 0; s < nseq; ++s) {
+      const int d = s - prefill;  // decode index
+      const int q = d < 0 ? chunk : 1;
+      const int ctx = d < 0 ? chunk : batch > 1 ? ctx_lo + int(int64_t(ctx_hi - ctx_lo) * d / (batch - 1)) : ctx_hi;
+      seqs[s] = {tok, q, ctx, s * kSimBlocksPerSeq};
+      for (int p = ctx - q; p < ctx; ++p, ++tok) {
+        positions.push_back(p);
+        slots.push_back(bt[size_t(s) * kSimBlocksPerSeq + p / kSimBlock] * kSimBlock + p % kSimBlock);
+      }
+      rows.push_back(tok - 1);
     }
     const cuda::attention_plan plan = attention_->plan(seqs);
     const cuda::attention_grids g = attention_->grids(plan);
@@ -329,12 +338,18 @@ class decode_sim {
     rope_.positions = upload(positions);
     rope_.slots = upload(slots);
     rope_.inv_freq = inv_freq_;
-    rope_.n = batch;
+    rope_.n = tok;
     rope_.num_heads = kHeads;
     rope_.num_kv_heads = kKvHeads;
     rope_.head_dim = kHeadDim;
-    batch_ = batch;
+    batch_ = tok;
+    rows_ = nseq;
+    row_ids_ = prefill ? upload(rows) : nullptr;
   }
+
+  /// The batched MLP's gate_up in fp32 (the path before the 16-bit one) instead of the
+  /// executor's choice (16-bit where cuBLAS runs it).
+  void set_gate_up_f32(bool on) { gate_up_f32_ = on; }
 
   /// Enqueues the kernels of `classes` (bit set of op_class) of one decode step. With
   /// fused_decode() at batch 1, the executor's fused GEMVs: qkv includes rope, gate_up the SiLU
@@ -359,13 +374,21 @@ class decode_sim {
       if (on(op_o)) (void)gemm_.run(dt, attn_, n, kHeads * kHeadDim, w.o, kHidden, delta_);
       if (on(op_norm))
         cuda::add_rmsnorm(dt, residual_, delta_, nullptr, norm_w_, eps, nullptr, n, kHidden, x_, s_);
-      if (on(op_gate_up)) (void)gemm_.run(dt, x_, n, kHidden, w.gate_up, 2 * kInter, gate_up_);
-      if (on(op_silu)) cuda::silu_and_mul(dt, gate_up_, n, kInter, act_, s_);
+      const bool f32 = gate_up_f32_ || gemm_.uses_gemv(n);  // as cuda_step.cpp chooses, unless forced
+      if (on(op_gate_up)) {
+        if (f32) (void)gemm_.run(dt, x_, n, kHidden, w.gate_up, 2 * kInter, gate_up_);
+        else (void)gemm_.run_act(dt, x_, n, kHidden, w.gate_up, 2 * kInter, gate_up_);
+      }
+      if (on(op_silu)) {
+        if (f32) cuda::silu_and_mul(dt, gate_up_, n, kInter, act_, s_);
+        else cuda::silu_and_mul_act(dt, gate_up_, n, kInter, act_, s_);
+      }
       if (on(op_down)) (void)gemm_.run(dt, act_, n, kInter, w.down, kHidden, delta_);
     }
-    if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta_, nullptr, norm_w_, eps, nullptr, n, kHidden, x_, s_);
-    if (on(op_lm_head)) (void)gemm_.run(dt, x_, n, kHidden, lm_head_, kVocab, logits_);
-    if (on(op_sample)) cuda::sample_tokens(logits_, n, kVocab, sample_seqs_, penalties_, masks_, out_, s_);
+    const int r = rows_;
+    if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta_, nullptr, norm_w_, eps, row_ids_, r, kHidden, x_, s_);
+    if (on(op_lm_head)) (void)gemm_.run(dt, x_, r, kHidden, lm_head_, kVocab, logits_);
+    if (on(op_sample)) cuda::sample_tokens(logits_, r, kVocab, sample_seqs_, penalties_, masks_, out_, s_);
   }
 
  private:
@@ -434,7 +457,9 @@ class decode_sim {
   float *part_o_ = nullptr, *part_lse_ = nullptr;
   cuda::attn_launch launch_;
   cuda::rope_kv_args rope_;
-  int batch_ = 1;
+  int batch_ = 1, rows_ = 1;  // tokens of the step; rows sampled
+  int32_t* row_ids_ = nullptr;  // the sampled rows where they are not 0..rows-1
+  bool gate_up_f32_ = false;
 };
 
 /// One projection of the sweep: its weights per layer (or the single lm_head) and its operands.
@@ -506,9 +531,10 @@ void bench_gemm_sweep(decode_sim& sim) {
   sim.gemm().set_gemv_rows_per_block(0);
 }
 
-/// Decode batch and the range its sequences' contexts spread over.
+/// Decode batch and the range its sequences' contexts spread over; prefill sequences running
+/// their first `chunk` prompt tokens in the same step.
 struct sim_shape {
-  int batch, ctx_lo, ctx_hi;
+  int batch, ctx_lo, ctx_hi, prefill = 0, chunk = 0;
 };
 
 /// The decode step's GPU time per kernel class at each batch, under a GEMM dispatch.
@@ -521,20 +547,25 @@ void bench_step_breakdown(decode_sim& sim, int gemv_rows, bool pdl, bool fused, 
   std::vector<int> batches;
   for (const sim_shape& sh : shapes) batches.push_back(sh.batch);
   report("| class |");
-  for (const sim_shape& sh : shapes) report(" batch %d ctx %d-%d |", sh.batch, sh.ctx_lo, sh.ctx_hi);
+  for (const sim_shape& sh : shapes) {
+    if (sh.prefill) report(" %d x %d prefill +", sh.prefill, sh.chunk);
+    report(" batch %d ctx %d-%d |", sh.batch, sh.ctx_lo, sh.ctx_hi);
+  }
   report("\n|---|");
   for (size_t i = 0; i < std::size(batches); ++i) report("---|");
   report("\n");
   std::vector<std::vector<double>> ms(op_count + 2, std::vector<double>(std::size(batches)));
   for (size_t bi = 0; bi < std::size(batches); ++bi) {
-    sim.prepare(shapes[bi].batch, shapes[bi].ctx_lo, shapes[bi].ctx_hi);
+    const sim_shape& sh = shapes[bi];
+    sim.prepare(sh.batch, sh.ctx_lo, sh.ctx_hi, sh.prefill, sh.chunk);
+    const int iters = sh.prefill ? 3 : 10;  // a mixed step takes 50-250 ms
     double sum = 0;
     for (int c = 0; c < op_count; ++c) {
-      ms[c][bi] = graph_ms(sim.stream(), [&] { sim.enqueue(1u << c); });
+      ms[c][bi] = graph_ms(sim.stream(), [&] { sim.enqueue(1u << c); }, iters);
       sum += ms[c][bi];
     }
     ms[op_count][bi] = sum;
-    ms[op_count + 1][bi] = graph_ms(sim.stream(), [&] { sim.enqueue(all_ops); });
+    ms[op_count + 1][bi] = graph_ms(sim.stream(), [&] { sim.enqueue(all_ops); }, iters);
   }
   for (int c = 0; c < op_count + 2; ++c) {
     report("| %s |", c < op_count ? op_names[c] : c == op_count ? "sum of classes" : "**whole step**");
@@ -551,10 +582,46 @@ void bench_step_breakdown(decode_sim& sim, int gemv_rows, bool pdl, bool fused, 
   }
   report("\n| step tok/s (batch x 1000 / step ms) |");
   for (size_t bi = 0; bi < std::size(batches); ++bi) report(" %.1f |", batches[bi] * 1000.0 / ms[op_count + 1][bi]);
+  report("\n| layer GEMM TFLOP/s (qkv+o+gate_up+down) |");
+  const double layer_flops = 2.0 * kLayers * (double(kQkvWidth) * kHidden + double(kHidden) * kHeads * kHeadDim +
+                                              3.0 * kInter * kHidden);
+  for (size_t bi = 0; bi < std::size(batches); ++bi) {
+    const sim_shape& sh = shapes[bi];
+    const double tokens = double(sh.batch) + double(sh.prefill) * sh.chunk;
+    const double gemm_ms = ms[op_qkv][bi] + ms[op_o][bi] + ms[op_gate_up][bi] + ms[op_down][bi];
+    report(" %.0f |", layer_flops * tokens / gemm_ms / 1e9);
+  }
   report("\n");
   sim.gemm().set_gemv_max_rows(cuda::default_gemv_max_rows);
   cuda::set_programmatic_launch(false);
   cuda::set_fused_decode(true);
+}
+
+/// The offline workloads' steps (issue #8): decode at batch 256 with the 16-bit gate_up against
+/// fp32, spread against synchronized contexts, a short against a sustained replay (clocks under
+/// load), and mixed prefill + decode steps of the 200 x 1000 in / 100 out workload.
+void bench_offline_steps(decode_sim& sim) {
+  cuda::set_programmatic_launch(true);
+  const std::vector<sim_shape> decode = {{256, 128, 1152}, {256, 640, 640}, {248, 128, 1152}};
+  bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, decode,
+                       "offline 1000 x 128/1024 decode steps, 16-bit gate_up (shipped)");
+  sim.set_gate_up_f32(true);
+  bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, {{256, 128, 1152}},
+                       "offline decode step, fp32 gate_up (before)");
+  sim.set_gate_up_f32(false);
+  cuda::set_programmatic_launch(true);
+  sim.prepare(256, 128, 1152);
+  const double brief = graph_ms(sim.stream(), [&] { sim.enqueue(all_ops); }, 10);
+  const auto t0 = std::chrono::steady_clock::now();
+  const double held = graph_ms(sim.stream(), [&] { sim.enqueue(all_ops); }, 600);
+  const double held_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double after = graph_ms(sim.stream(), [&] { sim.enqueue(all_ops); }, 10);
+  report("\n## Sustained load: batch 256 ctx 128-1152 whole step %.3f ms over 10 replays, %.3f ms over 600 "
+         "(%.1f s), then %.3f ms over 10\n", brief, held, held_s, after);
+  const std::vector<sim_shape> mixed = {{200, 1000, 1100, 2, 924}, {0, 0, 0, 2, 1024}, {100, 1000, 1100, 8, 1000}};
+  bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, mixed,
+                       "mixed steps of the 200 x 1000/100 workload (prefill chunks from position 0)");
+  cuda::set_programmatic_launch(false);
 }
 
 gpu::step_result run(gpu::executor& ex, gpu::step_batch b) {
@@ -636,6 +703,10 @@ int main(int argc, char** argv) {
       for (auto mode : {sampler_mode::greedy, sampler_mode::temperature, sampler_mode::top_k, sampler_mode::top_p,
                         sampler_mode::min_p, sampler_mode::mixed})
         bench_sampler(batch, 128256, mode);
+  if (only == "offline") {
+    decode_sim sim;
+    bench_offline_steps(sim);
+  }
   if (want("step") || want("sweep")) {
     decode_sim sim;
     cuda::set_programmatic_launch(false);

@@ -254,4 +254,13 @@ status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const void* w
   return {};
 }
 
+status gemm_runner::run_act(act_dtype dt, const void* x, int m, int k, const void* w, int n, void* y) {
+  if (m == 0) return {};
+  const float alpha = 1.0f, beta = 0.0f;
+  const cudaDataType_t t = dt == act_dtype::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  AS_CUBLAS_TRY(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, t, k, x, t, k, &beta, y, t, n,
+                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return {};
+}
+
 }  // namespace actorserve::gpu::cuda

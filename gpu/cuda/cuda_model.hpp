@@ -74,6 +74,11 @@ class gemm_runner {
   ~gemm_runner();
   status init(cudaStream_t stream, size_t workspace_bytes);
   status run(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta = 0.0f);
+  /// Y[m, n] (dt) = X * W^T, fp32 accumulation rounded once to dt; always cuBLAS. For outputs an
+  /// element-wise kernel consumes (gate_up -> SiLU): half the bytes written and read of fp32.
+  status run_act(act_dtype dt, const void* x, int m, int k, const void* w, int n, void* y);
+  /// Whether run() takes the GEMV for m rows (its output then stays fp32 for the fused paths).
+  bool uses_gemv(int m) const { return m <= gemv_max_rows_; }
   /// Uses the GEMV for m <= rows (0: always cuBLAS); for benchmarks and tests.
   void set_gemv_max_rows(int rows) { gemv_max_rows_ = rows; }
   /// Weight rows per GEMV block for m <= 2 (1, 2 or 4; 0: 2 where 4 would leave a partial second

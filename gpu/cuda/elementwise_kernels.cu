@@ -123,13 +123,33 @@ __global__ void silu_mul4_kernel(const float* gu, int n, int inter, T* out) {
   }
 }
 
+/// SiLU-and-mul over a 16-bit gate_up, 8 elements per thread from 16-byte loads (inter % 8 == 0):
+/// grid (groups / 256, tokens).
 template <class T>
-__global__ void silu_mul_kernel(const float* gu, int n, int inter, T* out) {
+__global__ void silu_mul8_kernel(const T* gu, int n, int inter, T* out) {
+  pdl_begin();
+  const int g = blockIdx.x * blockDim.x + threadIdx.x;
+  if (g * 8 >= inter) return;
+  for (int t = blockIdx.y; t < n; t += gridDim.y) {
+    float ga[8], ua[8];
+    load8(gu + size_t(t) * 2 * inter + g * 8, ga);
+    load8(gu + size_t(t) * 2 * inter + inter + g * 8, ua);
+    uint4 raw;
+    T* o = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) o[e] = from_f32<T>(ga[e] / (1.0f + expf(-ga[e])) * ua[e]);
+    *reinterpret_cast<uint4*>(out + size_t(t) * inter + g * 8) = raw;
+  }
+}
+
+/// Any inter; gate_up of fp32 or of T.
+template <class T, class In>
+__global__ void silu_mul_kernel(const In* gu, int n, int inter, T* out) {
   pdl_begin();
   const size_t total = size_t(n) * inter;
   for (size_t idx = blockIdx.x * size_t(blockDim.x) + threadIdx.x; idx < total; idx += size_t(gridDim.x) * blockDim.x) {
     const size_t t = idx / inter, i = idx % inter;
-    const float g = gu[t * 2 * inter + i], u = gu[t * 2 * inter + inter + i];
+    const float g = to_f32(gu[t * 2 * inter + i]), u = to_f32(gu[t * 2 * inter + inter + i]);
     out[idx] = from_f32<T>(g / (1.0f + expf(-g)) * u);
   }
 }
@@ -234,8 +254,23 @@ int silu_and_mul(act_dtype dt, const float* gate_up, int n, int inter, void* out
     AS_DISPATCH_ACT(dt, launch_pdl(silu_mul4_kernel<T>, dim3((groups + 255) / 256, n < 65535 ? n : 65535), dim3(256), s,
                                    gate_up, n, inter, static_cast<T*>(out)));
   } else {
-    AS_DISPATCH_ACT(dt, launch_pdl(silu_mul_kernel<T>, dim3(grid_for(size_t(n) * inter, 256)), dim3(256), s, gate_up,
-                                   n, inter, static_cast<T*>(out)));
+    AS_DISPATCH_ACT(dt, launch_pdl(silu_mul_kernel<T, float>, dim3(grid_for(size_t(n) * inter, 256)), dim3(256), s,
+                                   gate_up, n, inter, static_cast<T*>(out)));
+  }
+  return cudaGetLastError();
+}
+
+int silu_and_mul_act(act_dtype dt, const void* gate_up, int n, int inter, void* out, cudaStream_t s) {
+  if (n == 0) return 0;
+  const bool aligned = inter % 8 == 0 && reinterpret_cast<uintptr_t>(gate_up) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(out) % 16 == 0;
+  if (aligned) {
+    const int groups = inter / 8;
+    AS_DISPATCH_ACT(dt, launch_pdl(silu_mul8_kernel<T>, dim3((groups + 255) / 256, n < 65535 ? n : 65535), dim3(256),
+                                   s, static_cast<const T*>(gate_up), n, inter, static_cast<T*>(out)));
+  } else {
+    AS_DISPATCH_ACT(dt, launch_pdl(silu_mul_kernel<T, T>, dim3(grid_for(size_t(n) * inter, 256)), dim3(256), s,
+                                   static_cast<const T*>(gate_up), n, inter, static_cast<T*>(out)));
   }
   return cudaGetLastError();
 }

@@ -43,6 +43,8 @@ int add_rmsnorm(act_dtype dt, float* residual, const float* delta, const float* 
 
 /// out[t, i] = silu(gu[t, i]) * gu[t, inter + i]; gu is [n, 2*inter] fp32, out [n, inter].
 int silu_and_mul(act_dtype dt, const float* gate_up, int n, int inter, void* out, cudaStream_t s);
+/// The same over a gate_up of `dt` (a GEMM's rounded output, gemm_runner::run_act): SiLU in fp32.
+int silu_and_mul_act(act_dtype dt, const void* gate_up, int n, int inter, void* out, cudaStream_t s);
 
 /// The fused QKV projection's epilogue. qkv is [n, (H + 2*KVH) * D] fp32 (q, then k, then v):
 /// adds `bias` (same layout, may be null), rotates q in place and k (rotate_half convention,
