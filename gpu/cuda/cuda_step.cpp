@@ -10,6 +10,7 @@
 #include "gpu/cuda/cuda_executor_impl.hpp"
 #include "gpu/cuda/cuda_status.hpp"
 #include "gpu/cuda/gemv_kernel.hpp"
+#include "gpu/cuda/gemv_norm.hpp"
 #include "gpu/cuda/step_inputs.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -337,6 +338,13 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   // One token: the qkv and gate/up projections fuse the element-wise kernel after them.
   const bool fused = n == 1 && fused_decode() && hidden % 8 == 0;
   const int rows_gate_up = gemm_.gemv_rows_for(2 * inter);
+  // And the norms fold into the GEMVs (gemv_norm.hpp): o and down add into the residual, qkv,
+  // gate/up and lm_head normalise it themselves; no add_rmsnorm launches (same logits).
+  bool fold = fused && fused_norm_decode() && norm_gemv_supported(hidden, m.lm_head);
+  for (const device_layer& w : m.layers)
+    fold = fold && norm_gemv_supported(hidden, w.qkv) && norm_gemv_supported(hidden, w.gate_up) &&
+           gemv_supported(attn_, 1, H * D, w.o) && gemv_supported(act_, 1, inter, w.down);
+  const auto normed = [&](const float* weight) { return norm_input{residual_, weight, eps, hidden}; };
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const device_layer& w = m.layers[l];
     char* k_cache = static_cast<char*>(kv_pool_) + (2 * l) * cache_stride_;
@@ -346,6 +354,14 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     ra.v_cache = v_cache;
     aa.k_cache = k_cache;
     aa.v_cache = v_cache;
+    if (fold) {
+      AS_CUDA_TRY(gemv_norm_qkv_rope(dt_, normed(w.input_norm), w.qkv, ra, stream_));
+      AS_CUDA_TRY(attention_->run(aa, stream_));
+      AS_CUDA_TRY(gemv_add_residual(dt_, attn_, H * D, w.o, hidden, residual_, w.o_bias, stream_));
+      AS_CUDA_TRY(gemv_norm_gate_up_silu(dt_, normed(w.post_norm), w.gate_up, inter, act_, rows_gate_up, stream_));
+      AS_CUDA_TRY(gemv_add_residual(dt_, act_, inter, w.down, hidden, residual_, nullptr, stream_));
+      continue;
+    }
     // The previous layer's MLP output joins the residual here (none before the first layer).
     AS_CUDA_TRY(add_rmsnorm(dt_, residual_, l == 0 ? nullptr : delta_, nullptr, w.input_norm, eps, nullptr, n, hidden,
                             x_, stream_));
@@ -371,9 +387,13 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   }
   const int rows = shape.sample_rows;
   if (rows == 0) return {};
-  AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta_, nullptr, m.final_norm, eps, at<int32_t>(meta_, layout_.sample_rows),
-                          rows, hidden, x_, stream_));
-  if (auto st = gemm_.run(dt_, x_, rows, hidden, m.lm_head, V, logits_); !st) return st;
+  if (fold) {  // one token: its row is the sample row
+    AS_CUDA_TRY(gemv_norm(dt_, normed(m.final_norm), m.lm_head, V, logits_, stream_));
+  } else {
+    AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta_, nullptr, m.final_norm, eps,
+                            at<int32_t>(meta_, layout_.sample_rows), rows, hidden, x_, stream_));
+    if (auto st = gemm_.run(dt_, x_, rows, hidden, m.lm_head, V, logits_); !st) return st;
+  }
   if (opts_.keep_logits)
     AS_CUDA_TRY(cudaMemcpyAsync(kept_logits_, logits_, size_t(rows) * V * sizeof(float), cudaMemcpyDeviceToDevice,
                                 stream_));

@@ -38,6 +38,13 @@ bool fused_norm_decode();
 /// n, -1 one block per group of rows (as gemv_kernel.hpp's kernels). For benchmarks and tests.
 void set_norm_gemv_blocks_per_sm(int blocks);
 
+/// Weights the kernels here prefetch into L2 before waiting for the previous kernel (sm_90 bulk
+/// prefetch, no registers): the normed GEMVs the rows of their next `amount` groups, the residual
+/// GEMVs `amount` rounds of loads after the first. 0 (default) none. For benchmarks and tests.
+/// (The three knobs above start from ACTORSERVE_FUSED_NORM, ACTORSERVE_NORM_GEMV_BLOCKS and
+/// ACTORSERVE_GEMV_PREFETCH when set.)
+void set_gemv_l2_prefetch(int amount);
+
 /// residual[r] = residual[r] + ((W x)[r] + bias[r]) for r < n, in add_rmsnorm's order of
 /// operations (bias may be null); x: [k] of dt, as gemv_supported(x, 1, k, w) requires.
 int gemv_add_residual(act_dtype dt, const void* x, int k, const void* w, int n, float* residual, const float* bias,

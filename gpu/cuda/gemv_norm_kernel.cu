@@ -3,6 +3,7 @@
 // the previous kernel, normalises the residual into shared memory once (replaying add_rmsnorm's
 // reduction tree exactly), then loops over its groups of weight rows.
 #include <cstdint>
+#include <cstdlib>
 
 #include "gpu/cuda/gemv_common.cuh"
 #include "gpu/cuda/gemv_norm.hpp"
@@ -110,7 +111,7 @@ struct store_epilogue {
 /// The normed GEMV: blocks loop over groups blockIdx.x, blockIdx.x + gridDim.x, ...; the weights of
 /// the first round go out before the wait for the previous kernel.
 template <class T, int kRows, class Epi>
-__global__ void __launch_bounds__(kThreads) gemv_norm_kernel(norm_input in, const T* w, Epi epi) {
+__global__ void __launch_bounds__(kThreads) gemv_norm_kernel(norm_input in, const T* w, Epi epi, int prefetch) {
   constexpr int kUnroll = kLoadsInFlight / kRows;
   extern __shared__ uint4 smem[];
   __shared__ partials<1, kRows> red;
@@ -125,6 +126,10 @@ __global__ void __launch_bounds__(kThreads) gemv_norm_kernel(norm_input in, cons
   uint4 wv[kUnroll][kRows];
   launch_dependents();
   load_round<kRows, kUnroll>(wv, wp, threadIdx.x, chunks);
+  if (int(threadIdx.x) < kRows * prefetch) {  // the rows of this block's next groups, into L2
+    const int next = g + (1 + int(threadIdx.x) / kRows) * int(gridDim.x);
+    if (next < groups) prefetch_l2(w + size_t(epi.row(next, threadIdx.x % kRows)) * k, uint32_t(k) * 2);
+  }
   wait_for_previous_grid();
   normalise_into<T>(in, xs, part, part + 1024);
   for (;;) {
@@ -154,23 +159,36 @@ __global__ void __launch_bounds__(kThreads) gemv_norm_kernel(norm_input in, cons
   }
 }
 
-/// residual[row] += (W x)[row] + bias[row], kRows rows per block.
+/// residual[row] += (W x)[row] + bias[row], kRows rows per block. `prefetch` rounds of weights
+/// after the first go into L2 before the wait for the previous kernel.
 template <class T, int kRows>
 __global__ void __launch_bounds__(kThreads) gemv_add_kernel(const T* x, int k, const T* w, int n, float* residual,
-                                                             const float* bias) {
+                                                             const float* bias, int prefetch) {
   __shared__ partials<1, kRows> red;
   const int row0 = blockIdx.x * kRows;
   const uint4* wp[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) wp[r] = reinterpret_cast<const uint4*>(w + size_t(min(row0 + r, n - 1)) * k);
+  constexpr int kRoundChunks = kThreads * (kLoadsInFlight / kRows);
+  if (int(threadIdx.x) < kRows && prefetch > 0 && k / 8 > kRoundChunks) {
+    const int chunks = min(k / 8 - kRoundChunks, prefetch * kRoundChunks);
+    prefetch_l2(wp[threadIdx.x] + kRoundChunks, uint32_t(chunks) * 16);
+  }
   accumulate<T, 1, kRows>(x, 1, k, wp, red);
   const int r = threadIdx.x, row = row0 + r;
   if (r >= kRows || row >= n) return;
   residual[row] = residual[row] + (red.total(r, 0) + (bias ? bias[row] : 0.0f));
 }
 
-bool g_fused_norm = true;
-int g_blocks_per_sm = 0;
+/// An integer knob from the environment (for measuring variants without a rebuild), else `fallback`.
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+bool g_fused_norm = env_int("ACTORSERVE_FUSED_NORM", 1) != 0;
+int g_blocks_per_sm = env_int("ACTORSERVE_NORM_GEMV_BLOCKS", 0);
+int g_prefetch = env_int("ACTORSERVE_GEMV_PREFETCH", 0);
 
 /// The grid of a normed kernel over `groups` groups of rows.
 template <class K>
@@ -205,7 +223,7 @@ int launch_norm(const norm_input& in, const void* w, const Epi& epi, int groups,
   auto* kernel = gemv_norm_kernel<T, kRows, Epi>;
   const size_t smem = norm_smem_bytes(in.hidden);
   const int grid = norm_grid(kernel, groups, smem);
-  return launch_pdl_smem(kernel, dim3(grid), dim3(kThreads), smem, s, in, static_cast<const T*>(w), epi);
+  return launch_pdl_smem(kernel, dim3(grid), dim3(kThreads), smem, s, in, static_cast<const T*>(w), epi, g_prefetch);
 }
 
 }  // namespace
@@ -213,6 +231,7 @@ int launch_norm(const norm_input& in, const void* w, const Epi& epi, int groups,
 void set_fused_norm_decode(bool on) { g_fused_norm = on; }
 bool fused_norm_decode() { return g_fused_norm; }
 void set_norm_gemv_blocks_per_sm(int blocks) { g_blocks_per_sm = blocks; }
+void set_gemv_l2_prefetch(int amount) { g_prefetch = amount; }
 
 bool norm_gemv_supported(int hidden, const void* w) {
   return hidden > 0 && hidden % 8 == 0 && hidden <= norm_gemv_max_hidden &&
@@ -223,7 +242,7 @@ int gemv_add_residual(act_dtype dt, const void* x, int k, const void* w, int n, 
                       cudaStream_t s) {
   if (n <= 0) return 0;
   AS_DISPATCH_ACT(dt, launch_pdl(gemv_add_kernel<T, 4>, dim3((n + 3) / 4), dim3(kThreads), s,
-                                 static_cast<const T*>(x), k, static_cast<const T*>(w), n, residual, bias));
+                                 static_cast<const T*>(x), k, static_cast<const T*>(w), n, residual, bias, g_prefetch));
   return cudaGetLastError();
 }
 

@@ -47,6 +47,12 @@ int count_unequal(const std::vector<T>& a, const std::vector<T>& b) {
 /// The grids the normed kernels take: one block per group, one wave, one and three blocks per SM.
 const int kGridModes[] = {-1, 0, 1, 3};
 
+/// Sets the grid mode, with L2 prefetches of the next groups' rows on the looping grids.
+void use_grid(int mode) {
+  cuda::set_norm_gemv_blocks_per_sm(mode);
+  cuda::set_gemv_l2_prefetch(mode > 0 ? 2 : 0);
+}
+
 /// A residual row with its norm weight, and x = add_rmsnorm of it (the unfused path's input).
 struct normed_row {
   dev_vec<float> residual, weight;
@@ -70,7 +76,7 @@ struct normed_row {
 class CudaNormGemv : public ::testing::TestWithParam<act_dtype> {
  protected:
   void SetUp() override { AS_REQUIRE_CUDA(); }
-  void TearDown() override { cuda::set_norm_gemv_blocks_per_sm(0); }
+  void TearDown() override { use_grid(0); }
 };
 
 TEST_P(CudaNormGemv, PlainEqualsAddRmsnormThenGemv) {
@@ -84,7 +90,7 @@ TEST_P(CudaNormGemv, PlainEqualsAddRmsnormThenGemv) {
       ASSERT_EQ(cuda::gemv(dt, row.x.get(), 1, hidden, w.get(), n, want.get(), 0.0f, nullptr), 0);
       const auto residual_before = row.residual.download();
       for (int mode : kGridModes) {
-        cuda::set_norm_gemv_blocks_per_sm(mode);
+        use_grid(mode);
         got.poison();
         ASSERT_EQ(cuda::gemv_norm(dt, row.in, w.get(), n, got.get(), nullptr), 0);
         EXPECT_EQ(count_unequal(got.download(), want.download()), 0)
@@ -105,7 +111,7 @@ TEST_P(CudaNormGemv, GateUpSiluEqualsAddRmsnormThenFusedGemv) {
         dev_vec<uint16_t> want(static_cast<size_t>(inter)), got(static_cast<size_t>(inter));
         ASSERT_EQ(cuda::gemv_gate_up_silu(dt, row.x.get(), hidden, w.get(), inter, want.get(), rows, nullptr), 0);
         for (int mode : kGridModes) {
-          cuda::set_norm_gemv_blocks_per_sm(mode);
+          use_grid(mode);
           got.poison();
           ASSERT_EQ(cuda::gemv_norm_gate_up_silu(dt, row.in, w.get(), inter, got.get(), rows, nullptr), 0);
           EXPECT_EQ(count_unequal(got.download(), want.download()), 0)
@@ -150,7 +156,7 @@ TEST_P(CudaNormGemv, QkvRopeEqualsAddRmsnormThenFusedGemv) {
     a.k_cache = k_got.get();
     a.v_cache = v_got.get();
     for (int mode : kGridModes) {
-      cuda::set_norm_gemv_blocks_per_sm(mode);
+      use_grid(mode);
       for (auto* d : {&k_got, &v_got}) d->poison();
       q_got.poison();
       ASSERT_EQ(cuda::gemv_norm_qkv_rope(dt, row.in, w.get(), a, nullptr), 0);
@@ -177,6 +183,7 @@ TEST_P(CudaNormGemv, AddResidualEqualsGemvThenAddRmsnorm) {
         ASSERT_EQ(cuda::add_rmsnorm(dt, want.get(), delta.get(), b, norm_w.get(), 1e-5f, nullptr, 1, n,
                                     scratch.get(), nullptr),
                   0);
+        cuda::set_gemv_l2_prefetch(k > 1024 ? 3 : 0);
         ASSERT_EQ(cuda::gemv_add_residual(dt, d_x.get(), k, w.get(), n, got.get(), b, nullptr), 0);
         const auto g = got.download(), wv = want.download();
         EXPECT_EQ(count_unequal(g, wv), 0) << "n " << n << " k " << k << " bias " << with_bias;
