@@ -340,11 +340,12 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   const int rows_gate_up = gemm_.gemv_rows_for(2 * inter);
   // And the norms fold into the GEMVs (gemv_norm.hpp): o and down add into the residual, qkv,
   // gate/up and lm_head normalise it themselves; no add_rmsnorm launches (same logits).
-  bool fold = fused && fused_norm_decode() && norm_gemv_supported(hidden, m.lm_head);
-  for (const device_layer& w : m.layers)
-    fold = fold && norm_gemv_supported(hidden, w.qkv) && norm_gemv_supported(hidden, w.gate_up) &&
-           gemv_supported(attn_, 1, H * D, w.o) && gemv_supported(act_, 1, inter, w.down);
   const auto normed = [&](const float* weight) { return norm_input{residual_, weight, eps, hidden}; };
+  bool fold = fused && fused_norm_decode() && norm_gemv_supported(normed(m.final_norm), m.lm_head);
+  for (const device_layer& w : m.layers)
+    fold = fold && norm_gemv_supported(normed(w.input_norm), w.qkv) &&
+           norm_gemv_supported(normed(w.post_norm), w.gate_up) && gemv_supported(attn_, 1, H * D, w.o) &&
+           gemv_supported(act_, 1, inter, w.down);
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const device_layer& w = m.layers[l];
     char* k_cache = static_cast<char*>(kv_pool_) + (2 * l) * cache_stride_;

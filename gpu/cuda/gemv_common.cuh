@@ -56,7 +56,7 @@ struct partials {
 /// Stores each warp's sums of `acc` (one per weight row and activation row) into `red`.
 template <int M, int kRows>
 __device__ __forceinline__ void reduce_warps(const float (&acc)[kRows][M], partials<M, kRows>& red) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x % kThreads) >> 5;  // within a 128-thread (sub-)block
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
 #pragma unroll

@@ -15,7 +15,7 @@ namespace actorserve::gpu::cuda {
 /// The normed input of a GEMV: x = rmsnorm(residual[0 .. hidden)) * weight in the act dtype, the
 /// values add_rmsnorm(dt, residual, nullptr, nullptr, weight, eps, nullptr, 1, hidden, x) writes.
 struct norm_input {
-  const float* residual = nullptr;  ///< fp32, 16-byte aligned
+  const float* residual = nullptr;  ///< fp32 [hidden]
   const float* weight = nullptr;    ///< fp32 norm weight [hidden]
   float eps = 1e-5f;
   int hidden = 0;                   ///< the GEMV's k
@@ -24,9 +24,9 @@ struct norm_input {
 /// The largest hidden size the normed GEMVs take (their x lives in shared memory).
 inline constexpr int norm_gemv_max_hidden = 16384;
 
-/// Whether the normed GEMVs run a weight matrix w of row length `hidden`: hidden a positive
-/// multiple of 8 up to norm_gemv_max_hidden and w 16-byte aligned.
-bool norm_gemv_supported(int hidden, const void* w);
+/// Whether the normed GEMVs run `in` against a weight matrix w: hidden a positive multiple of 8 up
+/// to norm_gemv_max_hidden; the residual, the norm weight and w 16-byte aligned.
+bool norm_gemv_supported(const norm_input& in, const void* w);
 
 /// Whether the executor's one-token steps fold the norms into the GEMVs (when fused_decode() is
 /// on too). Process-wide; default on. For benchmarks and tests.
@@ -38,11 +38,16 @@ bool fused_norm_decode();
 /// n, -1 one block per group of rows (as gemv_kernel.hpp's kernels). For benchmarks and tests.
 void set_norm_gemv_blocks_per_sm(int blocks);
 
+/// 128-thread sub-blocks per block of the normed GEMVs (1 to 6; default 1): the sub-blocks of a
+/// block share one normalised x, each streaming its own groups of rows as a 128-thread block
+/// would (fewer copies of x per SM, larger blocks). For benchmarks and tests.
+void set_norm_gemv_sub_blocks(int subs);
+
 /// Weights the kernels here prefetch into L2 before waiting for the previous kernel (sm_90 bulk
 /// prefetch, no registers): the normed GEMVs the rows of their next `amount` groups, the residual
 /// GEMVs `amount` rounds of loads after the first. 0 (default) none. For benchmarks and tests.
-/// (The three knobs above start from ACTORSERVE_FUSED_NORM, ACTORSERVE_NORM_GEMV_BLOCKS and
-/// ACTORSERVE_GEMV_PREFETCH when set.)
+/// (These knobs start from ACTORSERVE_FUSED_NORM, ACTORSERVE_NORM_GEMV_BLOCKS,
+/// ACTORSERVE_NORM_GEMV_SUBBLOCKS and ACTORSERVE_GEMV_PREFETCH when set.)
 void set_gemv_l2_prefetch(int amount);
 
 /// residual[r] = residual[r] + ((W x)[r] + bias[r]) for r < n, in add_rmsnorm's order of

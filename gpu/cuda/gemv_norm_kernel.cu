@@ -1,7 +1,8 @@
 // One-token GEMVs with the residual add + RMSNorm folded in (gemv_norm.hpp). The normed kernels
-// run a grid of at most one wave of blocks; each block issues its first weight loads, waits for
-// the previous kernel, normalises the residual into shared memory once (replaying add_rmsnorm's
-// reduction tree exactly), then loops over its groups of weight rows.
+// run a grid of at most one wave of blocks; each block issues its first weight loads (and pulls
+// the norm weight into L1), waits for the previous kernel, normalises the residual into shared
+// memory once (replaying add_rmsnorm's reduction tree exactly), then loops over its groups of
+// weight rows.
 #include <cstdint>
 #include <cstdlib>
 
@@ -17,34 +18,73 @@ using namespace dev::gemv;
 /// add_rmsnorm's block size for a row of `hidden` values (its launcher's choice).
 __host__ __device__ constexpr int norm_threads(int hidden) { return hidden >= 1024 ? 1024 : ((hidden + 31) / 32) * 32; }
 
-/// Dynamic shared memory of a normed kernel: x in dt, then the per-thread and per-warp sums.
-size_t norm_smem_bytes(int hidden) { return size_t(hidden) * 2 + (1024 + 32) * sizeof(float); }
+/// Dynamic shared memory of a normed kernel: the residual (fp32), x in dt, the per-thread and
+/// per-warp sums of squares, each sub-block's partial sums.
+size_t norm_smem_bytes(int hidden, int subs) {
+  return size_t(hidden) * 6 + (1024 + 32) * sizeof(float) + size_t(subs) * sizeof(partials<1, 4>);
+}
+
+__device__ __forceinline__ uint32_t bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+__device__ __forceinline__ uint32_t bits(__half v) { return __half_as_ushort(v); }
+
+/// Two values rounded to T, packed low then high (their order in memory).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  return bits(from_f32<T>(lo)) | (bits(from_f32<T>(hi)) << 16);
+}
+
+/// Before the dependency wait: the norm weight (not written by earlier kernels) into L1.
+__device__ __forceinline__ void prefetch_norm_weight(const norm_input& in) {
+  for (int off = threadIdx.x * 32; off < in.hidden; off += blockDim.x * 32)
+    asm volatile("prefetch.global.L1 [%0];" ::"l"(in.weight + off));
+}
 
 /// xs = rmsnorm(residual) * weight rounded to T, as add_rmsnorm computes it: add_rmsnorm's thread
 /// t (of norm_threads(hidden)) sums v[t + j * threads]^2 with fmas in order of j, its warps sum
 /// with warp_sum, and block_sum adds the warp sums with one more warp_sum. Each of this block's
-/// threads plays some of those threads and warps, so the sum (and rstd) are bit-identical.
+/// threads plays some of those threads and warps, so the sum (and rstd) are bit-identical. The
+/// residual comes into shared memory first, every load in flight at once (one L2 round trip).
 template <class T>
-__device__ __forceinline__ void normalise_into(const norm_input& in, T* xs, float* part, float* wsum) {
-  const int hidden = in.hidden, nt = norm_threads(hidden);
-  for (int vt = threadIdx.x; vt < nt; vt += kThreads) {
-    float ss = 0.0f;
-    for (int k = vt; k < hidden; k += nt) {
-      const float v = in.residual[k];
-      ss = fmaf(v, v, ss);
+__device__ __forceinline__ void normalise_into(const norm_input& in, float* res_s, T* xs, float* part, float* wsum) {
+  const int hidden = in.hidden, nt = norm_threads(hidden), q4 = hidden / 4;
+  const float4* r4 = reinterpret_cast<const float4*>(in.residual);
+  float4* s4 = reinterpret_cast<float4*>(res_s);
+  constexpr int kBatch = 8;
+  const int threads = blockDim.x, warps = threads / 32;
+  for (int c0 = threadIdx.x; c0 < q4; c0 += threads * kBatch) {
+    float4 v[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int c = c0 + u * threads;
+      if (c < q4) v[u] = r4[c];
     }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int c = c0 + u * threads;
+      if (c < q4) s4[c] = v[u];
+    }
+  }
+  __syncthreads();
+  for (int vt = threadIdx.x; vt < nt; vt += threads) {
+    float ss = 0.0f;
+    for (int k = vt; k < hidden; k += nt) ss = fmaf(res_s[k], res_s[k], ss);
     part[vt] = ss;
   }
   __syncthreads();
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, vwarps = nt / 32;
-  for (int vw = warp; vw < vwarps; vw += kWarps) {
+  for (int vw = warp; vw < vwarps; vw += warps) {
     const float v = warp_sum(part[vw * 32 + lane]);
     if (lane == 0) wsum[vw] = v;
   }
   __syncthreads();
   const float total = warp_sum(lane < vwarps ? wsum[lane] : 0.0f);
   const float rstd = rsqrtf(total / float(hidden) + in.eps);
-  for (int k = threadIdx.x; k < hidden; k += kThreads) xs[k] = from_f32<T>(in.weight[k] * (in.residual[k] * rstd));
+  const float4* w4 = reinterpret_cast<const float4*>(in.weight);
+  for (int c = threadIdx.x; c < q4; c += threads) {
+    const float4 v = s4[c], wt = w4[c];
+    *reinterpret_cast<uint2*>(xs + 4 * c) = make_uint2(pack2<T>(wt.x * (v.x * rstd), wt.y * (v.y * rstd)),
+                                                       pack2<T>(wt.z * (v.z * rstd), wt.w * (v.w * rstd)));
+  }
   __syncthreads();
 }
 
@@ -69,9 +109,9 @@ struct qkv_rope_epilogue {
     return (g / half) * a.head_dim + g % half + r * half;
   }
   template <class T>
-  __device__ __forceinline__ void finish(int g, const partials<1, 2>& red) const {
+  __device__ __forceinline__ void finish(int g, const partials<1, 2>& red, int tid) const {
     const int half = a.head_dim / 2;
-    if (threadIdx.x == 0) qkv_rope_store<T>(a, g / half, g % half, red.total(0, 0), red.total(1, 0));
+    if (tid == 0) qkv_rope_store<T>(a, g / half, g % half, red.total(0, 0), red.total(1, 0));
   }
 };
 
@@ -86,8 +126,8 @@ struct gate_up_epilogue {
     return r < kPairs ? j : inter + j;
   }
   template <class T>
-  __device__ __forceinline__ void finish(int g, const partials<1, 2 * kPairs>& red) const {
-    const int r = threadIdx.x, j = g * kPairs + r;
+  __device__ __forceinline__ void finish(int g, const partials<1, 2 * kPairs>& red, int tid) const {
+    const int r = tid, j = g * kPairs + r;
     if (r >= kPairs || j >= inter) return;
     const float gv = red.total(r, 0), u = red.total(kPairs + r, 0);
     static_cast<T*>(act)[j] = from_f32<T>(gv / (1.0f + expf(-gv)) * u);
@@ -102,41 +142,58 @@ struct store_epilogue {
   __device__ __forceinline__ int groups() const { return (n + kRows - 1) / kRows; }
   __device__ __forceinline__ int row(int g, int r) const { return min(g * kRows + r, n - 1); }
   template <class T>
-  __device__ __forceinline__ void finish(int g, const partials<1, kRows>& red) const {
-    const int r = threadIdx.x, row = g * kRows + r;
+  __device__ __forceinline__ void finish(int g, const partials<1, kRows>& red, int tid) const {
+    const int r = tid, row = g * kRows + r;
     if (r < kRows && row < n) y[row] = red.total(r, 0);
   }
 };
 
-/// The normed GEMV: blocks loop over groups blockIdx.x, blockIdx.x + gridDim.x, ...; the weights of
-/// the first round go out before the wait for the previous kernel.
+/// The most 128-thread sub-blocks a normed kernel's block holds (registers: 80 a thread).
+constexpr int kMaxSubBlocks = 6;
+
+/// Waits for the 128 threads of sub-block `sub` (named barrier sub + 1; 0 is __syncthreads).
+__device__ __forceinline__ void sub_block_sync(int sub) {
+  asm volatile("bar.sync %0, %1;" ::"r"(sub + 1), "r"(kThreads) : "memory");
+}
+
+/// The normed GEMV. A block is blockDim.x / 128 sub-blocks sharing one normalised x; sub-block s
+/// of block b takes the groups (b * subs + s) + i * gridDim.x * subs and computes each exactly as
+/// a 128-thread gemv block would. The weights of the first round go out before the wait for
+/// the previous kernel.
 template <class T, int kRows, class Epi>
-__global__ void __launch_bounds__(kThreads) gemv_norm_kernel(norm_input in, const T* w, Epi epi, int prefetch) {
+__global__ void __launch_bounds__(kMaxSubBlocks * kThreads) gemv_norm_kernel(norm_input in, const T* w, Epi epi,
+                                                                              int prefetch) {
   constexpr int kUnroll = kLoadsInFlight / kRows;
   extern __shared__ uint4 smem[];
-  __shared__ partials<1, kRows> red;
-  T* xs = reinterpret_cast<T*>(smem);
+  float* res_s = reinterpret_cast<float*>(smem);
+  T* xs = reinterpret_cast<T*>(res_s + in.hidden);
   float* part = reinterpret_cast<float*>(xs + in.hidden);
-  const int k = in.hidden, chunks = k / 8, groups = epi.groups();
+  const int subs = blockDim.x / kThreads, sub = threadIdx.x / kThreads, tid = threadIdx.x % kThreads;
+  partials<1, kRows>& red = reinterpret_cast<partials<1, kRows>*>(part + 1024 + 32)[sub];
+  const int k = in.hidden, chunks = k / 8, groups = epi.groups(), stride = gridDim.x * subs;
   const uint4* const xv = reinterpret_cast<const uint4*>(xs);
-  int g = blockIdx.x;
+  int g = blockIdx.x * subs + sub;
+  const bool active = g < groups;
   const uint4* wp[kRows];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) wp[r] = reinterpret_cast<const uint4*>(w + size_t(epi.row(g, r)) * k);
+  for (int r = 0; r < kRows; ++r)
+    wp[r] = reinterpret_cast<const uint4*>(w + size_t(epi.row(active ? g : groups - 1, r)) * k);
   uint4 wv[kUnroll][kRows];
   launch_dependents();
-  load_round<kRows, kUnroll>(wv, wp, threadIdx.x, chunks);
-  if (int(threadIdx.x) < kRows * prefetch) {  // the rows of this block's next groups, into L2
-    const int next = g + (1 + int(threadIdx.x) / kRows) * int(gridDim.x);
-    if (next < groups) prefetch_l2(w + size_t(epi.row(next, threadIdx.x % kRows)) * k, uint32_t(k) * 2);
+  load_round<kRows, kUnroll>(wv, wp, active ? tid : chunks, chunks);
+  if (tid < kRows * prefetch) {  // the rows of this sub-block's next groups, into L2
+    const int next = g + (1 + tid / kRows) * stride;
+    if (next < groups) prefetch_l2(w + size_t(epi.row(next, tid % kRows)) * k, uint32_t(k) * 2);
   }
+  prefetch_norm_weight(in);
   wait_for_previous_grid();
-  normalise_into<T>(in, xs, part, part + 1024);
+  normalise_into<T>(in, res_s, xs, part, part + 1024);
+  if (!active) return;  // no block-wide barrier after this point
   for (;;) {
     float acc[kRows][1];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[r][0] = 0.0f;
-    for (int c0 = threadIdx.x;;) {
+    for (int c0 = tid;;) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int c = c0 + u * kThreads;
@@ -148,14 +205,14 @@ __global__ void __launch_bounds__(kThreads) gemv_norm_kernel(norm_input in, cons
       load_round<kRows, kUnroll>(wv, wp, c0, chunks);
     }
     reduce_warps<1, kRows>(acc, red);
-    __syncthreads();
-    epi.template finish<T>(g, red);
-    g += gridDim.x;
+    sub_block_sync(sub);
+    epi.template finish<T>(g, red, tid);
+    g += stride;
     if (g >= groups) break;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) wp[r] = reinterpret_cast<const uint4*>(w + size_t(epi.row(g, r)) * k);
-    load_round<kRows, kUnroll>(wv, wp, threadIdx.x, chunks);
-    __syncthreads();  // everyone has read `red`
+    load_round<kRows, kUnroll>(wv, wp, tid, chunks);
+    sub_block_sync(sub);  // the sub-block has read `red`
   }
 }
 
@@ -172,7 +229,8 @@ __global__ void __launch_bounds__(kThreads) gemv_add_kernel(const T* x, int k, c
   constexpr int kRoundChunks = kThreads * (kLoadsInFlight / kRows);
   if (int(threadIdx.x) < kRows && prefetch > 0 && k / 8 > kRoundChunks) {
     const int chunks = min(k / 8 - kRoundChunks, prefetch * kRoundChunks);
-    prefetch_l2(wp[threadIdx.x] + kRoundChunks, uint32_t(chunks) * 16);
+    const T* row = w + size_t(min(row0 + int(threadIdx.x), n - 1)) * k;
+    prefetch_l2(reinterpret_cast<const uint4*>(row) + kRoundChunks, uint32_t(chunks) * 16);
   }
   accumulate<T, 1, kRows>(x, 1, k, wp, red);
   const int r = threadIdx.x, row = row0 + r;
@@ -188,13 +246,15 @@ int env_int(const char* name, int fallback) {
 
 bool g_fused_norm = env_int("ACTORSERVE_FUSED_NORM", 1) != 0;
 int g_blocks_per_sm = env_int("ACTORSERVE_NORM_GEMV_BLOCKS", 0);
+int g_sub_blocks = env_int("ACTORSERVE_NORM_GEMV_SUBBLOCKS", 1);
 int g_prefetch = env_int("ACTORSERVE_GEMV_PREFETCH", 0);
 
-/// The grid of a normed kernel over `groups` groups of rows.
+/// Blocks of the normed kernel `kernel` (of `threads` threads) over `blocks` blocks' worth of
+/// groups: all of them, or at most one wave (or g_blocks_per_sm per SM).
 template <class K>
-int norm_grid(K kernel, int groups, size_t smem) {
-  if (g_blocks_per_sm < 0) return groups;
-  thread_local int sms = 0, cached_per_sm = 0;
+int norm_grid(K kernel, int blocks, int threads, size_t smem) {
+  if (g_blocks_per_sm < 0) return blocks;
+  thread_local int sms = 0, cached_per_sm = 0, cached_threads = 0;
   thread_local const void* cached_kernel = nullptr;
   thread_local size_t cached_smem = 0;
   if (sms == 0) {
@@ -205,25 +265,32 @@ int norm_grid(K kernel, int groups, size_t smem) {
   }
   int per_sm = g_blocks_per_sm;
   if (per_sm == 0) {
-    if (cached_kernel != reinterpret_cast<const void*>(kernel) || cached_smem != smem) {
+    if (cached_kernel != reinterpret_cast<const void*>(kernel) || cached_smem != smem || cached_threads != threads) {
       cached_per_sm = 0;
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cached_per_sm, kernel, kThreads, smem);
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&cached_per_sm, kernel, threads, smem);
       cached_kernel = reinterpret_cast<const void*>(kernel);
       cached_smem = smem;
+      cached_threads = threads;
     }
     per_sm = cached_per_sm;
   }
   const int cap = (per_sm > 0 ? per_sm : 1) * sms;
-  return groups < cap ? groups : cap;
+  return blocks < cap ? blocks : cap;
 }
 
 template <class T, int kRows, class Epi>
 int launch_norm(const norm_input& in, const void* w, const Epi& epi, int groups, cudaStream_t s) {
   if (groups <= 0) return 0;
   auto* kernel = gemv_norm_kernel<T, kRows, Epi>;
-  const size_t smem = norm_smem_bytes(in.hidden);
-  const int grid = norm_grid(kernel, groups, smem);
-  return launch_pdl_smem(kernel, dim3(grid), dim3(kThreads), smem, s, in, static_cast<const T*>(w), epi, g_prefetch);
+  const int subs = g_sub_blocks < 1 ? 1 : g_sub_blocks > kMaxSubBlocks ? kMaxSubBlocks : g_sub_blocks;
+  const size_t smem = norm_smem_bytes(in.hidden, subs);
+  if (smem > 48 * 1024) {
+    if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)))
+      return e;
+  }
+  const int grid = norm_grid(kernel, (groups + subs - 1) / subs, subs * kThreads, smem);
+  return launch_pdl_smem(kernel, dim3(grid), dim3(subs * kThreads), smem, s, in, static_cast<const T*>(w), epi,
+                         g_prefetch);
 }
 
 }  // namespace
@@ -231,11 +298,13 @@ int launch_norm(const norm_input& in, const void* w, const Epi& epi, int groups,
 void set_fused_norm_decode(bool on) { g_fused_norm = on; }
 bool fused_norm_decode() { return g_fused_norm; }
 void set_norm_gemv_blocks_per_sm(int blocks) { g_blocks_per_sm = blocks; }
+void set_norm_gemv_sub_blocks(int subs) { g_sub_blocks = subs; }
 void set_gemv_l2_prefetch(int amount) { g_prefetch = amount; }
 
-bool norm_gemv_supported(int hidden, const void* w) {
-  return hidden > 0 && hidden % 8 == 0 && hidden <= norm_gemv_max_hidden &&
-         (reinterpret_cast<uintptr_t>(w) & 15u) == 0;
+bool norm_gemv_supported(const norm_input& in, const void* w) {
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  return in.hidden > 0 && in.hidden % 8 == 0 && in.hidden <= norm_gemv_max_hidden && aligned(in.residual) &&
+         aligned(in.weight) && aligned(w);
 }
 
 int gemv_add_residual(act_dtype dt, const void* x, int k, const void* w, int n, float* residual, const float* bias,

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "cuda_test_util.hpp"
 #include "executor_test_util.hpp"
@@ -44,13 +45,22 @@ int count_unequal(const std::vector<T>& a, const std::vector<T>& b) {
   return off;
 }
 
-/// The grids the normed kernels take: one block per group, one wave, one and three blocks per SM.
-const int kGridModes[] = {-1, 0, 1, 3};
+/// The grids the normed kernels take: blocks per SM (-1: a block per group, 0: one wave),
+/// 128-thread sub-blocks per block, L2 prefetch of each sub-block's next groups.
+struct grid_mode {
+  int blocks_per_sm, sub_blocks, prefetch;
+};
+const grid_mode kGridModes[] = {{-1, 1, 0}, {0, 1, 0}, {1, 1, 2}, {3, 3, 1}, {0, 2, 0}, {1, 6, 2}, {-1, 4, 0}};
 
-/// Sets the grid mode, with L2 prefetches of the next groups' rows on the looping grids.
-void use_grid(int mode) {
-  cuda::set_norm_gemv_blocks_per_sm(mode);
-  cuda::set_gemv_l2_prefetch(mode > 0 ? 2 : 0);
+void use_grid(const grid_mode& m) {
+  cuda::set_norm_gemv_blocks_per_sm(m.blocks_per_sm);
+  cuda::set_norm_gemv_sub_blocks(m.sub_blocks);
+  cuda::set_gemv_l2_prefetch(m.prefetch);
+}
+
+std::string describe(const grid_mode& m) {
+  return "grid (" + std::to_string(m.blocks_per_sm) + ", " + std::to_string(m.sub_blocks) + ", " +
+         std::to_string(m.prefetch) + ")";
 }
 
 /// A residual row with its norm weight, and x = add_rmsnorm of it (the unfused path's input).
@@ -76,7 +86,7 @@ struct normed_row {
 class CudaNormGemv : public ::testing::TestWithParam<act_dtype> {
  protected:
   void SetUp() override { AS_REQUIRE_CUDA(); }
-  void TearDown() override { use_grid(0); }
+  void TearDown() override { use_grid({0, 1, 0}); }
 };
 
 TEST_P(CudaNormGemv, PlainEqualsAddRmsnormThenGemv) {
@@ -85,16 +95,16 @@ TEST_P(CudaNormGemv, PlainEqualsAddRmsnormThenGemv) {
     for (int n : {1, 5, 37}) {
       normed_row row(dt, hidden, uint32_t(hidden + n));
       dev_vec<uint16_t> w(random_act(dt, size_t(n) * hidden, 9, 0.1f));
-      ASSERT_TRUE(cuda::norm_gemv_supported(hidden, w.get()));
+      ASSERT_TRUE(cuda::norm_gemv_supported(row.in, w.get()));
       dev_vec<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
       ASSERT_EQ(cuda::gemv(dt, row.x.get(), 1, hidden, w.get(), n, want.get(), 0.0f, nullptr), 0);
       const auto residual_before = row.residual.download();
-      for (int mode : kGridModes) {
+      for (const grid_mode& mode : kGridModes) {
         use_grid(mode);
         got.poison();
         ASSERT_EQ(cuda::gemv_norm(dt, row.in, w.get(), n, got.get(), nullptr), 0);
         EXPECT_EQ(count_unequal(got.download(), want.download()), 0)
-            << "hidden " << hidden << " n " << n << " grid mode " << mode;
+            << "hidden " << hidden << " n " << n << " " << describe(mode);
       }
       EXPECT_EQ(count_unequal(row.residual.download(), residual_before), 0) << "the residual is read only";
     }
@@ -110,12 +120,12 @@ TEST_P(CudaNormGemv, GateUpSiluEqualsAddRmsnormThenFusedGemv) {
       for (int rows : {2, 4}) {
         dev_vec<uint16_t> want(static_cast<size_t>(inter)), got(static_cast<size_t>(inter));
         ASSERT_EQ(cuda::gemv_gate_up_silu(dt, row.x.get(), hidden, w.get(), inter, want.get(), rows, nullptr), 0);
-        for (int mode : kGridModes) {
+        for (const grid_mode& mode : kGridModes) {
           use_grid(mode);
           got.poison();
           ASSERT_EQ(cuda::gemv_norm_gate_up_silu(dt, row.in, w.get(), inter, got.get(), rows, nullptr), 0);
           EXPECT_EQ(count_unequal(got.download(), want.download()), 0)
-              << "inter " << inter << " hidden " << hidden << " rows " << rows << " grid mode " << mode;
+              << "inter " << inter << " hidden " << hidden << " rows " << rows << " " << describe(mode);
         }
       }
     }
@@ -155,14 +165,14 @@ TEST_P(CudaNormGemv, QkvRopeEqualsAddRmsnormThenFusedGemv) {
     a.qkv = q_got.get();
     a.k_cache = k_got.get();
     a.v_cache = v_got.get();
-    for (int mode : kGridModes) {
+    for (const grid_mode& mode : kGridModes) {
       use_grid(mode);
       for (auto* d : {&k_got, &v_got}) d->poison();
       q_got.poison();
       ASSERT_EQ(cuda::gemv_norm_qkv_rope(dt, row.in, w.get(), a, nullptr), 0);
-      EXPECT_EQ(count_unequal(q_got.download(), q_want.download()), 0) << "D " << sh.D << " grid mode " << mode;
-      EXPECT_EQ(count_unequal(k_got.download(), k_want.download()), 0) << "D " << sh.D << " grid mode " << mode;
-      EXPECT_EQ(count_unequal(v_got.download(), v_want.download()), 0) << "D " << sh.D << " grid mode " << mode;
+      EXPECT_EQ(count_unequal(q_got.download(), q_want.download()), 0) << "D " << sh.D << " " << describe(mode);
+      EXPECT_EQ(count_unequal(k_got.download(), k_want.download()), 0) << "D " << sh.D << " " << describe(mode);
+      EXPECT_EQ(count_unequal(v_got.download(), v_want.download()), 0) << "D " << sh.D << " " << describe(mode);
     }
   }
 }
