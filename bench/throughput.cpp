@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "bench/common/bench_cli.hpp"
@@ -42,6 +43,19 @@ std::vector<actors::generation_request> make_requests(const options& o, int64_t 
     reqs.push_back(std::move(r));
   }
   return reqs;
+}
+
+/// Offline engine limits unless the command line sets them (the server keeps 256 / 2048): vLLM's
+/// LLM class takes max_num_batched_tokens 16384 and max_num_seqs 1024 on GPUs of >= 70 GB
+/// (EngineArgs.get_batch_defaults); 16384 is taken as is, the sequences are capped at 512, which
+/// measured faster than 1024 on the H200 (bench/README.md, "Offline engine limits").
+constexpr int64_t kOfflineMaxNumSeqs = 512, kOfflineMaxNumBatchedTokens = 16384;
+
+bool has_flag(int argc, char** argv, const char* flag) {
+  const size_t n = std::strlen(flag);
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], flag, n) == 0 && (argv[i][n] == 0 || argv[i][n] == '=')) return true;
+  return false;
 }
 
 /// Runs the requests on a fresh engine; prints the vLLM throughput line and engine counters.
@@ -128,7 +142,11 @@ int main(int argc, char** argv) {
                                             own, true, argc, argv);
   if (!cl) return fmt::print(stderr, "error: {}\n", cl.err().message), 2;
   if (cl->exit_now) return fmt::print("{}", cl->output), 0;
-  const engine_config& cfg = cl->engine;
+  engine_config& cfg = cl->engine;
+  if (!has_flag(argc, argv, "--max-num-seqs")) cfg.scheduler.max_num_seqs = kOfflineMaxNumSeqs;
+  if (!has_flag(argc, argv, "--max-num-batched-tokens"))
+    cfg.scheduler.max_num_batched_tokens = kOfflineMaxNumBatchedTokens;
+  if (auto st = validate(cfg); !st) return fmt::print(stderr, "error: {}\n", st.err().message), 2;
   if (o.input_len < 1 || o.output_len < 1 || o.num_prompts < 1)
     return fmt::print(stderr, "error: --input-len, --output-len and --num-prompts must be positive\n"), 2;
   auto model = load_model_config(cfg.model.model_dir);
@@ -138,6 +156,8 @@ int main(int argc, char** argv) {
              cfg.model.model_dir, model->num_layers, model->hidden_size, model->vocab_size,
              to_string(cfg.executor.device), o.num_prompts, o.input_len, o.output_len,
              o.verify ? ", greedy, verified against an unconstrained run" : "");
+  fmt::print("engine limits: --max-num-seqs {} --max-num-batched-tokens {}\n", cfg.scheduler.max_num_seqs,
+             cfg.scheduler.max_num_batched_tokens);
   if (o.verify && cfg.cache.num_gpu_blocks_override) {
     const int64_t per_req = (o.input_len + o.output_len + cfg.cache.block_size - 1) / cfg.cache.block_size;
     fmt::print("KV demand: {} blocks per request, {} for all at once; pool capped at {} blocks\n", per_req,

@@ -4,6 +4,7 @@
 #   2. single stream: 128 in / 256 out                        (bench_latency)
 #   3. offline: 200 prompts x 1000 in / 100 out               (bench_throughput)
 #   4. offline: 1000 prompts x 128 in / 1024 out              (bench_throughput)
+#      (3 and 4 at bench_throughput's offline limits: --max-num-seqs 512 --max-num-batched-tokens 16384)
 #   5. online: 1000 ShareGPT-like requests at 16 req/s against `actorserve serve --device cuda`
 #      started in the background                              (bench_serving)
 # then prints a summary table. Every stage has a timeout and its own log under RESULTS_DIR.
@@ -91,6 +92,8 @@ figure() {  # the headline numbers of one result file (or its first error)
     /^Throughput:/ && !t { t = 1; add(sprintf("%s req/s, %s total tok/s, %s out tok/s; ", $2, $4, $7)) }
     /^Preemptions:/ { add(sprintf("preemptions %s", $2)) }
     /^GPU idle between steps:/ && !g { g = 1; add(sprintf("; GPU idle %s %%", $5)) }
+    /^Decode-only steps:/ && !d { d = 1; add(sprintf("; decode-only %s x %s ms (batch %s)", $3, $5, $10)) }
+    /^Prefill-carrying steps:/ && !p { p = 1; add(sprintf("; prefill-carrying %s x %s ms (%s tok)", $3, $5, $8)) }
     /^Avg latency:/ { add(sprintf("avg %s s; ", $3)) }
     /^Decode tokens\/s:/ { add(sprintf("decode %s tok/s; ", $3)) }
     /^Per-token latency/ { a = $5; b = $9; sub(",", "", a); sub(",", "", b); add(sprintf("per-token p50 %s p99 %s ms", a, b)) }
