@@ -3,7 +3,7 @@
 // cuBLAS against the decode GEMV per projection and row count, paged attention (decode and
 // prefill), the device sampler, and the executor's prefill and decode steps (eager and graph) on
 // the llama-hd128-bf16 fixture.
-//   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor|offline]
+//   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor|offline|fold]
 // (offline: only with --only; the offline workloads' decode and mixed prefill steps)
 #include <cuda_runtime.h>
 
@@ -27,6 +27,7 @@
 #include "gpu/cuda/cuda_model.hpp"
 #include "gpu/cuda/device_info.hpp"
 #include "gpu/cuda/gemv_kernel.hpp"
+#include "gpu/cuda/gemv_norm.hpp"
 #include "gpu/cuda/kernels.hpp"
 
 namespace cuda = actorserve::gpu::cuda;
@@ -282,6 +283,8 @@ class decode_sim {
   }
 
   cudaStream_t stream() const { return s_; }
+  /// Weight rows per block of the fused gate/up GEMV at one token (0: gemv_rows_for's choice).
+  void set_gate_up_rows(int rows) { gate_up_rows_ = rows; }
   cuda::gemm_runner& gemm() { return gemm_; }
   const cuda::device_layer& layer(int l) const { return layers_[size_t(l)]; }
   void* lm_head() const { return lm_head_; }
@@ -392,11 +395,34 @@ class decode_sim {
   }
 
  private:
+  /// The one-token step with the norms folded into the GEMVs (gemv_norm.hpp; no op_norm).
+  void enqueue_folded(unsigned classes) {
+    const auto on = [&](op_class c) { return (classes >> c) & 1u; };
+    const auto dt = cuda::act_dtype::bf16;
+    const cuda::norm_input normed{residual_, norm_w_, 1e-5f, kHidden};
+    const int rows_gate_up = gate_up_rows_ ? gate_up_rows_ : gemm_.gemv_rows_for(2 * kInter);
+    for (int l = 0; l < kLayers; ++l) {
+      const cuda::device_layer& w = layers_[size_t(l)];
+      rope_.k_cache = k_cache_[size_t(l)];
+      rope_.v_cache = v_cache_[size_t(l)];
+      launch_.k_cache = rope_.k_cache;
+      launch_.v_cache = rope_.v_cache;
+      if (on(op_qkv)) cuda::gemv_norm_qkv_rope(dt, normed, w.qkv, rope_, s_);
+      if (on(op_attn)) attention_->run(launch_, s_);
+      if (on(op_o)) cuda::gemv_add_residual(dt, attn_, kHeads * kHeadDim, w.o, kHidden, residual_, nullptr, s_);
+      if (on(op_gate_up)) cuda::gemv_norm_gate_up_silu(dt, normed, w.gate_up, kInter, act_, rows_gate_up, s_);
+      if (on(op_down)) cuda::gemv_add_residual(dt, act_, kInter, w.down, kHidden, residual_, nullptr, s_);
+    }
+    if (on(op_lm_head)) cuda::gemv_norm(dt, normed, lm_head_, kVocab, logits_, s_);
+    if (on(op_sample)) cuda::sample_tokens(logits_, 1, kVocab, sample_seqs_, penalties_, masks_, out_, s_);
+  }
+
   void enqueue_fused(unsigned classes) {
+    if (cuda::fused_norm_decode()) return enqueue_folded(classes);
     const auto on = [&](op_class c) { return (classes >> c) & 1u; };
     const auto dt = cuda::act_dtype::bf16;
     const float eps = 1e-5f;
-    const int rows_gate_up = gemm_.gemv_rows_for(2 * kInter);
+    const int rows_gate_up = gate_up_rows_ ? gate_up_rows_ : gemm_.gemv_rows_for(2 * kInter);
     for (int l = 0; l < kLayers; ++l) {
       const cuda::device_layer& w = layers_[size_t(l)];
       if (on(op_norm))
@@ -458,6 +484,7 @@ class decode_sim {
   cuda::attn_launch launch_;
   cuda::rope_kv_args rope_;
   int batch_ = 1, rows_ = 1;  // tokens of the step; rows sampled
+  int gate_up_rows_ = 0;
   int32_t* row_ids_ = nullptr;  // the sampled rows where they are not 0..rows-1
   bool gate_up_f32_ = false;
 };
@@ -624,6 +651,40 @@ void bench_offline_steps(decode_sim& sim) {
   cuda::set_programmatic_launch(false);
 }
 
+/// Batch 1 (context 256): the one-token step with norm kernels, then with the norms folded
+/// into the GEMVs under each grid, L2 prefetch and gate/up rows-per-block variant (whole step).
+void bench_fold_variants(decode_sim& sim) {
+  const std::vector<sim_shape> one = {{1, 256, 256}};
+  cuda::set_fused_norm_decode(false);
+  bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, one, "batch 1, fused GEMVs with norm kernels");
+  cuda::set_fused_norm_decode(true);
+  bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, one, "batch 1, norms folded into the GEMVs");
+  cuda::set_programmatic_launch(true);
+  sim.prepare(1);
+  report("\n## Batch 1 folded step variants: whole step ms (CUDA graph replays)\n"
+         "| blocks per SM (0: one wave, -1: a block per group) | sub-blocks | L2 prefetch | gate_up rows | ms | "
+         "tok/s |\n|---|---|---|---|---|---|\n");
+  struct variant {
+    int blocks, subs, prefetch, rows;
+  };
+  const variant variants[] = {{0, 1, 0, 2}, {0, 1, 0, 4}, {-1, 1, 0, 2}, {-1, 1, 0, 4}, {0, 1, 1, 2}, {0, 1, 2, 2},
+                              {0, 2, 0, 2}, {0, 2, 1, 2}, {0, 3, 0, 2}, {0, 3, 1, 2}, {0, 6, 0, 2}, {0, 6, 1, 2},
+                              {0, 6, 0, 4}, {2, 1, 0, 2}, {4, 1, 0, 2}, {-1, 2, 0, 2}, {0, 2, 0, 4}, {0, 3, 0, 4}};
+  for (const variant& v : variants) {
+    cuda::set_norm_gemv_blocks_per_sm(v.blocks);
+    cuda::set_norm_gemv_sub_blocks(v.subs);
+    cuda::set_gemv_l2_prefetch(v.prefetch);
+    sim.set_gate_up_rows(v.rows);
+    const double ms = graph_ms(sim.stream(), [&] { sim.enqueue(all_ops); }, 20);
+    report("| %d | %d | %d | %d | %.3f | %.1f |\n", v.blocks, v.subs, v.prefetch, v.rows, ms, 1000.0 / ms);
+  }
+  cuda::set_norm_gemv_sub_blocks(1);
+  cuda::set_norm_gemv_blocks_per_sm(0);
+  cuda::set_gemv_l2_prefetch(0);
+  sim.set_gate_up_rows(0);
+  cuda::set_programmatic_launch(false);
+}
+
 gpu::step_result run(gpu::executor& ex, gpu::step_batch b) {
   std::promise<gpu::step_result> pr;
   auto f = pr.get_future();
@@ -707,6 +768,12 @@ int main(int argc, char** argv) {
     decode_sim sim;
     bench_offline_steps(sim);
   }
+  if (only == "fold") {
+    decode_sim sim;
+    cuda::set_programmatic_launch(false);
+    bench_fold_variants(sim);
+    cuda::set_programmatic_launch(true);
+  }
   if (want("step") || want("sweep")) {
     decode_sim sim;
     cuda::set_programmatic_launch(false);
@@ -716,8 +783,12 @@ int main(int argc, char** argv) {
       const std::vector<sim_shape> offline = {{128, 128, 1152}, {256, 128, 1152}};
       bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, false, small,
                            "default dispatch, programmatic launches, unfused");
+      cuda::set_fused_norm_decode(false);
       bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, small,
-                           "default dispatch, programmatic launches, fused one-token GEMVs (shipped)");
+                           "default dispatch, programmatic launches, fused one-token GEMVs with norm kernels");
+      cuda::set_fused_norm_decode(true);
+      bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, small,
+                           "default dispatch, programmatic launches, fused one-token GEMVs, norms folded (shipped)");
       bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, offline,
                            "the offline 128 in / 1024 out workload's batches (shipped)");
     }
