@@ -350,8 +350,8 @@ class decode_sim {
     row_ids_ = prefill ? upload(rows) : nullptr;
   }
 
-  /// The batched MLP's gate_up in fp32 (the path before the 16-bit one) instead of the
-  /// executor's choice (16-bit where cuBLAS runs it).
+  /// The batched MLP's gate_up in fp32 (the executor's default) or 16-bit where cuBLAS runs it
+  /// (cuda::gate_up_16bit()).
   void set_gate_up_f32(bool on) { gate_up_f32_ = on; }
 
   /// Enqueues the kernels of `classes` (bit set of op_class) of one decode step. With
@@ -377,7 +377,7 @@ class decode_sim {
       if (on(op_o)) (void)gemm_.run(dt, attn_, n, kHeads * kHeadDim, w.o, kHidden, delta_);
       if (on(op_norm))
         cuda::add_rmsnorm(dt, residual_, delta_, nullptr, norm_w_, eps, nullptr, n, kHidden, x_, s_);
-      const bool f32 = gate_up_f32_ || gemm_.uses_gemv(n);  // as cuda_step.cpp chooses, unless forced
+      const bool f32 = gate_up_f32_ || gemm_.uses_gemv(n);  // as cuda_step.cpp chooses
       if (on(op_gate_up)) {
         if (f32) (void)gemm_.run(dt, x_, n, kHidden, w.gate_up, 2 * kInter, gate_up_);
         else (void)gemm_.run_act(dt, x_, n, kHidden, w.gate_up, 2 * kInter, gate_up_);
@@ -486,7 +486,7 @@ class decode_sim {
   int batch_ = 1, rows_ = 1;  // tokens of the step; rows sampled
   int gate_up_rows_ = 0;
   int32_t* row_ids_ = nullptr;  // the sampled rows where they are not 0..rows-1
-  bool gate_up_f32_ = false;
+  bool gate_up_f32_ = !cuda::gate_up_16bit();
 };
 
 /// One projection of the sweep: its weights per layer (or the single lm_head) and its operands.
@@ -630,12 +630,13 @@ void bench_step_breakdown(decode_sim& sim, int gemv_rows, bool pdl, bool fused, 
 void bench_offline_steps(decode_sim& sim) {
   cuda::set_programmatic_launch(true);
   const std::vector<sim_shape> decode = {{256, 128, 1152}, {256, 640, 640}, {248, 128, 1152}};
+  sim.set_gate_up_f32(false);
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, decode,
-                       "offline 1000 x 128/1024 decode steps, 16-bit gate_up (shipped)");
+                       "offline 1000 x 128/1024 decode steps, 16-bit gate_up (ACTORSERVE_GATE_UP_16BIT=1)");
   sim.set_gate_up_f32(true);
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, {{256, 128, 1152}},
-                       "offline decode step, fp32 gate_up (before)");
-  sim.set_gate_up_f32(false);
+                       "offline decode step, fp32 gate_up (default)");
+  sim.set_gate_up_f32(!cuda::gate_up_16bit());
   cuda::set_programmatic_launch(true);
   sim.prepare(256, 128, 1152);
   const double brief = graph_ms(sim.stream(), [&] { sim.enqueue(all_ops); }, 10);

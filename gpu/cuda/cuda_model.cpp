@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_status.hpp"
@@ -213,6 +214,16 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   log::info("weights loaded: {} MiB in {:.2f} s", m->bytes >> 20, secs);
   return m;
 }
+
+namespace {
+bool g_gate_up_16bit = [] {
+  const char* v = std::getenv("ACTORSERVE_GATE_UP_16BIT");
+  return v && std::atoi(v) != 0;
+}();
+}  // namespace
+
+void set_gate_up_16bit(bool on) { g_gate_up_16bit = on; }
+bool gate_up_16bit() { return g_gate_up_16bit; }
 
 gemm_runner::~gemm_runner() {
   if (handle_) cublasDestroy(handle_);

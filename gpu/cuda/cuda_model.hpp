@@ -64,6 +64,15 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
 /// vs 12.4 us, qkv 13.7 vs 15.1 us); from m = 2 cuBLAS is as fast or faster.
 inline constexpr int default_gemv_max_rows = 1;
 
+/// Whether the executor's batched MLP (m > 1 rows, cuBLAS) writes gate_up in the activation dtype
+/// (gemm_runner::run_act + silu_and_mul_act) instead of fp32. Process-wide; default off, from
+/// ACTORSERVE_GATE_UP_16BIT=1. On the H200 it makes the batch-256 decode step 2.1 % faster
+/// (13.026 -> 12.755 ms) but the bf16 rounding of gate/up lowers the CPU (fp32) agreement of
+/// CudaEngine.CpuAndCudaEnginesAgree on llama-hd128-bf16 from 710 to 689 of 768 tokens, under
+/// its 90 % bound (bench/results/h200-offline-20261129e.md).
+void set_gate_up_16bit(bool on);
+bool gate_up_16bit();
+
 /// Y[m, n] (fp32) = X[m, k] (dt) * W[n, k]^T (dt) + beta * Y, fp32 accumulation, on one stream.
 /// Small m goes to the bandwidth-bound GEMV where it supports the operands, the rest to cuBLAS.
 class gemm_runner {

@@ -377,10 +377,10 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta_, w.o_bias, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
     if (fused) {
       AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, w.gate_up, inter, act_, rows_gate_up, stream_));
-    } else if (gemm_.uses_gemv(n)) {
+    } else if (gemm_.uses_gemv(n) || !gate_up_16bit()) {
       if (auto st = gemm_.run(dt_, x_, n, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
       AS_CUDA_TRY(silu_and_mul(dt_, gate_up_, n, inter, act_, stream_));
-    } else {  // cuBLAS writes gate_up in dt: half the bytes of fp32 through the GEMM and the SiLU
+    } else {  // cuBLAS writes gate_up in dt: half the bytes of fp32 (knob, cuda_model.hpp)
       if (auto st = gemm_.run_act(dt_, x_, n, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
       AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, n, inter, act_, stream_));
     }
