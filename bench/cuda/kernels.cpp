@@ -670,10 +670,10 @@ void bench_offline_steps(decode_sim& sim) {
   const std::vector<sim_shape> decode = {{256, 128, 1152}, {256, 640, 640}, {248, 128, 1152}};
   sim.set_gate_up_f32(false);
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, decode,
-                       "offline 1000 x 128/1024 decode steps, 16-bit gate_up (ACTORSERVE_GATE_UP_16BIT=1)");
+                       "offline 1000 x 128/1024 decode steps, 16-bit gate_up (default)");
   sim.set_gate_up_f32(true);
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, {{256, 128, 1152}},
-                       "offline decode step, fp32 gate_up (default)");
+                       "offline decode step, fp32 gate_up (ACTORSERVE_GATE_UP_16BIT=0)");
   sim.set_gate_up_f32(!cuda::gate_up_16bit());
   const std::vector<sim_shape> mixed = {{200, 1000, 1100, 2, 924}, {0, 0, 0, 2, 1024}, {100, 1000, 1100, 8, 1000}};
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, mixed,

@@ -218,7 +218,7 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
 namespace {
 bool g_gate_up_16bit = [] {
   const char* v = std::getenv("ACTORSERVE_GATE_UP_16BIT");
-  return v && std::atoi(v) != 0;
+  return !v || std::atoi(v) != 0;
 }();
 }  // namespace
 

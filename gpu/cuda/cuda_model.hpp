@@ -65,11 +65,12 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
 inline constexpr int default_gemv_max_rows = 1;
 
 /// Whether the executor's batched MLP (m > 1 rows, cuBLAS) writes gate_up in the activation dtype
-/// (gemm_runner::run_act + silu_and_mul_act) instead of fp32. Process-wide; default off, from
-/// ACTORSERVE_GATE_UP_16BIT=1. On the H200 it makes the batch-256 decode step 2.1 % faster
-/// (13.026 -> 12.755 ms) but the bf16 rounding of gate/up lowers the CPU (fp32) agreement of
-/// CudaEngine.CpuAndCudaEnginesAgree on llama-hd128-bf16 from 710 to 689 of 768 tokens, under
-/// its 90 % bound (bench/results/h200-offline-20261129e.md).
+/// (gemm_runner::run_act + silu_and_mul_act) instead of fp32, as HF transformers and vLLM do for
+/// a bf16 model. Process-wide; default on, off with ACTORSERVE_GATE_UP_16BIT=0. On the H200 it
+/// makes the batch-256 decode step 2.1 % faster (13.026 -> 12.755 ms). The extra rounding flips
+/// more near-tie greedy tokens against the fp32 CPU engine (llama-hd128-bf16: 689 instead of 710
+/// of 768 tokens in agreeing prefixes, bench/results/h200-offline-20261129e.md);
+/// CudaEngine.CpuAndCudaEnginesAgree asserts that every such parting is a near-tie.
 void set_gate_up_16bit(bool on);
 bool gate_up_16bit();
 

@@ -3,6 +3,7 @@
 // Skips where no GPU is visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "../engine/engine_harness.hpp"
@@ -125,8 +126,16 @@ TEST_F(CudaEngine, InjectedStepFailureRestartsTheCudaExecutor) {
 }
 
 // CPU (fp32) and CUDA (bf16) engines on the same random prompts, with a tight pool on the CUDA
-// side (preemptions and prefix hits): greedy tokens agree until the first near-tie.
+// side (preemptions and prefix hits). Their greedy tokens may part only at a near-tie: wherever
+// a sequence first differs, the CPU engine's own logprob of its token exceeds its logprob of the
+// CUDA engine's token by less than kNearTie (the margin below which the executor reference tests
+// stop comparing tokens). The contexts up to that position are identical, so a larger margin
+// there is a CUDA error, not a rounding flip. The share of tokens in agreeing prefixes is
+// reported; its floor only catches wholesale breakage, since how many near-ties a random
+// tiny model meets in 16 tokens is a property of the model, not of the executor.
 TEST_F(CudaEngine, CpuAndCudaEnginesAgree) {
+  constexpr float kNearTie = 5e-2f;
+  constexpr int kTop = 8;
   for (const char* model : {"llama-tiny", "qwen2-tiny", "mistral-tiny", "llama-hd128-bf16"}) {
     std::mt19937 rng(21);
     std::vector<std::vector<int32_t>> prompts;
@@ -136,27 +145,45 @@ TEST_F(CudaEngine, CpuAndCudaEnginesAgree) {
     cpu_cfg.executor.cpu_threads = 0;
     auto cpu = start_engine(cpu_cfg);
     ASSERT_TRUE(cpu);
-    const auto ref = run_all(*cpu, prompts, greedy(16));
+    sampling_params with_top = greedy(16);
+    with_top.num_logprobs = kTop;
+    const auto ref = run_all(*cpu, prompts, with_top);
     cpu->shutdown(std::chrono::milliseconds(0));
     auto gpu = start_engine(cuda_config(model, 40));
     ASSERT_TRUE(gpu);
     const auto got = run_all(*gpu, prompts, greedy(16));
     const auto s = wait_idle(*gpu);
-    size_t matched = 0, total = 0, identical = 0;
+    size_t matched = 0, total = 0, identical = 0, parted = 0;
+    float widest = 0.0f;  // the largest CPU margin at a parting
     for (size_t i = 0; i < prompts.size(); ++i) {
-      const auto& a = ref.at(static_cast<int>(i)).at(0).tokens;
+      const choice_result& r = ref.at(static_cast<int>(i)).at(0);
+      const auto& a = r.tokens;
       const auto& b = got.at(static_cast<int>(i)).at(0).tokens;
+      ASSERT_EQ(r.logprobs.size(), a.size()) << model << " request " << i;
       size_t k = 0;
       while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
       matched += k;
       total += a.size();
       identical += a == b;
+      if (k == a.size() || k == b.size()) continue;
+      ++parted;
+      const logprob_entry& at = r.logprobs[k];
+      ASSERT_FALSE(at.top.empty()) << model;
+      // The CPU's logprob of the CUDA token: exact when it is in the CPU's top list, else at most
+      // the last entry's (so the margin below is then a lower bound).
+      float other = at.top.back().second;
+      for (const auto& [id, lp] : at.top)
+        if (id == b[k]) other = lp;
+      const float margin = at.logprob - other;
+      widest = std::max(widest, margin);
+      EXPECT_LT(margin, kNearTie) << model << " request " << i << " parts at token " << k << ": CPU " << a[k]
+                                  << " vs CUDA " << b[k] << " with a CPU margin of " << margin;
     }
-    std::printf("[ figures  ] %s: CUDA vs CPU greedy: %zu/%zu tokens in agreeing prefixes, %zu/48 identical; "
-                "%lld preemptions, %lld prefix-cache hit tokens\n",
-                model, matched, total, identical, static_cast<long long>(s.num_preemptions),
+    std::printf("[ figures  ] %s: CUDA vs CPU greedy: %zu/%zu tokens in agreeing prefixes, %zu/48 identical, "
+                "%zu parted (widest CPU margin there %.4f); %lld preemptions, %lld prefix-cache hit tokens\n",
+                model, matched, total, identical, parted, widest, static_cast<long long>(s.num_preemptions),
                 static_cast<long long>(s.prefix_cache_hits));
-    EXPECT_GE(matched * 10, total * 9) << model;  // bf16 vs fp32: near-ties may flip late tokens
+    EXPECT_GE(matched * 4, total * 3) << model;  // wholesale breakage only; the margins above are the check
     EXPECT_EQ(s.kv_blocks_used, 0);
   }
 }
