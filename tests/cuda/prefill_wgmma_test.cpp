@@ -5,7 +5,7 @@
 // 1-33 tiles (the K/V ring wraps many times), GQA groups 1-8, head dims 64 and 128, bf16 and
 // fp16, both backends' block sizes; outputs poisoned before each run. Variant 8 (the mma.sync
 // kernel) runs the same cases as a control; ACTORSERVE_PREFILL_VARIANTS=3,4 picks variants.
-// Variant 9 (128-row items, two warpgroups per K/V tile) runs only when named there. With
+// Variants 9, 10, 13 (128-row items, two warpgroups per K/V tile) run only when named there. With
 // ACTORSERVE_PREFILL_BENCH=1 (and a GPU) one more test times them on the issue's prefill shapes.
 #include <gtest/gtest.h>
 
@@ -199,10 +199,13 @@ bool variant_requested(int v) {
   return std::getenv("ACTORSERVE_PREFILL_VARIANTS") && std::find(vs.begin(), vs.end(), v) != vs.end();
 }
 
-/// Variant 9 over 128-row items (not the backends' plan, so not in the default runs: it runs
-/// when ACTORSERVE_PREFILL_VARIANTS names 9). Whole prompts and chunks only: no decode tokens.
+/// The paired-warpgroup variants (9, 10, 13) over 128-row items planned here, each when
+/// ACTORSERVE_PREFILL_VARIANTS names it. Whole prompts and chunks only: no decode tokens.
 TEST_P(PrefillWgmma, PairedWarpgroupsMatchReference) {
-  if (!variant_requested(9)) GTEST_SKIP() << "set ACTORSERVE_PREFILL_VARIANTS=9 to run variant 9";
+  std::vector<int> paired;
+  for (int v : {9, 10, 13})
+    if (variant_requested(v)) paired.push_back(v);
+  if (paired.empty()) GTEST_SKIP() << "set ACTORSERVE_PREFILL_VARIANTS=9,10,13 (any of them) to run these";
   const auto [dt, layout] = GetParam();
   const bool vllm = layout == kv_cache_layout::vllm;
   const std::vector<seq_spec> seqs = {{2, 2}, {17, 17}, {300, 300}, {1000, 40}, {97, 30}, {2100, 71}, {64, 64},
@@ -215,14 +218,17 @@ TEST_P(PrefillWgmma, PairedWarpgroupsMatchReference) {
     const paged_inputs in = make_paged_inputs(dt, 2 * k.G, 2, k.D, k.bs, seqs, rng);
     const std::vector<float> ref = reference_attention(dt, in);
     device_inputs d(in);
-    prefill_step step(dt, layout, d, 9, cuda::wgmma_pair_rows);
-    ASSERT_TRUE(step.ok());
-    step.poison();
-    ASSERT_EQ(step.run(), 0);
-    const double err = rel_max_err(step.output(dt), ref);
-    std::printf("prefill variant 9 (128-row items) %s D=%d G=%d bs=%d: max abs err / max abs ref %.3g\n",
-                to_string(layout), k.D, k.G, k.bs, err);
-    EXPECT_LT(err, 1e-2) << "D=" << k.D << " G=" << k.G << " bs=" << k.bs;
+    for (int variant : paired) {
+      prefill_step step(dt, layout, d, variant, cuda::wgmma_pair_rows);
+      ASSERT_TRUE(step.ok());
+      step.poison();
+      ASSERT_EQ(step.run(), 0);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const double err = rel_max_err(step.output(dt), ref);
+      std::printf("prefill variant %d (128-row items) %s D=%d G=%d bs=%d: max abs err / max abs ref %.3g\n",
+                  variant, to_string(layout), k.D, k.G, k.bs, err);
+      EXPECT_LT(err, 1e-2) << "variant " << variant << " D=" << k.D << " G=" << k.G << " bs=" << k.bs;
+    }
   }
 }
 
@@ -277,7 +283,8 @@ TEST(PrefillWgmmaBench, IssueShapes) {
       device_inputs d(in);
       std::vector<float> base;
       for (int variant : variants_to_run()) {
-        prefill_step step(act_dtype::bf16, layout, d, variant, variant == 9 ? cuda::wgmma_pair_rows : 0);
+        prefill_step step(act_dtype::bf16, layout, d, variant,
+                          cuda::wgmma_paired_variant(variant) ? cuda::wgmma_pair_rows : 0);
         ASSERT_TRUE(step.ok());
         step.poison();
         const double us = time_runs(step, 7);

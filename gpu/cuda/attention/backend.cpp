@@ -122,10 +122,11 @@ class tc_backend : public attention_backend {
     return v ? std::atoi(v) : 0;
   }
 
-  /// Query rows per prefill item: 128 for prefill variant 9 (two wgmma warpgroups sharing each
-  /// K/V tile, prefill_wgmma.hpp) on a GPU that runs it, else the kernels' 64.
+  /// Query rows per prefill item: 128 for the paired-warpgroup variants (9, 10, 13: two
+  /// wgmma warpgroups sharing each K/V tile, prefill_wgmma.hpp) on a GPU that runs them, else 64.
   int prefill_rows() const {
-    const bool paired = prefill_variant(variant_) == 9 && wgmma_prefill_available();
+    const int v = effective_prefill_variant(variant_, shape_.dt, shape_.head_dim, shape_.block_size);
+    const bool paired = wgmma_paired_variant(v) && wgmma_prefill_available();
     return paired ? wgmma_pair_rows : tc_prefill_rows;
   }
 

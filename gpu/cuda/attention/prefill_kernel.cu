@@ -120,8 +120,7 @@ int launch(const attn_launch& a, cudaStream_t s) {
 int launch_tc_prefill(act_dtype dt, const attn_launch& a, cudaStream_t s) {
   // The Hopper wgmma kernels (prefill_wgmma_kernel.cu) over the same items: variants 3-7, and
   // variant 0 where they were measured faster (prefill_wgmma.hpp).
-  int variant = prefill_variant(a.variant);
-  if (variant == 0 && wgmma_prefill_default(dt, a.head_dim, a.block_size)) variant = 4;
+  const int variant = effective_prefill_variant(a.variant, dt, a.head_dim, a.block_size);
   if (is_wgmma_prefill_variant(variant) && wgmma_prefill_available()) return launch_wgmma_prefill(dt, a, variant, s);
   if (a.head_dim == 128) return dt == act_dtype::bf16 ? launch<__nv_bfloat16, 128>(a, s) : launch<__half, 128>(a, s);
   if (a.head_dim == 64) return dt == act_dtype::bf16 ? launch<__nv_bfloat16, 64>(a, s) : launch<__half, 64>(a, s);

@@ -84,6 +84,16 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+/// Arrives at named barrier `id` (of `threads` threads) without waiting for it.
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+/// Lowers this warpgroup's registers per thread to N (a producer handing registers back).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+/// Raises this warpgroup's registers per thread to N (consumers taking the producer's).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 
 /// wgmma instructions of one 16-bit input type, fp32 accumulators. Accumulator i of a thread
 /// (warp w of the warpgroup, lane l) is row 16 w + l / 4 + 8 ((i / 2) % 2), column
@@ -121,6 +131,15 @@ struct wgmma_ops;
                  : AS_WG_ACC32(C)                                                              \
                  : "l"(da), "l"(db), "r"(SCALE_D));                                            \
   }
+/* D[64 x 128] (+)= A (shared, K-major) * B (shared, K-major). */
+#define AS_WG_SS_N128(NAME, TY, C, SCALE_D)                                                    \
+  __device__ static __forceinline__ void NAME(float* d, uint64_t da, uint64_t db) {            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                   \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" AS_WG_R64 "}, " \
+                 "%64, %65, p, 1, 1, 0, 0;\n}\n"                                                \
+                 : AS_WG_ACC64(C)                                                              \
+                 : "l"(da), "l"(db), "r"(SCALE_D));                                            \
+  }
 /* D[64 x 64] += A (registers) * B (shared, MN-major). */
 #define AS_WG_RS_T_N64(TY)                                                                     \
   __device__ static __forceinline__ void rs_t_n64(float* d, const uint32_t* a, uint64_t db) {  \
@@ -144,6 +163,8 @@ struct wgmma_ops;
   AS_WG_SS_N32(ss_n32, TY, "+f", 1)       \
   AS_WG_SS_N64(ss_n64_first, TY, "=f", 0) \
   AS_WG_SS_N64(ss_n64, TY, "+f", 1)       \
+  AS_WG_SS_N128(ss_n128_first, TY, "=f", 0) \
+  AS_WG_SS_N128(ss_n128, TY, "+f", 1)     \
   AS_WG_RS_T_N64(TY)                      \
   AS_WG_RS_T_N128(TY)
 
@@ -158,6 +179,7 @@ struct wgmma_ops<__half> {
 #undef AS_WG_OPS
 #undef AS_WG_RS_T_N128
 #undef AS_WG_RS_T_N64
+#undef AS_WG_SS_N128
 #undef AS_WG_SS_N64
 #undef AS_WG_SS_N32
 #undef AS_WG_R64
@@ -199,6 +221,41 @@ __device__ __forceinline__ void load_kv(const uint16_t* kc, const uint16_t* vc, 
     const size_t off = ok ? kv_row(bt, kpos, bs, kvh, kvh_count, D) + c * 8 : 0;
     cp_async16(k_s + sw128<N>(r, c), kc + off, ok ? 16 : 0);
     cp_async16(v_s + sw128<N>(r, c), vc + off, ok ? 16 : 0);
+  }
+}
+
+/// Issues the cp.async copies of rows [k0, k0 + N) of one cache (K or V) of KV head `kvh` into
+/// a swizzled [D / 64][N][64] tile (rows past kv_end zero-filled), `NT` threads sharing the
+/// work. Where blocks and k0 are multiples of 64 rows (of N when N < 64), each 64-row segment
+/// lies in one block: one block-table read per segment.
+template <int D, int N, int NT>
+__device__ __forceinline__ void load_rows(const uint16_t* cache, const int32_t* bt, int bs, int kvh, int kvh_count,
+                                          int k0, int kv_end, uint32_t dst, int tid) {
+  constexpr int kChunks = D / 8, kSeg = N < 64 ? N : 64, kPerSeg = kSeg * kChunks / NT;
+  static_assert((kSeg * kChunks) % NT == 0 && N % kSeg == 0, "tile copy must divide evenly");
+  const int row_stride = kvh_count * D;
+  if (bs % kSeg == 0 && k0 % kSeg == 0) {
+#pragma unroll
+    for (int g = 0; g < N / kSeg; ++g) {
+      const int kg = k0 + g * kSeg;
+      const int32_t blk = kg < kv_end ? __ldg(bt + kg / bs) : 0;
+      const uint16_t* src = cache + (size_t(blk) * bs + kg % bs) * row_stride + size_t(kvh) * D;
+#pragma unroll 4
+      for (int i = 0; i < kPerSeg; ++i) {
+        const int idx = i * NT + tid, r = idx / kChunks, c = idx % kChunks;
+        const bool ok = kg + r < kv_end;
+        cp_async16(dst + sw128<N>(g * kSeg + r, c), src + (ok ? r * row_stride + c * 8 : 0), ok ? 16 : 0);
+      }
+    }
+    return;
+  }
+#pragma unroll 8
+  for (int i = 0; i < N * kChunks / NT; ++i) {
+    const int idx = i * NT + tid, r = idx / kChunks, c = idx % kChunks;
+    const int kpos = k0 + r;
+    const bool ok = kpos < kv_end;
+    const size_t off = ok ? kv_row(bt, kpos, bs, kvh, kvh_count, D) + c * 8 : 0;
+    cp_async16(dst + sw128<N>(r, c), cache + off, ok ? 16 : 0);
   }
 }
 

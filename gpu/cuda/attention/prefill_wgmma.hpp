@@ -14,11 +14,20 @@ namespace actorserve::gpu::cuda {
 /// bf16, D 128 only (others run 3). Variant 6 (P V left in flight across the next S) was
 /// measured and removed: ptxas serialised its MMAs. 9 = items of up to 128 rows (two
 /// warpgroups sharing each K/V tile), for a planner that cuts 128-row tiles (wgmma_pair_rows);
-/// with the backends' 64-row items its second warpgroup idles. Not yet measured on a GPU.
-inline constexpr bool is_wgmma_prefill_variant(int v) { return v == 3 || v == 4 || v == 5 || v == 7 || v == 9; }
+/// with 64-row items its second warpgroup idles (the backends cut 128-row items for it).
+/// 10, 13 = FlashAttention-3's scheduling over 128-row items (prefill_pingpong_kernel.cu, bf16
+/// and D 128; elsewhere they run 9): a producer warpgroup filling a K/V ring, two consumer
+/// warpgroups taking turns at the MMAs, each overlapping its softmax of S(t) with its
+/// P(t-1) V(t-1); 10 = 64-key tiles, 13 = 128-key tiles. Measured correct and slower than 4.
+inline constexpr bool is_wgmma_prefill_variant(int v) {
+  return v == 3 || v == 4 || v == 5 || v == 7 || v == 9 || v == 10 || v == 13;
+}
 
-/// Query rows per item that prefill variant 9 is built for.
+/// Query rows per item that the paired-warpgroup variants (9, 10, 13) are built for.
 inline constexpr int wgmma_pair_rows = 128;
+
+/// Whether prefill variant `v` takes 128-row items (wgmma_pair_rows) instead of 64.
+inline constexpr bool wgmma_paired_variant(int v) { return v == 9 || v == 10 || v == 13; }
 
 /// The prefill variant that forces the mma.sync kernel in its default configuration (what
 /// variant 0 ran before the wgmma kernel became the default for some shapes).
@@ -31,11 +40,27 @@ inline constexpr bool wgmma_prefill_default(act_dtype dt, int head_dim, int bloc
   return dt == act_dtype::bf16 && head_dim == 128 && block_size > 0 && block_size % 64 == 0;
 }
 
+/// The wgmma variant that variant 0 runs where wgmma_prefill_default holds.
+inline constexpr int wgmma_default_variant = 4;
+
 /// Whether the current device runs the wgmma kernels (compute capability 9.x; cached).
 bool wgmma_prefill_available();
 
-/// Launches the wgmma prefill over items [0, counts[0]) for `variant` (3, 4, 5, 7 or 9); a CUDA
-/// error code.
+/// The prefill variant a launch with attn_launch::variant `v` runs: variant 0 becomes
+/// wgmma_default_variant where wgmma_prefill_default holds on a device that runs wgmma.
+inline int effective_prefill_variant(int v, act_dtype dt, int head_dim, int block_size) {
+  const int p = prefill_variant(v);
+  if (p == 0 && wgmma_prefill_default(dt, head_dim, block_size) && wgmma_prefill_available())
+    return wgmma_default_variant;
+  return p;
+}
+
+/// Launches the wgmma prefill over items [0, counts[0]) for `variant` (3, 4, 5, 7, 9, 10 or
+/// 13); a CUDA error code.
 int launch_wgmma_prefill(act_dtype dt, const attn_launch& a, int variant, cudaStream_t s);
+
+/// The producer / two-consumer kernels (variants 10, 13; bf16, D 128 only) over 128-row items;
+/// a CUDA error code.
+int launch_wgmma_pingpong(act_dtype dt, const attn_launch& a, int variant, cudaStream_t s);
 
 }  // namespace actorserve::gpu::cuda

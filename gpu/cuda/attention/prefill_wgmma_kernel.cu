@@ -2,7 +2,8 @@
 // warpgroup MMAs. A CTA takes one prefill item: 64 query rows (tokens x heads of one GQA group)
 // against the paged K/V of their KV head, in 64-key tiles. One consumer warpgroup computes
 // S = Q K^T with wgmma from shared memory (Q and K K-major, 128-byte swizzle), the online softmax
-// in exp2 on the accumulators, then O += P V with P from registers and V as an MN-major operand.
+// in exp2 on the accumulators, then O += P V with P from registers and V as an MN-major operand:
+// one tile in turn is serial_tile (prefill_wgmma_rows.cuh), shared by every kernel here.
 // Variant 3/5: a producer warp streams K/V tiles into a 2/3-stage shared-memory ring with
 // cp.async, signalling each stage on an mbarrier; the consumer releases a stage once the MMAs
 // reading it have completed. Two CTAs per SM interleave one's softmax with the other's MMAs.
@@ -15,163 +16,14 @@
 #include <cmath>
 #include <type_traits>
 
-#include "gpu/cuda/attention/prefill_wgmma.cuh"
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
+#include "gpu/cuda/attention/prefill_wgmma_rows.cuh"
 
 namespace actorserve::gpu::cuda {
 namespace {
 
 using namespace attn_dev;
 using namespace attn_dev::wg;
-
-constexpr int kRows = 64;  ///< query rows of a tile: one warpgroup's M
-
-/// Bytes of a K (or V) tile of kKeys keys.
-template <int D, int kKeys>
-constexpr int tile_bytes() { return kKeys * D * 2; }
-template <int D>
-constexpr int q_bytes() { return kRows * D * 2; }
-
-/// One consumer warpgroup's 64 query rows against kKeys-key tiles: this thread's output
-/// accumulators (two rows, D / 4 columns each) and the running max / sum of its two rows.
-template <class T, int D, int kKeys>
-struct wg_rows {
-  float o[D / 2];
-  float m[2], l[2];
-
-  __device__ __forceinline__ void init() {
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-    m[0] = m[1] = -INFINITY;
-    l[0] = l[1] = 0.0f;
-  }
-
-  /// Issues S = Q K^T against the K tile at k_s and commits it (the caller waits). The first
-  /// MMA only writes s, so no value of s lives across tiles (a loop-carried s, written by the
-  /// mask while the previous tile's P V is in flight, makes ptxas serialise the MMAs).
-  __device__ __forceinline__ void issue_scores(uint32_t q_s, uint32_t k_s, float (&s)[kKeys / 2]) const {
-    static_assert(kKeys == 32 || kKeys == 64, "built for 32- and 64-key tiles");
-    wgmma_fence();
-    if constexpr (kKeys == 64) wgmma_ops<T>::ss_n64_first(s, desc_k_major<kRows>(q_s, 0), desc_k_major<kKeys>(k_s, 0));
-    else wgmma_ops<T>::ss_n32_first(s, desc_k_major<kRows>(q_s, 0), desc_k_major<kKeys>(k_s, 0));
-#pragma unroll
-    for (int ks = 1; ks < D / 16; ++ks) {
-      if constexpr (kKeys == 64) wgmma_ops<T>::ss_n64(s, desc_k_major<kRows>(q_s, ks), desc_k_major<kKeys>(k_s, ks));
-      else wgmma_ops<T>::ss_n32(s, desc_k_major<kRows>(q_s, ks), desc_k_major<kKeys>(k_s, ks));
-    }
-    wgmma_commit();
-  }
-
-  /// Online softmax over the scores whose bit in `vis` is set (the others count as -inf): P as
-  /// bf16/fp16 A fragments, o rescaled. The mask is applied on the way, never written into s:
-  /// writing the accumulator registers while the previous P V is in flight makes ptxas
-  /// serialise the MMAs.
-  __device__ __forceinline__ void softmax(const float (&s)[kKeys / 2], uint32_t vis, uint32_t (&pf)[kKeys / 16][4]) {
-    float x[kKeys / 2];
-#pragma unroll
-    for (int i = 0; i < kKeys / 2; ++i) x[i] = (vis >> i) & 1u ? s[i] : -INFINITY;
-    float mx[2] = {m[0], m[1]};
-#pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
-      mx[0] = fmaxf(mx[0], fmaxf(x[4 * n], x[4 * n + 1]));
-      mx[1] = fmaxf(mx[1], fmaxf(x[4 * n + 2], x[4 * n + 3]));
-    }
-    float corr[2], base[2];
-    online_softmax_rescale(mx, m, base, corr);
-    float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int n = 0; n < kKeys / 8; ++n) {
-      const float p0 = fast_exp2(x[4 * n] - base[0]), p1 = fast_exp2(x[4 * n + 1] - base[0]);
-      const float p2 = fast_exp2(x[4 * n + 2] - base[1]), p3 = fast_exp2(x[4 * n + 3] - base[1]);
-      rs[0] += p0 + p1;
-      rs[1] += p2 + p3;
-      pf[n / 2][(n % 2) * 2] = elem<T>::pack(p0, p1);
-      pf[n / 2][(n % 2) * 2 + 1] = elem<T>::pack(p2, p3);
-    }
-    l[0] = l[0] * corr[0] + rs[0];
-    l[1] = l[1] * corr[1] + rs[1];
-    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
-        o[4 * n] *= corr[0];
-        o[4 * n + 1] *= corr[0];
-        o[4 * n + 2] *= corr[1];
-        o[4 * n + 3] *= corr[1];
-      }
-    }
-  }
-
-  /// Issues O += P V against the V tile at v_s and commits it.
-  __device__ __forceinline__ void issue_pv(const uint32_t (&pf)[kKeys / 16][4], uint32_t v_s) {
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk) {
-      if constexpr (D == 128) wgmma_ops<T>::rs_t_n128(o, pf[kk], desc_mn_major<kKeys>(v_s, kk));
-      else wgmma_ops<T>::rs_t_n64(o, pf[kk], desc_mn_major<kKeys>(v_s, kk));
-    }
-    wgmma_commit();
-  }
-
-  /// Normalises and writes this thread's two rows (r0, r0 + 8) of the tile.
-  __device__ __forceinline__ void store(const attn_launch& a, const attn_item& it, int valid, int r0, int lane) {
-    const int G = a.num_heads / a.num_kv_heads;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    }
-    T* out = static_cast<T*>(a.out);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + h * 8;
-      if (r >= valid) continue;
-      const int tok = it.q_begin + r / G, head = it.kv_head * G + r % G;
-      const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-      T* dst = out + size_t(tok) * a.num_heads * D + head * D + (lane % 4) * 2;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<uint32_t*>(dst + n * 8) = elem<T>::pack(o[4 * n + 2 * h] * inv, o[4 * n + 2 * h + 1] * inv);
-    }
-  }
-};
-
-/// Visibility bits of this thread's kKeys / 2 scores against keys [k0, k0 + kKeys) (bit i:
-/// score i): causal (key <= the row's position, qpos = this thread's two rows), before kv_end.
-template <int kKeys>
-__device__ __forceinline__ uint32_t visible(int k0, const int (&qpos)[2], int kv_end, int lane) {
-  uint32_t vis = 0;
-#pragma unroll
-  for (int n = 0; n < kKeys / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int kpos = k0 + n * 8 + (lane % 4) * 2 + (e & 1);
-      if (kpos <= qpos[e >> 1] && kpos < kv_end) vis |= 1u << (4 * n + e);
-    }
-  return vis;
-}
-
-/// Per-CTA constants of one item cut into kKeys-key tiles.
-template <int kKeys>
-struct tile_ctx {
-  attn_item it;
-  int valid, pos0, ntiles, r0, qpos[2];
-
-  __device__ __forceinline__ tile_ctx(const attn_launch& a, int warp, int lane) : it(a.items[blockIdx.x]) {
-    const attn_seq sq = a.seqs[it.seq];
-    const int G = a.num_heads / a.num_kv_heads;
-    valid = it.q_len * G;
-    pos0 = sq.context_len - sq.q_len + (it.q_begin - sq.q_start);
-    ntiles = (it.kv_end - it.kv_begin + kKeys - 1) / kKeys;
-    r0 = warp * 16 + lane / 4;
-    qpos[0] = pos0 + min(r0, valid - 1) / G;
-    qpos[1] = pos0 + min(r0 + 8, valid - 1) / G;
-  }
-  /// Whether tile t holds keys some row of the tile must not see (diagonal or past kv_end).
-  __device__ __forceinline__ bool needs_mask(int t) const {
-    const int k0 = it.kv_begin + t * kKeys;
-    return k0 + kKeys - 1 > pos0 || k0 + kKeys > it.kv_end;
-  }
-};
 
 template <int D, int kKeys, int kStages>
 constexpr int ws_smem_bytes(bool slack) {
@@ -231,17 +83,7 @@ __global__ void __launch_bounds__(160, kMinBlocks) wgmma_prefill_ws(attn_launch 
     mbar_wait(bars + 8 * st, uint32_t((t / kStages) & 1));
     fence_proxy_async();
     const uint32_t k_s = kv0 + st * 2 * kTB;
-    float s[kKeys / 2];
-    uint32_t pf[kKeys / 16][4];
-    w.issue_scores(q_s, k_s, s);
-    wgmma_wait<0>();
-    fence_regs(s);
-    fence_regs(w.o);
-    const uint32_t vis = c.needs_mask(t) ? visible<kKeys>(c.it.kv_begin + t * kKeys, c.qpos, c.it.kv_end, lane) : ~0u;
-    w.softmax(s, vis, pf);
-    w.issue_pv(pf, k_s + kTB);
-    wgmma_wait<0>();
-    fence_regs(w.o);
+    serial_tile(w, c, t, q_s, k_s, k_s + kTB, lane);
     if (lane == 0) mbar_arrive(bars + 8 * (kStages + st));  // this warp is done with the stage
   }
   w.store(a, c.it, c.valid, c.r0, lane);
@@ -269,8 +111,6 @@ __global__ void __launch_bounds__(128, 2) wgmma_prefill_simple(attn_launch a) {
   stage_q_sw128<T, D, 128>(a, c.it.q_begin, c.it.kv_head, c.valid, q_s, tid);
   wg_rows<T, D, kKeys> w;
   w.init();
-  float s[kKeys / 2];
-  uint32_t pf[kKeys / 16][4];
   for (int t = 0; t < c.ntiles; ++t) {
     cp_async_wait<0>();
     fence_proxy_async();
@@ -282,22 +122,14 @@ __global__ void __launch_bounds__(128, 2) wgmma_prefill_simple(attn_launch a) {
     }
     cp_async_commit();
     const uint32_t k_s = kv0 + (t % kStages) * 2 * kTB;
-    w.issue_scores(q_s, k_s, s);
-    wgmma_wait<0>();
-    fence_regs(s);
-    fence_regs(w.o);
-    const uint32_t vis = c.needs_mask(t) ? visible<kKeys>(c.it.kv_begin + t * kKeys, c.qpos, c.it.kv_end, lane) : ~0u;
-    w.softmax(s, vis, pf);
-    w.issue_pv(pf, k_s + kTB);
-    wgmma_wait<0>();
-    fence_regs(w.o);
+    serial_tile(w, c, t, q_s, k_s, k_s + kTB, lane);
   }
   w.store(a, c.it, c.valid, c.r0, lane);
 #endif
 }
 
-/// Variant 9 (not yet measured on a GPU): items of up to 128 query rows, as a planner cutting
-/// 128-row tiles would make them. Two warpgroups take 64 rows each against the same K/V tiles,
+/// Variant 9 (measured: correct, slower than 4; docs/attention.md): items of up to 128 query
+/// rows, as the planner cuts them for it. Two warpgroups take 64 rows each against the same K/V tiles,
 /// so every tile read from L2 serves 128 rows (half the K/V stream of the 64-row items); all
 /// 256 threads copy through a kStages-stage cp.async ring; one CTA per SM. A warpgroup skips
 /// the tiles none of its rows sees (and every tile when the item has no rows for it).
@@ -345,17 +177,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_prefill_rows128(attn_launch a) {
     const int k0 = c.it.kv_begin + t * kKeys;
     if (!has_rows || k0 > wg_last) continue;  // causal: no row of this warpgroup sees these keys
     const uint32_t k_s = kv0 + (t % kStages) * 2 * kTB;
-    float s[kKeys / 2];
-    uint32_t pf[kKeys / 16][4];
-    w.issue_scores(q_s, k_s, s);
-    wgmma_wait<0>();
-    fence_regs(s);
-    fence_regs(w.o);
-    const uint32_t vis = c.needs_mask(t) ? visible<kKeys>(k0, c.qpos, c.it.kv_end, lane) : ~0u;
-    w.softmax(s, vis, pf);
-    w.issue_pv(pf, k_s + kTB);
-    wgmma_wait<0>();
-    fence_regs(w.o);
+    serial_tile(w, c, t, q_s, k_s, k_s + kTB, lane);
   }
   w.store(a, c.it, c.valid, c.r0, lane);
 #endif
@@ -371,7 +193,7 @@ int start(K kernel, int threads, int smem, const attn_launch& a, cudaStream_t s)
 
 template <class T, int D>
 int launch(const attn_launch& a, int variant, cudaStream_t s) {
-  if (variant == 9)
+  if (wgmma_paired_variant(variant))  // 9, and 10 / 13 where they are not built
     return start(wgmma_prefill_rows128<T, D, 3>, 256, 1024 + 2 * q_bytes<D>() + 6 * tile_bytes<D, 64>(), a, s);
   if constexpr (D == 128 && std::is_same_v<T, __nv_bfloat16>) {
     if (variant == 4)
@@ -400,6 +222,7 @@ bool wgmma_prefill_available() {
 }
 
 int launch_wgmma_prefill(act_dtype dt, const attn_launch& a, int variant, cudaStream_t s) {
+  if (variant >= 10 && dt == act_dtype::bf16 && a.head_dim == 128) return launch_wgmma_pingpong(dt, a, variant, s);
   const bool bf16 = dt == act_dtype::bf16;
   if (a.head_dim == 128) return bf16 ? launch<__nv_bfloat16, 128>(a, variant, s) : launch<__half, 128>(a, variant, s);
   if (a.head_dim == 64) return bf16 ? launch<__nv_bfloat16, 64>(a, variant, s) : launch<__half, 64>(a, variant, s);
