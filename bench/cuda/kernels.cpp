@@ -283,7 +283,8 @@ class decode_sim {
   }
 
   cudaStream_t stream() const { return s_; }
-  /// Weight rows per block of the fused gate/up GEMV at one token (0: gemv_rows_for's choice).
+  /// Weight rows per block of the fused gate/up GEMV at one token (0: gemv_rows_for's choice, or
+  /// the normed kernel's default with the norms folded).
   void set_gate_up_rows(int rows) { gate_up_rows_ = rows; }
   cuda::gemm_runner& gemm() { return gemm_; }
   const cuda::device_layer& layer(int l) const { return layers_[size_t(l)]; }
@@ -420,7 +421,7 @@ class decode_sim {
     const auto on = [&](op_class c) { return (classes >> c) & 1u; };
     const auto dt = cuda::act_dtype::bf16;
     const cuda::norm_input normed{residual_, norm_w_, 1e-5f, kHidden};
-    const int rows_gate_up = gate_up_rows_ ? gate_up_rows_ : gemm_.gemv_rows_for(2 * kInter);
+    const int rows_gate_up = gate_up_rows_;  // 0: the normed kernel's default
     for (int l = 0; l < kLayers; ++l) {
       const cuda::device_layer& w = layers_[size_t(l)];
       rope_.k_cache = k_cache_[size_t(l)];
@@ -692,22 +693,26 @@ void bench_fold_variants(decode_sim& sim) {
   cuda::set_programmatic_launch(true);
   sim.prepare(1);
   report("\n## Batch 1 folded step variants: whole step ms (CUDA graph replays)\n"
-         "| blocks per SM (0: one wave, -1: a block per group) | sub-blocks | L2 prefetch | gate_up rows | ms | "
-         "tok/s |\n|---|---|---|---|---|---|\n");
+         "| blocks per SM (0: one wave, -1: a block per group) | sub-blocks | L2 prefetch | gate_up rows | "
+         "64 registers | ms | tok/s |\n|---|---|---|---|---|---|---|\n");
   struct variant {
-    int blocks, subs, prefetch, rows;
+    int blocks, subs, prefetch, rows, tight;
   };
-  const variant variants[] = {{0, 1, 0, 2}, {0, 1, 0, 4}, {-1, 1, 0, 2}, {-1, 1, 0, 4}, {0, 1, 1, 2}, {0, 1, 2, 2},
-                              {0, 2, 0, 2}, {0, 2, 1, 2}, {0, 3, 0, 2}, {0, 3, 1, 2}, {0, 6, 0, 2}, {0, 6, 1, 2},
-                              {0, 6, 0, 4}, {2, 1, 0, 2}, {4, 1, 0, 2}, {-1, 2, 0, 2}, {0, 2, 0, 4}, {0, 3, 0, 4}};
+  const variant variants[] = {{0, 1, 0, 4, 0}, {0, 1, 0, 4, 1}, {0, 2, 0, 4, 0}, {0, 2, 0, 4, 1}, {0, 3, 0, 4, 0},
+                              {0, 3, 0, 4, 1}, {0, 4, 0, 4, 1}, {0, 6, 0, 4, 0}, {0, 6, 0, 4, 1}, {0, 2, 0, 2, 1},
+                              {0, 3, 0, 2, 1}, {0, 6, 0, 2, 0}, {0, 2, 1, 4, 1}, {0, 3, 1, 4, 1}, {0, 6, 1, 4, 0},
+                              {-1, 1, 0, 4, 1}, {-1, 2, 0, 4, 1}, {0, 1, 1, 4, 1}};
   for (const variant& v : variants) {
     cuda::set_norm_gemv_blocks_per_sm(v.blocks);
     cuda::set_norm_gemv_sub_blocks(v.subs);
     cuda::set_gemv_l2_prefetch(v.prefetch);
+    cuda::set_norm_gemv_tight_registers(v.tight != 0);
     sim.set_gate_up_rows(v.rows);
     const double ms = graph_ms(sim.stream(), [&] { sim.enqueue(all_ops); }, 20);
-    report("| %d | %d | %d | %d | %.3f | %.1f |\n", v.blocks, v.subs, v.prefetch, v.rows, ms, 1000.0 / ms);
+    report("| %d | %d | %d | %d | %d | %.3f | %.1f |\n", v.blocks, v.subs, v.prefetch, v.rows, v.tight, ms,
+           1000.0 / ms);
   }
+  cuda::set_norm_gemv_tight_registers(false);
   cuda::set_norm_gemv_sub_blocks(1);
   cuda::set_norm_gemv_blocks_per_sm(0);
   cuda::set_gemv_l2_prefetch(0);

@@ -359,7 +359,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       AS_CUDA_TRY(gemv_norm_qkv_rope(dt_, normed(w.input_norm), w.qkv, ra, stream_));
       AS_CUDA_TRY(attention_->run(aa, stream_));
       AS_CUDA_TRY(gemv_add_residual(dt_, attn_, H * D, w.o, hidden, residual_, w.o_bias, stream_));
-      AS_CUDA_TRY(gemv_norm_gate_up_silu(dt_, normed(w.post_norm), w.gate_up, inter, act_, rows_gate_up, stream_));
+      AS_CUDA_TRY(gemv_norm_gate_up_silu(dt_, normed(w.post_norm), w.gate_up, inter, act_, 0, stream_));
       AS_CUDA_TRY(gemv_add_residual(dt_, act_, inter, w.down, hidden, residual_, nullptr, stream_));
       continue;
     }

@@ -79,11 +79,18 @@ __device__ __forceinline__ void fma_chunk(const uint4 (&wv)[kRows], const uint4&
     for (int e = 0; e < 8; ++e) acc[r][0] = fmaf(wf[r][e], xf[e], acc[r][0]);
 }
 
+/// Nothing to do once the previous grid has finished.
+struct no_hook {
+  __device__ __forceinline__ void operator()() const {}
+};
+
 /// The GEMV's main loop: the dot products of the weight rows `wp` with the m (<= M) rows of x,
 /// reduced per warp into `red`; ends with a __syncthreads, after the previous grid finished.
-template <class T, int M, int kRows>
+/// `after_wait` runs once per thread right after the wait for the previous grid (to start loads
+/// of what that grid wrote early).
+template <class T, int M, int kRows, class Hook = no_hook>
 __device__ __forceinline__ void accumulate(const T* x, int m, int k, const uint4* const (&wp)[kRows],
-                                           partials<M, kRows>& red) {
+                                           partials<M, kRows>& red, Hook after_wait = {}) {
   constexpr int kUnroll = kLoadsInFlight / kRows;
   const int chunks = k / 8;
   const uint4* xp = reinterpret_cast<const uint4*>(x);
@@ -106,6 +113,7 @@ __device__ __forceinline__ void accumulate(const T* x, int m, int k, const uint4
     }
     if (!waited) {
       wait_for_previous_grid();
+      after_wait();
       waited = true;
     }
 #pragma unroll
@@ -127,7 +135,10 @@ __device__ __forceinline__ void accumulate(const T* x, int m, int k, const uint4
       }
     }
   }
-  wait_for_previous_grid();  // threads without a chunk; outputs may still be read by the previous kernel
+  if (!waited) {  // threads without a chunk; outputs may still be read by the previous kernel
+    wait_for_previous_grid();
+    after_wait();
+  }
   reduce_warps<M, kRows>(acc, red);
   __syncthreads();
 }

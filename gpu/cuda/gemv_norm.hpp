@@ -43,11 +43,16 @@ void set_norm_gemv_blocks_per_sm(int blocks);
 /// would (fewer copies of x per SM, larger blocks). For benchmarks and tests.
 void set_norm_gemv_sub_blocks(int subs);
 
+/// Whether the normed GEMVs run the build held to 64 registers a thread (more sub-blocks per SM,
+/// a few spilled values). Default off. For benchmarks and tests.
+void set_norm_gemv_tight_registers(bool on);
+
 /// Weights the kernels here prefetch into L2 before waiting for the previous kernel (sm_90 bulk
 /// prefetch, no registers): the normed GEMVs the rows of their next `amount` groups, the residual
 /// GEMVs `amount` rounds of loads after the first. 0 (default) none. For benchmarks and tests.
 /// (These knobs start from ACTORSERVE_FUSED_NORM, ACTORSERVE_NORM_GEMV_BLOCKS,
-/// ACTORSERVE_NORM_GEMV_SUBBLOCKS and ACTORSERVE_GEMV_PREFETCH when set.)
+/// ACTORSERVE_NORM_GEMV_SUBBLOCKS, ACTORSERVE_NORM_GEMV_TIGHT and ACTORSERVE_GEMV_PREFETCH when
+/// set; gemv_norm_gate_up_silu's default rows per block from ACTORSERVE_NORM_GATE_UP_ROWS.)
 void set_gemv_l2_prefetch(int amount);
 
 /// residual[r] = residual[r] + ((W x)[r] + bias[r]) for r < n, in add_rmsnorm's order of
@@ -58,7 +63,8 @@ int gemv_add_residual(act_dtype dt, const void* x, int k, const void* w, int n, 
 /// gemv_qkv_rope over the normed input (w: [(H + 2*KVH) * D, in.hidden]).
 int gemv_norm_qkv_rope(act_dtype dt, const norm_input& in, const void* w, const rope_kv_args& a, cudaStream_t s);
 
-/// gemv_gate_up_silu over the normed input (w: [2 * inter, in.hidden]); rows_per_block 2 or 4.
+/// gemv_gate_up_silu over the normed input (w: [2 * inter, in.hidden]); rows_per_block 2 or 4, or
+/// 0 for the default (4).
 int gemv_norm_gate_up_silu(act_dtype dt, const norm_input& in, const void* w, int inter, void* act,
                            int rows_per_block, cudaStream_t s);
 

@@ -1,6 +1,6 @@
 // One-token GEMVs with the residual add + RMSNorm folded in (gemv_norm.hpp). The normed kernels
-// run a grid of at most one wave of blocks; each block issues its first weight loads (and pulls
-// the norm weight into L1), waits for the previous kernel, normalises the residual into shared
+// run a grid of at most one wave of blocks; each block issues its first weight loads (and loads
+// the norm weight), waits for the previous kernel, normalises the residual into shared
 // memory once (replaying add_rmsnorm's reduction tree exactly), then loops over its groups of
 // weight rows.
 #include <cstdint>
@@ -33,23 +33,40 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return bits(from_f32<T>(lo)) | (bits(from_f32<T>(hi)) << 16);
 }
 
-/// Before the dependency wait: the norm weight (not written by earlier kernels) into L1.
-__device__ __forceinline__ void prefetch_norm_weight(const norm_input& in) {
-  for (int off = threadIdx.x * 32; off < in.hidden; off += blockDim.x * 32)
-    asm volatile("prefetch.global.L1 [%0];" ::"l"(in.weight + off));
+/// Norm-weight values a thread loads before the dependency wait (float4 groups c = threadIdx.x +
+/// j * blockDim.x, j < kWeightRegs; any further ones are loaded after it).
+constexpr int kWeightRegs = 2;
+
+/// Before the dependency wait: the norm weight (never written by earlier kernels) into registers.
+__device__ __forceinline__ void load_norm_weight(const norm_input& in, float4 (&wreg)[kWeightRegs]) {
+  const int q4 = in.hidden / 4;
+  const float4* w4 = reinterpret_cast<const float4*>(in.weight);
+#pragma unroll
+  for (int j = 0; j < kWeightRegs; ++j) {
+    const int c = threadIdx.x + j * blockDim.x;
+    wreg[j] = c < q4 ? w4[c] : make_float4(0, 0, 0, 0);
+  }
+}
+
+/// x[4c .. 4c + 3] = weight * (residual * rstd), rounded to T, as one 8-byte shared store.
+template <class T>
+__device__ __forceinline__ void store_normed(T* xs, int c, const float4& v, const float4& wt, float rstd) {
+  *reinterpret_cast<uint2*>(xs + 4 * c) = make_uint2(pack2<T>(wt.x * (v.x * rstd), wt.y * (v.y * rstd)),
+                                                     pack2<T>(wt.z * (v.z * rstd), wt.w * (v.w * rstd)));
 }
 
 /// xs = rmsnorm(residual) * weight rounded to T, as add_rmsnorm computes it: add_rmsnorm's thread
 /// t (of norm_threads(hidden)) sums v[t + j * threads]^2 with fmas in order of j, its warps sum
 /// with warp_sum, and block_sum adds the warp sums with one more warp_sum. Each of this block's
 /// threads plays some of those threads and warps, so the sum (and rstd) are bit-identical. The
-/// residual comes into shared memory first, every load in flight at once (one L2 round trip).
+/// residual comes into shared memory first, kBatch loads in flight per thread.
 template <class T>
-__device__ __forceinline__ void normalise_into(const norm_input& in, float* res_s, T* xs, float* part, float* wsum) {
+__device__ __forceinline__ void normalise_into(const norm_input& in, const float4 (&wreg)[kWeightRegs], float* res_s,
+                                               T* xs, float* part, float* wsum) {
   const int hidden = in.hidden, nt = norm_threads(hidden), q4 = hidden / 4;
   const float4* r4 = reinterpret_cast<const float4*>(in.residual);
   float4* s4 = reinterpret_cast<float4*>(res_s);
-  constexpr int kBatch = 8;
+  constexpr int kBatch = 2;
   const int threads = blockDim.x, warps = threads / 32;
   for (int c0 = threadIdx.x; c0 < q4; c0 += threads * kBatch) {
     float4 v[kBatch];
@@ -79,12 +96,13 @@ __device__ __forceinline__ void normalise_into(const norm_input& in, float* res_
   __syncthreads();
   const float total = warp_sum(lane < vwarps ? wsum[lane] : 0.0f);
   const float rstd = rsqrtf(total / float(hidden) + in.eps);
-  const float4* w4 = reinterpret_cast<const float4*>(in.weight);
-  for (int c = threadIdx.x; c < q4; c += threads) {
-    const float4 v = s4[c], wt = w4[c];
-    *reinterpret_cast<uint2*>(xs + 4 * c) = make_uint2(pack2<T>(wt.x * (v.x * rstd), wt.y * (v.y * rstd)),
-                                                       pack2<T>(wt.z * (v.z * rstd), wt.w * (v.w * rstd)));
+#pragma unroll
+  for (int j = 0; j < kWeightRegs; ++j) {
+    const int c = threadIdx.x + j * threads;
+    if (c < q4) store_normed<T>(xs, c, s4[c], wreg[j], rstd);
   }
+  const float4* w4 = reinterpret_cast<const float4*>(in.weight);
+  for (int c = threadIdx.x + kWeightRegs * threads; c < q4; c += threads) store_normed<T>(xs, c, s4[c], w4[c], rstd);
   __syncthreads();
 }
 
@@ -161,8 +179,7 @@ __device__ __forceinline__ void sub_block_sync(int sub) {
 /// a 128-thread gemv block would. The weights of the first round go out before the wait for
 /// the previous kernel.
 template <class T, int kRows, class Epi>
-__global__ void __launch_bounds__(kMaxSubBlocks * kThreads) gemv_norm_kernel(norm_input in, const T* w, Epi epi,
-                                                                              int prefetch) {
+__device__ __forceinline__ void gemv_norm_body(const norm_input& in, const T* w, const Epi& epi, int prefetch) {
   constexpr int kUnroll = kLoadsInFlight / kRows;
   extern __shared__ uint4 smem[];
   float* res_s = reinterpret_cast<float*>(smem);
@@ -185,9 +202,10 @@ __global__ void __launch_bounds__(kMaxSubBlocks * kThreads) gemv_norm_kernel(nor
     const int next = g + (1 + tid / kRows) * stride;
     if (next < groups) prefetch_l2(w + size_t(epi.row(next, tid % kRows)) * k, uint32_t(k) * 2);
   }
-  prefetch_norm_weight(in);
+  float4 wreg[kWeightRegs];
+  load_norm_weight(in, wreg);
   wait_for_previous_grid();
-  normalise_into<T>(in, res_s, xs, part, part + 1024);
+  normalise_into<T>(in, wreg, res_s, xs, part, part + 1024);
   if (!active) return;  // no block-wide barrier after this point
   for (;;) {
     float acc[kRows][1];
@@ -216,26 +234,49 @@ __global__ void __launch_bounds__(kMaxSubBlocks * kThreads) gemv_norm_kernel(nor
   }
 }
 
-/// residual[row] += (W x)[row] + bias[row], kRows rows per block. `prefetch` rounds of weights
-/// after the first go into L2 before the wait for the previous kernel.
+template <class T, int kRows, class Epi>
+__global__ void __launch_bounds__(kMaxSubBlocks * kThreads) gemv_norm_kernel(norm_input in, const T* w, Epi epi,
+                                                                              int prefetch) {
+  gemv_norm_body<T, kRows>(in, w, epi, prefetch);
+}
+
+/// gemv_norm_kernel held to 64 registers a thread (8 sub-blocks an SM instead of 7; spills a few
+/// values).
+template <class T, int kRows, class Epi>
+__global__ void __maxnreg__(64) gemv_norm_tight_kernel(norm_input in, const T* w, Epi epi, int prefetch) {
+  gemv_norm_body<T, kRows>(in, w, epi, prefetch);
+}
+
+/// Registers of gemv_add_kernel are bounded so a one-token o or down projection (1024 blocks of 4
+/// rows) fits one wave: 8 blocks per SM (64 registers a thread), as the plain GEMV's 56 do.
+constexpr int kAddBlocksPerSm = 8;
+
+/// residual[row] += (W x)[row] + bias[row], kRows rows per block; the residual value is loaded
+/// right after the wait for the previous kernel, not after the main loop. `prefetch` rounds of
+/// weights after the first go into L2 before that wait.
 template <class T, int kRows>
-__global__ void __launch_bounds__(kThreads) gemv_add_kernel(const T* x, int k, const T* w, int n, float* residual,
-                                                             const float* bias, int prefetch) {
+__global__ void __launch_bounds__(kThreads, kAddBlocksPerSm) gemv_add_kernel(const T* x, int k, const T* w, int n,
+                                                                              float* residual, const float* bias,
+                                                                              int prefetch) {
   __shared__ partials<1, kRows> red;
   const int row0 = blockIdx.x * kRows;
   const uint4* wp[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) wp[r] = reinterpret_cast<const uint4*>(w + size_t(min(row0 + r, n - 1)) * k);
   constexpr int kRoundChunks = kThreads * (kLoadsInFlight / kRows);
-  if (int(threadIdx.x) < kRows && prefetch > 0 && k / 8 > kRoundChunks) {
-    const int chunks = min(k / 8 - kRoundChunks, prefetch * kRoundChunks);
-    const T* row = w + size_t(min(row0 + int(threadIdx.x), n - 1)) * k;
-    prefetch_l2(reinterpret_cast<const uint4*>(row) + kRoundChunks, uint32_t(chunks) * 16);
-  }
-  accumulate<T, 1, kRows>(x, 1, k, wp, red);
   const int r = threadIdx.x, row = row0 + r;
-  if (r >= kRows || row >= n) return;
-  residual[row] = residual[row] + (red.total(r, 0) + (bias ? bias[row] : 0.0f));
+  if (r < kRows && prefetch > 0 && k / 8 > kRoundChunks) {
+    const int chunks = min(k / 8 - kRoundChunks, prefetch * kRoundChunks);
+    const T* wr = w + size_t(min(row, n - 1)) * k;
+    prefetch_l2(reinterpret_cast<const uint4*>(wr) + kRoundChunks, uint32_t(chunks) * 16);
+  }
+  const bool mine = r < kRows && row < n;
+  float before = 0.0f;
+  accumulate<T, 1, kRows>(x, 1, k, wp, red, [&] {
+    if (mine) before = residual[row];
+  });
+  if (!mine) return;
+  residual[row] = before + (red.total(r, 0) + (bias ? bias[row] : 0.0f));
 }
 
 /// An integer knob from the environment (for measuring variants without a rebuild), else `fallback`.
@@ -248,6 +289,8 @@ bool g_fused_norm = env_int("ACTORSERVE_FUSED_NORM", 1) != 0;
 int g_blocks_per_sm = env_int("ACTORSERVE_NORM_GEMV_BLOCKS", 0);
 int g_sub_blocks = env_int("ACTORSERVE_NORM_GEMV_SUBBLOCKS", 1);
 int g_prefetch = env_int("ACTORSERVE_GEMV_PREFETCH", 0);
+bool g_tight = env_int("ACTORSERVE_NORM_GEMV_TIGHT", 0) != 0;
+int g_gate_up_rows = env_int("ACTORSERVE_NORM_GATE_UP_ROWS", 4);
 
 /// Blocks of the normed kernel `kernel` (of `threads` threads) over `blocks` blocks' worth of
 /// groups: all of them, or at most one wave (or g_blocks_per_sm per SM).
@@ -281,7 +324,7 @@ int norm_grid(K kernel, int blocks, int threads, size_t smem) {
 template <class T, int kRows, class Epi>
 int launch_norm(const norm_input& in, const void* w, const Epi& epi, int groups, cudaStream_t s) {
   if (groups <= 0) return 0;
-  auto* kernel = gemv_norm_kernel<T, kRows, Epi>;
+  auto* kernel = g_tight ? gemv_norm_tight_kernel<T, kRows, Epi> : gemv_norm_kernel<T, kRows, Epi>;
   const int subs = g_sub_blocks < 1 ? 1 : g_sub_blocks > kMaxSubBlocks ? kMaxSubBlocks : g_sub_blocks;
   const size_t smem = norm_smem_bytes(in.hidden, subs);
   if (smem > 48 * 1024) {
@@ -300,6 +343,7 @@ bool fused_norm_decode() { return g_fused_norm; }
 void set_norm_gemv_blocks_per_sm(int blocks) { g_blocks_per_sm = blocks; }
 void set_norm_gemv_sub_blocks(int subs) { g_sub_blocks = subs; }
 void set_gemv_l2_prefetch(int amount) { g_prefetch = amount; }
+void set_norm_gemv_tight_registers(bool on) { g_tight = on; }
 
 bool norm_gemv_supported(const norm_input& in, const void* w) {
   const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
@@ -326,6 +370,7 @@ int gemv_norm_qkv_rope(act_dtype dt, const norm_input& in, const void* w, const 
 int gemv_norm_gate_up_silu(act_dtype dt, const norm_input& in, const void* w, int inter, void* act,
                            int rows_per_block, cudaStream_t s) {
   int rc = 0;
+  if (rows_per_block == 0) rows_per_block = g_gate_up_rows;
   if (rows_per_block == 2)
     AS_DISPATCH_ACT(dt, rc = launch_norm<T, 2>(in, w, gate_up_epilogue<1>{act, inter}, inter, s));
   else

@@ -46,21 +46,25 @@ int count_unequal(const std::vector<T>& a, const std::vector<T>& b) {
 }
 
 /// The grids the normed kernels take: blocks per SM (-1: a block per group, 0: one wave),
-/// 128-thread sub-blocks per block, L2 prefetch of each sub-block's next groups.
+/// 128-thread sub-blocks per block, L2 prefetch of each sub-block's next groups, and the build
+/// held to 64 registers.
 struct grid_mode {
   int blocks_per_sm, sub_blocks, prefetch;
+  bool tight;
 };
-const grid_mode kGridModes[] = {{-1, 1, 0}, {0, 1, 0}, {1, 1, 2}, {3, 3, 1}, {0, 2, 0}, {1, 6, 2}, {-1, 4, 0}};
+const grid_mode kGridModes[] = {{-1, 1, 0, false}, {0, 1, 0, false}, {1, 1, 2, true}, {3, 3, 1, false},
+                                {0, 2, 0, true},   {1, 6, 2, false}, {-1, 4, 0, true}, {0, 6, 0, true}};
 
 void use_grid(const grid_mode& m) {
   cuda::set_norm_gemv_blocks_per_sm(m.blocks_per_sm);
   cuda::set_norm_gemv_sub_blocks(m.sub_blocks);
   cuda::set_gemv_l2_prefetch(m.prefetch);
+  cuda::set_norm_gemv_tight_registers(m.tight);
 }
 
 std::string describe(const grid_mode& m) {
   return "grid (" + std::to_string(m.blocks_per_sm) + ", " + std::to_string(m.sub_blocks) + ", " +
-         std::to_string(m.prefetch) + ")";
+         std::to_string(m.prefetch) + (m.tight ? ", 64 registers)" : ")");
 }
 
 /// A residual row with its norm weight, and x = add_rmsnorm of it (the unfused path's input).
@@ -86,7 +90,7 @@ struct normed_row {
 class CudaNormGemv : public ::testing::TestWithParam<act_dtype> {
  protected:
   void SetUp() override { AS_REQUIRE_CUDA(); }
-  void TearDown() override { use_grid({0, 1, 0}); }
+  void TearDown() override { use_grid({0, 1, 0, false}); }
 };
 
 TEST_P(CudaNormGemv, PlainEqualsAddRmsnormThenGemv) {
@@ -117,9 +121,11 @@ TEST_P(CudaNormGemv, GateUpSiluEqualsAddRmsnormThenFusedGemv) {
     for (int hidden : {8, 264, 4096}) {
       normed_row row(dt, hidden, uint32_t(inter * 7 + hidden));
       dev_vec<uint16_t> w(random_act(dt, size_t(2) * inter * hidden, 2, 0.1f));
-      for (int rows : {2, 4}) {
+      for (int rows : {2, 4, 0}) {  // 0: the normed kernel's default (4)
         dev_vec<uint16_t> want(static_cast<size_t>(inter)), got(static_cast<size_t>(inter));
-        ASSERT_EQ(cuda::gemv_gate_up_silu(dt, row.x.get(), hidden, w.get(), inter, want.get(), rows, nullptr), 0);
+        ASSERT_EQ(cuda::gemv_gate_up_silu(dt, row.x.get(), hidden, w.get(), inter, want.get(), rows ? rows : 4,
+                                          nullptr),
+                  0);
         for (const grid_mode& mode : kGridModes) {
           use_grid(mode);
           got.poison();
