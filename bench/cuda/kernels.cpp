@@ -713,7 +713,7 @@ void bench_fold_variants(decode_sim& sim) {
            1000.0 / ms);
   }
   cuda::set_norm_gemv_tight_registers(false);
-  cuda::set_norm_gemv_sub_blocks(1);
+  cuda::set_norm_gemv_sub_blocks(6);
   cuda::set_norm_gemv_blocks_per_sm(0);
   cuda::set_gemv_l2_prefetch(0);
   sim.set_gate_up_rows(0);

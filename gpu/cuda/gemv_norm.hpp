@@ -38,7 +38,7 @@ bool fused_norm_decode();
 /// n, -1 one block per group of rows (as gemv_kernel.hpp's kernels). For benchmarks and tests.
 void set_norm_gemv_blocks_per_sm(int blocks);
 
-/// 128-thread sub-blocks per block of the normed GEMVs (1 to 6; default 1): the sub-blocks of a
+/// 128-thread sub-blocks per block of the normed GEMVs (1 to 6; default 6): the sub-blocks of a
 /// block share one normalised x, each streaming its own groups of rows as a 128-thread block
 /// would (fewer copies of x per SM, larger blocks). For benchmarks and tests.
 void set_norm_gemv_sub_blocks(int subs);

@@ -90,7 +90,7 @@ struct normed_row {
 class CudaNormGemv : public ::testing::TestWithParam<act_dtype> {
  protected:
   void SetUp() override { AS_REQUIRE_CUDA(); }
-  void TearDown() override { use_grid({0, 1, 0, false}); }
+  void TearDown() override { use_grid({0, 6, 0, false}); }
 };
 
 TEST_P(CudaNormGemv, PlainEqualsAddRmsnormThenGemv) {
