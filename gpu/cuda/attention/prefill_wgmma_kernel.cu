@@ -90,8 +90,9 @@ __global__ void __launch_bounds__(160, kMinBlocks) wgmma_prefill_ws(attn_launch 
 #endif
 }
 
-/// Variant 4: one warpgroup copies (cp.async groups, 2 stages) and computes in turn.
-template <class T, int D>
+/// Variant 4: one warpgroup copies (cp.async groups, 2 stages) and computes in turn. Variant 11
+/// (kHoisted): the same with each thread's copy offsets worked out once (kv_copier).
+template <class T, int D, bool kHoisted>
 __global__ void __launch_bounds__(128, 2) wgmma_prefill_simple(attn_launch a) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
@@ -105,8 +106,15 @@ __global__ void __launch_bounds__(128, 2) wgmma_prefill_simple(attn_launch a) {
   const int32_t* bt = a.block_tables + a.seqs[c.it.seq].bt_offset;
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
-  load_kv<D, kKeys, 128>(kc, vc, bt, a.block_size, c.it.kv_head, a.num_kv_heads, c.it.kv_begin, c.it.kv_end, kv0,
-                         kv0 + kTB, tid);
+  const kv_copier<D, kKeys, 128> copier(tid, a.num_kv_heads * D);
+  const auto load = [&](int k0, uint32_t k_s) {
+    if constexpr (kHoisted)
+      copier.issue(kc, vc, bt, a.block_size, c.it.kv_head, a.num_kv_heads, k0, c.it.kv_end, k_s, k_s + kTB);
+    else
+      load_kv<D, kKeys, 128>(kc, vc, bt, a.block_size, c.it.kv_head, a.num_kv_heads, k0, c.it.kv_end, k_s, k_s + kTB,
+                             tid);
+  };
+  load(c.it.kv_begin, kv0);
   cp_async_commit();
   stage_q_sw128<T, D, 128>(a, c.it.q_begin, c.it.kv_head, c.valid, q_s, tid);
   wg_rows<T, D, kKeys> w;
@@ -115,11 +123,7 @@ __global__ void __launch_bounds__(128, 2) wgmma_prefill_simple(attn_launch a) {
     cp_async_wait<0>();
     fence_proxy_async();
     __syncthreads();  // tile t (and Q) in shared memory for every thread; tile t - 1 fully read
-    if (t + 1 < c.ntiles) {
-      const uint32_t nk = kv0 + ((t + 1) % kStages) * 2 * kTB;
-      load_kv<D, kKeys, 128>(kc, vc, bt, a.block_size, c.it.kv_head, a.num_kv_heads, c.it.kv_begin + (t + 1) * kKeys,
-                             c.it.kv_end, nk, nk + kTB, tid);
-    }
+    if (t + 1 < c.ntiles) load(c.it.kv_begin + (t + 1) * kKeys, kv0 + ((t + 1) % kStages) * 2 * kTB);
     cp_async_commit();
     const uint32_t k_s = kv0 + (t % kStages) * 2 * kTB;
     serial_tile(w, c, t, q_s, k_s, k_s + kTB, lane);
@@ -197,7 +201,9 @@ int launch(const attn_launch& a, int variant, cudaStream_t s) {
     return start(wgmma_prefill_rows128<T, D, 3>, 256, 1024 + 2 * q_bytes<D>() + 6 * tile_bytes<D, 64>(), a, s);
   if constexpr (D == 128 && std::is_same_v<T, __nv_bfloat16>) {
     if (variant == 4)
-      return start(wgmma_prefill_simple<T, D>, 128, 1024 + q_bytes<D>() + 4 * tile_bytes<D, 64>(), a, s);
+      return start(wgmma_prefill_simple<T, D, false>, 128, 1024 + q_bytes<D>() + 4 * tile_bytes<D, 64>(), a, s);
+    if (variant == 11)
+      return start(wgmma_prefill_simple<T, D, true>, 128, 1024 + q_bytes<D>() + 4 * tile_bytes<D, 64>(), a, s);
     if (variant == 5)
       return start(wgmma_prefill_ws<T, D, 64, 3, false, 2>, 160, ws_smem_bytes<D, 64, 3>(false), a, s);
     if (variant == 7)
@@ -222,7 +228,8 @@ bool wgmma_prefill_available() {
 }
 
 int launch_wgmma_prefill(act_dtype dt, const attn_launch& a, int variant, cudaStream_t s) {
-  if (variant >= 10 && dt == act_dtype::bf16 && a.head_dim == 128) return launch_wgmma_pingpong(dt, a, variant, s);
+  if ((variant == 10 || variant == 13) && dt == act_dtype::bf16 && a.head_dim == 128)
+    return launch_wgmma_pingpong(dt, a, variant, s);
   const bool bf16 = dt == act_dtype::bf16;
   if (a.head_dim == 128) return bf16 ? launch<__nv_bfloat16, 128>(a, variant, s) : launch<__half, 128>(a, variant, s);
   if (a.head_dim == 64) return bf16 ? launch<__nv_bfloat16, 64>(a, variant, s) : launch<__half, 64>(a, variant, s);
