@@ -713,10 +713,11 @@ void bench_fold_variants(decode_sim& sim) {
            1000.0 / ms);
   }
   cuda::set_norm_gemv_tight_registers(false);
-  cuda::set_norm_gemv_sub_blocks(6);
+  cuda::set_norm_gemv_sub_blocks(3);
   cuda::set_norm_gemv_blocks_per_sm(0);
   cuda::set_gemv_l2_prefetch(0);
   sim.set_gate_up_rows(0);
+  cuda::set_fused_norm_decode(false);
   cuda::set_programmatic_launch(false);
 }
 
@@ -818,12 +819,13 @@ int main(int argc, char** argv) {
       const std::vector<sim_shape> offline = {{128, 128, 1152}, {256, 128, 1152}};
       bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, false, small,
                            "default dispatch, programmatic launches, unfused");
-      cuda::set_fused_norm_decode(false);
       bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, small,
-                           "default dispatch, programmatic launches, fused one-token GEMVs with norm kernels");
+                           "default dispatch, programmatic launches, fused one-token GEMVs with norm kernels "
+                           "(shipped)");
       cuda::set_fused_norm_decode(true);
       bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, small,
-                           "default dispatch, programmatic launches, fused one-token GEMVs, norms folded (shipped)");
+                           "default dispatch, programmatic launches, fused one-token GEMVs, norms folded (opt-in)");
+      cuda::set_fused_norm_decode(false);
       bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, offline,
                            "the offline 128 in / 1024 out workload's batches (shipped)");
     }

@@ -338,8 +338,9 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   // One token: the qkv and gate/up projections fuse the element-wise kernel after them.
   const bool fused = n == 1 && fused_decode() && hidden % 8 == 0;
   const int rows_gate_up = gemm_.gemv_rows_for(2 * inter);
-  // And the norms fold into the GEMVs (gemv_norm.hpp): o and down add into the residual, qkv,
-  // gate/up and lm_head normalise it themselves; no add_rmsnorm launches (same logits).
+  // Opt-in (fused_norm_decode(); measured no faster end to end, gemv_norm.hpp): the norms fold
+  // into the GEMVs. o and down add into the residual, qkv, gate/up and lm_head normalise it
+  // themselves; no add_rmsnorm launches (the same logits).
   const auto normed = [&](const float* weight) { return norm_input{residual_, weight, eps, hidden}; };
   bool fold = fused && fused_norm_decode() && norm_gemv_supported(normed(m.final_norm), m.lm_head);
   for (const device_layer& w : m.layers)

@@ -6,6 +6,15 @@
 /// memory, after waiting for the previous kernel. Its sum of squares runs in add_rmsnorm's exact
 /// order and its x is rounded as add_rmsnorm rounds it, so the outputs equal add_rmsnorm followed
 /// by the GEMVs of gemv_kernel.hpp bit for bit. Plain C++ interface (no device code).
+///
+/// Opt-in (fused_norm_decode(), off by default): on the H200 (random Llama-3-8B, batch 1,
+/// bench/results/h200-step-20261129e.md) it does not beat add_rmsnorm + the fused GEMVs. At its
+/// best grid (3 sub-blocks, 4 gate/up rows) the simulated step is 4.395 vs 4.494 ms, but end to
+/// end 219.05 vs 220.92 tok/s: the 64 norm launches go (-0.165 ms) and o/down get faster (-0.065)
+/// while qkv and gate/up get slower (+0.14 and +0.08 ms at 6 sub-blocks): their normalisation sits
+/// on the critical path after the dependency wait, where add_rmsnorm ran overlapped with the
+/// previous kernel's tail under programmatic launch, and the joins between kernels did not shrink
+/// with 64 fewer launches (whole step minus the sum of its classes: 0.326 vs 0.329 ms).
 #include <cuda_runtime_api.h>
 
 #include "gpu/cuda/kernels.hpp"
@@ -29,7 +38,7 @@ inline constexpr int norm_gemv_max_hidden = 16384;
 bool norm_gemv_supported(const norm_input& in, const void* w);
 
 /// Whether the executor's one-token steps fold the norms into the GEMVs (when fused_decode() is
-/// on too). Process-wide; default on. For benchmarks and tests.
+/// on too). Process-wide; default off (see above). For benchmarks and tests.
 void set_fused_norm_decode(bool on);
 bool fused_norm_decode();
 
@@ -38,18 +47,21 @@ bool fused_norm_decode();
 /// n, -1 one block per group of rows (as gemv_kernel.hpp's kernels). For benchmarks and tests.
 void set_norm_gemv_blocks_per_sm(int blocks);
 
-/// 128-thread sub-blocks per block of the normed GEMVs (1 to 6; default 6): the sub-blocks of a
+/// 128-thread sub-blocks per block of the normed GEMVs (1 to 6; default 3): the sub-blocks of a
 /// block share one normalised x, each streaming its own groups of rows as a 128-thread block
-/// would (fewer copies of x per SM, larger blocks). For benchmarks and tests.
+/// would (fewer copies of x per SM, larger blocks). H200 whole step: 1: 5.563 ms, 2: 4.413,
+/// 3: 4.395, 6: 4.590 (4 gate/up rows). For benchmarks and tests.
 void set_norm_gemv_sub_blocks(int subs);
 
 /// Whether the normed GEMVs run the build held to 64 registers a thread (more sub-blocks per SM,
-/// a few spilled values). Default off. For benchmarks and tests.
+/// a few spilled values). Default off (H200: slower at 2, 3 and 6 sub-blocks, by 0.04-0.13 ms a
+/// step). For benchmarks and tests.
 void set_norm_gemv_tight_registers(bool on);
 
 /// Weights the kernels here prefetch into L2 before waiting for the previous kernel (sm_90 bulk
 /// prefetch, no registers): the normed GEMVs the rows of their next `amount` groups, the residual
-/// GEMVs `amount` rounds of loads after the first. 0 (default) none. For benchmarks and tests.
+/// GEMVs `amount` rounds of loads after the first. 0 (default) none (H200: 1 costs 0.15-0.5 ms a
+/// step in every grid measured). For benchmarks and tests.
 /// (These knobs start from ACTORSERVE_FUSED_NORM, ACTORSERVE_NORM_GEMV_BLOCKS,
 /// ACTORSERVE_NORM_GEMV_SUBBLOCKS, ACTORSERVE_NORM_GEMV_TIGHT and ACTORSERVE_GEMV_PREFETCH when
 /// set; gemv_norm_gate_up_silu's default rows per block from ACTORSERVE_NORM_GATE_UP_ROWS.)

@@ -285,9 +285,9 @@ int env_int(const char* name, int fallback) {
   return v && *v ? std::atoi(v) : fallback;
 }
 
-bool g_fused_norm = env_int("ACTORSERVE_FUSED_NORM", 1) != 0;
+bool g_fused_norm = env_int("ACTORSERVE_FUSED_NORM", 0) != 0;
 int g_blocks_per_sm = env_int("ACTORSERVE_NORM_GEMV_BLOCKS", 0);
-int g_sub_blocks = env_int("ACTORSERVE_NORM_GEMV_SUBBLOCKS", 6);
+int g_sub_blocks = env_int("ACTORSERVE_NORM_GEMV_SUBBLOCKS", 3);
 int g_prefetch = env_int("ACTORSERVE_GEMV_PREFETCH", 0);
 bool g_tight = env_int("ACTORSERVE_NORM_GEMV_TIGHT", 0) != 0;
 int g_gate_up_rows = env_int("ACTORSERVE_NORM_GATE_UP_ROWS", 4);

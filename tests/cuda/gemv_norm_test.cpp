@@ -90,7 +90,7 @@ struct normed_row {
 class CudaNormGemv : public ::testing::TestWithParam<act_dtype> {
  protected:
   void SetUp() override { AS_REQUIRE_CUDA(); }
-  void TearDown() override { use_grid({0, 6, 0, false}); }
+  void TearDown() override { use_grid({0, 3, 0, false}); }
 };
 
 TEST_P(CudaNormGemv, PlainEqualsAddRmsnormThenGemv) {
@@ -250,8 +250,12 @@ std::pair<std::vector<int32_t>, std::vector<std::vector<float>>> decode_run(gpu:
 
 class CudaNormFoldedExecutor : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { AS_REQUIRE_CUDA(); }
-  void TearDown() override { cuda::set_fused_norm_decode(true); }
+  void SetUp() override {
+    AS_REQUIRE_CUDA();
+    was_on_ = cuda::fused_norm_decode();
+  }
+  void TearDown() override { cuda::set_fused_norm_decode(was_on_); }
+  bool was_on_ = false;
 };
 
 TEST_P(CudaNormFoldedExecutor, OneTokenStepsEqualTheFusedPathWithNormKernels) {
