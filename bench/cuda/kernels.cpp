@@ -444,22 +444,26 @@ class decode_sim {
     const auto dt = cuda::act_dtype::bf16;
     const float eps = 1e-5f;
     const int rows_gate_up = gate_up_rows_ ? gate_up_rows_ : gemm_.gemv_rows_for(2 * kInter);
+    const bool add = cuda::residual_gemv_decode();  // o/down add into the residual (gemv_norm.hpp)
+    float* const delta = add ? nullptr : delta_;
     for (int l = 0; l < kLayers; ++l) {
       const cuda::device_layer& w = layers_[size_t(l)];
       if (on(op_norm))
-        cuda::add_rmsnorm(dt, residual_, l == 0 ? nullptr : delta_, nullptr, norm_w_, eps, nullptr, 1, kHidden, x_, s_);
+        cuda::add_rmsnorm(dt, residual_, l == 0 ? nullptr : delta, nullptr, norm_w_, eps, nullptr, 1, kHidden, x_, s_);
       rope_.k_cache = k_cache_[size_t(l)];
       rope_.v_cache = v_cache_[size_t(l)];
       launch_.k_cache = rope_.k_cache;
       launch_.v_cache = rope_.v_cache;
       if (on(op_qkv)) cuda::gemv_qkv_rope(dt, x_, kHidden, w.qkv, rope_, s_);
       if (on(op_attn)) attention_->run(launch_, s_);
-      if (on(op_o)) (void)gemm_.run(dt, attn_, 1, kHeads * kHeadDim, w.o, kHidden, delta_);
-      if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta_, nullptr, norm_w_, eps, nullptr, 1, kHidden, x_, s_);
+      if (on(op_o) && add) cuda::gemv_add_residual(dt, attn_, kHeads * kHeadDim, w.o, kHidden, residual_, nullptr, s_);
+      if (on(op_o) && !add) (void)gemm_.run(dt, attn_, 1, kHeads * kHeadDim, w.o, kHidden, delta_);
+      if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta, nullptr, norm_w_, eps, nullptr, 1, kHidden, x_, s_);
       if (on(op_gate_up)) cuda::gemv_gate_up_silu(dt, x_, kHidden, w.gate_up, kInter, act_, rows_gate_up, s_);
-      if (on(op_down)) (void)gemm_.run(dt, act_, 1, kInter, w.down, kHidden, delta_);
+      if (on(op_down) && add) cuda::gemv_add_residual(dt, act_, kInter, w.down, kHidden, residual_, nullptr, s_);
+      if (on(op_down) && !add) (void)gemm_.run(dt, act_, 1, kInter, w.down, kHidden, delta_);
     }
-    if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta_, nullptr, norm_w_, eps, nullptr, 1, kHidden, x_, s_);
+    if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta, nullptr, norm_w_, eps, nullptr, 1, kHidden, x_, s_);
     if (on(op_lm_head)) (void)gemm_.run(dt, x_, 1, kHidden, lm_head_, kVocab, logits_);
     if (on(op_sample)) cuda::sample_tokens(logits_, 1, kVocab, sample_seqs_, penalties_, masks_, out_, s_);
   }
@@ -688,6 +692,10 @@ void bench_fold_variants(decode_sim& sim) {
   const std::vector<sim_shape> one = {{1, 256, 256}};
   cuda::set_fused_norm_decode(false);
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, one, "batch 1, fused GEMVs with norm kernels");
+  cuda::set_residual_gemv_decode(true);
+  bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, one,
+                       "batch 1, fused GEMVs with norm kernels, o/down adding into the residual");
+  cuda::set_residual_gemv_decode(false);
   cuda::set_fused_norm_decode(true);
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, one, "batch 1, norms folded into the GEMVs");
   cuda::set_programmatic_launch(true);

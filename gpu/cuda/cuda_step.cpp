@@ -342,11 +342,17 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   // into the GEMVs. o and down add into the residual, qkv, gate/up and lm_head normalise it
   // themselves; no add_rmsnorm launches (the same logits).
   const auto normed = [&](const float* weight) { return norm_input{residual_, weight, eps, hidden}; };
-  bool fold = fused && fused_norm_decode() && norm_gemv_supported(normed(m.final_norm), m.lm_head);
-  for (const device_layer& w : m.layers)
+  bool add_ok = fused, fold = fused && fused_norm_decode() && norm_gemv_supported(normed(m.final_norm), m.lm_head);
+  for (const device_layer& w : m.layers) {
+    add_ok = add_ok && gemv_supported(attn_, 1, H * D, w.o) && gemv_supported(act_, 1, inter, w.down);
     fold = fold && norm_gemv_supported(normed(w.input_norm), w.qkv) &&
-           norm_gemv_supported(normed(w.post_norm), w.gate_up) && gemv_supported(attn_, 1, H * D, w.o) &&
-           gemv_supported(act_, 1, inter, w.down);
+           norm_gemv_supported(normed(w.post_norm), w.gate_up);
+  }
+  fold = fold && add_ok;
+  // Opt-in too (residual_gemv_decode()): only o and down add into the residual; the norm kernels
+  // stay, reading it without a delta (the same logits).
+  const bool add_in_gemv = add_ok && !fold && residual_gemv_decode();
+  float* const delta = add_in_gemv ? nullptr : delta_;  // what add_rmsnorm adds to the residual
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const device_layer& w = m.layers[l];
     char* k_cache = static_cast<char*>(kv_pool_) + (2 * l) * cache_stride_;
@@ -365,7 +371,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       continue;
     }
     // The previous layer's MLP output joins the residual here (none before the first layer).
-    AS_CUDA_TRY(add_rmsnorm(dt_, residual_, l == 0 ? nullptr : delta_, nullptr, w.input_norm, eps, nullptr, n, hidden,
+    AS_CUDA_TRY(add_rmsnorm(dt_, residual_, l == 0 ? nullptr : delta, nullptr, w.input_norm, eps, nullptr, n, hidden,
                             x_, stream_));
     if (fused) {
       AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv, ra, stream_));
@@ -374,8 +380,13 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
     }
     AS_CUDA_TRY(attention_->run(aa, stream_));
-    if (auto st = gemm_.run(dt_, attn_, n, H * D, w.o, hidden, delta_); !st) return st;
-    AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta_, w.o_bias, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
+    if (add_in_gemv) {
+      AS_CUDA_TRY(gemv_add_residual(dt_, attn_, H * D, w.o, hidden, residual_, w.o_bias, stream_));
+      AS_CUDA_TRY(add_rmsnorm(dt_, residual_, nullptr, nullptr, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
+    } else {
+      if (auto st = gemm_.run(dt_, attn_, n, H * D, w.o, hidden, delta_); !st) return st;
+      AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta_, w.o_bias, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
+    }
     if (fused) {
       AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, w.gate_up, inter, act_, rows_gate_up, stream_));
     } else if (gemm_.uses_gemv(n) || !gate_up_16bit()) {
@@ -385,15 +396,19 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       if (auto st = gemm_.run_act(dt_, x_, n, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
       AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, n, inter, act_, stream_));
     }
-    if (auto st = gemm_.run(dt_, act_, n, inter, w.down, hidden, delta_); !st) return st;
+    if (add_in_gemv) {
+      AS_CUDA_TRY(gemv_add_residual(dt_, act_, inter, w.down, hidden, residual_, nullptr, stream_));
+    } else if (auto st = gemm_.run(dt_, act_, n, inter, w.down, hidden, delta_); !st) {
+      return st;
+    }
   }
   const int rows = shape.sample_rows;
   if (rows == 0) return {};
   if (fold) {  // one token: its row is the sample row
     AS_CUDA_TRY(gemv_norm(dt_, normed(m.final_norm), m.lm_head, V, logits_, stream_));
   } else {
-    AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta_, nullptr, m.final_norm, eps,
-                            at<int32_t>(meta_, layout_.sample_rows), rows, hidden, x_, stream_));
+    AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta, nullptr, m.final_norm, eps, at<int32_t>(meta_, layout_.sample_rows),
+                            rows, hidden, x_, stream_));
     if (auto st = gemm_.run(dt_, x_, rows, hidden, m.lm_head, V, logits_); !st) return st;
   }
   if (opts_.keep_logits)

@@ -30,6 +30,14 @@ struct norm_input {
   int hidden = 0;                   ///< the GEMV's k
 };
 
+/// Whether the executor's one-token steps, without the folded norms, let the o and down
+/// projections add into the residual (gemv_add_residual) and run the norm kernels without a delta
+/// (the same logits). Process-wide; default off: not measured end to end yet. In the folded
+/// step's class timings on the H200 these projections took 0.299 and 0.901 ms a step against the
+/// plain GEMV's 0.309 and 0.956 (ACTORSERVE_RESIDUAL_GEMV=1 turns it on).
+void set_residual_gemv_decode(bool on);
+bool residual_gemv_decode();
+
 /// The largest hidden size the normed GEMVs take (their x lives in shared memory).
 inline constexpr int norm_gemv_max_hidden = 16384;
 

@@ -286,6 +286,7 @@ int env_int(const char* name, int fallback) {
 }
 
 bool g_fused_norm = env_int("ACTORSERVE_FUSED_NORM", 0) != 0;
+bool g_residual_gemv = env_int("ACTORSERVE_RESIDUAL_GEMV", 0) != 0;
 int g_blocks_per_sm = env_int("ACTORSERVE_NORM_GEMV_BLOCKS", 0);
 int g_sub_blocks = env_int("ACTORSERVE_NORM_GEMV_SUBBLOCKS", 3);
 int g_prefetch = env_int("ACTORSERVE_GEMV_PREFETCH", 0);
@@ -340,6 +341,8 @@ int launch_norm(const norm_input& in, const void* w, const Epi& epi, int groups,
 
 void set_fused_norm_decode(bool on) { g_fused_norm = on; }
 bool fused_norm_decode() { return g_fused_norm; }
+void set_residual_gemv_decode(bool on) { g_residual_gemv = on; }
+bool residual_gemv_decode() { return g_residual_gemv; }
 void set_norm_gemv_blocks_per_sm(int blocks) { g_blocks_per_sm = blocks; }
 void set_norm_gemv_sub_blocks(int subs) { g_sub_blocks = subs; }
 void set_gemv_l2_prefetch(int amount) { g_prefetch = amount; }

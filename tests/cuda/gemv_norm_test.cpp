@@ -252,32 +252,41 @@ class CudaNormFoldedExecutor : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     AS_REQUIRE_CUDA();
-    was_on_ = cuda::fused_norm_decode();
+    fold_was_on_ = cuda::fused_norm_decode();
+    add_was_on_ = cuda::residual_gemv_decode();
   }
-  void TearDown() override { cuda::set_fused_norm_decode(was_on_); }
-  bool was_on_ = false;
+  void TearDown() override {
+    cuda::set_fused_norm_decode(fold_was_on_);
+    cuda::set_residual_gemv_decode(add_was_on_);
+  }
+  bool fold_was_on_ = false, add_was_on_ = false;
 };
 
 TEST_P(CudaNormFoldedExecutor, OneTokenStepsEqualTheFusedPathWithNormKernels) {
   const std::string dir = model_dir(GetParam());
   const int steps = 16;
   cuda::set_fused_norm_decode(false);
+  cuda::set_residual_gemv_decode(false);
   auto plain = gpu::make_cuda_executor(dir, test_options(false));
   ASSERT_TRUE(plain.ok()) << plain.err().message;
   auto [tp, lp] = decode_run(*plain.value(), steps, {});
   plain.value().reset();
-  cuda::set_fused_norm_decode(true);
-  for (bool eager : {false, true}) {
-    auto folded = gpu::make_cuda_executor(dir, test_options(eager));
-    ASSERT_TRUE(folded.ok()) << folded.err().message;
-    auto [tf, lf] = decode_run(*folded.value(), steps, tp);
-    EXPECT_EQ(tf, tp) << (eager ? "eager" : "graphs");
-    ASSERT_EQ(lf.size(), lp.size());
-    int unequal = 0;
-    for (size_t k = 0; k < lf.size(); ++k) unequal += count_unequal(lf[k], lp[k]);
-    EXPECT_EQ(unequal, 0) << (eager ? "eager" : "graphs") << ": logits differing from the path with norm kernels";
-    if (!eager) {
-      EXPECT_GE(dynamic_cast<gpu::cuda_executor_probe*>(folded.value().get())->graph_replays(), steps);
+  for (const bool fold : {true, false}) {  // the norms folded; or only o/down adding into the residual
+    cuda::set_fused_norm_decode(fold);
+    cuda::set_residual_gemv_decode(!fold);
+    for (bool eager : {false, true}) {
+      const std::string what = std::string(fold ? "folded norms" : "residual GEMVs") + (eager ? ", eager" : ", graphs");
+      auto ex = gpu::make_cuda_executor(dir, test_options(eager));
+      ASSERT_TRUE(ex.ok()) << ex.err().message;
+      auto [tf, lf] = decode_run(*ex.value(), steps, tp);
+      EXPECT_EQ(tf, tp) << what;
+      ASSERT_EQ(lf.size(), lp.size());
+      int unequal = 0;
+      for (size_t k = 0; k < lf.size(); ++k) unequal += count_unequal(lf[k], lp[k]);
+      EXPECT_EQ(unequal, 0) << what << ": logits differing from the path with norm kernels";
+      if (!eager) {
+        EXPECT_GE(dynamic_cast<gpu::cuda_executor_probe*>(ex.value().get())->graph_replays(), steps) << what;
+      }
     }
   }
 }
