@@ -68,7 +68,7 @@ void set_norm_gemv_tight_registers(bool on);
 
 /// Weights the kernels here prefetch into L2 before waiting for the previous kernel (sm_90 bulk
 /// prefetch, no registers): the normed GEMVs the rows of their next `amount` groups, the residual
-/// GEMVs `amount` rounds of loads after the first. 0 (default) none (H200: 1 costs 0.15-0.5 ms a
+/// GEMVs `amount` rounds of loads after the first. 0 (default) none (H200: 1 costs 0.14-0.39 ms a
 /// step in every grid measured). For benchmarks and tests.
 /// (These knobs start from ACTORSERVE_FUSED_NORM, ACTORSERVE_NORM_GEMV_BLOCKS,
 /// ACTORSERVE_NORM_GEMV_SUBBLOCKS, ACTORSERVE_NORM_GEMV_TIGHT and ACTORSERVE_GEMV_PREFETCH when
