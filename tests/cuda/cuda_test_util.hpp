@@ -89,6 +89,14 @@ class dev_vec {
   size_t n_ = 0;
 };
 
+/// A device vector of 16-bit activations (bf16/fp16 bits) read back as floats.
+inline std::vector<float> download_act(cuda::act_dtype dt, const dev_vec<uint16_t>& d) {
+  auto bits = d.download();
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = from_act_bits(dt, bits[i]);
+  return out;
+}
+
 /// max |a - b| / max |b| over the two arrays; NaN in `a` gives infinity.
 inline double rel_max_err(const std::vector<float>& a, const std::vector<float>& b) {
   double num = 0, den = 0;

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <numeric>
+#include <utility>
+#include <vector>
 #include <thread>
 
 #include "gpu/cuda/cuda_executor.hpp"
@@ -32,6 +35,33 @@ inline gpu::step_sequence greedy(uint64_t id, int32_t num_computed, std::vector<
   s.sample = sample;
   s.params.temperature = 0.0f;
   return s;
+}
+
+/// One sequence through a 29-token prefill and `steps` one-token steps, fed `forced` tokens when
+/// given (else its own greedy tokens); the tokens sampled and the logits of every decode step.
+inline std::pair<std::vector<int32_t>, std::vector<std::vector<float>>> one_sequence(
+    gpu::executor& ex, int steps, const std::vector<int32_t>& forced) {
+  auto* probe = dynamic_cast<gpu::cuda_executor_probe*>(&ex);
+  std::vector<int32_t> prompt(29);
+  std::iota(prompt.begin(), prompt.end(), 11);
+  const std::vector<int32_t> blocks = {3, 9, 4, 17, 5, 6};
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<float>> logits;
+  gpu::step_batch b;
+  b.seqs.push_back(greedy(1, 0, prompt, blocks));
+  auto r = run_step(ex, b);
+  EXPECT_TRUE(r.outcome.ok()) << r.outcome.err().message;
+  tokens.push_back(r.tokens.at(0).token_id);
+  for (int k = 0; k < steps; ++k) {
+    const int32_t next = forced.empty() ? tokens.back() : forced[size_t(k)];
+    gpu::step_batch d;
+    d.seqs.push_back(greedy(1, int32_t(prompt.size()) + k, {next}, blocks));
+    auto rd = run_step(ex, d);
+    EXPECT_TRUE(rd.outcome.ok()) << rd.outcome.err().message;
+    tokens.push_back(rd.tokens.at(0).token_id);
+    logits.push_back(probe->last_logits().at(0));
+  }
+  return {tokens, logits};
 }
 
 /// The test's CUDA executor options: a small fixed pool, logits kept.

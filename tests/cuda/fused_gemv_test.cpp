@@ -161,33 +161,6 @@ TEST_P(CudaFusedGemv, QkvRopeMatchesGemvThenRopeKvWrite) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFusedGemv, ::testing::Values(act_dtype::bf16, act_dtype::fp16),
                          [](const auto& info) { return info.param == act_dtype::bf16 ? "bf16" : "fp16"; });
 
-/// One sequence through a prefill and `steps` one-token steps, fed `forced` tokens when given;
-/// the tokens sampled and the logits of every decode step.
-std::pair<std::vector<int32_t>, std::vector<std::vector<float>>> one_sequence(gpu::executor& ex, int steps,
-                                                                             const std::vector<int32_t>& forced) {
-  auto* probe = dynamic_cast<gpu::cuda_executor_probe*>(&ex);
-  std::vector<int32_t> prompt(29);
-  std::iota(prompt.begin(), prompt.end(), 11);
-  const std::vector<int32_t> blocks = {3, 9, 4, 17, 5, 6};
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> logits;
-  gpu::step_batch b;
-  b.seqs.push_back(greedy(1, 0, prompt, blocks));
-  auto r = run_step(ex, b);
-  EXPECT_TRUE(r.outcome.ok()) << r.outcome.err().message;
-  tokens.push_back(r.tokens.at(0).token_id);
-  for (int k = 0; k < steps; ++k) {
-    const int32_t next = forced.empty() ? tokens.back() : forced[size_t(k)];
-    gpu::step_batch d;
-    d.seqs.push_back(greedy(1, int32_t(prompt.size()) + k, {next}, blocks));
-    auto rd = run_step(ex, d);
-    EXPECT_TRUE(rd.outcome.ok()) << rd.outcome.err().message;
-    tokens.push_back(rd.tokens.at(0).token_id);
-    logits.push_back(probe->last_logits().at(0));
-  }
-  return {tokens, logits};
-}
-
 class CudaFusedExecutor : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { AS_REQUIRE_CUDA(); }

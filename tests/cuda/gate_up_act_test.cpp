@@ -33,13 +33,6 @@ act_vec random_act(act_dtype dt, size_t n, uint32_t seed, float scale) {
   return v;
 }
 
-std::vector<float> download_act(act_dtype dt, const dev_vec<uint16_t>& d) {
-  auto bits = d.download();
-  std::vector<float> out(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) out[i] = from_act_bits(dt, bits[i]);
-  return out;
-}
-
 class CudaGateUpAct : public ::testing::TestWithParam<act_dtype> {
  protected:
   void SetUp() override { AS_REQUIRE_CUDA(); }

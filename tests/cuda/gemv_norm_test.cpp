@@ -221,33 +221,6 @@ TEST_P(CudaNormGemv, AddResidualEqualsGemvThenAddRmsnorm) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaNormGemv, ::testing::Values(act_dtype::bf16, act_dtype::fp16),
                          [](const auto& info) { return info.param == act_dtype::bf16 ? "bf16" : "fp16"; });
 
-/// One sequence: a prefill of 29 tokens, then `steps` one-token steps fed `forced`; the tokens
-/// sampled and each decode step's logits.
-std::pair<std::vector<int32_t>, std::vector<std::vector<float>>> decode_run(gpu::executor& ex, int steps,
-                                                                           const std::vector<int32_t>& forced) {
-  auto* probe = dynamic_cast<gpu::cuda_executor_probe*>(&ex);
-  std::vector<int32_t> prompt(29);
-  std::iota(prompt.begin(), prompt.end(), 11);
-  const std::vector<int32_t> blocks = {3, 9, 4, 17, 5, 6};
-  std::vector<int32_t> tokens;
-  std::vector<std::vector<float>> logits;
-  gpu::step_batch b;
-  b.seqs.push_back(greedy(1, 0, prompt, blocks));
-  auto r = run_step(ex, b);
-  EXPECT_TRUE(r.outcome.ok()) << r.outcome.err().message;
-  tokens.push_back(r.tokens.at(0).token_id);
-  for (int k = 0; k < steps; ++k) {
-    const int32_t next = forced.empty() ? tokens.back() : forced[size_t(k)];
-    gpu::step_batch d;
-    d.seqs.push_back(greedy(1, int32_t(prompt.size()) + k, {next}, blocks));
-    auto rd = run_step(ex, d);
-    EXPECT_TRUE(rd.outcome.ok()) << rd.outcome.err().message;
-    tokens.push_back(rd.tokens.at(0).token_id);
-    logits.push_back(probe->last_logits().at(0));
-  }
-  return {tokens, logits};
-}
-
 class CudaNormFoldedExecutor : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -269,7 +242,7 @@ TEST_P(CudaNormFoldedExecutor, OneTokenStepsEqualTheFusedPathWithNormKernels) {
   cuda::set_residual_gemv_decode(false);
   auto plain = gpu::make_cuda_executor(dir, test_options(false));
   ASSERT_TRUE(plain.ok()) << plain.err().message;
-  auto [tp, lp] = decode_run(*plain.value(), steps, {});
+  auto [tp, lp] = one_sequence(*plain.value(), steps, {});
   plain.value().reset();
   for (const bool fold : {true, false}) {  // the norms folded; or only o/down adding into the residual
     cuda::set_fused_norm_decode(fold);
@@ -278,7 +251,7 @@ TEST_P(CudaNormFoldedExecutor, OneTokenStepsEqualTheFusedPathWithNormKernels) {
       const std::string what = std::string(fold ? "folded norms" : "residual GEMVs") + (eager ? ", eager" : ", graphs");
       auto ex = gpu::make_cuda_executor(dir, test_options(eager));
       ASSERT_TRUE(ex.ok()) << ex.err().message;
-      auto [tf, lf] = decode_run(*ex.value(), steps, tp);
+      auto [tf, lf] = one_sequence(*ex.value(), steps, tp);
       EXPECT_EQ(tf, tp) << what;
       ASSERT_EQ(lf.size(), lp.size());
       int unequal = 0;

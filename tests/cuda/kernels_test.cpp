@@ -23,13 +23,6 @@ std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
-std::vector<float> download_act(act_dtype dt, const dev_vec<uint16_t>& d) {
-  auto bits = d.download();
-  std::vector<float> out(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) out[i] = from_act_bits(dt, bits[i]);
-  return out;
-}
-
 class CudaKernels : public ::testing::TestWithParam<act_dtype> {
  protected:
   void SetUp() override { AS_REQUIRE_CUDA(); }
