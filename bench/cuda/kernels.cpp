@@ -687,7 +687,7 @@ void bench_offline_steps(decode_sim& sim) {
 }
 
 /// Batch 1 (context 256): the one-token step with norm kernels, then with the norms folded
-/// into the GEMVs under each grid, L2 prefetch and gate/up rows-per-block variant (whole step).
+/// into the GEMVs under each grid and gate/up rows-per-block variant (whole step).
 void bench_fold_variants(decode_sim& sim) {
   const std::vector<sim_shape> one = {{1, 256, 256}};
   cuda::set_fused_norm_decode(false);
@@ -701,29 +701,21 @@ void bench_fold_variants(decode_sim& sim) {
   cuda::set_programmatic_launch(true);
   sim.prepare(1);
   report("\n## Batch 1 folded step variants: whole step ms (CUDA graph replays)\n"
-         "| blocks per SM (0: one wave, -1: a block per group) | sub-blocks | L2 prefetch | gate_up rows | "
-         "64 registers | ms | tok/s |\n|---|---|---|---|---|---|---|\n");
+         "| blocks per SM (0: one wave, -1: a block per group) | sub-blocks | gate_up rows | ms | tok/s |\n"
+         "|---|---|---|---|---|\n");
   struct variant {
-    int blocks, subs, prefetch, rows, tight;
+    int blocks, subs, rows;
   };
-  const variant variants[] = {{0, 1, 0, 4, 0}, {0, 1, 0, 4, 1}, {0, 2, 0, 4, 0}, {0, 2, 0, 4, 1}, {0, 3, 0, 4, 0},
-                              {0, 3, 0, 4, 1}, {0, 4, 0, 4, 1}, {0, 6, 0, 4, 0}, {0, 6, 0, 4, 1}, {0, 2, 0, 2, 1},
-                              {0, 3, 0, 2, 1}, {0, 6, 0, 2, 0}, {0, 2, 1, 4, 1}, {0, 3, 1, 4, 1}, {0, 6, 1, 4, 0},
-                              {-1, 1, 0, 4, 1}, {-1, 2, 0, 4, 1}, {0, 1, 1, 4, 1}};
+  const variant variants[] = {{0, 1, 4}, {0, 2, 4}, {0, 3, 4}, {0, 6, 4}, {0, 3, 2}, {0, 6, 2}, {-1, 1, 4}, {-1, 2, 4}};
   for (const variant& v : variants) {
     cuda::set_norm_gemv_blocks_per_sm(v.blocks);
     cuda::set_norm_gemv_sub_blocks(v.subs);
-    cuda::set_gemv_l2_prefetch(v.prefetch);
-    cuda::set_norm_gemv_tight_registers(v.tight != 0);
     sim.set_gate_up_rows(v.rows);
     const double ms = graph_ms(sim.stream(), [&] { sim.enqueue(all_ops); }, 20);
-    report("| %d | %d | %d | %d | %d | %.3f | %.1f |\n", v.blocks, v.subs, v.prefetch, v.rows, v.tight, ms,
-           1000.0 / ms);
+    report("| %d | %d | %d | %.3f | %.1f |\n", v.blocks, v.subs, v.rows, ms, 1000.0 / ms);
   }
-  cuda::set_norm_gemv_tight_registers(false);
   cuda::set_norm_gemv_sub_blocks(3);
   cuda::set_norm_gemv_blocks_per_sm(0);
-  cuda::set_gemv_l2_prefetch(0);
   sim.set_gate_up_rows(0);
   cuda::set_fused_norm_decode(false);
   cuda::set_programmatic_launch(false);

@@ -22,12 +22,6 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return v;
 }
 
-/// Asks the copy engine to bring `bytes` (a multiple of 16) from 16-byte aligned `p` into L2,
-/// without waiting or using registers (sm_90 bulk prefetch).
-__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-}
-
 /// Programmatic dependent launch (sm_90, see launch_pdl): let the next kernel start launching;
 /// wait until the previous one has finished and its writes are visible.
 __device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }

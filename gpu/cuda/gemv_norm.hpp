@@ -61,19 +61,12 @@ void set_norm_gemv_blocks_per_sm(int blocks);
 /// 3: 4.395, 6: 4.590 (4 gate/up rows). For benchmarks and tests.
 void set_norm_gemv_sub_blocks(int subs);
 
-/// Whether the normed GEMVs run the build held to 64 registers a thread (more sub-blocks per SM,
-/// a few spilled values). Default off (H200: slower at 2, 3 and 6 sub-blocks, by 0.04-0.13 ms a
-/// step). For benchmarks and tests.
-void set_norm_gemv_tight_registers(bool on);
-
-/// Weights the kernels here prefetch into L2 before waiting for the previous kernel (sm_90 bulk
-/// prefetch, no registers): the normed GEMVs the rows of their next `amount` groups, the residual
-/// GEMVs `amount` rounds of loads after the first. 0 (default) none (H200: 1 costs 0.14-0.39 ms a
-/// step in every grid measured). For benchmarks and tests.
-/// (These knobs start from ACTORSERVE_FUSED_NORM, ACTORSERVE_NORM_GEMV_BLOCKS,
-/// ACTORSERVE_NORM_GEMV_SUBBLOCKS, ACTORSERVE_NORM_GEMV_TIGHT and ACTORSERVE_GEMV_PREFETCH when
-/// set; gemv_norm_gate_up_silu's default rows per block from ACTORSERVE_NORM_GATE_UP_ROWS.)
-void set_gemv_l2_prefetch(int amount);
+/// (These knobs start from ACTORSERVE_FUSED_NORM, ACTORSERVE_NORM_GEMV_BLOCKS and
+/// ACTORSERVE_NORM_GEMV_SUBBLOCKS when set; gemv_norm_gate_up_silu's default rows per block from
+/// ACTORSERVE_NORM_GATE_UP_ROWS. Two more knobs were measured on the H200 and removed: a build
+/// held to 64 registers a thread, slower by 0.04-0.13 ms a step at 2, 3 and 6 sub-blocks, and an
+/// sm_90 bulk L2 prefetch of the next weights before the dependency wait, slower by 0.14-0.39 ms
+/// a step in every grid: bench/results/h200-step-20261129e.md.)
 
 /// residual[r] = residual[r] + ((W x)[r] + bias[r]) for r < n, in add_rmsnorm's order of
 /// operations (bias may be null); x: [k] of dt, as gemv_supported(x, 1, k, w) requires.

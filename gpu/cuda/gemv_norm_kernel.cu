@@ -179,7 +179,7 @@ __device__ __forceinline__ void sub_block_sync(int sub) {
 /// a 128-thread gemv block would. The weights of the first round go out before the wait for
 /// the previous kernel.
 template <class T, int kRows, class Epi>
-__device__ __forceinline__ void gemv_norm_body(const norm_input& in, const T* w, const Epi& epi, int prefetch) {
+__device__ __forceinline__ void gemv_norm_body(const norm_input& in, const T* w, const Epi& epi) {
   constexpr int kUnroll = kLoadsInFlight / kRows;
   extern __shared__ uint4 smem[];
   float* res_s = reinterpret_cast<float*>(smem);
@@ -198,10 +198,6 @@ __device__ __forceinline__ void gemv_norm_body(const norm_input& in, const T* w,
   uint4 wv[kUnroll][kRows];
   launch_dependents();
   load_round<kRows, kUnroll>(wv, wp, active ? tid : chunks, chunks);
-  if (tid < kRows * prefetch) {  // the rows of this sub-block's next groups, into L2
-    const int next = g + (1 + tid / kRows) * stride;
-    if (next < groups) prefetch_l2(w + size_t(epi.row(next, tid % kRows)) * k, uint32_t(k) * 2);
-  }
   float4 wreg[kWeightRegs];
   load_norm_weight(in, wreg);
   wait_for_previous_grid();
@@ -235,16 +231,8 @@ __device__ __forceinline__ void gemv_norm_body(const norm_input& in, const T* w,
 }
 
 template <class T, int kRows, class Epi>
-__global__ void __launch_bounds__(kMaxSubBlocks * kThreads) gemv_norm_kernel(norm_input in, const T* w, Epi epi,
-                                                                              int prefetch) {
-  gemv_norm_body<T, kRows>(in, w, epi, prefetch);
-}
-
-/// gemv_norm_kernel held to 64 registers a thread (8 sub-blocks an SM instead of 7; spills a few
-/// values).
-template <class T, int kRows, class Epi>
-__global__ void __maxnreg__(64) gemv_norm_tight_kernel(norm_input in, const T* w, Epi epi, int prefetch) {
-  gemv_norm_body<T, kRows>(in, w, epi, prefetch);
+__global__ void __launch_bounds__(kMaxSubBlocks * kThreads) gemv_norm_kernel(norm_input in, const T* w, Epi epi) {
+  gemv_norm_body<T, kRows>(in, w, epi);
 }
 
 /// Registers of gemv_add_kernel are bounded so a one-token o or down projection (1024 blocks of 4
@@ -252,24 +240,16 @@ __global__ void __maxnreg__(64) gemv_norm_tight_kernel(norm_input in, const T* w
 constexpr int kAddBlocksPerSm = 8;
 
 /// residual[row] += (W x)[row] + bias[row], kRows rows per block; the residual value is loaded
-/// right after the wait for the previous kernel, not after the main loop. `prefetch` rounds of
-/// weights after the first go into L2 before that wait.
+/// right after the wait for the previous kernel, not after the main loop.
 template <class T, int kRows>
 __global__ void __launch_bounds__(kThreads, kAddBlocksPerSm) gemv_add_kernel(const T* x, int k, const T* w, int n,
-                                                                              float* residual, const float* bias,
-                                                                              int prefetch) {
+                                                                              float* residual, const float* bias) {
   __shared__ partials<1, kRows> red;
   const int row0 = blockIdx.x * kRows;
   const uint4* wp[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) wp[r] = reinterpret_cast<const uint4*>(w + size_t(min(row0 + r, n - 1)) * k);
-  constexpr int kRoundChunks = kThreads * (kLoadsInFlight / kRows);
   const int r = threadIdx.x, row = row0 + r;
-  if (r < kRows && prefetch > 0 && k / 8 > kRoundChunks) {
-    const int chunks = min(k / 8 - kRoundChunks, prefetch * kRoundChunks);
-    const T* wr = w + size_t(min(row, n - 1)) * k;
-    prefetch_l2(reinterpret_cast<const uint4*>(wr) + kRoundChunks, uint32_t(chunks) * 16);
-  }
   const bool mine = r < kRows && row < n;
   float before = 0.0f;
   accumulate<T, 1, kRows>(x, 1, k, wp, red, [&] {
@@ -289,8 +269,6 @@ bool g_fused_norm = env_int("ACTORSERVE_FUSED_NORM", 0) != 0;
 bool g_residual_gemv = env_int("ACTORSERVE_RESIDUAL_GEMV", 0) != 0;
 int g_blocks_per_sm = env_int("ACTORSERVE_NORM_GEMV_BLOCKS", 0);
 int g_sub_blocks = env_int("ACTORSERVE_NORM_GEMV_SUBBLOCKS", 3);
-int g_prefetch = env_int("ACTORSERVE_GEMV_PREFETCH", 0);
-bool g_tight = env_int("ACTORSERVE_NORM_GEMV_TIGHT", 0) != 0;
 int g_gate_up_rows = env_int("ACTORSERVE_NORM_GATE_UP_ROWS", 4);
 
 /// Blocks of the normed kernel `kernel` (of `threads` threads) over `blocks` blocks' worth of
@@ -325,7 +303,7 @@ int norm_grid(K kernel, int blocks, int threads, size_t smem) {
 template <class T, int kRows, class Epi>
 int launch_norm(const norm_input& in, const void* w, const Epi& epi, int groups, cudaStream_t s) {
   if (groups <= 0) return 0;
-  auto* kernel = g_tight ? gemv_norm_tight_kernel<T, kRows, Epi> : gemv_norm_kernel<T, kRows, Epi>;
+  auto* kernel = gemv_norm_kernel<T, kRows, Epi>;
   const int subs = g_sub_blocks < 1 ? 1 : g_sub_blocks > kMaxSubBlocks ? kMaxSubBlocks : g_sub_blocks;
   const size_t smem = norm_smem_bytes(in.hidden, subs);
   if (smem > 48 * 1024) {
@@ -333,8 +311,7 @@ int launch_norm(const norm_input& in, const void* w, const Epi& epi, int groups,
       return e;
   }
   const int grid = norm_grid(kernel, (groups + subs - 1) / subs, subs * kThreads, smem);
-  return launch_pdl_smem(kernel, dim3(grid), dim3(subs * kThreads), smem, s, in, static_cast<const T*>(w), epi,
-                         g_prefetch);
+  return launch_pdl_smem(kernel, dim3(grid), dim3(subs * kThreads), smem, s, in, static_cast<const T*>(w), epi);
 }
 
 }  // namespace
@@ -345,8 +322,6 @@ void set_residual_gemv_decode(bool on) { g_residual_gemv = on; }
 bool residual_gemv_decode() { return g_residual_gemv; }
 void set_norm_gemv_blocks_per_sm(int blocks) { g_blocks_per_sm = blocks; }
 void set_norm_gemv_sub_blocks(int subs) { g_sub_blocks = subs; }
-void set_gemv_l2_prefetch(int amount) { g_prefetch = amount; }
-void set_norm_gemv_tight_registers(bool on) { g_tight = on; }
 
 bool norm_gemv_supported(const norm_input& in, const void* w) {
   const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
@@ -358,7 +333,7 @@ int gemv_add_residual(act_dtype dt, const void* x, int k, const void* w, int n, 
                       cudaStream_t s) {
   if (n <= 0) return 0;
   AS_DISPATCH_ACT(dt, launch_pdl(gemv_add_kernel<T, 4>, dim3((n + 3) / 4), dim3(kThreads), s,
-                                 static_cast<const T*>(x), k, static_cast<const T*>(w), n, residual, bias, g_prefetch));
+                                 static_cast<const T*>(x), k, static_cast<const T*>(w), n, residual, bias));
   return cudaGetLastError();
 }
 

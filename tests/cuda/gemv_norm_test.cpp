@@ -45,26 +45,20 @@ int count_unequal(const std::vector<T>& a, const std::vector<T>& b) {
   return off;
 }
 
-/// The grids the normed kernels take: blocks per SM (-1: a block per group, 0: one wave),
-/// 128-thread sub-blocks per block, L2 prefetch of each sub-block's next groups, and the build
-/// held to 64 registers.
+/// The grids the normed kernels take: blocks per SM (-1: a block per group, 0: one wave) and
+/// 128-thread sub-blocks per block.
 struct grid_mode {
-  int blocks_per_sm, sub_blocks, prefetch;
-  bool tight;
+  int blocks_per_sm, sub_blocks;
 };
-const grid_mode kGridModes[] = {{-1, 1, 0, false}, {0, 1, 0, false}, {1, 1, 2, true}, {3, 3, 1, false},
-                                {0, 2, 0, true},   {1, 6, 2, false}, {-1, 4, 0, true}, {0, 6, 0, true}};
+const grid_mode kGridModes[] = {{-1, 1}, {0, 1}, {1, 1}, {3, 3}, {0, 2}, {1, 6}, {-1, 4}, {0, 6}};
 
 void use_grid(const grid_mode& m) {
   cuda::set_norm_gemv_blocks_per_sm(m.blocks_per_sm);
   cuda::set_norm_gemv_sub_blocks(m.sub_blocks);
-  cuda::set_gemv_l2_prefetch(m.prefetch);
-  cuda::set_norm_gemv_tight_registers(m.tight);
 }
 
 std::string describe(const grid_mode& m) {
-  return "grid (" + std::to_string(m.blocks_per_sm) + ", " + std::to_string(m.sub_blocks) + ", " +
-         std::to_string(m.prefetch) + (m.tight ? ", 64 registers)" : ")");
+  return "grid (" + std::to_string(m.blocks_per_sm) + ", " + std::to_string(m.sub_blocks) + ")";
 }
 
 /// A residual row with its norm weight, and x = add_rmsnorm of it (the unfused path's input).
@@ -90,7 +84,7 @@ struct normed_row {
 class CudaNormGemv : public ::testing::TestWithParam<act_dtype> {
  protected:
   void SetUp() override { AS_REQUIRE_CUDA(); }
-  void TearDown() override { use_grid({0, 3, 0, false}); }
+  void TearDown() override { use_grid({0, 3}); }
 };
 
 TEST_P(CudaNormGemv, PlainEqualsAddRmsnormThenGemv) {
@@ -199,7 +193,6 @@ TEST_P(CudaNormGemv, AddResidualEqualsGemvThenAddRmsnorm) {
         ASSERT_EQ(cuda::add_rmsnorm(dt, want.get(), delta.get(), b, norm_w.get(), 1e-5f, nullptr, 1, n,
                                     scratch.get(), nullptr),
                   0);
-        cuda::set_gemv_l2_prefetch(k > 1024 ? 3 : 0);
         ASSERT_EQ(cuda::gemv_add_residual(dt, d_x.get(), k, w.get(), n, got.get(), b, nullptr), 0);
         const auto g = got.download(), wv = want.download();
         EXPECT_EQ(count_unequal(g, wv), 0) << "n " << n << " k " << k << " bias " << with_bias;
