@@ -1,6 +1,5 @@
 // The Hopper wgmma prefill kernels (gpu/cuda/attention/prefill_wgmma_kernel.cu: prefill
-// variants 3, 4, 5, 7, and 0, which runs 4 for bf16, head dim 128, 64-token-multiple blocks;
-// 11 when named in ACTORSERVE_PREFILL_VARIANTS)
+// variants 3, 4, 5, 7, and 0, which runs 4 for bf16, head dim 128, 64-token-multiple blocks)
 // against the double-precision reference over prefill-heavy steps: whole prompts, chunks over a
 // cached prefix, tiles cut short (q_len not a multiple of the tile's tokens), key ranges of
 // 1-33 tiles (the K/V ring wraps many times), GQA groups 1-8, head dims 64 and 128, bf16 and
@@ -47,7 +46,7 @@ std::vector<int> variants_to_run() {
     }
     return v;
   }
-  return {cuda::mma_sync_prefill_variant, 0, 3, 4, 5, 7};  // 9, 10, 11, 13 only when named
+  return {cuda::mma_sync_prefill_variant, 0, 3, 4, 5, 7};  // 9, 10, 13 only when named
 }
 
 /// A step's inputs in device memory, uploaded once for every variant run over them.

@@ -224,26 +224,6 @@ __device__ __forceinline__ void load_kv(const uint16_t* kc, const uint16_t* vc, 
   }
 }
 
-/// load_kv with this thread's share worked out once per CTA (variant 11): when NT threads cover
-/// a multiple of 8 rows' chunks, thread tid always copies chunk tid % (D / 8) of rows
-/// r0 + i kStep, whose swizzled offsets are its first one's plus i kStep x 128 B, so a copy costs
-/// a bounds compare and an address add instead of the index and swizzle arithmetic.
-template <int D, int N, int NT>
-struct kv_copier {
-  static constexpr int kChunks = D / 8, kStep = NT / kChunks, kIters = N / kStep;
-  static_assert(NT % kChunks == 0 && kStep % 8 == 0 && N % kStep == 0, "rows must keep their swizzle phase");
-  uint32_t s_off;
-  int tid, r0, g_off;
-
-  __device__ __forceinline__ kv_copier(int t, int row_stride)
-      : s_off(sw128<N>(t / kChunks, t % kChunks)), tid(t), r0(t / kChunks),
-        g_off(r0 * row_stride + (t % kChunks) * 8) {}
-
-  /// The copies of K and V rows [k0, k0 + N) of KV head kvh (load_kv's contract).
-  __device__ __forceinline__ void issue(const uint16_t* kc, const uint16_t* vc, const int32_t* bt, int bs, int kvh,
-                                        int kvh_count, int k0, int kv_end, uint32_t k_s, uint32_t v_s) const;
-};
-
 /// Issues the cp.async copies of rows [k0, k0 + N) of one cache (K or V) of KV head `kvh` into
 /// a swizzled [D / 64][N][64] tile (rows past kv_end zero-filled), `NT` threads sharing the
 /// work. Where blocks and k0 are multiples of 64 rows (of N when N < 64), each 64-row segment
@@ -276,28 +256,6 @@ __device__ __forceinline__ void load_rows(const uint16_t* cache, const int32_t* 
     const bool ok = kpos < kv_end;
     const size_t off = ok ? kv_row(bt, kpos, bs, kvh, kvh_count, D) + c * 8 : 0;
     cp_async16(dst + sw128<N>(r, c), cache + off, ok ? 16 : 0);
-  }
-}
-
-template <int D, int N, int NT>
-__device__ __forceinline__ void kv_copier<D, N, NT>::issue(const uint16_t* kc, const uint16_t* vc, const int32_t* bt,
-                                                           int bs, int kvh, int kvh_count, int k0, int kv_end,
-                                                           uint32_t k_s, uint32_t v_s) const {
-  if (bs % N != 0 || k0 % N != 0) {
-    load_kv<D, N, NT>(kc, vc, bt, bs, kvh, kvh_count, k0, kv_end, k_s, v_s, tid);
-    return;
-  }
-  const size_t row_stride = size_t(kvh_count) * D;
-  const size_t first = (size_t(__ldg(bt + k0 / bs)) * bs + k0 % bs) * row_stride + size_t(kvh) * D + g_off;
-  const uint16_t* kb = kc + first;
-  const uint16_t* vb = vc + first;
-  const int rows_left = kv_end - k0 - r0;
-#pragma unroll
-  for (int i = 0; i < kIters; ++i) {
-    const bool ok = i * kStep < rows_left;
-    const size_t off = ok ? i * kStep * row_stride : 0;
-    cp_async16(k_s + s_off + i * kStep * 128, kb + off, ok ? 16 : 0);
-    cp_async16(v_s + s_off + i * kStep * 128, vb + off, ok ? 16 : 0);
   }
 }
 

@@ -19,10 +19,8 @@ namespace actorserve::gpu::cuda {
 /// and D 128; elsewhere they run 9): a producer warpgroup filling a K/V ring, two consumer
 /// warpgroups taking turns at the MMAs, each overlapping its softmax of S(t) with its
 /// P(t-1) V(t-1); 10 = 64-key tiles, 13 = 128-key tiles. Measured correct and slower than 4.
-/// 11 = variant 4 with each thread's copy offsets worked out once per CTA (bf16, D 128; not
-/// yet run on a GPU).
 inline constexpr bool is_wgmma_prefill_variant(int v) {
-  return v == 3 || v == 4 || v == 5 || v == 7 || v == 9 || v == 10 || v == 11 || v == 13;
+  return v == 3 || v == 4 || v == 5 || v == 7 || v == 9 || v == 10 || v == 13;
 }
 
 /// Query rows per item that the paired-warpgroup variants (9, 10, 13) are built for.
@@ -57,8 +55,8 @@ inline int effective_prefill_variant(int v, act_dtype dt, int head_dim, int bloc
   return p;
 }
 
-/// Launches the wgmma prefill over items [0, counts[0]) for `variant` (3, 4, 5, 7, 9, 10, 11
-/// or 13); a CUDA error code.
+/// Launches the wgmma prefill over items [0, counts[0]) for `variant` (3, 4, 5, 7, 9, 10 or
+/// 13); a CUDA error code.
 int launch_wgmma_prefill(act_dtype dt, const attn_launch& a, int variant, cudaStream_t s);
 
 /// The producer / two-consumer kernels (variants 10, 13; bf16, D 128 only) over 128-row items;

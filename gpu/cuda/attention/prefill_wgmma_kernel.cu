@@ -90,9 +90,8 @@ __global__ void __launch_bounds__(160, kMinBlocks) wgmma_prefill_ws(attn_launch 
 #endif
 }
 
-/// Variant 4: one warpgroup copies (cp.async groups, 2 stages) and computes in turn. Variant 11
-/// (kHoisted): the same with each thread's copy offsets worked out once (kv_copier).
-template <class T, int D, bool kHoisted>
+/// Variant 4: one warpgroup copies (cp.async groups, 2 stages) and computes in turn.
+template <class T, int D>
 __global__ void __launch_bounds__(128, 2) wgmma_prefill_simple(attn_launch a) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
@@ -106,13 +105,9 @@ __global__ void __launch_bounds__(128, 2) wgmma_prefill_simple(attn_launch a) {
   const int32_t* bt = a.block_tables + a.seqs[c.it.seq].bt_offset;
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
-  const kv_copier<D, kKeys, 128> copier(tid, a.num_kv_heads * D);
   const auto load = [&](int k0, uint32_t k_s) {
-    if constexpr (kHoisted)
-      copier.issue(kc, vc, bt, a.block_size, c.it.kv_head, a.num_kv_heads, k0, c.it.kv_end, k_s, k_s + kTB);
-    else
-      load_kv<D, kKeys, 128>(kc, vc, bt, a.block_size, c.it.kv_head, a.num_kv_heads, k0, c.it.kv_end, k_s, k_s + kTB,
-                             tid);
+    load_kv<D, kKeys, 128>(kc, vc, bt, a.block_size, c.it.kv_head, a.num_kv_heads, k0, c.it.kv_end, k_s, k_s + kTB,
+                           tid);
   };
   load(c.it.kv_begin, kv0);
   cp_async_commit();
@@ -201,9 +196,7 @@ int launch(const attn_launch& a, int variant, cudaStream_t s) {
     return start(wgmma_prefill_rows128<T, D, 3>, 256, 1024 + 2 * q_bytes<D>() + 6 * tile_bytes<D, 64>(), a, s);
   if constexpr (D == 128 && std::is_same_v<T, __nv_bfloat16>) {
     if (variant == 4)
-      return start(wgmma_prefill_simple<T, D, false>, 128, 1024 + q_bytes<D>() + 4 * tile_bytes<D, 64>(), a, s);
-    if (variant == 11)
-      return start(wgmma_prefill_simple<T, D, true>, 128, 1024 + q_bytes<D>() + 4 * tile_bytes<D, 64>(), a, s);
+      return start(wgmma_prefill_simple<T, D>, 128, 1024 + q_bytes<D>() + 4 * tile_bytes<D, 64>(), a, s);
     if (variant == 5)
       return start(wgmma_prefill_ws<T, D, 64, 3, false, 2>, 160, ws_smem_bytes<D, 64, 3>(false), a, s);
     if (variant == 7)
