@@ -218,6 +218,46 @@ TEST_F(HostileClients, AnIdleWebSocketIsPingedThenClosedWhenThePeerIsSilent) {
   EXPECT_LT(closed_s, 6.0);
 }
 
+// A WebSocket client that stops reading while a long request streams: once that request's
+// frames fill the session's queue (session_limits), the request is cut — its engine request
+// cancelled, an error frame queued for its id — and the connection still serves the next one.
+TEST_F(HostileClients, AWebSocketThatStopsReadingHasTheStreamCutNotTheConnection) {
+  engine_->context_length = 1 << 20;
+  restart(60);  // the server reads the context length when it starts
+  engine_->step = std::chrono::microseconds(0);
+  engine_->text_suffix = std::string(4096, 'z');  // 80 MB over 20000 tokens: far past the queue limit
+  ws_client ws(port_, 4096);
+  ASSERT_TRUE(ws.ok());
+  timeval tv{10, 0};  // fail, do not hang
+  ::setsockopt(ws.socket().fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ASSERT_TRUE(ws.send_text(R"({"type":"completions","id":"big","body":{"prompt":"x","max_tokens":20000}})"));
+  const auto give_up = steady::now() + 10s;
+  while (server_->context().stats.streams_cut.load() == 0 && steady::now() < give_up) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(server_->context().stats.streams_cut.load(), 1);
+  std::optional<std::string> error;
+  size_t deltas = 0;
+  while (!error) {
+    auto text = ws.read_text();
+    ASSERT_TRUE(text.has_value()) << "the connection ended before the error frame, after " << deltas << " deltas";
+    if (text->find("\"type\":\"error\"") != std::string::npos) error = text;
+    else ++deltas;
+  }
+  EXPECT_NE(error->find("\"id\":\"big\""), std::string::npos) << *error;
+  EXPECT_NE(error->find("did not read fast enough"), std::string::npos) << *error;
+  EXPECT_LT(deltas, 20000u);
+  EXPECT_TRUE(engine_->num_cancelled() == 1 || engine_->num_refused_by_sink.load() == 1);
+  ASSERT_TRUE(ws.send_text(R"({"type":"completions","id":"next","body":{"prompt":"x","max_tokens":2}})"));
+  std::optional<std::string> done;
+  while (!done) {
+    auto text = ws.read_text();
+    ASSERT_TRUE(text.has_value()) << "no answer to the request after the cut";
+    ASSERT_EQ(text->find("\"type\":\"error\""), std::string::npos) << *text;
+    if (text->find("\"type\":\"done\"") != std::string::npos) done = text;
+  }
+  EXPECT_NE(done->find("\"id\":\"next\""), std::string::npos) << *done;
+  EXPECT_EQ(server_->context().stats.streams_cut.load(), 1);
+}
+
 TEST(OpenFileLimit, IsRaisedToTheHardLimitForManyConnections) {
   rlimit saved{};
   ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);

@@ -19,8 +19,9 @@ struct ws_frame {
 
 class ws_client {
  public:
-  /// Connects and upgrades on /v1/stream; ok() tells whether the server answered 101.
-  explicit ws_client(uint16_t port) : s_(port) {
+  /// Connects and upgrades on /v1/stream; ok() tells whether the server answered 101. A small
+  /// `rcvbuf` (SO_RCVBUF) makes a client that stops reading back up the server quickly.
+  explicit ws_client(uint16_t port, int rcvbuf = 0) : s_(port, rcvbuf) {
     if (!s_.ok()) return;
     s_.send_all("GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                 "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
