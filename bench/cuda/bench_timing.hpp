@@ -1,0 +1,91 @@
+#pragma once
+// Helpers of bench_cuda_kernels (kernels.cpp): output to stdout and the --out file, event and
+// CUDA-graph timing, device buffers that exit the program when cudaMalloc fails.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace actorserve::bench_cuda {
+
+inline FILE* g_out = nullptr;
+
+template <class... A>
+void report(const char* fmt, A... a) {
+  std::printf(fmt, a...);
+  std::fflush(stdout);
+  if (g_out) {
+    std::fprintf(g_out, fmt, a...);
+    std::fflush(g_out);
+  }
+}
+
+template <class F>
+double time_ms(F&& f, int iters = 20) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 3; ++i) f();
+  cudaEventRecord(a);
+  for (int i = 0; i < iters; ++i) f();
+  cudaEventRecord(b);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms / iters;
+}
+
+inline void* dmalloc(size_t bytes) {
+  void* p = nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) { std::fprintf(stderr, "cudaMalloc %zu failed\n", bytes); std::exit(1); }
+  cudaMemset(p, 0, bytes);
+  return p;
+}
+
+template <class T>
+T* upload(const std::vector<T>& v) {
+  T* p = static_cast<T*>(dmalloc(v.size() * sizeof(T) + 16));
+  cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+  return p;
+}
+
+/// Average ms of one replay of a CUDA graph that captures `f` (enqueued on `s`).
+template <class F>
+double graph_ms(cudaStream_t s, F&& f, int iters = 10) {
+  f();
+  cudaStreamSynchronize(s);
+  cudaGraph_t g = nullptr;
+  cudaGraphExec_t e = nullptr;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  f();
+  if (cudaStreamEndCapture(s, &g) != cudaSuccess || cudaGraphInstantiate(&e, g, 0) != cudaSuccess) {
+    std::printf("graph capture failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+    if (g) cudaGraphDestroy(g);
+    return -1.0;
+  }
+  cudaGraphLaunch(e, s);
+  cudaStreamSynchronize(s);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaEventRecord(a, s);
+  for (int i = 0; i < iters; ++i) cudaGraphLaunch(e, s);
+  cudaEventRecord(b, s);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaGraphExecDestroy(e);
+  cudaGraphDestroy(g);
+  if (auto err = cudaGetLastError(); err != cudaSuccess) {
+    std::printf("CUDA error: %s\n", cudaGetErrorString(err));
+    return -1.0;
+  }
+  return ms / iters;
+}
+
+}  // namespace actorserve::bench_cuda
