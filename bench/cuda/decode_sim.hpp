@@ -286,12 +286,12 @@ class decode_sim {
 
   template <class T>
   T* upload(const std::vector<T>& v) {
-    T* p = upload(v);
+    T* p = bench_cuda::upload(v);
     owned_.push_back(p);
     return p;
   }
   void* dmalloc(size_t bytes) {
-    void* p = dmalloc(bytes);
+    void* p = bench_cuda::dmalloc(bytes);
     owned_.push_back(p);
     return p;
   }
