@@ -35,15 +35,28 @@ __global__ void embedding_kernel(const T* table, const int32_t* ids, int hidden,
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = to_f32(row[i]);
 }
 
+/// The rows an add_rmsnorm block works on (block i: residual row rows[i], or i without `rows`),
+/// read after waiting for the previous kernel.
+struct norm_rows {
+  float* res;
+  const float* del;  ///< null without a delta
+  __device__ __forceinline__ norm_rows(float* residual, const float* delta, const int32_t* rows, int hidden) {
+    pdl_begin();
+    const int i = blockIdx.x;
+    const int r = rows ? rows[i] : i;
+    res = residual + size_t(r) * hidden;
+    del = delta ? delta + size_t(r) * hidden : nullptr;
+  }
+};
+
 template <class T>
 __global__ void add_rmsnorm_kernel(float* residual, const float* delta, const float* bias, const float* weight,
                                    float eps, const int32_t* rows, int hidden, T* out) {
   __shared__ float scratch[32];
-  pdl_begin();
+  const norm_rows row(residual, delta, rows, hidden);
   const int i = blockIdx.x;
-  const int r = rows ? rows[i] : i;
-  float* res = residual + size_t(r) * hidden;
-  const float* del = delta ? delta + size_t(r) * hidden : nullptr;
+  float* res = row.res;
+  const float* del = row.del;
   float ss = 0.0f;
   for (int k = threadIdx.x; k < hidden; k += blockDim.x) {
     float v = res[k];
@@ -73,11 +86,10 @@ template <class T>
 __global__ void add_rmsnorm_regs_kernel(float* residual, const float* delta, const float* bias, const float* weight,
                                         float eps, const int32_t* rows, int hidden, T* out) {
   __shared__ float scratch[32];
-  pdl_begin();
+  const norm_rows row(residual, delta, rows, hidden);
   const int i = blockIdx.x;
-  const int r = rows ? rows[i] : i;
-  float* res = residual + size_t(r) * hidden;
-  const float* del = delta ? delta + size_t(r) * hidden : nullptr;
+  float* res = row.res;
+  const float* del = row.del;
   float v[kNormPerThread], w[kNormPerThread];
 #pragma unroll
   for (int j = 0; j < kNormPerThread; ++j) {
