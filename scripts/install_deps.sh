@@ -9,6 +9,7 @@ packages=(
   libboost1.81-dev      # Asio + Beast (header-only part)
   libsimdjson-dev       # JSON in
   libpcre2-dev          # tokenizer pre-split regexes (Unicode properties, JIT)
+  libutf8proc-dev       # tokenizer Unicode normalizers (NFC, NFD, NFKC, NFKD)
   libxxhash-dev         # prefix-cache block hashes
   libcli11-dev          # command-line flags
   libfmt-dev libspdlog-dev  # formatting and logging

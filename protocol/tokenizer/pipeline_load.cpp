@@ -70,9 +70,11 @@ status load_normalizer_obj(tokenizer_impl& t, const json_obj& o) {
   if (!type) return type.err();
   if (*type == "Sequence")
     return for_each_object(o, "normalizers", [&](const json_obj& c) { return load_normalizer_obj(t, c); });
-  if (*type == "NFC") return {};  // NOTE: treated as identity; inputs are assumed NFC already
   normalizer_step step;
-  if (*type == "Prepend") {
+  if (const auto form = unicode_form_named(*type)) {
+    step.type = normalizer_step::kind::unicode;
+    step.form = *form;
+  } else if (*type == "Prepend") {
     step.type = normalizer_step::kind::prepend;
     if (status s = o.get_string("prepend", step.content); !s) return s;
   } else if (*type == "Replace") {

@@ -122,6 +122,8 @@ void encode_segment(const tokenizer_impl& t, std::string_view seg, bool at_start
     for (const normalizer_step& n : t.normalizers) {
       if (n.type == normalizer_step::kind::prepend) {
         if (!normalized.empty()) normalized.insert(0, n.content);
+      } else if (n.type == normalizer_step::kind::unicode) {
+        normalized = unicode_normalize(normalized, n.form);
       } else {
         replace_all(normalized, n.pattern, n.content);
       }

@@ -10,12 +10,15 @@
 
 #include "protocol/tokenizer/bpe.hpp"
 #include "protocol/tokenizer/regex_splitter.hpp"
+#include "protocol/tokenizer/unicode_normalize.hpp"
 
 namespace actorserve::protocol::detail {
 
 /// A normalizer step (Sequence is flattened): Prepend or Replace of a literal string.
 struct normalizer_step {
-  enum class kind { prepend, replace } type = kind::replace;
+  /// unicode: the Unicode normalization form in `form` (NFC, NFD, NFKC, NFKD; utf8proc)
+  enum class kind { prepend, replace, unicode } type = kind::replace;
+  unicode_form form = unicode_form::nfc;
   std::string pattern;  ///< replace: the literal searched for
   std::string content;  ///< prepend: the prefix; replace: the replacement
 };
