@@ -113,33 +113,19 @@ struct wgmma_ops;
 #define AS_WG_R64 \
   AS_WG_R32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
             "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-/* D[64 x 32] (+)= A (shared, K-major) * B (shared, K-major). */
-#define AS_WG_SS_N32(NAME, TY, C, SCALE_D)                                                     \
+/* D[64 x N] (+)= A (shared, K-major) * B (shared, K-major); REGS / ACC list the N / 2 accumulator
+   operands, PA, PB, PP the operand numbers of the two descriptors and of scale-d. */
+#define AS_WG_SS(NAME, TY, C, SCALE_D, N, REGS, ACC, PA, PB, PP)                                 \
   __device__ static __forceinline__ void NAME(float* d, uint64_t da, uint64_t db) {            \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                   \
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " {" AS_WG_R16 "}, "  \
-                 "%16, %17, p, 1, 1, 0, 0;\n}\n"                                                \
-                 : AS_WG_ACC16(C)                                                              \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #PP ", 0;\n"                              \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" REGS "}, "   \
+                 "%" #PA ", %" #PB ", p, 1, 1, 0, 0;\n}\n"                                       \
+                 : ACC(C)                                                                      \
                  : "l"(da), "l"(db), "r"(SCALE_D));                                            \
   }
-/* D[64 x 64] (+)= A (shared, K-major) * B (shared, K-major). */
-#define AS_WG_SS_N64(NAME, TY, C, SCALE_D)                                                     \
-  __device__ static __forceinline__ void NAME(float* d, uint64_t da, uint64_t db) {            \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                   \
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {" AS_WG_R32 "}, "  \
-                 "%32, %33, p, 1, 1, 0, 0;\n}\n"                                                \
-                 : AS_WG_ACC32(C)                                                              \
-                 : "l"(da), "l"(db), "r"(SCALE_D));                                            \
-  }
-/* D[64 x 128] (+)= A (shared, K-major) * B (shared, K-major). */
-#define AS_WG_SS_N128(NAME, TY, C, SCALE_D)                                                    \
-  __device__ static __forceinline__ void NAME(float* d, uint64_t da, uint64_t db) {            \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                   \
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " {" AS_WG_R64 "}, " \
-                 "%64, %65, p, 1, 1, 0, 0;\n}\n"                                                \
-                 : AS_WG_ACC64(C)                                                              \
-                 : "l"(da), "l"(db), "r"(SCALE_D));                                            \
-  }
+#define AS_WG_SS_N32(NAME, TY, C, SCALE_D) AS_WG_SS(NAME, TY, C, SCALE_D, 32, AS_WG_R16, AS_WG_ACC16, 16, 17, 18)
+#define AS_WG_SS_N64(NAME, TY, C, SCALE_D) AS_WG_SS(NAME, TY, C, SCALE_D, 64, AS_WG_R32, AS_WG_ACC32, 32, 33, 34)
+#define AS_WG_SS_N128(NAME, TY, C, SCALE_D) AS_WG_SS(NAME, TY, C, SCALE_D, 128, AS_WG_R64, AS_WG_ACC64, 64, 65, 66)
 /* D[64 x 64] += A (registers) * B (shared, MN-major). */
 #define AS_WG_RS_T_N64(TY)                                                                     \
   __device__ static __forceinline__ void rs_t_n64(float* d, const uint32_t* a, uint64_t db) {  \
@@ -182,6 +168,7 @@ struct wgmma_ops<__half> {
 #undef AS_WG_SS_N128
 #undef AS_WG_SS_N64
 #undef AS_WG_SS_N32
+#undef AS_WG_SS
 #undef AS_WG_R64
 #undef AS_WG_R32
 #undef AS_WG_R16
