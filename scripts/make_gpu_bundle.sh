@@ -4,7 +4,7 @@
 # only the NVIDIA driver and the CUDA 13 runtime/cuBLAS (found through ldconfig or /usr/local/cuda).
 #
 #   scripts/make_gpu_bundle.sh [--with-data] [--with-node] [BUNDLE_DIR=.gpu_bundle] [BUILD_DIR=build-gpu]
-#   TARGETS="test_cuda bench_cuda_kernels" scripts/make_gpu_bundle.sh   # build only these
+#   TARGETS="test_cuda bench_cuda_kernels" scripts/make_gpu_bundle.sh   # build and pack only these
 #   PACK=out.tar.xz scripts/make_gpu_bundle.sh                          # also pack it, xz-compressed
 # --with-node adds this machine's node binary and tests/e2e (with node_modules), so the
 # end-to-end tests (openai + ws clients) run on hosts without Node.js.
@@ -35,6 +35,10 @@ rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"
 shopt -s nullglob
 exes=("$build/server/actorserve" "$build"/tests/test_* "$build"/bench/bench_*)
+if [[ -n "${TARGETS:-}" ]]; then  # only what was asked for (a device call carries at most 64 MiB)
+  exes=()
+  for t in $TARGETS; do exes+=("$build/server/$t" "$build/tests/$t" "$build/bench/$t"); done
+fi
 for exe in "${exes[@]}"; do
   [[ -x "$exe" && -f "$exe" ]] || continue
   cp "$exe" "$bundle/bin/"

@@ -1,11 +1,13 @@
-// The Hopper wgmma prefill kernels (gpu/cuda/attention/prefill_wgmma_kernel.cu: prefill
-// variants 3, 4, 5, 7, and 0, which runs 4 for bf16, head dim 128, 64-token-multiple blocks)
+// The Hopper wgmma prefill kernels (gpu/cuda/attention/prefill_wgmma_kernel.cu and
+// prefill_pingpong_kernel.cu: prefill variants 3, 4, 5, 7, and 0, which runs 15 for bf16, head
+// dim 128 and blocks of 8, 16, 32 or a multiple of 64 tokens)
 // against the double-precision reference over prefill-heavy steps: whole prompts, chunks over a
 // cached prefix, tiles cut short (q_len not a multiple of the tile's tokens), key ranges of
 // 1-33 tiles (the K/V ring wraps many times), GQA groups 1-8, head dims 64 and 128, bf16 and
 // fp16, both backends' block sizes; outputs poisoned before each run. Variant 8 (the mma.sync
 // kernel) runs the same cases as a control; ACTORSERVE_PREFILL_VARIANTS=3,4 picks variants.
-// Variants 9, 10, 13 (128-row items, two warpgroups per K/V tile) run only when named there. With
+// Of the 128-row-item variants (two warpgroups per K/V tile) 15 always runs, 9, 10, 11 and 13
+// only when named there. With
 // ACTORSERVE_PREFILL_BENCH=1 (and a GPU) one more test times them on the prefill shapes.
 #include <gtest/gtest.h>
 
@@ -199,13 +201,14 @@ bool variant_requested(int v) {
   return std::getenv("ACTORSERVE_PREFILL_VARIANTS") && std::find(vs.begin(), vs.end(), v) != vs.end();
 }
 
-/// The paired-warpgroup variants (9, 10, 13) over 128-row items planned here, each when
-/// ACTORSERVE_PREFILL_VARIANTS names it. Whole prompts and chunks only: no decode tokens.
+/// The paired-warpgroup variants (9, 10, 11, 13, 15) over 128-row items planned here, each when
+/// ACTORSERVE_PREFILL_VARIANTS names it; without that variable the default (15). Whole prompts and chunks only: no decode tokens.
 TEST_P(PrefillWgmma, PairedWarpgroupsMatchReference) {
   std::vector<int> paired;
-  for (int v : {9, 10, 13})
+  for (int v : {9, 10, 11, 13, 15})
     if (variant_requested(v)) paired.push_back(v);
-  if (paired.empty()) GTEST_SKIP() << "set ACTORSERVE_PREFILL_VARIANTS=9,10,13 (any of them) to run these";
+  if (!std::getenv("ACTORSERVE_PREFILL_VARIANTS")) paired.push_back(cuda::wgmma_default_variant);
+  if (paired.empty()) GTEST_SKIP() << "ACTORSERVE_PREFILL_VARIANTS names none of 9, 10, 11, 13, 15";
   const auto [dt, layout] = GetParam();
   const bool vllm = layout == kv_cache_layout::vllm;
   const std::vector<seq_spec> seqs = {{2, 2}, {17, 17}, {300, 300}, {1000, 40}, {97, 30}, {2100, 71}, {64, 64},

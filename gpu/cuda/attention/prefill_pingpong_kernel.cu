@@ -1,9 +1,15 @@
-// Prefill variants 10 and 13 (prefill_wgmma.hpp; bf16, head dim 128): FlashAttention-3's
+// Prefill variants 10, 11, 13 and 15 (prefill_wgmma.hpp; bf16, head dim 128): FlashAttention-3's
 // scheduling on Hopper over 128-row prefill items (tokens x heads of one GQA group, one KV
-// head). A CTA has three warpgroups: warpgroup 0 produces, filling a kStages-deep K/V ring with
-// cp.async (K and V of a stage signal separate "full" mbarriers, so S can start before V lands)
-// and hands registers to the consumers (setmaxnreg); warpgroups 1 and 2 consume, 64 query rows
-// each, against the same K/V tiles.
+// head). A CTA has three warpgroups: warpgroup 0 produces, filling a kStages-deep K/V ring (K
+// and V of a stage signal separate "full" mbarriers, so S can start before V lands) and hands
+// registers to the consumers (setmaxnreg); warpgroups 1 and 2 consume, 64 query rows each,
+// against the same K/V tiles. 10 (64-key tiles) / 13 (128-key) copy with cp.async from the
+// whole producer warpgroup; 11 and 15 (64-key tiles) from one producer warp through the TMA
+// unit: one thread issues a tile's boxes (kv_tensor_map.hpp), no per-thread address arithmetic.
+// 15, the default for bf16 / D 128, is persistent: one CTA per SM walks the items, the ring
+// runs on from one item into the next, and the producer warpgroup's other three warps stage
+// the next item's queries (fp32 -> bf16, scaled) into a second Q pair meanwhile, so an item
+// starts without waiting for its queries or its first K/V tiles.
 //
 // Each consumer overlaps inside itself: it issues S(t) = Q K(t)^T and O += P(t-1) V(t-1)
 // back to back, waits for S(t) only, runs the softmax of S(t) while P V is still in flight,
@@ -12,11 +18,13 @@
 // The two consumers also take turns to issue their MMAs (named barriers 1 and 2, 256 threads:
 // one waits in bar.sync, the other arrives), so one warpgroup's softmax runs under the other's
 // MMAs. Both walk the same tiles (the lower rows' extra diagonal tile is masked), so their
-// barrier counts match. Measured on the H200: correct, but slower than variant 4
-// (docs/attention.md); without the turns (a variant measured and removed) it was as fast.
+// barrier counts match. Measured on the H200 (docs/attention.md): 10 / 13 correct but slower
+// than variant 4; 15 455.7 TFLOP/s at 4 x 4096 causal against 4's 335.5.
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
+#include "gpu/cuda/attention/kv_tensor_map.hpp"
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
 #include "gpu/cuda/attention/prefill_wgmma_rows.cuh"
 
@@ -33,72 +41,187 @@ using namespace attn_dev::wg;
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "setmaxnreg.inc would wait forever");
 
-/// Dynamic shared memory: 1 KiB alignment slack, two Q tiles, the ring, 3 mbarriers per stage.
+/// The ring of a CTA's K/V tiles, counted over every item the CTA takes (a persistent CTA's
+/// ring runs on from one item into the next): tile n sits in stage n % kStages, and each
+/// stage has a "full K", a "full V" and an "empty" mbarrier whose phase n / kStages it is.
 template <int D, int kKeys, int kStages>
+struct kv_ring {
+  static constexpr int kTB = tile_bytes<D, kKeys>();
+  uint32_t kv0, bars;  // the stages' tiles (K then V); the barriers (3 per stage)
+  __device__ __forceinline__ uint32_t k_tile(int n) const { return kv0 + (n % kStages) * 2 * kTB; }
+  __device__ __forceinline__ uint32_t v_tile(int n) const { return k_tile(n) + kTB; }
+  __device__ __forceinline__ uint32_t full_k(int n) const { return bars + 8 * (n % kStages); }
+  __device__ __forceinline__ uint32_t full_v(int n) const { return bars + 8 * (kStages + n % kStages); }
+  __device__ __forceinline__ uint32_t empty(int n) const { return bars + 8 * (2 * kStages + n % kStages); }
+  __device__ __forceinline__ static uint32_t parity(int n) { return uint32_t((n / kStages) & 1); }
+};
+
+/// Dynamic shared memory: 1 KiB alignment slack, kQBufs pairs of Q tiles (two 64-row tiles per
+/// item), the ring, 3 mbarriers per stage and 2 per Q pair.
+template <int D, int kKeys, int kStages, int kQBufs>
 constexpr int pingpong_smem_bytes() {
-  return 1024 + 2 * q_bytes<D>() + kStages * 2 * tile_bytes<D, kKeys>() + 24 * kStages;
+  return 1024 + kQBufs * 2 * q_bytes<D>() + kStages * 2 * tile_bytes<D, kKeys>() + 24 * kStages + 16 * kQBufs;
 }
 
-template <class T, int D, int kKeys, int kStages>
-__global__ void __launch_bounds__(384, 1) wgmma_prefill_pingpong(attn_launch a) {
+/// Producer threads that copy K/V: the whole warpgroup with cp.async; one warp with TMA (the
+/// others leave, or stage the queries of a persistent CTA's items).
+template <bool kTma>
+constexpr int producer_threads() { return kTma ? 32 : 128; }
+/// Threads of the producer warpgroup that stage queries in a persistent CTA (warps 1-3).
+inline constexpr int kQStagers = 96;
+
+/// The producer's K/V stream over the CTA's items (blockIdx.x, + stride, ... < items): tile n
+/// of the CTA into its ring stage once the consumers have released the stage. With kTma, a
+/// tile whose keys all precede kv_end comes as TMA boxes of maps.box_rows tokens x 64 elements
+/// (one block, or 64 tokens of one, per box: 4 per K or V tile of 64 keys at D 128 and block
+/// size 32) that lane 0 issues, the other lanes only arriving; the tail tile, and every tile
+/// of an item whose first key is not box-aligned, comes by cp.async with the rows past kv_end
+/// zero-filled (P V reads those rows with P = 0, and 0 x a stale NaN is not 0).
+template <int D, int kKeys, int kStages, bool kTma>
+__device__ __forceinline__ void produce_kv(const attn_launch& a, const kv_tensor_maps& maps,
+                                           const kv_ring<D, kKeys, kStages>& ring, int items, int stride, int tid) {
+  constexpr int kTB = tile_bytes<D, kKeys>(), kNT = producer_threads<kTma>();
+  const int bs = a.block_size, rows = maps.box_rows, segs = rows > 0 ? kKeys / rows : 0;
+  const auto* kc = static_cast<const uint16_t*>(a.k_cache);
+  const auto* vc = static_cast<const uint16_t*>(a.v_cache);
+  int n = 0;
+  for (int item = blockIdx.x; item < items; item += stride) {
+    const attn_item it = a.items[item];
+    const int ntiles = (it.kv_end - it.kv_begin + kKeys - 1) / kKeys;
+    const int32_t* bt = a.block_tables + a.seqs[it.seq].bt_offset;
+    const bool tma = kTma && rows > 0 && kKeys % rows == 0 && it.kv_begin % rows == 0;
+    for (int t = 0; t < ntiles; ++t, ++n) {
+      if (n >= kStages) mbar_wait(ring.empty(n), ring.parity(n) ^ 1u);
+      const uint32_t k_s = ring.k_tile(n), full_k = ring.full_k(n), full_v = ring.full_v(n);
+      const int k0 = it.kv_begin + t * kKeys;
+      if (tma && k0 + kKeys <= it.kv_end) {
+        // Lane g < segs looks up the block of box g (rows tokens); lane 0 issues every box.
+        const int kg = k0 + rows * (tid % segs);
+        const int my_row = __ldg(bt + kg / bs) * bs + kg % bs;
+        if (tid == 0) {
+          mbar_arrive_expect_tx(full_k, kTB);
+          mbar_arrive_expect_tx(full_v, kTB);
+        } else {
+          mbar_arrive(full_k);
+          mbar_arrive(full_v);
+        }
+        const int col = it.kv_head * D;
+        for (int g = 0; g < segs; ++g) {
+          const int row = __shfl_sync(0xffffffffu, my_row, g);
+          if (tid != 0) continue;
+#pragma unroll
+          for (int j = 0; j < D / kv_box_cols; ++j) {
+            const uint32_t off = j * kKeys * 128 + g * rows * 128;
+            tma_load_2d(k_s + off, &maps.k, col + j * kv_box_cols, row, full_k);
+            tma_load_2d(k_s + kTB + off, &maps.v, col + j * kv_box_cols, row, full_v);
+          }
+        }
+        continue;
+      }
+      load_rows<D, kKeys, kNT>(kc, bt, bs, it.kv_head, a.num_kv_heads, k0, it.kv_end, k_s, tid);
+      mbar_arrive_cp_async(full_k);
+      load_rows<D, kKeys, kNT>(vc, bt, bs, it.kv_head, a.num_kv_heads, k0, it.kv_end, k_s + kTB, tid);
+      mbar_arrive_cp_async(full_v);
+    }
+  }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+/// Query pair b of a persistent CTA (its two 64-row Q tiles for one item) and its barriers:
+/// "full" (the stagers' arrivals) and "empty" (one arrival per consumer warp).
+struct q_pairs {
+  uint32_t q0, bars;
+  __device__ __forceinline__ uint32_t tile(int local, int cw) const { return q0 + ((local % 2) * 2 + cw) * q_bytes<128>(); }
+  __device__ __forceinline__ uint32_t full(int local) const { return bars + 8 * (local % 2); }
+  __device__ __forceinline__ uint32_t empty(int local) const { return bars + 16 + 8 * (local % 2); }
+  __device__ __forceinline__ static uint32_t parity(int local) { return uint32_t((local / 2) & 1); }
+};
+
+/// Warps 1-3 of a persistent CTA's producer warpgroup: the queries of the CTA's next item into
+/// the free Q pair while the consumers still work on the current one.
+template <class T, int D>
+__device__ __forceinline__ void stage_queries(const attn_launch& a, const q_pairs& q, int items, int stride,
+                                              int tid) {
+  const int G = a.num_heads / a.num_kv_heads;
+  int local = 0;
+  for (int item = blockIdx.x; item < items; item += stride, ++local) {
+    if (local >= 2) mbar_wait(q.empty(local), q.parity(local) ^ 1u);
+    const attn_item it = a.items[item];
+    for (int cw = 0; cw < 2; ++cw)
+      stage_q_sw128<T, D, kQStagers>(a, it.q_begin, it.kv_head, it.q_len * G, q.tile(local, cw), tid, 64 * cw);
+    fence_proxy_async();
+    mbar_arrive(q.full(local));
+  }
+}
+
+/// kTma: the K/V ring filled by TMA; kPersist (with kTma): one CTA per SM walks items
+/// blockIdx.x, + gridDim.x, ..., its queries staged ahead by the producer warpgroup's idle
+/// warps into two Q pairs, the ring running on across items. Otherwise one item per CTA,
+/// each consumer staging its own queries.
+template <class T, int D, int kKeys, int kStages, bool kTma, bool kPersist>
+__global__ void __launch_bounds__(384, 1) wgmma_prefill_pingpong(attn_launch a, const __grid_constant__ kv_tensor_maps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else
-  constexpr int kTB = tile_bytes<D, kKeys>();
-  if (int(blockIdx.x) >= a.counts[0]) return;
+  static_assert(!kPersist || kTma, "persistent CTAs stage queries with the warps TMA leaves free");
+  static_assert(D == 128, "q_pairs is laid out for D 128");
+  constexpr int kQBufs = kPersist ? 2 : 1;
+  const int items = a.counts[0], stride = kPersist ? int(gridDim.x) : items;
+  if (int(blockIdx.x) >= items) return;
   extern __shared__ uint4 smem_raw[];
-  const uint32_t q0 = (smem_addr(smem_raw) + 1023u) & ~1023u, kv0 = q0 + 2 * q_bytes<D>();
-  // Per stage st: full_k at bars + 8 st, full_v at + 8 (kStages + st), empty at + 8 (2 kStages + st).
-  const uint32_t bars = kv0 + kStages * 2 * kTB;
+  const uint32_t q0 = (smem_addr(smem_raw) + 1023u) & ~1023u, kv0 = q0 + kQBufs * 2 * q_bytes<D>();
+  const kv_ring<D, kKeys, kStages> ring{kv0, kv0 + kStages * 2 * tile_bytes<D, kKeys>()};
+  const q_pairs qp{q0, ring.bars + 24 * kStages};
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   if (tid == 0) {
 #pragma unroll
     for (int st = 0; st < kStages; ++st) {
-      mbar_init(bars + 8 * st, 128);                  // full K: the producers' cp.async arrivals
-      mbar_init(bars + 8 * (kStages + st), 128);      // full V
-      mbar_init(bars + 8 * (2 * kStages + st), 8);    // empty: one arrival per consumer warp
+      mbar_init(ring.full_k(st), producer_threads<kTma>());  // the producers' arrivals
+      mbar_init(ring.full_v(st), producer_threads<kTma>());
+      mbar_init(ring.empty(st), 8);                          // one arrival per consumer warp
     }
+    if (kPersist)
+      for (int b = 0; b < 2; ++b) {
+        mbar_init(qp.full(b), kQStagers);
+        mbar_init(qp.empty(b), 8);
+      }
+    if (kTma) fence_mbarrier_init();  // the copy engine completes transactions on these barriers
   }
   __syncthreads();
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    const attn_item it = a.items[blockIdx.x];
-    const int ntiles = (it.kv_end - it.kv_begin + kKeys - 1) / kKeys;
-    const int32_t* bt = a.block_tables + a.seqs[it.seq].bt_offset;
-    const auto* kc = static_cast<const uint16_t*>(a.k_cache);
-    const auto* vc = static_cast<const uint16_t*>(a.v_cache);
-    for (int t = 0; t < ntiles; ++t) {
-      const int st = t % kStages;
-      if (t >= kStages) mbar_wait(bars + 8 * (2 * kStages + st), uint32_t((t / kStages - 1) & 1));
-      const uint32_t k_s = kv0 + st * 2 * kTB;
-      const int k0 = it.kv_begin + t * kKeys;
-      load_rows<D, kKeys, 128>(kc, bt, a.block_size, it.kv_head, a.num_kv_heads, k0, it.kv_end, k_s, tid);
-      mbar_arrive_cp_async(bars + 8 * st);
-      load_rows<D, kKeys, 128>(vc, bt, a.block_size, it.kv_head, a.num_kv_heads, k0, it.kv_end, k_s + kTB, tid);
-      mbar_arrive_cp_async(bars + 8 * (kStages + st));
+    if (tid < producer_threads<kTma>()) produce_kv<D, kKeys, kStages, kTma>(a, maps, ring, items, stride, tid);
+    else if (kPersist) stage_queries<T, D>(a, qp, items, stride, tid - producer_threads<kTma>());
+    return;
+  }
+  setmaxnreg_inc<kConsumerRegs>();
+  const int cw = wg - 1;  // consumer 0 or 1: rows 64 cw ..
+  int n = 0;              // the CTA's tiles consumed so far (ring position)
+  int local = 0;
+  for (int item = blockIdx.x; item < items; item += stride, ++local) {
+    const tile_ctx<kKeys> c(a, item, 4 * cw + warp, lane);
+    uint32_t q_s;
+    if constexpr (kPersist) {
+      q_s = qp.tile(local, cw);
+      mbar_wait(qp.full(local), q_pairs::parity(local));
+    } else {
+      q_s = q0 + cw * q_bytes<D>();
+      stage_q_sw128<T, D, 128>(a, c.it.q_begin, c.it.kv_head, c.valid, q_s, tid & 127, 64 * cw);
+      fence_proxy_async();
+      named_sync(3 + cw, 128);
     }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
-  } else {
-    setmaxnreg_inc<kConsumerRegs>();
-    const int cw = wg - 1;                                 // consumer 0 or 1: rows 64 cw ..
-    const tile_ctx<kKeys> c(a, 4 * cw + warp, lane);
-    const uint32_t q_s = q0 + cw * q_bytes<D>();
-    stage_q_sw128<T, D, 128>(a, c.it.q_begin, c.it.kv_head, c.valid, q_s, tid & 127, 64 * cw);
-    fence_proxy_async();
-    named_sync(3 + cw, 128);
     // Turns: consumer cw issues after bar.sync (1 + cw) and then lets the other one go; the
     // second consumer's first arrival lets the first go first. The second skips its last
-    // arrival, so every bar.sync meets exactly one arrival.
+    // arrival, so every bar.sync meets exactly one arrival (within each item).
     if (cw == 1) named_arrive(1, 256);
     const auto full_k = [&](int t) {
-      mbar_wait(bars + 8 * (t % kStages), uint32_t((t / kStages) & 1));
+      mbar_wait(ring.full_k(n + t), ring.parity(n + t));
       fence_proxy_async();
     };
     const auto full_v = [&](int t) {
-      mbar_wait(bars + 8 * (kStages + t % kStages), uint32_t((t / kStages) & 1));
+      mbar_wait(ring.full_v(n + t), ring.parity(n + t));
       fence_proxy_async();
     };
-    const auto k_tile = [&](int t) { return kv0 + (t % kStages) * 2 * kTB; };
     wg_rows<T, D, kKeys> w;
     w.init();
     uint32_t pf[kKeys / 16][4];
@@ -106,7 +229,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_prefill_pingpong(attn_launch a) 
       float s[kKeys / 2], p[kKeys / 2], corr[2];
       full_k(0);
       named_sync(1 + cw, 256);
-      w.issue_scores(q_s, k_tile(0), s);
+      w.issue_scores(q_s, ring.k_tile(n), s);
       if (!(cw == 1 && c.ntiles == 1)) named_arrive(2 - cw, 256);
       wgmma_wait<0>();
       fence_regs(s);
@@ -118,8 +241,8 @@ __global__ void __launch_bounds__(384, 1) wgmma_prefill_pingpong(attn_launch a) 
       full_v(t - 1);
       full_k(t);
       named_sync(1 + cw, 256);
-      w.issue_scores(q_s, k_tile(t), s);
-      w.issue_pv(pf, k_tile(t - 1) + kTB);
+      w.issue_scores(q_s, ring.k_tile(n + t), s);
+      w.issue_pv(pf, ring.v_tile(n + t - 1));
       if (!(cw == 1 && t == c.ntiles - 1)) named_arrive(2 - cw, 256);
       wgmma_wait<1>();  // S(t) done; P(t-1) V(t-1) may still run
       fence_regs(s);
@@ -127,34 +250,68 @@ __global__ void __launch_bounds__(384, 1) wgmma_prefill_pingpong(attn_launch a) 
       wgmma_wait<0>();
       fence_regs(w.o);
       fence_regs(p);
-      if (lane == 0) mbar_arrive(bars + 8 * (2 * kStages + (t - 1) % kStages));  // stage t-1 read
+      if (lane == 0) mbar_arrive(ring.empty(n + t - 1));  // tile t-1's stage read
       w.rescale(corr);
       w.pack(p, pf);
     }
     full_v(c.ntiles - 1);
-    w.issue_pv(pf, k_tile(c.ntiles - 1) + kTB);
+    w.issue_pv(pf, ring.v_tile(n + c.ntiles - 1));
     wgmma_wait<0>();
     fence_regs(w.o);
+    if (lane == 0) {
+      mbar_arrive(ring.empty(n + c.ntiles - 1));
+      if (kPersist) mbar_arrive(qp.empty(local));  // every S of this item has read its Q pair
+    }
     w.store(a, c.it, c.valid, c.r0, lane);
+    n += c.ntiles;
   }
 #endif
 }
 
 template <class K>
-int start(K kernel, int smem, const attn_launch& a, cudaStream_t s) {
+int start(K kernel, int smem, int grid, const attn_launch& a, const kv_tensor_maps& maps, cudaStream_t s) {
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return int(e);
-  if (a.prefill_grid > 0) kernel<<<a.prefill_grid, 384, smem, s>>>(a);
+  if (grid > 0) kernel<<<grid, 384, smem, s>>>(a, maps);
   return int(cudaGetLastError());
+}
+
+/// One CTA per SM (capped by the items' upper bound) for the persistent kernels.
+int persistent_grid(const attn_launch& a) {
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      n = 0;
+    (void)cudaGetLastError();
+    return n;
+  }();
+  return sms > 0 ? std::min(a.prefill_grid, sms) : a.prefill_grid;
+}
+
+template <int kKeys, int kStages, bool kTma, bool kPersist>
+int start_variant(const attn_launch& a, const kv_tensor_maps& maps, cudaStream_t s) {
+  using T = __nv_bfloat16;
+  constexpr int smem = pingpong_smem_bytes<128, kKeys, kStages, kPersist ? 2 : 1>();
+  static_assert(smem <= 227 * 1024, "over the H100/H200 shared memory per block");
+  return start(wgmma_prefill_pingpong<T, 128, kKeys, kStages, kTma, kPersist>, smem,
+               kPersist ? persistent_grid(a) : a.prefill_grid, a, maps, s);
 }
 
 }  // namespace
 
 int launch_wgmma_pingpong(act_dtype dt, const attn_launch& a, int variant, cudaStream_t s) {
   if (dt != act_dtype::bf16 || a.head_dim != 128) return int(cudaErrorInvalidValue);
-  using T = __nv_bfloat16;
-  if (variant == 13) return start(wgmma_prefill_pingpong<T, 128, 128, 2>, pingpong_smem_bytes<128, 128, 2>(), a, s);
-  return start(wgmma_prefill_pingpong<T, 128, 64, 4>, pingpong_smem_bytes<128, 64, 4>(), a, s);
+  kv_tensor_maps maps{};
+  if (wgmma_tma_variant(variant)) {
+    // Without descriptors (no driver entry point, a cache outside a device allocation), the
+    // 128-row items run on the cp.async kernel of variant 9.
+    if (!make_kv_tensor_maps(a.k_cache, a.v_cache, a.num_kv_heads, a.head_dim, a.block_size, &maps))
+      return launch_wgmma_prefill(dt, a, 9, s);
+    if (variant == 11) return start_variant<64, 4, true, false>(a, maps, s);
+    return start_variant<64, 4, true, true>(a, maps, s);
+  }
+  if (variant == 13) return start_variant<128, 2, false, false>(a, maps, s);
+  return start_variant<64, 4, false, false>(a, maps, s);
 }
 
 }  // namespace actorserve::gpu::cuda

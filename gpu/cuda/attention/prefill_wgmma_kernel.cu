@@ -192,7 +192,7 @@ int start(K kernel, int threads, int smem, const attn_launch& a, cudaStream_t s)
 
 template <class T, int D>
 int launch(const attn_launch& a, int variant, cudaStream_t s) {
-  if (wgmma_paired_variant(variant))  // 9, and 10 / 13 where they are not built
+  if (wgmma_paired_variant(variant))  // 9, and the pingpong variants where they are not built
     return start(wgmma_prefill_rows128<T, D, 3>, 256, 1024 + 2 * q_bytes<D>() + 6 * tile_bytes<D, 64>(), a, s);
   if constexpr (D == 128 && std::is_same_v<T, __nv_bfloat16>) {
     if (variant == 4)
@@ -221,7 +221,7 @@ bool wgmma_prefill_available() {
 }
 
 int launch_wgmma_prefill(act_dtype dt, const attn_launch& a, int variant, cudaStream_t s) {
-  if ((variant == 10 || variant == 13) && dt == act_dtype::bf16 && a.head_dim == 128)
+  if (wgmma_pingpong_variant(variant) && dt == act_dtype::bf16 && a.head_dim == 128)
     return launch_wgmma_pingpong(dt, a, variant, s);
   const bool bf16 = dt == act_dtype::bf16;
   if (a.head_dim == 128) return bf16 ? launch<__nv_bfloat16, 128>(a, variant, s) : launch<__half, 128>(a, variant, s);

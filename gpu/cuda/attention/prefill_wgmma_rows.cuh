@@ -166,7 +166,9 @@ struct tile_ctx {
   attn_item it;
   int valid, pos0, ntiles, r0, qpos[2];
 
-  __device__ __forceinline__ tile_ctx(const attn_launch& a, int warp, int lane) : it(a.items[blockIdx.x]) {
+  __device__ __forceinline__ tile_ctx(const attn_launch& a, int warp, int lane) : tile_ctx(a, blockIdx.x, warp, lane) {}
+  /// The constants of item `item` (a persistent CTA's current one).
+  __device__ __forceinline__ tile_ctx(const attn_launch& a, int item, int warp, int lane) : it(a.items[item]) {
     const attn_seq sq = a.seqs[it.seq];
     const int G = a.num_heads / a.num_kv_heads;
     valid = it.q_len * G;
