@@ -38,8 +38,8 @@ __device__ __forceinline__ void mask_tail(float (&s)[NK / 8][4], int k0, int kv_
 /// Merges the NW warps' states of the same 16 rows (each warp saw different keys) through
 /// `red` (shared memory, at least NW * 16 * (D + 4) + NW * 32 floats) and stores rows < valid:
 /// the output when it.partial < 0, else the normalised partial and its log2-sum-exp.
-template <class T, int D, int NW>
-__device__ __forceinline__ void merge_warps_and_store(const attn_launch& a, const attn_item& it, warp_rows<T, D>& w,
+template <class T, int D, int NW, class Kv>
+__device__ __forceinline__ void merge_warps_and_store(const attn_launch& a, const attn_item& it, warp_rows<T, D, Kv>& w,
                                                       float* red, int valid, int tid) {
   constexpr int kStride = D + 4;
   const int lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;

@@ -1,8 +1,10 @@
 // Decode kernels of the two attention backends, both on tensor cores (mma.sync m16n8k16, fp32
 // accumulation) with the query heads of one GQA group packed into the rows of one 16-row tile,
 // so each KV head is read once for all of its query heads:
-//  - flash-decoding: the CTA streams its KV range in 64-token tiles through a 3-stage cp.async
-//    pipeline; each of the 4 warps takes 16 keys of every tile.
+//  - flash-decoding: the CTA streams its KV range in 64-token tiles through a 3-stage pipeline;
+//    each of the 4 warps takes 16 keys of every tile. The tiles come by TMA (one thread issues
+//    a tile's boxes, an mbarrier per stage counts their bytes) where blocks are a multiple of
+//    64 tokens, else (and in variants 12, 13) by every thread's cp.async copies.
 //  - vLLM-style: each warp walks its own 16-token blocks (u = warp, warp + 4, ...) with a private
 //    3-stage cp.async pipeline and no CTA barrier in the loop (vLLM's warp-per-block walk).
 // Both end with a merge of the 4 warps' (max, sum, output) and either write the output or a
@@ -16,6 +18,8 @@
 #include <type_traits>
 
 #include "gpu/cuda/attention/decode_common.cuh"
+#include "gpu/cuda/attention/kv_tensor_map.hpp"
+#include "gpu/cuda/attention/prefill_wgmma.cuh"
 #include "gpu/cuda/kernel_util.cuh"
 
 namespace actorserve::gpu::cuda {
@@ -106,6 +110,104 @@ __global__ void __launch_bounds__(kThreads) fd_decode_kernel(attn_launch a) {
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
     fd_decode_item<T, D, kMode, kSt>(a, a.items[a.counts[0] + i], smem_raw);
+  }
+}
+
+/// Dynamic shared memory of the TMA flash-decoding kernel: 1 KiB alignment slack, the stages,
+/// the Q tile, one mbarrier per stage.
+template <int D>
+constexpr int fd_tma_smem_bytes() { return 1024 + fd_smem_bytes<D>() + 8 * fd_stages; }
+
+/// Flash-decoding with the K/V tiles brought in by TMA (the default; variant 14 the probe): thread 0
+/// issues a 64-token tile's K and V as D / 64 boxes each (kv_tensor_map.hpp) into
+/// [D / 64][64][64] slabs with the 128-byte swizzle, the mbarrier of its stage counting the
+/// bytes, while the other threads only arrive; a tile with rows past kv_end (the tail), and
+/// every tile of an item whose blocks or first key are not 64-aligned, comes by cp.async with
+/// those rows zero-filled, arriving on the same barrier. `n` counts the CTA's tiles over its
+/// items (the stages' barrier phases). kMath false: the copies alone (a memory probe).
+template <class T, int D, bool kMath>
+__device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const kv_tensor_maps& maps,
+                                                   const attn_item& it, uint32_t s0, int& n) {
+  constexpr int kSt = fd_stages, kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
+  const attn_seq sq = a.seqs[it.seq];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
+  const uint32_t q_s = s0 + kSt * 2 * kTileBytes, bars = q_s + 16 * D * 2;
+  const int32_t* bt = a.block_tables + sq.bt_offset;
+  const int bs = a.block_size, ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
+  const bool tma = maps.box_rows == kTile && bs % kTile == 0 && it.kv_begin % kTile == 0;
+  const auto stage = [&](int t) { return s0 + ((n + t) % kSt) * 2 * kTileBytes; };
+  const auto bar = [&](int t) { return bars + 8 * ((n + t) % kSt); };
+  const auto issue = [&](int t) {
+    if (t >= ntiles) return;
+    const int k0 = it.kv_begin + t * kTile;
+    if (tma && k0 + kTile <= it.kv_end) {
+      if (tid != 0) return wg::mbar_arrive(bar(t));
+      const int row = __ldg(bt + k0 / bs) * bs + k0 % bs;
+      wg::fence_proxy_async();  // the warps' reads of this stage before the copy engine's writes
+      wg::mbar_arrive_expect_tx(bar(t), 2 * kTileBytes);
+#pragma unroll
+      for (int j = 0; j < D / kv_box_cols; ++j) {
+        wg::tma_load_2d(stage(t) + j * kTile * 128, &maps.k, it.kv_head * D + j * kv_box_cols, row, bar(t));
+        wg::tma_load_2d(stage(t) + kTileBytes + j * kTile * 128, &maps.v, it.kv_head * D + j * kv_box_cols, row, bar(t));
+      }
+      return;
+    }
+    const auto* kc = static_cast<const uint16_t*>(a.k_cache);
+    const auto* vc = static_cast<const uint16_t*>(a.v_cache);
+    wg::load_rows<D, kTile, kThreads>(kc, bt, bs, it.kv_head, a.num_kv_heads, k0, it.kv_end, stage(t), tid);
+    wg::load_rows<D, kTile, kThreads>(vc, bt, bs, it.kv_head, a.num_kv_heads, k0, it.kv_end, stage(t) + kTileBytes,
+                                      tid);
+    wg::mbar_arrive_cp_async(bar(t));
+  };
+  // As fd_decode_item: tiles older than the newest key before the dependency wait, then Q.
+  int s = 0;
+  for (; s < kSt - 1 && s < ntiles && rows_precede_newest(it.kv_begin + s * kTile, kTile, it.kv_end, sq.context_len);
+       ++s)
+    issue(s);
+  wait_for_previous_kernel();
+  q_prefetch<T, D, kThreads> qp;
+  qp.load(a, it.q_begin, it.kv_head, G * it.q_len, tid);
+  for (; s < kSt - 1; ++s) issue(s);
+  qp.store(a, q_s, tid);
+  __syncthreads();
+  warp_rows<T, D, slab_tile<kTile>> w;
+  w.init(q_s, lane);
+  for (int t = 0; t < ntiles; ++t) {
+    wg::mbar_wait(bar(t), uint32_t(((n + t) / kSt) & 1));
+    __syncthreads();  // every warp is past tile t - 1: its stage takes tile t + kSt - 1
+    issue(t + kSt - 1);
+    if (!kMath) continue;
+    const uint32_t k_s = stage(t);
+    float sc[kWarpKeys / 8][4];
+    w.template scores<kWarpKeys>(k_s, warp * kWarpKeys, lane, sc);
+    mask_tail<kWarpKeys>(sc, it.kv_begin + t * kTile + warp * kWarpKeys, it.kv_end, lane);
+    w.template accumulate<kWarpKeys>(sc, k_s + kTileBytes, warp * kWarpKeys, lane);
+  }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+  __syncthreads();
+  n += ntiles;
+  float* scratch = reinterpret_cast<float*>(__cvta_shared_to_generic(s0));  // below the Q tile and barriers
+  merge_warps_and_store<T, D, kWarps>(a, it, w, scratch, G * it.q_len, tid);
+  if (it.partial >= 0 && a.split_counters) finish_split<T, D, kThreads>(a, it, scratch, merge_cap(kSt * 2 * kTileBytes), tid);
+}
+
+/// Decode items [counts[0], counts[0] + counts[2]), grid-strided, over TMA (fd_decode_item_tma).
+template <class T, int D, bool kMath>
+__global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, const __grid_constant__ kv_tensor_maps maps) {
+  allow_dependents();
+  extern __shared__ uint4 smem_raw[];
+  const uint32_t s0 = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const uint32_t bars = s0 + fd_smem_bytes<D>();
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < fd_stages; ++st) wg::mbar_init(bars + 8 * st, kThreads);
+    wg::fence_mbarrier_init();
+  }
+  __syncthreads();
+  const int items = a.counts[2];
+  int n = 0;
+  for (int i = blockIdx.x; i < items; i += gridDim.x) {
+    if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
+    fd_decode_item_tma<T, D, kMath>(a, maps, a.items[a.counts[0] + i], s0, n);
   }
 }
 
@@ -202,11 +304,30 @@ int launch_fd_mode(const attn_launch& a, cudaStream_t s) {
   return launch_decode(fd_decode_kernel<T, D, kMode, kSt>, smem, a, s);
 }
 
+/// The TMA kernel (fd_decode_item_tma); the cp.async one where the descriptors cannot be made.
+template <class T, int D, bool kMath>
+int launch_fd_tma(const attn_launch& a, cudaStream_t s) {
+  kv_tensor_maps maps{};
+  if (!make_kv_tensor_maps(a.k_cache, a.v_cache, a.num_kv_heads, a.head_dim, a.block_size, &maps) ||
+      maps.box_rows != fd_kv_tile)
+    return launch_fd_mode<T, D, kMath ? 0 : 1>(a, s);
+  constexpr int smem = fd_tma_smem_bytes<D>();
+  static const int configured = configure(fd_decode_tma_kernel<T, D, kMath>, smem);
+  if (configured != 0) return configured;
+  if (a.decode_grid <= 0) return 0;
+  return int(dev::launch_pdl_smem(fd_decode_tma_kernel<T, D, kMath>, dim3(a.decode_grid), dim3(kThreads),
+                                  size_t(smem), s, a, maps));
+}
+
+/// The flash-decoding kernel of decode variant v: TMA (where the block size is a multiple of
+/// 64 tokens, else cp.async) unless a cp.async-only variant (2-6, 12, 13) or the TMA probe (14).
 template <class T, int D>
 int launch_fd(const attn_launch& a, cudaStream_t s) {
   const int v = decode_variant(a.variant);
-  if (v < 2 || v > 6) return launch_fd_mode<T, D, 0>(a, s);
+  if (v == 12 || v == 13) return launch_fd_mode<T, D, 0>(a, s);
+  if (v < 2 || (v > 6 && v != 14)) return launch_fd_tma<T, D, true>(a, s);
   if constexpr (D == 128 && std::is_same_v<T, __nv_bfloat16>) {
+    if (v == 14) return launch_fd_tma<T, D, false>(a, s);
     if (v == 4) return launch_fd_mode<T, D, 3>(a, s);
     if (v == 5) return launch_fd_mode<T, D, 0, kDeepStages>(a, s);
     if (v == 6) return launch_fd_mode<T, D, 1, kDeepStages>(a, s);
@@ -230,10 +351,11 @@ int occupancy(bool vllm) {
   if (vllm) {
     e = cudaError_t(configure(vllm_decode_kernel<T, D>, smem));
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, vllm_decode_kernel<T, D>, kThreads, smem);
-  } else {
-    e = cudaError_t(configure(fd_decode_kernel<T, D, 0, fd_stages>, smem));
+  } else {  // the TMA kernel, the default (its cp.async fallback takes 1 KiB less)
+    e = cudaError_t(configure(fd_decode_tma_kernel<T, D, true>, fd_tma_smem_bytes<D>()));
     if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_kernel<T, D, 0, fd_stages>, kThreads, smem);
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_tma_kernel<T, D, true>, kThreads,
+                                                        fd_tma_smem_bytes<D>());
   }
   if (e != cudaSuccess) {
     (void)cudaGetLastError();

@@ -58,7 +58,11 @@ inline constexpr int prefill_variant(int v) { return v & 15; }
 /// with 6 stages at one CTA per SM, 6 = the memory probe with 6 stages, 7 / 8 = split chunks of
 /// at least 64 / 256 tokens (default 128; both backends), 9 = decode pieces longest first,
 /// 10 = splits filling two waves, 11 = no short-context split below 128 tokens, 12 = one K/V
-/// stage (not two) issued before the programmatic-dependency wait; 2-6: bf16, D 128 only.
+/// stage (not two) issued before the programmatic-dependency wait (cp.async kernel), 13 =
+/// flash-decoding on cp.async copies (the default before the TMA kernel: every thread copies
+/// 16-byte chunks), 14 = the TMA kernel's copies without the math (a probe); 2-6, 14: bf16,
+/// D 128 only. Flash-decoding's default brings its K/V tiles in by TMA where the block size
+/// is a multiple of 64 tokens.
 inline constexpr int decode_variant(int v) { return v >> 4; }
 /// Query rows (tokens x heads of one KV group) of one tensor-core prefill tile.
 inline constexpr int tc_prefill_rows = 64;

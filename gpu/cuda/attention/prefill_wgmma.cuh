@@ -17,12 +17,6 @@
 
 namespace actorserve::gpu::cuda::attn_dev::wg {
 
-/// Byte offset of 16-byte chunk `c` (8 elements) of row `r` in a swizzled tile of `rows` rows.
-template <int rows>
-__device__ __forceinline__ uint32_t sw128(int r, int c) {
-  return uint32_t((c >> 3) * (rows * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-}
-
 /// wgmma shared-memory matrix descriptor with the 128-byte swizzle (byte offsets, 16-aligned).
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return uint64_t((addr & 0x3FFFFu) >> 4) | (uint64_t(lbo >> 4) << 16) | (uint64_t(sbo >> 4) << 32) |

@@ -58,6 +58,26 @@ __device__ __forceinline__ uint32_t swz(int r, int c) {
   return uint32_t(r * (D * 2) + ((c ^ (r & 7)) << 4));
 }
 
+/// Byte offset of 16-byte chunk `c` (8 elements) of row `r` in a tile of `rows` rows laid out
+/// as [D / 64][rows][64 elements] with the 128-byte swizzle (chunk (c % 8) ^ (r % 8) of the
+/// row's 128-byte line in slab c / 8): the layout the TMA unit writes with
+/// CU_TENSOR_MAP_SWIZZLE_128B and wgmma reads (slabs 1024-byte aligned).
+template <int rows>
+__device__ __forceinline__ uint32_t sw128(int r, int c) {
+  return uint32_t((c >> 3) * (rows * 128) + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+/// K/V tile layouts warp_rows reads: rows of D elements (swz, what load_kv_tile writes) or
+/// 64-element slabs (sw128, what TMA writes).
+template <int D>
+struct row_tile {
+  __device__ static __forceinline__ uint32_t at(int r, int c) { return swz<D>(r, c); }
+};
+template <int kRows>
+struct slab_tile {
+  __device__ static __forceinline__ uint32_t at(int r, int c) { return sw128<kRows>(r, c); }
+};
+
 __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
@@ -227,8 +247,9 @@ struct q_prefetch {
 };
 
 /// One warp's 16 query rows: Q fragments in registers, the fp32 output accumulator and the
-/// running max / sum of its two rows per thread (row g = lane / 4 and g + 8).
-template <class T, int D>
+/// running max / sum of its two rows per thread (row g = lane / 4 and g + 8). Kv: the K/V
+/// tiles' layout (row_tile or slab_tile); Q is always a row_tile.
+template <class T, int D, class Kv = row_tile<D>>
 struct warp_rows {
   uint32_t qf[D / 16][4];
   float o[D / 8][4];
@@ -255,7 +276,7 @@ struct warp_rows {
       for (int nb = 0; nb < NK / 16; ++nb) {
         uint32_t b0, b1, b2, b3;
         const int row = key0 + nb * 16 + (lane / 16) * 8 + lane % 8;
-        ldsm_x4(k_s + swz<D>(row, ks * 2 + (lane / 8) % 2), b0, b1, b2, b3);
+        ldsm_x4(k_s + Kv::at(row, ks * 2 + (lane / 8) % 2), b0, b1, b2, b3);
         elem<T>::mma(s[2 * nb], qf[ks], b0, b1);
         elem<T>::mma(s[2 * nb + 1], qf[ks], b2, b3);
       }
@@ -303,7 +324,7 @@ struct warp_rows {
       for (int dn = 0; dn < D / 16; ++dn) {
         uint32_t b0, b1, b2, b3;
         const int row = key0 + kk * 16 + ((lane / 8) % 2) * 8 + lane % 8;
-        ldsm_x4_t(v_s + swz<D>(row, dn * 2 + lane / 16), b0, b1, b2, b3);
+        ldsm_x4_t(v_s + Kv::at(row, dn * 2 + lane / 16), b0, b1, b2, b3);
         elem<T>::mma(o[2 * dn], pf[kk], b0, b1);
         elem<T>::mma(o[2 * dn + 1], pf[kk], b2, b3);
       }
