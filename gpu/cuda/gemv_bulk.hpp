@@ -1,0 +1,46 @@
+#pragma once
+/// One-token GEMVs (m = 1) that stream their weights through the bulk-copy engine (sm_90
+/// cp.async.bulk) into a ring of shared-memory stages instead of registers. A grid of a few
+/// persistent blocks per SM loops over groups of weight rows; one producer thread per block keeps
+/// the ring full, 128 consumer threads compute. The weights never depend on earlier kernels, so
+/// under programmatic launch a block fills its whole ring before the previous kernel has finished:
+/// with the ring in shared memory (not registers) the next GEMV's blocks fit beside the running
+/// one's, and its first weights are already on chip when its input is ready.
+///
+/// Each consumer thread takes the chunks a 128-thread gemv_kernel.cu block gives it, in the same
+/// order, and reduces as it does: the outputs equal gemv, gemv_qkv_rope and gemv_gate_up_silu bit
+/// for bit. Plain C++ interface (no device code).
+#include <cuda_runtime_api.h>
+
+#include "gpu/cuda/kernels.hpp"
+
+namespace actorserve::gpu::cuda {
+
+/// Which one-token GEMVs of gemv_kernel.hpp take the bulk path (bits; ACTORSERVE_BULK_GEMV at
+/// start): the plain GEMV at m = 1 with beta 0 (o, down, lm_head), the QKV + rope GEMV, the
+/// gate/up + SiLU GEMV. Process-wide. For benchmarks and tests.
+inline constexpr int bulk_plain = 1, bulk_qkv = 2, bulk_gate_up = 4, bulk_all = 7;
+void set_bulk_gemv(int mask);
+int bulk_gemv();
+
+/// The bulk grid: blocks per SM (ACTORSERVE_BULK_GEMV_BLOCKS, default 1) and 16 KiB ring stages
+/// per block (ACTORSERVE_BULK_GEMV_STAGES, default 4; 1 to 13). For benchmarks and tests.
+void set_bulk_gemv_grid(int blocks_per_sm, int stages);
+
+/// Rotary pairs per group of the bulk QKV + rope GEMV: 1 (2 rows) or 2 (4 rows; default;
+/// ACTORSERVE_BULK_QKV_PAIRS). For benchmarks and tests.
+void set_bulk_qkv_pairs(int pairs);
+
+/// Whether the bulk copies mark the weights' L2 lines first to evict (ACTORSERVE_BULK_EVICT_FIRST,
+/// default off). For benchmarks and tests.
+void set_bulk_evict_first(bool on);
+
+/// The bulk kernels themselves (operands as gemv_supported(x, 1, k, w) requires); the launchers
+/// of gemv_kernel.hpp call them where bulk_gemv() says so.
+int gemv_bulk(act_dtype dt, const void* x, int k, const void* w, int n, float* y, cudaStream_t s);
+int gemv_bulk_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_kv_args& a, cudaStream_t s);
+/// rows_per_block: 2 or 4 weight rows per group.
+int gemv_bulk_gate_up_silu(act_dtype dt, const void* x, int k, const void* w, int inter, void* act,
+                           int rows_per_block, cudaStream_t s);
+
+}  // namespace actorserve::gpu::cuda
