@@ -352,17 +352,21 @@ void bench_bulk_variants(decode_sim& sim) {
   cuda::set_fused_norm_decode(false);
   cuda::set_bulk_gemv(0);
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, one, "batch 1, register GEMVs with norm kernels");
+  const auto defaults = [&] {
+    grid(cuda::bulk_default_blocks, cuda::bulk_default_stages, cuda::bulk_default_qkv_pairs,
+         cuda::bulk_default_evict_first);
+  };
   cuda::set_bulk_gemv(cuda::bulk_all);
-  grid(3, 4, 2, false);
+  defaults();
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, one,
-                       "batch 1, bulk-copy GEMVs (3 blocks per SM, 4 stages, 2 QKV pairs) with norm kernels");
+                       "batch 1, bulk-copy GEMVs (default grid) with norm kernels");
   struct variant {
     int mask, blocks, stages, pairs, evict;
   };
-  const variant variants[] = {{0, 3, 4, 2, 0}, {7, 3, 4, 1, 0}, {7, 3, 4, 2, 0}, {7, 4, 3, 2, 0}, {7, 6, 2, 2, 0},
-                              {7, 4, 2, 2, 0}, {7, 5, 2, 2, 0}, {7, 8, 1, 2, 0}, {7, 12, 1, 2, 0}, {7, 3, 3, 2, 0},
-                              {7, 2, 6, 2, 0}, {7, 3, 4, 2, 1}, {7, 4, 3, 2, 1}, {5, 3, 4, 2, 0}, {6, 3, 4, 2, 0},
-                              {3, 3, 4, 2, 0}, {4, 3, 4, 2, 0}, {1, 3, 4, 2, 0}, {2, 3, 4, 2, 0}, {0, 3, 4, 2, 0}};
+  const variant variants[] = {{0, 4, 3, 2, 1}, {7, 4, 3, 2, 1}, {7, 4, 3, 1, 1}, {7, 4, 3, 2, 0}, {7, 6, 2, 2, 1},
+                              {7, 12, 1, 2, 1}, {7, 3, 4, 2, 1}, {7, 2, 6, 2, 1}, {7, 4, 2, 2, 1}, {1, 4, 3, 2, 1},
+                              {2, 4, 3, 2, 1}, {4, 4, 3, 2, 1}, {3, 4, 3, 2, 1}, {5, 4, 3, 2, 1}, {6, 4, 3, 2, 1},
+                              {0, 4, 3, 2, 1}};
   cuda::set_programmatic_launch(true);
   for (const char* acts : {"zero", "noise"}) {
     if (acts[0] == 'n') sim.use_noise_activations();
@@ -379,7 +383,7 @@ void bench_bulk_variants(decode_sim& sim) {
     }
   }
   cuda::set_bulk_gemv(mask0);
-  grid(3, 4, 2, false);
+  defaults();
   cuda::set_programmatic_launch(false);
 }
 

@@ -17,22 +17,30 @@
 namespace actorserve::gpu::cuda {
 
 /// Which one-token GEMVs of gemv_kernel.hpp take the bulk path (bits; ACTORSERVE_BULK_GEMV at
-/// start): the plain GEMV at m = 1 with beta 0 (o, down, lm_head), the QKV + rope GEMV, the
-/// gate/up + SiLU GEMV. Process-wide. For benchmarks and tests.
+/// start, default all): the plain GEMV at m = 1 with beta 0 (o, down, lm_head), the QKV + rope
+/// GEMV, the gate/up + SiLU GEMV. Process-wide. For benchmarks and tests.
 inline constexpr int bulk_plain = 1, bulk_qkv = 2, bulk_gate_up = 4, bulk_all = 7;
 void set_bulk_gemv(int mask);
 int bulk_gemv();
 
-/// The bulk grid: blocks per SM (ACTORSERVE_BULK_GEMV_BLOCKS, default 1) and 16 KiB ring stages
-/// per block (ACTORSERVE_BULK_GEMV_STAGES, default 4; 1 to 13). For benchmarks and tests.
+/// The default grid, measured best on the H200 (bench/results/h200-step-20261201.md): 4 blocks per
+/// SM of 3 ring stages (196 KiB of shared memory an SM, so the next kernel's blocks are placed only
+/// as this one's leave, evenly; grids that leave room for some were slower, up to 5.15 ms a step),
+/// 2 rotary pairs per QKV group, the weights' L2 lines marked evict-first. Random Llama-3-8B, batch
+/// 1: step 4.485 -> 4.015 ms, 221.2 -> 248.5 tok/s end to end.
+inline constexpr int bulk_default_blocks = 4, bulk_default_stages = 3, bulk_default_qkv_pairs = 2;
+inline constexpr bool bulk_default_evict_first = true;
+
+/// The bulk grid: blocks per SM (ACTORSERVE_BULK_GEMV_BLOCKS) and 16 KiB ring stages per block
+/// (ACTORSERVE_BULK_GEMV_STAGES; 1 to 13). For benchmarks and tests.
 void set_bulk_gemv_grid(int blocks_per_sm, int stages);
 
-/// Rotary pairs per group of the bulk QKV + rope GEMV: 1 (2 rows) or 2 (4 rows; default;
+/// Rotary pairs per group of the bulk QKV + rope GEMV: 1 (2 rows) or 2 (4 rows;
 /// ACTORSERVE_BULK_QKV_PAIRS). For benchmarks and tests.
 void set_bulk_qkv_pairs(int pairs);
 
-/// Whether the bulk copies mark the weights' L2 lines first to evict (ACTORSERVE_BULK_EVICT_FIRST,
-/// default off). For benchmarks and tests.
+/// Whether the bulk copies mark the weights' L2 lines first to evict (ACTORSERVE_BULK_EVICT_FIRST).
+/// For benchmarks and tests.
 void set_bulk_evict_first(bool on);
 
 /// The bulk kernels themselves (operands as gemv_supported(x, 1, k, w) requires); the launchers

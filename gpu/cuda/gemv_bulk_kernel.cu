@@ -190,11 +190,11 @@ __global__ void __launch_bounds__(kBlockThreads, 1) gemv_bulk_kernel(const T* x,
   }
 }
 
-int g_mask = env_int("ACTORSERVE_BULK_GEMV", 0);
-int g_blocks_per_sm = env_int("ACTORSERVE_BULK_GEMV_BLOCKS", 1);
-int g_stages = env_int("ACTORSERVE_BULK_GEMV_STAGES", 4);
-int g_qkv_pairs = env_int("ACTORSERVE_BULK_QKV_PAIRS", 2);
-bool g_evict_first = env_int("ACTORSERVE_BULK_EVICT_FIRST", 0) != 0;
+int g_mask = env_int("ACTORSERVE_BULK_GEMV", bulk_all);
+int g_blocks_per_sm = env_int("ACTORSERVE_BULK_GEMV_BLOCKS", bulk_default_blocks);
+int g_stages = env_int("ACTORSERVE_BULK_GEMV_STAGES", bulk_default_stages);
+int g_qkv_pairs = env_int("ACTORSERVE_BULK_QKV_PAIRS", bulk_default_qkv_pairs);
+bool g_evict_first = env_int("ACTORSERVE_BULK_EVICT_FIRST", bulk_default_evict_first ? 1 : 0) != 0;
 
 template <class T, int kRows, class Epi>
 int launch_bulk(const T* x, int k, const T* w, const Epi& epi, int groups, cudaStream_t s) {

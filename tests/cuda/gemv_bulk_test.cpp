@@ -24,7 +24,9 @@ struct bulk_grid {
   int blocks_per_sm, stages, qkv_pairs;
   bool evict_first;
 };
-const bulk_grid kGrids[] = {{1, 4, 2, false}, {1, 2, 1, false}, {2, 3, 2, true}, {1, 13, 1, false},
+const bulk_grid kGrids[] = {{cuda::bulk_default_blocks, cuda::bulk_default_stages, cuda::bulk_default_qkv_pairs,
+                             cuda::bulk_default_evict_first},
+                            {1, 4, 2, false}, {1, 2, 1, false}, {2, 3, 2, true}, {1, 13, 1, false},
                             {3, 2, 2, true},  {3, 4, 1, false}, {8, 1, 2, false}};
 
 std::string describe(const bulk_grid& g) {
