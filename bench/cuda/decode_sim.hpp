@@ -262,6 +262,7 @@ class decode_sim {
     const int rows_gate_up = gate_up_rows_ ? gate_up_rows_ : gemm_.gemv_rows_for(2 * kInter);
     const bool add = cuda::residual_gemv_decode();  // o/down add into the residual (gemv_norm.hpp)
     float* const delta = add ? nullptr : delta_;
+    if (residual0_ && on(op_norm)) cudaMemcpyAsync(residual_, residual0_, kHidden * 4, cudaMemcpyDeviceToDevice, s_);
     for (int l = 0; l < kLayers; ++l) {
       const cuda::device_layer& w = layers_[size_t(l)];
       if (on(op_norm))

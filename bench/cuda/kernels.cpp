@@ -3,8 +3,9 @@
 // cuBLAS against the decode GEMV per projection and row count, paged attention (decode and
 // prefill), the device sampler, and the executor's prefill and decode steps (eager and graph) on
 // the llama-hd128-bf16 fixture.
-//   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor|offline|fold]
-// (offline: only with --only; the offline workloads' decode and mixed prefill steps)
+//   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor|offline|fold|bulk]
+// (offline, fold, bulk: only with --only; offline: the offline workloads' decode and mixed prefill
+// steps; fold, bulk: batch-1 step variants)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "gpu/cuda/cuda_executor.hpp"
 #include "gpu/cuda/cuda_model.hpp"
 #include "gpu/cuda/device_info.hpp"
+#include "gpu/cuda/gemv_bulk.hpp"
 #include "gpu/cuda/gemv_kernel.hpp"
 #include "gpu/cuda/gemv_norm.hpp"
 #include "gpu/cuda/kernels.hpp"
@@ -335,6 +337,56 @@ void bench_fold_variants(decode_sim& sim) {
   cuda::set_programmatic_launch(false);
 }
 
+/// Batch 1 (context 256): the one-token step by kernel class with the register GEMVs and with
+/// the bulk-copy GEMVs (gemv_bulk.hpp), then the whole step under each mask of kernels taking the
+/// bulk path and each grid (blocks per SM, 16 KiB ring stages, QKV pairs, evict-first copies):
+/// with zero activations, then with noise (which draws the power, and the clocks, of the engine).
+void bench_bulk_variants(decode_sim& sim) {
+  const std::vector<sim_shape> one = {{1, 256, 256}};
+  const int mask0 = cuda::bulk_gemv();
+  const auto grid = [](int blocks, int stages, int pairs, bool evict) {
+    cuda::set_bulk_gemv_grid(blocks, stages);
+    cuda::set_bulk_qkv_pairs(pairs);
+    cuda::set_bulk_evict_first(evict);
+  };
+  cuda::set_fused_norm_decode(false);
+  cuda::set_bulk_gemv(0);
+  bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, one, "batch 1, register GEMVs with norm kernels");
+  const auto defaults = [&] {
+    grid(cuda::bulk_default_blocks, cuda::bulk_default_stages, cuda::bulk_default_qkv_pairs,
+         cuda::bulk_default_evict_first);
+  };
+  cuda::set_bulk_gemv(cuda::bulk_all);
+  defaults();
+  bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, one,
+                       "batch 1, bulk-copy GEMVs (default grid) with norm kernels");
+  struct variant {
+    int mask, blocks, stages, pairs, evict;
+  };
+  const variant variants[] = {{0, 4, 3, 2, 1}, {7, 4, 3, 2, 1}, {7, 4, 3, 1, 1}, {7, 4, 3, 2, 0}, {7, 6, 2, 2, 1},
+                              {7, 12, 1, 2, 1}, {7, 3, 4, 2, 1}, {7, 2, 6, 2, 1}, {7, 4, 2, 2, 1}, {1, 4, 3, 2, 1},
+                              {2, 4, 3, 2, 1}, {4, 4, 3, 2, 1}, {3, 4, 3, 2, 1}, {5, 4, 3, 2, 1}, {6, 4, 3, 2, 1},
+                              {0, 4, 3, 2, 1}};
+  cuda::set_programmatic_launch(true);
+  for (const char* acts : {"zero", "noise"}) {
+    if (acts[0] == 'n') sim.use_noise_activations();
+    sim.prepare(1);
+    report("\n## Batch 1 bulk-copy GEMV variants, %s activations: whole step ms (CUDA graph replays)\n"
+           "| bulk mask (1 plain, 2 qkv, 4 gate_up) | blocks per SM | stages | qkv pairs | evict first | ms | tok/s |\n"
+           "|---|---|---|---|---|---|---|\n", acts);
+    for (const variant& v : variants) {
+      cuda::set_bulk_gemv(v.mask);
+      grid(v.blocks, v.stages, v.pairs, v.evict != 0);
+      const double ms = graph_ms(sim.stream(), [&] { sim.enqueue(all_ops); }, 20);
+      report("| %d | %d | %d | %d | %d | %.3f | %.1f |\n", v.mask, v.blocks, v.stages, v.pairs, v.evict, ms,
+             1000.0 / ms);
+    }
+  }
+  cuda::set_bulk_gemv(mask0);
+  defaults();
+  cuda::set_programmatic_launch(false);
+}
+
 gpu::step_result run(gpu::executor& ex, gpu::step_batch b) {
   std::promise<gpu::step_result> pr;
   auto f = pr.get_future();
@@ -417,6 +469,12 @@ int main(int argc, char** argv) {
   if (only == "offline") {
     decode_sim sim;
     bench_offline_steps(sim);
+  }
+  if (only == "bulk") {
+    decode_sim sim;
+    cuda::set_programmatic_launch(false);
+    bench_bulk_variants(sim);
+    cuda::set_programmatic_launch(true);
   }
   if (only == "fold") {
     decode_sim sim;

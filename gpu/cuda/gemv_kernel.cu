@@ -5,6 +5,7 @@
 // the kernel that follows the projection into the epilogue (gemv_kernel.hpp).
 #include <cstdint>
 
+#include "gpu/cuda/gemv_bulk.hpp"
 #include "gpu/cuda/gemv_common.cuh"
 #include "gpu/cuda/gemv_kernel.hpp"
 
@@ -105,12 +106,14 @@ bool gemv_supported(const void* x, int m, int k, const void* w) {
 int gemv(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta, cudaStream_t s,
          int rows_per_block) {
   if (n <= 0) return 0;
+  if (m == 1 && beta == 0.0f && (bulk_gemv() & bulk_plain)) return gemv_bulk(dt, x, k, w, n, y, s);
   AS_DISPATCH_ACT(dt, launch<T>(static_cast<const T*>(x), m, k, static_cast<const T*>(w), n, y, beta,
                                 rows_per_block, s));
   return cudaGetLastError();
 }
 
 int gemv_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_kv_args& a, cudaStream_t s) {
+  if (bulk_gemv() & bulk_qkv) return gemv_bulk_qkv_rope(dt, x, k, w, a, s);
   const int blocks = (a.num_heads + 2 * a.num_kv_heads) * (a.head_dim / 2);
   AS_DISPATCH_ACT(dt, launch_pdl(gemv_qkv_rope_kernel<T>, dim3(blocks), dim3(kThreads), s, static_cast<const T*>(x),
                                  k, static_cast<const T*>(w), a));
@@ -119,6 +122,7 @@ int gemv_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_
 
 int gemv_gate_up_silu(act_dtype dt, const void* x, int k, const void* w, int inter, void* act, int rows_per_block,
                       cudaStream_t s) {
+  if (bulk_gemv() & bulk_gate_up) return gemv_bulk_gate_up_silu(dt, x, k, w, inter, act, rows_per_block, s);
   if (rows_per_block == 2)
     AS_DISPATCH_ACT(dt, launch_pdl(gemv_gate_up_silu_kernel<T, 1>, dim3(inter), dim3(kThreads), s,
                                    static_cast<const T*>(x), k, static_cast<const T*>(w), inter, static_cast<T*>(act)));

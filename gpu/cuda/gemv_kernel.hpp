@@ -17,7 +17,8 @@ inline constexpr int gemv_max_m = 8;
 bool gemv_supported(const void* x, int m, int k, const void* w);
 
 /// Y = X W^T + beta * Y as above on `s`; requires gemv_supported. `rows_per_block` (1, 2 or 4)
-/// trades blocks for accumulators; it applies to m <= 2 (larger m uses 4). Under
+/// trades blocks for accumulators; it applies to m <= 2 (larger m uses 4). At m = 1 with beta 0 it
+/// runs gemv_bulk (gemv_bulk.hpp) where bulk_gemv() says so (the same results). Under
 /// programmatic_launch() its blocks start streaming weights while the previous kernel finishes,
 /// and wait for it before reading X or writing Y. Returns the launch's cudaError_t.
 int gemv(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta, cudaStream_t s,
@@ -32,7 +33,8 @@ void set_fused_decode(bool on);
 bool fused_decode();
 
 // Fused GEMVs for one token (m = 1); operands as gemv_supported(x, 1, k, w) requires. Each computes
-// the same fp32 projection values as gemv() and launches as a programmatic dependent.
+// the same fp32 projection values as gemv() and launches as a programmatic dependent; each runs its
+// gemv_bulk.hpp counterpart where bulk_gemv() says so.
 
 /// The QKV projection of token 0 (w: [(H + 2*KVH) * D, k]) followed by rope_kv_write(a) with
 /// a.n = 1: a.qkv receives the rotated q (and k, v as projected); k and v go to the paged cache.

@@ -4,10 +4,11 @@
 // memory once (replaying add_rmsnorm's reduction tree exactly), then loops over its groups of
 // weight rows.
 #include <cstdint>
-#include <cstdlib>
 
 #include "gpu/cuda/gemv_common.cuh"
+#include "gpu/cuda/gemv_epilogue.cuh"
 #include "gpu/cuda/gemv_norm.hpp"
+#include "gpu/cuda/launch_knobs.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -118,54 +119,6 @@ __device__ __forceinline__ void load_round(uint4 (&wv)[kUnroll][kRows], const ui
   }
 }
 
-/// Epilogue of the QKV projection: group g is the rotary pair (i, i + D/2) of head g / (D/2).
-struct qkv_rope_epilogue {
-  rope_kv_args a;
-  __device__ __forceinline__ int groups() const { return (a.num_heads + 2 * a.num_kv_heads) * (a.head_dim / 2); }
-  __device__ __forceinline__ int row(int g, int r) const {
-    const int half = a.head_dim / 2;
-    return (g / half) * a.head_dim + g % half + r * half;
-  }
-  template <class T>
-  __device__ __forceinline__ void finish(int g, const partials<1, 2>& red, int tid) const {
-    const int half = a.head_dim / 2;
-    if (tid == 0) qkv_rope_store<T>(a, g / half, g % half, red.total(0, 0), red.total(1, 0));
-  }
-};
-
-/// Epilogue of the gate/up projection: group g holds gate rows j = g * kPairs + r and their up rows.
-template <int kPairs>
-struct gate_up_epilogue {
-  void* act;
-  int inter;
-  __device__ __forceinline__ int groups() const { return (inter + kPairs - 1) / kPairs; }
-  __device__ __forceinline__ int row(int g, int r) const {
-    const int j = min(g * kPairs + r % kPairs, inter - 1);
-    return r < kPairs ? j : inter + j;
-  }
-  template <class T>
-  __device__ __forceinline__ void finish(int g, const partials<1, 2 * kPairs>& red, int tid) const {
-    const int r = tid, j = g * kPairs + r;
-    if (r >= kPairs || j >= inter) return;
-    const float gv = red.total(r, 0), u = red.total(kPairs + r, 0);
-    static_cast<T*>(act)[j] = from_f32<T>(gv / (1.0f + expf(-gv)) * u);
-  }
-};
-
-/// Plain fp32 outputs: group g holds rows g * kRows + r.
-template <int kRows>
-struct store_epilogue {
-  float* y;
-  int n;
-  __device__ __forceinline__ int groups() const { return (n + kRows - 1) / kRows; }
-  __device__ __forceinline__ int row(int g, int r) const { return min(g * kRows + r, n - 1); }
-  template <class T>
-  __device__ __forceinline__ void finish(int g, const partials<1, kRows>& red, int tid) const {
-    const int r = tid, row = g * kRows + r;
-    if (r < kRows && row < n) y[row] = red.total(r, 0);
-  }
-};
-
 /// The most 128-thread sub-blocks a normed kernel's block holds (registers: 80 a thread).
 constexpr int kMaxSubBlocks = 6;
 
@@ -259,12 +212,6 @@ __global__ void __launch_bounds__(kThreads, kAddBlocksPerSm) gemv_add_kernel(con
   residual[row] = before + (red.total(r, 0) + (bias ? bias[row] : 0.0f));
 }
 
-/// An integer knob from the environment (for measuring variants without a rebuild), else `fallback`.
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
-
 bool g_fused_norm = env_int("ACTORSERVE_FUSED_NORM", 0) != 0;
 bool g_residual_gemv = env_int("ACTORSERVE_RESIDUAL_GEMV", 0) != 0;
 int g_blocks_per_sm = env_int("ACTORSERVE_NORM_GEMV_BLOCKS", 0);
@@ -276,15 +223,10 @@ int g_gate_up_rows = env_int("ACTORSERVE_NORM_GATE_UP_ROWS", 4);
 template <class K>
 int norm_grid(K kernel, int blocks, int threads, size_t smem) {
   if (g_blocks_per_sm < 0) return blocks;
-  thread_local int sms = 0, cached_per_sm = 0, cached_threads = 0;
+  thread_local int cached_per_sm = 0, cached_threads = 0;
   thread_local const void* cached_kernel = nullptr;
   thread_local size_t cached_smem = 0;
-  if (sms == 0) {
-    int device = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (sms <= 0) sms = 1;
-  }
+  const int sms = current_sm_count();
   int per_sm = g_blocks_per_sm;
   if (per_sm == 0) {
     if (cached_kernel != reinterpret_cast<const void*>(kernel) || cached_smem != smem || cached_threads != threads) {
@@ -338,7 +280,7 @@ int gemv_add_residual(act_dtype dt, const void* x, int k, const void* w, int n, 
 }
 
 int gemv_norm_qkv_rope(act_dtype dt, const norm_input& in, const void* w, const rope_kv_args& a, cudaStream_t s) {
-  const qkv_rope_epilogue epi{a};
+  const qkv_rope_epilogue<> epi{a};
   const int groups = (a.num_heads + 2 * a.num_kv_heads) * (a.head_dim / 2);
   int rc = 0;
   AS_DISPATCH_ACT(dt, rc = launch_norm<T, 2>(in, w, epi, groups, s));

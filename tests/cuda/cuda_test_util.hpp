@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "gpu/cuda/device_info.hpp"
@@ -43,6 +44,24 @@ inline float from_act_bits(cuda::act_dtype dt, uint16_t h) {
   return dt == cuda::act_dtype::bf16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h);
 }
 inline float round_act(cuda::act_dtype dt, float v) { return from_act_bits(dt, to_act_bits(dt, v)); }
+
+/// n values uniform in [-scale, scale], rounded to dt (as bits).
+inline std::vector<uint16_t> random_act_bits(cuda::act_dtype dt, size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> ud(-scale, scale);
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = to_act_bits(dt, ud(rng));
+  return v;
+}
+
+/// Elements whose bits differ (NaN included); -1 for arrays of different sizes.
+template <class T>
+int count_unequal(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return -1;
+  int off = 0;
+  for (size_t i = 0; i < a.size(); ++i) off += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  return off;
+}
 
 /// A device array of T, freed on scope exit.
 template <class T>

@@ -4,6 +4,7 @@
 
 #include <future>
 #include <numeric>
+#include <string>
 #include <utility>
 #include <vector>
 #include <thread>
@@ -12,6 +13,14 @@
 #include "gpu/executor.hpp"
 
 namespace actorserve::testing {
+
+/// A fixture name as a test-name suffix ('-' is not allowed there): for INSTANTIATE_TEST_SUITE_P.
+inline std::string model_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string s = info.param;
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+}
 
 /// Submits one step and waits for it; checks `done` runs on another thread.
 inline gpu::step_result run_step(gpu::executor& ex, gpu::step_batch b) {

@@ -10,28 +10,13 @@
 #include "cuda_test_util.hpp"
 #include "executor_test_util.hpp"
 #include "gpu/cuda/gemv_kernel.hpp"
+#include "qkv_rope_case.hpp"
 #include "test_data.hpp"
 
 namespace actorserve::testing {
 namespace {
 
 using cuda::act_dtype;
-
-std::vector<uint16_t> random_act(act_dtype dt, size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> ud(-scale, scale);
-  std::vector<uint16_t> v(n);
-  for (auto& x : v) x = to_act_bits(dt, ud(rng));
-  return v;
-}
-
-std::vector<float> random_f32(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> ud(-scale, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = ud(rng);
-  return v;
-}
 
 std::vector<float> to_f32(act_dtype dt, const std::vector<uint16_t>& bits) {
   std::vector<float> v(bits.size());
@@ -71,7 +56,7 @@ TEST_P(CudaFusedGemv, GateUpSiluMatchesGemvThenSiluMul) {
   for (int inter : {1, 7, 130, 1000}) {
     for (int k : {8, 264, 4096}) {
       for (int rows : {2, 4}) {
-        auto x = random_act(dt, size_t(k), 1), w = random_act(dt, size_t(2) * inter * k, 2, 0.1f);
+        auto x = random_act_bits(dt, size_t(k), 1), w = random_act_bits(dt, size_t(2) * inter * k, 2, 0.1f);
         dev_vec<uint16_t> d_x(x), d_w(w), d_fused(static_cast<size_t>(inter)), d_act(static_cast<size_t>(inter));
         dev_vec<float> d_gu(static_cast<size_t>(2 * inter));
         d_fused.poison();
@@ -93,34 +78,19 @@ TEST_P(CudaFusedGemv, GateUpSiluMatchesGemvThenSiluMul) {
 
 TEST_P(CudaFusedGemv, QkvRopeMatchesGemvThenRopeKvWrite) {
   const act_dtype dt = GetParam();
-  struct shape { int H, KVH, D, k; bool bias; int32_t slot; };
-  for (const shape& sh : {shape{4, 2, 16, 64, true, 37}, shape{32, 8, 128, 4096, false, 1000},
-                          shape{4, 1, 32, 200, true, -1}}) {
-    const int width = (sh.H + 2 * sh.KVH) * sh.D, slots = 1024;
-    auto x = random_act(dt, size_t(sh.k), 3), w = random_act(dt, size_t(width) * sh.k, 4, 0.2f);
-    auto bias = random_f32(size_t(width), 5, 0.5f);
-    std::vector<float> inv_freq(size_t(sh.D / 2));
-    for (int i = 0; i < sh.D / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / sh.D);
+  for (const qkv_rope_shape& sh : kQkvRopeShapes) {
+    const qkv_rope_case qc(sh);
+    const int width = qc.width;
+    const size_t cache = qc.cache;
+    const std::vector<float>& bias = qc.bias_h;
+    const std::vector<float>& inv_freq = qc.inv_freq;
+    auto x = random_act_bits(dt, size_t(sh.k), 3), w = random_act_bits(dt, size_t(width) * sh.k, 4, 0.2f);
     dev_vec<uint16_t> d_x(x), d_w(w);
-    dev_vec<float> d_bias(bias), d_inv(inv_freq);
     dev_vec<float> d_qkv_f(static_cast<size_t>(width)), d_qkv_u(static_cast<size_t>(width));
-    dev_vec<int32_t> d_pos(std::vector<int32_t>{777}), d_slot(std::vector<int32_t>{sh.slot});
-    const size_t cache = size_t(slots) * sh.KVH * sh.D;
     dev_vec<uint16_t> kf(cache), vf(cache), ku(cache), vu(cache);
     for (auto* d : {&kf, &vf, &ku, &vu}) d->poison();
     d_qkv_f.poison();
-    cuda::rope_kv_args a;
-    a.bias = sh.bias ? d_bias.get() : nullptr;
-    a.positions = d_pos.get();
-    a.slots = d_slot.get();
-    a.inv_freq = d_inv.get();
-    a.n = 1;
-    a.num_heads = sh.H;
-    a.num_kv_heads = sh.KVH;
-    a.head_dim = sh.D;
-    a.qkv = d_qkv_f.get();
-    a.k_cache = kf.get();
-    a.v_cache = vf.get();
+    cuda::rope_kv_args a = qc.args(d_qkv_f.get(), kf.get(), vf.get());
     ASSERT_EQ(cuda::gemv_qkv_rope(dt, d_x.get(), sh.k, d_w.get(), a, nullptr), 0);
     a.qkv = d_qkv_u.get();
     a.k_cache = ku.get();
@@ -197,11 +167,7 @@ TEST_P(CudaFusedExecutor, OneTokenStepsMatchTheUnfusedPath) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaFusedExecutor, ::testing::Values("llama-hd128-bf16", "qwen2-tiny"),
-                         [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s) if (c == '-') c = '_';
-                           return s;
-                         });
+                         model_param_name);
 
 }  // namespace
 }  // namespace actorserve::testing

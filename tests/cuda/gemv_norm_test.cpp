@@ -13,6 +13,7 @@
 #include "executor_test_util.hpp"
 #include "gpu/cuda/gemv_kernel.hpp"
 #include "gpu/cuda/gemv_norm.hpp"
+#include "qkv_rope_case.hpp"
 #include "test_data.hpp"
 
 namespace actorserve::testing {
@@ -20,29 +21,12 @@ namespace {
 
 using cuda::act_dtype;
 
-std::vector<uint16_t> random_act(act_dtype dt, size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> ud(-scale, scale);
-  std::vector<uint16_t> v(n);
-  for (auto& x : v) x = to_act_bits(dt, ud(rng));
-  return v;
-}
-
 std::vector<float> random_f32(size_t n, uint32_t seed, float lo, float hi) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> ud(lo, hi);
   std::vector<float> v(n);
   for (auto& x : v) x = ud(rng);
   return v;
-}
-
-/// Elements whose bits differ (NaN included).
-template <class T>
-int count_unequal(const std::vector<T>& a, const std::vector<T>& b) {
-  if (a.size() != b.size()) return -1;
-  int off = 0;
-  for (size_t i = 0; i < a.size(); ++i) off += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
-  return off;
 }
 
 /// The grids the normed kernels take: blocks per SM (-1: a block per group, 0: one wave) and
@@ -92,7 +76,7 @@ TEST_P(CudaNormGemv, PlainEqualsAddRmsnormThenGemv) {
   for (int hidden : {8, 64, 200, 512, 1000, 4096, 12288}) {
     for (int n : {1, 5, 37}) {
       normed_row row(dt, hidden, uint32_t(hidden + n));
-      dev_vec<uint16_t> w(random_act(dt, size_t(n) * hidden, 9, 0.1f));
+      dev_vec<uint16_t> w(random_act_bits(dt, size_t(n) * hidden, 9, 0.1f));
       ASSERT_TRUE(cuda::norm_gemv_supported(row.in, w.get()));
       dev_vec<float> want(static_cast<size_t>(n)), got(static_cast<size_t>(n));
       ASSERT_EQ(cuda::gemv(dt, row.x.get(), 1, hidden, w.get(), n, want.get(), 0.0f, nullptr), 0);
@@ -114,7 +98,7 @@ TEST_P(CudaNormGemv, GateUpSiluEqualsAddRmsnormThenFusedGemv) {
   for (int inter : {1, 7, 130, 1000}) {
     for (int hidden : {8, 264, 4096}) {
       normed_row row(dt, hidden, uint32_t(inter * 7 + hidden));
-      dev_vec<uint16_t> w(random_act(dt, size_t(2) * inter * hidden, 2, 0.1f));
+      dev_vec<uint16_t> w(random_act_bits(dt, size_t(2) * inter * hidden, 2, 0.1f));
       for (int rows : {2, 4, 0}) {  // 0: the normed kernel's default (4)
         dev_vec<uint16_t> want(static_cast<size_t>(inter)), got(static_cast<size_t>(inter));
         ASSERT_EQ(cuda::gemv_gate_up_silu(dt, row.x.get(), hidden, w.get(), inter, want.get(), rows ? rows : 4,
@@ -134,31 +118,15 @@ TEST_P(CudaNormGemv, GateUpSiluEqualsAddRmsnormThenFusedGemv) {
 
 TEST_P(CudaNormGemv, QkvRopeEqualsAddRmsnormThenFusedGemv) {
   const act_dtype dt = GetParam();
-  struct shape { int H, KVH, D, k; bool bias; int32_t slot; };
-  for (const shape& sh : {shape{4, 2, 16, 64, true, 37}, shape{32, 8, 128, 4096, false, 1000},
-                          shape{4, 1, 32, 200, true, -1}}) {
-    const int width = (sh.H + 2 * sh.KVH) * sh.D, slots = 1024;
+  for (const qkv_rope_shape& sh : kQkvRopeShapes) {
+    const qkv_rope_case qc(sh);
+    const int width = qc.width;
+    const size_t cache = qc.cache;
     normed_row row(dt, sh.k, uint32_t(sh.k));
-    dev_vec<uint16_t> w(random_act(dt, size_t(width) * sh.k, 4, 0.2f));
-    std::vector<float> inv_freq(size_t(sh.D / 2));
-    for (int i = 0; i < sh.D / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * i / sh.D);
-    dev_vec<float> bias(random_f32(size_t(width), 5, -0.5f, 0.5f)), inv(inv_freq);
-    dev_vec<int32_t> pos(std::vector<int32_t>{777}), slot(std::vector<int32_t>{sh.slot});
-    const size_t cache = size_t(slots) * sh.KVH * sh.D;
+    dev_vec<uint16_t> w(random_act_bits(dt, size_t(width) * sh.k, 4, 0.2f));
     dev_vec<float> q_want(static_cast<size_t>(width)), q_got(static_cast<size_t>(width));
     dev_vec<uint16_t> k_want(cache), v_want(cache), k_got(cache), v_got(cache);
-    cuda::rope_kv_args a;
-    a.bias = sh.bias ? bias.get() : nullptr;
-    a.positions = pos.get();
-    a.slots = slot.get();
-    a.inv_freq = inv.get();
-    a.n = 1;
-    a.num_heads = sh.H;
-    a.num_kv_heads = sh.KVH;
-    a.head_dim = sh.D;
-    a.qkv = q_want.get();
-    a.k_cache = k_want.get();
-    a.v_cache = v_want.get();
+    cuda::rope_kv_args a = qc.args(q_want.get(), k_want.get(), v_want.get());
     k_want.poison();
     v_want.poison();
     ASSERT_EQ(cuda::gemv_qkv_rope(dt, row.x.get(), sh.k, w.get(), a, nullptr), 0);
@@ -183,7 +151,7 @@ TEST_P(CudaNormGemv, AddResidualEqualsGemvThenAddRmsnorm) {
     for (int k : {8, 264, 4096}) {
       for (bool with_bias : {false, true}) {
         auto res0 = random_f32(size_t(n), uint32_t(n + k), -2.0f, 2.0f);
-        const auto x = random_act(dt, size_t(k), 3, 1.0f), wh = random_act(dt, size_t(n) * k, 4, 0.1f);
+        const auto x = random_act_bits(dt, size_t(k), 3, 1.0f), wh = random_act_bits(dt, size_t(n) * k, 4, 0.1f);
         dev_vec<uint16_t> d_x(x), w(wh);
         dev_vec<float> bias(random_f32(size_t(n), 6, -0.5f, 0.5f)), norm_w(std::vector<float>(size_t(n), 1.0f));
         dev_vec<float> want(res0), got(res0), delta(static_cast<size_t>(n));
@@ -258,11 +226,7 @@ TEST_P(CudaNormFoldedExecutor, OneTokenStepsEqualTheFusedPathWithNormKernels) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CudaNormFoldedExecutor,
-                         ::testing::Values("llama-hd128-bf16", "qwen2-tiny", "mistral-tiny"), [](const auto& info) {
-                           std::string s = info.param;
-                           for (char& c : s) if (c == '-') c = '_';
-                           return s;
-                         });
+                         ::testing::Values("llama-hd128-bf16", "qwen2-tiny", "mistral-tiny"), model_param_name);
 
 }  // namespace
 }  // namespace actorserve::testing
