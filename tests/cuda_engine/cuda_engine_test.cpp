@@ -8,6 +8,7 @@
 
 #include "../engine/engine_harness.hpp"
 #include "gpu/cuda/device_info.hpp"
+#include "near_tie.hpp"
 
 namespace actorserve::actors {
 namespace {
@@ -55,7 +56,9 @@ TEST_F(CudaEngine, PreemptionUnderATinyPoolKeepsGreedyOutputs) {
   const int64_t tight_blocks = blocks_needed / 20;
   auto ample = start_engine(cuda_config("llama-tiny", 4096));
   ASSERT_TRUE(ample);
-  const auto expected = run_all(*ample, prompts, greedy(max_tokens));
+  sampling_params with_top = greedy(max_tokens);
+  with_top.num_logprobs = kNearTieTop;
+  const auto expected = run_all(*ample, prompts, with_top);
   ample->shutdown(std::chrono::milliseconds(0));
   auto tight = start_engine(cuda_config("llama-tiny", tight_blocks));
   ASSERT_TRUE(tight);
@@ -64,9 +67,15 @@ TEST_F(CudaEngine, PreemptionUnderATinyPoolKeepsGreedyOutputs) {
   int identical = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto& g = got.at(static_cast<int>(i)).at(0);
-    EXPECT_EQ(g.tokens, expected.at(static_cast<int>(i)).at(0).tokens) << "request " << i;
-    identical += g.tokens == expected.at(static_cast<int>(i)).at(0).tokens;
+    const auto& want = expected.at(static_cast<int>(i)).at(0);
+    EXPECT_EQ(g.tokens.size(), want.tokens.size()) << "request " << i;
+    identical += g.tokens == want.tokens;
+    const parting p = first_parting(want, g.tokens);  // only at a near-tie (near_tie.hpp)
+    if (p.index >= 0) {
+      EXPECT_LT(p.margin, kNearTie) << "request " << i << " parts at token " << p.index << " by " << p.margin;
+    }
   }
+  EXPECT_GE(identical, 250) << "more partings than rounding flips explain";
   const auto s = wait_idle(*tight);
   EXPECT_GT(s.num_preemptions, 0);
   EXPECT_EQ(s.kv_blocks_used, 0);
@@ -134,8 +143,6 @@ TEST_F(CudaEngine, InjectedStepFailureRestartsTheCudaExecutor) {
 // reported; its floor only catches wholesale breakage, since how many near-ties a random
 // tiny model meets in 16 tokens is a property of the model, not of the executor.
 TEST_F(CudaEngine, CpuAndCudaEnginesAgree) {
-  constexpr float kNearTie = 5e-2f;
-  constexpr int kTop = 8;
   for (const char* model : {"llama-tiny", "qwen2-tiny", "mistral-tiny", "llama-hd128-bf16"}) {
     std::mt19937 rng(21);
     std::vector<std::vector<int32_t>> prompts;
@@ -146,7 +153,7 @@ TEST_F(CudaEngine, CpuAndCudaEnginesAgree) {
     auto cpu = start_engine(cpu_cfg);
     ASSERT_TRUE(cpu);
     sampling_params with_top = greedy(16);
-    with_top.num_logprobs = kTop;
+    with_top.num_logprobs = kNearTieTop;
     const auto ref = run_all(*cpu, prompts, with_top);
     cpu->shutdown(std::chrono::milliseconds(0));
     auto gpu = start_engine(cuda_config(model, 40));
@@ -167,14 +174,8 @@ TEST_F(CudaEngine, CpuAndCudaEnginesAgree) {
       identical += a == b;
       if (k == a.size() || k == b.size()) continue;
       ++parted;
-      const logprob_entry& at = r.logprobs[k];
-      ASSERT_FALSE(at.top.empty()) << model;
-      // The CPU's logprob of the CUDA token: exact when it is in the CPU's top list, else at most
-      // the last entry's (so the margin below is then a lower bound).
-      float other = at.top.back().second;
-      for (const auto& [id, lp] : at.top)
-        if (id == b[k]) other = lp;
-      const float margin = at.logprob - other;
+      ASSERT_FALSE(r.logprobs[k].top.empty()) << model;
+      const float margin = first_parting(r, b).margin;
       widest = std::max(widest, margin);
       EXPECT_LT(margin, kNearTie) << model << " request " << i << " parts at token " << k << ": CPU " << a[k]
                                   << " vs CUDA " << b[k] << " with a CPU margin of " << margin;
