@@ -43,7 +43,7 @@ value attr_path(const value& item, const std::string& path, int line) {
     const std::size_t dot = path.find('.', pos);
     const std::string part = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
     const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-    cur = digits ? get_item(cur, value(static_cast<std::int64_t>(std::stoll(part))), line) : get_item(cur, value(part), line);
+    cur = digits ? get_item(cur, value(decimal_index(part)), line) : get_item(cur, value(part), line);
     if (dot == std::string::npos) return cur;
     pos = dot + 1;
   }

@@ -57,7 +57,7 @@ std::string py_format(renderer& r, const std::string& fmt, const call_args& a, i
         v = auto_index < a.pos.size() ? &a.pos[auto_index] : nullptr;
         ++auto_index;
       } else if (field.find_first_not_of("0123456789") == std::string::npos) {
-        const auto idx = static_cast<std::size_t>(std::stoul(field));
+        const auto idx = static_cast<std::size_t>(decimal_index(field));
         v = idx < a.pos.size() ? &a.pos[idx] : nullptr;
       } else {
         v = a.get(static_cast<std::size_t>(-1), field);

@@ -1,6 +1,8 @@
 #include "protocol/chat_template/utf8_text.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <limits>
 
 namespace actorserve::protocol::jinja {
 namespace {
@@ -239,6 +241,12 @@ std::string py_str_repr(std::string_view s) {
   }
   out += quote;
   return out;
+}
+
+std::int64_t decimal_index(std::string_view digits) {
+  std::int64_t v = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+  return ec == std::errc() && end == digits.data() + digits.size() ? v : std::numeric_limits<std::int64_t>::max();
 }
 
 }  // namespace actorserve::protocol::jinja

@@ -2,6 +2,7 @@
 /// Python str semantics over UTF-8 bytes: code-point indexing, Unicode whitespace for
 /// strip()/split(), and case mapping (ASCII letters only; other characters pass unchanged).
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -36,5 +37,9 @@ std::string py_replace(std::string_view s, std::string_view from, std::string_vi
 
 /// Python repr() of a str: single quotes unless the text has ' and no ".
 std::string py_str_repr(std::string_view s);
+
+/// Python int() of a string of ASCII digits used as an index: its value, or INT64_MAX where
+/// it does not fit (Python's int has no bound; any index past INT64_MAX is out of range too).
+std::int64_t decimal_index(std::string_view digits);
 
 }  // namespace actorserve::protocol::jinja

@@ -149,6 +149,21 @@ TEST(RenderLimits, MutatedTemplatesNeverCrash) {
   EXPECT_GT(rendered, 100);  // the mutations are mild enough that many still render
 }
 
+// Fuzz finding 7: digit strings past int64 used as an index (an attribute path of selectattr
+// / map, a str.format field) threw std::out_of_range out of the renderer. Python takes them as
+// out-of-range indices: the attribute is undefined, the format field has no argument.
+TEST(RenderLimits, IndicesBeyondInt64AreOutOfRangeNotACrash) {
+  EXPECT_EQ(render_ok("{{ messages | selectattr('33333333333333333333333333333333333') | list | length }}",
+                      R"({"messages": [[1], [2]]})"),
+            "0");
+  EXPECT_EQ(render_ok("{{ messages | map(attribute='99999999999999999999') | select('defined') | list | length }}",
+                      R"({"messages": [[1], [2]]})"),
+            "0");
+  EXPECT_EQ(render_ok("{{ messages | map(attribute='1') | list }}", R"({"messages": [[1, 5], [2, 6]]})"), "[5, 6]");
+  auto e = render_err("{{ '{99999999999999999999}'.format('a') }}");
+  EXPECT_TRUE(contains(e.message, "no argument for field")) << e.message;
+}
+
 TEST(Concurrency, OneParsedTemplateRendersOnManyThreads) {
   auto tpl = chat_template::parse(
       "{% set ns = namespace(s='') %}{% for m in messages %}{% set ns.s = ns.s ~ m.content %}{% endfor %}{{ ns.s }}"

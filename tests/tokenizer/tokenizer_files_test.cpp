@@ -223,3 +223,34 @@ TEST(tokenizer_files, template_special_token_outside_vocabulary_names_the_field)
 }
 }  // namespace
 }  // namespace actorserve::testing
+
+namespace actorserve::testing {
+namespace {
+// Fuzz finding 8: token ids index a dense table, so an id far past the declared entries (here
+// 60,000,000 in a vocabulary of 3) is refused at load instead of allocating gigabytes.
+TEST(tokenizer_files, token_id_far_beyond_the_vocabulary_is_refused) {
+  temp_dir dir;
+  const std::string json =
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 60000000}, "merges": []}, "added_tokens": []})";
+  auto t = tokenizer::from_files(dir.file("tokenizer.json", json), "");
+  ASSERT_FALSE(t);
+  EXPECT_NE(t.err().message.find("model.vocab"), std::string::npos) << t.err().message;
+  EXPECT_NE(t.err().message.find("3 entries"), std::string::npos) << t.err().message;
+  const std::string added =
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},
+          "added_tokens": [{"id": 50000000, "content": "<x>", "single_word": false, "lstrip": false,
+                            "rstrip": false, "normalized": false, "special": true}]})";
+  auto u = tokenizer::from_files(dir.file("tokenizer.json", added), "");
+  ASSERT_FALSE(u);
+  EXPECT_NE(u.err().message.find("added_tokens[0]"), std::string::npos) << u.err().message;
+  // A dense vocabulary with added tokens right after it (Llama 3: 128000 + 256) still loads.
+  const std::string dense =
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},
+          "added_tokens": [{"id": 2, "content": "<x>", "single_word": false, "lstrip": false,
+                            "rstrip": false, "normalized": false, "special": true}]})";
+  auto v = tokenizer::from_files(dir.file("tokenizer.json", dense), "");
+  ASSERT_TRUE(v) << v.err().message;
+  EXPECT_EQ(v->vocab_size(), 3);
+}
+}  // namespace
+}  // namespace actorserve::testing
