@@ -1,8 +1,8 @@
 #pragma once
 /// TMA (the Hopper bulk tensor copy engine) descriptors over the paged K/V cache, for the
-/// prefill kernels that load whole 64-token x 64-element boxes with one instruction
-/// (prefill_pingpong_kernel.cu). Host code; the descriptor travels as a __grid_constant__
-/// kernel parameter.
+/// kernels that load whole boxes of one block (or 64 tokens) x 64 elements with one instruction:
+/// the persistent prefill (prefill_pingpong_kernel.cu) and flash-decoding (decode_kernels.cu).
+/// Host code; the descriptors travel as a __grid_constant__ kernel parameter.
 #include <cuda.h>
 
 namespace actorserve::gpu::cuda {

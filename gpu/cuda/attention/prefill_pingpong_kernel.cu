@@ -27,6 +27,7 @@
 #include "gpu/cuda/attention/kv_tensor_map.hpp"
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
 #include "gpu/cuda/attention/prefill_wgmma_rows.cuh"
+#include "gpu/cuda/launch_knobs.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -277,16 +278,7 @@ int start(K kernel, int smem, int grid, const attn_launch& a, const kv_tensor_ma
 }
 
 /// One CTA per SM (capped by the items' upper bound) for the persistent kernels.
-int persistent_grid(const attn_launch& a) {
-  static const int sms = [] {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-      n = 0;
-    (void)cudaGetLastError();
-    return n;
-  }();
-  return sms > 0 ? std::min(a.prefill_grid, sms) : a.prefill_grid;
-}
+int persistent_grid(const attn_launch& a) { return std::min(a.prefill_grid, current_sm_count()); }
 
 template <int kKeys, int kStages, bool kTma, bool kPersist>
 int start_variant(const attn_launch& a, const kv_tensor_maps& maps, cudaStream_t s) {
