@@ -12,6 +12,7 @@
 #include "gpu/cuda/gemv_common.cuh"
 #include "gpu/cuda/gemv_epilogue.cuh"
 #include "gpu/cuda/launch_knobs.hpp"
+#include "gpu/cuda/mbarrier.cuh"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -25,34 +26,6 @@ constexpr int kMaxStages = 13;                // 13 x 16 KiB + barriers fit the 
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-/// Makes the initialised barriers visible to the other threads and to the bulk-copy engine.
-__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
-/// The producer's arrival on a stage's `full` barrier, announcing the bytes its copies will bring.
-__device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-/// Waits until the barrier's phase of parity `parity` has completed.
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  const uint32_t a = smem_u32(bar);
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(a), "r"(parity)
-        : "memory");
-  } while (!done);
-}
 /// `bytes` (a multiple of 16) from global `src` to shared `dst`, completing on `bar`.
 __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
@@ -116,10 +89,10 @@ __device__ __forceinline__ void produce(const bulk_smem<kRows>& sm, const T* w, 
 #pragma unroll
     for (int r = 0; r < kRows; ++r) rows[r] = w + size_t(epi.row(g, r)) * k;
     for (int sl = 0; sl < slices; ++sl) {
-      if (!first_pass) mbar_wait(sm.empty + slot, phase ^ 1);
+      if (!first_pass) mbar_wait(smem_u32(sm.empty + slot), phase ^ 1);
       const int c0 = sl * kSlice, len = min(kSlice, chunks - c0);
       const uint32_t bytes = uint32_t(len) * 16;
-      mbar_arrive_expect(sm.full + slot, bytes * kRows);
+      mbar_arrive_expect_tx(smem_u32(sm.full + slot), bytes * kRows);
       uint4* dst = sm.ring + size_t(slot) * (kStageBytes / 16);
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
@@ -146,10 +119,10 @@ __global__ void __launch_bounds__(kBlockThreads, 1) gemv_bulk_kernel(const T* x,
   launch_dependents();
   if (threadIdx.x == 0) {
     for (int s = 0; s < stages; ++s) {
-      mbar_init(sm.full + s, 1);
-      mbar_init(sm.empty + s, kThreads);
+      mbar_init(smem_u32(sm.full + s), 1);
+      mbar_init(smem_u32(sm.empty + s), kThreads);
     }
-    mbar_init_fence();
+    fence_mbarrier_init();
   }
   __syncthreads();
   if (threadIdx.x >= kThreads) {  // the producer warp: weights only, no wait for the previous grid
@@ -166,7 +139,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) gemv_bulk_kernel(const T* x,
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[r][0] = 0.0f;
     for (int sl = 0; sl < slices; ++sl) {
-      mbar_wait(sm.full + slot, phase);
+      mbar_wait(smem_u32(sm.full + slot), phase);
       const uint4* st = sm.ring + size_t(slot) * (kStageBytes / 16);
       const int c0 = sl * kSlice;
 #pragma unroll
@@ -178,7 +151,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) gemv_bulk_kernel(const T* x,
         for (int r = 0; r < kRows; ++r) wv[r] = st[r * kSlice + cl];
         fma_chunk<T, kRows>(wv, __ldg(xv + c), acc);
       }
-      mbar_arrive(sm.empty + slot);
+      mbar_arrive(smem_u32(sm.empty + slot));
       if (++slot == stages) {
         slot = 0;
         phase ^= 1;
