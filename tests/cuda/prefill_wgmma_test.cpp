@@ -7,8 +7,8 @@
 // fp16, both backends' block sizes; outputs poisoned before each run. Variant 8 (the mma.sync
 // kernel) runs the same cases as a control; ACTORSERVE_PREFILL_VARIANTS=3,4 picks variants.
 // Of the 128-row-item variants (two warpgroups per K/V tile) 15 always runs, 9, 10, 11 and 13
-// only when named there. With
-// ACTORSERVE_PREFILL_BENCH=1 (and a GPU) one more test times them on the prefill shapes.
+// only when named there. With ACTORSERVE_PREFILL_BENCH=1 (and a GPU) one more test times them
+// on the prefill shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -202,7 +202,8 @@ bool variant_requested(int v) {
 }
 
 /// The paired-warpgroup variants (9, 10, 11, 13, 15) over 128-row items planned here, each when
-/// ACTORSERVE_PREFILL_VARIANTS names it; without that variable the default (15). Whole prompts and chunks only: no decode tokens.
+/// ACTORSERVE_PREFILL_VARIANTS names it; without that variable the default (15). Whole prompts
+/// and chunks only: no decode tokens.
 TEST_P(PrefillWgmma, PairedWarpgroupsMatchReference) {
   std::vector<int> paired;
   for (int v : {9, 10, 11, 13, 15})
