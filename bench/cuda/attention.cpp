@@ -3,12 +3,17 @@
 // configuration is timed twice: events around the launches as issued (host launch latency
 // included: the first method, kept) and "held" (the launches queued behind a kernel that holds
 // the stream until the host releases it: kernel time alone, as nvbench measures).
-//   bench_cuda_attention [--out DIR] [--quick]
+//   bench_cuda_attention [--out DIR] [--quick] [--flush read|write]
 //   bench_cuda_attention --variants          kernel variants (ACTORSERVE_ATTN_VARIANT) side by side
 //   bench_cuda_attention --stream            streaming-read ceiling at the grid's byte counts
 //   bench_cuda_attention --pdl               decode after a 4 µs predecessor, PDL off / on
 //   bench_cuda_attention --one vllm|fd decode|prefill H BATCH KV   one configuration (for ncu)
 // Writes DIR/attention_grid.md (the whole grid as a table) and prints it with a target summary.
+// --flush: how the L2 is flushed before each timed run. `read` (the default) reads a 256 MiB
+// buffer, which evicts every K/V line and leaves the L2 full of clean lines, as the GEMMs and
+// norms before a decode step's attention leave it; `write` memsets that buffer (the method of
+// the earlier passes), which leaves up to a whole L2 of dirty lines that the timed kernel then
+// pays to write back to DRAM while it reads.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,6 +47,7 @@ namespace {
 
 constexpr int D = 128, KVH = 8;
 constexpr size_t kFlushBytes = size_t(256) << 20;  // > 5x the H200's 50 MB L2
+bool g_flush_by_write = false;  ///< --flush write: memset the flush buffer instead of reading it
 
 struct device_state {
   void* k = nullptr;
@@ -57,6 +63,7 @@ struct device_state {
   volatile int* hold_host = nullptr;  ///< host-mapped flag that releases the held stream
   int* hold_dev = nullptr;
   unsigned* sink = nullptr;
+  int flush_ctas = 0;  ///< CTAs of the read flush (4 per SM)
 };
 
 /// Fills `bytes` of device memory with random bf16 normals (a 64 MiB random pattern, repeated).
@@ -103,7 +110,8 @@ double median(std::vector<double>& t) {
 /// them are enqueued (kernel time alone, nvbench's method).
 template <class F>
 double time_once(device_state& st, int r, bool held, F&& enqueue) {
-  CK(cudaMemsetAsync(st.flush, r & 0xff, kFlushBytes));
+  if (g_flush_by_write) CK(cudaMemsetAsync(st.flush, r & 0xff, kFlushBytes));
+  else if (int e = cuda::launch_stream_read(st.flush, kFlushBytes, st.sink, st.flush_ctas, nullptr)) CK(cudaError_t(e));
   if (held) {
     *st.hold_host = 0;
     if (int e = cuda::launch_hold_stream(st.hold_dev, nullptr)) CK(cudaError_t(e));
@@ -286,7 +294,8 @@ double copy_gbs(device_state& st) {
 
 /// One configuration per kernel variant (launch.hpp: prefill variant | decode variant << 4).
 void run_variants(device_state& st, double copy) {
-  std::printf("device-to-device copy %.0f GB/s (read + write)\n\n", copy);
+  std::printf("device-to-device copy %.0f GB/s (read + write); L2 flushed by a 256 MiB %s\n\n", copy,
+              g_flush_by_write ? "memset" : "read");
   struct point { kv_cache_layout layout; int H, batch, kv; bool prefill; std::vector<int> variants; };
   const kv_cache_layout fd = kv_cache_layout::flash_decoding, vl = kv_cache_layout::vllm;
   // 0 default (K/V by TMA), 224 the TMA copies alone (probe), 208 the cp.async kernel, 32 its
@@ -389,6 +398,14 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--variants")) variants = true;
     else if (!std::strcmp(argv[i], "--stream")) stream = true;
     else if (!std::strcmp(argv[i], "--pdl")) pdl = true;
+    else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc) {
+      const std::string how = argv[++i];
+      if (how != "read" && how != "write") {
+        std::fprintf(stderr, "bench_cuda_attention: --flush takes read or write, not '%s'\n", how.c_str());
+        return 2;
+      }
+      g_flush_by_write = how == "write";
+    }
     else if (!std::strcmp(argv[i], "--one") && i + 5 < argc) one.assign(argv + i + 1, argv + i + 6), i += 5;
   }
   int count = 0;
@@ -407,6 +424,8 @@ int main(int argc, char** argv) {
   fill_random(st.v, cache_bytes, 2);
   st.max_tokens = 16384;
   CK(cudaMalloc(&st.flush, kFlushBytes));
+  CK(cudaMemset(st.flush, 0, kFlushBytes));
+  st.flush_ctas = 4 * prop.multiProcessorCount;
   CK(cudaMalloc(reinterpret_cast<void**>(&st.q), st.max_tokens * (64 + 2 * KVH) * D * 4));
   {
     const size_t n = st.max_tokens * (64 + 2 * KVH) * D, chunk = size_t(1) << 22;
@@ -492,8 +511,9 @@ int main(int argc, char** argv) {
       }
   }
   std::string summary;
-  std::snprintf(line, sizeof line, "device: %s, %d SMs; device-to-device copy %.0f GB/s (read + write)\n", prop.name,
-                prop.multiProcessorCount, copy);
+  std::snprintf(line, sizeof line,
+                "device: %s, %d SMs; device-to-device copy %.0f GB/s (read + write); L2 flushed by a 256 MiB %s\n",
+                prop.name, prop.multiProcessorCount, copy, g_flush_by_write ? "memset (--flush write)" : "read");
   summary += line;
   std::snprintf(line, sizeof line,
                 "flash-decoding, batch >= 32 and KV >= 2048, worst: %.0f GB/s, held %.0f GB/s (target 3800)\n",

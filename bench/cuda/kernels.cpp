@@ -296,9 +296,17 @@ void bench_offline_steps(decode_sim& sim) {
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, {{256, 128, 1152}},
                        "offline decode step, fp32 gate_up (ACTORSERVE_GATE_UP_16BIT=0)");
   sim.set_gate_up_f32(!cuda::gate_up_16bit());
-  const std::vector<sim_shape> mixed = {{200, 1000, 1100, 2, 924}, {0, 0, 0, 2, 1024}, {100, 1000, 1100, 8, 1000}};
+  // The last: the engine's prefill-carrying step of that workload (13,421 tokens on average).
+  const std::vector<sim_shape> mixed = {{200, 1000, 1100, 2, 924}, {0, 0, 0, 2, 1024}, {100, 1000, 1100, 8, 1000},
+                                        {100, 1000, 1100, 13, 1000}};
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, mixed,
                        "mixed steps of the 200 x 1000/100 workload (prefill chunks from position 0)");
+  const bool residual0 = cuda::residual_gemm();
+  cuda::set_residual_gemm(!residual0);
+  bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, {{256, 128, 1152}, {100, 1000, 1100, 13, 1000}},
+                       residual0 ? "o and down writing a delta for add_rmsnorm (ACTORSERVE_RESIDUAL_GEMM=0)"
+                                 : "o and down adding into the residual (residual_gemm on)");
+  cuda::set_residual_gemm(residual0);
   cuda::set_programmatic_launch(false);
 }
 
