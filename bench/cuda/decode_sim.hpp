@@ -200,10 +200,15 @@ class decode_sim {
     if (n == 1 && cuda::fused_decode()) return enqueue_fused(classes);
     if (residual0_ && on(op_norm))
       cudaMemcpyAsync(residual_, residual0_, size_t(n) * kHidden * 4, cudaMemcpyDeviceToDevice, s_);
+    // As cuda_step.cpp: o and down add into the residual in cuBLAS's epilogue (residual_gemm()).
+    const bool add = cuda::residual_gemm() && !gemm_.uses_gemv(n);
+    float* const delta = add ? nullptr : delta_;
+    float* const proj_out = add ? residual_ : delta_;
+    const float beta = add ? 1.0f : 0.0f;
     for (int l = 0; l < kLayers; ++l) {
       const cuda::device_layer& w = layers_[size_t(l)];
       if (on(op_norm))
-        cuda::add_rmsnorm(dt, residual_, l == 0 ? nullptr : delta_, nullptr, norm_w_, eps, nullptr, n, kHidden, x_, s_);
+        cuda::add_rmsnorm(dt, residual_, l == 0 ? nullptr : delta, nullptr, norm_w_, eps, nullptr, n, kHidden, x_, s_);
       if (on(op_qkv)) (void)gemm_.run(dt, x_, n, kHidden, w.qkv, kQkvWidth, qkv_);
       rope_.k_cache = k_cache_[size_t(l)];
       rope_.v_cache = v_cache_[size_t(l)];
@@ -211,9 +216,9 @@ class decode_sim {
       launch_.v_cache = rope_.v_cache;
       if (on(op_rope)) cuda::rope_kv_write(dt, rope_, s_);
       if (on(op_attn)) attention_->run(launch_, s_);
-      if (on(op_o)) (void)gemm_.run(dt, attn_, n, kHeads * kHeadDim, w.o, kHidden, delta_);
+      if (on(op_o)) (void)gemm_.run(dt, attn_, n, kHeads * kHeadDim, w.o, kHidden, proj_out, beta);
       if (on(op_norm))
-        cuda::add_rmsnorm(dt, residual_, delta_, nullptr, norm_w_, eps, nullptr, n, kHidden, x_, s_);
+        cuda::add_rmsnorm(dt, residual_, delta, nullptr, norm_w_, eps, nullptr, n, kHidden, x_, s_);
       const bool f32 = gate_up_f32_ || gemm_.uses_gemv(n);  // as cuda_step.cpp chooses
       if (on(op_gate_up)) {
         if (f32) (void)gemm_.run(dt, x_, n, kHidden, w.gate_up, 2 * kInter, gate_up_);
@@ -223,10 +228,10 @@ class decode_sim {
         if (f32) cuda::silu_and_mul(dt, gate_up_, n, kInter, act_, s_);
         else cuda::silu_and_mul_act(dt, gate_up_, n, kInter, act_, s_);
       }
-      if (on(op_down)) (void)gemm_.run(dt, act_, n, kInter, w.down, kHidden, delta_);
+      if (on(op_down)) (void)gemm_.run(dt, act_, n, kInter, w.down, kHidden, proj_out, beta);
     }
     const int r = rows_;
-    if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta_, nullptr, norm_w_, eps, row_ids_, r, kHidden, x_, s_);
+    if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta, nullptr, norm_w_, eps, row_ids_, r, kHidden, x_, s_);
     if (on(op_lm_head)) (void)gemm_.run(dt, x_, r, kHidden, lm_head_, kVocab, logits_);
     if (on(op_sample)) cuda::sample_tokens(logits_, r, kVocab, sample_seqs_, penalties_, masks_, out_, s_);
   }

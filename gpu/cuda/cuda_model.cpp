@@ -10,6 +10,7 @@
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_status.hpp"
 #include "gpu/cuda/gemv_kernel.hpp"
+#include "gpu/cuda/launch_knobs.hpp"
 #include "gpu/model/model_weights.hpp"
 #include "gpu/model/rope.hpp"
 
@@ -216,14 +217,14 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
 }
 
 namespace {
-bool g_gate_up_16bit = [] {
-  const char* v = std::getenv("ACTORSERVE_GATE_UP_16BIT");
-  return !v || std::atoi(v) != 0;
-}();
+bool g_gate_up_16bit = env_int("ACTORSERVE_GATE_UP_16BIT", 1) != 0;
+bool g_residual_gemm = env_int("ACTORSERVE_RESIDUAL_GEMM", 1) != 0;
 }  // namespace
 
 void set_gate_up_16bit(bool on) { g_gate_up_16bit = on; }
 bool gate_up_16bit() { return g_gate_up_16bit; }
+void set_residual_gemm(bool on) { g_residual_gemm = on; }
+bool residual_gemm() { return g_residual_gemm; }
 
 gemm_runner::~gemm_runner() {
   if (handle_) cublasDestroy(handle_);

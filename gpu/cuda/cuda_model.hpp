@@ -74,6 +74,14 @@ inline constexpr int default_gemv_max_rows = 1;
 void set_gate_up_16bit(bool on);
 bool gate_up_16bit();
 
+/// Whether the batched o and down projections (m > 1 rows, cuBLAS) add into the fp32 residual in
+/// the GEMM's epilogue (beta = 1) instead of writing a delta that the next add_rmsnorm adds: the
+/// norm then reads the residual alone, 8 of its 18 bytes an element fewer for the pair. The sums
+/// are the same fp32 additions (residual + product). Process-wide; default on, off with
+/// ACTORSERVE_RESIDUAL_GEMM=0 (models with an o bias keep the delta for that projection).
+void set_residual_gemm(bool on);
+bool residual_gemm();
+
 /// Y[m, n] (fp32) = X[m, k] (dt) * W[n, k]^T (dt) + beta * Y, fp32 accumulation, on one stream.
 /// Small m goes to the bandwidth-bound GEMV where it supports the operands, the rest to cuBLAS.
 class gemm_runner {

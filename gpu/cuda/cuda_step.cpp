@@ -352,7 +352,10 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   // Opt-in too (residual_gemv_decode()): only o and down add into the residual; the norm kernels
   // stay, reading it without a delta (the same logits).
   const bool add_in_gemv = add_ok && !fold && residual_gemv_decode();
-  float* const delta = add_in_gemv ? nullptr : delta_;  // what add_rmsnorm adds to the residual
+  // Batched rows (cuBLAS): o (without a bias) and down add into the residual in the epilogue.
+  const bool add_in_gemm = !fused && !gemm_.uses_gemv(n) && residual_gemm();
+  // What add_rmsnorm adds to the residual after the MLP (the down projection's output).
+  float* const delta = add_in_gemv || add_in_gemm ? nullptr : delta_;
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const device_layer& w = m.layers[l];
     char* k_cache = static_cast<char*>(kv_pool_) + (2 * l) * cache_stride_;
@@ -383,6 +386,9 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     if (add_in_gemv) {
       AS_CUDA_TRY(gemv_add_residual(dt_, attn_, H * D, w.o, hidden, residual_, w.o_bias, stream_));
       AS_CUDA_TRY(add_rmsnorm(dt_, residual_, nullptr, nullptr, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
+    } else if (add_in_gemm && !w.o_bias) {
+      if (auto st = gemm_.run(dt_, attn_, n, H * D, w.o, hidden, residual_, 1.0f); !st) return st;
+      AS_CUDA_TRY(add_rmsnorm(dt_, residual_, nullptr, nullptr, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
     } else {
       if (auto st = gemm_.run(dt_, attn_, n, H * D, w.o, hidden, delta_); !st) return st;
       AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta_, w.o_bias, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
@@ -398,7 +404,9 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     }
     if (add_in_gemv) {
       AS_CUDA_TRY(gemv_add_residual(dt_, act_, inter, w.down, hidden, residual_, nullptr, stream_));
-    } else if (auto st = gemm_.run(dt_, act_, n, inter, w.down, hidden, delta_); !st) {
+    } else if (auto st = gemm_.run(dt_, act_, n, inter, w.down, hidden, add_in_gemm ? residual_ : delta_,
+                                   add_in_gemm ? 1.0f : 0.0f);
+               !st) {
       return st;
     }
   }
