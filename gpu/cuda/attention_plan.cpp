@@ -23,6 +23,8 @@ void append_query_tiles(std::span<const attn_seq> seqs, int group, int num_kv_he
       for (int h = 0; h < num_kv_heads; ++h) {
         attn_item it;
         it.seq = static_cast<int32_t>(s);
+        it.bt_offset = sq.bt_offset;
+        it.context_len = sq.context_len;
         it.q_begin = sq.q_start + t0;
         it.q_len = len;
         it.kv_head = h;

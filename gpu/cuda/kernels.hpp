@@ -82,6 +82,9 @@ struct attn_seq {
 struct attn_item {
   int32_t seq = 0, q_begin = 0, q_len = 0, kv_head = 0;
   int32_t kv_begin = 0, kv_end = 0, partial = -1, pad = 0;
+  /// Copies of seqs[seq]'s fields: a decode CTA finds its block table without first reading the
+  /// sequence, one dependent load fewer before its first K/V copy.
+  int32_t bt_offset = 0, context_len = 0;
 };
 
 /// Merges `num_splits` consecutive partial slots starting at `first_partial` into the output of

@@ -31,6 +31,8 @@ void plan_decode(std::span<const attn_seq> seqs, int num_kv_heads, int32_t chunk
     for (int h = 0; h < num_kv_heads; ++h) {
       attn_item it;
       it.seq = static_cast<int32_t>(s);
+      it.bt_offset = sq.bt_offset;
+      it.context_len = sq.context_len;
       it.q_begin = sq.q_start;
       it.q_len = 1;
       it.kv_head = h;

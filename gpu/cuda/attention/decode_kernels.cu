@@ -44,10 +44,9 @@ constexpr int merge_cap(int smem_bytes) { return smem_bytes / 4; }
 template <class T, int D, int kMode, int kSt>
 __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
   constexpr int kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
-  const attn_seq sq = a.seqs[it.seq];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
   const uint32_t s0 = smem_addr(smem_raw), q_s = s0 + kSt * 2 * kTileBytes;
-  const int32_t* bt = a.block_tables + sq.bt_offset;
+  const int32_t* bt = a.block_tables + it.bt_offset;
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
   const int ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
@@ -63,7 +62,7 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
   // loads do not queue behind the rest of the copies), the remaining prologue tiles next.
   const int early = decode_variant(a.variant) == 12 ? 1 : kSt - 1;
   int s = 0;
-  for (; s < early && s < ntiles && rows_precede_newest(it.kv_begin + s * kTile, kTile, it.kv_end, sq.context_len);
+  for (; s < early && s < ntiles && rows_precede_newest(it.kv_begin + s * kTile, kTile, it.kv_end, it.context_len);
        ++s)
     issue(s);
   wait_for_previous_kernel();
@@ -129,10 +128,9 @@ template <class T, int D, bool kMath>
 __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const kv_tensor_maps& maps,
                                                    const attn_item& it, uint32_t s0, int& n) {
   constexpr int kSt = fd_stages, kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
-  const attn_seq sq = a.seqs[it.seq];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
   const uint32_t q_s = s0 + kSt * 2 * kTileBytes, bars = q_s + 16 * D * 2;
-  const int32_t* bt = a.block_tables + sq.bt_offset;
+  const int32_t* bt = a.block_tables + it.bt_offset;
   const int bs = a.block_size, ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
   const bool tma = maps.box_rows == kTile && bs % kTile == 0 && it.kv_begin % kTile == 0;
   const auto stage = [&](int t) { return s0 + ((n + t) % kSt) * 2 * kTileBytes; };
@@ -161,7 +159,7 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
   };
   // As fd_decode_item: tiles older than the newest key before the dependency wait, then Q.
   int s = 0;
-  for (; s < kSt - 1 && s < ntiles && rows_precede_newest(it.kv_begin + s * kTile, kTile, it.kv_end, sq.context_len);
+  for (; s < kSt - 1 && s < ntiles && rows_precede_newest(it.kv_begin + s * kTile, kTile, it.kv_end, it.context_len);
        ++s)
     issue(s);
   wait_for_previous_kernel();
@@ -217,11 +215,10 @@ constexpr int vllm_smem_bytes() { return kWarps * fd_stages * 2 * vllm_warp_toke
 template <class T, int D>
 __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
   constexpr int kU = vllm_warp_tokens, kSt = fd_stages, kUnitBytes = kU * D * 2;
-  const attn_seq sq = a.seqs[it.seq];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
   const uint32_t s0 = smem_addr(smem_raw), q_s = s0 + kWarps * kSt * 2 * kUnitBytes;
   const uint32_t my = s0 + warp * kSt * 2 * kUnitBytes;  // this warp's stages
-  const int32_t* bt = a.block_tables + sq.bt_offset;
+  const int32_t* bt = a.block_tables + it.bt_offset;
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
   const int units = (it.kv_end - it.kv_begin + kU - 1) / kU;
@@ -238,7 +235,7 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
   const int early = decode_variant(a.variant) == 12 ? 1 : kSt - 1;
   int s = 0;
   for (; s < early && s < mine &&
-         rows_precede_newest(it.kv_begin + (warp + s * kWarps) * kU, kU, it.kv_end, sq.context_len);
+         rows_precede_newest(it.kv_begin + (warp + s * kWarps) * kU, kU, it.kv_end, it.context_len);
        ++s)
     issue(s);
   wait_for_previous_kernel();
