@@ -231,5 +231,40 @@ TEST(AttentionBackend, PrefillTilesCoverEveryQueryOnceLongestFirst) {
   for (size_t i = 0; i < covered.size(); ++i) EXPECT_EQ(covered[i], 1) << i;
 }
 
+TEST(AttentionBackend, EveryItemCarriesItsSequencesBlockTableAndLength) {
+  // The decode kernels read an item's block table through attn_item::bt_offset and its newest
+  // key through attn_item::context_len, not through seqs[item.seq]: every planner must copy both,
+  // for prefill tiles and for split and whole decode pieces, on every backend.
+  const std::vector<gpu::cuda::attn_seq> seqs = {
+      {0, 300, 300, 3}, {300, 70, 1070, 11}, {370, 1, 5000, 40}, {371, 1, 17, 120}, {372, 1, 1000, 77}};
+  struct build {
+    kv_cache_layout layout;
+    int D, bs, H, KVH;
+  };
+  const build builds[] = {{kv_cache_layout::vllm, 128, 16, 32, 8},
+                          {kv_cache_layout::flash_decoding, 128, 64, 32, 8},
+                          {kv_cache_layout::vllm, 16, 16, 4, 2}};  // the last: the generic kernel
+  for (const build& c : builds) {
+    auto b = gpu::cuda::make_attention_backend(c.layout, shape(c.D, c.bs, c.H, c.KVH));
+    ASSERT_TRUE(b);
+    const gpu::cuda::attention_plan p = (*b)->plan(seqs);
+    ASSERT_FALSE(p.items.empty()) << (*b)->name();
+    if (c.D == 128) {  // the tensor-core backends plan decode pieces after the prefill tiles
+      ASSERT_GT(p.num_decode_items, 0) << (*b)->name();
+      ASSERT_LT(p.num_decode_items, int32_t(p.items.size())) << (*b)->name();
+    }
+    int split = 0;
+    for (const auto& it : p.items) {
+      const auto& sq = seqs[size_t(it.seq)];
+      EXPECT_EQ(it.bt_offset, sq.bt_offset) << (*b)->name() << " seq " << it.seq;
+      EXPECT_EQ(it.context_len, sq.context_len) << (*b)->name() << " seq " << it.seq;
+      split += it.partial >= 0;
+    }
+    if (c.D == 128) {
+      EXPECT_GT(split, 0) << (*b)->name();  // the 5000-token decode is cut into pieces
+    }
+  }
+}
+
 }  // namespace
 }  // namespace actorserve::testing
