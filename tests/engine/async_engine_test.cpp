@@ -91,18 +91,30 @@ TEST(async_engine, outputs_equal_the_one_step_engine_greedy_and_seeded_with_pree
   EXPECT_EQ(s2.kv_blocks_used, 0) << "blocks leaked";
   two->shutdown(std::chrono::milliseconds(0));
 
-  const int64_t tight_blocks = blocks_needed / 12;
-  auto tight = start_engine(with_async(tiny_config(tight_blocks), true));
-  ASSERT_TRUE(tight);
-  expect_same(run_mixed(*tight, prompts), want, "async, tight pool");
-  const auto s3 = wait_idle(*tight);
+  // The tight run must preempt to test anything, but how many sequences share the pool depends
+  // on how fast the requests arrive against the steps (a loaded machine submits more slowly: one
+  // CI run saw 116 steps and no preemption at 1/12 of the blocks), so the pool shrinks until a
+  // run preempts. Every run must give the same outputs and leak nothing.
+  engine_stats s3;
+  int64_t tight_div = 0;
+  for (const int64_t div : {12, 18, 24}) {
+    tight_div = div;
+    auto tight = start_engine(with_async(tiny_config(blocks_needed / div), true));
+    ASSERT_TRUE(tight);
+    expect_same(run_mixed(*tight, prompts), want, "async, tight pool");
+    s3 = wait_idle(*tight);
+    EXPECT_EQ(s3.kv_blocks_used, 0) << "blocks leaked, 1/" << div << " of the blocks";
+    EXPECT_EQ(s3.kv_blocks_free + s3.kv_blocks_cached, s3.kv_blocks_total);
+    EXPECT_TRUE(s3.healthy);
+    tight->shutdown(std::chrono::milliseconds(0));
+    if (s3.num_preemptions > 0) break;
+  }
   EXPECT_GT(s3.num_preemptions, 0);
-  EXPECT_EQ(s3.kv_blocks_used, 0) << "blocks leaked";
-  EXPECT_EQ(s3.kv_blocks_free + s3.kv_blocks_cached, s3.kv_blocks_total);
-  EXPECT_TRUE(s3.healthy);
-  std::printf("[ figures  ] one-step %lld steps; async %lld steps; tight async %lld steps, %lld preemptions\n",
+  std::printf("[ figures  ] one-step %lld steps; async %lld steps; tight async (1/%lld of the blocks) %lld steps, "
+              "%lld preemptions\n",
               static_cast<long long>(s1.num_steps), static_cast<long long>(s2.num_steps),
-              static_cast<long long>(s3.num_steps), static_cast<long long>(s3.num_preemptions));
+              static_cast<long long>(tight_div), static_cast<long long>(s3.num_steps),
+              static_cast<long long>(s3.num_preemptions));
 }
 
 TEST(async_engine, reports_busy_and_idle_step_time_of_decode_steps) {
