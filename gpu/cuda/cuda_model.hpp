@@ -76,9 +76,10 @@ bool gate_up_16bit();
 
 /// Whether the batched o and down projections (m > 1 rows, cuBLAS) add into the fp32 residual in
 /// the GEMM's epilogue (beta = 1) instead of writing a delta that the next add_rmsnorm adds: the
-/// norm then reads the residual alone, 8 of its 18 bytes an element fewer for the pair. The sums
-/// are the same fp32 additions (residual + product). Process-wide; default on, off with
-/// ACTORSERVE_RESIDUAL_GEMM=0 (models with an o bias keep the delta for that projection).
+/// norm then reads the residual alone (6 bytes an element instead of 14) and the GEMM reads and
+/// writes it (8 instead of 4), 14 bytes instead of 18 for the pair. The sums are the same fp32
+/// additions (residual + product). Process-wide; default on, off with ACTORSERVE_RESIDUAL_GEMM=0
+/// (models with an o bias keep the delta for that projection).
 void set_residual_gemm(bool on);
 bool residual_gemm();
 
