@@ -35,8 +35,9 @@ value g_range(renderer& r, const call_args& a, int line) {
   return value(std::move(out));
 }
 
-value g_namespace(renderer&, const call_args& a, int line) {
+value g_namespace(renderer& r, const call_args& a, int line) {
   auto ns = std::make_shared<namespace_obj>();
+  r.adopt_namespace(ns);
   for (const auto& p : a.pos) {
     if (!p.is_map()) fail(line, "namespace() takes keyword arguments or a mapping");
     for (const auto& [k, v] : p.as_map().entries) ns->attrs.set(k, v);

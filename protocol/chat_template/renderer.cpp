@@ -20,6 +20,13 @@ const value* call_args::get(std::size_t index, std::string_view name) const {
 }
 
 std::string renderer::render(const template_ast& ast, value_map context) {
+  struct empty_namespaces {  // on every exit, errors included (adopt_namespace)
+    std::vector<std::shared_ptr<namespace_obj>>& all;
+    ~empty_namespaces() {
+      for (const auto& ns : all) ns->attrs = value_map{};
+      all.clear();
+    }
+  } const empty_on_exit{namespaces_};
   auto globals = std::make_shared<frame>();
   add_globals(globals->vars);
   scope_ = std::make_shared<frame>();

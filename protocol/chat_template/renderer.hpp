@@ -71,6 +71,10 @@ class renderer {
   bool apply_test(const std::string& name, const value& operand, const call_args& args, int line);
   /// Calls a callable value.
   value call(const value& fn, const call_args& args, int line);
+  /// Keeps a namespace() made by this render; when the render ends, every such namespace is
+  /// emptied, which frees the ones a template made hold themselves (`set ns.x = ns`, a
+  /// shared_ptr cycle that would otherwise leak).
+  void adopt_namespace(std::shared_ptr<namespace_obj> ns) { namespaces_.push_back(std::move(ns)); }
 
  private:
   enum class flow { normal, break_, continue_ };
@@ -90,6 +94,7 @@ class renderer {
   const limits& limits_;
   frame_ptr scope_;
   std::vector<frame_ptr> macro_scopes_;  ///< frames macros close over, kept for the whole render
+  std::vector<std::shared_ptr<namespace_obj>> namespaces_;  ///< adopt_namespace(): emptied at the end
   std::uint64_t steps_ = 0;
   int call_depth_ = 0;
   int depth_ = 0;  ///< eval/render recursion depth, across macro calls

@@ -1,8 +1,10 @@
 #include "protocol/chat_template/value.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <vector>
 
 #include "protocol/chat_template/template_error.hpp"
 #include "protocol/chat_template/utf8_text.hpp"
@@ -116,7 +118,43 @@ std::string float_repr(double d) {
 
 namespace {
 
+/// How deep to_str / repr are inside lists, dicts and namespaces. A template can nest a value in
+/// a loop (`set ns.x = [ns.x]`) far deeper than the stack can print, so deep values fail.
+thread_local int g_print_depth = 0;
+constexpr int max_print_depth = 256;
+
+struct print_level {
+  print_level() {
+    if (++g_print_depth > max_print_depth) {
+      --g_print_depth;
+      fail(0, "a value nested deeper than " + std::to_string(max_print_depth) + " levels cannot be printed",
+           error_code::too_large);
+    }
+  }
+  ~print_level() { --g_print_depth; }
+  print_level(const print_level&) = delete;
+  print_level& operator=(const print_level&) = delete;
+};
+
+/// The namespaces being printed. A namespace is the one mutable container, so the only way a
+/// value contains itself (`set ns.x = ns`); as in Python's repr, a namespace met again inside
+/// itself prints as <Namespace {...}>.
+thread_local std::vector<const namespace_obj*> g_printing;
+
+std::string map_repr(const value_map& m);
+
+std::string ns_repr(const namespace_obj& ns) {
+  if (std::find(g_printing.begin(), g_printing.end(), &ns) != g_printing.end()) return "<Namespace {...}>";
+  const print_level level;
+  g_printing.push_back(&ns);
+  struct unmark {
+    ~unmark() { g_printing.pop_back(); }
+  } const unmark_on_return;
+  return "<Namespace " + map_repr(ns.attrs) + ">";
+}
+
 std::string seq_repr(const value_list& items) {
+  const print_level level;
   std::string out = "[";
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (i) out += ", ";
@@ -126,6 +164,7 @@ std::string seq_repr(const value_list& items) {
 }
 
 std::string map_repr(const value_map& m) {
+  const print_level level;
   std::string out = "{";
   for (std::size_t i = 0; i < m.entries.size(); ++i) {
     if (i) out += ", ";
@@ -146,7 +185,7 @@ std::string to_str(const value& v) {
     case value::kind::string: return v.as_string();
     case value::kind::list: return seq_repr(v.as_list());
     case value::kind::map: return map_repr(v.as_map());
-    case value::kind::ns: return "<Namespace " + map_repr(v.as_ns().attrs) + ">";
+    case value::kind::ns: return ns_repr(v.as_ns());
     case value::kind::loop: return "<LoopContext>";
     case value::kind::callable: return "<function>";
   }

@@ -112,6 +112,34 @@ TEST(RenderLimits, DeepNestingFailsCleanly) {
   EXPECT_TRUE(contains(render_err("{{ " + std::string(100000, '-') + "1 }}").message, "nested too deeply"));
 }
 
+TEST(RenderLimits, ANamespaceHoldingItselfPrintsAndIsFreed) {
+  // Fuzz finding 9 (fuzz/crashes/fuzz_chat_template): `set ns.s = ns, ...` made a namespace hold
+  // itself; printing it recursed until the stack overflowed, and the shared_ptr cycle leaked
+  // (the ASan build's leak check covers the second half). As in Python, the inner occurrence
+  // prints as <Namespace {...}>.
+  const std::string t =
+      "{% set ns = namespace(n=0, s='') %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+      "{% set ns.s = ns,s ~ m.role[0] %}{% endfor %}{{ ns.n }} {{ ns.s }}";
+  const std::string out = render_ok(t, R"({"messages": [{"role": "user"}, {"role": "assistant"}]})");
+  EXPECT_EQ(out.rfind("2 [<Namespace {'n': 2, 's': [", 0), 0u) << out;
+  EXPECT_TRUE(contains(out, "<Namespace {...}>")) << out;
+  EXPECT_LT(out.size(), 200u) << out;
+  const std::string self = render_ok("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}");
+  EXPECT_EQ(self, "<Namespace {'me': <Namespace {...}>}>");
+}
+
+TEST(RenderLimits, ValuesNestedTooDeeplyToPrintFailCleanly) {
+  const std::string t =
+      "{% set ns = namespace(s=[]) %}{% for i in range(2000) %}{% set ns.s = [ns.s] %}{% endfor %}";
+  EXPECT_EQ(render_ok(t + "{{ ns.s|length }}"), "1");  // building it is fine
+  const auto e = render_err(t + "{{ ns.s }}");
+  EXPECT_EQ(e.code, error_code::too_large);
+  EXPECT_TRUE(contains(e.message, "nested deeper than 256 levels")) << e.message;
+  EXPECT_EQ(render_ok(t.substr(0, t.find("range(2000)")) + "range(100) %}{% set ns.s = [ns.s] %}{% endfor %}"
+                      "{{ ns.s|string|length }}"),
+            std::to_string(2 * 100 + 2));  // 100 levels print: [[...[[]]...]]
+}
+
 TEST(RenderLimits, IntegerOverflowIsAnError) {
   EXPECT_FALSE(chat_template::parse("{{ 9223372036854775807 + 1 }}")->render({}).ok());
   EXPECT_FALSE(chat_template::parse("{{ 2 ** 64 }}")->render({}).ok());
