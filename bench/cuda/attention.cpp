@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.hpp"
 #include "gpu/cuda/attention/backend.hpp"
 #include "gpu/cuda/attention/probe.hpp"
 
@@ -69,15 +70,7 @@ struct device_state {
 /// Fills `bytes` of device memory with random bf16 normals (a 64 MiB random pattern, repeated).
 void fill_random(void* dst, size_t bytes, uint32_t seed) {
   const size_t pattern = std::min(bytes, size_t(64) << 20);
-  std::vector<uint16_t> host(pattern / 2);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd;
-  for (auto& h : host) {
-    float f = nd(rng);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    h = uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-  }
+  const std::vector<uint16_t> host = actorserve::bench_cuda::normal_bf16(pattern / 2, 1.0f, seed);
   CK(cudaMemcpy(dst, host.data(), pattern, cudaMemcpyHostToDevice));
   for (size_t off = pattern; off < bytes; off += pattern)
     CK(cudaMemcpy(static_cast<char*>(dst) + off, dst, std::min(pattern, bytes - off), cudaMemcpyDeviceToDevice));

@@ -1,10 +1,13 @@
 #pragma once
-// Helpers of bench_cuda_kernels (kernels.cpp): output to stdout and the --out file, event and
-// CUDA-graph timing, device buffers that exit the program when cudaMalloc fails.
+// Helpers of the bench_cuda_* programs: output to stdout and the --out file, event and
+// CUDA-graph timing, device buffers that exit the program when cudaMalloc fails, random bf16 data.
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <random>
 #include <vector>
 
 namespace actorserve::bench_cuda {
@@ -36,6 +39,20 @@ double time_ms(F&& f, int iters = 20) {
   cudaEventDestroy(a);
   cudaEventDestroy(b);
   return ms / iters;
+}
+
+/// `n` normal values of standard deviation `sd` as bf16 bits (rounded to nearest even).
+inline std::vector<uint16_t> normal_bf16(size_t n, float sd, uint32_t seed) {
+  std::vector<uint16_t> h(n);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, sd);
+  for (auto& x : h) {
+    const float f = nd(rng);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    x = uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+  }
+  return h;
 }
 
 inline void* dmalloc(size_t bytes) {

@@ -59,20 +59,6 @@ class nvml_probe {
   int (*power_)(void*, unsigned*) = nullptr;
 };
 
-/// Random normal bf16 values (round to nearest even) of standard deviation `sd`.
-void* random_bf16(size_t n, float sd, uint32_t seed) {
-  std::vector<uint16_t> h(n);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, sd);
-  for (auto& x : h) {
-    const float f = nd(rng);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    x = uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-  }
-  return upload(h);
-}
-
 struct projection {
   const char* name;
   int n, k;
@@ -135,7 +121,7 @@ int main(int argc, char** argv) {
   nvml_probe nvml;
   int max_m = 0;
   for (int m : ms) max_m = std::max(max_m, m);
-  void* x = random_bf16(size_t(max_m) * 14336, 1.0f, 1);
+  void* x = upload(normal_bf16(size_t(max_m) * 14336, 1.0f, 1));
   void* y = dmalloc(size_t(max_m) * 28672 * 4);
   report("# bench_cuda_gemm: sustained layer GEMMs, warm-up %.0f ms + window %.0f ms per row\n\n", 2 * window,
          window);
@@ -143,7 +129,7 @@ int main(int argc, char** argv) {
     report("\n## m = %d rows\n| projection | call | algo id | tile | stages | split-k | cluster | ms | TFLOP/s | "
            "SM MHz | W |\n|---|---|---|---|---|---|---|---|---|---|---|\n", m);
     for (const projection& p : projs) {
-      void* w = random_bf16(size_t(p.n) * p.k, 0.02f, 2);
+      void* w = upload(normal_bf16(size_t(p.n) * p.k, 0.02f, 2));
       const double flops = 2.0 * m * p.n * p.k;
       const cudaDataType_t out_t = p.out16 ? CUDA_R_16BF : CUDA_R_32F;
       const float alpha = 1.0f, beta = 0.0f;

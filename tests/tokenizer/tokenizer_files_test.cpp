@@ -236,19 +236,17 @@ TEST(tokenizer_files, token_id_far_beyond_the_vocabulary_is_refused) {
   ASSERT_FALSE(t);
   EXPECT_NE(t.err().message.find("model.vocab"), std::string::npos) << t.err().message;
   EXPECT_NE(t.err().message.find("3 entries"), std::string::npos) << t.err().message;
-  const std::string added =
-      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},
-          "added_tokens": [{"id": 50000000, "content": "<x>", "single_word": false, "lstrip": false,
+  // A two-token vocabulary plus one added token of id `id`.
+  const auto with_added_token = [](const char* id) {
+    return std::string(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},
+          "added_tokens": [{"id": )") + id + R"(, "content": "<x>", "single_word": false, "lstrip": false,
                             "rstrip": false, "normalized": false, "special": true}]})";
-  auto u = tokenizer::from_files(dir.file("tokenizer.json", added), "");
+  };
+  auto u = tokenizer::from_files(dir.file("tokenizer.json", with_added_token("50000000")), "");
   ASSERT_FALSE(u);
   EXPECT_NE(u.err().message.find("added_tokens[0]"), std::string::npos) << u.err().message;
   // A dense vocabulary with added tokens right after it (Llama 3: 128000 + 256) still loads.
-  const std::string dense =
-      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []},
-          "added_tokens": [{"id": 2, "content": "<x>", "single_word": false, "lstrip": false,
-                            "rstrip": false, "normalized": false, "special": true}]})";
-  auto v = tokenizer::from_files(dir.file("tokenizer.json", dense), "");
+  auto v = tokenizer::from_files(dir.file("tokenizer.json", with_added_token("2")), "");
   ASSERT_TRUE(v) << v.err().message;
   EXPECT_EQ(v->vocab_size(), 3);
 }
