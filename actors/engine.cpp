@@ -225,6 +225,7 @@ class engine_impl final : public engine {
     e.requests_finished = s.requests_finished.load(r);
     e.requests_cancelled = s.requests_cancelled.load(r);
     e.timed_steps = s.timed_steps.load(r);
+    e.timed_tokens = s.timed_tokens.load(r);
     e.step_busy_us = s.step_busy_us.load(r);
     e.step_idle_us = s.step_idle_us.load(r);
     e.decode_steps = s.decode_steps.load(r);

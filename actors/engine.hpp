@@ -76,8 +76,9 @@ struct engine_stats {
   /// Executor busy/idle time of steps run back to back (the engine had work throughout; the
   /// idle time is the gap between the previous step's end and this step's start on the device).
   /// GPU idle % = idle / (busy + idle). `decode_*` counts only steps where every sequence
-  /// decodes one token; decode_seqs sums their batch sizes.
-  int64_t timed_steps = 0, step_busy_us = 0, step_idle_us = 0;
+  /// decodes one token; decode_seqs sums their batch sizes. timed_tokens: the new tokens of the
+  /// timed steps.
+  int64_t timed_steps = 0, timed_tokens = 0, step_busy_us = 0, step_idle_us = 0;
   int64_t decode_steps = 0, decode_seqs = 0, decode_busy_us = 0, decode_idle_us = 0;
 };
 

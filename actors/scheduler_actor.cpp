@@ -37,6 +37,7 @@ struct scheduler_state {
     bool back_to_back;                                 ///< no idle engine since the step before
     bool decode;                                       ///< every sequence decodes one token
     size_t num_seqs;
+    int64_t num_tokens;                                ///< new tokens of all its sequences
   };
   std::deque<flight> in_flight;                        ///< the steps the executor owes us, oldest first
   std::deque<gpu::step_result> deferred;               ///< results that arrived during a reservation
@@ -103,7 +104,10 @@ void send_step(scheduler_actor* self, gpu::step_batch step) {
   auto& st = self->state;
   const bool decode = std::all_of(step.seqs.begin(), step.seqs.end(),
                                   [](const gpu::step_sequence& q) { return q.new_tokens.size() == 1; });
-  st.in_flight.push_back({step.step_id, std::chrono::steady_clock::now(), !st.went_idle, decode, step.seqs.size()});
+  int64_t tokens = 0;
+  for (const gpu::step_sequence& q : step.seqs) tokens += static_cast<int64_t>(q.new_tokens.size());
+  st.in_flight.push_back(
+      {step.step_id, std::chrono::steady_clock::now(), !st.went_idle, decode, step.seqs.size(), tokens});
   st.went_idle = false;
   arm_watchdog(self);
   self->send(st.executor, run_atom::value, std::move(step));
@@ -169,6 +173,7 @@ void record_timing(scheduler_actor* self, const scheduler_state::flight& f, cons
   const auto busy = static_cast<int64_t>(r.device_ms * 1000.0);
   const auto idle = static_cast<int64_t>(r.idle_before_ms * 1000.0);
   s.timed_steps.fetch_add(1, relaxed);
+  s.timed_tokens.fetch_add(f.num_tokens, relaxed);
   s.step_busy_us.fetch_add(busy, relaxed);
   s.step_idle_us.fetch_add(idle, relaxed);
   if (!f.decode) return;

@@ -52,14 +52,15 @@ std::string step_phase_lines(const actors::engine_stats& b, const actors::engine
   const int64_t dec = a.decode_steps - b.decode_steps, dec_us = a.decode_busy_us - b.decode_busy_us;
   const int64_t dec_seqs = a.decode_seqs - b.decode_seqs;
   const int64_t pre = (a.timed_steps - b.timed_steps) - dec, pre_us = (a.step_busy_us - b.step_busy_us) - dec_us;
-  // Tokens of the steps that are not decode-only: every computed token minus one per decode row.
-  const int64_t pre_tokens = (a.num_computed_tokens - b.num_computed_tokens) - dec_seqs;
+  // Tokens of the timed steps that are not decode-only (one per decode row in the others), so
+  // the token mean covers the same steps as the time mean: an untimed first step is often small.
+  const int64_t pre_tokens = (a.timed_tokens - b.timed_tokens) - dec_seqs;
   const int64_t untimed = (a.num_steps - b.num_steps) - (a.timed_steps - b.timed_steps);
   const auto mean = [](double x, int64_t n) { return n > 0 ? x / double(n) : 0.0; };
   std::string s = fmt::format("Decode-only steps:        {} of {:.2f} ms mean, batch mean {:.1f} ({:.2f} s busy)\n",
                               dec, mean(double(dec_us) / 1000.0, dec), mean(double(dec_seqs), dec), double(dec_us) / 1e6);
   s += fmt::format("Prefill-carrying steps:   {} of {:.2f} ms mean, {:.1f} tokens mean ({:.2f} s busy)\n", pre,
-                   mean(double(pre_us) / 1000.0, pre), mean(double(pre_tokens), pre + untimed), double(pre_us) / 1e6);
+                   mean(double(pre_us) / 1000.0, pre), mean(double(pre_tokens), pre), double(pre_us) / 1e6);
   if (untimed > 0) s += fmt::format("Steps not timed:          {} (not run back to back with the one before)\n", untimed);
   return s;
 }

@@ -8,6 +8,7 @@
 //   bench_cuda_attention --stream            streaming-read ceiling at the grid's byte counts
 //   bench_cuda_attention --pdl               decode after a 4 µs predecessor, PDL off / on
 //   bench_cuda_attention --one vllm|fd decode|prefill H BATCH KV   one configuration (for ncu)
+//   bench_cuda_attention --reps N --one ...                         its median of N runs (default 1)
 // Writes DIR/attention_grid.md (the whole grid as a table) and prints it with a target summary.
 // --flush: how the L2 is flushed before each timed run. `read` (the default) reads a 256 MiB
 // buffer, which evicts every K/V line and leaves the L2 full of clean lines, as the GEMMs and
@@ -384,6 +385,7 @@ void run_pdl(device_state& st) {
 int main(int argc, char** argv) {
   std::string out_dir;
   bool quick = false, variants = false, stream = false, pdl = false;
+  int one_reps = 1;
   std::vector<std::string> one;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
@@ -391,6 +393,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--variants")) variants = true;
     else if (!std::strcmp(argv[i], "--stream")) stream = true;
     else if (!std::strcmp(argv[i], "--pdl")) pdl = true;
+    else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) one_reps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc) {
       const std::string how = argv[++i];
       if (how != "read" && how != "write") {
@@ -450,7 +453,7 @@ int main(int argc, char** argv) {
     const auto layout = one[0] == "vllm" ? kv_cache_layout::vllm : kv_cache_layout::flash_decoding;
     const result_row r =
         run_config(st, layout, std::atoi(one[2].c_str()), std::atoi(one[3].c_str()), std::atoi(one[4].c_str()),
-                   one[1] == "prefill", 1);
+                   one[1] == "prefill", one_reps);
     std::printf("%s %s: %.1f us, %.0f GB/s, %.1f TFLOP/s (held: %.1f us)\n", r.backend.c_str(), r.kind.c_str(), r.us,
                 r.gbs, r.tflops, r.us_held);
     return 0;

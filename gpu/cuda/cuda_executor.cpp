@@ -50,6 +50,7 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   AS_CUDA_TRY(cudaSetDevice(opts.device));
   AS_CUDA_TRY(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, opts.device));
   AS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  if (step_profile::requested()) profile_.enable();
   auto model = load_device_model(model_dir, opts.dtype, stream_);
   if (!model) return model.err();
   model_ = std::move(model.value());
@@ -254,6 +255,7 @@ cuda_executor::~cuda_executor() {
   cv_.notify_all();
   if (worker_.joinable()) worker_.join();
   if (stream_) cudaStreamSynchronize(stream_);
+  if (const std::string profile = profile_.report(); !profile.empty()) fmt::print(stderr, "{}", profile);
   for (auto& [bucket, g] : graphs_) cudaGraphExecDestroy(g);
   for (host_slot& s : slots_) {
     if (s.meta) cudaFreeHost(s.meta);
@@ -330,6 +332,7 @@ void cuda_executor::finish(pending_step& p) {
       last_logits_ = std::move(rows);
     }
   }
+  if (p.outcome.ok()) profile_.collect(p.slot);  // before the slot's events are reused
   {
     std::lock_guard lock(mu_);
     slot.busy = false;

@@ -17,6 +17,7 @@
 #include "gpu/cuda/cuda_executor.hpp"
 #include "gpu/cuda/cuda_model.hpp"
 #include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/step_profile.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -142,6 +143,8 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   // CUDA graphs per decode bucket.
   std::map<int, cudaGraphExec_t> graphs_;
   std::atomic<int64_t> graph_replays_{0};
+  // Opt-in per-class timing of the eager steps (staged under submit_mu_, collected by the worker).
+  step_profile profile_;
 };
 
 /// Decode batch sizes that get a CUDA graph: 1, 2, 4, 8, 16, 24, 32, ... 256.

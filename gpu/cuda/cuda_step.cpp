@@ -261,6 +261,10 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
       {layout_.penalties, total - layout_.penalties},
   };
   AS_CUDA_TRY(cudaEventRecord(slot.start, stream_));
+  if (!bucket) {
+    profile_.begin(p.slot, rows_tok);
+    profile_.mark(step_op::inputs, stream_);
+  }
   for (const auto& [off, len] : ranges)
     if (len) AS_CUDA_TRY(cudaMemcpyAsync(meta_ + off, h + off, len, cudaMemcpyHostToDevice, stream_));
   if (!b.block_copies.empty())
@@ -273,10 +277,12 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   shape.sample_rows = static_cast<int>(sample_rows.size());
   if (bucket) {
     shape.attn = attention_->decode_graph_grids(bucket);
+    profile_.disarm();
     if (auto st = launch_decode_graph(bucket, shape); !st) return st;
   } else {
     shape.attn = attention_->grids(plan);
     if (auto st = enqueue_forward(shape); !st) return st;
+    profile_.mark(step_op::outputs, stream_);
   }
   if (shape.sample_rows > 0) {
     AS_CUDA_TRY(cudaMemcpyAsync(slot.out, out_, size_t(shape.sample_rows) * sizeof(sample_out),
@@ -285,6 +291,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
       AS_CUDA_TRY(cudaMemcpyAsync(slot.logits, kept_logits_, size_t(shape.sample_rows) * V * sizeof(float),
                                   cudaMemcpyDeviceToHost, stream_));
   }
+  profile_.end(stream_);
   AS_CUDA_TRY(cudaEventRecord(slot.end, stream_));
   const int mark = static_cast<int>(launches_++ % kMarks);
   AS_CUDA_TRY(cudaEventRecord(end_marks_[mark], stream_));
@@ -306,6 +313,8 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   const int hidden = int(c.hidden_size), inter = int(c.intermediate_size), V = info_.vocab_size;
   const float eps = static_cast<float>(c.rms_norm_eps);
   auto* ids = at<int32_t>(meta_, layout_.ids);
+  const auto mark = [&](step_op op) { profile_.mark(op, stream_); };
+  mark(step_op::embed);
   AS_CUDA_TRY(embedding_gather(dt_, m.embed, ids, n, hidden, residual_, stream_));
   attn_launch aa;
   aa.q = qkv_;
@@ -366,42 +375,64 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     aa.k_cache = k_cache;
     aa.v_cache = v_cache;
     if (fold) {
+      mark(step_op::qkv);
       AS_CUDA_TRY(gemv_norm_qkv_rope(dt_, normed(w.input_norm), w.qkv, ra, stream_));
+      mark(step_op::attention);
       AS_CUDA_TRY(attention_->run(aa, stream_));
+      mark(step_op::o);
       AS_CUDA_TRY(gemv_add_residual(dt_, attn_, H * D, w.o, hidden, residual_, w.o_bias, stream_));
+      mark(step_op::gate_up);
       AS_CUDA_TRY(gemv_norm_gate_up_silu(dt_, normed(w.post_norm), w.gate_up, inter, act_, 0, stream_));
+      mark(step_op::down);
       AS_CUDA_TRY(gemv_add_residual(dt_, act_, inter, w.down, hidden, residual_, nullptr, stream_));
       continue;
     }
     // The previous layer's MLP output joins the residual here (none before the first layer).
+    mark(step_op::norm);
     AS_CUDA_TRY(add_rmsnorm(dt_, residual_, l == 0 ? nullptr : delta, nullptr, w.input_norm, eps, nullptr, n, hidden,
                             x_, stream_));
     if (fused) {
+      mark(step_op::qkv);
       AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv, ra, stream_));
     } else {
+      mark(step_op::qkv);
       if (auto st = gemm_.run(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv_); !st) return st;
+      mark(step_op::rope);
       AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
     }
+    mark(step_op::attention);
     AS_CUDA_TRY(attention_->run(aa, stream_));
     if (add_in_gemv) {
+      mark(step_op::o);
       AS_CUDA_TRY(gemv_add_residual(dt_, attn_, H * D, w.o, hidden, residual_, w.o_bias, stream_));
+      mark(step_op::norm);
       AS_CUDA_TRY(add_rmsnorm(dt_, residual_, nullptr, nullptr, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
     } else if (add_in_gemm && !w.o_bias) {
+      mark(step_op::o);
       if (auto st = gemm_.run(dt_, attn_, n, H * D, w.o, hidden, residual_, 1.0f); !st) return st;
+      mark(step_op::norm);
       AS_CUDA_TRY(add_rmsnorm(dt_, residual_, nullptr, nullptr, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
     } else {
+      mark(step_op::o);
       if (auto st = gemm_.run(dt_, attn_, n, H * D, w.o, hidden, delta_); !st) return st;
+      mark(step_op::norm);
       AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta_, w.o_bias, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
     }
     if (fused) {
+      mark(step_op::gate_up);
       AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, w.gate_up, inter, act_, rows_gate_up, stream_));
     } else if (gemm_.uses_gemv(n) || !gate_up_16bit()) {
+      mark(step_op::gate_up);
       if (auto st = gemm_.run(dt_, x_, n, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
+      mark(step_op::silu);
       AS_CUDA_TRY(silu_and_mul(dt_, gate_up_, n, inter, act_, stream_));
     } else {  // cuBLAS writes gate_up in dt: half the bytes of fp32 (knob, cuda_model.hpp)
+      mark(step_op::gate_up);
       if (auto st = gemm_.run_act(dt_, x_, n, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
+      mark(step_op::silu);
       AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, n, inter, act_, stream_));
     }
+    mark(step_op::down);
     if (add_in_gemv) {
       AS_CUDA_TRY(gemv_add_residual(dt_, act_, inter, w.down, hidden, residual_, nullptr, stream_));
     } else if (auto st = gemm_.run(dt_, act_, n, inter, w.down, hidden, add_in_gemm ? residual_ : delta_,
@@ -413,15 +444,19 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   const int rows = shape.sample_rows;
   if (rows == 0) return {};
   if (fold) {  // one token: its row is the sample row
+    mark(step_op::lm_head);
     AS_CUDA_TRY(gemv_norm(dt_, normed(m.final_norm), m.lm_head, V, logits_, stream_));
   } else {
+    mark(step_op::norm);
     AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta, nullptr, m.final_norm, eps, at<int32_t>(meta_, layout_.sample_rows),
                             rows, hidden, x_, stream_));
+    mark(step_op::lm_head);
     if (auto st = gemm_.run(dt_, x_, rows, hidden, m.lm_head, V, logits_); !st) return st;
   }
   if (opts_.keep_logits)
     AS_CUDA_TRY(cudaMemcpyAsync(kept_logits_, logits_, size_t(rows) * V * sizeof(float), cudaMemcpyDeviceToDevice,
                                 stream_));
+  mark(step_op::sample);
   AS_CUDA_TRY(sample_tokens(logits_, rows, V, at<sample_seq>(meta_, layout_.sample_seqs),
                             at<penalty_token>(meta_, layout_.penalties), at<int32_t>(meta_, layout_.masks), out_,
                             stream_));

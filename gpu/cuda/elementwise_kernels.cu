@@ -1,6 +1,9 @@
 // Element-wise and row-wise kernels: dtype conversion, embedding gather, residual add + RMSNorm,
 // SiLU-and-mul, rotary embedding fused with the paged KV write, KV block copies.
+#include <algorithm>
+
 #include "gpu/cuda/kernel_util.cuh"
+#include "gpu/cuda/launch_knobs.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -119,6 +122,78 @@ __global__ void add_rmsnorm_regs_kernel(float* residual, const float* delta, con
   }
 }
 
+/// Sums of R rows over the block, each in block_sum's order (the same results); `scratch` holds
+/// R x 32 floats. Every thread gets the R sums.
+template <int R>
+__device__ __forceinline__ void block_sum_rows(float (&v)[R], float (*scratch)[32]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+#pragma unroll
+  for (int r = 0; r < R; ++r) v[r] = warp_sum(v[r]);
+  __syncthreads();
+  if (lane == 0)
+#pragma unroll
+    for (int r = 0; r < R; ++r) scratch[r][warp] = v[r];
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < R; ++r) v[r] = warp_sum(lane < warps ? scratch[r][lane] : 0.0f);
+}
+
+/// add_rmsnorm_regs_kernel for many rows (prefill steps): one persistent 1024-thread block per
+/// SM takes kRows rows at a time (blocks x kRows apart), so kRows rows' loads are in flight
+/// together and one pair of barriers serves them all; the weights are read once per block.
+/// Each row's arithmetic is the regs kernel's, in its order (the same results, bit for bit).
+/// kPer values per thread (hidden <= kPer * blockDim.x).
+template <class T, int kPer, int kRows>
+__global__ void __launch_bounds__(1024, 1)
+    add_rmsnorm_rows_kernel(float* residual, const float* delta, const float* bias, const float* weight, float eps,
+                            const int32_t* rows, int n, int hidden, T* out) {
+  __shared__ float scratch[kRows][32];
+  pdl_begin();
+  const int tid = threadIdx.x, nt = blockDim.x;
+  float w[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) w[j] = tid + j * nt < hidden ? weight[tid + j * nt] : 0.0f;
+  for (int i0 = blockIdx.x * kRows; i0 < n; i0 += gridDim.x * kRows) {
+    float v[kRows][kPer], ss[kRows];
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) {
+      const int i = min(i0 + q, n - 1);  // a short last group repeats its last row, stored once
+      const size_t r = size_t(rows ? rows[i] : i) * hidden;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int k = tid + j * nt;
+        v[q][j] = 0.0f;
+        if (k < hidden) {
+          v[q][j] = residual[r + k];
+          if (delta) v[q][j] += delta[r + k] + (bias ? bias[k] : 0.0f);
+        }
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) {
+      ss[q] = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) ss[q] += v[q][j] * v[q][j];
+    }
+    block_sum_rows<kRows>(ss, scratch);
+#pragma unroll
+    for (int q = 0; q < kRows; ++q) {
+      const int i = i0 + q;
+      if (i >= n) break;
+      const size_t r = size_t(rows ? rows[i] : i) * hidden;
+      const float rstd = rsqrtf(ss[q] / float(hidden) + eps);
+      T* o = out + size_t(i) * hidden;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int k = tid + j * nt;
+        if (k >= hidden) break;
+        if (delta) residual[r + k] = v[q][j];
+        o[k] = from_f32<T>(w[j] * (v[q][j] * rstd));
+      }
+    }
+  }
+}
+
 /// SiLU-and-mul over rows of 4-element groups (inter % 4 == 0): grid (groups / 256, tokens).
 template <class T>
 __global__ void silu_mul4_kernel(const float* gu, int n, int inter, T* out) {
@@ -169,8 +244,12 @@ __global__ void silu_mul_kernel(const In* gu, int n, int inter, T* out) {
 /// Grid (tokens, kRopeSplit): each token's heads are spread over kRopeSplit blocks.
 constexpr int kRopeSplit = 4;
 
+/// Rotary pairs of a head: head dims up to 256 (cuda_model.cpp rejects larger ones).
+constexpr int kRopeMaxHalf = 128;
+
 template <class T>
 __global__ void rope_kv_kernel(rope_kv_args a) {
+  __shared__ float cos_s[kRopeMaxHalf], sin_s[kRopeMaxHalf];
   pdl_begin();
   const int t = blockIdx.x;
   const int D = a.head_dim, half = D / 2, H = a.num_heads, KVH = a.num_kv_heads;
@@ -180,6 +259,14 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
   const int slot = a.slots[t];
   T* kc = static_cast<T*>(a.k_cache);
   T* vc = static_cast<T*>(a.v_cache);
+  // The token's angles once (every q and k head rotates by the same ones): the same cosf / sinf
+  // of the same products as per pair, so the same results.
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float ang = pos * a.inv_freq[i];
+    cos_s[i] = cosf(ang);
+    sin_s[i] = sinf(ang);
+  }
+  __syncthreads();
   const int first = blockIdx.y * blockDim.x + threadIdx.x, stride = gridDim.y * blockDim.x;
   // q and k heads: rotate pairs (i, i + half).
   for (int idx = first; idx < (H + KVH) * half; idx += stride) {
@@ -187,8 +274,7 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
     const int c0 = h * D + i, c1 = c0 + half;
     float x1 = row[c0], x2 = row[c1];
     if (a.bias) { x1 += a.bias[c0]; x2 += a.bias[c1]; }
-    const float ang = pos * a.inv_freq[i];
-    const float c = cosf(ang), s = sinf(ang);
+    const float c = cos_s[i], s = sin_s[i];
     const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
     if (h < H) {
       row[c0] = y1;
@@ -250,7 +336,19 @@ int add_rmsnorm(act_dtype dt, float* residual, const float* delta, const float* 
                 float eps, const int32_t* rows, int n, int hidden, void* out, cudaStream_t s) {
   if (n == 0) return 0;
   const int threads = hidden >= 1024 ? 1024 : ((hidden + 31) / 32) * 32;
-  if (hidden <= kNormPerThread * threads && n <= kNormRegsMaxRows)
+  static const bool rows_kernel = env_int("ACTORSERVE_NORM_ROWS", 1) != 0;
+  if (rows_kernel && threads == 1024 && hidden <= kNormPerThread * threads && n > kNormRegsMaxRows) {
+    // Persistent blocks, one per SM (launch_bounds 1024 x 1): 4 rows at a time of up to 4
+    // values a thread, else 2 rows of up to 8.
+    const int sms = current_sm_count();
+    if (hidden <= 4 * threads)
+      AS_DISPATCH_ACT(dt, launch_pdl(add_rmsnorm_rows_kernel<T, 4, 4>, dim3(std::min(sms, (n + 3) / 4)), dim3(threads),
+                                     s, residual, delta, bias, weight, eps, rows, n, hidden, static_cast<T*>(out)));
+    else
+      AS_DISPATCH_ACT(dt, launch_pdl(add_rmsnorm_rows_kernel<T, kNormPerThread, 2>, dim3(std::min(sms, (n + 1) / 2)),
+                                     dim3(threads), s, residual, delta, bias, weight, eps, rows, n, hidden,
+                                     static_cast<T*>(out)));
+  } else if (hidden <= kNormPerThread * threads && n <= kNormRegsMaxRows)
     AS_DISPATCH_ACT(dt, launch_pdl(add_rmsnorm_regs_kernel<T>, dim3(n), dim3(threads), s, residual, delta, bias,
                                    weight, eps, rows, hidden, static_cast<T*>(out)));
   else

@@ -63,6 +63,31 @@ TEST_P(CudaKernels, AddRmsNormMatchesCpu) {
   }
 }
 
+TEST_P(CudaKernels, AddRmsNormOfManyRowsEqualsOneRowAtATime) {
+  // Over kNormRegsMaxRows rows the persistent kernel takes several rows at a time; each row
+  // must come out bit for bit as the one-row launch makes it (the same order of sums).
+  const act_dtype dt = GetParam();
+  for (int hidden : {4096, 5120 + 8, 8192}) {
+    for (int n : {129, 301}) {
+      auto res = randn(size_t(n) * hidden, 5), delta = randn(size_t(n) * hidden, 6), bias = randn(hidden, 7);
+      auto w = randn(hidden, 8);
+      dev_vec<float> many(res), one(res), d_delta(delta), d_bias(bias), d_w(w);
+      dev_vec<uint16_t> out_many(size_t(n) * hidden), out_one(size_t(n) * hidden);
+      out_many.poison();
+      out_one.poison();
+      ASSERT_EQ(cuda::add_rmsnorm(dt, many.get(), d_delta.get(), d_bias.get(), d_w.get(), 1e-5f, nullptr, n, hidden,
+                                  out_many.get(), nullptr), 0);
+      for (int i = 0; i < n; ++i) {
+        const size_t off = size_t(i) * hidden;
+        ASSERT_EQ(cuda::add_rmsnorm(dt, one.get() + off, d_delta.get() + off, d_bias.get(), d_w.get(), 1e-5f, nullptr,
+                                    1, hidden, out_one.get() + off, nullptr), 0);
+      }
+      EXPECT_EQ(count_unequal(out_many.download(), out_one.download()), 0) << "hidden " << hidden << " n " << n;
+      EXPECT_EQ(count_unequal(many.download(), one.download()), 0) << "residual, hidden " << hidden << " n " << n;
+    }
+  }
+}
+
 TEST_P(CudaKernels, EmbeddingAndSiluMulMatchCpu) {
   const act_dtype dt = GetParam();
   const int vocab = 1000, hidden = 72, n = 257;

@@ -1,0 +1,103 @@
+#include "gpu/cuda/step_profile.hpp"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include "gpu/cuda/launch_knobs.hpp"
+
+namespace actorserve::gpu::cuda {
+namespace {
+
+constexpr int kOps = static_cast<int>(step_op::count);
+const char* const kNames[kOps] = {"step inputs (copies)", "embedding", "add_rmsnorm", "qkv gemm",  "rope_kv_write", "attention", "o gemm",
+                                  "gate_up gemm", "silu_and_mul", "down gemm", "lm_head gemm", "sample", "step outputs (copies)"};
+
+}  // namespace
+
+bool step_profile::requested() { return env_int("ACTORSERVE_PROFILE_STEPS", 0) != 0; }
+
+step_profile::~step_profile() {
+  for (marks& m : slots_)
+    for (cudaEvent_t e : m.events) cudaEventDestroy(e);
+}
+
+void step_profile::begin(int slot, int tokens) {
+  if (!on_ || slot < 0 || slot > 1) return;
+  armed_ = slot;
+  slots_[slot].used = 0;
+  slots_[slot].ops.clear();
+  slots_[slot].tokens = tokens;
+  slots_[slot].pending = false;
+  for (double& h : slots_[slot].host_ms) h = 0.0;
+}
+
+bool step_profile::record(cudaStream_t s) {
+  marks& m = slots_[armed_];
+  if (m.used == m.events.size()) {
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreate(&e) != cudaSuccess) return false;
+    m.events.push_back(e);
+  }
+  return cudaEventRecord(m.events[m.used++], s) == cudaSuccess;
+}
+
+void step_profile::mark(step_op op, cudaStream_t s) {
+  if (armed_ < 0) return;
+  marks& m = slots_[armed_];
+  const auto now = std::chrono::steady_clock::now();
+  if (!m.ops.empty())
+    m.host_ms[static_cast<int>(m.ops.back())] += std::chrono::duration<double, std::milli>(now - m.last).count();
+  m.last = now;
+  if (record(s)) m.ops.push_back(op);
+  else armed_ = -1;  // this step goes unprofiled
+}
+
+void step_profile::end(cudaStream_t s) {
+  if (armed_ < 0) return;
+  marks& m = slots_[armed_];
+  if (!m.ops.empty())
+    m.host_ms[static_cast<int>(m.ops.back())] +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - m.last).count();
+  if (record(s)) m.pending = true;
+  armed_ = -1;
+}
+
+void step_profile::collect(int slot) {
+  if (slot < 0 || slot > 1 || !slots_[slot].pending) return;
+  marks& m = slots_[slot];
+  m.pending = false;
+  double step = 0.0;
+  double seg[kOps] = {};
+  for (size_t i = 0; i + 1 < m.used && i < m.ops.size(); ++i) {
+    float ms = 0.0f;
+    if (cudaEventElapsedTime(&ms, m.events[i], m.events[i + 1]) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return;
+    }
+    seg[static_cast<int>(m.ops[i])] += ms;
+    step += ms;
+  }
+  for (int k = 0; k < kOps; ++k) ms_[k] += seg[k];
+  step_ms_ += step;
+  for (int k = 0; k < kOps; ++k) host_ms_[k] += m.host_ms[k];
+  ++steps_;
+  tokens_ += m.tokens;
+}
+
+std::string step_profile::report() const {
+  if (steps_ == 0) return {};
+  std::string out = fmt::format(
+      "Eager-step profile (ACTORSERVE_PROFILE_STEPS): {} steps, {:.0f} rows per step on average\n"
+      "| class | GPU ms per step | share | host ms per step (enqueuing) |\n|---|---|---|---|\n",
+      steps_, double(tokens_) / double(steps_));
+  for (int k = 0; k < kOps; ++k)
+    if (ms_[k] > 0.0)
+      out += fmt::format("| {} | {:.2f} | {:.1f} % | {:.2f} |\n", kNames[k], ms_[k] / double(steps_),
+                         100.0 * ms_[k] / step_ms_, host_ms_[k] / double(steps_));
+  double host = 0.0;
+  for (double h : host_ms_) host += h;
+  out += fmt::format("| **whole step** | {:.2f} | | {:.2f} |\n", step_ms_ / double(steps_), host / double(steps_));
+  return out;
+}
+
+}  // namespace actorserve::gpu::cuda
