@@ -138,9 +138,10 @@ __device__ __forceinline__ void block_sum_rows(float (&v)[R], float (*scratch)[3
   for (int r = 0; r < R; ++r) v[r] = warp_sum(lane < warps ? scratch[r][lane] : 0.0f);
 }
 
-/// add_rmsnorm_regs_kernel for many rows (prefill steps): one persistent 1024-thread block per
-/// SM takes kRows rows at a time (blocks x kRows apart), so kRows rows' loads are in flight
-/// together and one pair of barriers serves them all; the weights are read once per block.
+/// add_rmsnorm_regs_kernel for many rows: persistent 1024-thread blocks (one per SM, at most one
+/// per row) take kRows rows at a time, gridDim.x apart (every SM busy from 2 x SMs rows on), so
+/// kRows rows' loads are in flight together and one pair of barriers serves them all; the
+/// weights are read once per block.
 /// Each row's arithmetic is the regs kernel's, in its order (the same results, bit for bit).
 /// kPer values per thread (hidden <= kPer * blockDim.x).
 template <class T, int kPer, int kRows>
@@ -153,17 +154,17 @@ __global__ void __launch_bounds__(1024, 1)
   float w[kPer];
 #pragma unroll
   for (int j = 0; j < kPer; ++j) w[j] = tid + j * nt < hidden ? weight[tid + j * nt] : 0.0f;
-  for (int i0 = blockIdx.x * kRows; i0 < n; i0 += gridDim.x * kRows) {
+  for (int i0 = blockIdx.x; i0 < n; i0 += gridDim.x * kRows) {
     float v[kRows][kPer], ss[kRows];
 #pragma unroll
     for (int q = 0; q < kRows; ++q) {
-      const int i = min(i0 + q, n - 1);  // a short last group repeats its last row, stored once
-      const size_t r = size_t(rows ? rows[i] : i) * hidden;
+      const int i = i0 + q * gridDim.x;  // rows past n load nothing and are not stored
+      const size_t r = i < n ? size_t(rows ? rows[i] : i) * hidden : 0;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
         const int k = tid + j * nt;
         v[q][j] = 0.0f;
-        if (k < hidden) {
+        if (i < n && k < hidden) {
           v[q][j] = residual[r + k];
           if (delta) v[q][j] += delta[r + k] + (bias ? bias[k] : 0.0f);
         }
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(1024, 1)
     block_sum_rows<kRows>(ss, scratch);
 #pragma unroll
     for (int q = 0; q < kRows; ++q) {
-      const int i = i0 + q;
+      const int i = i0 + q * gridDim.x;
       if (i >= n) break;
       const size_t r = size_t(rows ? rows[i] : i) * hidden;
       const float rstd = rsqrtf(ss[q] / float(hidden) + eps);
@@ -247,6 +248,53 @@ constexpr int kRopeSplit = 4;
 /// Rotary pairs of a head: head dims up to 256 (cuda_model.cpp rejects larger ones).
 constexpr int kRopeMaxHalf = 128;
 
+/// rope_kv_kernel's work for half % 4 == 0: each thread rotates 4 adjacent pairs (16-byte loads
+/// and stores of q, 4 cache elements at a time), element by element the same arithmetic as the
+/// scalar loop (the same results), then copies V 4 values at a time.
+template <class T>
+__device__ __forceinline__ void rope_kv_quads(const rope_kv_args& a, float* row, const float* cos_s,
+                                              const float* sin_s, int slot, int first, int stride) {
+  const int D = a.head_dim, half = D / 2, H = a.num_heads, KVH = a.num_kv_heads, quads = half / 4;
+  T* kc = static_cast<T*>(a.k_cache);
+  T* vc = static_cast<T*>(a.v_cache);
+  for (int idx = first; idx < (H + KVH) * quads; idx += stride) {
+    const int h = idx / quads, i = (idx % quads) * 4;
+    const int c0 = h * D + i, c1 = c0 + half;
+    float4 p = *reinterpret_cast<const float4*>(row + c0), q = *reinterpret_cast<const float4*>(row + c1);
+    float x1[4] = {p.x, p.y, p.z, p.w}, x2[4] = {q.x, q.y, q.z, q.w}, y1[4], y2[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (a.bias) {
+        x1[e] += a.bias[c0 + e];
+        x2[e] += a.bias[c1 + e];
+      }
+      const float c = cos_s[i + e], s = sin_s[i + e];
+      y1[e] = x1[e] * c - x2[e] * s;
+      y2[e] = x2[e] * c + x1[e] * s;
+    }
+    if (h < H) {
+      *reinterpret_cast<float4*>(row + c0) = make_float4(y1[0], y1[1], y1[2], y1[3]);
+      *reinterpret_cast<float4*>(row + c1) = make_float4(y2[0], y2[1], y2[2], y2[3]);
+    } else if (slot >= 0) {
+      T* dst = kc + (size_t(slot) * KVH + (h - H)) * D;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        dst[i + e] = from_f32<T>(y1[e]);
+        dst[i + half + e] = from_f32<T>(y2[e]);
+      }
+    }
+  }
+  if (slot < 0) return;
+  for (int idx = first * 4; idx < KVH * D; idx += stride * 4) {
+    const int c = (H + KVH) * D + idx;
+    const float4 v = *reinterpret_cast<const float4*>(row + c);
+    const float x[4] = {v.x, v.y, v.z, v.w};
+    T* dst = vc + size_t(slot) * KVH * D + idx;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dst[e] = from_f32<T>(a.bias ? x[e] + a.bias[c + e] : x[e]);
+  }
+}
+
 template <class T>
 __global__ void rope_kv_kernel(rope_kv_args a) {
   __shared__ float cos_s[kRopeMaxHalf], sin_s[kRopeMaxHalf];
@@ -268,6 +316,10 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
   }
   __syncthreads();
   const int first = blockIdx.y * blockDim.x + threadIdx.x, stride = gridDim.y * blockDim.x;
+  if (half % 4 == 0) {  // every head dim the executor loads (multiples of 8): 4 pairs a thread
+    rope_kv_quads<T>(a, row, cos_s, sin_s, slot, first, stride);
+    return;
+  }
   // q and k heads: rotate pairs (i, i + half).
   for (int idx = first; idx < (H + KVH) * half; idx += stride) {
     const int h = idx / half, i = idx % half;
@@ -340,14 +392,13 @@ int add_rmsnorm(act_dtype dt, float* residual, const float* delta, const float* 
   if (rows_kernel && threads == 1024 && hidden <= kNormPerThread * threads && n > kNormRegsMaxRows) {
     // Persistent blocks, one per SM (launch_bounds 1024 x 1): 4 rows at a time of up to 4
     // values a thread, else 2 rows of up to 8.
-    const int sms = current_sm_count();
+    const dim3 grid(std::min(current_sm_count(), n));
     if (hidden <= 4 * threads)
-      AS_DISPATCH_ACT(dt, launch_pdl(add_rmsnorm_rows_kernel<T, 4, 4>, dim3(std::min(sms, (n + 3) / 4)), dim3(threads),
-                                     s, residual, delta, bias, weight, eps, rows, n, hidden, static_cast<T*>(out)));
+      AS_DISPATCH_ACT(dt, launch_pdl(add_rmsnorm_rows_kernel<T, 4, 4>, grid, dim3(threads), s, residual, delta, bias,
+                                     weight, eps, rows, n, hidden, static_cast<T*>(out)));
     else
-      AS_DISPATCH_ACT(dt, launch_pdl(add_rmsnorm_rows_kernel<T, kNormPerThread, 2>, dim3(std::min(sms, (n + 1) / 2)),
-                                     dim3(threads), s, residual, delta, bias, weight, eps, rows, n, hidden,
-                                     static_cast<T*>(out)));
+      AS_DISPATCH_ACT(dt, launch_pdl(add_rmsnorm_rows_kernel<T, kNormPerThread, 2>, grid, dim3(threads), s, residual,
+                                     delta, bias, weight, eps, rows, n, hidden, static_cast<T*>(out)));
   } else if (hidden <= kNormPerThread * threads && n <= kNormRegsMaxRows)
     AS_DISPATCH_ACT(dt, launch_pdl(add_rmsnorm_regs_kernel<T>, dim3(n), dim3(threads), s, residual, delta, bias,
                                    weight, eps, rows, hidden, static_cast<T*>(out)));
