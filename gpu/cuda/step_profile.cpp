@@ -9,8 +9,10 @@ namespace actorserve::gpu::cuda {
 namespace {
 
 constexpr int kOps = static_cast<int>(step_op::count);
-const char* const kNames[kOps] = {"step inputs (copies)", "embedding", "add_rmsnorm", "qkv gemm",  "rope_kv_write", "attention", "o gemm",
-                                  "gate_up gemm", "silu_and_mul", "down gemm", "lm_head gemm", "sample", "step outputs (copies)"};
+const char* const kNames[kOps] = {"step inputs (copies)", "embedding",    "add_rmsnorm", "qkv gemm",
+                                  "rope_kv_write",        "attention",    "o gemm",      "gate_up gemm",
+                                  "silu_and_mul",         "down gemm",    "lm_head gemm", "sample",
+                                  "step outputs (copies)"};
 
 }  // namespace
 

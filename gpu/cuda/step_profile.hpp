@@ -14,7 +14,10 @@
 
 namespace actorserve::gpu::cuda {
 
-enum class step_op { inputs, embed, norm, qkv, rope, attention, o, gate_up, silu, down, lm_head, sample, outputs, count };
+/// The classes of a step's launches, in the order a step runs them.
+enum class step_op {
+  inputs, embed, norm, qkv, rope, attention, o, gate_up, silu, down, lm_head, sample, outputs, count
+};
 
 class step_profile {
  public:
