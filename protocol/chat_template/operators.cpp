@@ -101,18 +101,26 @@ value float_arith(op_kind op, double x, double y, int line) {
   }
 }
 
+/// n copies of something of `size` (bytes or items), saturating instead of wrapping around.
+std::uint64_t times_size(std::size_t size, std::int64_t n) {
+  const auto t = static_cast<std::uint64_t>(n);
+  return size != 0 && t > UINT64_MAX / size ? UINT64_MAX : size * t;
+}
+
 value repeat(renderer& r, const value& seq, std::int64_t times, int line) {
   if (times < 0) times = 0;
   if (seq.is_string()) {
     const std::string& s = seq.as_string();
-    r.check_size(s.size() * static_cast<std::uint64_t>(times), line);
+    r.check_size(times_size(s.size(), times), line);
+    if (s.empty()) return value(std::string());  // '' * n: no loop of n empty appends
     std::string out;
     out.reserve(s.size() * static_cast<std::size_t>(times));
     for (std::int64_t i = 0; i < times; ++i) out += s;
     return value(std::move(out));
   }
   const value_list& items = seq.as_list();
-  r.check_items(items.size() * static_cast<std::uint64_t>(times), line);
+  r.check_items(times_size(items.size(), times), line);
+  if (items.empty()) return value(value_list{});
   value_list out;
   for (std::int64_t i = 0; i < times; ++i) out.insert(out.end(), items.begin(), items.end());
   return value(std::move(out));

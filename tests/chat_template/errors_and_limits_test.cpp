@@ -3,6 +3,7 @@
 /// render limits instead of hanging or exhausting memory. Also: concurrent renders of one template.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 #include <thread>
 #include <vector>
@@ -92,6 +93,17 @@ TEST(RenderLimits, OutputSizeIsCapped) {
 TEST(RenderLimits, HugeListsAreRefused) {
   EXPECT_EQ(render_err("{{ range(10**12)|length }}").code, error_code::too_large);
   EXPECT_EQ(render_err("{{ ([1] * 10000000000)|length }}").code, error_code::too_large);
+  // Counts whose product with the size wraps around 2^64 (to 0) are still too large.
+  EXPECT_EQ(render_err("{{ ('abcd' * 4611686018427387904)|length }}").code, error_code::too_large);
+  EXPECT_EQ(render_err("{{ ([1, 2, 3, 4] * 4611686018427387904)|length }}").code, error_code::too_large);
+}
+
+TEST(RenderLimits, EmptyTimesAHugeCountIsEmptyAtOnce) {
+  // Fuzz finding 10: '' * 922337203675 looped 9 x 10^11 times (Python returns '' at once).
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(render_ok("[{{ 922337203675 * missing|trim }}]"), "[]");
+  EXPECT_EQ(render_ok("{{ ([] * 922337203675)|length }}"), "0");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
 }
 
 TEST(RenderLimits, RecursionIsBounded) {
