@@ -29,6 +29,7 @@ struct scheduler_state {
   std::unordered_map<uint64_t, caf::actor> requests;   ///< group id -> request actor
   std::map<caf::actor_addr, uint64_t> groups;          ///< request actor -> group id
   bool reserving = false;                              ///< a reservation is outstanding
+  bool reservation_runs = false;                       ///< it plans sequences, not only frees or forks
   size_t max_in_flight = 2;                            ///< 1 without async scheduling
   supervision_config sup;
   struct flight {
@@ -85,6 +86,7 @@ void on_step_done(scheduler_actor* self, gpu::step_result& r);
 void on_executor_failure(scheduler_actor* self, const std::string& why, bool wedged);
 
 void reserve(scheduler_actor* self, kv_reservation r) {
+  self->state.reservation_runs = !r.items.empty();
   self->request(self->state.block_manager, caf::infinite, reserve_atom::value, std::move(r))
       .then([self, epoch = self->state.epoch](const kv_answer& a) { on_answer(self, a, epoch); },
             [self](caf::error& e) {
@@ -140,7 +142,10 @@ void on_answer(scheduler_actor* self, const kv_answer& a, uint64_t epoch) {
     kick(self);  // plan the next step while this one runs
   } else if (st.in_flight.empty()) {
     st.stats->mark_progress();
-    if (!d.failed.empty()) kick(self);
+    // Plan again after a reservation that only freed or forked blocks (a request that arrived
+    // meanwhile found `reserving` set and was not planned; nothing else would wake us for it),
+    // or after failing sequences that never fit.
+    if (!d.failed.empty() || !st.reservation_runs) kick(self);
   }
 }
 

@@ -2,6 +2,9 @@
 // llama-tiny: preemption invariance, prefix caching, cancellation storms and n > 1.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -192,6 +195,38 @@ TEST(engine, stop_strings_end_the_text_before_the_match) {
   EXPECT_EQ(stopped.text, full.text.substr(0, cut));
   EXPECT_EQ(stopped.finish, finish_reason::stop);
   EXPECT_LT(stopped.tokens.size(), full.tokens.size());
+  EXPECT_EQ(wait_idle(*e).kv_blocks_used, 0);
+}
+
+TEST(engine, a_request_arriving_while_the_pool_frees_a_finished_one_still_runs) {
+  // When a request ends, the scheduler's next plan only frees its blocks. A request that arrived
+  // while that reservation was out was left waiting for good (seen under TSan in
+  // ServerEngine.StopStringEndsTheChoiceWithoutTheStopText). Each request here is submitted from
+  // the sink of the previous one's last delta, i.e. just as the scheduler sends that free-only
+  // reservation: every one of the chain must finish.
+  auto e = start_engine(tiny_config());
+  ASSERT_TRUE(e);
+  constexpr int kChain = 200;
+  const std::vector<int32_t> prompt{964, 653, 102, 252};
+  std::mutex mu;
+  std::condition_variable cv;
+  int finished = 0;
+  std::function<void(int)> submit_next = [&](int i) {
+    auto sink = [&, i](delta d) {
+      if (!d.usage) return true;  // not the last delta
+      if (i + 1 < kChain) submit_next(i + 1);
+      std::lock_guard<std::mutex> l(mu);
+      ++finished;
+      cv.notify_all();
+      return true;
+    };
+    EXPECT_TRUE(e->submit(make_request("c" + std::to_string(i), prompt, greedy(1)), sink).ok());
+  };
+  submit_next(0);
+  std::unique_lock<std::mutex> l(mu);
+  EXPECT_TRUE(cv.wait_for(l, std::chrono::seconds(20), [&] { return finished == kChain; }))
+      << finished << " of " << kChain << " requests finished";
+  l.unlock();
   EXPECT_EQ(wait_idle(*e).kv_blocks_used, 0);
 }
 
