@@ -156,10 +156,11 @@ __global__ void __launch_bounds__(1024, 1)
   for (int j = 0; j < kPer; ++j) w[j] = tid + j * nt < hidden ? weight[tid + j * nt] : 0.0f;
   for (int i0 = blockIdx.x; i0 < n; i0 += gridDim.x * kRows) {
     float v[kRows][kPer], ss[kRows];
+    size_t base[kRows];  // residual offsets of the group's rows (rows past n load nothing, store nothing)
 #pragma unroll
     for (int q = 0; q < kRows; ++q) {
-      const int i = i0 + q * gridDim.x;  // rows past n load nothing and are not stored
-      const size_t r = i < n ? size_t(rows ? rows[i] : i) * hidden : 0;
+      const int i = i0 + q * gridDim.x;
+      const size_t r = base[q] = i < n ? size_t(rows ? rows[i] : i) * hidden : 0;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
         const int k = tid + j * nt;
@@ -181,7 +182,7 @@ __global__ void __launch_bounds__(1024, 1)
     for (int q = 0; q < kRows; ++q) {
       const int i = i0 + q * gridDim.x;
       if (i >= n) break;
-      const size_t r = size_t(rows ? rows[i] : i) * hidden;
+      const size_t r = base[q];
       const float rstd = rsqrtf(ss[q] / float(hidden) + eps);
       T* o = out + size_t(i) * hidden;
 #pragma unroll
@@ -248,16 +249,30 @@ constexpr int kRopeSplit = 4;
 /// Rotary pairs of a head: head dims up to 256 (cuda_model.cpp rejects larger ones).
 constexpr int kRopeMaxHalf = 128;
 
-/// rope_kv_kernel's work for half % 4 == 0: each thread rotates 4 adjacent pairs (16-byte loads
-/// and stores of q, 4 cache elements at a time), element by element the same arithmetic as the
-/// scalar loop (the same results), then copies V 4 values at a time.
+/// Rotary embedding of one token's q and k heads, written back (q) or into the paged cache (k),
+/// plus the copy of its v into the cache; grid (tokens, kRopeSplit), head_dim % 8 == 0. The
+/// token's angles are computed once (every head rotates by the same ones); each thread rotates 4
+/// adjacent pairs (16-byte loads and stores of q, 4 cache elements at a time) and copies v 4
+/// values at a time.
 template <class T>
-__device__ __forceinline__ void rope_kv_quads(const rope_kv_args& a, float* row, const float* cos_s,
-                                              const float* sin_s, int slot, int first, int stride) {
+__global__ void rope_kv_kernel(rope_kv_args a) {
+  __shared__ float cos_s[kRopeMaxHalf], sin_s[kRopeMaxHalf];
+  pdl_begin();
+  const int t = blockIdx.x;
   const int D = a.head_dim, half = D / 2, H = a.num_heads, KVH = a.num_kv_heads, quads = half / 4;
+  float* row = a.qkv + size_t(t) * (H + 2 * KVH) * D;
+  const float pos = float(a.positions[t]);
+  const int slot = a.slots[t];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const float ang = pos * a.inv_freq[i];
+    cos_s[i] = cosf(ang);
+    sin_s[i] = sinf(ang);
+  }
+  __syncthreads();
+  const int first = blockIdx.y * blockDim.x + threadIdx.x, stride = gridDim.y * blockDim.x;
   T* kc = static_cast<T*>(a.k_cache);
   T* vc = static_cast<T*>(a.v_cache);
-  for (int idx = first; idx < (H + KVH) * quads; idx += stride) {
+  for (int idx = first; idx < (H + KVH) * quads; idx += stride) {  // pairs (i, i + half)
     const int h = idx / quads, i = (idx % quads) * 4;
     const int c0 = h * D + i, c1 = c0 + half;
     float4 p = *reinterpret_cast<const float4*>(row + c0), q = *reinterpret_cast<const float4*>(row + c1);
@@ -292,57 +307,6 @@ __device__ __forceinline__ void rope_kv_quads(const rope_kv_args& a, float* row,
     T* dst = vc + size_t(slot) * KVH * D + idx;
 #pragma unroll
     for (int e = 0; e < 4; ++e) dst[e] = from_f32<T>(a.bias ? x[e] + a.bias[c + e] : x[e]);
-  }
-}
-
-template <class T>
-__global__ void rope_kv_kernel(rope_kv_args a) {
-  __shared__ float cos_s[kRopeMaxHalf], sin_s[kRopeMaxHalf];
-  pdl_begin();
-  const int t = blockIdx.x;
-  const int D = a.head_dim, half = D / 2, H = a.num_heads, KVH = a.num_kv_heads;
-  const int width = (H + 2 * KVH) * D;
-  float* row = a.qkv + size_t(t) * width;
-  const float pos = float(a.positions[t]);
-  const int slot = a.slots[t];
-  T* kc = static_cast<T*>(a.k_cache);
-  T* vc = static_cast<T*>(a.v_cache);
-  // The token's angles once (every q and k head rotates by the same ones): the same cosf / sinf
-  // of the same products as per pair, so the same results.
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float ang = pos * a.inv_freq[i];
-    cos_s[i] = cosf(ang);
-    sin_s[i] = sinf(ang);
-  }
-  __syncthreads();
-  const int first = blockIdx.y * blockDim.x + threadIdx.x, stride = gridDim.y * blockDim.x;
-  if (half % 4 == 0) {  // every head dim the executor loads (multiples of 8): 4 pairs a thread
-    rope_kv_quads<T>(a, row, cos_s, sin_s, slot, first, stride);
-    return;
-  }
-  // q and k heads: rotate pairs (i, i + half).
-  for (int idx = first; idx < (H + KVH) * half; idx += stride) {
-    const int h = idx / half, i = idx % half;
-    const int c0 = h * D + i, c1 = c0 + half;
-    float x1 = row[c0], x2 = row[c1];
-    if (a.bias) { x1 += a.bias[c0]; x2 += a.bias[c1]; }
-    const float c = cos_s[i], s = sin_s[i];
-    const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
-    if (h < H) {
-      row[c0] = y1;
-      row[c1] = y2;
-    } else if (slot >= 0) {
-      T* dst = kc + (size_t(slot) * KVH + (h - H)) * D;
-      dst[i] = from_f32<T>(y1);
-      dst[i + half] = from_f32<T>(y2);
-    }
-  }
-  if (slot < 0) return;
-  for (int idx = first; idx < KVH * D; idx += stride) {
-    const int c = (H + KVH) * D + idx;
-    float v = row[c];
-    if (a.bias) v += a.bias[c];
-    vc[size_t(slot) * KVH * D + idx] = from_f32<T>(v);
   }
 }
 
@@ -438,6 +402,8 @@ int silu_and_mul_act(act_dtype dt, const void* gate_up, int n, int inter, void* 
 
 int rope_kv_write(act_dtype dt, const rope_kv_args& a, cudaStream_t s) {
   if (a.n == 0) return 0;
+  // Whole 4-pair groups, 16-byte aligned rows (cuda_model.cpp loads only such head dims).
+  if (a.head_dim % 8 != 0 || a.head_dim / 2 > kRopeMaxHalf) return int(cudaErrorInvalidValue);
   AS_DISPATCH_ACT(dt, launch_pdl(rope_kv_kernel<T>, dim3(a.n, kRopeSplit), dim3(256), s, a));
   return cudaGetLastError();
 }

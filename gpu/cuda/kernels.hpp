@@ -61,6 +61,7 @@ struct rope_kv_args {
   void* v_cache = nullptr;
   int n = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
 };
+/// head_dim must be a multiple of 8 of at most 256 (cudaErrorInvalidValue otherwise).
 int rope_kv_write(act_dtype dt, const rope_kv_args& a, cudaStream_t s);
 
 /// Copies whole KV blocks: for each pair p, block pairs[2p] -> pairs[2p+1] in every one of the

@@ -68,7 +68,6 @@ void step_profile::collect(int slot) {
   if (slot < 0 || slot > 1 || !slots_[slot].pending) return;
   marks& m = slots_[slot];
   m.pending = false;
-  double step = 0.0;
   double seg[kOps] = {};
   for (size_t i = 0; i + 1 < m.used && i < m.ops.size(); ++i) {
     float ms = 0.0f;
@@ -77,17 +76,22 @@ void step_profile::collect(int slot) {
       return;
     }
     seg[static_cast<int>(m.ops[i])] += ms;
-    step += ms;
   }
-  for (int k = 0; k < kOps; ++k) ms_[k] += seg[k];
-  step_ms_ += step;
-  for (int k = 0; k < kOps; ++k) host_ms_[k] += m.host_ms[k];
+  for (int k = 0; k < kOps; ++k) {
+    ms_[k] += seg[k];
+    host_ms_[k] += m.host_ms[k];
+  }
   ++steps_;
   tokens_ += m.tokens;
 }
 
 std::string step_profile::report() const {
   if (steps_ == 0) return {};
+  double step = 0.0, host = 0.0;
+  for (int k = 0; k < kOps; ++k) {
+    step += ms_[k];
+    host += host_ms_[k];
+  }
   std::string out = fmt::format(
       "Eager-step profile (ACTORSERVE_PROFILE_STEPS): {} steps, {:.0f} rows per step on average\n"
       "| class | GPU ms per step | share | host ms per step (enqueuing) |\n|---|---|---|---|\n",
@@ -95,10 +99,8 @@ std::string step_profile::report() const {
   for (int k = 0; k < kOps; ++k)
     if (ms_[k] > 0.0)
       out += fmt::format("| {} | {:.2f} | {:.1f} % | {:.2f} |\n", kNames[k], ms_[k] / double(steps_),
-                         100.0 * ms_[k] / step_ms_, host_ms_[k] / double(steps_));
-  double host = 0.0;
-  for (double h : host_ms_) host += h;
-  out += fmt::format("| **whole step** | {:.2f} | | {:.2f} |\n", step_ms_ / double(steps_), host / double(steps_));
+                         100.0 * ms_[k] / step, host_ms_[k] / double(steps_));
+  out += fmt::format("| **whole step** | {:.2f} | | {:.2f} |\n", step / double(steps_), host / double(steps_));
   return out;
 }
 

@@ -60,7 +60,7 @@ class step_profile {
   int armed_ = -1;
   marks slots_[2];
   double ms_[static_cast<int>(step_op::count)] = {};
-  double step_ms_ = 0.0, host_ms_[static_cast<int>(step_op::count)] = {};
+  double host_ms_[static_cast<int>(step_op::count)] = {};
   int64_t steps_ = 0, tokens_ = 0;
 };
 

@@ -194,6 +194,19 @@ TEST_P(CudaKernels, RopeKvWriteMatchesCpu) {
   }
 }
 
+TEST_P(CudaKernels, RopeKvWriteRefusesHeadDimsItCannotTake) {
+  // Whole 4-pair groups and the shared angle table bound the head dim: 12 and 264 are refused
+  // before anything is launched (the buffers here would be too small to touch).
+  for (int D : {12, 264}) {
+    cuda::rope_kv_args a;
+    a.n = 1;
+    a.num_heads = 1;
+    a.num_kv_heads = 1;
+    a.head_dim = D;
+    EXPECT_EQ(cuda::rope_kv_write(GetParam(), a, nullptr), int(cudaErrorInvalidValue)) << "D " << D;
+  }
+}
+
 TEST_P(CudaKernels, CopyKvBlocksCopiesEveryCache) {
   const int num_caches = 6, num_blocks = 9, block_elems = 16 * 2 * 16;
   std::vector<uint16_t> pool(size_t(num_caches) * num_blocks * block_elems);
