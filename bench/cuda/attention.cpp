@@ -57,6 +57,7 @@ struct device_state {
   size_t cache_tokens = 0;
   void* flush = nullptr;
   float* q = nullptr;
+  void* q16 = nullptr;  ///< 16-bit scaled queries (attn_launch::q16), for backends that read them
   void* out = nullptr;
   float* part_o = nullptr;
   float* part_lse = nullptr;
@@ -69,9 +70,9 @@ struct device_state {
 };
 
 /// Fills `bytes` of device memory with random bf16 normals (a 64 MiB random pattern, repeated).
-void fill_random(void* dst, size_t bytes, uint32_t seed) {
+void fill_random(void* dst, size_t bytes, uint32_t seed, float stddev = 1.0f) {
   const size_t pattern = std::min(bytes, size_t(64) << 20);
-  const std::vector<uint16_t> host = actorserve::bench_cuda::normal_bf16(pattern / 2, 1.0f, seed);
+  const std::vector<uint16_t> host = actorserve::bench_cuda::normal_bf16(pattern / 2, stddev, seed);
   CK(cudaMemcpy(dst, host.data(), pattern, cudaMemcpyHostToDevice));
   for (size_t off = pattern; off < bytes; off += pattern)
     CK(cudaMemcpy(static_cast<char*>(dst) + off, dst, std::min(pattern, bytes - off), cudaMemcpyDeviceToDevice));
@@ -200,6 +201,7 @@ void prepare(device_state& st, prepared& p, kv_cache_layout layout, int H, const
   std::vector<int32_t> counts = {n_prefill, int32_t(p.plan.combines.size()), p.plan.num_decode_items, 0};
   cuda::attn_launch& a = p.a;
   a.q = st.q;
+  if (prefill && p.be->prefill_reads_q16()) a.q16 = st.q16;  // as the executor sets it
   a.q_stride = (H + 2 * KVH) * D;
   a.k_cache = st.k;
   a.v_cache = st.v;
@@ -432,6 +434,8 @@ int main(int argc, char** argv) {
     for (size_t off = 0; off < n; off += chunk)
       CK(cudaMemcpy(st.q + off, qh.data(), std::min(chunk, n - off) * 4, cudaMemcpyHostToDevice));
   }
+  CK(cudaMalloc(&st.q16, st.max_tokens * 64 * D * 2));
+  fill_random(st.q16, st.max_tokens * 64 * D * 2, 4, 1.4426950408889634f / std::sqrt(float(D)));  // q times its scale
   CK(cudaMalloc(&st.out, st.max_tokens * 64 * D * 2));
   st.max_partials = 32 * size_t(prop.multiProcessorCount) * 2;
   CK(cudaMalloc(reinterpret_cast<void**>(&st.part_o), st.max_partials * cuda::attn_tile_rows * D * 4));

@@ -70,6 +70,7 @@ class decode_sim {
     x_ = dmalloc(T * kHidden * 2);
     qkv_ = static_cast<float*>(dmalloc(T * kQkvWidth * 4));
     attn_ = dmalloc(T * kHeads * kHeadDim * 2);
+    q16_ = dmalloc(T * kHeads * kHeadDim * 2);
     gate_up_ = static_cast<float*>(dmalloc(T * 2 * kInter * 4));
     act_ = dmalloc(T * kInter * 2);
     logits_ = static_cast<float*>(dmalloc(B * kVocab * 4));
@@ -162,6 +163,11 @@ class decode_sim {
     rope_.num_heads = kHeads;
     rope_.num_kv_heads = kKvHeads;
     rope_.head_dim = kHeadDim;
+    if (prefill > 0 && attention_->prefill_reads_q16()) {  // as the executor's steps with prefill tiles
+      rope_.q16 = q16_;
+      launch_.q16 = q16_;
+      rope_.q16_scale = launch_.scale * 1.4426950408889634f;
+    }
     batch_ = tok;
     rows_ = nseq;
     row_ids_ = prefill ? upload(rows) : nullptr;
@@ -325,7 +331,7 @@ class decode_sim {
   void* lm_head_ = nullptr;
   float *norm_w_ = nullptr, *inv_freq_ = nullptr;
   float *residual_ = nullptr, *delta_ = nullptr, *qkv_ = nullptr, *gate_up_ = nullptr, *logits_ = nullptr;
-  void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
+  void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr, *q16_ = nullptr;
   cuda::sample_seq* sample_seqs_ = nullptr;
   cuda::penalty_token* penalties_ = nullptr;
   int32_t* masks_ = nullptr;

@@ -128,6 +128,10 @@ status cuda_executor::allocate_buffers() {
     if (auto st = alloc(w.bytes, &p); !st) return st;
     *w.where = p;
   }
+  if (attention_->prefill_reads_q16()) {  // rope's 16-bit copy of q for the prefill kernel
+    if (auto st = alloc(T * c.num_heads * c.head_dim * es, &p); !st) return st;
+    q16_ = p;
+  }
   if (opts_.keep_logits) {
     if (auto st = alloc(size_t(max_rows_) * c.vocab_size * 4, &p); !st) return st;
     kept_logits_ = static_cast<float*>(p);

@@ -108,6 +108,7 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   float *residual_ = nullptr, *qkv_ = nullptr, *delta_ = nullptr, *gate_up_ = nullptr, *logits_ = nullptr;
   float *partial_acc_ = nullptr, *partial_ml_ = nullptr, *kept_logits_ = nullptr;
   void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
+  void* q16_ = nullptr;              ///< rope's 16-bit scaled q, when the prefill kernel reads it
   sample_out* out_ = nullptr;
   char* meta_ = nullptr;             ///< device copy of the staged metadata
   size_t meta_capacity_ = 0;

@@ -262,7 +262,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   };
   AS_CUDA_TRY(cudaEventRecord(slot.start, stream_));
   if (!bucket) {
-    profile_.begin(p.slot, rows_tok);
+    profile_.begin(p.slot, rows_tok, all_decode);
     profile_.mark(step_op::inputs, stream_);
   }
   for (const auto& [off, len] : ranges)
@@ -314,6 +314,10 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   const float eps = static_cast<float>(c.rms_norm_eps);
   auto* ids = at<int32_t>(meta_, layout_.ids);
   const auto mark = [&](step_op op) { profile_.mark(op, stream_); };
+  const auto run_attention = [&](const attn_launch& a) {
+    if (!profile_.on()) return attention_->run(a, stream_);
+    return attention_->run_marked(a, stream_, [&] { mark(step_op::attention_decode); });
+  };
   mark(step_op::embed);
   AS_CUDA_TRY(embedding_gather(dt_, m.embed, ids, n, hidden, residual_, stream_));
   attn_launch aa;
@@ -346,6 +350,11 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   ra.head_dim = D;
   // One token: the qkv and gate/up projections fuse the element-wise kernel after them.
   const bool fused = n == 1 && fused_decode() && hidden % 8 == 0;
+  if (q16_ && !fused && shape.attn.prefill > 0) {  // prefill tiles copy rope's 16-bit queries in
+    ra.q16 = q16_;
+    ra.q16_scale = aa.scale * 1.4426950408889634f;  // scores in log2 units, as the kernel's staging
+    aa.q16 = q16_;
+  }
   const int rows_gate_up = gemm_.gemv_rows_for(2 * inter);
   // Opt-in (fused_norm_decode(); measured no faster end to end, gemv_norm.hpp): the norms fold
   // into the GEMVs. o and down add into the residual, qkv, gate/up and lm_head normalise it
@@ -378,7 +387,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       mark(step_op::qkv);
       AS_CUDA_TRY(gemv_norm_qkv_rope(dt_, normed(w.input_norm), w.qkv, ra, stream_));
       mark(step_op::attention);
-      AS_CUDA_TRY(attention_->run(aa, stream_));
+      AS_CUDA_TRY(run_attention(aa));
       mark(step_op::o);
       AS_CUDA_TRY(gemv_add_residual(dt_, attn_, H * D, w.o, hidden, residual_, w.o_bias, stream_));
       mark(step_op::gate_up);
@@ -401,7 +410,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
     }
     mark(step_op::attention);
-    AS_CUDA_TRY(attention_->run(aa, stream_));
+    AS_CUDA_TRY(run_attention(aa));
     if (add_in_gemv) {
       mark(step_op::o);
       AS_CUDA_TRY(gemv_add_residual(dt_, attn_, H * D, w.o, hidden, residual_, w.o_bias, stream_));

@@ -243,6 +243,13 @@ __global__ void silu_mul_kernel(const In* gu, int n, int inter, T* out) {
   }
 }
 
+/// Two floats as 16-bit values (round to nearest even), `lo` in the low half.
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  const T l = from_f32<T>(lo), h = from_f32<T>(hi);
+  return uint32_t(*reinterpret_cast<const uint16_t*>(&l)) | (uint32_t(*reinterpret_cast<const uint16_t*>(&h)) << 16);
+}
+
 /// Grid (tokens, kRopeSplit): each token's heads are spread over kRopeSplit blocks.
 constexpr int kRopeSplit = 4;
 
@@ -290,6 +297,14 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
     if (h < H) {
       *reinterpret_cast<float4*>(row + c0) = make_float4(y1[0], y1[1], y1[2], y1[3]);
       *reinterpret_cast<float4*>(row + c1) = make_float4(y2[0], y2[1], y2[2], y2[3]);
+      if (a.q16) {  // the same rounding as the prefill kernel's own fp32 -> 16-bit staging
+        T* q16 = static_cast<T*>(a.q16) + size_t(t) * H * D;
+        const float sc = a.q16_scale;
+        *reinterpret_cast<uint2*>(q16 + c0) =
+            make_uint2(pack2<T>(y1[0] * sc, y1[1] * sc), pack2<T>(y1[2] * sc, y1[3] * sc));
+        *reinterpret_cast<uint2*>(q16 + c1) =
+            make_uint2(pack2<T>(y2[0] * sc, y2[1] * sc), pack2<T>(y2[2] * sc, y2[3] * sc));
+      }
     } else if (slot >= 0) {
       T* dst = kc + (size_t(slot) * KVH + (h - H)) * D;
 #pragma unroll

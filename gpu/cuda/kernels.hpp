@@ -60,6 +60,10 @@ struct rope_kv_args {
   void* k_cache = nullptr;
   void* v_cache = nullptr;
   int n = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  /// When set: each rotated q also goes here as the activation dtype, times q16_scale
+  /// ([n, num_heads, head_dim]; what the persistent prefill kernel copies in as it is).
+  void* q16 = nullptr;
+  float q16_scale = 1.0f;
 };
 /// head_dim must be a multiple of 8 of at most 256 (cudaErrorInvalidValue otherwise).
 int rope_kv_write(act_dtype dt, const rope_kv_args& a, cudaStream_t s);

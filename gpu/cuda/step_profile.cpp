@@ -9,9 +9,19 @@ namespace actorserve::gpu::cuda {
 namespace {
 
 constexpr int kOps = static_cast<int>(step_op::count);
-const char* const kNames[kOps] = {"step inputs (copies)", "embedding",    "add_rmsnorm", "qkv gemm",
-                                  "rope_kv_write",        "attention",    "o gemm",      "gate_up gemm",
-                                  "silu_and_mul",         "down gemm",    "lm_head gemm", "sample",
+const char* const kNames[kOps] = {"step inputs (copies)",
+                                  "embedding",
+                                  "add_rmsnorm",
+                                  "qkv gemm",
+                                  "rope_kv_write",
+                                  "attention: prefill",
+                                  "attention: decode (+ merge)",
+                                  "o gemm",
+                                  "gate_up gemm",
+                                  "silu_and_mul",
+                                  "down gemm",
+                                  "lm_head gemm",
+                                  "sample",
                                   "step outputs (copies)"};
 
 }  // namespace
@@ -23,12 +33,13 @@ step_profile::~step_profile() {
     for (cudaEvent_t e : m.events) cudaEventDestroy(e);
 }
 
-void step_profile::begin(int slot, int tokens) {
+void step_profile::begin(int slot, int tokens, bool decode_only) {
   if (!on_ || slot < 0 || slot > 1) return;
   armed_ = slot;
   slots_[slot].used = 0;
   slots_[slot].ops.clear();
   slots_[slot].tokens = tokens;
+  slots_[slot].decode_only = decode_only;
   slots_[slot].pending = false;
   for (double& h : slots_[slot].host_ms) h = 0.0;
 }
@@ -77,31 +88,36 @@ void step_profile::collect(int slot) {
     }
     seg[static_cast<int>(m.ops[i])] += ms;
   }
+  totals& t = m.decode_only ? decode_only_ : with_prefill_;
   for (int k = 0; k < kOps; ++k) {
-    ms_[k] += seg[k];
-    host_ms_[k] += m.host_ms[k];
+    t.ms[k] += seg[k];
+    t.host_ms[k] += m.host_ms[k];
   }
-  ++steps_;
-  tokens_ += m.tokens;
+  ++t.steps;
+  t.tokens += m.tokens;
+}
+
+std::string step_profile::totals::table(const char* kind) const {
+  if (steps == 0) return {};
+  double step = 0.0, host = 0.0;
+  for (int k = 0; k < kOps; ++k) {
+    step += ms[k];
+    host += host_ms[k];
+  }
+  std::string out = fmt::format(
+      "Eager-step profile (ACTORSERVE_PROFILE_STEPS), {}: {} steps, {:.0f} rows per step on average\n"
+      "| class | GPU ms per step | share | host ms per step (enqueuing) |\n|---|---|---|---|\n",
+      kind, steps, double(tokens) / double(steps));
+  for (int k = 0; k < kOps; ++k)
+    if (ms[k] > 0.0)
+      out += fmt::format("| {} | {:.3f} | {:.1f} % | {:.3f} |\n", kNames[k], ms[k] / double(steps),
+                         100.0 * ms[k] / step, host_ms[k] / double(steps));
+  out += fmt::format("| **whole step** | {:.3f} | | {:.3f} |\n", step / double(steps), host / double(steps));
+  return out;
 }
 
 std::string step_profile::report() const {
-  if (steps_ == 0) return {};
-  double step = 0.0, host = 0.0;
-  for (int k = 0; k < kOps; ++k) {
-    step += ms_[k];
-    host += host_ms_[k];
-  }
-  std::string out = fmt::format(
-      "Eager-step profile (ACTORSERVE_PROFILE_STEPS): {} steps, {:.0f} rows per step on average\n"
-      "| class | GPU ms per step | share | host ms per step (enqueuing) |\n|---|---|---|---|\n",
-      steps_, double(tokens_) / double(steps_));
-  for (int k = 0; k < kOps; ++k)
-    if (ms_[k] > 0.0)
-      out += fmt::format("| {} | {:.2f} | {:.1f} % | {:.2f} |\n", kNames[k], ms_[k] / double(steps_),
-                         100.0 * ms_[k] / step, host_ms_[k] / double(steps_));
-  out += fmt::format("| **whole step** | {:.2f} | | {:.2f} |\n", step / double(steps_), host / double(steps_));
-  return out;
+  return with_prefill_.table("steps carrying a prefill") + decode_only_.table("decode-only steps");
 }
 
 }  // namespace actorserve::gpu::cuda

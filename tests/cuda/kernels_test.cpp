@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 
@@ -166,8 +167,20 @@ TEST_P(CudaKernels, RopeKvWriteMatchesCpu) {
     a.num_heads = sh.H;
     a.num_kv_heads = sh.KVH;
     a.head_dim = sh.D;
+    dev_vec<uint16_t> d_q16(size_t(n) * sh.H * sh.D);  // the prefill kernel's 16-bit scaled copy
+    d_q16.poison();
+    a.q16 = d_q16.get();
+    a.q16_scale = 1.4426950408889634f / std::sqrt(float(sh.D));
     ASSERT_EQ(cuda::rope_kv_write(dt, a, nullptr), 0);
     auto q_out = d_qkv.download();
+    {  // every token's rotated q, scaled and rounded, beside the fp32 q written back
+      const auto q16 = d_q16.download();
+      std::vector<uint16_t> want(q16.size());
+      for (int t = 0; t < n; ++t)
+        for (int c = 0; c < sh.H * sh.D; ++c)
+          want[size_t(t) * sh.H * sh.D + c] = to_act_bits(dt, q_out[size_t(t) * width + c] * a.q16_scale);
+      EXPECT_EQ(count_unequal(q16, want), 0) << "D " << sh.D;
+    }
     auto k_out = download_act(dt, d_k), v_out = download_act(dt, d_v);
     std::vector<float> q_ref, q_got, k_ref, k_got, v_ref, v_got;
     std::vector<float> cs(sh.D / 2), sn(sh.D / 2);

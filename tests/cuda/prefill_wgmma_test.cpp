@@ -124,6 +124,8 @@ class prefill_step {
   }
 
   bool ok() const { return backend_ != nullptr; }
+  /// Points the launch at a 16-bit scaled copy of the queries (attn_launch::q16), or back at none.
+  void set_q16(const void* q16) { a_.q16 = q16; }
   int prefill_items() const { return prefill_items_; }
   void poison() {
     d_.out.poison();
@@ -233,6 +235,41 @@ TEST_P(PrefillWgmma, PairedWarpgroupsMatchReference) {
                   variant, to_string(layout), k.D, k.G, k.bs, err);
       EXPECT_LT(err, 1e-2) << "variant " << variant << " D=" << k.D << " G=" << k.G << " bs=" << k.bs;
     }
+  }
+}
+
+/// The persistent kernel (15) copying the queries in from rope's 16-bit scaled copy gives the
+/// bits it gives when its idle warps convert the fp32 queries themselves: the copy holds what
+/// the staging computes (rope_kv_write's test checks that copy bit for bit).
+TEST_P(PrefillWgmma, PersistentPrefillFromQ16EqualsItsOwnStaging) {
+  const auto [dt, layout] = GetParam();
+  if (dt != act_dtype::bf16) GTEST_SKIP() << "variant 15 is built for bf16 only";
+  const bool vllm = layout == kv_cache_layout::vllm;
+  const std::vector<seq_spec> seqs = {{2, 2}, {17, 17}, {1000, 1000}, {1000, 40}, {97, 30}, {2100, 71}, {64, 64},
+                                      {200, 3}, {700, 129}};
+  struct config { int G, bs; };
+  for (const config& k : {config{4, vllm ? 16 : 64}, config{1, vllm ? 8 : 128}, config{8, vllm ? 32 : 64}}) {
+    std::mt19937 rng(uint32_t(91 + k.G + k.bs));
+    const paged_inputs in = make_paged_inputs(dt, 2 * k.G, 2, 128, k.bs, seqs, rng);
+    const float sc = 1.4426950408889634f / std::sqrt(128.0f);
+    std::vector<uint16_t> q16(size_t(in.n_tokens) * in.num_heads * in.head_dim);
+    for (int t = 0; t < in.n_tokens; ++t)
+      for (int c = 0; c < in.num_heads * in.head_dim; ++c)
+        q16[size_t(t) * in.num_heads * in.head_dim + c] = to_act_bits(dt, in.q[size_t(t) * in.q_stride + c] * sc);
+    dev_vec<uint16_t> d_q16(q16);
+    device_inputs d(in);
+    prefill_step step(dt, layout, d, cuda::wgmma_default_variant, cuda::wgmma_pair_rows);
+    ASSERT_TRUE(step.ok());
+    std::vector<uint16_t> staged, copied;
+    for (const void* q : {static_cast<const void*>(nullptr), static_cast<const void*>(d_q16.get())}) {
+      step.set_q16(q);
+      step.poison();
+      ASSERT_EQ(step.run(), 0);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      (q ? copied : staged) = d.out.download();
+    }
+    EXPECT_EQ(count_unequal(copied, staged), 0) << "G=" << k.G << " bs=" << k.bs;
+    EXPECT_LT(rel_max_err(step.output(dt), reference_attention(dt, in)), 1e-2) << "G=" << k.G << " bs=" << k.bs;
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "config/log.hpp"
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
+#include "gpu/cuda/launch_knobs.hpp"
 #include "gpu/cuda/attention/split_heuristic.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -107,12 +108,20 @@ class tc_backend : public attention_backend {
     return p;
   }
 
-  int run(const attn_launch& in, cudaStream_t s) const override {
+  int run(const attn_launch& a, cudaStream_t s) const override { return run_marked(a, s, [] {}); }
+
+  bool prefill_reads_q16() const override {
+    const int v = effective_prefill_variant(variant_, shape_.dt, shape_.head_dim, shape_.block_size);
+    return wgmma_reads_q16(v) && wgmma_prefill_available() && env_int("ACTORSERVE_PREFILL_Q16", 1) != 0;
+  }
+
+  int run_marked(const attn_launch& in, cudaStream_t s, const std::function<void()>& after_prefill) const override {
     attn_launch a = in;
     a.variant = variant_;
     const bool fused = counters_ != nullptr && decode_variant(variant_) != 1;
     a.split_counters = fused ? counters_ : nullptr;
     if (int e = launch_tc_prefill(shape_.dt, a, s)) return e;
+    after_prefill();
     if (int e = vllm_ ? launch_vllm_decode(shape_.dt, a, s) : launch_fd_decode(shape_.dt, a, s)) return e;
     return fused ? 0 : launch_lse_combine(shape_.dt, a, s);
   }

@@ -4,6 +4,7 @@
 /// Selected by --paged-kv-cache-type (vllm | flash-decoding) and --block-size; the block manager
 /// only sees block ids and the block size. docs/attention.md describes both backends.
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -47,6 +48,15 @@ class attention_backend {
   virtual attention_grids decode_graph_grids(int batch) const;
   /// Enqueues one layer's attention on `s`; a cudaError_t as int (0 = success).
   virtual int run(const attn_launch& a, cudaStream_t s) const = 0;
+  /// Whether this backend's prefill kernel reads attn_launch::q16 when a step sets it (the
+  /// executor then has rope_kv_write fill it). ACTORSERVE_PREFILL_Q16=0 turns it off.
+  virtual bool prefill_reads_q16() const { return false; }
+  /// run() calling `after_prefill` between the prefill launch and the decode launches (the step
+  /// profile's mark); a backend with a single launch calls it first.
+  virtual int run_marked(const attn_launch& a, cudaStream_t s, const std::function<void()>& after_prefill) const {
+    after_prefill();
+    return run(a, s);
+  }
 
  protected:
   attention_shape shape_;

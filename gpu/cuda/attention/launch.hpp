@@ -19,6 +19,10 @@ namespace actorserve::gpu::cuda {
 struct attn_launch {
   const float* q = nullptr;          ///< token t, head h at q[t * q_stride + h * D] (fp32)
   int q_stride = 0;
+  /// Optional, for the persistent prefill kernel: the rotated queries as the activation dtype,
+  /// already times scale * log2(e) ([tokens, num_heads, head_dim]; rope_kv_args::q16). It
+  /// copies them in asynchronously instead of converting q itself.
+  const void* q16 = nullptr;
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
   const int32_t* block_tables = nullptr;

@@ -148,11 +148,18 @@ __device__ __forceinline__ void stage_queries(const attn_launch& a, const q_pair
   for (int item = blockIdx.x; item < items; item += stride, ++local) {
     if (local >= 2) mbar_wait(q.empty(local), q.parity(local) ^ 1u);
     const attn_item it = a.items[item];
+    if (a.q16) {  // rope wrote them 16-bit and scaled: copies only, all in flight at once
+      for (int cw = 0; cw < 2; ++cw)
+        copy_q16_sw128<T, D, kQStagers>(a, it.q_begin, it.kv_head, it.q_len * G, q.tile(local, cw), tid, 64 * cw);
+      mbar_arrive_cp_async(q.full(local));  // the consumers fence the async proxy after the wait
+      continue;
+    }
     for (int cw = 0; cw < 2; ++cw)
       stage_q_sw128<T, D, kQStagers>(a, it.q_begin, it.kv_head, it.q_len * G, q.tile(local, cw), tid, 64 * cw);
     fence_proxy_async();
     mbar_arrive(q.full(local));
   }
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
 /// kTma: the K/V ring filled by TMA; kPersist (with kTma): one CTA per SM walks items
@@ -205,6 +212,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_prefill_pingpong(attn_launch a, 
     if constexpr (kPersist) {
       q_s = qp.tile(local, cw);
       mbar_wait(qp.full(local), q_pairs::parity(local));
+      fence_proxy_async();  // copies of a.q16 landed through the generic proxy
     } else {
       q_s = q0 + cw * q_bytes<D>();
       stage_q_sw128<T, D, 128>(a, c.it.q_begin, c.it.kv_head, c.valid, q_s, tid & 127, 64 * cw);

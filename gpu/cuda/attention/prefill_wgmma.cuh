@@ -244,4 +244,20 @@ __device__ __forceinline__ void stage_q_sw128(const attn_launch& a, int q_begin,
   }
 }
 
+/// stage_q_sw128 from attn_launch::q16 (already 16-bit and scaled): 16-byte cp.async copies
+/// with zero fill past `valid`, so every chunk is in flight at once. The caller completes them
+/// (cp.async.mbarrier.arrive or cp.async.wait_all) and the readers fence the async proxy.
+template <class T, int D, int NT>
+__device__ __forceinline__ void copy_q16_sw128(const attn_launch& a, int q_begin, int kv_head, int valid, uint32_t q_s,
+                                               int tid, int row0 = 0) {
+  const int G = a.num_heads / a.num_kv_heads;
+  const T* q16 = static_cast<const T*>(a.q16);
+  for (int idx = tid; idx < 64 * (D / 8); idx += NT) {
+    const int r = idx / (D / 8), c = idx % (D / 8), row = row0 + r;
+    const bool ok = row < valid;
+    const T* src = ok ? q16 + (size_t(q_begin + row / G) * a.num_heads + kv_head * G + row % G) * D + c * 8 : q16;
+    cp_async16(q_s + sw128<64>(r, c), src, ok ? 16 : 0);
+  }
+}
+
 }  // namespace actorserve::gpu::cuda::attn_dev::wg

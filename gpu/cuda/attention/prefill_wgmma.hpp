@@ -36,6 +36,9 @@ inline constexpr bool wgmma_pingpong_variant(int v) { return v == 10 || v == 11 
 /// Whether prefill variant `v` fills its K/V ring by TMA (11, 15).
 inline constexpr bool wgmma_tma_variant(int v) { return v == 11 || v == 15; }
 
+/// The variant whose persistent CTAs copy attn_launch::q16 in when it is set (15).
+inline constexpr bool wgmma_reads_q16(int v) { return v == 15; }
+
 /// Query rows per item that the paired-warpgroup variants (9 and the pingpong ones) are built for.
 inline constexpr int wgmma_pair_rows = 128;
 
