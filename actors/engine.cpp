@@ -45,7 +45,7 @@ constexpr std::chrono::seconds restart_window{60};
 
 result<std::unique_ptr<gpu::executor>> make_cpu(const engine_config& cfg) {
   gpu::cpu_executor_options o;
-  o.block_size = static_cast<int32_t>(cfg.cache.block_size);
+  o.block_size = static_cast<int32_t>(cpu_block_size(cfg.cache));
   o.num_blocks = cfg.cache.num_gpu_blocks_override ? static_cast<int32_t>(*cfg.cache.num_gpu_blocks_override) : 0;
   o.kv_cache_bytes = static_cast<int64_t>(cfg.cache.cpu_kv_cache_gib * double(int64_t{1} << 30));
   o.threads = static_cast<int32_t>(cfg.executor.cpu_threads);
@@ -57,8 +57,8 @@ result<std::unique_ptr<gpu::executor>> make_cpu(const engine_config& cfg) {
 gpu::cuda_executor_options cuda_options_from(const engine_config& cfg) {
   gpu::cuda_executor_options o;
   o.dtype = cfg.model.dtype;
-  o.block_size = static_cast<int32_t>(cfg.cache.block_size);
-  o.kv_layout = cfg.cache.layout;
+  o.block_size = static_cast<int32_t>(cuda_block_size(cfg.cache));
+  o.kv_layout = cuda_kv_layout(cfg.cache);
   o.num_blocks_override = cfg.cache.num_gpu_blocks_override;
   o.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;
   o.max_num_batched_tokens = static_cast<int32_t>(cfg.scheduler.max_num_batched_tokens);
@@ -69,18 +69,27 @@ gpu::cuda_executor_options cuda_options_from(const engine_config& cfg) {
 }
 #endif
 
+/// Whether make_executor picks the CUDA executor for `cfg`: --device cuda, or auto with a GPU.
+bool picks_cuda(const engine_config& cfg) {
+#ifdef ACTORSERVE_HAS_CUDA
+  const auto device = cfg.executor.device;
+  return device == device_kind::cuda || (device == device_kind::auto_detect && gpu::cuda::device_count() > 0);
+#else
+  (void)cfg;
+  return false;
+#endif
+}
+
 /// Picks the executor: --device cpu, or auto without a usable GPU, gets the CPU executor;
 /// --device cuda, or auto with a GPU, the CUDA executor.
 result<std::unique_ptr<gpu::executor>> make_executor(const engine_config& cfg) {
-  const auto device = cfg.executor.device;
 #ifdef ACTORSERVE_HAS_CUDA
-  const bool has_gpu = gpu::cuda::device_count() > 0;
-  if (device == device_kind::cuda || (device == device_kind::auto_detect && has_gpu)) {
-    if (!has_gpu) return make_error(error_code::unavailable, "--device cuda: no CUDA device is visible");
+  if (picks_cuda(cfg)) {
+    if (gpu::cuda::device_count() == 0) return make_error(error_code::unavailable, "--device cuda: no CUDA device is visible");
     return gpu::make_cuda_executor(cfg.model.model_dir, cuda_options_from(cfg));
   }
 #else
-  if (device == device_kind::cuda)
+  if (cfg.executor.device == device_kind::cuda)
     return make_error(error_code::unsupported, "--device cuda: this build has no CUDA executor (ACTORSERVE_ENABLE_CUDA=OFF)");
 #endif
   return make_cpu(cfg);
@@ -284,6 +293,10 @@ class engine_impl final : public engine {
 };
 
 }  // namespace
+
+int64_t engine::block_size_for(const engine_config& cfg) {
+  return picks_cuda(cfg) ? cuda_block_size(cfg.cache) : cpu_block_size(cfg.cache);
+}
 
 result<std::unique_ptr<engine>> engine::start(const engine_config& cfg) {
   if (auto st = validate(cfg); !st) return st.err();

@@ -30,7 +30,8 @@ void add_engine_flags(CLI::App& app, engine_config& cfg) {
                "plan the next step while the current one runs (two steps in flight)");
 
   auto& c = cfg.cache;
-  app.add_option("--block-size", c.block_size, "tokens per KV block");
+  app.add_option("--block-size", c.block_size,
+                 "tokens per KV block (default: 64 with flash-decoding, 16 with vllm and on the CPU executor)");
   app.add_option("--num-gpu-blocks-override", c.num_gpu_blocks_override, "cap the KV pool at N blocks (any executor)");
   app.add_option("--gpu-memory-utilization", c.gpu_memory_utilization, "fraction of GPU memory to use");
   app.add_option("--cpu-kv-cache-space", c.cpu_kv_cache_gib, "GiB of KV cache for the CPU executor");
@@ -38,7 +39,9 @@ void add_engine_flags(CLI::App& app, engine_config& cfg) {
                "reuse cached KV blocks of shared prompt prefixes");
   static const std::map<std::string, kv_cache_layout> layouts{
       {"vllm", kv_cache_layout::vllm}, {"flash-decoding", kv_cache_layout::flash_decoding}};
-  app.add_option("--paged-kv-cache-type", c.layout, "vllm|flash-decoding")
+  app.add_option("--paged-kv-cache-type", c.layout,
+                 "vllm|flash-decoding: the CUDA executor's KV layout (default: flash-decoding, or vllm when "
+                 "--block-size is below 64)")
       ->transform(CLI::CheckedTransformer(layouts, CLI::ignore_case));
 
   auto& e = cfg.executor;

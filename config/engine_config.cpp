@@ -13,6 +13,18 @@ error bad_flag(std::string_view flag, std::string_view why) {
 
 }  // namespace
 
+kv_cache_layout cuda_kv_layout(const cache_options& c) {
+  if (c.layout) return *c.layout;
+  return c.block_size && *c.block_size < 64 ? kv_cache_layout::vllm : kv_cache_layout::flash_decoding;
+}
+
+int64_t cuda_block_size(const cache_options& c) {
+  if (c.block_size) return *c.block_size;
+  return cuda_kv_layout(c) == kv_cache_layout::flash_decoding ? 64 : 16;
+}
+
+int64_t cpu_block_size(const cache_options& c) { return c.block_size.value_or(16); }
+
 status validate(const engine_config& cfg) {
   if (cfg.model.model_dir.empty()) return bad_flag("--model", "a model directory is required");
   if (cfg.model.max_model_len < 0)
@@ -27,8 +39,8 @@ status validate(const engine_config& cfg) {
                     fmt::format("must be >= --max-model-len ({}) when chunked prefill is off, got {}",
                                 cfg.model.max_model_len, s.max_num_batched_tokens));
   const auto& c = cfg.cache;
-  if (c.block_size < 1 || c.block_size > 256 || (c.block_size & (c.block_size - 1)) != 0)
-    return bad_flag("--block-size", fmt::format("must be a power of two in [1, 256], got {}", c.block_size));
+  if (c.block_size && (*c.block_size < 1 || *c.block_size > 256 || (*c.block_size & (*c.block_size - 1)) != 0))
+    return bad_flag("--block-size", fmt::format("must be a power of two in [1, 256], got {}", *c.block_size));
   if (c.num_gpu_blocks_override && *c.num_gpu_blocks_override < 1)
     return bad_flag("--num-gpu-blocks-override",
                     fmt::format("must be >= 1, got {}", *c.num_gpu_blocks_override));

@@ -25,6 +25,32 @@ TEST(Cli, ServeTakesVllmFlagNames) {
   EXPECT_EQ(cl->engine.executor.device, device_kind::cpu);
 }
 
+TEST(Cli, KvLayoutAndBlockSizeDefaultByExecutor) {
+  // No flag: the CUDA executor takes flash-decoding with 64-token blocks, the CPU executor 16.
+  auto cl = parse({"serve", "--model", "m"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  const cache_options& none = cl->engine.cache;
+  EXPECT_FALSE(none.block_size.has_value());
+  EXPECT_EQ(cuda_kv_layout(none), kv_cache_layout::flash_decoding);
+  EXPECT_EQ(cuda_block_size(none), 64);
+  EXPECT_EQ(cpu_block_size(none), 16);
+  // Blocks below 64 tokens ask for vLLM's layout; the layout alone picks its own block size.
+  cl = parse({"serve", "--model", "m", "--block-size", "16"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cuda_kv_layout(cl->engine.cache), kv_cache_layout::vllm);
+  EXPECT_EQ(cuda_block_size(cl->engine.cache), 16);
+  cl = parse({"serve", "--model", "m", "--paged-kv-cache-type", "vllm"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cuda_kv_layout(cl->engine.cache), kv_cache_layout::vllm);
+  EXPECT_EQ(cuda_block_size(cl->engine.cache), 16);
+  EXPECT_EQ(cpu_block_size(cl->engine.cache), 16);
+  cl = parse({"serve", "--model", "m", "--block-size", "128"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cuda_kv_layout(cl->engine.cache), kv_cache_layout::flash_decoding);
+  EXPECT_EQ(cuda_block_size(cl->engine.cache), 128);
+  EXPECT_EQ(cpu_block_size(cl->engine.cache), 128);
+}
+
 TEST(Cli, BadValueNamesTheFlag) {
   auto cl = parse({"serve", "--model", "m", "--block-size", "24"});
   ASSERT_FALSE(cl.ok());
