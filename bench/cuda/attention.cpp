@@ -435,7 +435,8 @@ int main(int argc, char** argv) {
       CK(cudaMemcpy(st.q + off, qh.data(), std::min(chunk, n - off) * 4, cudaMemcpyHostToDevice));
   }
   CK(cudaMalloc(&st.q16, st.max_tokens * 64 * D * 2));
-  fill_random(st.q16, st.max_tokens * 64 * D * 2, 4, 1.4426950408889634f / std::sqrt(float(D)));  // q times its scale
+  // q times its scale
+  fill_random(st.q16, st.max_tokens * 64 * D * 2, 4, cuda::prefill_q_scale(1.0f / std::sqrt(float(D))));
   CK(cudaMalloc(&st.out, st.max_tokens * 64 * D * 2));
   st.max_partials = 32 * size_t(prop.multiProcessorCount) * 2;
   CK(cudaMalloc(reinterpret_cast<void**>(&st.part_o), st.max_partials * cuda::attn_tile_rows * D * 4));

@@ -166,7 +166,7 @@ class decode_sim {
     if (prefill > 0 && attention_->prefill_reads_q16()) {  // as the executor's steps with prefill tiles
       rope_.q16 = q16_;
       launch_.q16 = q16_;
-      rope_.q16_scale = launch_.scale * 1.4426950408889634f;
+      rope_.q16_scale = cuda::prefill_q_scale(launch_.scale);
     }
     batch_ = tok;
     rows_ = nseq;

@@ -9,6 +9,7 @@
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_executor_impl.hpp"
 #include "gpu/cuda/cuda_status.hpp"
+#include "gpu/cuda/launch_knobs.hpp"
 
 namespace actorserve::gpu {
 
@@ -131,6 +132,14 @@ status cuda_executor::allocate_buffers() {
   if (attention_->prefill_reads_q16()) {  // rope's 16-bit copy of q for the prefill kernel
     if (auto st = alloc(T * c.num_heads * c.head_dim * es, &p); !st) return st;
     q16_ = p;
+    if (env_int("ACTORSERVE_QKV_16BIT", 1) != 0) {  // gate_up_ is free while qkv is consumed
+      if (size_t(2) * c.intermediate_size * 4 >= size_t(qkv_width_) * es) {
+        qkv16_ = gate_up_;
+      } else {
+        if (auto st = alloc(T * qkv_width_ * es, &p); !st) return st;
+        qkv16_ = p;
+      }
+    }
   }
   if (opts_.keep_logits) {
     if (auto st = alloc(size_t(max_rows_) * c.vocab_size * 4, &p); !st) return st;
@@ -146,6 +155,7 @@ status cuda_executor::allocate_buffers() {
   L.ids = take(T * 4);
   L.positions = take(T * 4);
   L.slots = take(T * 4);
+  L.q32 = take(T * 4);
   L.sample_rows = take(size_t(max_rows_) * 4);
   L.seqs = take(size_t(max_rows_) * sizeof(attn_seq));
   L.counts = take(16);

@@ -24,7 +24,7 @@ namespace actorserve::gpu::cuda {
 /// Byte offsets of the step metadata inside the staging buffers (the same on host and device).
 /// Everything up to `penalties` sits at fixed offsets so captured graphs stay valid.
 struct meta_layout {
-  size_t ids = 0, positions = 0, slots = 0, sample_rows = 0, seqs = 0, counts = 0, items = 0, combines = 0,
+  size_t ids = 0, positions = 0, slots = 0, q32 = 0, sample_rows = 0, seqs = 0, counts = 0, items = 0, combines = 0,
          sample_seqs = 0, block_tables = 0, masks = 0, previous = 0, penalties = 0;
   size_t item_capacity = 0, block_table_capacity = 0, mask_capacity = 0;
 };
@@ -109,6 +109,9 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   float *partial_acc_ = nullptr, *partial_ml_ = nullptr, *kept_logits_ = nullptr;
   void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
   void* q16_ = nullptr;              ///< rope's 16-bit scaled q, when the prefill kernel reads it
+  /// The QKV GEMM's output in the activation dtype for rope in prefill-carrying steps (with q16_,
+  /// unless ACTORSERVE_QKV_16BIT=0); gate_up_'s memory where it is large enough.
+  void* qkv16_ = nullptr;
   sample_out* out_ = nullptr;
   char* meta_ = nullptr;             ///< device copy of the staged metadata
   size_t meta_capacity_ = 0;

@@ -11,6 +11,7 @@
 #include "gpu/cuda/cuda_status.hpp"
 #include "gpu/cuda/gemv_kernel.hpp"
 #include "gpu/cuda/gemv_norm.hpp"
+#include "gpu/cuda/launch_knobs.hpp"
 #include "gpu/cuda/step_inputs.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -154,6 +155,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   int32_t* ids = at<int32_t>(h, layout_.ids);
   int32_t* pos = at<int32_t>(h, layout_.positions);
   int32_t* slots = at<int32_t>(h, layout_.slots);
+  int32_t* q32 = at<int32_t>(h, layout_.q32);
   int32_t* bt = at<int32_t>(h, layout_.block_tables);
   size_t bt_used = 0;
   int tok = 0;
@@ -197,6 +199,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
       ids[tok] = id;
       pos[tok] = position;
       slots[tok] = s.block_table[position / bs] * bs + position % bs;
+      q32[tok] = q == 1;  // a decode token: its attention reads the fp32 q
     }
     if (q == 0 && s.sample) return bad_step(fmt::format("sequence {}: asked to sample with no new tokens", s.seq_id));
     if (bucket) {
@@ -217,6 +220,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
     ids[tok] = 0;
     pos[tok] = 0;
     slots[tok] = -1;
+    q32[tok] = 1;
   }
   for (int i = nseq; i < bucket; ++i) {
     sample_rows.push_back(i);
@@ -249,6 +253,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
       {layout_.ids, size_t(rows_tok) * 4},
       {layout_.positions, size_t(rows_tok) * 4},
       {layout_.slots, size_t(rows_tok) * 4},
+      {layout_.q32, bucket ? 0 : size_t(rows_tok) * 4},
       {layout_.sample_rows, sample_rows.size() * 4},
       {layout_.seqs, aseqs.size() * sizeof(attn_seq)},
       {layout_.counts, 16},
@@ -350,10 +355,17 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   ra.head_dim = D;
   // One token: the qkv and gate/up projections fuse the element-wise kernel after them.
   const bool fused = n == 1 && fused_decode() && hidden % 8 == 0;
-  if (q16_ && !fused && shape.attn.prefill > 0) {  // prefill tiles copy rope's 16-bit queries in
+  // Prefill tiles copy rope's 16-bit queries in; then rope writes the fp32 q of decode tokens
+  // only, and reads the QKV GEMM's output rounded to the activation dtype (half the bytes).
+  static const bool q32_decode_only = env_int("ACTORSERVE_Q32_DECODE_ONLY", 1) != 0;
+  bool qkv16 = false;
+  if (q16_ && !fused && shape.attn.prefill > 0) {
     ra.q16 = q16_;
-    ra.q16_scale = aa.scale * 1.4426950408889634f;  // scores in log2 units, as the kernel's staging
+    ra.q16_scale = prefill_q_scale(aa.scale);
     aa.q16 = q16_;
+    if (q32_decode_only) ra.q32 = at<int32_t>(meta_, layout_.q32);
+    qkv16 = qkv16_ != nullptr && !gemm_.uses_gemv(n);
+    if (qkv16) ra.qkv16 = qkv16_;
   }
   const int rows_gate_up = gemm_.gemv_rows_for(2 * inter);
   // Opt-in (fused_norm_decode(); measured no faster end to end, gemv_norm.hpp): the norms fold
@@ -405,7 +417,11 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv, ra, stream_));
     } else {
       mark(step_op::qkv);
-      if (auto st = gemm_.run(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv_); !st) return st;
+      if (qkv16) {
+        if (auto st = gemm_.run_act(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv16_); !st) return st;
+      } else if (auto st = gemm_.run(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv_); !st) {
+        return st;
+      }
       mark(step_op::rope);
       AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
     }

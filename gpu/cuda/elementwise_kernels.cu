@@ -256,18 +256,34 @@ constexpr int kRopeSplit = 4;
 /// Rotary pairs of a head: head dims up to 256 (cuda_model.cpp rejects larger ones).
 constexpr int kRopeMaxHalf = 128;
 
+/// Four adjacent values of a row as fp32: one 16-byte load of fp32, one 8-byte load of 16-bit.
+__device__ __forceinline__ void load4(const float* p, float (&x)[4]) {
+  const float4 v = *reinterpret_cast<const float4*>(p);
+  x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+}
+template <class T>
+__device__ __forceinline__ void load4(const T* p, float (&x)[4]) {
+  const uint2 v = *reinterpret_cast<const uint2*>(p);
+  const T* h = reinterpret_cast<const T*>(&v);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) x[e] = to_f32(h[e]);
+}
+
 /// Rotary embedding of one token's q and k heads, written back (q) or into the paged cache (k),
 /// plus the copy of its v into the cache; grid (tokens, kRopeSplit), head_dim % 8 == 0. The
 /// token's angles are computed once (every head rotates by the same ones); each thread rotates 4
 /// adjacent pairs (16-byte loads and stores of q, 4 cache elements at a time) and copies v 4
-/// values at a time.
-template <class T>
+/// values at a time. In: the input row's type (fp32 qkv, or T when rope_kv_args::qkv16 is set).
+template <class T, class In>
 __global__ void rope_kv_kernel(rope_kv_args a) {
   __shared__ float cos_s[kRopeMaxHalf], sin_s[kRopeMaxHalf];
   pdl_begin();
   const int t = blockIdx.x;
   const int D = a.head_dim, half = D / 2, H = a.num_heads, KVH = a.num_kv_heads, quads = half / 4;
-  float* row = a.qkv + size_t(t) * (H + 2 * KVH) * D;
+  const size_t width = size_t(H + 2 * KVH) * D;
+  float* row = a.qkv + size_t(t) * width;
+  const In* in = (a.qkv16 ? static_cast<const In*>(a.qkv16) : reinterpret_cast<const In*>(a.qkv)) + size_t(t) * width;
+  const bool q32 = !a.q32 || a.q32[t] != 0;
   const float pos = float(a.positions[t]);
   const int slot = a.slots[t];
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
@@ -282,8 +298,10 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
   for (int idx = first; idx < (H + KVH) * quads; idx += stride) {  // pairs (i, i + half)
     const int h = idx / quads, i = (idx % quads) * 4;
     const int c0 = h * D + i, c1 = c0 + half;
-    float4 p = *reinterpret_cast<const float4*>(row + c0), q = *reinterpret_cast<const float4*>(row + c1);
-    float x1[4] = {p.x, p.y, p.z, p.w}, x2[4] = {q.x, q.y, q.z, q.w}, y1[4], y2[4];
+    if (h < H && !q32 && !a.q16) continue;
+    float x1[4], x2[4], y1[4], y2[4];
+    load4(in + c0, x1);
+    load4(in + c1, x2);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if (a.bias) {
@@ -295,8 +313,10 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
       y2[e] = x2[e] * c + x1[e] * s;
     }
     if (h < H) {
-      *reinterpret_cast<float4*>(row + c0) = make_float4(y1[0], y1[1], y1[2], y1[3]);
-      *reinterpret_cast<float4*>(row + c1) = make_float4(y2[0], y2[1], y2[2], y2[3]);
+      if (q32) {
+        *reinterpret_cast<float4*>(row + c0) = make_float4(y1[0], y1[1], y1[2], y1[3]);
+        *reinterpret_cast<float4*>(row + c1) = make_float4(y2[0], y2[1], y2[2], y2[3]);
+      }
       if (a.q16) {  // the same rounding as the prefill kernel's own fp32 -> 16-bit staging
         T* q16 = static_cast<T*>(a.q16) + size_t(t) * H * D;
         const float sc = a.q16_scale;
@@ -317,8 +337,8 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
   if (slot < 0) return;
   for (int idx = first * 4; idx < KVH * D; idx += stride * 4) {
     const int c = (H + KVH) * D + idx;
-    const float4 v = *reinterpret_cast<const float4*>(row + c);
-    const float x[4] = {v.x, v.y, v.z, v.w};
+    float x[4];
+    load4(in + c, x);
     T* dst = vc + size_t(slot) * KVH * D + idx;
 #pragma unroll
     for (int e = 0; e < 4; ++e) dst[e] = from_f32<T>(a.bias ? x[e] + a.bias[c + e] : x[e]);
@@ -419,7 +439,10 @@ int rope_kv_write(act_dtype dt, const rope_kv_args& a, cudaStream_t s) {
   if (a.n == 0) return 0;
   // Whole 4-pair groups, 16-byte aligned rows (cuda_model.cpp loads only such head dims).
   if (a.head_dim % 8 != 0 || a.head_dim / 2 > kRopeMaxHalf) return int(cudaErrorInvalidValue);
-  AS_DISPATCH_ACT(dt, launch_pdl(rope_kv_kernel<T>, dim3(a.n, kRopeSplit), dim3(256), s, a));
+  if (a.qkv16)
+    AS_DISPATCH_ACT(dt, launch_pdl(rope_kv_kernel<T, T>, dim3(a.n, kRopeSplit), dim3(256), s, a));
+  else
+    AS_DISPATCH_ACT(dt, launch_pdl(rope_kv_kernel<T, float>, dim3(a.n, kRopeSplit), dim3(256), s, a));
   return cudaGetLastError();
 }
 

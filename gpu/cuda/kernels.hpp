@@ -53,6 +53,12 @@ int silu_and_mul_act(act_dtype dt, const void* gate_up, int n, int inter, void* 
 /// Cache layout: [num_blocks, block_size, KVH, D] of `dt`.
 struct rope_kv_args {
   float* qkv = nullptr;
+  /// When set: the input instead of qkv, in the same layout as `dt` (the QKV GEMM's rounded
+  /// output, gemm_runner::run_act); qkv then only receives the rotated fp32 q.
+  const void* qkv16 = nullptr;
+  /// When set: per token, whether its rotated fp32 q is written to qkv (the decode kernels read
+  /// it; the prefill kernel reads q16). Null: every token's is.
+  const int32_t* q32 = nullptr;
   const float* bias = nullptr;
   const int32_t* positions = nullptr;
   const int32_t* slots = nullptr;

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
 #include "cuda_test_util.hpp"
 #include "config/model_config.hpp"
+#include "gpu/cuda/attention/launch.hpp"
 #include "gpu/model/rope.hpp"
 
 namespace actorserve::testing {
@@ -22,6 +24,24 @@ std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   std::vector<float> v(n);
   for (auto& x : v) x = d(rng);
   return v;
+}
+
+/// rope_kv_write's arguments for n tokens of H q / KVH kv heads of D, into caches k and v.
+cuda::rope_kv_args rope_args(float* qkv, const float* bias, const int32_t* positions, const int32_t* slots,
+                             const float* inv_freq, void* k_cache, void* v_cache, int n, int H, int KVH, int D) {
+  cuda::rope_kv_args a;
+  a.qkv = qkv;
+  a.bias = bias;
+  a.positions = positions;
+  a.slots = slots;
+  a.inv_freq = inv_freq;
+  a.k_cache = k_cache;
+  a.v_cache = v_cache;
+  a.n = n;
+  a.num_heads = H;
+  a.num_kv_heads = KVH;
+  a.head_dim = D;
+  return a;
 }
 
 class CudaKernels : public ::testing::TestWithParam<act_dtype> {
@@ -155,22 +175,12 @@ TEST_P(CudaKernels, RopeKvWriteMatchesCpu) {
     dev_vec<uint16_t> d_k(cache_elems), d_v(cache_elems);
     d_k.poison();
     d_v.poison();
-    cuda::rope_kv_args a;
-    a.qkv = d_qkv.get();
-    a.bias = d_bias.get();
-    a.positions = d_pos.get();
-    a.slots = d_slots.get();
-    a.inv_freq = d_inv.get();
-    a.k_cache = d_k.get();
-    a.v_cache = d_v.get();
-    a.n = n;
-    a.num_heads = sh.H;
-    a.num_kv_heads = sh.KVH;
-    a.head_dim = sh.D;
+    cuda::rope_kv_args a = rope_args(d_qkv.get(), d_bias.get(), d_pos.get(), d_slots.get(), d_inv.get(), d_k.get(),
+                                     d_v.get(), n, sh.H, sh.KVH, sh.D);
     dev_vec<uint16_t> d_q16(size_t(n) * sh.H * sh.D);  // the prefill kernel's 16-bit scaled copy
     d_q16.poison();
     a.q16 = d_q16.get();
-    a.q16_scale = 1.4426950408889634f / std::sqrt(float(sh.D));
+    a.q16_scale = cuda::prefill_q_scale(1.0f / std::sqrt(float(sh.D)));
     ASSERT_EQ(cuda::rope_kv_write(dt, a, nullptr), 0);
     auto q_out = d_qkv.download();
     {  // every token's rotated q, scaled and rounded, beside the fp32 q written back
@@ -205,6 +215,69 @@ TEST_P(CudaKernels, RopeKvWriteMatchesCpu) {
     EXPECT_LT(rel_max_err(k_got, k_ref), 8e-3) << "D " << sh.D;
     EXPECT_LT(rel_max_err(v_got, v_ref), 8e-3) << "D " << sh.D;
   }
+}
+
+TEST_P(CudaKernels, RopeKvWriteFrom16BitInputEqualsFp32InputOfTheSameValues) {
+  // The executor's prefill-carrying steps: the QKV GEMM writes its output rounded to the
+  // activation dtype (qkv16), and rope writes the fp32 q only of tokens that q32 marks (decode
+  // tokens). Against the fp32 path over the same rounded values: q16 and both caches bit-equal,
+  // the marked tokens' fp32 q bit-equal, everything else in the fp32 buffer left as it was.
+  const act_dtype dt = GetParam();
+  const int H = 8, KVH = 2, D = 128, n = 97, block_size = 16, num_blocks = 8;
+  const int width = (H + 2 * KVH) * D;
+  rope_config rc;
+  rc.theta = 500000.0;
+  const auto inv_freq = gpu::rope_inv_freq(rc, D);
+  const auto bits = random_act_bits(dt, size_t(n) * width, 21, 3.0f);
+  std::vector<float> rounded(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) rounded[i] = from_act_bits(dt, bits[i]);
+  const auto bias = randn(width, 22, 0.1f);
+  std::vector<int32_t> pos(n), slots(n), q32(n);
+  std::mt19937 rng(23);
+  for (int t = 0; t < n; ++t) {
+    pos[t] = int32_t(rng() % 4000);
+    slots[t] = t % 11 == 5 ? -1 : t;
+    q32[t] = t % 3 == 0;
+  }
+  dev_vec<float> d_bias(bias), d_inv(inv_freq);
+  dev_vec<int32_t> d_pos(pos), d_slots(slots), d_q32(q32);
+  dev_vec<uint16_t> d_bits(bits);
+  const size_t cache_elems = size_t(num_blocks) * block_size * KVH * D;
+  struct outputs { std::vector<float> qkv; std::vector<uint16_t> q16, k, v; };
+  const auto run = [&](bool from16) {
+    dev_vec<float> d_qkv(size_t(n) * width);
+    if (from16) d_qkv.poison();
+    else d_qkv.upload(rounded);
+    dev_vec<uint16_t> d_k(cache_elems), d_v(cache_elems), d_q16(size_t(n) * H * D);
+    d_k.poison();
+    d_v.poison();
+    d_q16.poison();
+    cuda::rope_kv_args a = rope_args(d_qkv.get(), d_bias.get(), d_pos.get(), d_slots.get(), d_inv.get(), d_k.get(),
+                                     d_v.get(), n, H, KVH, D);
+    a.qkv16 = from16 ? d_bits.get() : nullptr;
+    a.q32 = from16 ? d_q32.get() : nullptr;
+    a.q16 = d_q16.get();
+    a.q16_scale = cuda::prefill_q_scale(1.0f / std::sqrt(float(D)));
+    EXPECT_EQ(cuda::rope_kv_write(dt, a, nullptr), 0);
+    return outputs{d_qkv.download(), d_q16.download(), d_k.download(), d_v.download()};
+  };
+  const outputs want = run(false), got = run(true);
+  EXPECT_EQ(count_unequal(got.q16, want.q16), 0);
+  EXPECT_EQ(count_unequal(got.k, want.k), 0);
+  EXPECT_EQ(count_unequal(got.v, want.v), 0);
+  const uint32_t poison_bits = 0xffffffffu;  // dev_vec::poison's bytes
+  float poison = 0.0f;
+  std::memcpy(&poison, &poison_bits, sizeof poison);
+  int q_rows = 0, wrong = 0;
+  for (int t = 0; t < n; ++t) {
+    for (int c = 0; c < width; ++c) {
+      const float g = got.qkv[size_t(t) * width + c];
+      const float w = q32[t] && c < H * D ? want.qkv[size_t(t) * width + c] : poison;
+      wrong += std::memcmp(&g, &w, sizeof(float)) != 0;
+    }
+    q_rows += q32[t];
+  }
+  EXPECT_EQ(wrong, 0) << "of " << n * width << " fp32 values (" << q_rows << " tokens marked)";
 }
 
 TEST_P(CudaKernels, RopeKvWriteRefusesHeadDimsItCannotTake) {

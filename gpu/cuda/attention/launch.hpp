@@ -14,6 +14,10 @@
 
 namespace actorserve::gpu::cuda {
 
+/// What attn_launch::q16 holds: the queries times the softmax scale and log2(e) (the kernels
+/// keep scores in log2 units, as their own staging of fp32 q does).
+inline float prefill_q_scale(float scale) { return scale * 1.4426950408889634f; }
+
 /// One attention call (one layer). Items [0, counts[0]) are prefill tiles, items
 /// [counts[0], counts[0] + counts[2]) decode pieces; counts[1] combines merge split decode pieces.
 struct attn_launch {
