@@ -132,7 +132,7 @@ status cuda_executor::allocate_buffers() {
   if (attention_->prefill_reads_q16()) {  // rope's 16-bit copy of q for the prefill kernel
     if (auto st = alloc(T * c.num_heads * c.head_dim * es, &p); !st) return st;
     q16_ = p;
-    if (env_int("ACTORSERVE_QKV_16BIT", 1) != 0) {  // gate_up_ is free while qkv is consumed
+    if (env_int("ACTORSERVE_QKV_16BIT", 0) != 0) {  // gate_up_ is free while qkv is consumed
       if (size_t(2) * c.intermediate_size * 4 >= size_t(qkv_width_) * es) {
         qkv16_ = gate_up_;
       } else {

@@ -110,7 +110,7 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
   void* q16_ = nullptr;              ///< rope's 16-bit scaled q, when the prefill kernel reads it
   /// The QKV GEMM's output in the activation dtype for rope in prefill-carrying steps (with q16_,
-  /// unless ACTORSERVE_QKV_16BIT=0); gate_up_'s memory where it is large enough.
+  /// opt-in: ACTORSERVE_QKV_16BIT=1); gate_up_'s memory where it is large enough.
   void* qkv16_ = nullptr;
   sample_out* out_ = nullptr;
   char* meta_ = nullptr;             ///< device copy of the staged metadata
