@@ -4,7 +4,7 @@
 #   2. single stream: 128 in / 256 out                        (bench_latency)
 #   3. offline: 200 prompts x 1000 in / 100 out               (bench_throughput)
 #   4. offline: 1000 prompts x 128 in / 1024 out              (bench_throughput)
-#      (3 and 4 at bench_throughput's offline limits: --max-num-seqs 512 --max-num-batched-tokens 16384)
+#      (3 and 4 at bench_throughput's offline limits: --max-num-seqs 512 --max-num-batched-tokens 65536)
 #   5. online: 1000 ShareGPT-like requests at 16 req/s against `actorserve serve --device cuda`
 #      started in the background                              (bench_serving)
 # then prints a summary table. Every stage has a timeout and its own log under RESULTS_DIR.

@@ -5,7 +5,8 @@
 // normal data (weights N(0, 0.02), activations N(0, 1): zeros would draw far less power). Prints
 // TFLOP/s with the SM clock and board power read through NVML (dlopen'ed; "-" without it) at the
 // end of each window.
-//   bench_cuda_gemm [--out DIR] [--m 13421,187] [--algos 12] [--window-ms 250]
+// --residual adds o and down into their output (beta = 1) as the executor does (residual_gemm).
+//   bench_cuda_gemm [--out DIR] [--m 13421,187] [--algos 12] [--window-ms 250] [--residual]
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -62,7 +63,8 @@ class nvml_probe {
 struct projection {
   const char* name;
   int n, k;
-  bool out16;  ///< output in bf16 (gate_up, run_act) instead of fp32
+  bool out16;     ///< output in bf16 (gate_up, run_act) instead of fp32
+  bool residual;  ///< adds into the fp32 residual with --residual (o, down)
 };
 
 /// Runs `f` back to back for `warm_ms`, then times it over about `window_ms`: ms per call.
@@ -88,6 +90,9 @@ int main(int argc, char** argv) {
   std::vector<int> ms = {13421, 187};
   int max_algos = 12;
   double window = 250;
+  bool residual = false;
+  for (int i = 1; i < argc; ++i)
+    if (!std::strcmp(argv[i], "--residual")) residual = true;
   for (int i = 1; i + 1 < argc; ++i) {
     if (!std::strcmp(argv[i], "--out")) out_dir = argv[++i];
     else if (!std::strcmp(argv[i], "--algos")) max_algos = std::atoi(argv[++i]);
@@ -107,10 +112,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!out_dir.empty()) g_out = std::fopen((out_dir + "/bench_cuda_gemm.txt").c_str(), "w");
-  const projection projs[] = {{"qkv", 6144, 4096, false},
-                              {"o", 4096, 4096, false},
-                              {"gate_up", 28672, 4096, true},
-                              {"down", 4096, 14336, false}};
+  const projection projs[] = {{"qkv", 6144, 4096, false, false},
+                              {"o", 4096, 4096, false, true},
+                              {"gate_up", 28672, 4096, true, false},
+                              {"down", 4096, 14336, false, true}};
   const size_t ws_bytes = size_t(32) << 20;  // the executor's cuBLAS workspace
   void* ws = dmalloc(ws_bytes);
   cublasHandle_t h;
@@ -123,8 +128,8 @@ int main(int argc, char** argv) {
   for (int m : ms) max_m = std::max(max_m, m);
   void* x = upload(normal_bf16(size_t(max_m) * 14336, 1.0f, 1));
   void* y = dmalloc(size_t(max_m) * 28672 * 4);
-  report("# bench_cuda_gemm: sustained layer GEMMs, warm-up %.0f ms + window %.0f ms per row\n\n", 2 * window,
-         window);
+  report("# bench_cuda_gemm: sustained layer GEMMs, warm-up %.0f ms + window %.0f ms per row%s\n\n", 2 * window,
+         window, residual ? "; o and down add into their fp32 output (beta 1)" : "");
   for (int m : ms) {
     report("\n## m = %d rows\n| projection | call | algo id | tile | stages | split-k | cluster | ms | TFLOP/s | "
            "SM MHz | W |\n|---|---|---|---|---|---|---|---|---|---|---|\n", m);
@@ -132,7 +137,7 @@ int main(int argc, char** argv) {
       void* w = upload(normal_bf16(size_t(p.n) * p.k, 0.02f, 2));
       const double flops = 2.0 * m * p.n * p.k;
       const cudaDataType_t out_t = p.out16 ? CUDA_R_16BF : CUDA_R_32F;
-      const float alpha = 1.0f, beta = 0.0f;
+      const float alpha = 1.0f, beta = residual && p.residual ? 1.0f : 0.0f;
       const auto gemm_ex = [&] {
         cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, p.n, m, p.k, &alpha, w, CUDA_R_16BF, p.k, x, CUDA_R_16BF, p.k,
                      &beta, y, out_t, p.n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);

@@ -196,6 +196,76 @@ __global__ void __launch_bounds__(1024, 1)
   }
 }
 
+/// Threads per row of add_rmsnorm_row128_kernel.
+constexpr int kNormRowThreads = 128;
+
+/// Eight consecutive floats from 16-byte aligned `p`.
+__device__ __forceinline__ void load8f(const float* p, float (&v)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void store8f(float* p, const float (&v)[8]) {
+  *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
+  *reinterpret_cast<float4*>(p + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+/// add_rmsnorm for many rows, one row per 128-thread block (hidden % 8 == 0, hidden <= 1024 x
+/// kChunks). A thread owns kChunks runs of 8 consecutive elements (128 apart in runs): its loads
+/// are 16-byte vectors all issued before the first use, its output a 16-byte store per run, and
+/// up to 16 rows are in flight per SM (the 1024-thread kernels keep 2-4). The sum runs per thread,
+/// then over the warp, then over the 4 warps: a different order from the one-row kernels (the
+/// same row gives the same bits whatever the row count, as long as the count exceeds
+/// kNormRegsMaxRows).
+template <class T, int kChunks>
+__global__ void __launch_bounds__(kNormRowThreads)
+    add_rmsnorm_row128_kernel(float* residual, const float* delta, const float* bias, const float* weight, float eps,
+                              const int32_t* rows, int hidden, T* out) {
+  __shared__ float scratch[kNormRowThreads / 32];
+  const norm_rows row(residual, delta, rows, hidden);
+  const int i = blockIdx.x, tid = threadIdx.x;
+  float v[kChunks][8];
+  float ss = 0.0f;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int k = (tid + c * kNormRowThreads) * 8;
+    if (k < hidden) load8f(row.res + k, v[c]);
+  }
+  if (row.del) {
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int k = (tid + c * kNormRowThreads) * 8;
+      if (k >= hidden) break;
+      float d[8], b[8] = {};
+      load8f(row.del + k, d);
+      if (bias) load8f(bias + k, b);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[c][e] += d[e] + b[e];
+      store8f(row.res + k, v[c]);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int k = (tid + c * kNormRowThreads) * 8;
+    if (k >= hidden) break;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) ss += v[c][e] * v[c][e];
+  }
+  const float rstd = rsqrtf(block_sum(ss, scratch) / float(hidden) + eps);
+  T* o = out + size_t(i) * hidden;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int k = (tid + c * kNormRowThreads) * 8;
+    if (k >= hidden) break;
+    float w[8];
+    load8f(weight + k, w);
+    uint4 raw;
+    T* packed = reinterpret_cast<T*>(&raw);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) packed[e] = from_f32<T>(w[e] * (v[c][e] * rstd));
+    *reinterpret_cast<uint4*>(o + k) = raw;
+  }
+}
+
 /// SiLU-and-mul over rows of 4-element groups (inter % 4 == 0): grid (groups / 256, tokens).
 template <class T>
 __global__ void silu_mul4_kernel(const float* gu, int n, int inter, T* out) {
@@ -390,8 +460,19 @@ int add_rmsnorm(act_dtype dt, float* residual, const float* delta, const float* 
                 float eps, const int32_t* rows, int n, int hidden, void* out, cudaStream_t s) {
   if (n == 0) return 0;
   const int threads = hidden >= 1024 ? 1024 : ((hidden + 31) / 32) * 32;
-  static const bool rows_kernel = env_int("ACTORSERVE_NORM_ROWS", 1) != 0;
-  if (rows_kernel && threads == 1024 && hidden <= kNormPerThread * threads && n > kNormRegsMaxRows) {
+  // Many rows: 2 (default) one 128-thread block per row, 1 the persistent 1024-thread blocks of
+  // 4 rows, 0 one 1024-thread block per row.
+  static const int rows_kernel = env_int("ACTORSERVE_NORM_ROWS", 2);
+  const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (rows_kernel == 2 && n > kNormRegsMaxRows && hidden % 8 == 0 && hidden <= 8 * 8 * kNormRowThreads &&
+      aligned16(residual) && aligned16(delta) && aligned16(bias) && aligned16(weight) && aligned16(out)) {
+    if (hidden <= 4 * 8 * kNormRowThreads)
+      AS_DISPATCH_ACT(dt, launch_pdl(add_rmsnorm_row128_kernel<T, 4>, dim3(n), dim3(kNormRowThreads), s, residual,
+                                     delta, bias, weight, eps, rows, hidden, static_cast<T*>(out)));
+    else
+      AS_DISPATCH_ACT(dt, launch_pdl(add_rmsnorm_row128_kernel<T, 8>, dim3(n), dim3(kNormRowThreads), s, residual,
+                                     delta, bias, weight, eps, rows, hidden, static_cast<T*>(out)));
+  } else if (rows_kernel != 0 && threads == 1024 && hidden <= kNormPerThread * threads && n > kNormRegsMaxRows) {
     // Persistent blocks, one per SM (launch_bounds 1024 x 1): 4 rows at a time of up to 4
     // values a thread, else 2 rows of up to 8.
     const dim3 grid(std::min(current_sm_count(), n));

@@ -84,27 +84,52 @@ TEST_P(CudaKernels, AddRmsNormMatchesCpu) {
   }
 }
 
-TEST_P(CudaKernels, AddRmsNormOfManyRowsEqualsOneRowAtATime) {
-  // Over kNormRegsMaxRows rows the persistent kernel takes several rows at a time; each row
-  // must come out bit for bit as the one-row launch makes it (the same order of sums).
+TEST_P(CudaKernels, AddRmsNormOfManyRowsMatchesCpuAndNotTheRowCount) {
+  // Over kNormRegsMaxRows rows a 128-thread block takes each row (16-byte loads, its own order
+  // of sums). Both paths the executor uses: adding a delta, and the residual alone (the o / down
+  // GEMMs added into it); rows through an index list; each row's bits the same at another count.
   const act_dtype dt = GetParam();
   for (int hidden : {4096, 5120 + 8, 8192}) {
-    for (int n : {129, 301}) {
+    for (const bool with_delta : {true, false}) {
+      const int n = 1000, fewer = 129;
       auto res = randn(size_t(n) * hidden, 5), delta = randn(size_t(n) * hidden, 6), bias = randn(hidden, 7);
       auto w = randn(hidden, 8);
-      dev_vec<float> many(res), one(res), d_delta(delta), d_bias(bias), d_w(w);
-      dev_vec<uint16_t> out_many(size_t(n) * hidden), out_one(size_t(n) * hidden);
-      out_many.poison();
-      out_one.poison();
-      ASSERT_EQ(cuda::add_rmsnorm(dt, many.get(), d_delta.get(), d_bias.get(), d_w.get(), 1e-5f, nullptr, n, hidden,
-                                  out_many.get(), nullptr), 0);
+      std::vector<int32_t> rows(n);
+      for (int i = 0; i < n; ++i) rows[i] = (i * 7) % n;  // 7 and 1000 coprime: a permutation
+      dev_vec<float> d_res(res), d_res2(res), d_delta(delta), d_bias(bias), d_w(w);
+      dev_vec<int32_t> d_rows(rows);
+      dev_vec<uint16_t> d_out(size_t(n) * hidden), d_out2(size_t(fewer) * hidden);
+      d_out.poison();
+      d_out2.poison();
+      const float* del = with_delta ? d_delta.get() : nullptr;
+      const float* b = with_delta ? d_bias.get() : nullptr;
+      ASSERT_EQ(cuda::add_rmsnorm(dt, d_res.get(), del, b, d_w.get(), 1e-5f, d_rows.get(), n, hidden, d_out.get(),
+                                  nullptr), 0);
+      ASSERT_EQ(cuda::add_rmsnorm(dt, d_res2.get(), del, b, d_w.get(), 1e-5f, d_rows.get(), fewer, hidden,
+                                  d_out2.get(), nullptr), 0);
+      auto out = download_act(dt, d_out);
+      auto res_out = d_res.download();
+      std::vector<float> ref(out.size()), ref_res(res);
       for (int i = 0; i < n; ++i) {
-        const size_t off = size_t(i) * hidden;
-        ASSERT_EQ(cuda::add_rmsnorm(dt, one.get() + off, d_delta.get() + off, d_bias.get(), d_w.get(), 1e-5f, nullptr,
-                                    1, hidden, out_one.get() + off, nullptr), 0);
+        const int r = rows[i];
+        double ss = 0;
+        for (int k = 0; k < hidden; ++k) {
+          const size_t j = size_t(r) * hidden + k;
+          if (with_delta) ref_res[j] = res[j] + delta[j] + bias[k];
+          ss += double(ref_res[j]) * ref_res[j];
+        }
+        const double rstd = 1.0 / std::sqrt(ss / hidden + 1e-5);
+        for (int k = 0; k < hidden; ++k) ref[size_t(i) * hidden + k] = float(w[k] * ref_res[size_t(r) * hidden + k] * rstd);
       }
-      EXPECT_EQ(count_unequal(out_many.download(), out_one.download()), 0) << "hidden " << hidden << " n " << n;
-      EXPECT_EQ(count_unequal(many.download(), one.download()), 0) << "residual, hidden " << hidden << " n " << n;
+      const std::string what = "hidden " + std::to_string(hidden) + (with_delta ? " with" : " without") + " delta";
+      if (with_delta)
+        EXPECT_LT(rel_max_err(res_out, ref_res), 1e-6) << what;
+      else
+        EXPECT_EQ(count_unequal(res_out, res), 0) << what << ": the residual must stay as it was";
+      EXPECT_LT(rel_max_err(out, ref), 8e-3) << what;
+      auto out_first = d_out.download(), out_fewer = d_out2.download();
+      out_first.resize(out_fewer.size());
+      EXPECT_EQ(count_unequal(out_first, out_fewer), 0) << what << ": " << fewer << " rows against " << n;
     }
   }
 }
