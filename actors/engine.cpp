@@ -167,6 +167,29 @@ class engine_impl final : public engine {
   }
 
   status submit(generation_request req, delta_sink sink) override {
+    if (auto st = admissible(req); !st) return st;
+    spawn_one(std::move(req), std::move(sink));
+    return {};
+  }
+
+  std::vector<status> submit_batch(std::vector<std::pair<generation_request, delta_sink>> batch) override {
+    std::vector<status> out;
+    out.reserve(batch.size());
+    uint32_t admitted = 0;
+    for (const auto& [req, sink] : batch) {
+      out.push_back(admissible(req));
+      admitted += out.back().ok() ? 1 : 0;
+    }
+    // NOTE: sent before the first request actor exists, so it is in the scheduler's mailbox
+    // ahead of every enqueue of this batch.
+    if (admitted > 1) caf::anon_send(scheduler_, hold_atom::value, admitted);
+    for (size_t i = 0; i < batch.size(); ++i)
+      if (out[i].ok()) spawn_one(std::move(batch[i].first), std::move(batch[i].second));
+    return out;
+  }
+
+  /// What submit refuses at once: a stopping or failed engine, bad parameters or prompt ids.
+  status admissible(const generation_request& req) const {
     if (!accepting_.load()) return make_error(error_code::unavailable, "the engine is shutting down");
     if (stats_->gave_up.load()) return make_error(error_code::unavailable, stats_->failure());
     if (auto st = validate(req.params); !st) return st;
@@ -180,6 +203,10 @@ class engine_impl final : public engine {
       return make_error(error_code::too_large,
                         fmt::format("prompt: {} tokens leave no room under max_model_len {}", req.prompt_ids.size(),
                                     max_model_len_));
+    return {};
+  }
+
+  void spawn_one(generation_request req, delta_sink sink) {
     request_context ctx;
     ctx.scheduler = &scheduler_;
     ctx.tokenizer = &tok_;
@@ -202,7 +229,6 @@ class engine_impl final : public engine {
         if (it != reg->by_id.end() && it->second.address() == addr) reg->by_id.erase(it);
       }
     });
-    return {};
   }
 
   void cancel(const std::string& request_id) override {

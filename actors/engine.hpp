@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/engine_config.hpp"
@@ -94,6 +95,16 @@ class engine {
 
   /// Admits a request (non-blocking). An invalid request is answered with an error at once.
   virtual status submit(generation_request req, delta_sink sink) = 0;
+  /// Admits many requests as one arrival, as vLLM's LLM.generate adds every prompt before it
+  /// steps: the scheduler plans no new step until all of them reached it (or a second passed),
+  /// so an idle engine's first step carries as many of them as its limits allow. One status per
+  /// request, in order; the invalid ones are answered as submit answers them.
+  virtual std::vector<status> submit_batch(std::vector<std::pair<generation_request, delta_sink>> batch) {
+    std::vector<status> out;
+    out.reserve(batch.size());
+    for (auto& [req, sink] : batch) out.push_back(submit(std::move(req), std::move(sink)));
+    return out;
+  }
   /// Cancels a request by id; frees its KV blocks within one step. Unknown ids are ignored.
   virtual void cancel(const std::string& request_id) = 0;
   virtual engine_stats stats() const = 0;

@@ -22,6 +22,8 @@ using deadline_atom = caf::atom_constant<caf::atom("deadline")>;  ///< request -
 using restart_atom = caf::atom_constant<caf::atom("restart")>;    ///< scheduler -> executor (supervision)
 using reset_atom = caf::atom_constant<caf::atom("reset")>;        ///< scheduler -> block manager (after restart)
 using fail_atom = caf::atom_constant<caf::atom("fail")>;          ///< scheduler -> request (engine gave up)
+using hold_atom = caf::atom_constant<caf::atom("hold")>;          ///< engine -> scheduler (a batch arrives)
+using unhold_atom = caf::atom_constant<caf::atom("unhold")>;      ///< scheduler -> itself (batch hold timed out)
 using watchdog_atom = caf::atom_constant<caf::atom("watchdog")>;  ///< scheduler -> itself (step deadline)
 
 /// One step's outputs for one request.

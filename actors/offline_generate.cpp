@@ -178,18 +178,16 @@ result<generate_output> generate_json(const command_line& cl) {
 
   std::mutex mu;
   std::condition_variable cv;
-  size_t open = 0;
+  size_t open = all.size();
+  std::vector<std::pair<generation_request, delta_sink>> batch;
+  batch.reserve(all.size());
   for (size_t i = 0; i < all.size(); ++i) {
     auto& r = all[i];
     generation_request g;
     g.request_id = fmt::format("generate-{}", i);
     g.prompt_ids = r.prompt;
     g.params = r.params;
-    {
-      std::lock_guard<std::mutex> l(mu);
-      ++open;
-    }
-    auto st = eng.submit(std::move(g), [&mu, &cv, &open, &r](delta d) {
+    batch.emplace_back(std::move(g), [&mu, &cv, &open, &r](delta d) {
       std::lock_guard<std::mutex> l(mu);
       auto& c = r.choices[d.index];
       c.tokens.insert(c.tokens.end(), d.token_ids.begin(), d.token_ids.end());
@@ -204,11 +202,14 @@ result<generate_output> generate_json(const command_line& cl) {
       }
       return true;
     });
-    if (!st) {
-      r.failure = st.err();
-      std::lock_guard<std::mutex> l(mu);
-      --open;
-    }
+  }
+  // One arrival: the engine's first step carries as many prompts as its limits allow.
+  const auto admitted = eng.submit_batch(std::move(batch));
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    if (admitted[i]) continue;
+    std::lock_guard<std::mutex> l(mu);
+    all[i].failure = admitted[i].err();
+    --open;
   }
   {
     std::unique_lock<std::mutex> l(mu);

@@ -47,11 +47,17 @@ struct scheduler_state {
   bool watchdog_armed = false;
   bool restarting = false;                             ///< waiting for a fresh executor
   bool gave_up = false;
+  uint32_t held = 0;                                   ///< enqueues of submitted batches still to come
+  uint64_t hold_id = 0;                                ///< the latest hold (its timeout's tag)
   std::deque<std::chrono::steady_clock::time_point> failures;  ///< within the restart window
   static inline const char* name = "scheduler";
 };
 
 using scheduler_actor = caf::stateful_actor<scheduler_state>;
+
+/// How long a submitted batch may hold planning back while its requests reach the scheduler
+/// (they arrive within milliseconds; this only bounds a stall should one never come).
+constexpr std::chrono::milliseconds kBatchHoldTimeout{1000};
 
 void publish(scheduler_actor* self) {
   auto& st = self->state;
@@ -155,7 +161,7 @@ void kick(scheduler_actor* self) {
     publish(self);
     return;
   }
-  if (st.reserving || st.restarting || st.in_flight.size() >= st.max_in_flight) return;
+  if (st.held > 0 || st.reserving || st.restarting || st.in_flight.size() >= st.max_in_flight) return;
   auto r = st.in_flight.empty() ? st.policy->plan() : st.policy->plan_ahead();
   publish(self);
   if (!r) {
@@ -298,6 +304,20 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_config cfg, caf::actor 
         st.groups[requester.address()] = r.group_id;
         st.requests[r.group_id] = requester;
         st.policy->add(std::move(r));
+        if (st.held > 0 && --st.held > 0) return;  // more of a submitted batch are on their way
+        kick(self);
+      },
+      [self](hold_atom, uint32_t n) {
+        auto& st = self->state;
+        st.held += n;
+        self->delayed_send(self, kBatchHoldTimeout, unhold_atom::value, ++st.hold_id);
+      },
+      [self](unhold_atom, uint64_t id) {
+        auto& st = self->state;
+        if (id != st.hold_id || st.held == 0) return;
+        log::warn("scheduler: {} requests of a submitted batch did not arrive within {} ms; planning without them",
+                  st.held, kBatchHoldTimeout.count());
+        st.held = 0;
         kick(self);
       },
       [self](abort_atom, uint64_t group_id, int32_t index) {

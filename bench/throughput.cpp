@@ -27,7 +27,7 @@ struct options {
   int64_t input_len = 1024, output_len = 128, num_prompts = 1000;
   int64_t seed = 0, unconstrained_blocks = 0;
   double temperature = 1.0, timeout_s = 3600;
-  bool verify = false;
+  bool verify = false, one_by_one = false;
 };
 
 std::vector<actors::generation_request> make_requests(const options& o, int64_t vocab) {
@@ -66,7 +66,7 @@ result<bench::run_report> run_once(const engine_config& cfg, const options& o, i
   double start_s = 0;
   auto eng = bench::start_engine(cfg, start_s);
   if (!eng) return eng.err();
-  auto rep = bench::run_requests(*eng.value(), make_requests(o, vocab), o.verify, o.timeout_s);
+  auto rep = bench::run_requests(*eng.value(), make_requests(o, vocab), o.verify, o.timeout_s, o.one_by_one);
   eng.value()->shutdown(std::chrono::milliseconds(0));
   if (!rep) return rep.err();
   const auto& r = rep.value();
@@ -136,6 +136,7 @@ int main(int argc, char** argv) {
       {"--temperature", "sampling temperature (0: greedy)", &o.temperature},
       {"--bench-seed", "seed of the random prompts and of each request's sampler", &o.seed},
       {"--timeout", "give up after this many seconds", &o.timeout_s},
+      {"--submit-one-by-one", "submit each request on its own (an A/B of engine::submit_batch)", &o.one_by_one},
       {"--verify-against-unconstrained",
        "greedy; rerun on an engine with ample KV blocks and require identical outputs", &o.verify},
       {"--unconstrained-blocks", "KV blocks of the verifying engine (0: what the device holds)",

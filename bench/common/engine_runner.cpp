@@ -73,7 +73,7 @@ result<std::unique_ptr<actors::engine>> start_engine(const engine_config& cfg, d
 }
 
 result<run_report> run_requests(actors::engine& eng, std::vector<actors::generation_request> reqs, bool keep_outputs,
-                                double timeout_s) {
+                                double timeout_s, bool one_by_one) {
   auto st = std::make_shared<run_state>();
   st->keep_outputs = keep_outputs;
   st->records.resize(reqs.size());
@@ -81,6 +81,8 @@ result<run_report> run_requests(actors::engine& eng, std::vector<actors::generat
   rep.before = eng.stats();
   st->start = clock_type::now();
   size_t expected = reqs.size();
+  std::vector<std::pair<actors::generation_request, actors::delta_sink>> batch;
+  batch.reserve(reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {
     request_record& rec = st->records[i];
     rec.request_id = reqs[i].request_id;
@@ -107,8 +109,18 @@ result<run_report> run_requests(actors::engine& eng, std::vector<actors::generat
       }
       return true;
     };
-    if (auto s = eng.submit(std::move(reqs[i]), std::move(sink)); !s) {
-      rec.error = s.err().message;
+    batch.emplace_back(std::move(reqs[i]), std::move(sink));
+  }
+  // One arrival, as vLLM's benchmark_throughput adds every prompt before the engine steps.
+  std::vector<status> admitted;
+  if (one_by_one) {
+    for (auto& [req, sink] : batch) admitted.push_back(eng.submit(std::move(req), std::move(sink)));
+  } else {
+    admitted = eng.submit_batch(std::move(batch));
+  }
+  for (size_t i = 0; i < admitted.size(); ++i) {
+    if (!admitted[i]) {
+      st->records[i].error = admitted[i].err().message;
       --expected;
     }
   }

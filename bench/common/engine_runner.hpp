@@ -36,10 +36,11 @@ struct run_report {
   bool timed_out = false;                 ///< the timeout cancelled what was left
 };
 
-/// Submits every request and waits for all to finish. At `timeout_s` the unfinished ones are
-/// cancelled and the report (timed_out) covers the tokens generated until then.
+/// Submits every request (`one_by_one`: through submit, each one an arrival of its own; else one
+/// submit_batch) and waits for all to finish. At `timeout_s` the unfinished ones are cancelled and
+/// the report (timed_out) covers the tokens generated until then.
 result<run_report> run_requests(actors::engine& eng, std::vector<actors::generation_request> reqs, bool keep_outputs,
-                                double timeout_s);
+                                double timeout_s, bool one_by_one = false);
 
 /// The step-timing line for the steps between two stats snapshots, e.g.
 /// `GPU idle between steps: 1.2 % (busy 950.0 ms of 961.6 ms, 100 steps, batch mean 256.0)`

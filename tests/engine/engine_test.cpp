@@ -246,6 +246,41 @@ TEST(engine, a_deadline_cancels_a_long_request) {
   EXPECT_EQ(s.requests_cancelled, 1);
 }
 
+TEST(engine, a_submitted_batch_reaches_an_idle_engine_as_one_arrival) {
+  // submit_batch holds planning until every admitted request reached the scheduler, so an idle
+  // engine's first step prefills all of them; one at a time, the first arrival starts a step
+  // alone. The invalid entries are refused as submit refuses them and are not waited for.
+  std::mt19937 rng(7);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 24; ++i) prompts.push_back(random_prompt(rng, 20, 60));
+  const auto p = greedy(1);
+  auto e = start_engine(tiny_config());
+  ASSERT_TRUE(e);
+  const auto one_by_one = run_all(*e, prompts, p);
+  wait_idle(*e);
+
+  const int64_t steps_before = e->stats().num_steps;
+  collector c;
+  std::vector<std::pair<generation_request, delta_sink>> batch;
+  const auto refused_sink = [](delta) { return true; };
+  batch.emplace_back(make_request("empty", {}, p), refused_sink);
+  for (size_t i = 0; i < prompts.size(); ++i)
+    batch.emplace_back(make_request("b" + std::to_string(i), prompts[i], p), c.sink(static_cast<int>(i)));
+  batch.emplace_back(make_request("oob", {5, 5000}, p), refused_sink);
+  const auto admitted = e->submit_batch(std::move(batch));
+  ASSERT_EQ(admitted.size(), prompts.size() + 2);
+  EXPECT_FALSE(admitted.front().ok());
+  EXPECT_FALSE(admitted.back().ok());
+  EXPECT_NE(admitted.back().err().message.find("out of range"), std::string::npos) << admitted.back().err().message;
+  for (size_t i = 1; i + 1 < admitted.size(); ++i) EXPECT_TRUE(admitted[i].ok()) << i;
+  ASSERT_TRUE(c.wait());
+  EXPECT_EQ(e->stats().num_steps - steps_before, 1) << "24 prompts of at most 60 tokens fit one 2048-token step";
+  const auto together = c.results();
+  ASSERT_EQ(together.size(), one_by_one.size());
+  for (const auto& [key, choices] : one_by_one) EXPECT_EQ(together.at(key).at(0).tokens, choices.at(0).tokens) << key;
+  EXPECT_EQ(wait_idle(*e).kv_blocks_used, 0);
+}
+
 TEST(engine, rejects_invalid_requests_and_cuda_without_support) {
   auto e = start_engine(tiny_config());
   ASSERT_TRUE(e);
