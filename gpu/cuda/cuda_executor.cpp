@@ -82,6 +82,7 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   attention_ = std::move(backend.value());
   log::info("attention backend: {}, block size {}", attention_->name(), attention_->block_size());
   max_partials_ = attention_->max_partials();
+  last_layer_all_rows_ = env_int("ACTORSERVE_LAST_LAYER_ALL_ROWS", 0) != 0;
   max_blocks_per_seq_ = static_cast<int>((max_len + opts.block_size - 1) / opts.block_size);
   qkv_width_ = static_cast<int>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
   block_bytes_ = attention_->block_bytes();
@@ -124,6 +125,8 @@ status cuda_executor::allocate_buffers() {
       {T * c.num_heads * c.head_dim * es, &attn_},
       {T * c.intermediate_size * es, &act_},
       {size_t(max_rows_) * sizeof(sample_out), reinterpret_cast<void**>(&out_)},
+      {size_t(max_rows_) * c.hidden_size * 4, reinterpret_cast<void**>(&rows_residual_)},
+      {size_t(max_rows_) * c.num_heads * c.head_dim * 4, reinterpret_cast<void**>(&rows_q_)},
   };
   for (const want& w : wants) {
     if (auto st = alloc(w.bytes, &p); !st) return st;
@@ -148,6 +151,7 @@ status cuda_executor::allocate_buffers() {
   // Metadata layout: fixed-capacity arrays first, then the growable tail.
   meta_layout& L = layout_;
   L.item_capacity = size_t(max_tokens_) * c.num_kv_heads + max_partials_;
+  L.last_item_capacity = size_t(max_rows_) * c.num_kv_heads + max_partials_;
   L.block_table_capacity = size_t(max_rows_) * max_blocks_per_seq_;
   L.mask_capacity = size_t(max_rows_) * kMasksPerSeq;
   size_t off = 0;
@@ -161,6 +165,10 @@ status cuda_executor::allocate_buffers() {
   L.counts = take(16);
   L.items = take(L.item_capacity * sizeof(attn_item));
   L.combines = take(size_t(max_partials_) * sizeof(attn_combine));
+  L.last_seqs = take(size_t(max_rows_) * sizeof(attn_seq));
+  L.last_counts = take(16);
+  L.last_items = take(L.last_item_capacity * sizeof(attn_item));
+  L.last_combines = take(size_t(max_partials_) * sizeof(attn_combine));
   L.sample_seqs = take(size_t(max_rows_) * sizeof(sample_seq));
   L.block_tables = take(L.block_table_capacity * 4);
   L.masks = take(L.mask_capacity * 4);

@@ -42,6 +42,8 @@ class cuda_executor_probe {
   virtual std::vector<std::vector<float>> last_logits() const = 0;
   /// Decode steps replayed from a CUDA graph so far.
   virtual int64_t graph_replays() const = 0;
+  /// Steps whose last layer ran past its K/V writes on the sampled rows only.
+  virtual int64_t sampled_only_steps() const = 0;
 };
 
 }  // namespace actorserve::gpu

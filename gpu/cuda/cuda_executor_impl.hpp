@@ -26,7 +26,9 @@ namespace actorserve::gpu::cuda {
 struct meta_layout {
   size_t ids = 0, positions = 0, slots = 0, q32 = 0, sample_rows = 0, seqs = 0, counts = 0, items = 0, combines = 0,
          sample_seqs = 0, block_tables = 0, masks = 0, previous = 0, penalties = 0;
-  size_t item_capacity = 0, block_table_capacity = 0, mask_capacity = 0;
+  /// The last layer's attention over the sampled rows only (launch_shape::sampled_only).
+  size_t last_seqs = 0, last_counts = 0, last_items = 0, last_combines = 0;
+  size_t item_capacity = 0, last_item_capacity = 0, block_table_capacity = 0, mask_capacity = 0;
 };
 
 /// One pinned staging area; two alternate so a step is staged while the previous one runs. The
@@ -64,6 +66,10 @@ struct launch_shape {
   int tokens = 0;        ///< rows through the layers
   int sample_rows = 0;   ///< rows through lm_head and the sampler
   attention_grids attn;  ///< attention launch sizes
+  /// The last layer runs past its K/V writes on the sample rows only (gathered to rows_residual_
+  /// and rows_q_), its attention as a decode of one query per sampled sequence (last_attn).
+  bool sampled_only = false;
+  attention_grids last_attn;
   int block_copies = 0;
   size_t pairs_offset = 0;
 };
@@ -78,6 +84,7 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   void submit(step_batch batch, done_fn done) override;
   std::vector<std::vector<float>> last_logits() const override;
   int64_t graph_replays() const override { return graph_replays_.load(); }
+  int64_t sampled_only_steps() const override { return sampled_only_steps_.load(); }
 
  private:
   status init(const std::string& model_dir, const cuda_executor_options& opts);
@@ -109,6 +116,10 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   float *partial_acc_ = nullptr, *partial_ml_ = nullptr, *kept_logits_ = nullptr;
   void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
   void* q16_ = nullptr;              ///< rope's 16-bit scaled q, when the prefill kernel reads it
+  /// The sampled rows' residual and fp32 q in the last layer of a prefill-carrying step
+  /// ([max_rows, hidden] and [max_rows, H * D]); off with ACTORSERVE_LAST_LAYER_ALL_ROWS=1.
+  float *rows_residual_ = nullptr, *rows_q_ = nullptr;
+  bool last_layer_all_rows_ = false;
   /// The QKV GEMM's output in the activation dtype for rope in prefill-carrying steps (with q16_,
   /// opt-in: ACTORSERVE_QKV_16BIT=1); gate_up_'s memory where it is large enough.
   void* qkv16_ = nullptr;
@@ -143,10 +154,11 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   std::vector<penalty_token> pens_;
   std::vector<int32_t> masks_, sample_rows_, previous_pairs_;
   std::vector<sample_seq> sseqs_;
-  std::vector<attn_seq> aseqs_;
+  std::vector<attn_seq> aseqs_, last_seqs_;
   // CUDA graphs per decode bucket.
   std::map<int, cudaGraphExec_t> graphs_;
   std::atomic<int64_t> graph_replays_{0};
+  std::atomic<int64_t> sampled_only_steps_{0};
   // Opt-in per-class timing of the eager steps (staged under submit_mu_, collected by the worker).
   step_profile profile_;
 };

@@ -24,6 +24,33 @@ T* at(char* base, size_t offset) { return reinterpret_cast<T*>(base + offset); }
 
 error bad_step(const std::string& what) { return make_error(error_code::invalid_argument, what); }
 
+/// Where one attention work list sits in the metadata: the step's, or the last layer's.
+struct work_list_at {
+  size_t seqs, items, combines, counts;
+};
+
+/// Copies `plan` into the staging area `h` at `w` (the sequences are copied by the caller).
+void stage_plan(char* h, const work_list_at& w, const attention_plan& plan) {
+  std::memcpy(h + w.items, plan.items.data(), plan.items.size() * sizeof(attn_item));
+  std::memcpy(h + w.combines, plan.combines.data(), plan.combines.size() * sizeof(attn_combine));
+  int32_t* counts = at<int32_t>(h, w.counts);
+  counts[0] = static_cast<int32_t>(plan.items.size()) - plan.num_decode_items;
+  counts[1] = static_cast<int32_t>(plan.combines.size());
+  counts[2] = plan.num_decode_items;
+  counts[3] = 0;
+}
+
+/// Points `a` at a staged work list on the device and sizes its launches.
+void use_plan(attn_launch& a, char* meta, const work_list_at& w, const attention_grids& g) {
+  a.seqs = at<attn_seq>(meta, w.seqs);
+  a.items = at<attn_item>(meta, w.items);
+  a.combines = at<attn_combine>(meta, w.combines);
+  a.counts = at<int32_t>(meta, w.counts);
+  a.prefill_grid = g.prefill;
+  a.decode_grid = g.decode;
+  a.combine_grid = g.combine;
+}
+
 /// Unique ids of a history with their output counts (prompt_len splits prompt from output).
 void penalty_entries(const step_sequence& s, std::vector<penalty_token>& out) {
   std::vector<std::pair<int32_t, int32_t>> toks;  // (id, is_output)
@@ -41,6 +68,9 @@ void penalty_entries(const step_sequence& s, std::vector<penalty_token>& out) {
     i = j;
   }
 }
+
+work_list_at step_work(const meta_layout& L) { return {L.seqs, L.items, L.combines, L.counts}; }
+work_list_at last_layer_work(const meta_layout& L) { return {L.last_seqs, L.last_items, L.last_combines, L.last_counts}; }
 
 }  // namespace
 
@@ -114,7 +144,9 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   p.seq_ids.clear();
   p.out_rows.clear();
   p.num_top.clear();
+  int nsample = 0;
   for (const step_sequence& s : b.seqs) {
+    nsample += s.sample ? 1 : 0;
     sample_seq x;
     if (s.sample) {
       const sampling_params& sp = s.params;
@@ -141,6 +173,8 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
     if (bucket || s.sample) sseqs.push_back(x);
   }
   if (masks.size() > layout_.mask_capacity) return bad_step("too many EOS/stop token ids to suppress in one step");
+  // A prefill-carrying step: past its K/V writes, the last layer needs only the sampled rows.
+  const bool sampled_only = !bucket && !last_layer_all_rows_ && ntok > 1 && nsample < ntok;
   const size_t pairs_offset = (layout_.penalties + pens.size() * sizeof(penalty_token) + 15) & ~size_t(15);
   const size_t total = pairs_offset + b.block_copies.size() * 2 * sizeof(int32_t);
   if (auto st = ensure_meta_capacity(slot, total); !st) return st;
@@ -199,7 +233,9 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
       ids[tok] = id;
       pos[tok] = position;
       slots[tok] = s.block_table[position / bs] * bs + position % bs;
-      q32[tok] = q == 1;  // a decode token: its attention reads the fp32 q
+      // A decode token's attention reads the fp32 q, and so does the last layer's of a sampled
+      // prompt's last token when that layer runs on the sampled rows only.
+      q32[tok] = q == 1 || (sampled_only && s.sample && k == q - 1);
     }
     if (q == 0 && s.sample) return bad_step(fmt::format("sequence {}: asked to sample with no new tokens", s.seq_id));
     if (bucket) {
@@ -229,12 +265,25 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   const attention_plan plan = attention_->plan(aseqs);
   if (plan.items.size() > layout_.item_capacity) return bad_step("attention work exceeds its staging capacity");
   std::memcpy(at<char>(h, layout_.seqs), aseqs.data(), aseqs.size() * sizeof(attn_seq));
-  std::memcpy(at<char>(h, layout_.items), plan.items.data(), plan.items.size() * sizeof(attn_item));
-  std::memcpy(at<char>(h, layout_.combines), plan.combines.data(), plan.combines.size() * sizeof(attn_combine));
-  at<int32_t>(h, layout_.counts)[0] = static_cast<int32_t>(plan.items.size()) - plan.num_decode_items;
-  at<int32_t>(h, layout_.counts)[1] = static_cast<int32_t>(plan.combines.size());
-  at<int32_t>(h, layout_.counts)[2] = plan.num_decode_items;
-  at<int32_t>(h, layout_.counts)[3] = 0;
+  stage_plan(h, step_work(layout_), plan);
+  // The last layer's attention over the sampled rows: one query per sampled sequence (row r of
+  // the gathered rows), over all of its keys.
+  attention_plan last_plan;
+  if (sampled_only) {
+    last_seqs_.clear();
+    for (int i = 0; i < nseq; ++i) {
+      if (!b.seqs[i].sample) continue;
+      attn_seq a = aseqs[i];
+      a.q_start = static_cast<int32_t>(last_seqs_.size());
+      a.q_len = 1;
+      last_seqs_.push_back(a);
+    }
+    last_plan = attention_->plan(last_seqs_);
+    if (last_plan.items.size() > layout_.last_item_capacity)
+      return bad_step("last-layer attention work exceeds its staging capacity");
+    std::memcpy(at<char>(h, layout_.last_seqs), last_seqs_.data(), last_seqs_.size() * sizeof(attn_seq));
+    stage_plan(h, last_layer_work(layout_), last_plan);
+  }
   std::memcpy(at<char>(h, layout_.sample_rows), sample_rows.data(), sample_rows.size() * 4);
   std::memcpy(at<char>(h, layout_.sample_seqs), sseqs.data(), sseqs.size() * sizeof(sample_seq));
   std::memcpy(at<char>(h, layout_.masks), masks.data(), masks.size() * 4);
@@ -259,6 +308,10 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
       {layout_.counts, 16},
       {layout_.items, plan.items.size() * sizeof(attn_item)},
       {layout_.combines, plan.combines.size() * sizeof(attn_combine)},
+      {layout_.last_seqs, sampled_only ? last_seqs_.size() * sizeof(attn_seq) : 0},
+      {layout_.last_counts, sampled_only ? 16u : 0u},
+      {layout_.last_items, last_plan.items.size() * sizeof(attn_item)},
+      {layout_.last_combines, last_plan.combines.size() * sizeof(attn_combine)},
       {layout_.sample_seqs, sseqs.size() * sizeof(sample_seq)},
       {layout_.block_tables, bt_used * 4},
       {layout_.masks, masks.size() * 4},
@@ -280,6 +333,8 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   launch_shape shape;
   shape.tokens = rows_tok;
   shape.sample_rows = static_cast<int>(sample_rows.size());
+  shape.sampled_only = sampled_only;
+  if (sampled_only) shape.last_attn = attention_->grids(last_plan);
   if (bucket) {
     shape.attn = attention_->decode_graph_grids(bucket);
     profile_.disarm();
@@ -288,6 +343,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
     shape.attn = attention_->grids(plan);
     if (auto st = enqueue_forward(shape); !st) return st;
     profile_.mark(step_op::outputs, stream_);
+    if (sampled_only) sampled_only_steps_.fetch_add(1);
   }
   if (shape.sample_rows > 0) {
     AS_CUDA_TRY(cudaMemcpyAsync(slot.out, out_, size_t(shape.sample_rows) * sizeof(sample_out),
@@ -329,13 +385,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   aa.q = qkv_;
   aa.q_stride = qkv_width_;
   aa.block_tables = at<int32_t>(meta_, layout_.block_tables);
-  aa.seqs = at<attn_seq>(meta_, layout_.seqs);
-  aa.items = at<attn_item>(meta_, layout_.items);
-  aa.combines = at<attn_combine>(meta_, layout_.combines);
-  aa.counts = at<int32_t>(meta_, layout_.counts);
-  aa.prefill_grid = shape.attn.prefill;
-  aa.decode_grid = shape.attn.decode;
-  aa.combine_grid = shape.attn.combine;
+  use_plan(aa, meta_, step_work(layout_), shape.attn);
   aa.partial_o = partial_acc_;
   aa.partial_lse = partial_ml_;
   aa.out = attn_;
@@ -386,6 +436,17 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   const bool add_in_gemm = !fused && !gemm_.uses_gemv(n) && residual_gemm();
   // What add_rmsnorm adds to the residual after the MLP (the down projection's output).
   float* const delta = add_in_gemv || add_in_gemm ? nullptr : delta_;
+  // The last layer of a sampled_only step: attention as a decode of the gathered sampled rows.
+  attn_launch last_aa = aa;
+  if (shape.sampled_only) {
+    last_aa.q = rows_q_;
+    last_aa.q_stride = H * D;
+    last_aa.q16 = nullptr;
+    use_plan(last_aa, meta_, last_layer_work(layout_), shape.last_attn);
+  }
+  const int32_t* sample_row_ids = at<int32_t>(meta_, layout_.sample_rows);
+  float* residual = residual_;  // the rows past attention: all, or the sampled ones gathered
+  int rows_on = n;
   for (size_t l = 0; l < m.layers.size(); ++l) {
     const device_layer& w = m.layers[l];
     char* k_cache = static_cast<char*>(kv_pool_) + (2 * l) * cache_stride_;
@@ -425,42 +486,53 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       mark(step_op::rope);
       AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
     }
+    const bool last = l + 1 == m.layers.size();
+    if (last && shape.sampled_only) {
+      rows_on = shape.sample_rows;
+      if (rows_on == 0) break;  // the K/V writes were all this step needed of the last layer
+      mark(step_op::norm);
+      AS_CUDA_TRY(gather_rows(residual_, hidden, sample_row_ids, rows_on, hidden, rows_residual_, stream_));
+      AS_CUDA_TRY(gather_rows(qkv_, qkv_width_, sample_row_ids, rows_on, H * D, rows_q_, stream_));
+      residual = rows_residual_;
+      last_aa.k_cache = k_cache;
+      last_aa.v_cache = v_cache;
+    }
     mark(step_op::attention);
-    AS_CUDA_TRY(run_attention(aa));
+    AS_CUDA_TRY(run_attention(last && shape.sampled_only ? last_aa : aa));
     if (add_in_gemv) {
       mark(step_op::o);
-      AS_CUDA_TRY(gemv_add_residual(dt_, attn_, H * D, w.o, hidden, residual_, w.o_bias, stream_));
+      AS_CUDA_TRY(gemv_add_residual(dt_, attn_, H * D, w.o, hidden, residual, w.o_bias, stream_));
       mark(step_op::norm);
-      AS_CUDA_TRY(add_rmsnorm(dt_, residual_, nullptr, nullptr, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
+      AS_CUDA_TRY(add_rmsnorm(dt_, residual, nullptr, nullptr, w.post_norm, eps, nullptr, rows_on, hidden, x_, stream_));
     } else if (add_in_gemm && !w.o_bias) {
       mark(step_op::o);
-      if (auto st = gemm_.run(dt_, attn_, n, H * D, w.o, hidden, residual_, 1.0f); !st) return st;
+      if (auto st = gemm_.run(dt_, attn_, rows_on, H * D, w.o, hidden, residual, 1.0f); !st) return st;
       mark(step_op::norm);
-      AS_CUDA_TRY(add_rmsnorm(dt_, residual_, nullptr, nullptr, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
+      AS_CUDA_TRY(add_rmsnorm(dt_, residual, nullptr, nullptr, w.post_norm, eps, nullptr, rows_on, hidden, x_, stream_));
     } else {
       mark(step_op::o);
-      if (auto st = gemm_.run(dt_, attn_, n, H * D, w.o, hidden, delta_); !st) return st;
+      if (auto st = gemm_.run(dt_, attn_, rows_on, H * D, w.o, hidden, delta_); !st) return st;
       mark(step_op::norm);
-      AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta_, w.o_bias, w.post_norm, eps, nullptr, n, hidden, x_, stream_));
+      AS_CUDA_TRY(add_rmsnorm(dt_, residual, delta_, w.o_bias, w.post_norm, eps, nullptr, rows_on, hidden, x_, stream_));
     }
     if (fused) {
       mark(step_op::gate_up);
       AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, w.gate_up, inter, act_, rows_gate_up, stream_));
-    } else if (gemm_.uses_gemv(n) || !gate_up_16bit()) {
+    } else if (gemm_.uses_gemv(rows_on) || !gate_up_16bit()) {
       mark(step_op::gate_up);
-      if (auto st = gemm_.run(dt_, x_, n, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
+      if (auto st = gemm_.run(dt_, x_, rows_on, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
       mark(step_op::silu);
-      AS_CUDA_TRY(silu_and_mul(dt_, gate_up_, n, inter, act_, stream_));
+      AS_CUDA_TRY(silu_and_mul(dt_, gate_up_, rows_on, inter, act_, stream_));
     } else {  // cuBLAS writes gate_up in dt: half the bytes of fp32 (knob, cuda_model.hpp)
       mark(step_op::gate_up);
-      if (auto st = gemm_.run_act(dt_, x_, n, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
+      if (auto st = gemm_.run_act(dt_, x_, rows_on, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
       mark(step_op::silu);
-      AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, n, inter, act_, stream_));
+      AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, rows_on, inter, act_, stream_));
     }
     mark(step_op::down);
     if (add_in_gemv) {
-      AS_CUDA_TRY(gemv_add_residual(dt_, act_, inter, w.down, hidden, residual_, nullptr, stream_));
-    } else if (auto st = gemm_.run(dt_, act_, n, inter, w.down, hidden, add_in_gemm ? residual_ : delta_,
+      AS_CUDA_TRY(gemv_add_residual(dt_, act_, inter, w.down, hidden, residual, nullptr, stream_));
+    } else if (auto st = gemm_.run(dt_, act_, rows_on, inter, w.down, hidden, add_in_gemm ? residual : delta_,
                                    add_in_gemm ? 1.0f : 0.0f);
                !st) {
       return st;
@@ -473,8 +545,9 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     AS_CUDA_TRY(gemv_norm(dt_, normed(m.final_norm), m.lm_head, V, logits_, stream_));
   } else {
     mark(step_op::norm);
-    AS_CUDA_TRY(add_rmsnorm(dt_, residual_, delta, nullptr, m.final_norm, eps, at<int32_t>(meta_, layout_.sample_rows),
-                            rows, hidden, x_, stream_));
+    // The sampled rows: gathered already (sampled_only), else picked from every row's residual.
+    AS_CUDA_TRY(add_rmsnorm(dt_, residual, delta, nullptr, m.final_norm, eps,
+                            shape.sampled_only ? nullptr : sample_row_ids, rows, hidden, x_, stream_));
     mark(step_op::lm_head);
     if (auto st = gemm_.run(dt_, x_, rows, hidden, m.lm_head, V, logits_); !st) return st;
   }

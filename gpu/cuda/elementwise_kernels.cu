@@ -38,6 +38,21 @@ __global__ void embedding_kernel(const T* table, const int32_t* ids, int hidden,
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = to_f32(row[i]);
 }
 
+/// Block i copies row rows[i] of src into row i of dst, 16 bytes at a time where aligned.
+__global__ void gather_rows_kernel(const float* src, int src_stride, const int32_t* rows, int width, float* dst) {
+  pdl_begin();
+  const int i = blockIdx.x;
+  const float* from = src + size_t(rows[i]) * src_stride;
+  float* to = dst + size_t(i) * width;
+  if (width % 4 == 0 && src_stride % 4 == 0) {
+    const float4* f4 = reinterpret_cast<const float4*>(from);
+    float4* t4 = reinterpret_cast<float4*>(to);
+    for (int c = threadIdx.x; c < width / 4; c += blockDim.x) t4[c] = f4[c];
+  } else {
+    for (int c = threadIdx.x; c < width; c += blockDim.x) to[c] = from[c];
+  }
+}
+
 /// The rows an add_rmsnorm block works on (block i: residual row rows[i], or i without `rows`),
 /// read after waiting for the previous kernel.
 struct norm_rows {
@@ -454,6 +469,11 @@ int embedding_gather(act_dtype dt, const void* table, const int32_t* ids, int n,
   AS_DISPATCH_ACT(dt, launch_pdl(embedding_kernel<T>, dim3(n), dim3(256), s, static_cast<const T*>(table), ids, hidden,
                                  out));
   return cudaGetLastError();
+}
+
+int gather_rows(const float* src, int src_stride, const int32_t* rows, int n, int width, float* dst, cudaStream_t s) {
+  if (n == 0) return 0;
+  return launch_pdl(gather_rows_kernel, dim3(n), dim3(256), s, src, src_stride, rows, width, dst);
 }
 
 int add_rmsnorm(act_dtype dt, float* residual, const float* delta, const float* bias, const float* weight,

@@ -35,6 +35,10 @@ int convert_to_f32(const void* src, src_dtype sd, float* dst, size_t n, cudaStre
 int embedding_gather(act_dtype dt, const void* table, const int32_t* ids, int n, int hidden, float* out,
                      cudaStream_t s);
 
+/// dst[i, :] = src[rows[i] * src_stride, :] for i < n: `width` fp32 values per row (the last
+/// layer of a prefill-carrying step gathers the residual and q rows of its sampled tokens).
+int gather_rows(const float* src, int src_stride, const int32_t* rows, int n, int width, float* dst, cudaStream_t s);
+
 /// For i < n, r = rows ? rows[i] : i:
 ///   residual[r] += delta[r] (+ bias) when delta is not null; out[i] = rmsnorm(residual[r]) * weight.
 /// The norm is computed in fp32 and rounded to `dt` once, as HF does.

@@ -1,0 +1,113 @@
+// The last layer of a prefill-carrying step runs past its K/V writes on the sampled rows only
+// (cuda_step.cpp, launch_shape::sampled_only). The same mixed steps through an executor with it
+// and one without (ACTORSERVE_LAST_LAYER_ALL_ROWS=1) give the same logits, and the K/V both
+// write lets later decode steps agree too.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <random>
+
+#include "cuda_test_util.hpp"
+#include "executor_test_util.hpp"
+#include "test_data.hpp"
+
+namespace actorserve::testing {
+namespace {
+
+class CudaSampledRows : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { AS_REQUIRE_CUDA(); }
+};
+
+std::unique_ptr<gpu::executor> make(const std::string& dir, bool all_rows) {
+  if (all_rows) setenv("ACTORSERVE_LAST_LAYER_ALL_ROWS", "1", 1);
+  auto made = gpu::make_cuda_executor(dir, test_options(true));
+  unsetenv("ACTORSERVE_LAST_LAYER_ALL_ROWS");
+  EXPECT_TRUE(made.ok()) << made.err().message;
+  return made.ok() ? std::move(made.value()) : nullptr;
+}
+
+struct prompt_run {
+  std::vector<std::vector<float>> logits;  ///< every sampled row of every step, in order
+  std::vector<int32_t> tokens;             ///< what was sampled, in the same order
+};
+
+/// Four prompts in chunks: a step that samples nothing (two first chunks), one that finishes two
+/// prompts, starts a third whole and a fourth's first chunk, one mixing decodes with the fourth's
+/// last chunk, then six decode steps. Decode inputs come from `forced` when given (the same
+/// tokens into both executors), else from the executor's own samples.
+prompt_run run(gpu::executor& ex, const std::vector<int32_t>& forced) {
+  auto* probe = dynamic_cast<gpu::cuda_executor_probe*>(&ex);
+  std::mt19937 rng(5);
+  const int lens[4] = {70, 50, 25, 60};
+  std::vector<std::vector<int32_t>> prompts(4), blocks(4);
+  for (int s = 0; s < 4; ++s) {
+    for (int i = 0; i < lens[s]; ++i) prompts[s].push_back(int32_t(rng() % 1000));
+    for (int k = 0; k < 8; ++k) blocks[s].push_back(s * 8 + k);
+  }
+  auto chunk = [&](int s, int from, int to) {
+    std::vector<int32_t> t(prompts[s].begin() + from, prompts[s].begin() + to);
+    return greedy(uint64_t(s), from, t, blocks[s], to == lens[s]);
+  };
+  prompt_run out;
+  std::vector<int32_t> last(4, 0);
+  size_t next_forced = 0;
+  auto step = [&](gpu::step_batch b) {
+    auto r = run_step(ex, b);
+    ASSERT_TRUE(r.outcome.ok()) << r.outcome.err().message;
+    const auto l = probe->last_logits();
+    size_t row = 0;
+    for (const auto& s : b.seqs) {
+      if (!s.sample) continue;
+      ASSERT_LT(row, l.size());
+      out.logits.push_back(l[row]);
+      out.tokens.push_back(r.tokens.at(row).token_id);
+      last[s.seq_id] = next_forced < forced.size() ? forced[next_forced] : r.tokens.at(row).token_id;
+      ++next_forced;
+      ++row;
+    }
+  };
+  auto decode = [&](int s, int done) { return greedy(uint64_t(s), done, {last[s]}, blocks[s]); };
+  step({.seqs = {chunk(0, 0, 40), chunk(1, 0, 30)}});
+  step({.seqs = {chunk(0, 40, 70), chunk(1, 30, 50), chunk(2, 0, 25), chunk(3, 0, 33)}});
+  step({.seqs = {decode(0, 70), decode(1, 50), chunk(3, 33, 60), decode(2, 25)}});
+  for (int k = 0; k < 6; ++k) {
+    gpu::step_batch b;
+    for (int s = 0; s < 4; ++s) b.seqs.push_back(decode(s, lens[s] + (s == 3 ? k : k + 1)));
+    step(b);
+  }
+  return out;
+}
+
+TEST_P(CudaSampledRows, LastLayerOnSampledRowsMatchesAllRows) {
+  const std::string dir = model_dir(GetParam());
+  auto all = make(dir, true);
+  auto sampled = make(dir, false);
+  ASSERT_TRUE(all && sampled);
+  const prompt_run ref = run(*all, {});
+  const prompt_run got = run(*sampled, ref.tokens);
+  ASSERT_EQ(ref.logits.size(), got.logits.size());
+  ASSERT_EQ(ref.logits.size(), 3u + 4u + 6u * 4u);  // steps 2 and 3, then 6 decodes of 4
+  double worst = 0;
+  int compared = 0;
+  for (size_t i = 0; i < ref.logits.size(); ++i) {
+    const double err = rel_max_err(got.logits[i], ref.logits[i]);
+    worst = std::max(worst, err);
+    EXPECT_LT(err, 1e-2) << GetParam() << " sampled row " << i;
+    if (top2_margin(ref.logits[i]) >= 5e-2) {
+      ++compared;
+      EXPECT_EQ(got.tokens[i], ref.tokens[i]) << GetParam() << " sampled row " << i;
+    }
+  }
+  std::printf("%s sampled rows vs all rows in the last layer: logits max abs err / max abs ref %.3g; tokens "
+              "compared %d\n", GetParam().c_str(), worst, compared);
+  EXPECT_EQ(dynamic_cast<gpu::cuda_executor_probe*>(all.get())->sampled_only_steps(), 0);
+  // The three prefill-carrying steps (the first samples nothing at all).
+  EXPECT_EQ(dynamic_cast<gpu::cuda_executor_probe*>(sampled.get())->sampled_only_steps(), 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaSampledRows, ::testing::Values("llama-hd128-bf16", "qwen2-tiny"),
+                         model_param_name);
+
+}  // namespace
+}  // namespace actorserve::testing
