@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <random>
 
+#include <fmt/format.h>
+
 #include "cuda_test_util.hpp"
 #include "executor_test_util.hpp"
 #include "test_data.hpp"
@@ -14,14 +16,23 @@
 namespace actorserve::testing {
 namespace {
 
-class CudaSampledRows : public ::testing::TestWithParam<std::string> {
+struct sampled_rows_param {
+  const char* model;
+  kv_cache_layout layout;
+  int block_size;
+};
+
+class CudaSampledRows : public ::testing::TestWithParam<sampled_rows_param> {
  protected:
   void SetUp() override { AS_REQUIRE_CUDA(); }
 };
 
-std::unique_ptr<gpu::executor> make(const std::string& dir, bool all_rows) {
+std::unique_ptr<gpu::executor> make(const sampled_rows_param& p, bool all_rows) {
+  gpu::cuda_executor_options o = test_options(true);
+  o.kv_layout = p.layout;
+  o.block_size = p.block_size;
   if (all_rows) setenv("ACTORSERVE_LAST_LAYER_ALL_ROWS", "1", 1);
-  auto made = gpu::make_cuda_executor(dir, test_options(true));
+  auto made = gpu::make_cuda_executor(model_dir(p.model), o);
   unsetenv("ACTORSERVE_LAST_LAYER_ALL_ROWS");
   EXPECT_TRUE(made.ok()) << made.err().message;
   return made.ok() ? std::move(made.value()) : nullptr;
@@ -80,9 +91,10 @@ prompt_run run(gpu::executor& ex, const std::vector<int32_t>& forced) {
 }
 
 TEST_P(CudaSampledRows, LastLayerOnSampledRowsMatchesAllRows) {
-  const std::string dir = model_dir(GetParam());
-  auto all = make(dir, true);
-  auto sampled = make(dir, false);
+  const sampled_rows_param& param = GetParam();
+  const std::string name = fmt::format("{} {}/{}", param.model, to_string(param.layout), param.block_size);
+  auto all = make(param, true);
+  auto sampled = make(param, false);
   ASSERT_TRUE(all && sampled);
   auto steps = [](gpu::executor& ex) { return dynamic_cast<gpu::cuda_executor_probe&>(ex).sampled_only_steps(); };
   // Start-up's memory-planning step (all tokens, none sampled) may count already.
@@ -96,22 +108,32 @@ TEST_P(CudaSampledRows, LastLayerOnSampledRowsMatchesAllRows) {
   for (size_t i = 0; i < ref.logits.size(); ++i) {
     const double err = rel_max_err(got.logits[i], ref.logits[i]);
     worst = std::max(worst, err);
-    EXPECT_LT(err, 1e-2) << GetParam() << " sampled row " << i;
+    EXPECT_LT(err, 1e-2) << name << " sampled row " << i;
     if (top2_margin(ref.logits[i]) >= 5e-2) {
       ++compared;
-      EXPECT_EQ(got.tokens[i], ref.tokens[i]) << GetParam() << " sampled row " << i;
+      EXPECT_EQ(got.tokens[i], ref.tokens[i]) << name << " sampled row " << i;
     }
   }
   std::printf("%s sampled rows vs all rows in the last layer: logits max abs err / max abs ref %.3g; tokens "
-              "compared %d\n", GetParam().c_str(), worst, compared);
+              "compared %d\n", name.c_str(), worst, compared);
   EXPECT_EQ(all_before, 0);
   EXPECT_EQ(steps(*all), 0);
   // The three prefill-carrying steps (the first samples nothing at all); not the decodes.
   EXPECT_EQ(steps(*sampled) - sampled_before, 3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaSampledRows, ::testing::Values("llama-hd128-bf16", "qwen2-tiny"),
-                         model_param_name);
+// Both tensor-core backends, and the generic kernel (qwen2-tiny: head dim 32).
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaSampledRows,
+                         ::testing::Values(sampled_rows_param{"llama-hd128-bf16", kv_cache_layout::vllm, 16},
+                                           sampled_rows_param{"llama-hd128-bf16", kv_cache_layout::flash_decoding, 64},
+                                           sampled_rows_param{"qwen2-tiny", kv_cache_layout::vllm, 16}),
+                         [](const auto& info) {
+                           const sampled_rows_param& p = info.param;
+                           std::string n = fmt::format("{}_{}_{}", p.model, to_string(p.layout), p.block_size);
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace actorserve::testing
