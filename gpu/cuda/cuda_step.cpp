@@ -144,9 +144,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   p.seq_ids.clear();
   p.out_rows.clear();
   p.num_top.clear();
-  int nsample = 0;
   for (const step_sequence& s : b.seqs) {
-    nsample += s.sample ? 1 : 0;
     sample_seq x;
     if (s.sample) {
       const sampling_params& sp = s.params;
@@ -173,8 +171,9 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
     if (bucket || s.sample) sseqs.push_back(x);
   }
   if (masks.size() > layout_.mask_capacity) return bad_step("too many EOS/stop token ids to suppress in one step");
-  // A prefill-carrying step: past its K/V writes, the last layer needs only the sampled rows.
-  const bool sampled_only = !bucket && !last_layer_all_rows_ && ntok > 1 && nsample < ntok;
+  // A prefill-carrying step: past its K/V writes, the last layer needs only the sampled rows
+  // (outside a graph bucket sseqs holds one entry per sampled sequence).
+  const bool sampled_only = !bucket && !last_layer_all_rows_ && ntok > 1 && int(sseqs.size()) < ntok;
   const size_t pairs_offset = (layout_.penalties + pens.size() * sizeof(penalty_token) + 15) & ~size_t(15);
   const size_t total = pairs_offset + b.block_copies.size() * 2 * sizeof(int32_t);
   if (auto st = ensure_meta_capacity(slot, total); !st) return st;
@@ -269,8 +268,8 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   // The last layer's attention over the sampled rows: one query per sampled sequence (row r of
   // the gathered rows), over all of its keys.
   attention_plan last_plan;
+  last_seqs_.clear();
   if (sampled_only) {
-    last_seqs_.clear();
     for (int i = 0; i < nseq; ++i) {
       if (!b.seqs[i].sample) continue;
       attn_seq a = aseqs[i];
@@ -308,7 +307,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
       {layout_.counts, 16},
       {layout_.items, plan.items.size() * sizeof(attn_item)},
       {layout_.combines, plan.combines.size() * sizeof(attn_combine)},
-      {layout_.last_seqs, sampled_only ? last_seqs_.size() * sizeof(attn_seq) : 0},
+      {layout_.last_seqs, last_seqs_.size() * sizeof(attn_seq)},
       {layout_.last_counts, sampled_only ? 16u : 0u},
       {layout_.last_items, last_plan.items.size() * sizeof(attn_item)},
       {layout_.last_combines, last_plan.combines.size() * sizeof(attn_combine)},
