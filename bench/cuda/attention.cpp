@@ -294,20 +294,17 @@ void run_variants(device_state& st, double copy) {
               g_flush_by_write ? "memset" : "read");
   struct point { kv_cache_layout layout; int H, batch, kv; bool prefill; std::vector<int> variants; };
   const kv_cache_layout fd = kv_cache_layout::flash_decoding, vl = kv_cache_layout::vllm;
-  // 0 default (K/V by TMA), 224 the TMA copies alone (probe), 208 the cp.async kernel, 32 its
-  // copies alone; 160 two waves, 176 no short split, 192 one early stage (vllm, chunk rows).
-  const std::vector<int> dec = {0, 224, 208, 32};
-  const std::vector<int> chunks = {0, 112, 176, 192};
+  // 0 default (K/V by TMA); measurement variants (launch.hpp): 256 the last piece counts but
+  // does not merge; 368 flash-decoding without its long-piece rule (two CTAs per SM always);
+  // 320 splits at one CTA per SM always; 224 the TMA copies alone.
+  const std::vector<int> ab = {0, 368, 256};
   const point points[] = {
-      {fd, 32, 1, 32768, false, dec}, {fd, 64, 1, 32768, false, dec}, {vl, 32, 1, 32768, false, {0, 160, 192}},
-      {vl, 64, 1, 32768, false, {0, 160, 192}}, {fd, 32, 8, 2048, false, dec}, {vl, 64, 8, 2048, false, {0, 160, 192}},
-      {fd, 32, 32, 2048, false, dec}, {fd, 64, 32, 2048, false, dec}, {vl, 32, 32, 2048, false, {0, 160, 192}},
-      {fd, 32, 32, 8192, false, dec}, {fd, 32, 32, 512, false, dec}, {vl, 32, 32, 512, false, {0, 160, 192}},
-      {vl, 32, 1, 256, false, chunks}, {fd, 32, 1, 256, false, chunks}, {vl, 64, 1, 256, false, chunks},
-      {vl, 32, 1, 512, false, chunks}, {vl, 64, 1, 512, false, chunks}, {fd, 64, 1, 512, false, chunks},
-      {vl, 32, 1, 2048, false, chunks}, {vl, 64, 1, 2048, false, chunks}, {vl, 64, 8, 512, false, chunks}};
-  const point mixed[] = {{fd, 32, 250, 0, false, {0, 192}}, {vl, 32, 250, 0, false, {0, 192}},
-                         {fd, 64, 250, 0, false, {0, 192}}, {vl, 64, 250, 0, false, {0, 192}}};
+      {fd, 32, 1, 32768, false, ab},         {fd, 64, 1, 32768, false, ab},  {fd, 32, 8, 32768, false, ab},
+      {fd, 64, 8, 32768, false, ab},         {fd, 32, 8, 8192, false, ab},   {fd, 64, 8, 8192, false, ab},
+      {fd, 32, 1, 16384, false, {0, 320}},   {fd, 64, 1, 16384, false, {0, 320}},
+      {fd, 64, 1, 8192, false, {0, 320, 256}}, {vl, 64, 1, 32768, false, {0, 320, 256}},
+      {fd, 32, 32, 2048, false, {0, 224}},   {fd, 64, 32, 2048, false, {0, 224}}};
+  const point mixed[] = {{fd, 32, 250, 0, false, {0}}, {vl, 32, 250, 0, false, {0}}};
   std::printf("| backend | kind | q/kv | batch | KV | variant | µs | GB/s | µs held | GB/s held | CTAs | splits |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const point& p : points)

@@ -142,15 +142,22 @@ TEST_P(AttentionBackend, DecodeAndPrefillMatchReference) {
 
 TEST_P(AttentionBackend, SingleLongDecodeSplitsAndMerges) {
   const auto [dt, layout] = GetParam();
-  // 32 and 64 query heads over 8 KV heads; the longest contexts merge more pieces than one
-  // batch of the staged merge holds (several batches through shared memory).
-  struct config { int H, len; };
-  for (const config k : {config{32, 1}, config{32, 17}, config{32, 97}, config{32, 1000}, config{32, 5000},
-                         config{64, 1000}, config{64, 32768}}) {
-    const backend_case c{k.H, 8, 128, block_size(16), {{k.len, 1}}};
-    const double err = run_backend_case(dt, layout, c, 7 + k.len);
-    std::printf("backend %s %d/8 batch 1 kv %d: max abs err / max abs ref %.3g\n", to_string(layout), k.H, k.len, err);
-    EXPECT_LT(err, 1e-2) << k.H << " heads, " << k.len;
+  const bool fd = layout == kv_cache_layout::flash_decoding;
+  // 32 and 64 query heads over 8 KV heads (the merge's one and two chunks a thread; 32768
+  // merges 32 pieces: one step of 32 loads a thread, or two of 16). Flash-decoding also at 64-token
+  // blocks (its TMA kernel; 80 runs the cp.async one), and with a grid of 7 CTAs that each
+  // take many pieces and merge some of them.
+  struct config { int H, len, bs, grid; };
+  for (const config k : {config{32, 1, 0, 0}, config{32, 17, 0, 0}, config{32, 97, 0, 0}, config{32, 1000, 0, 0},
+                         config{32, 5000, 0, 0}, config{64, 1000, 0, 0}, config{64, 32768, 0, 0},
+                         config{64, 32768, 0, 7}, config{32, 5000, 64, 0}, config{64, 32768, 64, 0},
+                         config{64, 32768, 64, 7}}) {
+    if (k.bs == 64 && !fd) continue;
+    const backend_case c{k.H, 8, 128, k.bs ? k.bs : block_size(16), {{k.len, 1}}};
+    const double err = run_backend_case(dt, layout, c, 7 + k.len, k.grid);
+    std::printf("backend %s %d/8 batch 1 kv %d block %d grid %d: max abs err / max abs ref %.3g\n", to_string(layout),
+                k.H, k.len, c.block_size, k.grid, err);
+    EXPECT_LT(err, 1e-2) << k.H << " heads, " << k.len << ", block " << c.block_size << ", grid " << k.grid;
   }
 }
 

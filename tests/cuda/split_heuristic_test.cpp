@@ -97,6 +97,30 @@ TEST(SplitHeuristic, OccupancyScalesTheWave) {
   EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{32768}, in), 512);
 }
 
+TEST(SplitHeuristic, LongPiecesRunOneCtaPerSm) {
+  // Flash-decoding's rule: the split sized for one CTA per SM (132 slots) when its pieces are
+  // at least 2048 tokens, else the two-CTA split.
+  split_inputs fd = h200();
+  fd.long_piece_tokens = 2048;
+  // 8 x ceil(32768 / c) <= 132  =>  ceil <= 16  =>  c = 2048: 16 pieces, 128 CTAs (was 1024, 256).
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{32768}, fd), 2048);
+  EXPECT_EQ(decode_ctas(std::vector<int32_t>{32768}, 8, 2048), 128);
+  // 8 x 8192: 64 x ceil(8192 / c) <= 132  =>  2 pieces of 4096 (was 4 of 2048).
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>(8, 8192), fd), 4096);
+  // 8 x 32768: 2 pieces of 16384.
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>(8, 32768), fd), 16384);
+  // 1 x 16384 at one CTA per SM: 16 pieces of 1024, under 2048: the two-CTA split, 32 x 512.
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{16384}, fd), 512);
+  // Short contexts and full batches as before.
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{8192}, fd), 256);
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>(8, 2048), fd), 512);
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>(32, 2048), fd), 0);
+  // 12 x 8192: at one CTA per SM not even two pieces fit (192 CTAs > 132), so the two-CTA
+  // split: 96 x 2 = 192 <= 264, 2 pieces of 4096.
+  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>(12, 8192), fd), 4096);
+  EXPECT_EQ(decode_ctas(std::vector<int32_t>(12, 8192), 8, 4096), 192);
+}
+
 TEST(SplitHeuristic, ChoiceIsTheSmallestChunkThatFits) {
   // Property over random batches: the chosen chunk fits one wave and the partial slots, and one
   // tile less would not (or would go under the floor).

@@ -80,7 +80,9 @@ class tc_backend : public attention_backend {
     if (!vllm && (dv == 5 || dv == 6)) ctas_per_sm_ = 1;  // the 6-stage variants: 196 KiB per CTA
     // Both backends split at most one wave of resident decode CTAs (split_heuristic.hpp).
     resident_slots_ = shape.num_sms * ctas_per_sm_;
-    max_partials_ = 2 * resident_slots_;
+    // The in-kernel merge keeps rows (<= 8) x pieces weights in the decode kernels' 96 KiB of
+    // stages (decode_common.cuh): at most 2048 pieces (the H200 has 528 slots).
+    max_partials_ = std::min(2 * resident_slots_, 2048);
     // One counter per combine (at most one per two partials) for the in-kernel merge; without
     // a device the separate merge kernel stays the fallback.
     if (cudaMalloc(reinterpret_cast<void**>(&counters_), sizeof(int32_t) * size_t(max_partials_)) != cudaSuccess ||
@@ -152,6 +154,8 @@ class tc_backend : public attention_backend {
     if (dv == 7 || dv == 8) in.min_chunk = dv == 7 ? 64 : 256;
     if (dv == 10) in.waves = 2;
     if (dv == 11) in.short_pieces = 1;  // the earlier rule: pieces of at least min_chunk
+    if (!vllm_ && dv != 23) in.long_piece_tokens = 2048;  // flash-decoding only (vllm measured slower)
+    if (dv == 20) in.ctas_per_sm = 1;   // measurement: splits filling one CTA per SM
     return choose_kv_chunk(lens, in);
   }
 

@@ -25,6 +25,13 @@ int64_t decode_ctas(std::span<const int32_t> kv_lens, int num_kv_heads, int32_t 
 
 int32_t choose_kv_chunk(std::span<const int32_t> kv_lens, const split_inputs& in) {
   if (kv_lens.empty() || in.tile <= 0) return 0;
+  if (in.long_piece_tokens > 0 && in.ctas_per_sm > 1) {
+    split_inputs one = in;
+    one.ctas_per_sm = 1;
+    one.long_piece_tokens = 0;
+    const int32_t chunk = choose_kv_chunk(kv_lens, one);
+    if (chunk >= in.long_piece_tokens) return chunk;
+  }
   const int64_t slots = int64_t(std::max(1, in.num_sms)) * std::max(1, in.ctas_per_sm) * std::max(1, in.waves);
   const int64_t base = int64_t(kv_lens.size()) * in.num_kv_heads;
   if (base >= slots) return 0;  // a full wave without splitting: splits would only add merges

@@ -16,6 +16,10 @@ struct split_inputs {
   int short_pieces = 8;      ///< ...unless longest / short_pieces (rounded up to a tile) is lower
   int max_partials = 0;      ///< partial slots available (pieces of split sequences)
   int waves = 1;             ///< waves of resident slots the pieces may fill (a measured variant: 2)
+  /// Long pieces at one CTA per SM: when > 0 and ctas_per_sm > 1, the split sized for one CTA
+  /// per SM is taken if its chunk is at least this many tokens (flash-decoding: 2048). Half the
+  /// pieces halve the merge; a CTA streaming that long keeps enough bytes in flight alone.
+  int long_piece_tokens = 0;
 };
 
 /// KV tokens per split-K piece for one decode step of sequences with `kv_lens` keys each, or 0
@@ -23,7 +27,7 @@ struct split_inputs {
 /// or the longest sequence at most `min_chunk` long, no split; otherwise the smallest chunk (a
 /// multiple of `tile`, at least min(min_chunk, longest / short_pieces)) whose pieces,
 /// sum_i ceil(len_i / chunk) x KVH, still fit in one wave of resident slots and whose partials
-/// fit `max_partials`.
+/// fit `max_partials`. With `long_piece_tokens` set, the same rule at one CTA per SM first.
 int32_t choose_kv_chunk(std::span<const int32_t> kv_lens, const split_inputs& in);
 
 /// CTAs a decode step runs with the given chunk (0: one per sequence and KV head).
