@@ -153,8 +153,8 @@ __device__ __forceinline__ void piece_weights(const attn_launch& a, const attn_c
 
 /// The weighted sum of the pieces' partial rows (weights in sm, piece_weights), read from L2
 /// with 32 loads in flight per thread: kK (row, 4-column) chunks a thread (tid + k * NT) times
-/// 32 / kK pieces a step. Each step waits a round trip to L2 (~0.8 µs measured on the H200 for
-/// the last CTA alone), so the steps, not the bytes, set the merge's time.
+/// 32 / kK pieces a step, so 32 pieces take one step at 32/8 heads and two at 64/8 (measured
+/// within noise of 16 loads a step; docs/attention.md, eighth pass).
 template <class T, int D, int NT, int kK>
 __device__ __forceinline__ void sum_pieces(const attn_launch& a, const attn_combine& cb, int rows, const float* sm,
                                            int tid) {
