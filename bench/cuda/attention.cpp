@@ -7,6 +7,7 @@
 //   bench_cuda_attention --variants          kernel variants (ACTORSERVE_ATTN_VARIANT) side by side
 //   bench_cuda_attention --stream            streaming-read ceiling at the grid's byte counts
 //   bench_cuda_attention --pdl               decode after a 4 µs predecessor, PDL off / on
+//   bench_cuda_attention --trace             per-CTA timelines of one-wave decode grids (variant 24)
 //   bench_cuda_attention --one vllm|fd decode|prefill H BATCH KV   one configuration (for ncu)
 //   bench_cuda_attention --reps N --one ...                         its median of N runs (default 1)
 // Writes DIR/attention_grid.md (the whole grid as a table) and prints it with a target summary.
@@ -294,16 +295,12 @@ void run_variants(device_state& st, double copy) {
               g_flush_by_write ? "memset" : "read");
   struct point { kv_cache_layout layout; int H, batch, kv; bool prefill; std::vector<int> variants; };
   const kv_cache_layout fd = kv_cache_layout::flash_decoding, vl = kv_cache_layout::vllm;
-  // 0 default (K/V by TMA); measurement variants (launch.hpp): 256 the last piece counts but
-  // does not merge; 368 flash-decoding without its long-piece rule (two CTAs per SM always);
-  // 320 splits at one CTA per SM always; 224 the TMA copies alone.
-  const std::vector<int> ab = {0, 368, 256};
-  const point points[] = {
-      {fd, 32, 1, 32768, false, ab},         {fd, 64, 1, 32768, false, ab},  {fd, 32, 8, 32768, false, ab},
-      {fd, 64, 8, 32768, false, ab},         {fd, 32, 8, 8192, false, ab},   {fd, 64, 8, 8192, false, ab},
-      {fd, 32, 1, 16384, false, {0, 320}},   {fd, 64, 1, 16384, false, {0, 320}},
-      {fd, 64, 1, 8192, false, {0, 320, 256}}, {vl, 64, 1, 32768, false, {0, 320, 256}},
-      {fd, 32, 32, 2048, false, {0, 224}},   {fd, 64, 32, 2048, false, {0, 224}}};
+  // 0 default (K/V by TMA); measurement variants (launch.hpp): 224 the TMA copies alone; 256
+  // the last piece counts but does not merge.
+  const std::vector<int> ab = {0, 224};
+  const point points[] = {{fd, 32, 32, 2048, false, ab},       {fd, 64, 32, 2048, false, ab},
+                          {fd, 32, 32, 8192, false, ab},       {fd, 64, 64, 2048, false, ab},
+                          {fd, 32, 1, 32768, false, {0, 256}}, {fd, 64, 1, 32768, false, {0, 256}}};
   const point mixed[] = {{fd, 32, 250, 0, false, {0}}, {vl, 32, 250, 0, false, {0}}};
   std::printf("| backend | kind | q/kv | batch | KV | variant | µs | GB/s | µs held | GB/s held | CTAs | splits |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -379,11 +376,76 @@ void run_pdl(device_state& st) {
   }
 }
 
+/// p-th quantile (0..1) of `v` (sorted in place).
+double quantile(std::vector<double>& v, double p) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5))];
+}
+
+/// Where a decode launch's time goes, per CTA (decode variants 24 and 29-32, the TMA kernel with
+/// a global-timer timeline of each CTA's first item): µs from the first CTA's entry to each
+/// CTA's entry, item read, first and last K/V tile in, loop end and end, as min / median / max
+/// over CTAs; also the median of the CTAs alone on their SM.
+void run_trace(device_state& st) {
+  struct point { int H, batch, kv; };
+  const point points[] = {{32, 32, 2048}, {64, 32, 2048}, {32, 32, 8192}, {32, 64, 2048}};
+  static unsigned long long tr[cuda::decode_trace_ctas][cuda::decode_trace_fields];
+  const char* names[] = {"entry", "item", "first tile", "last tile", "loop end", "end"};
+  std::printf("| q/kv | batch | KV | variant | µs held | span µs | CTAs (1 on its SM) | stage | min | median | max | "
+              "median, alone on SM |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const point& pt : points)
+    for (int v : {384}) {  // 24: the default kernel traced (30, two tiles prefetched to the L2: 20 % slower)
+      setenv("ACTORSERVE_ATTN_VARIANT", std::to_string(v).c_str(), 1);
+      prepared p;
+      prepare(st, p, kv_cache_layout::flash_decoding, pt.H, std::vector<int>(size_t(pt.batch), pt.kv), false);
+      const double us = measure(st, 15, [&] { p.run(); }).second;
+      (void)time_once(st, 0, true, [&] { p.run(); });
+      CK(cudaError_t(cuda::read_decode_trace(tr)));
+      const int ctas = std::min(p.g.decode, cuda::decode_trace_ctas);
+      std::vector<int> per_sm(1024, 0);
+      unsigned long long t0 = ~0ull, t_end = 0;
+      for (int c = 0; c < ctas; ++c) {
+        ++per_sm[tr[c][6] % 1024];
+        t0 = std::min(t0, tr[c][0]);
+        t_end = std::max(t_end, tr[c][5]);
+      }
+      int alone = 0;
+      for (int c = 0; c < ctas; ++c) alone += per_sm[tr[c][6] % 1024] == 1;
+      if (const char* dir = std::getenv("ACTORSERVE_TRACE_DIR")) {  // raw timelines, one CSV per point
+        const std::string path = std::string(dir) + "/trace_" + std::to_string(pt.H) + "_" +
+                                 std::to_string(pt.batch) + "_" + std::to_string(pt.kv) + "_v" +
+                                 std::to_string(v >> 4) + ".csv";
+        if (FILE* f = std::fopen(path.c_str(), "w")) {
+          std::fprintf(f, "cta,sm,entry,item,first_tile,last_tile,loop_end,end\n");
+          for (int c = 0; c < ctas; ++c) {
+            std::fprintf(f, "%d,%llu", c, tr[c][6]);
+            for (int k = 0; k < 6; ++k) std::fprintf(f, ",%.3f", (double(tr[c][k]) - double(t0)) / 1000.0);
+            std::fprintf(f, "\n");
+          }
+          std::fclose(f);
+        }
+      }
+      for (int f = 0; f < 6; ++f) {
+        std::vector<double> all, lone;
+        for (int c = 0; c < ctas; ++c) {
+          const double t = (double(tr[c][f]) - double(t0)) / 1000.0;
+          all.push_back(t);
+          if (per_sm[tr[c][6] % 1024] == 1) lone.push_back(t);
+        }
+        const double lone_med = lone.empty() ? 0 : quantile(lone, 0.5);
+        std::printf("| %d/%d | %d | %d | %d | %.1f | %.1f | %d (%d) | %s | %.2f | %.2f | %.2f | %.2f |\n", pt.H, KVH,
+                    pt.batch, pt.kv, v >> 4, us, (double(t_end) - double(t0)) / 1000.0, ctas, alone, names[f],
+                    quantile(all, 0), quantile(all, 0.5), quantile(all, 1), lone_med);
+      }
+    }
+  unsetenv("ACTORSERVE_ATTN_VARIANT");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string out_dir;
-  bool quick = false, variants = false, stream = false, pdl = false;
+  bool quick = false, variants = false, stream = false, pdl = false, trace = false;
   int one_reps = 1;
   std::vector<std::string> one;
   for (int i = 1; i < argc; ++i) {
@@ -392,6 +454,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--variants")) variants = true;
     else if (!std::strcmp(argv[i], "--stream")) stream = true;
     else if (!std::strcmp(argv[i], "--pdl")) pdl = true;
+    else if (!std::strcmp(argv[i], "--trace")) trace = true;
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) one_reps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc) {
       const std::string how = argv[++i];
@@ -445,10 +508,11 @@ int main(int argc, char** argv) {
   st.hold_host = static_cast<volatile int*>(hold);
   CK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st.hold_dev), hold, 0));
   CK(cudaMalloc(reinterpret_cast<void**>(&st.sink), 16));
-  if (variants || stream || pdl) {
+  if (variants || stream || pdl || trace) {
     if (variants) run_variants(st, copy_gbs(st));
     if (stream) run_stream(st, prop.multiProcessorCount);
     if (pdl) run_pdl(st);
+    if (trace) run_trace(st);
     return 0;
   }
   if (!one.empty()) {

@@ -36,6 +36,11 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c
       "l"(map), "r"(col), "r"(row), "r"(bar)
       : "memory");
 }
+/// Brings a tensor map (a __grid_constant__ CUtensorMap parameter) into the cache the copy
+/// engine reads descriptors from, ahead of its first tma_load_2d.
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
 /// Blocks until the barrier's phase with parity `parity` has completed.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   uint32_t done = 0;

@@ -161,6 +161,23 @@ TEST_P(AttentionBackend, SingleLongDecodeSplitsAndMerges) {
   }
 }
 
+TEST_P(AttentionBackend, SeparateMergeKernelMatchesReference) {
+  const auto [dt, layout] = GetParam();
+  // Decode variant 1 (launch.hpp): split pieces merged by combine_kernel.cu instead of by the
+  // last piece's CTA, as when the backend cannot allocate its split counters. One and two
+  // chunks a thread (32/8, 64/8), 2 to 32 pieces, a batch with some sequences split.
+  setenv("ACTORSERVE_ATTN_VARIANT", "16", 1);
+  struct config { int H; std::vector<seq_spec> seqs; };
+  const config configs[] = {{32, {{5000, 1}}}, {64, {{32768, 1}}}, {64, {{1000, 1}, {17, 1}, {3000, 1}}}};
+  for (const config& k : configs) {
+    const double err = run_backend_case(dt, layout, backend_case{k.H, 8, 128, block_size(16), k.seqs}, 41 + k.H);
+    std::printf("backend %s separate merge %d/8, %zu seqs: max abs err / max abs ref %.3g\n", to_string(layout), k.H,
+                k.seqs.size(), err);
+    EXPECT_LT(err, 1e-2) << k.H << " heads, " << k.seqs.size() << " seqs";
+  }
+  unsetenv("ACTORSERVE_ATTN_VARIANT");
+}
+
 TEST_P(AttentionBackend, DecodeBatch257MatchesReference) {
   const auto [dt, layout] = GetParam();
   std::vector<seq_spec> seqs;

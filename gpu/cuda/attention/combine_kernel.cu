@@ -1,9 +1,9 @@
-// Log-sum-exp merge of split-K decode pieces: each piece left its normalised output o_s and
-// lse_s = m_s + log2(l_s) (scores in log2 units); out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M)
-// with M = max_s lse_s.
-#include <cmath>
-
-#include "gpu/cuda/attention/tile_ops.cuh"
+// The separate merge of split-K decode pieces (decode variant 1, or when the backend could not
+// allocate its split counters): one CTA per combine runs the merge the decode kernels' last
+// piece runs in place (decode_common.cuh, merge_pieces): each piece left its normalised output
+// o_s and lse_s = m_s + log2(l_s) (scores in log2 units); out = sum_s 2^(lse_s - M) o_s /
+// sum_s 2^(lse_s - M) with M = max_s lse_s.
+#include "gpu/cuda/attention/decode_common.cuh"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -11,46 +11,34 @@ namespace {
 using namespace attn_dev;
 
 constexpr int kThreads = 128;
+/// Shared memory for the weights: rows (<= 8) x pieces (<= 2048, the backend's cap).
+constexpr int kWeightFloats = 8 * 2048;
 
-template <class T>
+template <class T, int D>
 __global__ void __launch_bounds__(kThreads) lse_combine_kernel(attn_launch a) {
+  extern __shared__ float weights[];
   if (int(blockIdx.x) >= a.counts[1]) return;
-  const attn_combine cb = a.combines[blockIdx.x];
-  const int D = a.head_dim, G = a.num_heads / a.num_kv_heads, rows = cb.q_len * G;
-  for (int idx = threadIdx.x; idx < rows * (D / 4); idx += kThreads) {
-    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
-    float M = -INFINITY;
-    for (int s = 0; s < cb.num_splits; ++s)
-      M = fmaxf(M, a.partial_lse[(size_t(cb.first_partial + s) * attn_tile_rows + r) * 2]);
-    float W = 0.0f;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (M != -INFINITY) {
-      for (int s = 0; s < cb.num_splits; ++s) {
-        const size_t row = size_t(cb.first_partial + s) * attn_tile_rows + r;
-        const float ls = a.partial_lse[row * 2];
-        if (ls == -INFINITY) continue;
-        const float f = exp2f(ls - M);
-        W += f;
-        const float4 x = *reinterpret_cast<const float4*>(a.partial_o + row * D + c);
-        acc.x += x.x * f;
-        acc.y += x.y * f;
-        acc.z += x.z * f;
-        acc.w += x.w * f;
-      }
-    }
-    store_merged_chunk<T>(a, cb, G, D, r, c, acc, W);
-  }
+  merge_pieces<T, D, kThreads>(a, a.combines[blockIdx.x], weights, kWeightFloats, threadIdx.x);
+}
+
+template <class T, int D>
+int launch(const attn_launch& a, cudaStream_t s) {
+  constexpr int smem = kWeightFloats * 4;
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(lse_combine_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (configured != cudaSuccess) return int(configured);
+  lse_combine_kernel<T, D><<<a.combine_grid, kThreads, smem, s>>>(a);
+  return int(cudaGetLastError());
 }
 
 }  // namespace
 
 int launch_lse_combine(act_dtype dt, const attn_launch& a, cudaStream_t s) {
   if (a.combine_grid <= 0) return 0;
-  if (dt == act_dtype::bf16)
-    lse_combine_kernel<__nv_bfloat16><<<a.combine_grid, kThreads, 0, s>>>(a);
-  else
-    lse_combine_kernel<__half><<<a.combine_grid, kThreads, 0, s>>>(a);
-  return int(cudaGetLastError());
+  const bool bf16 = dt == act_dtype::bf16;
+  if (a.head_dim == 128) return bf16 ? launch<__nv_bfloat16, 128>(a, s) : launch<__half, 128>(a, s);
+  if (a.head_dim == 64) return bf16 ? launch<__nv_bfloat16, 64>(a, s) : launch<__half, 64>(a, s);
+  return int(cudaErrorInvalidValue);
 }
 
 }  // namespace actorserve::gpu::cuda

@@ -194,6 +194,21 @@ __device__ __forceinline__ void sum_pieces(const attn_launch& a, const attn_comb
     if (tid + k * NT < chunks) store_merged_chunk<T>(a, cb, G, D, r[k], c[k], acc[k], 1.0f);
 }
 
+/// out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M) over the pieces of combine `cb`, by the
+/// whole CTA (NT threads): the weights once per (piece, row) in `sm` (cap floats of shared
+/// memory), then the weighted sum. Used by the last piece's CTA (finish_split) and by the
+/// separate merge kernel (combine_kernel.cu).
+template <class T, int D, int NT>
+__device__ __forceinline__ void merge_pieces(const attn_launch& a, const attn_combine& cb, float* sm, int cap, int tid) {
+  const int rows = cb.q_len * (a.num_heads / a.num_kv_heads);
+  if (rows * cb.num_splits > cap || rows * (D / 4) > 2 * NT) __trap();  // the backend keeps rows <= 8, pieces <= 2048
+  piece_weights<NT>(a, cb, rows, sm, tid);
+  if (rows * (D / 4) <= NT)
+    sum_pieces<T, D, NT, 1>(a, cb, rows, sm, tid);
+  else
+    sum_pieces<T, D, NT, 2>(a, cb, rows, sm, tid);
+}
+
 /// Called by every CTA after it stored a split piece's partial (it.partial >= 0): counts the
 /// finished pieces of combine it.pad; the CTA that finishes the last one merges all pieces,
 /// out = sum_s 2^(lse_s - M) o_s / sum_s 2^(lse_s - M), and resets the counter for the next
@@ -214,13 +229,7 @@ __device__ __forceinline__ void finish_split(const attn_launch& a, const attn_it
   __syncthreads();
   if (!last || dv == 16) return;  // 16, measurement: count only, no merge
   __threadfence();
-  const int rows = cb.q_len * (a.num_heads / a.num_kv_heads);
-  if (rows * cb.num_splits > cap || rows * (D / 4) > 2 * NT) __trap();  // the backend keeps rows <= 8, pieces <= 2048
-  piece_weights<NT>(a, cb, rows, sm, tid);
-  if (rows * (D / 4) <= NT)
-    sum_pieces<T, D, NT, 1>(a, cb, rows, sm, tid);
-  else
-    sum_pieces<T, D, NT, 2>(a, cb, rows, sm, tid);
+  merge_pieces<T, D, NT>(a, cb, sm, cap, tid);
 }
 
 }  // namespace actorserve::gpu::cuda::attn_dev

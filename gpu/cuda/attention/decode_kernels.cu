@@ -19,6 +19,7 @@
 
 #include "gpu/cuda/attention/decode_common.cuh"
 #include "gpu/cuda/attention/kv_tensor_map.hpp"
+#include "gpu/cuda/attention/probe.hpp"
 #include "gpu/cuda/attention/prefill_wgmma.cuh"
 #include "gpu/cuda/kernel_util.cuh"
 
@@ -31,6 +32,27 @@ constexpr int kThreads = 128, kWarps = 4;
 
 template <int D, int kSt = fd_stages>
 constexpr int fd_smem_bytes() { return kSt * 2 * fd_kv_tile * D * 2 + 16 * D * 2; }
+
+/// What the TMA flash-decoding kernel does: the attention (the default), its copies without the
+/// math (variant 14, a memory probe), or the attention with a per-CTA timeline (variant 24).
+enum tma_mode : int { tma_attention = 0, tma_copies_only = 1, tma_traced = 2 };
+
+/// Timeline of decode variant 24 (probe.hpp: read_decode_trace): per CTA below kTraceCtas, the
+/// global ns at kernel entry, item read, first tile in, last tile in, loop done, end; its SM.
+constexpr int kTraceCtas = decode_trace_ctas;
+__device__ unsigned long long g_decode_trace[kTraceCtas][decode_trace_fields];
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned sm_id() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
 
 /// Stages of the deep-pipeline variant (decode variants 5 and 6: one CTA per SM).
 constexpr int kDeepStages = 6;
@@ -123,8 +145,9 @@ constexpr int fd_tma_smem_bytes() { return 1024 + fd_smem_bytes<D>() + 8 * fd_st
 /// bytes, while the other threads only arrive; a tile with rows past kv_end (the tail), and
 /// every tile of an item whose blocks or first key are not 64-aligned, comes by cp.async with
 /// those rows zero-filled, arriving on the same barrier. `n` counts the CTA's tiles over its
-/// items (the stages' barrier phases). kMath false: the copies alone (a memory probe).
-template <class T, int D, bool kMath>
+/// items (the stages' barrier phases). kMode (tma_mode): the attention, the copies alone (a
+/// memory probe), or the attention with a timeline of each CTA's first item (decode_trace).
+template <class T, int D, int kMode>
 __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const kv_tensor_maps& maps,
                                                    const attn_item& it, uint32_t s0, int& n) {
   constexpr int kSt = fd_stages, kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
@@ -133,6 +156,9 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
   const int32_t* bt = a.block_tables + it.bt_offset;
   const int bs = a.block_size, ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
   const bool tma = maps.box_rows == kTile && bs % kTile == 0 && it.kv_begin % kTile == 0;
+  constexpr bool kMath = kMode != tma_copies_only, kTrace = kMode == tma_traced;
+  const bool traced = kTrace && n == 0 && tid == 0 && blockIdx.x < kTraceCtas;
+  if (traced) g_decode_trace[blockIdx.x][1] = global_ns();
   const auto stage = [&](int t) { return s0 + ((n + t) % kSt) * 2 * kTileBytes; };
   const auto bar = [&](int t) { return bars + 8 * ((n + t) % kSt); };
   const auto issue = [&](int t) {
@@ -171,9 +197,12 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
   warp_rows<T, D, slab_tile<kTile>> w;
   w.init(q_s, lane);
   for (int t = 0; t < ntiles; ++t) {
-    wg::mbar_wait(bar(t), uint32_t(((n + t) / kSt) & 1));
-    __syncthreads();  // every warp is past tile t - 1: its stage takes tile t + kSt - 1
+    // Every warp is past tile t - 1, so its stage takes tile t + kSt - 1 now, before the wait for
+    // tile t: kSt tiles in flight while the CTA waits, not kSt - 1 (ninth pass: 2-3 % at 32 x 2048).
+    if (t > 0) __syncthreads();
     issue(t + kSt - 1);
+    wg::mbar_wait(bar(t), uint32_t(((n + t) / kSt) & 1));
+    if (traced && (t == 0 || t == ntiles - 1)) g_decode_trace[blockIdx.x][t == 0 ? 2 : 3] = global_ns();
     if (!kMath) continue;
     const uint32_t k_s = stage(t);
     float sc[kWarpKeys / 8][4];
@@ -183,15 +212,25 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
+  if (traced) g_decode_trace[blockIdx.x][4] = global_ns();
   n += ntiles;
   float* scratch = reinterpret_cast<float*>(__cvta_shared_to_generic(s0));  // below the Q tile and barriers
   merge_warps_and_store<T, D, kWarps>(a, it, w, scratch, G * it.q_len, tid);
   if (it.partial >= 0 && a.split_counters) finish_split<T, D, kThreads>(a, it, scratch, merge_cap(kSt * 2 * kTileBytes), tid);
+  if (traced) g_decode_trace[blockIdx.x][5] = global_ns();
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided, over TMA (fd_decode_item_tma).
-template <class T, int D, bool kMath>
+template <class T, int D, int kMode>
 __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, const __grid_constant__ kv_tensor_maps maps) {
+  if (kMode == tma_traced && threadIdx.x == 0 && blockIdx.x < kTraceCtas) {
+    g_decode_trace[blockIdx.x][0] = global_ns();
+    g_decode_trace[blockIdx.x][6] = sm_id();
+  }
+  if (threadIdx.x == 0) {
+    dev::prefetch_tensor_map(&maps.k);  // the copy engine's first use of them is not a cold miss
+    dev::prefetch_tensor_map(&maps.v);
+  }
   allow_dependents();
   extern __shared__ uint4 smem_raw[];
   const uint32_t s0 = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -205,7 +244,7 @@ __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, 
   int n = 0;
   for (int i = blockIdx.x; i < items; i += gridDim.x) {
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    fd_decode_item_tma<T, D, kMath>(a, maps, a.items[a.counts[0] + i], s0, n);
+    fd_decode_item_tma<T, D, kMode>(a, maps, a.items[a.counts[0] + i], s0, n);
   }
 }
 
@@ -302,29 +341,31 @@ int launch_fd_mode(const attn_launch& a, cudaStream_t s) {
 }
 
 /// The TMA kernel (fd_decode_item_tma); the cp.async one where the descriptors cannot be made.
-template <class T, int D, bool kMath>
+template <class T, int D, int kMode>
 int launch_fd_tma(const attn_launch& a, cudaStream_t s) {
   kv_tensor_maps maps{};
   if (!make_kv_tensor_maps(a.k_cache, a.v_cache, a.num_kv_heads, a.head_dim, a.block_size, &maps) ||
       maps.box_rows != fd_kv_tile)
-    return launch_fd_mode<T, D, kMath ? 0 : 1>(a, s);
+    return launch_fd_mode<T, D, kMode == tma_copies_only ? 1 : 0>(a, s);
   constexpr int smem = fd_tma_smem_bytes<D>();
-  static const int configured = configure(fd_decode_tma_kernel<T, D, kMath>, smem);
+  static const int configured = configure(fd_decode_tma_kernel<T, D, kMode>, smem);
   if (configured != 0) return configured;
   if (a.decode_grid <= 0) return 0;
-  return int(dev::launch_pdl_smem(fd_decode_tma_kernel<T, D, kMath>, dim3(a.decode_grid), dim3(kThreads),
+  return int(dev::launch_pdl_smem(fd_decode_tma_kernel<T, D, kMode>, dim3(a.decode_grid), dim3(kThreads),
                                   size_t(smem), s, a, maps));
 }
 
 /// The flash-decoding kernel of decode variant v: TMA (where the block size is a multiple of
-/// 64 tokens, else cp.async) unless a cp.async-only variant (2-6, 12, 13) or the TMA probe (14).
+/// 64 tokens, else cp.async) unless a cp.async-only variant (2-6, 12, 13) or a TMA probe (14, 24).
 template <class T, int D>
 int launch_fd(const attn_launch& a, cudaStream_t s) {
   const int v = decode_variant(a.variant);
   if (v == 12 || v == 13) return launch_fd_mode<T, D, 0>(a, s);
-  if (v < 2 || (v > 6 && v != 14)) return launch_fd_tma<T, D, true>(a, s);
+  const bool traced = v == 24;
+  if (v < 2 || (v > 6 && v != 14 && !traced)) return launch_fd_tma<T, D, tma_attention>(a, s);
   if constexpr (D == 128 && std::is_same_v<T, __nv_bfloat16>) {
-    if (v == 14) return launch_fd_tma<T, D, false>(a, s);
+    if (v == 14) return launch_fd_tma<T, D, tma_copies_only>(a, s);
+    if (traced) return launch_fd_tma<T, D, tma_traced>(a, s);
     if (v == 4) return launch_fd_mode<T, D, 3>(a, s);
     if (v == 5) return launch_fd_mode<T, D, 0, kDeepStages>(a, s);
     if (v == 6) return launch_fd_mode<T, D, 1, kDeepStages>(a, s);
@@ -349,9 +390,9 @@ int occupancy(bool vllm) {
     e = cudaError_t(configure(vllm_decode_kernel<T, D>, smem));
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, vllm_decode_kernel<T, D>, kThreads, smem);
   } else {  // the TMA kernel, the default (its cp.async fallback takes 1 KiB less)
-    e = cudaError_t(configure(fd_decode_tma_kernel<T, D, true>, fd_tma_smem_bytes<D>()));
+    e = cudaError_t(configure(fd_decode_tma_kernel<T, D, tma_attention>, fd_tma_smem_bytes<D>()));
     if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_tma_kernel<T, D, true>, kThreads,
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_tma_kernel<T, D, tma_attention>, kThreads,
                                                         fd_tma_smem_bytes<D>());
   }
   if (e != cudaSuccess) {
@@ -375,6 +416,10 @@ int launch_vllm_decode(act_dtype dt, const attn_launch& a, cudaStream_t s) {
   if (a.head_dim == 64)
     return dt == act_dtype::bf16 ? launch_vllm<__nv_bfloat16, 64>(a, s) : launch_vllm<__half, 64>(a, s);
   return int(cudaErrorInvalidValue);
+}
+
+int read_decode_trace(unsigned long long (*host)[decode_trace_fields]) {
+  return int(cudaMemcpyFromSymbol(host, g_decode_trace, sizeof(g_decode_trace)));
 }
 
 int decode_ctas_per_sm(act_dtype dt, int head_dim, bool vllm) {
