@@ -24,6 +24,8 @@ for t in "$here"/bin/test_*; do
   echo "== $name" | tee -a "$summary"
   "$t" --gtest_output="xml:$out/$name.xml" > "$out/$name.log" 2>&1
   rc=$?
+  # the totals first (gtest prints them last, after many detail lines), then the details
+  grep -E '^\[==========\] .* ran|^\[  (PASSED|SKIPPED|FAILED) +\] [0-9]+ tests?' "$out/$name.log" | tee -a "$summary"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|max abs|error|device 0' "$out/$name.log" | head -40 | tee -a "$summary"
   (( rc == 0 )) || { status=1; echo "   -> FAILED (rc=$rc)" | tee -a "$summary"; }
 done
