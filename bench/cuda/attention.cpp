@@ -95,11 +95,14 @@ struct result_row {
   int ctas = 0, splits = 0;
 };
 
-/// Median of `t` (sorted in place).
-double median(std::vector<double>& t) {
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+/// p-th quantile (0..1) of `v` (sorted in place), the nearest rank; 0 when empty.
+double quantile(std::vector<double>& v, double p) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5))];
 }
+
+/// Median of `t` (sorted in place): element size / 2.
+double median(std::vector<double>& t) { return quantile(t, 0.5); }
 
 /// Event-timed µs of `enqueue` after an L2 flush, either as launched (host launch latency
 /// included) or with the launches queued behind a kernel that holds the stream until all of
@@ -376,14 +379,8 @@ void run_pdl(device_state& st) {
   }
 }
 
-/// p-th quantile (0..1) of `v` (sorted in place).
-double quantile(std::vector<double>& v, double p) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5))];
-}
-
-/// Where a decode launch's time goes, per CTA (decode variants 24 and 29-32, the TMA kernel with
-/// a global-timer timeline of each CTA's first item): µs from the first CTA's entry to each
+/// Where a decode launch's time goes, per CTA (decode variant 24, the TMA kernel with a
+/// global-timer timeline of each CTA's first item): µs from the first CTA's entry to each
 /// CTA's entry, item read, first and last K/V tile in, loop end and end, as min / median / max
 /// over CTAs; also the median of the CTAs alone on their SM.
 void run_trace(device_state& st) {
@@ -393,51 +390,50 @@ void run_trace(device_state& st) {
   const char* names[] = {"entry", "item", "first tile", "last tile", "loop end", "end"};
   std::printf("| q/kv | batch | KV | variant | µs held | span µs | CTAs (1 on its SM) | stage | min | median | max | "
               "median, alone on SM |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (const point& pt : points)
-    for (int v : {384}) {  // 24: the default kernel traced (30, two tiles prefetched to the L2: 20 % slower)
-      setenv("ACTORSERVE_ATTN_VARIANT", std::to_string(v).c_str(), 1);
-      prepared p;
-      prepare(st, p, kv_cache_layout::flash_decoding, pt.H, std::vector<int>(size_t(pt.batch), pt.kv), false);
-      const double us = measure(st, 15, [&] { p.run(); }).second;
-      (void)time_once(st, 0, true, [&] { p.run(); });
-      CK(cudaError_t(cuda::read_decode_trace(tr)));
-      const int ctas = std::min(p.g.decode, cuda::decode_trace_ctas);
-      std::vector<int> per_sm(1024, 0);
-      unsigned long long t0 = ~0ull, t_end = 0;
-      for (int c = 0; c < ctas; ++c) {
-        ++per_sm[tr[c][6] % 1024];
-        t0 = std::min(t0, tr[c][0]);
-        t_end = std::max(t_end, tr[c][5]);
-      }
-      int alone = 0;
-      for (int c = 0; c < ctas; ++c) alone += per_sm[tr[c][6] % 1024] == 1;
-      if (const char* dir = std::getenv("ACTORSERVE_TRACE_DIR")) {  // raw timelines, one CSV per point
-        const std::string path = std::string(dir) + "/trace_" + std::to_string(pt.H) + "_" +
-                                 std::to_string(pt.batch) + "_" + std::to_string(pt.kv) + "_v" +
-                                 std::to_string(v >> 4) + ".csv";
-        if (FILE* f = std::fopen(path.c_str(), "w")) {
-          std::fprintf(f, "cta,sm,entry,item,first_tile,last_tile,loop_end,end\n");
-          for (int c = 0; c < ctas; ++c) {
-            std::fprintf(f, "%d,%llu", c, tr[c][6]);
-            for (int k = 0; k < 6; ++k) std::fprintf(f, ",%.3f", (double(tr[c][k]) - double(t0)) / 1000.0);
-            std::fprintf(f, "\n");
-          }
-          std::fclose(f);
-        }
-      }
-      for (int f = 0; f < 6; ++f) {
-        std::vector<double> all, lone;
+  constexpr int v = 24 << 4;  // decode variant 24: the default kernel, traced
+  for (const point& pt : points) {
+    setenv("ACTORSERVE_ATTN_VARIANT", std::to_string(v).c_str(), 1);
+    prepared p;
+    prepare(st, p, kv_cache_layout::flash_decoding, pt.H, std::vector<int>(size_t(pt.batch), pt.kv), false);
+    const double us = measure(st, 15, [&] { p.run(); }).second;
+    (void)time_once(st, 0, true, [&] { p.run(); });
+    CK(cudaError_t(cuda::read_decode_trace(tr)));
+    const int ctas = std::min(p.g.decode, cuda::decode_trace_ctas);
+    std::vector<int> per_sm(1024, 0);
+    unsigned long long t0 = ~0ull, t_end = 0;
+    for (int c = 0; c < ctas; ++c) {
+      ++per_sm[tr[c][6] % 1024];
+      t0 = std::min(t0, tr[c][0]);
+      t_end = std::max(t_end, tr[c][5]);
+    }
+    int alone = 0;
+    for (int c = 0; c < ctas; ++c) alone += per_sm[tr[c][6] % 1024] == 1;
+    if (const char* dir = std::getenv("ACTORSERVE_TRACE_DIR")) {  // raw timelines, one CSV per point
+      const std::string path = std::string(dir) + "/trace_" + std::to_string(pt.H) + "_" +
+                               std::to_string(pt.batch) + "_" + std::to_string(pt.kv) + "_v" +
+                               std::to_string(v >> 4) + ".csv";
+      if (FILE* f = std::fopen(path.c_str(), "w")) {
+        std::fprintf(f, "cta,sm,entry,item,first_tile,last_tile,loop_end,end\n");
         for (int c = 0; c < ctas; ++c) {
-          const double t = (double(tr[c][f]) - double(t0)) / 1000.0;
-          all.push_back(t);
-          if (per_sm[tr[c][6] % 1024] == 1) lone.push_back(t);
+          std::fprintf(f, "%d,%llu", c, tr[c][6]);
+          for (int k = 0; k < 6; ++k) std::fprintf(f, ",%.3f", (double(tr[c][k]) - double(t0)) / 1000.0);
+          std::fprintf(f, "\n");
         }
-        const double lone_med = lone.empty() ? 0 : quantile(lone, 0.5);
-        std::printf("| %d/%d | %d | %d | %d | %.1f | %.1f | %d (%d) | %s | %.2f | %.2f | %.2f | %.2f |\n", pt.H, KVH,
-                    pt.batch, pt.kv, v >> 4, us, (double(t_end) - double(t0)) / 1000.0, ctas, alone, names[f],
-                    quantile(all, 0), quantile(all, 0.5), quantile(all, 1), lone_med);
+        std::fclose(f);
       }
     }
+    for (int f = 0; f < 6; ++f) {
+      std::vector<double> all, lone;
+      for (int c = 0; c < ctas; ++c) {
+        const double t = (double(tr[c][f]) - double(t0)) / 1000.0;
+        all.push_back(t);
+        if (per_sm[tr[c][6] % 1024] == 1) lone.push_back(t);
+      }
+      std::printf("| %d/%d | %d | %d | %d | %.1f | %.1f | %d (%d) | %s | %.2f | %.2f | %.2f | %.2f |\n", pt.H, KVH,
+                  pt.batch, pt.kv, v >> 4, us, (double(t_end) - double(t0)) / 1000.0, ctas, alone, names[f],
+                  quantile(all, 0), quantile(all, 0.5), quantile(all, 1), quantile(lone, 0.5));
+    }
+  }
   unsetenv("ACTORSERVE_ATTN_VARIANT");
 }
 
