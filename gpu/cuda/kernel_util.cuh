@@ -52,6 +52,13 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return warp_sum(v);
 }
 
+/// The GPU's global timer in ns (the same clock on every SM: timelines across CTAs).
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
 /// First statement of a kernel launched by launch_pdl: lets the next kernel start launching, then
 /// waits until the previous one has finished and its writes are visible (no-ops without PDL).
 __device__ __forceinline__ void pdl_begin() {

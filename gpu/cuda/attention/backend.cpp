@@ -80,9 +80,9 @@ class tc_backend : public attention_backend {
     if (!vllm && (dv == 5 || dv == 6)) ctas_per_sm_ = 1;  // the 6-stage variants: 196 KiB per CTA
     // Both backends split at most one wave of resident decode CTAs (split_heuristic.hpp).
     resident_slots_ = shape.num_sms * ctas_per_sm_;
-    // The in-kernel merge keeps rows (<= 8) x pieces weights in the decode kernels' 96 KiB of
-    // stages (decode_common.cuh): at most 2048 pieces (the H200 has 528 slots).
-    max_partials_ = std::min(2 * resident_slots_, 2048);
+    // The in-kernel merge keeps rows x pieces weights in the decode kernels' 96 KiB of stages
+    // (launch.hpp: max_split_pieces, max_merge_rows).
+    max_partials_ = std::min(2 * resident_slots_, max_split_pieces);
     // One counter per combine (at most one per two partials) for the in-kernel merge; without
     // a device the separate merge kernel stays the fallback.
     if (cudaMalloc(reinterpret_cast<void**>(&counters_), sizeof(int32_t) * size_t(max_partials_)) != cudaSuccess ||

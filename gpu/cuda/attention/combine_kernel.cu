@@ -11,8 +11,8 @@ namespace {
 using namespace attn_dev;
 
 constexpr int kThreads = 128;
-/// Shared memory for the weights: rows (<= 8) x pieces (<= 2048, the backend's cap).
-constexpr int kWeightFloats = 8 * 2048;
+/// Shared memory for the weights: rows x pieces at the backend's caps (launch.hpp).
+constexpr int kWeightFloats = max_merge_rows * max_split_pieces;
 
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads) lse_combine_kernel(attn_launch a) {

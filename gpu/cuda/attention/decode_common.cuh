@@ -201,7 +201,7 @@ __device__ __forceinline__ void sum_pieces(const attn_launch& a, const attn_comb
 template <class T, int D, int NT>
 __device__ __forceinline__ void merge_pieces(const attn_launch& a, const attn_combine& cb, float* sm, int cap, int tid) {
   const int rows = cb.q_len * (a.num_heads / a.num_kv_heads);
-  if (rows * cb.num_splits > cap || rows * (D / 4) > 2 * NT) __trap();  // the backend keeps rows <= 8, pieces <= 2048
+  if (rows * cb.num_splits > cap || rows * (D / 4) > 2 * NT) __trap();  // the backend keeps max_merge_rows, max_split_pieces
   piece_weights<NT>(a, cb, rows, sm, tid);
   if (rows * (D / 4) <= NT)
     sum_pieces<T, D, NT, 1>(a, cb, rows, sm, tid);

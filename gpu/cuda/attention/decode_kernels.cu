@@ -42,12 +42,6 @@ enum tma_mode : int { tma_attention = 0, tma_copies_only = 1, tma_traced = 2 };
 constexpr int kTraceCtas = decode_trace_ctas;
 __device__ unsigned long long g_decode_trace[kTraceCtas][decode_trace_fields];
 
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 __device__ __forceinline__ unsigned sm_id() {
   unsigned id;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
@@ -158,7 +152,7 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
   const bool tma = maps.box_rows == kTile && bs % kTile == 0 && it.kv_begin % kTile == 0;
   constexpr bool kMath = kMode != tma_copies_only, kTrace = kMode == tma_traced;
   const bool traced = kTrace && n == 0 && tid == 0 && blockIdx.x < kTraceCtas;
-  if (traced) g_decode_trace[blockIdx.x][1] = global_ns();
+  if (traced) g_decode_trace[blockIdx.x][1] = dev::global_ns();
   const auto stage = [&](int t) { return s0 + ((n + t) % kSt) * 2 * kTileBytes; };
   const auto bar = [&](int t) { return bars + 8 * ((n + t) % kSt); };
   const auto issue = [&](int t) {
@@ -202,7 +196,7 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
     if (t > 0) __syncthreads();
     issue(t + kSt - 1);
     wg::mbar_wait(bar(t), uint32_t(((n + t) / kSt) & 1));
-    if (traced && (t == 0 || t == ntiles - 1)) g_decode_trace[blockIdx.x][t == 0 ? 2 : 3] = global_ns();
+    if (traced && (t == 0 || t == ntiles - 1)) g_decode_trace[blockIdx.x][t == 0 ? 2 : 3] = dev::global_ns();
     if (!kMath) continue;
     const uint32_t k_s = stage(t);
     float sc[kWarpKeys / 8][4];
@@ -212,19 +206,19 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
-  if (traced) g_decode_trace[blockIdx.x][4] = global_ns();
+  if (traced) g_decode_trace[blockIdx.x][4] = dev::global_ns();
   n += ntiles;
   float* scratch = reinterpret_cast<float*>(__cvta_shared_to_generic(s0));  // below the Q tile and barriers
   merge_warps_and_store<T, D, kWarps>(a, it, w, scratch, G * it.q_len, tid);
   if (it.partial >= 0 && a.split_counters) finish_split<T, D, kThreads>(a, it, scratch, merge_cap(kSt * 2 * kTileBytes), tid);
-  if (traced) g_decode_trace[blockIdx.x][5] = global_ns();
+  if (traced) g_decode_trace[blockIdx.x][5] = dev::global_ns();
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided, over TMA (fd_decode_item_tma).
 template <class T, int D, int kMode>
 __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, const __grid_constant__ kv_tensor_maps maps) {
   if (kMode == tma_traced && threadIdx.x == 0 && blockIdx.x < kTraceCtas) {
-    g_decode_trace[blockIdx.x][0] = global_ns();
+    g_decode_trace[blockIdx.x][0] = dev::global_ns();
     g_decode_trace[blockIdx.x][6] = sm_id();
   }
   if (threadIdx.x == 0) {

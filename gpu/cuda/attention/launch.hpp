@@ -51,6 +51,11 @@ struct attn_launch {
 inline constexpr int fd_kv_tile = 64;
 /// Pipeline stages of the flash-decoding decode kernel.
 inline constexpr int fd_stages = 3;
+/// Most split-K pieces one decode step may have (the H200 has 528 resident decode slots) and
+/// most query rows (query tokens x heads of one KV group) a split merge weighs: the merge keeps
+/// rows x pieces weights in shared memory (the decode kernels' stages, the separate merge's).
+inline constexpr int max_split_pieces = 2048;
+inline constexpr int max_merge_rows = 8;
 /// Tokens one warp of the vLLM-style kernel takes per step (a 16-token block).
 inline constexpr int vllm_warp_tokens = 16;
 

@@ -37,11 +37,9 @@ __global__ void hold_kernel(const volatile int* flag) {
 __global__ void pdl_predecessor_kernel(int ns) {
   asm volatile("griddepcontrol.launch_dependents;");
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  uint64_t t0 = 0, t = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < uint64_t(ns));
+  const uint64_t t0 = dev::global_ns();
+  while (dev::global_ns() - t0 < uint64_t(ns)) {
+  }
 }
 
 struct late_copies {
@@ -51,11 +49,9 @@ struct late_copies {
 __global__ void __launch_bounds__(1024) late_copy_kernel(late_copies c, int ns) {
   asm volatile("griddepcontrol.launch_dependents;");
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  uint64_t t0 = 0, t = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  } while (t - t0 < uint64_t(ns));
+  const uint64_t t0 = dev::global_ns();
+  while (dev::global_ns() - t0 < uint64_t(ns)) {
+  }
   for (const late_copy& j : c.jobs) {
     const size_t n = j.bytes / 16;
     for (size_t i = threadIdx.x; i < n; i += blockDim.x)
