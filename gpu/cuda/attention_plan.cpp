@@ -11,6 +11,13 @@ int32_t ceil_div(int64_t a, int64_t b) { return static_cast<int32_t>((a + b - 1)
 
 }  // namespace
 
+void set_first_blocks(std::span<attn_item> items, std::span<const int32_t> block_tables, int bs) {
+  for (attn_item& it : items) {
+    const int64_t k = bs > 0 && it.bt_offset >= 0 && it.kv_begin >= 0 ? int64_t(it.bt_offset) + it.kv_begin / bs : -1;
+    it.first_block = k >= 0 && k < int64_t(block_tables.size()) ? block_tables[size_t(k)] : -1;
+  }
+}
+
 void append_query_tiles(std::span<const attn_seq> seqs, int group, int num_kv_heads, int tile_rows, int min_q_len,
                         std::vector<attn_item>& out) {
   const int tile_tokens = std::max(1, tile_rows / group);

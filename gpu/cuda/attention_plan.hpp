@@ -16,6 +16,11 @@ struct attention_plan {
   int32_t num_decode_items = 0;  ///< the last items are decode pieces (attention backends' decode kernels)
 };
 
+/// Sets each item's first_block to the block holding its key kv_begin, looked up in the step's
+/// block tables (`bs` tokens per block): the decode kernels' first copy then waits on the item
+/// alone. Items whose table entry lies outside `block_tables` keep -1 (the kernel reads it).
+void set_first_blocks(std::span<attn_item> items, std::span<const int32_t> block_tables, int bs);
+
 /// Appends the query tiles of the sequences with q_len >= min_q_len to `out`: tiles of
 /// tile_rows / group tokens (at least one), one item per KV head, each over the keys its last
 /// query sees ([0, position + 1)). Shared by plan_attention and the attention backends.

@@ -100,6 +100,9 @@ struct attn_item {
   /// Copies of seqs[seq]'s fields: a decode CTA finds its block table without first reading the
   /// sequence, one dependent load fewer before its first K/V copy.
   int32_t bt_offset = 0, context_len = 0;
+  /// Decode pieces: the block holding key kv_begin (set_first_blocks), so the flash-decoding
+  /// kernel issues its first K/V copy without reading the block table; -1: read the table.
+  int32_t first_block = -1;
 };
 
 /// Merges `num_splits` consecutive partial slots starting at `first_partial` into the output of

@@ -46,11 +46,13 @@ double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case
   const paged_inputs in = make_paged_inputs(dt, c.H, c.KVH, c.D, c.block_size, c.seqs, rng);
   const int H = c.H, KVH = c.KVH, D = c.D, bs = c.block_size, n_tokens = in.n_tokens, q_stride = in.q_stride;
   const std::vector<cuda::attn_seq>& seqs = in.seqs;
-  const cuda::attention_plan plan = backend.plan(seqs);
+  cuda::attention_plan plan = backend.plan(seqs);
   EXPECT_LE(plan.num_partials, backend.max_partials());
   cuda::attention_grids grids = backend.grids(plan);
   if (decode_grid > 0) grids.decode = decode_grid;
   const int32_t n_prefill = int32_t(plan.items.size()) - plan.num_decode_items;
+  // As the executor stages them: decode pieces carry the block of their first key.
+  cuda::set_first_blocks(std::span(plan.items).subspan(size_t(n_prefill)), in.block_tables, bs);
   std::vector<uint16_t> k_now = in.k_cache, v_now = in.v_cache;
   if (late)
     for (const cuda::attn_seq& s : seqs) {

@@ -290,5 +290,33 @@ TEST(AttentionBackend, EveryItemCarriesItsSequencesBlockTableAndLength) {
   }
 }
 
+TEST(AttentionBackend, DecodePiecesGetTheBlockOfTheirFirstKey) {
+  // The flash-decoding kernel issues a piece's first K/V copy from attn_item::first_block
+  // without reading the table: each piece (split or whole) must name the block of kv_begin.
+  const int bs = 64;
+  const std::vector<gpu::cuda::attn_seq> seqs = {{0, 1, 5000, 0}, {1, 1, 17, 79}, {2, 1, 1000, 80}};
+  std::vector<int32_t> tables(96);
+  for (size_t i = 0; i < tables.size(); ++i) tables[i] = int32_t((i * 37 + 5) % 1000);  // no two alike
+  auto b = gpu::cuda::make_attention_backend(kv_cache_layout::flash_decoding, shape(128, bs, 32, 8));
+  ASSERT_TRUE(b);
+  gpu::cuda::attention_plan p = (*b)->plan(seqs);
+  ASSERT_EQ(p.num_decode_items, int32_t(p.items.size()));
+  for (const auto& it : p.items) EXPECT_EQ(it.first_block, -1);  // the planner leaves them to the step
+  gpu::cuda::set_first_blocks(p.items, tables, bs);
+  int pieces_past_block_0 = 0;
+  for (const auto& it : p.items) {
+    const int32_t entry = seqs[size_t(it.seq)].bt_offset + it.kv_begin / bs;
+    EXPECT_EQ(it.first_block, tables[size_t(entry)]) << "seq " << it.seq << " kv_begin " << it.kv_begin;
+    pieces_past_block_0 += it.kv_begin >= bs;
+  }
+  EXPECT_GT(pieces_past_block_0, 0);  // the 5000-token sequence is split
+  // An entry outside the tables given leaves the table read to the kernel.
+  std::vector<gpu::cuda::attn_item> bad(1);
+  bad[0].bt_offset = 95;
+  bad[0].kv_begin = 2 * bs;
+  gpu::cuda::set_first_blocks(bad, tables, bs);
+  EXPECT_EQ(bad[0].first_block, -1);
+}
+
 }  // namespace
 }  // namespace actorserve::testing

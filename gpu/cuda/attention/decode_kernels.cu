@@ -160,7 +160,10 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
     const int k0 = it.kv_begin + t * kTile;
     if (tma && k0 + kTile <= it.kv_end) {
       if (tid != 0) return wg::mbar_arrive(bar(t));
-      const int row = __ldg(bt + k0 / bs) * bs + k0 % bs;
+      // The item carries the block of its first key (set_first_blocks): tile 0's copy waits on
+      // the item alone, not on a block-table read after it.
+      const int blk = t == 0 && it.first_block >= 0 ? it.first_block : __ldg(bt + k0 / bs);
+      const int row = blk * bs + k0 % bs;
       wg::fence_proxy_async();  // the warps' reads of this stage before the copy engine's writes
       wg::mbar_arrive_expect_tx(bar(t), 2 * kTileBytes);
 #pragma unroll
@@ -235,10 +238,18 @@ __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, 
   }
   __syncthreads();
   const int items = a.counts[2];
+  const attn_item* list = a.items + a.counts[0];
   int n = 0;
+  // Items are read into registers, the next one while this one streams: at an item boundary
+  // the first copy of the next waits on no load.
+  attn_item it{};
+  if (int(blockIdx.x) < items) it = list[blockIdx.x];
   for (int i = blockIdx.x; i < items; i += gridDim.x) {
+    attn_item next{};
+    if (i + int(gridDim.x) < items) next = list[i + gridDim.x];
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    fd_decode_item_tma<T, D, kMode>(a, maps, a.items[a.counts[0] + i], s0, n);
+    fd_decode_item_tma<T, D, kMode>(a, maps, it, s0, n);
+    it = next;
   }
 }
 
