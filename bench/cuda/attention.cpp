@@ -202,7 +202,7 @@ void prepare(device_state& st, prepared& p, kv_cache_layout layout, int H, const
   }
   p.g = p.be->grids(p.plan);
   const int32_t n_prefill = int32_t(p.plan.items.size()) - p.plan.num_decode_items;
-  cuda::set_first_blocks(std::span(p.plan.items).subspan(size_t(n_prefill)), bt, bs);  // as the executor stages them
+  cuda::set_first_blocks(p.plan, bt, bs);  // as the executor stages them
   std::vector<int32_t> counts = {n_prefill, int32_t(p.plan.combines.size()), p.plan.num_decode_items, 0};
   cuda::attn_launch& a = p.a;
   a.q = st.q;

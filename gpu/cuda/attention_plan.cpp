@@ -11,8 +11,8 @@ int32_t ceil_div(int64_t a, int64_t b) { return static_cast<int32_t>((a + b - 1)
 
 }  // namespace
 
-void set_first_blocks(std::span<attn_item> items, std::span<const int32_t> block_tables, int bs) {
-  for (attn_item& it : items) {
+void set_first_blocks(attention_plan& plan, std::span<const int32_t> block_tables, int bs) {
+  for (attn_item& it : std::span(plan.items).last(size_t(plan.num_decode_items))) {
     const int64_t k = bs > 0 && it.bt_offset >= 0 && it.kv_begin >= 0 ? int64_t(it.bt_offset) + it.kv_begin / bs : -1;
     it.first_block = k >= 0 && k < int64_t(block_tables.size()) ? block_tables[size_t(k)] : -1;
   }

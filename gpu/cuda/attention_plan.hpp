@@ -16,10 +16,11 @@ struct attention_plan {
   int32_t num_decode_items = 0;  ///< the last items are decode pieces (attention backends' decode kernels)
 };
 
-/// Sets each item's first_block to the block holding its key kv_begin, looked up in the step's
-/// block tables (`bs` tokens per block): the decode kernels' first copy then waits on the item
-/// alone. Items whose table entry lies outside `block_tables` keep -1 (the kernel reads it).
-void set_first_blocks(std::span<attn_item> items, std::span<const int32_t> block_tables, int bs);
+/// Sets each decode piece's first_block (the plan's last num_decode_items items) to the block
+/// holding its key kv_begin, looked up in the step's block tables (`bs` tokens per block): the
+/// decode kernel's first copy then waits on the item alone. A piece whose table entry lies
+/// outside `block_tables` gets -1 (the kernel reads the table).
+void set_first_blocks(attention_plan& plan, std::span<const int32_t> block_tables, int bs);
 
 /// Appends the query tiles of the sequences with q_len >= min_q_len to `out`: tiles of
 /// tile_rows / group tokens (at least one), one item per KV head, each over the keys its last

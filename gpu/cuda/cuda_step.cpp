@@ -29,12 +29,9 @@ struct work_list_at {
   size_t seqs, items, combines, counts;
 };
 
-/// Copies `plan` into the staging area `h` at `w` (the sequences are copied by the caller) and
-/// gives its decode pieces their first blocks from the staged block tables `bt` (`bs` tokens each).
-void stage_plan(char* h, const work_list_at& w, const attention_plan& plan, std::span<const int32_t> bt, int bs) {
+/// Copies `plan` into the staging area `h` at `w` (the sequences are copied by the caller).
+void stage_plan(char* h, const work_list_at& w, const attention_plan& plan) {
   std::memcpy(h + w.items, plan.items.data(), plan.items.size() * sizeof(attn_item));
-  attn_item* staged = at<attn_item>(h, w.items);
-  set_first_blocks({staged + plan.items.size() - plan.num_decode_items, size_t(plan.num_decode_items)}, bt, bs);
   std::memcpy(h + w.combines, plan.combines.data(), plan.combines.size() * sizeof(attn_combine));
   int32_t* counts = at<int32_t>(h, w.counts);
   counts[0] = static_cast<int32_t>(plan.items.size()) - plan.num_decode_items;
@@ -264,10 +261,11 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
     sample_rows.push_back(i);
     sseqs.push_back(sample_seq{});
   }
-  const attention_plan plan = attention_->plan(aseqs);
+  attention_plan plan = attention_->plan(aseqs);
   if (plan.items.size() > layout_.item_capacity) return bad_step("attention work exceeds its staging capacity");
+  set_first_blocks(plan, {bt, bt_used}, bs);
   std::memcpy(at<char>(h, layout_.seqs), aseqs.data(), aseqs.size() * sizeof(attn_seq));
-  stage_plan(h, step_work(layout_), plan, {bt, bt_used}, bs);
+  stage_plan(h, step_work(layout_), plan);
   // The last layer's attention over the sampled rows: one query per sampled sequence (row r of
   // the gathered rows), over all of its keys.
   attention_plan last_plan;
@@ -284,7 +282,8 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
     if (last_plan.items.size() > layout_.last_item_capacity)
       return bad_step("last-layer attention work exceeds its staging capacity");
     std::memcpy(at<char>(h, layout_.last_seqs), last_seqs_.data(), last_seqs_.size() * sizeof(attn_seq));
-    stage_plan(h, last_layer_work(layout_), last_plan, {bt, bt_used}, bs);
+    set_first_blocks(last_plan, {bt, bt_used}, bs);
+    stage_plan(h, last_layer_work(layout_), last_plan);
   }
   std::memcpy(at<char>(h, layout_.sample_rows), sample_rows.data(), sample_rows.size() * 4);
   std::memcpy(at<char>(h, layout_.sample_seqs), sseqs.data(), sseqs.size() * sizeof(sample_seq));

@@ -52,7 +52,7 @@ double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case
   if (decode_grid > 0) grids.decode = decode_grid;
   const int32_t n_prefill = int32_t(plan.items.size()) - plan.num_decode_items;
   // As the executor stages them: decode pieces carry the block of their first key.
-  cuda::set_first_blocks(std::span(plan.items).subspan(size_t(n_prefill)), in.block_tables, bs);
+  cuda::set_first_blocks(plan, in.block_tables, bs);
   std::vector<uint16_t> k_now = in.k_cache, v_now = in.v_cache;
   if (late)
     for (const cuda::attn_seq& s : seqs) {

@@ -302,7 +302,7 @@ TEST(AttentionBackend, DecodePiecesGetTheBlockOfTheirFirstKey) {
   gpu::cuda::attention_plan p = (*b)->plan(seqs);
   ASSERT_EQ(p.num_decode_items, int32_t(p.items.size()));
   for (const auto& it : p.items) EXPECT_EQ(it.first_block, -1);  // the planner leaves them to the step
-  gpu::cuda::set_first_blocks(p.items, tables, bs);
+  gpu::cuda::set_first_blocks(p, tables, bs);
   int pieces_past_block_0 = 0;
   for (const auto& it : p.items) {
     const int32_t entry = seqs[size_t(it.seq)].bt_offset + it.kv_begin / bs;
@@ -310,12 +310,17 @@ TEST(AttentionBackend, DecodePiecesGetTheBlockOfTheirFirstKey) {
     pieces_past_block_0 += it.kv_begin >= bs;
   }
   EXPECT_GT(pieces_past_block_0, 0);  // the 5000-token sequence is split
-  // An entry outside the tables given leaves the table read to the kernel.
-  std::vector<gpu::cuda::attn_item> bad(1);
-  bad[0].bt_offset = 95;
-  bad[0].kv_begin = 2 * bs;
+  // An entry outside the tables given leaves the table read to the kernel; prefill tiles (the
+  // items before the decode pieces) are not touched.
+  gpu::cuda::attention_plan bad;
+  bad.items.resize(2);
+  bad.items[1].bt_offset = 95;
+  bad.items[1].kv_begin = 2 * bs;
+  bad.num_decode_items = 1;
+  bad.items[1].first_block = 7;
   gpu::cuda::set_first_blocks(bad, tables, bs);
-  EXPECT_EQ(bad[0].first_block, -1);
+  EXPECT_EQ(bad.items[1].first_block, -1);
+  EXPECT_EQ(bad.items[0].first_block, -1);  // bt_offset 0, kv_begin 0 would have named tables[0]
 }
 
 }  // namespace
