@@ -24,47 +24,19 @@ __device__ __forceinline__ bool rows_precede_newest(int k0, int n, int kv_end, i
   return min(kv_end, k0 + n) < context_len;
 }
 
-/// Sets scores of keys k0 + column >= kv_end to -inf (the accumulator layout of m16n8).
-template <int NK>
-__device__ __forceinline__ void mask_tail(float (&s)[NK / 8][4], int k0, int kv_end, int lane) {
-  if (k0 + NK <= kv_end) return;
-#pragma unroll
-  for (int n = 0; n < NK / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (k0 + n * 8 + (lane % 4) * 2 + (e & 1) >= kv_end) s[n][e] = -INFINITY;
-}
-
 /// Merges the NW warps' states of the same 16 rows (each warp saw different keys) through
 /// `red` (shared memory, at least NW * 16 * (D + 4) + NW * 32 floats) and stores rows < valid:
 /// the output when it.partial < 0, else the normalised partial and its log2-sum-exp.
-template <class T, int D, int NW, class Kv>
-__device__ __forceinline__ void merge_warps_and_store(const attn_launch& a, const attn_item& it, warp_rows<T, D, Kv>& w,
+template <class T, int D, int NW, class W>
+__device__ __forceinline__ void merge_warps_and_store(const attn_launch& a, const attn_item& it, W& w,
                                                       float* red, int valid, int tid) {
   constexpr int kStride = D + 4;
   const int lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
   const int dv = decode_variant(a.variant);
   if (dv == 18) return;  // measurement: no warp merge, no stores
-  w.finish_sums();
   float* o_s = red;
   float* ml_s = red + NW * 16 * kStride;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = lane / 4 + h * 8;
-    if (row >= valid) continue;  // padding rows of a small group: never read
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      const int col = n * 8 + (lane % 4) * 2;
-      *reinterpret_cast<float2*>(o_s + (warp * 16 + row) * kStride + col) = make_float2(w.o[n][2 * h], w.o[n][2 * h + 1]);
-    }
-  }
-  if (lane % 4 == 0) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      ml_s[(warp * 16 + lane / 4 + h * 8) * 2] = w.m[h];
-      ml_s[(warp * 16 + lane / 4 + h * 8) * 2 + 1] = w.l[h];
-    }
-  }
+  w.store_state(o_s + warp * 16 * kStride, ml_s + warp * 16 * 2, kStride, valid, lane);
   __syncthreads();
   for (int idx = tid; idx < valid * (D / 4); idx += NW * 32) {
     const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;

@@ -21,6 +21,7 @@
 #include "gpu/cuda/attention/kv_tensor_map.hpp"
 #include "gpu/cuda/attention/probe.hpp"
 #include "gpu/cuda/attention/prefill_wgmma.cuh"
+#include "gpu/cuda/attention/warp_keys.cuh"
 #include "gpu/cuda/kernel_util.cuh"
 
 namespace actorserve::gpu::cuda {
@@ -48,6 +49,16 @@ __device__ __forceinline__ unsigned sm_id() {
   return id;
 }
 
+/// A decode kernel's warp tile: the keys as the MMAs' M dimension (warp_keys) when the query
+/// rows of a KV group fit in 8 (GQA <= 8: decode items hold one token), else the rows as M
+/// (warp_rows, up to 16). keys_as_m() picks it per launch; decode variant 25 forces the rows.
+template <bool kKeysM, class T, int D, class Kv>
+using decode_warp = std::conditional_t<kKeysM, warp_keys<T, D, Kv>, warp_rows<T, D, Kv>>;
+
+bool keys_as_m(const attn_launch& a) {
+  return a.num_heads <= warp_keys<__half, 64>::max_rows * a.num_kv_heads && decode_variant(a.variant) != 25;
+}
+
 /// Stages of the deep-pipeline variant (decode variants 5 and 6: one CTA per SM).
 constexpr int kDeepStages = 6;
 
@@ -57,7 +68,7 @@ constexpr int merge_cap(int smem_bytes) { return smem_bytes / 4; }
 /// kMode 0: attention; 1: the same copies without the math (a memory probe, wrong results);
 /// 2: the probe over a head-major cache layout; 3: attention with Q read after the first K/V
 /// copies are issued instead of before (the ordering comparison of docs/attention.md).
-template <class T, int D, int kMode, int kSt>
+template <class T, int D, int kMode, int kSt, bool kKeysM>
 __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
   constexpr int kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
@@ -90,7 +101,7 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
   else
     qp.store(a, q_s, tid);
   __syncthreads();
-  warp_rows<T, D> w;
+  decode_warp<kKeysM, T, D, row_tile<D>> w;
   w.init(q_s, lane);
   for (int t = 0; t < ntiles; ++t) {
     cp_async_wait<kSt - 2>();
@@ -104,10 +115,8 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
     cp_async_commit();
     if (kMode == 1 || kMode == 2) continue;
     const uint32_t k_s = s0 + (t % kSt) * 2 * kTileBytes;
-    float sc[kWarpKeys / 8][4];
-    w.template scores<kWarpKeys>(k_s, warp * kWarpKeys, lane, sc);
-    mask_tail<kWarpKeys>(sc, it.kv_begin + t * kTile + warp * kWarpKeys, it.kv_end, lane);
-    w.template accumulate<kWarpKeys>(sc, k_s + kTileBytes, warp * kWarpKeys, lane);
+    w.template step<kWarpKeys>(k_s, k_s + kTileBytes, warp * kWarpKeys, it.kv_begin + t * kTile + warp * kWarpKeys,
+                               it.kv_end, lane);
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -117,14 +126,14 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
-template <class T, int D, int kMode, int kSt>
+template <class T, int D, int kMode, int kSt, bool kKeysM>
 __global__ void __launch_bounds__(kThreads) fd_decode_kernel(attn_launch a) {
   allow_dependents();
   extern __shared__ uint4 smem_raw[];
   const int n = a.counts[2];
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    fd_decode_item<T, D, kMode, kSt>(a, a.items[a.counts[0] + i], smem_raw);
+    fd_decode_item<T, D, kMode, kSt, kKeysM>(a, a.items[a.counts[0] + i], smem_raw);
   }
 }
 
@@ -141,7 +150,7 @@ constexpr int fd_tma_smem_bytes() { return 1024 + fd_smem_bytes<D>() + 8 * fd_st
 /// those rows zero-filled, arriving on the same barrier. `n` counts the CTA's tiles over its
 /// items (the stages' barrier phases). kMode (tma_mode): the attention, the copies alone (a
 /// memory probe), or the attention with a timeline of each CTA's first item (decode_trace).
-template <class T, int D, int kMode>
+template <class T, int D, int kMode, bool kKeysM>
 __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const kv_tensor_maps& maps,
                                                    const attn_item& it, uint32_t s0, int& n) {
   constexpr int kSt = fd_stages, kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
@@ -191,7 +200,7 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
   for (; s < kSt - 1; ++s) issue(s);
   qp.store(a, q_s, tid);
   __syncthreads();
-  warp_rows<T, D, slab_tile<kTile>> w;
+  decode_warp<kKeysM, T, D, slab_tile<kTile>> w;
   w.init(q_s, lane);
   for (int t = 0; t < ntiles; ++t) {
     // Every warp is past tile t - 1, so its stage takes tile t + kSt - 1 now, before the wait for
@@ -202,10 +211,8 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
     if (traced && (t == 0 || t == ntiles - 1)) g_decode_trace[blockIdx.x][t == 0 ? 2 : 3] = dev::global_ns();
     if (!kMath) continue;
     const uint32_t k_s = stage(t);
-    float sc[kWarpKeys / 8][4];
-    w.template scores<kWarpKeys>(k_s, warp * kWarpKeys, lane, sc);
-    mask_tail<kWarpKeys>(sc, it.kv_begin + t * kTile + warp * kWarpKeys, it.kv_end, lane);
-    w.template accumulate<kWarpKeys>(sc, k_s + kTileBytes, warp * kWarpKeys, lane);
+    w.template step<kWarpKeys>(k_s, k_s + kTileBytes, warp * kWarpKeys, it.kv_begin + t * kTile + warp * kWarpKeys,
+                               it.kv_end, lane);
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
@@ -218,7 +225,7 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided, over TMA (fd_decode_item_tma).
-template <class T, int D, int kMode>
+template <class T, int D, int kMode, bool kKeysM>
 __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, const __grid_constant__ kv_tensor_maps maps) {
   if (kMode == tma_traced && threadIdx.x == 0 && blockIdx.x < kTraceCtas) {
     g_decode_trace[blockIdx.x][0] = dev::global_ns();
@@ -248,7 +255,7 @@ __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, 
     attn_item next{};
     if (i + int(gridDim.x) < items) next = list[i + gridDim.x];
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    fd_decode_item_tma<T, D, kMode>(a, maps, it, s0, n);
+    fd_decode_item_tma<T, D, kMode, kKeysM>(a, maps, it, s0, n);
     it = next;
   }
 }
@@ -256,7 +263,7 @@ __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, 
 template <int D>
 constexpr int vllm_smem_bytes() { return kWarps * fd_stages * 2 * vllm_warp_tokens * D * 2 + 16 * D * 2; }
 
-template <class T, int D>
+template <class T, int D, bool kKeysM>
 __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
   constexpr int kU = vllm_warp_tokens, kSt = fd_stages, kUnitBytes = kU * D * 2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
@@ -288,7 +295,7 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
   for (; s < kSt - 1; ++s) issue(s);
   qp.store(a, q_s, tid);
   __syncthreads();
-  warp_rows<T, D> w;
+  decode_warp<kKeysM, T, D, row_tile<D>> w;
   w.init(q_s, lane);
   for (int i = 0; i < mine; ++i) {
     cp_async_wait<kSt - 2>();
@@ -301,10 +308,7 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
     }
     cp_async_commit();
     const uint32_t k_s = my + (i % kSt) * 2 * kUnitBytes;
-    float sc[kU / 8][4];
-    w.template scores<kU>(k_s, 0, lane, sc);
-    mask_tail<kU>(sc, it.kv_begin + (warp + i * kWarps) * kU, it.kv_end, lane);
-    w.template accumulate<kU>(sc, k_s + kUnitBytes, 0, lane);
+    w.template step<kU>(k_s, k_s + kUnitBytes, 0, it.kv_begin + (warp + i * kWarps) * kU, it.kv_end, lane);
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -314,14 +318,14 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
-template <class T, int D>
+template <class T, int D, bool kKeysM>
 __global__ void __launch_bounds__(kThreads) vllm_decode_kernel(attn_launch a) {
   allow_dependents();
   extern __shared__ uint4 smem_raw[];
   const int n = a.counts[2];
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    vllm_decode_item<T, D>(a, a.items[a.counts[0] + i], smem_raw);
+    vllm_decode_item<T, D, kKeysM>(a, a.items[a.counts[0] + i], smem_raw);
   }
 }
 
@@ -337,27 +341,43 @@ int launch_decode(void (*kernel)(attn_launch), int smem, const attn_launch& a, c
   return int(dev::launch_pdl_smem(kernel, dim3(a.decode_grid), dim3(kThreads), size_t(smem), s, a));
 }
 
-template <class T, int D, int kMode, int kSt = fd_stages>
-int launch_fd_mode(const attn_launch& a, cudaStream_t s) {
+template <class T, int D, int kMode, int kSt, bool kKeysM>
+int launch_fd_kernel(const attn_launch& a, cudaStream_t s) {
   constexpr int smem = fd_smem_bytes<D, kSt>();
-  static const int configured = configure(fd_decode_kernel<T, D, kMode, kSt>, smem);
+  static const int configured = configure(fd_decode_kernel<T, D, kMode, kSt, kKeysM>, smem);
   if (configured != 0) return configured;
-  return launch_decode(fd_decode_kernel<T, D, kMode, kSt>, smem, a, s);
+  return launch_decode(fd_decode_kernel<T, D, kMode, kSt, kKeysM>, smem, a, s);
 }
 
-/// The TMA kernel (fd_decode_item_tma); the cp.async one where the descriptors cannot be made.
+/// The cp.async flash-decoding kernel; the attention (kMode 0) with the keys as M where they fit.
+template <class T, int D, int kMode, int kSt = fd_stages>
+int launch_fd_mode(const attn_launch& a, cudaStream_t s) {
+  if constexpr (kMode == 0 && kSt == fd_stages)
+    if (keys_as_m(a)) return launch_fd_kernel<T, D, kMode, kSt, true>(a, s);
+  return launch_fd_kernel<T, D, kMode, kSt, false>(a, s);
+}
+
+template <class T, int D, int kMode, bool kKeysM>
+int launch_fd_tma_kernel(const attn_launch& a, const kv_tensor_maps& maps, cudaStream_t s) {
+  constexpr int smem = fd_tma_smem_bytes<D>();
+  static const int configured = configure(fd_decode_tma_kernel<T, D, kMode, kKeysM>, smem);
+  if (configured != 0) return configured;
+  if (a.decode_grid <= 0) return 0;
+  return int(dev::launch_pdl_smem(fd_decode_tma_kernel<T, D, kMode, kKeysM>, dim3(a.decode_grid), dim3(kThreads),
+                                  size_t(smem), s, a, maps));
+}
+
+/// The TMA kernel (fd_decode_item_tma), with the keys as M where they fit; the cp.async one
+/// where the descriptors cannot be made.
 template <class T, int D, int kMode>
 int launch_fd_tma(const attn_launch& a, cudaStream_t s) {
   kv_tensor_maps maps{};
   if (!make_kv_tensor_maps(a.k_cache, a.v_cache, a.num_kv_heads, a.head_dim, a.block_size, &maps) ||
       maps.box_rows != fd_kv_tile)
     return launch_fd_mode<T, D, kMode == tma_copies_only ? 1 : 0>(a, s);
-  constexpr int smem = fd_tma_smem_bytes<D>();
-  static const int configured = configure(fd_decode_tma_kernel<T, D, kMode>, smem);
-  if (configured != 0) return configured;
-  if (a.decode_grid <= 0) return 0;
-  return int(dev::launch_pdl_smem(fd_decode_tma_kernel<T, D, kMode>, dim3(a.decode_grid), dim3(kThreads),
-                                  size_t(smem), s, a, maps));
+  if constexpr (kMode != tma_copies_only)
+    if (keys_as_m(a)) return launch_fd_tma_kernel<T, D, kMode, true>(a, maps, s);
+  return launch_fd_tma_kernel<T, D, kMode, false>(a, maps, s);
 }
 
 /// The flash-decoding kernel of decode variant v: TMA (where the block size is a multiple of
@@ -379,11 +399,16 @@ int launch_fd(const attn_launch& a, cudaStream_t s) {
   return int(cudaErrorInvalidValue);
 }
 
+template <class T, int D, bool kKeysM>
+int launch_vllm_kernel(const attn_launch& a, cudaStream_t s) {
+  static const int configured = configure(vllm_decode_kernel<T, D, kKeysM>, vllm_smem_bytes<D>());
+  if (configured != 0) return configured;
+  return launch_decode(vllm_decode_kernel<T, D, kKeysM>, vllm_smem_bytes<D>(), a, s);
+}
+
 template <class T, int D>
 int launch_vllm(const attn_launch& a, cudaStream_t s) {
-  static const int configured = configure(vllm_decode_kernel<T, D>, vllm_smem_bytes<D>());
-  if (configured != 0) return configured;
-  return launch_decode(vllm_decode_kernel<T, D>, vllm_smem_bytes<D>(), a, s);
+  return keys_as_m(a) ? launch_vllm_kernel<T, D, true>(a, s) : launch_vllm_kernel<T, D, false>(a, s);
 }
 
 template <class T, int D>
@@ -392,12 +417,13 @@ int occupancy(bool vllm) {
   const int smem = vllm ? vllm_smem_bytes<D>() : fd_smem_bytes<D>();
   cudaError_t e = vllm ? cudaErrorUnknown : cudaSuccess;
   if (vllm) {
-    e = cudaError_t(configure(vllm_decode_kernel<T, D>, smem));
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, vllm_decode_kernel<T, D>, kThreads, smem);
-  } else {  // the TMA kernel, the default (its cp.async fallback takes 1 KiB less)
-    e = cudaError_t(configure(fd_decode_tma_kernel<T, D, tma_attention>, fd_tma_smem_bytes<D>()));
+    e = cudaError_t(configure(vllm_decode_kernel<T, D, false>, smem));
     if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_tma_kernel<T, D, tma_attention>, kThreads,
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, vllm_decode_kernel<T, D, false>, kThreads, smem);
+  } else {  // the TMA kernel, the default (its cp.async fallback takes 1 KiB less)
+    e = cudaError_t(configure(fd_decode_tma_kernel<T, D, tma_attention, false>, fd_tma_smem_bytes<D>()));
+    if (e == cudaSuccess)
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_tma_kernel<T, D, tma_attention, false>, kThreads,
                                                         fd_tma_smem_bytes<D>());
   }
   if (e != cudaSuccess) {

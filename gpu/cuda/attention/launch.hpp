@@ -78,7 +78,8 @@ inline constexpr int prefill_variant(int v) { return v & 15; }
 /// not merge, 17 = no fence, count or merge, 18 = no warp merge and no stores either. 20 =
 /// splits sized to one CTA per SM; 23 = flash-decoding without its long-piece rule (always
 /// two CTAs per SM, split_heuristic.hpp); 24 = the TMA kernel with a per-CTA timeline
-/// (probe.hpp: read_decode_trace; bf16, D 128). Flash-decoding's default brings its K/V tiles in by
+/// (probe.hpp: read_decode_trace; bf16, D 128); 25 = the decode MMAs with the query rows as M
+/// (warp_rows; the default takes the keys as M, warp_keys.cuh, where a KV group has at most 8 heads). Flash-decoding's default brings its K/V tiles in by
 /// TMA where the block size is a multiple of 64 tokens.
 inline constexpr int decode_variant(int v) { return v >> 4; }
 /// Query rows (tokens x heads of one KV group) of one tensor-core prefill tile.

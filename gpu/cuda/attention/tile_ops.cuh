@@ -246,6 +246,17 @@ struct q_prefetch {
   }
 };
 
+/// Sets scores of keys k0 + column >= kv_end to -inf (the accumulator layout of m16n8).
+template <int NK>
+__device__ __forceinline__ void mask_tail(float (&s)[NK / 8][4], int k0, int kv_end, int lane) {
+  if (k0 + NK <= kv_end) return;
+#pragma unroll
+  for (int n = 0; n < NK / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (k0 + n * 8 + (lane % 4) * 2 + (e & 1) >= kv_end) s[n][e] = -INFINITY;
+}
+
 /// One warp's 16 query rows: Q fragments in registers, the fp32 output accumulator and the
 /// running max / sum of its two rows per thread (row g = lane / 4 and g + 8). Kv: the K/V
 /// tiles' layout (row_tile or slab_tile); Q is always a row_tile.
@@ -327,6 +338,34 @@ struct warp_rows {
         ldsm_x4_t(v_s + Kv::at(row, dn * 2 + lane / 16), b0, b1, b2, b3);
         elem<T>::mma(o[2 * dn], pf[kk], b0, b1);
         elem<T>::mma(o[2 * dn + 1], pf[kk], b2, b3);
+      }
+    }
+  }
+
+  /// One decode step: scores, tail mask and accumulate of keys [key0, key0 + NK) of the K and V
+  /// tiles, the first of them at position k0 of the sequence (keys at kv_end or later masked).
+  template <int NK>
+  __device__ __forceinline__ void step(uint32_t k_s, uint32_t v_s, int key0, int k0, int kv_end, int lane) {
+    float s[NK / 8][4];
+    scores<NK>(k_s, key0, lane, s);
+    mask_tail<NK>(s, k0, kv_end, lane);
+    accumulate<NK>(s, v_s, key0, lane);
+  }
+
+  /// Writes rows < valid of the warp's state for the decode kernels' warp merge:
+  /// o_s[r * stride + d] (unnormalised output) and ml_s[2 r], ml_s[2 r + 1] (log2 max, sum).
+  __device__ __forceinline__ void store_state(float* o_s, float* ml_s, int stride, int valid, int lane) {
+    finish_sums();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = lane / 4 + h * 8;
+      if (row >= valid) continue;  // padding rows of a small group: never read
+#pragma unroll
+      for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<float2*>(o_s + row * stride + n * 8 + (lane % 4) * 2) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
+      if (lane % 4 == 0) {
+        ml_s[row * 2] = m[h];
+        ml_s[row * 2 + 1] = l[h];
       }
     }
   }

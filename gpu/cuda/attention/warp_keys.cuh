@@ -1,0 +1,147 @@
+#pragma once
+// One warp's share of a decode tile with the keys as the M dimension of its MMAs and the query
+// rows (at most 8: the heads of one GQA group for one decode token) as N:
+//   S^T[keys, q] = K[keys, D] Q^T[D, q],   O^T[D, q] += V^T[D, keys] P^T[keys, q].
+// With the rows as M (warp_rows) half of each 16-row MMA tile is padding at GQA 8 and three
+// quarters at GQA 4; here an m16n8k16 MMA covers 16 keys x 8 rows, so a tile takes half the MMAs,
+// half the exponentials and half the accumulator registers. P^T leaves the score MMA in the
+// accumulator layout (keys as rows) and enters the PV MMA as its B operand (keys as columns):
+// one movmatrix transpose per 8 x 8 block moves it across the lanes.
+#include "gpu/cuda/attention/tile_ops.cuh"
+
+namespace actorserve::gpu::cuda::attn_dev {
+
+/// Transpose of an 8 x 8 b16 matrix held one 32-bit pair per lane (row lane / 4, columns
+/// 2 (lane % 4), + 1), returned in the same layout.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+/// One warp's query rows 0-7 against its keys (warp_rows' interface: init, step, store_state).
+/// Thread state: qf, the B fragments of Q^T; o[dm], the O^T accumulator of dims dm * 16 + g and
+/// + 8 (g = lane / 4) for rows c and c + 1 (c = 2 (lane % 4)); m, l the running max and sum of
+/// rows c and c + 1 (each thread sums its own keys until finish_sums).
+template <class T, int D, class Kv = row_tile<D>>
+struct warp_keys {
+  static constexpr int max_rows = 8;
+  uint32_t qf[D / 16][2];
+  float o[D / 16][4];
+  float m[2], l[2];
+
+  /// Q is the [16, D] swizzled tile staged as for warp_rows; only rows 0-7 are read.
+  __device__ __forceinline__ void init(uint32_t q_s, int lane) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks += 2)
+      ldsm_x4(q_s + swz<D>(lane % 8, ks * 2 + lane / 8), qf[ks][0], qf[ks][1], qf[ks + 1][0], qf[ks + 1][1]);
+#pragma unroll
+    for (int d = 0; d < D / 16; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+    m[0] = m[1] = -INFINITY;
+    l[0] = l[1] = 0.0f;
+  }
+
+  /// Keys [key0, key0 + NK) of the K and V tiles (tile rows), the first of them at position k0
+  /// of the sequence; keys at kv_end or later are masked.
+  template <int NK>
+  __device__ __forceinline__ void step(uint32_t k_s, uint32_t v_s, int key0, int k0, int kv_end, int lane) {
+    constexpr int kM = NK / 16;
+    const int g = lane / 4;
+    float s[kM][4];
+    uint32_t vf[kM][D / 16][4];  // A fragments of V^T, loaded while the scores' MMAs and softmax run
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+      uint32_t kf[D / 16][4];
+      const int row = key0 + mt * 16 + ((lane / 8) % 2) * 8 + lane % 8;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks)
+        ldsm_x4(k_s + Kv::at(row, ks * 2 + lane / 16), kf[ks][0], kf[ks][1], kf[ks][2], kf[ks][3]);
+      // Two accumulators over the D / 16 k-steps: two dependency chains of MMAs, not one.
+      float s2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      s[mt][0] = s[mt][1] = s[mt][2] = s[mt][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) elem<T>::mma(ks % 2 ? s2 : s[mt], kf[ks], qf[ks][0], qf[ks][1]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][e] += s2[e];
+      // V^T rows d * 16 + 0-7 / 8-15, keys 0-7 / 8-15: transposed 8 x 8 loads of V.
+      const int vrow = key0 + mt * 16 + (lane / 16) * 8 + lane % 8;
+#pragma unroll
+      for (int d = 0; d < D / 16; ++d)
+        ldsm_x4_t(v_s + Kv::at(vrow, d * 2 + (lane / 8) % 2), vf[mt][d][0], vf[mt][d][1], vf[mt][d][2], vf[mt][d][3]);
+    }
+    if (k0 + NK > kv_end) {
+#pragma unroll
+      for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (k0 + mt * 16 + g + (e / 2) * 8 >= kv_end) s[mt][e] = -INFINITY;
+    }
+    // Online softmax per query row (a column here: 8 lanes of the same lane % 4).
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[mt][0], s[mt][2]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[mt][1], s[mt][3]));
+    }
+    float corr[2], base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int x = 4; x < 32; x <<= 1) mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], x));
+      base[h] = mx[h] == -INFINITY ? 0.0f : mx[h];
+      corr[h] = fast_exp2(m[h] - base[h]);
+      m[h] = mx[h];
+    }
+    uint32_t pb[kM][2];  // B fragments of P^T: keys mt * 16 + 0-7 and 8-15
+    float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt) {
+      const float p0 = fast_exp2(s[mt][0] - base[0]), p1 = fast_exp2(s[mt][1] - base[1]);
+      const float p2 = fast_exp2(s[mt][2] - base[0]), p3 = fast_exp2(s[mt][3] - base[1]);
+      rs[0] += p0 + p2;
+      rs[1] += p1 + p3;
+      pb[mt][0] = movmatrix_trans(elem<T>::pack(p0, p1));
+      pb[mt][1] = movmatrix_trans(elem<T>::pack(p2, p3));
+    }
+    l[0] = l[0] * corr[0] + rs[0];
+    l[1] = l[1] * corr[1] + rs[1];
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+#pragma unroll
+      for (int d = 0; d < D / 16; ++d) {
+        o[d][0] *= corr[0];
+        o[d][1] *= corr[1];
+        o[d][2] *= corr[0];
+        o[d][3] *= corr[1];
+      }
+    }
+#pragma unroll
+    for (int mt = 0; mt < kM; ++mt)
+#pragma unroll
+      for (int d = 0; d < D / 16; ++d) elem<T>::mma(o[d], vf[mt][d], pb[mt][0], pb[mt][1]);
+  }
+
+  /// Writes rows < valid of the warp's state for merge_warps_and_store: o_s[r * stride + d]
+  /// (unnormalised output) and ml_s[2 r], ml_s[2 r + 1] (log2 max, sum).
+  __device__ __forceinline__ void store_state(float* o_s, float* ml_s, int stride, int valid, int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int x = 4; x < 32; x <<= 1) l[h] += __shfl_xor_sync(0xffffffffu, l[h], x);
+    const int g = lane / 4, c = (lane % 4) * 2;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (c + h >= valid) continue;
+#pragma unroll
+      for (int d = 0; d < D / 16; ++d) {
+        o_s[(c + h) * stride + d * 16 + g] = o[d][h];
+        o_s[(c + h) * stride + d * 16 + g + 8] = o[d][2 + h];
+      }
+      if (g == 0) {
+        ml_s[(c + h) * 2] = m[h];
+        ml_s[(c + h) * 2 + 1] = l[h];
+      }
+    }
+  }
+};
+
+}  // namespace actorserve::gpu::cuda::attn_dev
