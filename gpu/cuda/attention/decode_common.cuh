@@ -34,6 +34,8 @@ __device__ __forceinline__ void merge_warps_and_store(const attn_launch& a, cons
   const int lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
   const int dv = decode_variant(a.variant);
   if (dv == 18) return;  // measurement: no warp merge, no stores
+  if constexpr (W::merges_in_registers)
+    if (it.partial < 0 && dv != 28) return w.template merge_and_store<NW>(a, it, red, valid, tid);
   float* o_s = red;
   float* ml_s = red + NW * 16 * kStride;
   w.store_state(o_s + warp * 16 * kStride, ml_s + warp * 16 * 2, kStride, valid, lane);

@@ -79,7 +79,9 @@ inline constexpr int prefill_variant(int v) { return v & 15; }
 /// splits sized to one CTA per SM; 23 = flash-decoding without its long-piece rule (always
 /// two CTAs per SM, split_heuristic.hpp); 24 = the TMA kernel with a per-CTA timeline
 /// (probe.hpp: read_decode_trace; bf16, D 128); 25 = the decode MMAs with the query rows as M
-/// (warp_rows; the default takes the keys as M, warp_keys.cuh, where a KV group has at most 8 heads). Flash-decoding's default brings its K/V tiles in by
+/// (warp_rows; the default takes the keys as M, warp_keys.cuh, where a KV group has at most 8 heads).
+/// 28 = the warp merge of a whole item's output through shared memory (the default merges
+/// the keys-as-M warps' states in warp 0's registers). Flash-decoding's default brings its K/V tiles in by
 /// TMA where the block size is a multiple of 64 tokens.
 inline constexpr int decode_variant(int v) { return v >> 4; }
 /// Query rows (tokens x heads of one KV group) of one tensor-core prefill tile.

@@ -262,6 +262,7 @@ __device__ __forceinline__ void mask_tail(float (&s)[NK / 8][4], int k0, int kv_
 /// tiles' layout (row_tile or slab_tile); Q is always a row_tile.
 template <class T, int D, class Kv = row_tile<D>>
 struct warp_rows {
+  static constexpr bool merges_in_registers = false;  ///< merged through shared memory only
   uint32_t qf[D / 16][4];
   float o[D / 8][4];
   float m[2], l[2];

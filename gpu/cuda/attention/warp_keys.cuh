@@ -26,6 +26,7 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
 template <class T, int D, class Kv = row_tile<D>>
 struct warp_keys {
   static constexpr int max_rows = 8;
+  static constexpr bool merges_in_registers = true;  ///< has merge_and_store
   uint32_t qf[D / 16][2];
   float o[D / 16][4];
   float m[2], l[2];
@@ -118,6 +119,78 @@ struct warp_keys {
     for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
       for (int d = 0; d < D / 16; ++d) elem<T>::mma(o[d], vf[mt][d], pb[mt][0], pb[mt][1]);
+  }
+
+  /// The warp merge of an item's final output, in registers (merge_warps_and_store calls it for
+  /// it.partial < 0): warps 1..NW-1 leave their state in `red` (NW - 1 x 32 x (D / 16 + 1)
+  /// float4s, one block per thread), warp 0 folds it into its own and stores rows < valid as T;
+  /// the other warps are done after the barrier. The running sums stay per thread until the end
+  /// (the weights depend only on the row), so a warp's state is its registers as they are.
+  template <int NW>
+  __device__ __forceinline__ void merge_and_store(const attn_launch& a, const attn_item& it, float* red, int valid,
+                                                  int tid) {
+    constexpr int kF4 = D / 16 + 1;  // float4s a thread leaves: its o, then (m0, m1, l0, l1)
+    const int lane = tid & 31, warp = tid >> 5;
+    float4* st = reinterpret_cast<float4*>(red);
+    if (warp > 0) {
+      float4* mine = st + ((warp - 1) * 32 + lane) * kF4;
+#pragma unroll
+      for (int d = 0; d < D / 16; ++d) mine[d] = make_float4(o[d][0], o[d][1], o[d][2], o[d][3]);
+      mine[D / 16] = make_float4(m[0], m[1], l[0], l[1]);
+    }
+    __syncthreads();
+    if (warp > 0) return;
+    float4 ml[NW - 1];
+    float M[2] = {m[0], m[1]};
+#pragma unroll
+    for (int w = 0; w < NW - 1; ++w) {
+      ml[w] = st[(w * 32 + lane) * kF4 + D / 16];
+      M[0] = fmaxf(M[0], ml[w].x);
+      M[1] = fmaxf(M[1], ml[w].y);
+    }
+    // Weights 2^(m_w - M) (ex2 of -inf is 0: a warp that saw no key of the row weighs nothing).
+    const auto weight = [](float mw, float mx) { return mx == -INFINITY ? 0.0f : fast_exp2(mw - mx); };
+    float f[2] = {weight(m[0], M[0]), weight(m[1], M[1])};
+    l[0] *= f[0];
+    l[1] *= f[1];
+#pragma unroll
+    for (int d = 0; d < D / 16; ++d) {
+      o[d][0] *= f[0];
+      o[d][1] *= f[1];
+      o[d][2] *= f[0];
+      o[d][3] *= f[1];
+    }
+#pragma unroll
+    for (int w = 0; w < NW - 1; ++w) {
+      const float f0 = weight(ml[w].x, M[0]), f1 = weight(ml[w].y, M[1]);
+      l[0] += ml[w].z * f0;
+      l[1] += ml[w].w * f1;
+#pragma unroll
+      for (int d = 0; d < D / 16; ++d) {
+        const float4 x = st[(w * 32 + lane) * kF4 + d];
+        o[d][0] += x.x * f0;
+        o[d][1] += x.y * f1;
+        o[d][2] += x.z * f0;
+        o[d][3] += x.w * f1;
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int x = 4; x < 32; x <<= 1) l[h] += __shfl_xor_sync(0xffffffffu, l[h], x);
+    const float inv0 = l[0] > 0.0f ? 1.0f / l[0] : 0.0f, inv1 = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
+    // After the transpose a thread holds row g, dims d * 16 + c, + 1 and d * 16 + 8 + c, + 1.
+    const int g = lane / 4, c = (lane % 4) * 2, G = a.num_heads / a.num_kv_heads;
+    T* out = static_cast<T*>(a.out) + (size_t(it.q_begin + g / G) * a.num_heads + it.kv_head * G + g % G) * D + c;
+#pragma unroll
+    for (int d = 0; d < D / 16; ++d) {
+      const uint32_t lo = movmatrix_trans(elem<T>::pack(o[d][0] * inv0, o[d][1] * inv1));
+      const uint32_t hi = movmatrix_trans(elem<T>::pack(o[d][2] * inv0, o[d][3] * inv1));
+      if (g < valid) {
+        *reinterpret_cast<uint32_t*>(out + d * 16) = lo;
+        *reinterpret_cast<uint32_t*>(out + d * 16 + 8) = hi;
+      }
+    }
   }
 
   /// Writes rows < valid of the warp's state for merge_warps_and_store: o_s[r * stride + d]
