@@ -299,8 +299,9 @@ void run_variants(device_state& st, double copy) {
               g_flush_by_write ? "memset" : "read");
   struct point { kv_cache_layout layout; int H, batch, kv; bool prefill; std::vector<int> variants; };
   const kv_cache_layout fd = kv_cache_layout::flash_decoding, vl = kv_cache_layout::vllm;
-  // 0 default (K/V by TMA, keys as the MMAs' M); 448 the warp merge through shared memory; measurement variants
-  // (launch.hpp): 224 the TMA copies alone; 256 the last piece counts but does not merge.
+  // 0 default (K/V by TMA, keys as the MMAs' M); 448 the warp merge through shared memory;
+  // measurement variants (launch.hpp): 224 the TMA copies alone; 256 the last piece counts but
+  // does not merge.
   const std::vector<int> ab = {0, 448, 224};
   const point points[] = {{fd, 32, 32, 2048, false, ab},       {fd, 64, 32, 2048, false, ab},
                           {fd, 32, 32, 8192, false, ab},       {fd, 64, 64, 2048, false, ab},

@@ -56,7 +56,7 @@ template <bool kKeysM, class T, int D, class Kv>
 using decode_warp = std::conditional_t<kKeysM, warp_keys<T, D, Kv>, warp_rows<T, D, Kv>>;
 
 bool keys_as_m(const attn_launch& a) {
-  return a.num_heads <= warp_keys<__half, 64>::max_rows * a.num_kv_heads && decode_variant(a.variant) != 25;
+  return a.num_heads <= warp_keys_max_rows * a.num_kv_heads && decode_variant(a.variant) != 25;
 }
 
 /// Stages of the deep-pipeline variant (decode variants 5 and 6: one CTA per SM).
@@ -417,13 +417,13 @@ int occupancy(bool vllm) {
   const int smem = vllm ? vllm_smem_bytes<D>() : fd_smem_bytes<D>();
   cudaError_t e = vllm ? cudaErrorUnknown : cudaSuccess;
   if (vllm) {
-    e = cudaError_t(configure(vllm_decode_kernel<T, D, false>, smem));
+    e = cudaError_t(configure(vllm_decode_kernel<T, D, true>, smem));
     if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, vllm_decode_kernel<T, D, false>, kThreads, smem);
-  } else {  // the TMA kernel, the default (its cp.async fallback takes 1 KiB less)
-    e = cudaError_t(configure(fd_decode_tma_kernel<T, D, tma_attention, false>, fd_tma_smem_bytes<D>()));
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, vllm_decode_kernel<T, D, true>, kThreads, smem);
+  } else {  // the TMA kernel, the default (its cp.async fallback takes 1 KiB less); both with the keys as M
+    e = cudaError_t(configure(fd_decode_tma_kernel<T, D, tma_attention, true>, fd_tma_smem_bytes<D>()));
     if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_tma_kernel<T, D, tma_attention, false>, kThreads,
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_tma_kernel<T, D, tma_attention, true>, kThreads,
                                                         fd_tma_smem_bytes<D>());
   }
   if (e != cudaSuccess) {

@@ -19,17 +19,38 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
   return y;
 }
 
+/// Query rows a warp_keys tile holds (the N of m16n8k16).
+inline constexpr int warp_keys_max_rows = 8;
+
+/// Sums v over the 8 lanes of one query row (the lanes of equal lane % 4).
+__device__ __forceinline__ void sum_over_row_lanes(float (&v)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int x = 4; x < 32; x <<= 1) v[h] += __shfl_xor_sync(0xffffffffu, v[h], x);
+}
+
 /// One warp's query rows 0-7 against its keys (warp_rows' interface: init, step, store_state).
 /// Thread state: qf, the B fragments of Q^T; o[dm], the O^T accumulator of dims dm * 16 + g and
 /// + 8 (g = lane / 4) for rows c and c + 1 (c = 2 (lane % 4)); m, l the running max and sum of
 /// rows c and c + 1 (each thread sums its own keys until finish_sums).
 template <class T, int D, class Kv = row_tile<D>>
 struct warp_keys {
-  static constexpr int max_rows = 8;
   static constexpr bool merges_in_registers = true;  ///< has merge_and_store
   uint32_t qf[D / 16][2];
   float o[D / 16][4];
   float m[2], l[2];
+
+  /// Multiplies the accumulator of rows c and c + 1 by f0 and f1.
+  __device__ __forceinline__ void scale_rows(float f0, float f1) {
+#pragma unroll
+    for (int d = 0; d < D / 16; ++d) {
+      o[d][0] *= f0;
+      o[d][1] *= f1;
+      o[d][2] *= f0;
+      o[d][3] *= f1;
+    }
+  }
 
   /// Q is the [16, D] swizzled tile staged as for warp_rows; only rows 0-7 are read.
   __device__ __forceinline__ void init(uint32_t q_s, int lane) {
@@ -106,15 +127,7 @@ struct warp_keys {
     }
     l[0] = l[0] * corr[0] + rs[0];
     l[1] = l[1] * corr[1] + rs[1];
-    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
-#pragma unroll
-      for (int d = 0; d < D / 16; ++d) {
-        o[d][0] *= corr[0];
-        o[d][1] *= corr[1];
-        o[d][2] *= corr[0];
-        o[d][3] *= corr[1];
-      }
-    }
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) scale_rows(corr[0], corr[1]);
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
@@ -153,13 +166,7 @@ struct warp_keys {
     float f[2] = {weight(m[0], M[0]), weight(m[1], M[1])};
     l[0] *= f[0];
     l[1] *= f[1];
-#pragma unroll
-    for (int d = 0; d < D / 16; ++d) {
-      o[d][0] *= f[0];
-      o[d][1] *= f[1];
-      o[d][2] *= f[0];
-      o[d][3] *= f[1];
-    }
+    scale_rows(f[0], f[1]);
 #pragma unroll
     for (int w = 0; w < NW - 1; ++w) {
       const float f0 = weight(ml[w].x, M[0]), f1 = weight(ml[w].y, M[1]);
@@ -174,10 +181,7 @@ struct warp_keys {
         o[d][3] += x.w * f1;
       }
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int x = 4; x < 32; x <<= 1) l[h] += __shfl_xor_sync(0xffffffffu, l[h], x);
+    sum_over_row_lanes(l);
     const float inv0 = l[0] > 0.0f ? 1.0f / l[0] : 0.0f, inv1 = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
     // After the transpose a thread holds row g, dims d * 16 + c, + 1 and d * 16 + 8 + c, + 1.
     const int g = lane / 4, c = (lane % 4) * 2, G = a.num_heads / a.num_kv_heads;
@@ -196,10 +200,7 @@ struct warp_keys {
   /// Writes rows < valid of the warp's state for merge_warps_and_store: o_s[r * stride + d]
   /// (unnormalised output) and ml_s[2 r], ml_s[2 r + 1] (log2 max, sum).
   __device__ __forceinline__ void store_state(float* o_s, float* ml_s, int stride, int valid, int lane) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int x = 4; x < 32; x <<= 1) l[h] += __shfl_xor_sync(0xffffffffu, l[h], x);
+    sum_over_row_lanes(l);
     const int g = lane / 4, c = (lane % 4) * 2;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
