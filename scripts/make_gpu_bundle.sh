@@ -35,7 +35,7 @@ rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"
 shopt -s nullglob
 exes=("$build/server/actorserve" "$build"/tests/test_* "$build"/bench/bench_*)
-if [[ -n "${TARGETS:-}" ]]; then  # only what was asked for (a device call carries at most 64 MiB)
+if [[ -n "${TARGETS:-}" ]]; then  # only what was asked for (a small bundle to carry to the GPU host)
   exes=()
   for t in $TARGETS; do exes+=("$build/server/$t" "$build/tests/$t" "$build/bench/$t"); done
 fi

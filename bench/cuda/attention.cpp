@@ -13,8 +13,8 @@
 // Writes DIR/attention_grid.md (the whole grid as a table) and prints it with a target summary.
 // --flush: how the L2 is flushed before each timed run. `read` (the default) reads a 256 MiB
 // buffer, which evicts every K/V line and leaves the L2 full of clean lines, as the GEMMs and
-// norms before a decode step's attention leave it; `write` memsets that buffer (the method of
-// the earlier passes), which leaves up to a whole L2 of dirty lines that the timed kernel then
+// norms before a decode step's attention leave it; `write` memsets that buffer (the method before
+// 2026-12-01), which leaves up to a whole L2 of dirty lines that the timed kernel then
 // pays to write back to DRAM while it reads.
 #include <cuda_runtime.h>
 

@@ -5,7 +5,7 @@
 // decoded; which requests share a step depends on when they arrived). So two runs, or a CPU and
 // a CUDA run, may choose different greedy tokens, but only where the reference run itself saw a
 // near-tie: with identical contexts up to that token, a wide margin there is an error, not a
-// rounding flip. Measured on the H200 (session-start build, 5 repeats): exact-equality versions
+// rounding flip. Measured on the H200 (5 repeats): exact-equality versions
 // of these tests failed in 5 of 10 runs, each time one request of 200-256.
 #include <algorithm>
 #include <cstddef>
