@@ -154,6 +154,9 @@ class engine_impl final : public engine {
     stats_->alive = true;
     log::info("engine: model {} on the {} executor, {} KV blocks of {} tokens, max_model_len {}", model_name_,
               info.name, num_blocks, info.block_size, max_model_len_);
+    if (info.host_kv_cache_bytes > 0)
+      log::info("engine: the KV cache takes up to {:.1f} MiB of host memory; the process grows towards it as "
+                "blocks are first used, then stays level", double(info.host_kv_cache_bytes) / double(1 << 20));
   }
 
   ~engine_impl() override {

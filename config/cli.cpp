@@ -68,6 +68,14 @@ void add_server_flags(CLI::App& app, server_options& s) {
   app.add_option("--idle-timeout", s.idle_timeout_s, "seconds before an idle connection is closed");
   app.add_option("--drain-timeout", s.drain_timeout_s, "seconds SIGTERM waits for in-flight requests");
   app.add_option("--io-threads", s.io_threads, "network I/O threads");
+  app.add_option("--prompt-threads", s.prompt_threads,
+                 "threads that parse bodies, render chat templates and tokenize prompts (off the I/O threads)");
+  app.add_option("--max-seqs-per-request", s.max_seqs_per_request,
+                 "sequences one request may create (prompts x n); more is a 400");
+  app.add_option("--max-seqs-per-connection", s.max_seqs_per_connection,
+                 "sequences the running requests of one WebSocket connection may hold together");
+  app.add_option("--max-response-bytes", s.max_response_bytes,
+                 "bytes a non-streamed response may buffer; more is a 400 (stream instead)");
 }
 
 void add_generate_flags(CLI::App& app, generate_options& g, std::vector<std::string>& id_lists) {

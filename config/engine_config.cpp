@@ -67,6 +67,16 @@ status validate(const engine_config& cfg) {
     return bad_flag("--drain-timeout", fmt::format("must be >= 0 seconds, got {}", sv.drain_timeout_s));
   if (sv.io_threads < 1 || sv.io_threads > 64)
     return bad_flag("--io-threads", fmt::format("must be in [1, 64], got {}", sv.io_threads));
+  if (sv.prompt_threads < 1 || sv.prompt_threads > 64)
+    return bad_flag("--prompt-threads", fmt::format("must be in [1, 64], got {}", sv.prompt_threads));
+  if (sv.max_seqs_per_request < 1)
+    return bad_flag("--max-seqs-per-request", fmt::format("must be >= 1, got {}", sv.max_seqs_per_request));
+  if (sv.max_seqs_per_connection < sv.max_seqs_per_request)
+    return bad_flag("--max-seqs-per-connection",
+                    fmt::format("must be >= --max-seqs-per-request ({}), got {}", sv.max_seqs_per_request,
+                                sv.max_seqs_per_connection));
+  if (sv.max_response_bytes < 1024)
+    return bad_flag("--max-response-bytes", fmt::format("must be >= 1024, got {}", sv.max_response_bytes));
   log::level lvl{};
   if (!log::parse_level(cfg.log_level, lvl))
     return bad_flag("--log-level", fmt::format("must be trace|debug|info|warn|error|off, got '{}'", cfg.log_level));

@@ -60,6 +60,12 @@ struct server_options {
   int64_t idle_timeout_s = 60;              ///< --idle-timeout
   int64_t drain_timeout_s = 30;             ///< --drain-timeout (SIGTERM grace period)
   int64_t io_threads = 1;                   ///< --io-threads
+  /// --prompt-threads: threads that parse request bodies, render chat templates and tokenize,
+  /// so that no I/O thread waits on a long prompt.
+  int64_t prompt_threads = 2;
+  int64_t max_seqs_per_request = 1024;      ///< --max-seqs-per-request: prompts x n of one request
+  int64_t max_seqs_per_connection = 4096;   ///< --max-seqs-per-connection: over a WebSocket's running requests
+  int64_t max_response_bytes = 64 << 20;    ///< --max-response-bytes: what a non-streamed response may buffer
 };
 
 struct engine_config {

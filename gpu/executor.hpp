@@ -82,6 +82,9 @@ struct executor_info {
   int32_t max_model_len = 0;
   int32_t block_size = 0;
   int32_t num_blocks = 0;                ///< KV blocks in the pool
+  /// Host memory the KV pool reaches once every block was used (its pages are touched as
+  /// blocks are first written); 0 when the pool lives in device memory.
+  int64_t host_kv_cache_bytes = 0;
   std::vector<int32_t> eos_token_ids;
 };
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <random>
 
@@ -24,9 +26,16 @@ std::string server_context::new_request_id(std::string_view prefix) {
 }
 
 bool authorized(std::string_view header_value, std::string_view api_key) {
-  constexpr std::string_view scheme = "Bearer ";
-  const bool has_scheme = header_value.size() >= scheme.size() && header_value.substr(0, scheme.size()) == scheme;
-  const std::string_view given = has_scheme ? header_value.substr(scheme.size()) : std::string_view{};
+  // RFC 7235: the scheme is case-insensitive and one or more spaces separate it from the token.
+  constexpr std::string_view scheme = "bearer";
+  bool has_scheme = header_value.size() > scheme.size() && header_value[scheme.size()] == ' ';
+  for (size_t i = 0; has_scheme && i < scheme.size(); ++i)
+    has_scheme = std::tolower(static_cast<unsigned char>(header_value[i])) == scheme[i];
+  std::string_view given;
+  if (has_scheme) {
+    given = header_value.substr(scheme.size());
+    given.remove_prefix(std::min(given.find_first_not_of(' '), given.size()));
+  }
   // Compare over the key's full length whatever the input, so timing reveals neither prefix nor length.
   unsigned char diff = given.size() == api_key.size() ? 0 : 1;
   for (size_t i = 0; i < api_key.size(); ++i) {

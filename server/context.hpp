@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -25,6 +26,10 @@ struct session_limits {
   static constexpr size_t max_ws_requests = 256;            ///< running requests per WebSocket
   static constexpr size_t max_queued_chunks = 2048;         ///< per stream; then cut
   static constexpr size_t max_queued_bytes = 8 << 20;       ///< per stream; then cut
+  /// Per WebSocket connection, over every frame queued (errors and last frames included):
+  /// beyond it the connection is closed (1008). The margin above max_queued_bytes leaves room
+  /// for the last frames of streams cut at that limit.
+  static constexpr size_t max_ws_queued_bytes = max_queued_bytes + (1 << 20);
 };
 
 struct server_context {
@@ -43,6 +48,9 @@ struct server_context {
   std::atomic<bool> draining{false};
   /// session_limits::header_timeout; tests lower it before connecting.
   std::atomic<int64_t> header_timeout_ms{session_limits::header_timeout.count()};
+  /// Runs work that must not hold an I/O thread (request parsing, chat templates, tokenization):
+  /// the server's prompt pool (--prompt-threads); inline until the server sets it.
+  std::function<void(std::function<void()>)> run_off_io = [](std::function<void()> f) { f(); };
 
   /// "<prefix>-<process nonce><counter>", unique within the process and across restarts.
   std::string new_request_id(std::string_view prefix);

@@ -44,6 +44,17 @@ status check_model(const server_context& ctx, const std::string& model) {
   return make_error(error_code::not_found, fmt::format("model: the model '{}' does not exist", model));
 }
 
+/// --max-seqs-per-request: a request's prompts times n.
+status check_fan_out(const server_context& ctx, size_t num_prompts, int32_t n) {
+  const int64_t seqs = static_cast<int64_t>(num_prompts) * n;
+  if (seqs <= ctx.config.server.max_seqs_per_request) return {};
+  return make_error(error_code::invalid_argument,
+                    fmt::format("{}: this request asks for {} sequences ({} prompts x n = {}), more than the {} one "
+                                "request may create (--max-seqs-per-request)",
+                                num_prompts > 1 ? "prompt" : "n", seqs, num_prompts, n,
+                                ctx.config.server.max_seqs_per_request));
+}
+
 }  // namespace
 
 result<job_spec> make_completion_job(server_context& ctx, protocol::openai::completion_request&& r) {
@@ -54,12 +65,16 @@ result<job_spec> make_completion_job(server_context& ctx, protocol::openai::comp
   job.flags = {r.logprobs, r.output.return_token_ids, r.output.stream && r.output.include_usage};
   job.n = r.params.n;
   job.meta = make_meta(ctx, "cmpl");
+  if (auto st = check_fan_out(ctx, r.prompts.size(), r.params.n); !st) return st.err();
   for (size_t i = 0; i < r.prompts.size(); ++i) {
     auto ids = ctx.prompts->completion_prompt(r.prompts[i]);
     if (!ids) return ids.err();
     actors::generation_request g;
     g.request_id = fmt::format("{}-{}", job.meta.id, i);
     g.params = r.params;
+    // Fair admission: the i-th prompt of every request waits behind the (i-1)-th prompts of the
+    // others, so one long prompt list cannot hold back everyone else's first token.
+    g.priority = static_cast<int32_t>(i);
     if (auto st = fit_context(ctx, *ids, r.max_tokens_set, g.params, "prompt"); !st) return st.err();
     g.prompt_ids = *ids;
     job.prompt_ids.push_back(std::move(*ids));
@@ -76,6 +91,7 @@ result<job_spec> make_chat_job(server_context& ctx, protocol::openai::chat_reque
   job.flags = {r.logprobs, r.output.return_token_ids, r.output.stream && r.output.include_usage};
   job.n = r.params.n;
   job.meta = make_meta(ctx, "chatcmpl");
+  if (auto st = check_fan_out(ctx, 1, r.params.n); !st) return st.err();
   auto ids = ctx.prompts->chat_prompt(r.messages, r.add_generation_prompt);
   if (!ids) return ids.err();
   actors::generation_request g;

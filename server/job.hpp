@@ -22,6 +22,9 @@ struct job_spec {
   protocol::openai::response_meta meta;
   std::vector<actors::generation_request> requests;  ///< one per prompt; choice = prompt*n + index
   std::vector<std::vector<int32_t>> prompt_ids;      ///< the same prompts (for return_token_ids)
+
+  /// The engine sequences this job holds: prompts x n.
+  int64_t num_sequences() const { return static_cast<int64_t>(requests.size()) * n; }
 };
 
 /// Tokenizes the prompts, applies defaults, checks lengths against max_model_len.

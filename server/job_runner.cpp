@@ -1,5 +1,7 @@
 #include "server/job_runner.hpp"
 
+#include <fmt/format.h>
+
 #include <atomic>
 
 #include "config/log.hpp"
@@ -194,6 +196,16 @@ void job_runner::on_delta(size_t p, actors::delta d) {
     counter.fetch_add(1);
   }
   if (mode_ == output_mode::whole) {
+    buffered_bytes_ += static_cast<int64_t>(d.text.size() + 12 * d.token_ids.size());
+    for (const auto& t : lp) buffered_bytes_ += static_cast<int64_t>(64 + t.token.size() + 48 * t.top.size());
+    if (buffered_bytes_ > ctx_.config.server.max_response_bytes) {
+      fail(make_error(error_code::invalid_argument,
+                      fmt::format("stream: the response grew past the {} bytes a non-streamed response may buffer "
+                                  "(--max-response-bytes); set \"stream\": true, or ask for fewer tokens, choices "
+                                  "or logprobs",
+                                  ctx_.config.server.max_response_bytes)));
+      return;
+    }
     ch.text += d.text;
     ch.token_ids.insert(ch.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
     for (auto& t : lp) ch.logprobs.push_back(std::move(t));

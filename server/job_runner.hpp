@@ -74,6 +74,7 @@ class job_runner : public std::enable_shared_from_this<job_runner> {
   std::vector<choice_state> choices_;
   std::vector<request_state> requests_;
   size_t requests_done_ = 0;
+  int64_t buffered_bytes_ = 0;  ///< whole mode: what the response holds so far (about)
   protocol::openai::usage_info usage_;
   std::chrono::steady_clock::time_point arrival_;
   bool started_ = false;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/error.hpp"
@@ -30,12 +31,18 @@ class prompt_builder {
   result<std::vector<int32_t>> chat_prompt(const std::vector<protocol::openai::chat_message>& messages,
                                            bool add_generation_prompt) const;
   const protocol::tokenizer& tokenizer() const { return tok_; }
+  /// Refuses a prompt text over `max_bytes` before tokenizing it (0: no bound): such a text has
+  /// more than `max_model_len` tokens (tokenizer::max_input_bytes_per_token).
+  void bound_text_bytes(int64_t max_bytes, int64_t max_model_len);
 
  private:
+  status check_text_bytes(std::string_view text, std::string_view field) const;
   struct chat_state;
   prompt_builder(const protocol::tokenizer& tok, std::unique_ptr<chat_state> chat);
   const protocol::tokenizer& tok_;
   std::unique_ptr<chat_state> chat_;
+  int64_t max_text_bytes_ = 0;
+  int64_t max_model_len_ = 0;
 };
 
 }  // namespace actorserve::server

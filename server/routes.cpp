@@ -1,5 +1,8 @@
 #include "server/routes.hpp"
 
+#include <algorithm>
+#include <array>
+
 #include "protocol/openai/parse.hpp"
 #include "protocol/openai/write.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
@@ -21,6 +24,12 @@ route_result error_result(server_context& ctx, const error& e) {
   route_result r;
   r.status = h.status;
   r.body = h.body;
+  return r;
+}
+
+route_result error_result(server_context& ctx, int status, const error& e) {
+  route_result r = error_result(ctx, e);
+  r.status = status;
   return r;
 }
 
@@ -74,41 +83,88 @@ route_result generation(server_context& ctx, std::string_view body, Parse parse,
   return r;
 }
 
-bool is(std::string_view method, std::string_view want) { return method == want; }
+route_result health(server_context& ctx) {
+  route_result r;
+  r.status = (!ctx.draining && ctx.engine.stats().healthy) ? 200 : 503;
+  r.content_type = "text/plain";
+  return r;
+}
+
+route_result metrics_page(server_context& ctx) {
+  route_result r;
+  r.content_type = "text/plain; version=0.0.4";
+  r.body = ctx.stats.render(ctx.engine.stats(), ctx.model_name, ctx.num_active_jobs.load());
+  return r;
+}
+
+/// Work that runs on the prompt pool: its body moves into the closure.
+template <class Work>
+route_result off_io(server_context& ctx, std::string body, Work work) {
+  route_result r;
+  r.deferred = [&ctx, body = std::move(body), work] { return work(ctx, body); };
+  return r;
+}
+
+enum class verb { get, post };
+
+struct route_entry {
+  std::string_view path;
+  verb method;
+};
+
+constexpr std::array<route_entry, 7> kRoutes{{
+    {"/health", verb::get},
+    {"/metrics", verb::get},
+    {"/v1/models", verb::get},
+    {"/v1/completions", verb::post},
+    {"/v1/chat/completions", verb::post},
+    {"/tokenize", verb::post},
+    {"/detokenize", verb::post},
+}};
+
+std::string_view allow_header(verb v) { return v == verb::get ? "GET, HEAD, OPTIONS" : "POST, OPTIONS"; }
 
 }  // namespace
 
-route_result route(server_context& ctx, const http_request_view& req) {
+route_result route(server_context& ctx, http_request_view req) {
   ctx.stats.http_requests.fetch_add(1);
   const std::string_view path = target_path(req.target);
   if (auto denied = check_auth(ctx, path, req.authorization)) return std::move(*denied);
-  const bool get = is(req.method, "GET"), post = is(req.method, "POST");
+  const auto* entry = std::find_if(kRoutes.begin(), kRoutes.end(), [&](const route_entry& e) { return e.path == path; });
+  if (entry == kRoutes.end())
+    return error_result(ctx, make_error(error_code::not_found, "route: no route for " + std::string(req.method) +
+                                                                   " " + std::string(path)));
+  if (req.method == "OPTIONS") {
+    route_result r;
+    r.status = 204;
+    r.allow = allow_header(entry->method);
+    return r;
+  }
+  const bool get = req.method == "GET" || req.method == "HEAD";
+  if (get != (entry->method == verb::get) || (!get && req.method != "POST")) {
+    route_result r = error_result(ctx, 405,
+                                  make_error(error_code::invalid_argument,
+                                             "method: " + std::string(req.method) + " is not allowed on " +
+                                                 std::string(path) + " (allowed: " +
+                                                 std::string(allow_header(entry->method)) + ")"));
+    r.allow = allow_header(entry->method);
+    return r;
+  }
 
-  if (path == "/health") {
-    if (!get) return error_result(ctx, make_error(error_code::not_found, "method: use GET /health"));
-    route_result r;
-    r.status = (!ctx.draining && ctx.engine.stats().healthy) ? 200 : 503;
-    r.content_type = "text/plain";
-    return r;
-  }
-  if (path == "/metrics" && get) {
-    route_result r;
-    r.content_type = "text/plain; version=0.0.4";
-    r.body = ctx.stats.render(ctx.engine.stats(), ctx.model_name, ctx.num_active_jobs.load());
-    return r;
-  }
-  if (path == "/v1/models" && get) return json_ok(oa::write_models(ctx.model_name, ctx.created, ctx.max_model_len));
-  if (ctx.draining && post)
-    return error_result(ctx, make_error(error_code::unavailable, "the server is shutting down"));
-  if (path == "/v1/completions" && post)
-    return generation(ctx, req.body, oa::parse_completion_request, make_completion_job);
-  if (path == "/v1/chat/completions" && post)
-    return generation(ctx, req.body, oa::parse_chat_request, make_chat_job);
-  if (path == "/tokenize" && post) return tokenize(ctx, req.body);
-  if (path == "/detokenize" && post) return detokenize(ctx, req.body);
-  return error_result(ctx, make_error(error_code::not_found,
-                                      std::string("route: no route for ") + std::string(req.method) + " " +
-                                          std::string(path)));
+  if (path == "/health") return health(ctx);
+  if (path == "/metrics") return metrics_page(ctx);
+  if (path == "/v1/models") return json_ok(oa::write_models(ctx.model_name, ctx.created, ctx.max_model_len));
+  if (ctx.draining) return error_result(ctx, make_error(error_code::unavailable, "the server is shutting down"));
+  if (path == "/v1/completions")
+    return off_io(ctx, std::move(req.body), [](server_context& c, std::string_view b) {
+      return generation(c, b, oa::parse_completion_request, make_completion_job);
+    });
+  if (path == "/v1/chat/completions")
+    return off_io(ctx, std::move(req.body), [](server_context& c, std::string_view b) {
+      return generation(c, b, oa::parse_chat_request, make_chat_job);
+    });
+  if (path == "/tokenize") return off_io(ctx, std::move(req.body), tokenize);
+  return detokenize(ctx, req.body);
 }
 
 }  // namespace actorserve::server

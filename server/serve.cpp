@@ -5,6 +5,7 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
 
 #include <thread>
 #include <vector>
@@ -84,11 +85,14 @@ class listener : public std::enable_shared_from_this<listener> {
 }  // namespace
 
 struct http_server::impl {
-  explicit impl(int threads) : ioc(threads) {}
+  impl(int threads, int prompt_threads) : ioc(threads), prompt_pool(static_cast<size_t>(prompt_threads)) {}
   // Declared before ioc so that it outlives it: destroying ioc destroys the pending handlers, and
   // the sessions they own touch ctx in their destructors (ASan/TSan: heap-use-after-free).
   std::unique_ptr<server_context> ctx;
   net::io_context ioc;
+  /// After ioc: destroyed first, so that sessions held by its pending work close their sockets
+  /// while ioc still exists.
+  net::thread_pool prompt_pool;
   std::shared_ptr<listener> accept;
   std::vector<std::thread> threads;
   uint16_t port = 0;
@@ -100,11 +104,14 @@ http_server::~http_server() { stop(); }
 
 result<std::unique_ptr<http_server>> http_server::start(actors::engine& engine, const engine_config& cfg) {
   const int threads = static_cast<int>(std::max<int64_t>(1, cfg.server.io_threads));
-  auto p = std::make_unique<impl>(threads);
+  auto p = std::make_unique<impl>(threads, static_cast<int>(std::max<int64_t>(1, cfg.server.prompt_threads)));
   p->ctx = std::make_unique<server_context>(engine, cfg);
   auto prompts = prompt_builder::create(engine.tokenizer(), cfg.model.chat_template_file);
   if (!prompts) return prompts.err();
   p->ctx->prompts = std::move(*prompts);
+  if (auto per_token = engine.tokenizer().max_input_bytes_per_token())
+    p->ctx->prompts->bound_text_bytes(*per_token * p->ctx->max_model_len, p->ctx->max_model_len);
+  p->ctx->run_off_io = [pool = &p->prompt_pool](std::function<void()> f) { net::post(*pool, std::move(f)); };
 
   boost::system::error_code ec;
   const auto address = net::ip::make_address(cfg.server.host, ec);
@@ -151,6 +158,7 @@ void http_server::stop() {
   impl_->ioc.stop();
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();
+  impl_->prompt_pool.join();
 }
 
 }  // namespace actorserve::server

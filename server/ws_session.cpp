@@ -1,6 +1,9 @@
 #include "server/ws_session.hpp"
 
+#include <fmt/format.h>
+
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/websocket.hpp>
@@ -26,42 +29,78 @@ namespace websocket = beast::websocket;
 using tcp = net::ip::tcp;
 namespace ws_proto = protocol::websocket;
 
+/// Beast's WebSocket stream reads the handshake into a buffer of this size (tcp_frame_size).
+constexpr size_t kHandshakeBufferBytes = 1536;
+
 class ws_session : public std::enable_shared_from_this<ws_session> {
  public:
-  ws_session(tcp::socket&& socket, server_context& ctx) : ws_(std::move(socket)), ctx_(ctx) {}
+  ws_session(tcp::socket&& socket, server_context& ctx)
+      : ws_(std::move(socket)), ctx_(ctx), message_timer_(ws_.get_executor()) {}
   ~ws_session() {
     abandon_all();
     ctx_.num_connections.fetch_sub(1);
     ctx_.stats.open_connections.fetch_sub(1);
   }
 
-  void run(http::request<http::string_body>&& upgrade) {
+  void run(std::string handshake) {
     // Pings at half the idle timeout; a peer that answers nothing for --idle-timeout is closed.
-    const auto idle = std::chrono::seconds(ctx_.config.server.idle_timeout_s);
-    const auto handshake = std::min<std::chrono::milliseconds>(idle, std::chrono::milliseconds(ctx_.header_timeout_ms.load()));
-    ws_.set_option(websocket::stream_base::timeout{handshake, idle, true});
+    const auto handshake_timeout =
+        std::min<std::chrono::milliseconds>(idle(), std::chrono::milliseconds(ctx_.header_timeout_ms.load()));
+    ws_.set_option(websocket::stream_base::timeout{handshake_timeout, idle(), true});
     ws_.read_message_max(static_cast<uint64_t>(ctx_.config.server.max_body_bytes));
-    ws_.async_accept(upgrade, [self = shared_from_this()](beast::error_code ec) {
+    // Beast copies the bytes before async_accept returns; it reads the request from them and
+    // keeps what follows it (frames sent with the upgrade) for the first reads.
+    ws_.async_accept(net::buffer(handshake), [self = shared_from_this()](beast::error_code ec) {
       if (!ec) self->do_read();
     });
   }
 
  private:
+  /// A running request and the sequences it holds (--max-seqs-per-connection).
+  struct running {
+    std::shared_ptr<job_runner> runner;
+    int64_t num_sequences = 0;
+  };
+
+  std::chrono::seconds idle() const { return std::chrono::seconds(ctx_.config.server.idle_timeout_s); }
+
+  /// Reads a message piece by piece, so that a message gets --idle-timeout to complete from
+  /// its first bytes, as an HTTP body does (a dribbled frame cannot hold its buffer forever).
   void do_read() {
-    ws_.async_read(buffer_, [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+    ws_.async_read_some(buffer_, session_limits::read_chunk_bytes,
+                        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
     if (ec) {  // closed by the client, timed out or failed: every stream of this socket ends
       closed_ = true;
+      message_timer_.cancel();
       abandon_all();
       return;
     }
+    if (!ws_.is_message_done()) {
+      if (!message_started_) start_message_deadline();
+      do_read();
+      return;
+    }
+    message_started_ = false;
+    message_timer_.cancel();
     const auto data = buffer_.cdata();
     std::string text(static_cast<const char*>(data.data()), data.size());
     buffer_.consume(buffer_.size());
     handle(text);
     if (!closed_) do_read();
+  }
+
+  void start_message_deadline() {
+    message_started_ = true;
+    message_timer_.expires_after(idle());
+    message_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || self->closed_ || !self->message_started_) return;
+      self->ctx_.stats.connections_timed_out.fetch_add(1);
+      log::debug("WebSocket closed: a message was not completed within --idle-timeout");
+      self->close_connection("a message was not completed within --idle-timeout");
+    });
   }
 
   void handle(const std::string& text) {
@@ -72,18 +111,18 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
       return;
     }
     if (msg->type == ws_proto::message_type::cancel) {
-      auto it = jobs_.find(msg->id);
-      if (it == jobs_.end()) return;  // finished already or unknown: nothing to cancel
-      auto job = it->second;
-      jobs_.erase(it);
-      job->cancel_by_client();
+      cancel(msg->id);
       return;
     }
-    if (jobs_.count(msg->id)) {
-      send_error(msg->id, make_error(error_code::invalid_argument, "id: a request with this id is running"));
+    if (jobs_.count(msg->id) || pending_.count(msg->id)) {
+      // Refuses this frame only: id null, since the request with this id goes on.
+      send_error("", make_error(error_code::invalid_argument,
+                                fmt::format("id: a request with id '{}' is already running on this connection; "
+                                            "this frame was refused and the running request goes on",
+                                            msg->id)));
       return;
     }
-    if (jobs_.size() >= session_limits::max_ws_requests) {
+    if (jobs_.size() + pending_.size() >= session_limits::max_ws_requests) {
       send_error(msg->id, make_error(error_code::too_large,
                                      "id: too many running requests on this connection (at most " +
                                          std::to_string(session_limits::max_ws_requests) + ")"));
@@ -93,38 +132,84 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
       send_error(msg->id, make_error(error_code::unavailable, "the server is shutting down"));
       return;
     }
-    result<job_spec> job = make_error(error_code::internal, "unreachable");
-    if (msg->type == ws_proto::message_type::chat) {
-      auto req = protocol::openai::parse_chat_request(msg->body);
-      job = req ? make_chat_job(ctx_, std::move(*req)) : result<job_spec>(req.err());
-    } else {
-      auto req = protocol::openai::parse_completion_request(msg->body);
-      job = req ? make_completion_job(ctx_, std::move(*req)) : result<job_spec>(req.err());
-    }
-    if (!job) {
-      send_error(msg->id, job.err());
-      return;
-    }
-    start_job(msg->id, std::move(*job));
+    prepare(std::move(*msg));
   }
 
-  void start_job(const std::string& id, job_spec job) {
+  /// Parses the body and builds the job on the prompt pool; the result comes back here.
+  void prepare(ws_proto::client_message msg) {
+    const uint64_t serial = ++next_serial_;
+    pending_[msg.id] = serial;
+    auto ex = ws_.get_executor();
+    ctx_.run_off_io([self = shared_from_this(), ex, serial, msg = std::move(msg)] {
+      auto job = std::make_shared<result<job_spec>>(make_error(error_code::internal, "unreachable"));
+      auto& ctx = self->ctx_;
+      if (msg.type == ws_proto::message_type::chat) {
+        auto req = protocol::openai::parse_chat_request(msg.body);
+        *job = req ? make_chat_job(ctx, std::move(*req)) : result<job_spec>(req.err());
+      } else {
+        auto req = protocol::openai::parse_completion_request(msg.body);
+        *job = req ? make_completion_job(ctx, std::move(*req)) : result<job_spec>(req.err());
+      }
+      net::post(ex, [self, serial, id = msg.id, job] { self->on_prepared(id, serial, std::move(*job)); });
+    });
+  }
+
+  void on_prepared(const std::string& id, uint64_t serial, result<job_spec> job) {
+    auto it = pending_.find(id);
+    if (closed_ || it == pending_.end() || it->second != serial) return;  // cancelled meanwhile
+    pending_.erase(it);
+    if (!job) {
+      send_error(id, job.err());
+      return;
+    }
+    const int64_t seqs = job->num_sequences();
+    if (num_sequences_ + seqs > ctx_.config.server.max_seqs_per_connection) {
+      send_error(id, make_error(error_code::invalid_argument,
+                                fmt::format("n: this request's {} sequences and the {} of the requests running on "
+                                            "this connection exceed the {} one connection may hold "
+                                            "(--max-seqs-per-connection)",
+                                            seqs, num_sequences_, ctx_.config.server.max_seqs_per_connection)));
+      return;
+    }
+    start_job(id, std::move(*job), seqs);
+  }
+
+  void cancel(const std::string& id) {
+    if (auto it = pending_.find(id); it != pending_.end()) {
+      pending_.erase(it);  // still being prepared: it never reaches the engine
+      enqueue(ws_proto::write_done_frame(id, {}));
+      return;
+    }
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return;  // finished already or unknown: nothing to cancel
+    auto job = it->second.runner;
+    forget(it);
+    job->cancel_by_client();
+  }
+
+  void start_job(const std::string& id, job_spec job, int64_t seqs) {
     auto self = shared_from_this();
     auto runner = std::make_shared<job_runner>(ctx_, std::move(job), output_mode::websocket, id,
                                                [self, id](job_event ev) { return self->on_event(id, std::move(ev)); });
-    jobs_[id] = runner;
+    jobs_[id] = running{runner, seqs};
+    num_sequences_ += seqs;
     auto ex = ws_.get_executor();
     if (auto st = runner->start([ex](std::function<void()> f) { net::post(ex, std::move(f)); }); !st) {
-      jobs_.erase(id);
+      forget(jobs_.find(id));
       send_error(id, st.err());
     }
+  }
+
+  void forget(std::unordered_map<std::string, running>::iterator it) {
+    num_sequences_ -= it->second.num_sequences;
+    jobs_.erase(it);
   }
 
   /// Called by a job runner on this strand.
   bool on_event(const std::string& id, job_event ev) {
     if (closed_) return false;
     if (ev.last) {
-      jobs_.erase(id);
+      if (auto it = jobs_.find(id); it != jobs_.end()) forget(it);
     } else if (queue_.size() >= session_limits::max_queued_chunks ||
                queued_bytes_ >= session_limits::max_queued_bytes) {
       return false;
@@ -139,11 +224,38 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     enqueue(ws_proto::write_error_frame(id, e.message, h.type, h.param, to_string(e.code)));
   }
 
+  /// Every frame counts against the connection's bound: one over it closes the connection.
   void enqueue(std::string frame) {
     if (closed_) return;
+    if (queued_bytes_ + frame.size() > session_limits::max_ws_queued_bytes) {
+      log::warn("WebSocket closed: its client does not read its frames ({} bytes queued)", queued_bytes_);
+      close_connection("the client does not read its frames");
+      return;
+    }
     queued_bytes_ += frame.size();
     queue_.push_back(std::move(frame));
     if (!writing_) do_write();
+  }
+
+  /// Ends every request, drops the queued frames (all but the one being written) and closes:
+  /// with a close frame (1008, policy violation) when no write is stuck, else at the TCP level.
+  void close_connection(std::string_view reason) {
+    closed_ = true;
+    message_timer_.cancel();
+    abandon_all();
+    while (queue_.size() > (writing_ ? 1u : 0u)) {
+      queued_bytes_ -= queue_.back().size();
+      queue_.pop_back();
+    }
+    queue_.shrink_to_fit();
+    if (writing_) {
+      beast::error_code ec;
+      beast::get_lowest_layer(ws_).socket().shutdown(tcp::socket::shutdown_both, ec);
+      beast::get_lowest_layer(ws_).close();
+      return;
+    }
+    ws_.async_close(websocket::close_reason(websocket::close_code::policy_error, reason),
+                    [self = shared_from_this()](beast::error_code) {});
   }
 
   void do_write() {
@@ -156,36 +268,58 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
 
   void on_write(beast::error_code ec) {
     writing_ = false;
+    queued_bytes_ -= queue_.front().size();
+    queue_.pop_front();
     if (ec) {
       closed_ = true;
       abandon_all();
+      queue_.clear();
+      queued_bytes_ = 0;
       return;
     }
-    queued_bytes_ -= queue_.front().size();
-    queue_.pop_front();
-    if (!queue_.empty()) do_write();
+    if (!queue_.empty() && !closed_) do_write();
   }
 
   void abandon_all() {
+    pending_.clear();
     auto jobs = std::move(jobs_);
     jobs_.clear();
-    for (auto& [id, job] : jobs) job->abandon();
+    num_sequences_ = 0;
+    for (auto& [id, job] : jobs) job.runner->abandon();
   }
 
   websocket::stream<beast::tcp_stream> ws_;
   server_context& ctx_;
   beast::flat_buffer buffer_;
-  std::unordered_map<std::string, std::shared_ptr<job_runner>> jobs_;
+  net::steady_timer message_timer_;
+  std::unordered_map<std::string, running> jobs_;
+  std::unordered_map<std::string, uint64_t> pending_;  ///< id -> serial of its preparation
+  uint64_t next_serial_ = 0;
+  int64_t num_sequences_ = 0;                           ///< over jobs_
   std::deque<std::string> queue_;
   size_t queued_bytes_ = 0;
   bool writing_ = false;
   bool closed_ = false;
+  bool message_started_ = false;
 };
 
 }  // namespace
 
-void launch_ws_session(tcp::socket&& socket, http::request<http::string_body>&& upgrade, server_context& ctx) {
-  std::make_shared<ws_session>(std::move(socket), ctx)->run(std::move(upgrade));
+std::optional<std::string> ws_handshake_bytes(const http::request<http::string_body>& upgrade, std::string_view early) {
+  std::string out = "GET /v1/stream HTTP/1.1\r\nHost: actorserve\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n";
+  for (const auto field : {http::field::sec_websocket_key, http::field::sec_websocket_version}) {
+    const auto it = upgrade.find(field);
+    if (it == upgrade.end()) continue;
+    out += fmt::format("{}: {}\r\n", std::string_view(it->name_string()), std::string_view(it->value()));
+  }
+  out += "\r\n";
+  out += early;
+  if (out.size() > kHandshakeBufferBytes) return std::nullopt;
+  return out;
+}
+
+void launch_ws_session(tcp::socket&& socket, std::string handshake, server_context& ctx) {
+  std::make_shared<ws_session>(std::move(socket), ctx)->run(std::move(handshake));
 }
 
 }  // namespace actorserve::server

@@ -46,6 +46,7 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
   ex->info_.max_model_len = static_cast<int32_t>(max_len);
   ex->info_.block_size = opts.block_size;
   ex->info_.num_blocks = static_cast<int32_t>(num_blocks);
+  ex->info_.host_kv_cache_bytes = num_blocks * static_cast<int64_t>(per_block);
   ex->info_.eos_token_ids = cfg.eos_token_ids;
   try {
     ex->cache_ = std::make_unique<cpu::paged_kv_cache>(cfg.num_layers, num_blocks, opts.block_size, cfg.num_kv_heads,

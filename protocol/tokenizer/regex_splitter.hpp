@@ -20,6 +20,8 @@ class regex_splitter {
 
   /// Appends the pieces of `text` to `out` (views into `text`).
   void split(std::string_view text, std::vector<std::string_view>& out) const;
+  /// Whether matches are dropped (then the split loses input).
+  bool removes() const { return behavior_ == behavior::removed; }
 
  private:
   struct code;

@@ -29,6 +29,7 @@ class fake_engine final : public actors::engine {
       return make_error(error_code::invalid_argument, "prompt: rejected by the fake engine");
     }
     ++num_submitted;
+    priorities_.push_back(req.priority);
     threads_.emplace_back([this, req = std::move(req), sink = std::move(sink)] { run(req, sink); });
     return {};
   }
@@ -39,6 +40,11 @@ class fake_engine final : public actors::engine {
   bool was_cancelled(const std::string& id) const {
     std::lock_guard lk(mu_);
     return cancelled_.count(id) > 0;
+  }
+  /// The priority of every submitted request, in submission order.
+  std::vector<int32_t> priorities() const {
+    std::lock_guard lk(mu_);
+    return priorities_;
   }
   size_t num_cancelled() const {
     std::lock_guard lk(mu_);
@@ -118,6 +124,7 @@ class fake_engine final : public actors::engine {
   std::string name_ = "fake-llama";
   mutable std::mutex mu_;
   std::set<std::string> cancelled_;
+  std::vector<int32_t> priorities_;
   std::vector<std::thread> threads_;
   std::atomic<int> running_{0};
   bool stopped_ = false;

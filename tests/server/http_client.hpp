@@ -75,14 +75,20 @@ inline std::string make_request(std::string_view method, std::string_view path, 
   return req;
 }
 
-/// Reads one response from `s` (Content-Length, chunked or until close). `buf` keeps leftovers.
-inline http_response read_response(client_socket& s, std::string& buf) {
+/// Reads one response from `s` (Content-Length, chunked or until close), skipping interim 1xx
+/// responses as clients must. `buf` keeps leftovers; `interim` counts the 1xx skipped.
+inline http_response read_response(client_socket& s, std::string& buf, int* interim = nullptr) {
   http_response r;
   size_t head_end;
-  while ((head_end = buf.find("\r\n\r\n")) == std::string::npos)
-    if (!s.read_some(buf)) return r;
-  const std::string head = buf.substr(0, head_end);
-  buf.erase(0, head_end + 4);
+  std::string head;
+  for (;;) {
+    while ((head_end = buf.find("\r\n\r\n")) == std::string::npos)
+      if (!s.read_some(buf)) return r;
+    head = buf.substr(0, head_end);
+    buf.erase(0, head_end + 4);
+    if (head.size() < 12 || head[9] != '1') break;
+    if (interim) ++*interim;
+  }
   r.status = std::stoi(head.substr(9, 3));
   size_t pos = head.find("\r\n");
   while (pos != std::string::npos && pos + 2 < head.size()) {
@@ -94,6 +100,7 @@ inline http_response read_response(client_socket& s, std::string& buf) {
     r.headers[name] = line.substr(line.find_first_not_of(' ', colon + 1));
     pos = next;
   }
+  if (r.status == 204 || r.status == 304) return r;  // no body by definition
   if (r.headers.count("content-length")) {
     const size_t len = std::stoul(r.headers["content-length"]);
     while (buf.size() < len)

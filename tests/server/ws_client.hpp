@@ -21,10 +21,11 @@ class ws_client {
  public:
   /// Connects and upgrades on /v1/stream; ok() tells whether the server answered 101. A small
   /// `rcvbuf` (SO_RCVBUF) makes a client that stops reading back up the server quickly.
-  explicit ws_client(uint16_t port, int rcvbuf = 0) : s_(port, rcvbuf) {
+  /// `early`: bytes sent in the same write as the upgrade request (e.g. frame(...) results).
+  explicit ws_client(uint16_t port, int rcvbuf = 0, const std::string& early = {}) : s_(port, rcvbuf) {
     if (!s_.ok()) return;
     s_.send_all("GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+                "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n" + early);
     size_t end;
     while ((end = buf_.find("\r\n\r\n")) == std::string::npos)
       if (!s_.read_some(buf_)) return;
@@ -35,7 +36,10 @@ class ws_client {
   client_socket& socket() { return s_; }
 
   /// Sends one masked text frame.
-  bool send_text(const std::string& text) {
+  bool send_text(const std::string& text) { return s_.send_all(frame(text)); }
+
+  /// One masked text frame's bytes.
+  static std::string frame(const std::string& text) {
     std::string f;
     f += static_cast<char>(0x81);
     const size_t n = text.size();
@@ -52,7 +56,7 @@ class ws_client {
     const char mask[4] = {0x12, 0x34, 0x56, 0x78};
     f.append(mask, 4);
     for (size_t i = 0; i < n; ++i) f += static_cast<char>(text[i] ^ mask[i % 4]);
-    return s_.send_all(f);
+    return f;
   }
 
   /// The next frame, or nothing when the connection ended (or the receive timeout passed).
