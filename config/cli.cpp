@@ -4,22 +4,37 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <fstream>
 #include <map>
+#include <sstream>
+
+#include "config/vllm_flags.hpp"
 
 namespace actorserve {
 namespace {
 
-void add_engine_flags(CLI::App& app, engine_config& cfg) {
+/// A value map whose accepted words the option's own description names (CLI11's default text is
+/// the map itself, e.g. `{auto->0,...}`).
+template <class T>
+CLI::Validator named_choices(const std::map<std::string, T>& choices) {
+  return CLI::CheckedTransformer(choices, CLI::ignore_case).description("");
+}
+
+void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional_model) {
   auto& m = cfg.model;
-  app.add_option("--model", m.model_dir, "Hugging Face model directory")->required();
+  app.add_option("--model", m.model_dir, "Hugging Face model directory (or give it as the first argument)");
+  app.add_option("MODEL", positional_model, "Hugging Face model directory, as vLLM's `vllm serve MODEL`");
   app.add_option("--served-model-name", m.served_model_name, "model name reported by the API");
   app.add_option("--chat-template", m.chat_template_file, "Jinja chat template file (overrides tokenizer_config.json)");
   app.add_option("--max-model-len", m.max_model_len, "context length (0: from config.json)");
   static const std::map<std::string, dtype_choice> dtypes{
-      {"auto", dtype_choice::auto_detect}, {"float32", dtype_choice::float32},
-      {"bfloat16", dtype_choice::bfloat16}, {"float16", dtype_choice::float16}};
-  app.add_option("--dtype", m.dtype, "auto|bfloat16|float16|float32")
-      ->transform(CLI::CheckedTransformer(dtypes, CLI::ignore_case));
+      {"auto", dtype_choice::auto_detect}, {"float32", dtype_choice::float32}, {"float", dtype_choice::float32},
+      {"bfloat16", dtype_choice::bfloat16}, {"bf16", dtype_choice::bfloat16},
+      {"float16", dtype_choice::float16}, {"half", dtype_choice::float16}, {"fp16", dtype_choice::float16}};
+  app.add_option("--dtype", m.dtype,
+                 "weights and activations: auto (the checkpoint's), half | float16 | fp16, bfloat16 | bf16, "
+                 "float | float32")
+      ->transform(named_choices(dtypes));
 
   auto& s = cfg.scheduler;
   app.add_option("--max-num-seqs", s.max_num_seqs, "max sequences per step");
@@ -42,13 +57,12 @@ void add_engine_flags(CLI::App& app, engine_config& cfg) {
   app.add_option("--paged-kv-cache-type", c.layout,
                  "vllm|flash-decoding: the CUDA executor's KV layout (default: flash-decoding, or vllm when "
                  "--block-size is below 64)")
-      ->transform(CLI::CheckedTransformer(layouts, CLI::ignore_case));
+      ->transform(named_choices(layouts));
 
   auto& e = cfg.executor;
   static const std::map<std::string, device_kind> devices{
       {"auto", device_kind::auto_detect}, {"cpu", device_kind::cpu}, {"cuda", device_kind::cuda}};
-  app.add_option("--device", e.device, "auto|cuda|cpu")
-      ->transform(CLI::CheckedTransformer(devices, CLI::ignore_case));
+  app.add_option("--device", e.device, "auto | cuda | cpu")->transform(named_choices(devices));
   app.add_flag("--enforce-eager", e.enforce_eager, "disable CUDA graphs");
   app.add_option("--cpu-threads", e.cpu_threads, "CPU executor threads (0: all cores)");
   app.add_option("--seed", e.seed, "seed for requests that bring none");
@@ -62,7 +76,18 @@ void add_engine_flags(CLI::App& app, engine_config& cfg) {
 void add_server_flags(CLI::App& app, server_options& s) {
   app.add_option("--host", s.host, "address to bind");
   app.add_option("--port", s.port, "port to bind (0: any free port)");
-  app.add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY'");
+  app.add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' (also from $ACTORSERVE_API_KEY)")
+      ->envname("ACTORSERVE_API_KEY");
+  app.add_option("--api-key-file", s.api_key_file, "read the API key from this file (kept out of `ps`)");
+  app.add_flag("--api-key-guards-metrics", s.api_key_guards_metrics,
+               "with an API key, /health and /metrics need it too (default: open, as in vLLM)");
+  app.add_option("--allowed-origins", s.allowed_origins,
+                 "origins whose pages may call the API from a browser (CORS), comma-separated or a JSON "
+                 "list; * allows any (default: none)")
+      ->delimiter(',');
+  app.add_flag("!--disable-log-stats", s.log_stats, "no stats line every 10 s while the server is busy");
+  app.add_flag("--enable-log-requests", s.log_requests,
+               "one access-log line per API request (id, route, status, tokens, TTFT, duration; no prompt text)");
   app.add_option("--max-connections", s.max_connections, "concurrent connections at most");
   app.add_option("--max-body-bytes", s.max_body_bytes, "request body size limit");
   app.add_option("--idle-timeout", s.idle_timeout_s, "seconds before an idle connection is closed");
@@ -98,6 +123,47 @@ void add_generate_flags(CLI::App& app, generate_options& g, std::vector<std::str
   app.add_option("--stop", p.stop, "stop string (repeatable)");
 }
 
+/// The model comes from --model or the first argument, not from two different places.
+status resolve_model(engine_config& cfg, const std::string& positional) {
+  if (positional.empty()) return {};
+  if (!cfg.model.model_dir.empty() && cfg.model.model_dir != positional)
+    return make_error(error_code::invalid_argument,
+                      fmt::format("--model: '{}' and the model argument '{}' differ; give one", cfg.model.model_dir,
+                                  positional));
+  cfg.model.model_dir = positional;
+  return {};
+}
+
+/// --api-key-file: the key is the file's first line (trailing whitespace dropped).
+status resolve_api_key(server_options& s) {
+  if (s.api_key_file.empty()) return {};
+  if (!s.api_key.empty())
+    return make_error(error_code::invalid_argument, "--api-key-file: give the key once (--api-key or $ACTORSERVE_API_KEY is set too)");
+  std::ifstream in(s.api_key_file);
+  if (!in) return make_error(error_code::invalid_argument, "--api-key-file: cannot read " + s.api_key_file);
+  std::getline(in, s.api_key);
+  while (!s.api_key.empty() && std::isspace(static_cast<unsigned char>(s.api_key.back()))) s.api_key.pop_back();
+  if (s.api_key.empty()) return make_error(error_code::invalid_argument, "--api-key-file: " + s.api_key_file + " holds no key");
+  return {};
+}
+
+/// --allowed-origins also takes vLLM's JSON list form: ["http://a", "http://b"].
+void normalize_origins(std::vector<std::string>& origins) {
+  std::vector<std::string> out;
+  for (std::string o : origins) {
+    auto strip = [&o](char c) {
+      while (!o.empty() && (o.front() == c || o.front() == ' ')) o.erase(0, 1);
+      while (!o.empty() && (o.back() == c || o.back() == ' ')) o.pop_back();
+    };
+    strip('[');
+    strip(']');
+    strip('"');
+    strip('\'');
+    if (!o.empty()) out.push_back(o);
+  }
+  origins = std::move(out);
+}
+
 }  // namespace
 
 result<std::vector<int32_t>> parse_id_list(std::string_view text, std::string_view flag) {
@@ -126,12 +192,14 @@ result<command_line> parse_command_line(int argc, const char* const* argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "actorserve 0.1.0");
   auto* serve = app.add_subcommand("serve", "run the OpenAI-compatible HTTP/WebSocket server");
-  add_engine_flags(*serve, out.engine);
+  std::string serve_model, gen_model;
+  add_engine_flags(*serve, out.engine, serve_model);
   add_server_flags(*serve, out.engine.server);
+  add_vllm_flags_without_effect(*serve, out.warnings);
   auto* gen = app.add_subcommand("generate", "generate offline and print JSON");
   engine_config gen_cfg;
   std::vector<std::string> id_lists;
-  add_engine_flags(*gen, gen_cfg);
+  add_engine_flags(*gen, gen_cfg, gen_model);
   add_generate_flags(*gen, out.generate, id_lists);
   try {
     app.parse(argc, argv);
@@ -146,9 +214,15 @@ result<command_line> parse_command_line(int argc, const char* const* argv) {
   } catch (const CLI::ParseError& e) {
     return make_error(error_code::invalid_argument, e.what());
   }
+  if (serve->parsed()) {
+    if (auto st = resolve_model(out.engine, serve_model); !st) return st.err();
+    if (auto st = resolve_api_key(out.engine.server); !st) return st.err();
+    normalize_origins(out.engine.server.allowed_origins);
+  }
   if (gen->parsed()) {
     out.cmd = command::generate;
     out.engine = gen_cfg;
+    if (auto st = resolve_model(out.engine, gen_model); !st) return st.err();
     for (const auto& text : id_lists) {
       auto ids = parse_id_list(text, "--prompt-ids");
       if (!ids) return ids.err();

@@ -1,6 +1,6 @@
 #pragma once
 /// Command-line parsing for the `actorserve` binary (CLI11 lives in cli.cpp alone).
-///   actorserve serve    --model DIR [engine and server flags]
+///   actorserve serve    [MODEL | --model DIR] [engine and server flags]
 ///   actorserve generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --requests FILE) ...
 #include <cstdint>
 #include <string>
@@ -25,6 +25,7 @@ struct command_line {
   command cmd = command::serve;
   engine_config engine;
   generate_options generate;
+  std::vector<std::string> warnings;  ///< one per flag accepted without effect (vLLM's), to log at start
   bool exit_now = false;     ///< --help / --version: print `output`, exit with `exit_code`
   int exit_code = 0;
   std::string output;

@@ -54,7 +54,13 @@ struct executor_options {
 struct server_options {
   std::string host = "127.0.0.1";           ///< --host
   int64_t port = 8000;                      ///< --port
-  std::string api_key;                      ///< --api-key (empty: no auth)
+  std::string api_key;                      ///< --api-key, $ACTORSERVE_API_KEY or --api-key-file (empty: no auth)
+  std::string api_key_file;                 ///< --api-key-file (read into api_key when flags are parsed)
+  bool api_key_guards_metrics = false;      ///< --api-key-guards-metrics: /health and /metrics need the key too
+  /// --allowed-origins: origins whose browser pages may call the API (CORS); "*" allows any.
+  std::vector<std::string> allowed_origins;
+  bool log_stats = true;                    ///< !--disable-log-stats: a stats line every 10 s while busy
+  bool log_requests = false;                ///< --enable-log-requests: one access-log line per API request
   int64_t max_connections = 16384;          ///< --max-connections
   int64_t max_body_bytes = 8 << 20;         ///< --max-body-bytes
   int64_t idle_timeout_s = 60;              ///< --idle-timeout

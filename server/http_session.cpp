@@ -24,6 +24,7 @@
 #include "config/log.hpp"
 #include "protocol/openai/sse.hpp"
 #include "server/context.hpp"
+#include "server/cors.hpp"
 #include "server/errors.hpp"
 #include "server/job_runner.hpp"
 #include "server/routes.hpp"
@@ -129,6 +130,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
   /// accept; a kept-alive one may wait `idle` for its next request, then gets the same deadline
   /// from its first byte. The body then has `idle` more.
   void do_read() {
+    origin_.clear();
+    request_headers_.clear();
+    preflight_ = false;
     parser_.emplace();
     parser_->header_limit(session_limits::max_header_bytes);
     parser_->body_limit(static_cast<uint64_t>(ctx_.config.server.max_body_bytes));
@@ -162,6 +166,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
   /// `Expect: 100-continue`, then read the body within --idle-timeout.
   void on_header() {
     const auto& req = parser_->get();
+    origin_ = sv(req[http::field::origin]);
     if (auto refusal = refuse_header(req)) {
       keep_alive_ = false;  // the body stays unread
       write_result(error_result(ctx_, refusal->first, refusal->second));
@@ -228,6 +233,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
       return;
     }
     const std::string method = head_ ? std::string("GET") : sv(req.method_string());
+    preflight_ = req.method() == http::verb::options && req.count(http::field::access_control_request_method) > 0;
+    origin_ = sv(req[http::field::origin]);
+    request_headers_ = sv(req[http::field::access_control_request_headers]);
     handle(route(ctx_, {method, target, authorization, std::move(req.body())}));
   }
 
@@ -264,9 +272,14 @@ class http_session : public std::enable_shared_from_this<http_session> {
                 head_ ? r.body.size() : std::optional<size_t>{});
   }
 
+  /// The CORS header lines of this request's answer (--allowed-origins), or "".
+  std::string cors(std::string_view allow = {}) const {
+    return cors_headers(ctx_.config.server.allowed_origins, {origin_, preflight_, request_headers_, allow});
+  }
+
   void upgrade(const std::string& target, const std::string& authorization) {
     const std::string_view path = target_path(target);
-    if (auto denied = check_auth(ctx_, path, authorization)) {
+    if (auto denied = check_auth(ctx_, "GET", path, authorization)) {
       keep_alive_ = false;
       write_whole(denied->status, denied->content_type, std::move(denied->body));
       return;
@@ -328,7 +341,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
         : std::move(ev.data);
     if (!headers_sent_) {
       headers_sent_ = true;
-      enqueue(std::string(kSseHeaders));
+      std::string headers(kSseHeaders);
+      headers.insert(headers.size() - 2, cors());
+      enqueue(std::move(headers));
     }
     std::string chunk = fmt::format("{:x}\r\n", data.size());
     chunk += data;
@@ -350,6 +365,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     if (status != 204)
       out += fmt::format("Content-Type: {}\r\nContent-Length: {}\r\n", content_type, head_length.value_or(body.size()));
     if (!allow.empty()) out += fmt::format("Allow: {}\r\n", allow);
+    out += cors(allow);
     out += fmt::format("Connection: {}\r\n\r\n", keep_alive_ ? "keep-alive" : "close");
     out += body;
     response_complete_ = true;
@@ -532,6 +548,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
   bool response_complete_ = false;
   bool closed_ = false;
   bool upgraded_ = false;
+  std::string origin_;              ///< this request's Origin header (CORS)
+  std::string request_headers_;     ///< its Access-Control-Request-Headers (CORS preflight)
+  bool preflight_ = false;          ///< a CORS preflight (OPTIONS with Access-Control-Request-Method)
   bool http11_ = true;
   bool head_ = false;               ///< a HEAD request: the answer has headers only
   bool preparing_ = false;          ///< the request is on the prompt pool

@@ -102,12 +102,14 @@ status job_runner::start(post_fn post) {
 
 void job_runner::abandon() {
   if (finished_ || !started_) return;
+  final_status_ = 499;
   cancel_engine_requests();
   mark_finished();
 }
 
 void job_runner::cancel_by_client() {
   if (finished_) return;
+  final_status_ = 499;
   cancel_engine_requests();
   for (auto& c : choices_)
     if (c.finish.empty()) c.finish = "abort";
@@ -129,6 +131,18 @@ void job_runner::mark_finished() {
   finished_ = true;
   if (channel_) channel_->closed.store(true, std::memory_order_release);
   if (started_) ctx_.num_active_jobs.fetch_sub(1);
+  if (started_ && ctx_.config.server.log_requests) log_access();
+}
+
+void job_runner::log_access() const {
+  const char* route = job_.chat ? "/v1/chat/completions" : "/v1/completions";
+  const char* transport = mode_ == output_mode::websocket ? "websocket" : mode_ == output_mode::sse ? "sse" : "http";
+  const auto now = clock::now();
+  const oa::usage_info u = usage_so_far();
+  log::info("request {} {} {} status={} prompt_tokens={} output_tokens={} ttft={} duration={:.3f}s", job_.meta.id,
+            route, transport, final_status_, u.prompt_tokens, u.completion_tokens,
+            first_token_ ? fmt::format("{:.3f}s", seconds(*first_token_ - arrival_)) : std::string("-"),
+            seconds(now - arrival_));
 }
 
 bool job_runner::send(std::string data, bool last, int status) {
@@ -167,6 +181,7 @@ void job_runner::on_delta(size_t p, actors::delta d) {
   auto& rq = requests_[p];
   const auto now = clock::now();
   if (!d.token_ids.empty()) {
+    if (!first_token_) first_token_ = now;
     if (!rq.saw_token) {
       ctx_.stats.time_to_first_token.observe(seconds(now - arrival_));
       rq.saw_token = true;
@@ -279,6 +294,7 @@ void job_runner::finish_ok() {
 void job_runner::fail(const error& e) {
   cancel_engine_requests();
   const http_error h = to_http_error(e);
+  final_status_ = h.status;
   log::warn("req={} failed: {}", job_.meta.id, e.message);
   switch (mode_) {
     case output_mode::whole: send(h.body, true, h.status); break;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,7 @@ class job_runner : public std::enable_shared_from_this<job_runner> {
   void cut_slow_client();
   void cancel_engine_requests();
   void mark_finished();
+  void log_access() const;
   bool send(std::string data, bool last = false, int status = 200);
   std::vector<protocol::openai::token_logprob> convert_logprobs(const std::vector<actors::logprob_entry>& in) const;
   protocol::openai::usage_info usage_so_far() const;
@@ -75,6 +77,8 @@ class job_runner : public std::enable_shared_from_this<job_runner> {
   std::vector<request_state> requests_;
   size_t requests_done_ = 0;
   int64_t buffered_bytes_ = 0;  ///< whole mode: what the response holds so far (about)
+  int final_status_ = 200;      ///< for the access log: the error's status, 499 when the client left
+  std::optional<std::chrono::steady_clock::time_point> first_token_;
   protocol::openai::usage_info usage_;
   std::chrono::steady_clock::time_point arrival_;
   bool started_ = false;

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   log::level lvl{};
   log::parse_level(cl->engine.log_level, lvl);
   log::set_level(lvl);
+  for (const auto& w : cl->warnings) log::warn("{}", w);
   switch (cl->cmd) {
     case command::serve: return server::run_server(cl->engine);
     case command::generate: return actors::run_generate(cl.value());

@@ -33,6 +33,45 @@ metrics::metrics()
       e2e_request_latency({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0}) {}
 
 namespace {
+/// `value` escaped for a Prometheus label (backslash, quote, newline).
+std::string label_value(std::string_view value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\' || c == '"') out += '\\';
+    out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  }
+  return out;
+}
+
+/// The page with `model_name="..."` on every sample (as vLLM's series carry it).
+std::string with_model_label(std::string_view page, std::string_view model) {
+  const std::string label = "model_name=\"" + label_value(model) + "\"";
+  std::string out;
+  out.reserve(page.size() + 64 * label.size());
+  while (!page.empty()) {
+    const size_t eol = page.find('\n');
+    const std::string_view line = page.substr(0, eol == std::string_view::npos ? page.size() : eol + 1);
+    page.remove_prefix(line.size());
+    if (line.empty() || line[0] == '#') {
+      out += line;
+      continue;
+    }
+    const size_t brace = line.find('{');
+    const size_t space = line.find(' ');
+    if (brace != std::string_view::npos && brace < space) {
+      out += line.substr(0, brace + 1);
+      out += label;
+      out += ',';
+      out += line.substr(brace + 1);
+    } else {
+      out += line.substr(0, space);
+      out += '{' + label + '}';
+      out += line.substr(space);
+    }
+  }
+  return out;
+}
+
 void gauge(std::string& out, std::string_view name, std::string_view help, std::string_view type, double v) {
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, v);
 }
@@ -84,7 +123,7 @@ std::string metrics::render(const actors::engine_stats& s, std::string_view mode
   time_to_first_token.render(out, "actorserve:time_to_first_token_seconds", "Time to first token.");
   inter_token_latency.render(out, "actorserve:inter_token_latency_seconds", "Time between streamed deltas.");
   e2e_request_latency.render(out, "actorserve:e2e_request_latency_seconds", "Request latency, arrival to last token.");
-  return out;
+  return with_model_label(out, model);
 }
 
 }  // namespace actorserve::server

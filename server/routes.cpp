@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "config/log.hpp"
 #include "protocol/openai/parse.hpp"
 #include "protocol/openai/write.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
@@ -21,6 +22,7 @@ std::string_view target_path(std::string_view target) {
 route_result error_result(server_context& ctx, const error& e) {
   const http_error h = to_http_error(e);
   ctx.stats.http_errors.fetch_add(1);
+  log::info("answered {}: {}", h.status, e.message);
   route_result r;
   r.status = h.status;
   r.body = h.body;
@@ -33,9 +35,12 @@ route_result error_result(server_context& ctx, int status, const error& e) {
   return r;
 }
 
-std::optional<route_result> check_auth(server_context& ctx, std::string_view path, std::string_view authorization) {
-  const std::string& key = ctx.config.server.api_key;
-  if (key.empty() || path == "/health" || authorized(authorization, key)) return std::nullopt;
+std::optional<route_result> check_auth(server_context& ctx, std::string_view method, std::string_view path,
+                                       std::string_view authorization) {
+  const auto& sv = ctx.config.server;
+  // A CORS preflight carries no credentials; /health and /metrics are open unless guarded.
+  const bool open = method == "OPTIONS" || (!sv.api_key_guards_metrics && (path == "/health" || path == "/metrics"));
+  if (sv.api_key.empty() || open || authorized(authorization, sv.api_key)) return std::nullopt;
   return error_result(ctx, make_error(error_code::unauthorized, "Authorization: missing or invalid API key"));
 }
 
@@ -129,7 +134,7 @@ std::string_view allow_header(verb v) { return v == verb::get ? "GET, HEAD, OPTI
 route_result route(server_context& ctx, http_request_view req) {
   ctx.stats.http_requests.fetch_add(1);
   const std::string_view path = target_path(req.target);
-  if (auto denied = check_auth(ctx, path, req.authorization)) return std::move(*denied);
+  if (auto denied = check_auth(ctx, req.method, path, req.authorization)) return std::move(*denied);
   const auto* entry = std::find_if(kRoutes.begin(), kRoutes.end(), [&](const route_entry& e) { return e.path == path; });
   if (entry == kRoutes.end())
     return error_result(ctx, make_error(error_code::not_found, "route: no route for " + std::string(req.method) +

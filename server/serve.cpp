@@ -15,6 +15,7 @@
 #include "server/context.hpp"
 #include "server/http_session.hpp"
 #include "server/prompt_builder.hpp"
+#include "server/stats_log.hpp"
 
 namespace actorserve::server {
 
@@ -94,6 +95,20 @@ struct http_server::impl {
   /// while ioc still exists.
   net::thread_pool prompt_pool;
   std::shared_ptr<listener> accept;
+  net::steady_timer stats_timer{ioc};
+  actors::engine_stats last_stats;
+
+  /// Every kStatsLogIntervalSeconds: the stats line, when the engine was busy.
+  void schedule_stats_line() {
+    stats_timer.expires_after(std::chrono::seconds(kStatsLogIntervalSeconds));
+    stats_timer.async_wait([this](boost::system::error_code ec) {
+      if (ec) return;
+      const auto now = ctx->engine.stats();
+      if (auto line = stats_line(last_stats, now, kStatsLogIntervalSeconds)) log::info("{}", *line);
+      last_stats = now;
+      schedule_stats_line();
+    });
+  }
   std::vector<std::thread> threads;
   uint16_t port = 0;
   bool stopped = false;
@@ -129,6 +144,10 @@ result<std::unique_ptr<http_server>> http_server::start(actors::engine& engine, 
   p->port = acceptor.local_endpoint().port();
   p->accept = std::make_shared<listener>(p->ioc, std::move(acceptor), *p->ctx);
   p->accept->run();
+  if (cfg.server.log_stats) {
+    p->last_stats = engine.stats();
+    p->schedule_stats_line();
+  }
   for (int i = 0; i < threads; ++i) p->threads.emplace_back([io = &p->ioc] { io->run(); });
   return std::unique_ptr<http_server>(new http_server(std::move(p)));
 }

@@ -221,6 +221,9 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   void send_error(const std::string& id, const error& e) {
     const http_error h = to_http_error(e);
     ctx_.stats.http_errors.fetch_add(1);
+    // A refused frame is logged at debug level only: a flood of them must not flood the log too.
+    if (id.empty()) log::debug("WebSocket frame refused: {}", e.message);
+    else log::info("WebSocket request {} answered {}: {}", id, h.status, e.message);
     enqueue(ws_proto::write_error_frame(id, e.message, h.type, h.param, to_string(e.code)));
   }
 

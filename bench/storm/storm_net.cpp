@@ -100,7 +100,16 @@ server_metrics scrape(tcp::endpoint ep) {
     double v = 0;
     const std::string_view num = line.substr(space + 1);
     if (std::from_chars(num.data(), num.data() + num.size(), v).ec != std::errc{}) continue;
-    m.values[std::string(line.substr(prefix.size(), space - prefix.size()))] = v;
+    // The key: the series name and its labels but model_name (on every series).
+    std::string key(line.substr(prefix.size(), space - prefix.size()));
+    if (const size_t at = key.find("model_name=\""); at != std::string::npos) {
+      const size_t end = key.find('"', at + 12);
+      size_t cut_end = end == std::string::npos ? key.size() : end + 1;
+      if (cut_end < key.size() && key[cut_end] == ',') ++cut_end;
+      key.erase(at, cut_end - at);
+      if (const size_t empty = key.find("{}"); empty != std::string::npos) key.erase(empty, 2);
+    }
+    m.values[key] = v;
   }
   return m;
 }

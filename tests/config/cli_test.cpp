@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "config/cli.hpp"
 
 using namespace actorserve;
@@ -104,3 +107,82 @@ TEST(SamplingParams, ValidationNamesTheField) {
 }
 
 }  // namespace
+
+TEST(Cli, TheModelMayComeFirstAsInVllmServe) {
+  auto cl = parse({"serve", "models/llama", "--port", "0"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->engine.model.model_dir, "models/llama");
+  cl = parse({"serve", "models/llama", "--model", "models/llama"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  cl = parse({"serve", "models/llama", "--model", "models/other"});
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.err().message.find("--model"), std::string::npos) << cl.err().message;
+  cl = parse({"serve", "--port", "0"});
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.err().message.find("--model"), std::string::npos) << cl.err().message;
+}
+
+TEST(Cli, DtypeTakesVllmsNames) {
+  const std::pair<const char*, dtype_choice> names[] = {
+      {"half", dtype_choice::float16},   {"float16", dtype_choice::float16}, {"bfloat16", dtype_choice::bfloat16},
+      {"bf16", dtype_choice::bfloat16},  {"float", dtype_choice::float32},   {"float32", dtype_choice::float32},
+      {"auto", dtype_choice::auto_detect}};
+  for (const auto& [name, want] : names) {
+    auto cl = parse({"serve", "m", "--dtype", name});
+    ASSERT_TRUE(cl.ok()) << name << ": " << cl.err().message;
+    EXPECT_EQ(cl->engine.model.dtype, want) << name;
+  }
+  auto cl = parse({"serve", "m", "--dtype", "int3"});
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.err().message.find("--dtype"), std::string::npos) << cl.err().message;
+}
+
+TEST(Cli, HelpNamesChoicesPlainly) {
+  auto cl = parse({"serve", "--help"});
+  ASSERT_TRUE(cl.ok());
+  EXPECT_NE(cl->output.find("half | float16"), std::string::npos) << cl->output;
+  EXPECT_EQ(cl->output.find("->"), std::string::npos) << "CLI11's value map leaks into --help";
+}
+
+TEST(Cli, TheApiKeyComesFromTheEnvironmentOrAFile) {
+  ::setenv("ACTORSERVE_API_KEY", "from-env", 1);
+  auto cl = parse({"serve", "m"});
+  ::unsetenv("ACTORSERVE_API_KEY");
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->engine.server.api_key, "from-env");
+  const std::string file = ::testing::TempDir() + "/api_key.txt";
+  FILE* f = std::fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("from-file\n", f);
+  std::fclose(f);
+  cl = parse({"serve", "m", "--api-key-file", file.c_str()});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->engine.server.api_key, "from-file");
+  cl = parse({"serve", "m", "--api-key-file", "/nonexistent/key"});
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.err().message.find("--api-key-file"), std::string::npos) << cl.err().message;
+  cl = parse({"serve", "m", "--api-key", "k", "--api-key-file", file.c_str()});
+  ASSERT_FALSE(cl.ok());
+}
+
+TEST(Cli, VllmFlagsWithoutEffectWarnAndHarmfulValuesAreRefused) {
+  auto cl = parse({"serve", "m", "--trust-remote-code", "--tokenizer-mode", "auto", "--tensor-parallel-size", "1", "--swap-space", "4"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  ASSERT_EQ(cl->warnings.size(), 4u);
+  EXPECT_NE(cl->warnings[0].find("--trust-remote-code"), std::string::npos) << cl->warnings[0];
+  EXPECT_NE(cl->warnings[0].find("ignored"), std::string::npos) << cl->warnings[0];
+  cl = parse({"serve", "m", "--tensor-parallel-size", "2"});
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.err().message.find("--tensor-parallel-size"), std::string::npos) << cl.err().message;
+  cl = parse({"serve", "m", "--no-such-flag"});
+  EXPECT_FALSE(cl.ok());
+}
+
+TEST(Cli, AllowedOriginsTakeAListOrVllmsJsonForm) {
+  auto cl = parse({"serve", "m", "--allowed-origins", "http://a.test,http://b.test"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->engine.server.allowed_origins, (std::vector<std::string>{"http://a.test", "http://b.test"}));
+  cl = parse({"serve", "m", "--allowed-origins", R"(["*"])"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->engine.server.allowed_origins, (std::vector<std::string>{"*"}));
+}

@@ -45,7 +45,7 @@ export async function waitForMetric(base, metric, value, timeoutMs = 10000) {
   let last;
   for (;;) {
     const text = await (await fetch(`${base}/metrics`)).text();
-    const m = text.match(new RegExp(`^${metric.replace(/[:]/g, '\\:')} (\\S+)$`, 'm'));
+    const m = text.match(new RegExp(`^${metric.replace(/[:]/g, '\\:')}(?:\\{[^}]*\\})? (\\S+)$`, 'm'));
     last = m ? Number(m[1]) : undefined;
     if (last === value || Date.now() > deadline) return last;
     await new Promise((r) => setTimeout(r, 50));
@@ -55,6 +55,6 @@ export async function waitForMetric(base, metric, value, timeoutMs = 10000) {
 /// The current value of one metric.
 export async function metric(base, name) {
   const text = await (await fetch(`${base}/metrics`)).text();
-  const m = text.match(new RegExp(`^${name.replace(/[:]/g, '\\:')} (\\S+)$`, 'm'));
+  const m = text.match(new RegExp(`^${name.replace(/[:]/g, '\\:')}(?:\\{[^}]*\\})? (\\S+)$`, 'm'));
   return m ? Number(m[1]) : undefined;
 }

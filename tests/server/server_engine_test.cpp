@@ -171,7 +171,7 @@ TEST_F(ServerEngine, DisconnectMidStreamCancelsInTheEngine) {
   EXPECT_EQ(server_->context().num_active_jobs.load(), 0);
   EXPECT_GT(engine_->stats().requests_cancelled, before);
   auto m = http_call(port(), "GET", "/metrics");
-  EXPECT_NE(m.body.find("actorserve:num_requests_running 0\n"), std::string::npos);
+  EXPECT_NE(m.body.find("actorserve:num_requests_running{model_name=\"llama-tiny\"} 0\n"), std::string::npos);
 }
 
 TEST_F(ServerEngine, StopStringEndsTheChoiceWithoutTheStopText) {

@@ -160,14 +160,15 @@ TEST_F(ServerFake, ConnectionsOverTheLimitAreRefused) {
   EXPECT_EQ(http_call(port_, "GET", "/v1/models").status, 200);
 }
 
-TEST_F(ServerFake, ApiKeyGuardsEverythingButHealth) {
+TEST_F(ServerFake, ApiKeyGuardsEverythingButHealthAndMetrics) {
   start("sekrit");
   EXPECT_EQ(http_call(port_, "GET", "/health").status, 200);
+  EXPECT_EQ(http_call(port_, "GET", "/metrics").status, 200);  // open, as in vLLM: Prometheus needs no secret
   auto denied = http_call(port_, "GET", "/v1/models");
   EXPECT_EQ(denied.status, 401);
   EXPECT_EQ(str(parse_json(json_, denied.body)["error"]["type"]), "authentication_error");
-  EXPECT_EQ(http_call(port_, "GET", "/metrics", {}, {"Authorization: Bearer wrong!"}).status, 401);
-  EXPECT_EQ(http_call(port_, "GET", "/metrics", {}, {"Authorization: Bearer sekri"}).status, 401);
+  EXPECT_EQ(http_call(port_, "GET", "/v1/models", {}, {"Authorization: Bearer wrong!"}).status, 401);
+  EXPECT_EQ(http_call(port_, "GET", "/v1/models", {}, {"Authorization: Bearer sekri"}).status, 401);
   EXPECT_EQ(http_call(port_, "GET", "/v1/models", {}, {"Authorization: Bearer sekrit"}).status, 200);
   EXPECT_EQ(http_call(port_, "POST", "/v1/completions", R"({"prompt": "x", "max_tokens": 2})",
                       {"Authorization: Bearer sekrit"}).status, 200);
@@ -299,12 +300,18 @@ TEST_F(ServerFake, MetricsExposeEngineAndLatency) {
   ASSERT_TRUE(eventually([&] { return engine_->stats().num_running == 0; }));  // its thread ends after the last delta
   auto r = http_call(port_, "GET", "/metrics");
   ASSERT_EQ(r.status, 200);
-  for (const char* name : {"actorserve:num_requests_running 0", "actorserve:num_requests_waiting 0",
-                           "actorserve:kv_blocks_used", "actorserve:prefix_cache_hit_rate",
-                           "actorserve:num_preemptions_total", "actorserve:prompt_tokens_total",
-                           "actorserve:time_to_first_token_seconds_count 1",
-                           "actorserve:e2e_request_latency_seconds_count 1",
-                           "actorserve:inter_token_latency_seconds_count 2"})
+  // Every series carries the served model's name, as vLLM's do (dashboards select on it).
+  for (const char* name : {"actorserve:num_requests_running{model_name=\"tiny\"} 0",
+                           "actorserve:num_requests_waiting{model_name=\"tiny\"} 0",
+                           "actorserve:kv_blocks_used{model_name=\"tiny\"}",
+                           "actorserve:prefix_cache_hit_rate{model_name=\"tiny\"}",
+                           "actorserve:num_preemptions_total{model_name=\"tiny\"}",
+                           "actorserve:prompt_tokens_total{model_name=\"tiny\"}",
+                           "actorserve:request_success_total{model_name=\"tiny\",finished_reason=\"length\"}",
+                           "actorserve:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"+Inf\"} 1",
+                           "actorserve:time_to_first_token_seconds_count{model_name=\"tiny\"} 1",
+                           "actorserve:e2e_request_latency_seconds_count{model_name=\"tiny\"} 1",
+                           "actorserve:inter_token_latency_seconds_count{model_name=\"tiny\"} 2"})
     EXPECT_NE(r.body.find(name), std::string::npos) << name;
 }
 

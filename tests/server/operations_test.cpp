@@ -1,0 +1,89 @@
+// What an operator and a browser page see: CORS (--allowed-origins), /health and /metrics open
+// beside an API key unless guarded, and the periodic stats line.
+#include <gtest/gtest.h>
+
+#include "hostile_server.hpp"
+#include "server/cors.hpp"
+#include "server/stats_log.hpp"
+
+namespace actorserve::testing {
+namespace {
+
+using Operations = HostileServerTest;
+
+TEST(Cors, OnlyAllowedOriginsGetHeaders) {
+  const std::vector<std::string> allowed{"http://app.test"};
+  EXPECT_EQ(server::cors_headers(allowed, {"http://evil.test", false, "", ""}), "");
+  EXPECT_EQ(server::cors_headers(allowed, {"", false, "", ""}), "");
+  EXPECT_EQ(server::cors_headers({}, {"http://app.test", false, "", ""}), "");
+  EXPECT_EQ(server::cors_headers(allowed, {"http://app.test", false, "", ""}),
+            "Access-Control-Allow-Origin: http://app.test\r\nVary: Origin\r\n");
+  const std::string preflight =
+      server::cors_headers({"*"}, {"http://any.test", true, "authorization, content-type", "POST, OPTIONS"});
+  EXPECT_NE(preflight.find("Access-Control-Allow-Origin: http://any.test\r\n"), std::string::npos) << preflight;
+  EXPECT_NE(preflight.find("Access-Control-Allow-Methods: POST, OPTIONS\r\n"), std::string::npos) << preflight;
+  EXPECT_NE(preflight.find("Access-Control-Allow-Headers: authorization, content-type\r\n"), std::string::npos);
+}
+
+TEST_F(Operations, ABrowserPageOnAnAllowedOriginCanCallTheApiWithAKey) {
+  engine_config cfg;
+  cfg.server.api_key = "sk-test";
+  cfg.server.allowed_origins = {"http://app.test"};
+  start(cfg);
+  // The preflight carries no key and must pass.
+  auto pre = http_call(port_, "OPTIONS", "/v1/completions", "",
+                       {"Origin: http://app.test", "Access-Control-Request-Method: POST",
+                        "Access-Control-Request-Headers: authorization, content-type"});
+  EXPECT_EQ(pre.status, 204);
+  EXPECT_EQ(pre.headers["access-control-allow-origin"], "http://app.test");
+  EXPECT_EQ(pre.headers["access-control-allow-methods"], "POST, OPTIONS");
+  EXPECT_EQ(pre.headers["access-control-allow-headers"], "authorization, content-type");
+  auto r = http_call(port_, "POST", "/v1/completions", R"({"prompt":"hi","max_tokens":2})",
+                     {"Origin: http://app.test", "Authorization: Bearer sk-test"});
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.headers["access-control-allow-origin"], "http://app.test");
+  auto stream = http_call(port_, "POST", "/v1/completions", R"({"prompt":"hi","max_tokens":2,"stream":true})",
+                          {"Origin: http://app.test", "Authorization: Bearer sk-test"});
+  EXPECT_EQ(stream.headers["access-control-allow-origin"], "http://app.test");
+  // A refusal is readable by the page too.
+  auto denied = http_call(port_, "POST", "/v1/completions", "{}", {"Origin: http://app.test"});
+  EXPECT_EQ(denied.status, 401);
+  EXPECT_EQ(denied.headers["access-control-allow-origin"], "http://app.test");
+  auto other = http_call(port_, "GET", "/health", "", {"Origin: http://evil.test"});
+  EXPECT_EQ(other.headers.count("access-control-allow-origin"), 0u);
+}
+
+TEST_F(Operations, HealthAndMetricsAreOpenBesideAnApiKeyUnlessGuarded) {
+  engine_config cfg;
+  cfg.server.api_key = "sk-test";
+  start(cfg);
+  EXPECT_EQ(http_call(port_, "GET", "/metrics").status, 200);
+  EXPECT_EQ(http_call(port_, "GET", "/health").status, 200);
+  cfg.server.api_key_guards_metrics = true;
+  start(cfg);
+  EXPECT_EQ(http_call(port_, "GET", "/metrics").status, 401);
+  EXPECT_EQ(http_call(port_, "GET", "/health").status, 401);
+  EXPECT_EQ(http_call(port_, "GET", "/metrics", "", {"Authorization: Bearer sk-test"}).status, 200);
+}
+
+TEST(StatsLine, RatesOverTheIntervalAndNothingWhileIdle) {
+  actors::engine_stats before, now;
+  EXPECT_FALSE(server::stats_line(before, now, 10).has_value());
+  now.prompt_tokens_total = 1000;
+  now.generation_tokens_total = 250;
+  now.num_running = 3;
+  now.num_waiting = 1;
+  now.kv_blocks_total = 200;
+  now.kv_blocks_used = 50;
+  now.prefix_cache_queries = 400;
+  now.prefix_cache_hits = 100;
+  now.num_preemptions = 2;
+  auto line = server::stats_line(before, now, 10);
+  ASSERT_TRUE(line.has_value());
+  EXPECT_EQ(*line,
+            "stats: prompt 100.0 tok/s, generation 25.0 tok/s, running 3, waiting 1, KV cache 25.0 % used, "
+            "prefix cache hits 25.0 %, preemptions 2 (+2)");
+}
+
+}  // namespace
+}  // namespace actorserve::testing
