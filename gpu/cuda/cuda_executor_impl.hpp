@@ -117,11 +117,10 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
   void* q16_ = nullptr;              ///< rope's 16-bit scaled q, when the prefill kernel reads it
   /// The sampled rows' residual and fp32 q in the last layer of a prefill-carrying step
-  /// ([max_rows, hidden] and [max_rows, H * D]); off with ACTORSERVE_LAST_LAYER_ALL_ROWS=1.
+  /// ([max_rows, hidden] and [max_rows, H * D]); unused with cuda_tuning::last_layer_all_rows.
   float *rows_residual_ = nullptr, *rows_q_ = nullptr;
-  bool last_layer_all_rows_ = false;
   /// The QKV GEMM's output in the activation dtype for rope in prefill-carrying steps (with q16_,
-  /// opt-in: ACTORSERVE_QKV_16BIT=1); gate_up_'s memory where it is large enough.
+  /// opt-in: cuda_tuning::qkv_16bit); gate_up_'s memory where it is large enough.
   void* qkv16_ = nullptr;
   sample_out* out_ = nullptr;
   char* meta_ = nullptr;             ///< device copy of the staged metadata

@@ -10,8 +10,6 @@
 #include "gpu/cuda/cuda_executor_impl.hpp"
 #include "gpu/cuda/cuda_status.hpp"
 #include "gpu/cuda/gemv_kernel.hpp"
-#include "gpu/cuda/gemv_norm.hpp"
-#include "gpu/cuda/launch_knobs.hpp"
 #include "gpu/cuda/step_inputs.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -173,7 +171,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   if (masks.size() > layout_.mask_capacity) return bad_step("too many EOS/stop token ids to suppress in one step");
   // A prefill-carrying step: past its K/V writes, the last layer needs only the sampled rows
   // (outside a graph bucket sseqs holds one entry per sampled sequence).
-  const bool sampled_only = !bucket && !last_layer_all_rows_ && ntok > 1 && int(sseqs.size()) < ntok;
+  const bool sampled_only = !bucket && !opts_.tuning.last_layer_all_rows && ntok > 1 && int(sseqs.size()) < ntok;
   const size_t pairs_offset = (layout_.penalties + pens.size() * sizeof(penalty_token) + 15) & ~size_t(15);
   const size_t total = pairs_offset + b.block_copies.size() * 2 * sizeof(int32_t);
   if (auto st = ensure_meta_capacity(slot, total); !st) return st;
@@ -404,39 +402,25 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   ra.num_heads = H;
   ra.num_kv_heads = KVH;
   ra.head_dim = D;
+  const cuda_tuning& tuning = opts_.tuning;
   // One token: the qkv and gate/up projections fuse the element-wise kernel after them.
-  const bool fused = n == 1 && fused_decode() && hidden % 8 == 0;
+  const bool fused = n == 1 && tuning.fused_decode && hidden % 8 == 0;
   // Prefill tiles copy rope's 16-bit queries in; then rope writes the fp32 q of decode tokens
   // only, and reads the QKV GEMM's output rounded to the activation dtype (half the bytes).
-  static const bool q32_decode_only = env_int("ACTORSERVE_Q32_DECODE_ONLY", 1) != 0;
   bool qkv16 = false;
   if (q16_ && !fused && shape.attn.prefill > 0) {
     ra.q16 = q16_;
     ra.q16_scale = prefill_q_scale(aa.scale);
     aa.q16 = q16_;
-    if (q32_decode_only) ra.q32 = at<int32_t>(meta_, layout_.q32);
+    if (tuning.q32_decode_only) ra.q32 = at<int32_t>(meta_, layout_.q32);
     qkv16 = qkv16_ != nullptr && !gemm_.uses_gemv(n);
     if (qkv16) ra.qkv16 = qkv16_;
   }
   const int rows_gate_up = gemm_.gemv_rows_for(2 * inter);
-  // Opt-in (fused_norm_decode(); measured no faster end to end, gemv_norm.hpp): the norms fold
-  // into the GEMVs. o and down add into the residual, qkv, gate/up and lm_head normalise it
-  // themselves; no add_rmsnorm launches (the same logits).
-  const auto normed = [&](const float* weight) { return norm_input{residual_, weight, eps, hidden}; };
-  bool add_ok = fused, fold = fused && fused_norm_decode() && norm_gemv_supported(normed(m.final_norm), m.lm_head);
-  for (const device_layer& w : m.layers) {
-    add_ok = add_ok && gemv_supported(attn_, 1, H * D, w.o) && gemv_supported(act_, 1, inter, w.down);
-    fold = fold && norm_gemv_supported(normed(w.input_norm), w.qkv) &&
-           norm_gemv_supported(normed(w.post_norm), w.gate_up);
-  }
-  fold = fold && add_ok;
-  // Opt-in too (residual_gemv_decode()): only o and down add into the residual; the norm kernels
-  // stay, reading it without a delta (the same logits).
-  const bool add_in_gemv = add_ok && !fold && residual_gemv_decode();
   // Batched rows (cuBLAS): o (without a bias) and down add into the residual in the epilogue.
-  const bool add_in_gemm = !fused && !gemm_.uses_gemv(n) && residual_gemm();
+  const bool add_in_gemm = !fused && !gemm_.uses_gemv(n) && tuning.residual_gemm;
   // What add_rmsnorm adds to the residual after the MLP (the down projection's output).
-  float* const delta = add_in_gemv || add_in_gemm ? nullptr : delta_;
+  float* const delta = add_in_gemm ? nullptr : delta_;
   // The last layer of a sampled_only step: attention as a decode of the gathered sampled rows.
   attn_launch last_aa = aa;
   if (shape.sampled_only) {
@@ -457,26 +441,13 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     ra.v_cache = v_cache;
     aa.k_cache = k_cache;
     aa.v_cache = v_cache;
-    if (fold) {
-      mark(step_op::qkv);
-      AS_CUDA_TRY(gemv_norm_qkv_rope(dt_, normed(w.input_norm), w.qkv, ra, stream_));
-      mark(step_op::attention);
-      AS_CUDA_TRY(run_attention(aa));
-      mark(step_op::o);
-      AS_CUDA_TRY(gemv_add_residual(dt_, attn_, H * D, w.o, hidden, residual_, w.o_bias, stream_));
-      mark(step_op::gate_up);
-      AS_CUDA_TRY(gemv_norm_gate_up_silu(dt_, normed(w.post_norm), w.gate_up, inter, act_, 0, stream_));
-      mark(step_op::down);
-      AS_CUDA_TRY(gemv_add_residual(dt_, act_, inter, w.down, hidden, residual_, nullptr, stream_));
-      continue;
-    }
     // The previous layer's MLP output joins the residual here (none before the first layer).
     mark(step_op::norm);
     AS_CUDA_TRY(add_rmsnorm(dt_, residual_, l == 0 ? nullptr : delta, nullptr, w.input_norm, eps, nullptr, n, hidden,
                             x_, stream_));
     if (fused) {
       mark(step_op::qkv);
-      AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv, ra, stream_));
+      AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv, ra, stream_, tuning.bulk));
     } else {
       mark(step_op::qkv);
       if (qkv16) {
@@ -500,12 +471,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     }
     mark(step_op::attention);
     AS_CUDA_TRY(run_attention(last && shape.sampled_only ? last_aa : aa));
-    if (add_in_gemv) {
-      mark(step_op::o);
-      AS_CUDA_TRY(gemv_add_residual(dt_, attn_, H * D, w.o, hidden, residual, w.o_bias, stream_));
-      mark(step_op::norm);
-      AS_CUDA_TRY(add_rmsnorm(dt_, residual, nullptr, nullptr, w.post_norm, eps, nullptr, rows_on, hidden, x_, stream_));
-    } else if (add_in_gemm && !w.o_bias) {
+    if (add_in_gemm && !w.o_bias) {
       mark(step_op::o);
       if (auto st = gemm_.run(dt_, attn_, rows_on, H * D, w.o, hidden, residual, 1.0f); !st) return st;
       mark(step_op::norm);
@@ -518,40 +484,33 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     }
     if (fused) {
       mark(step_op::gate_up);
-      AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, w.gate_up, inter, act_, rows_gate_up, stream_));
-    } else if (gemm_.uses_gemv(rows_on) || !gate_up_16bit()) {
+      AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, w.gate_up, inter, act_, rows_gate_up, stream_, tuning.bulk));
+    } else if (gemm_.uses_gemv(rows_on) || !tuning.gate_up_16bit) {
       mark(step_op::gate_up);
       if (auto st = gemm_.run(dt_, x_, rows_on, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
       mark(step_op::silu);
       AS_CUDA_TRY(silu_and_mul(dt_, gate_up_, rows_on, inter, act_, stream_));
-    } else {  // cuBLAS writes gate_up in dt: half the bytes of fp32 (knob, cuda_model.hpp)
+    } else {  // cuBLAS writes gate_up in dt: half the bytes of fp32 (cuda_tuning::gate_up_16bit)
       mark(step_op::gate_up);
       if (auto st = gemm_.run_act(dt_, x_, rows_on, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
       mark(step_op::silu);
       AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, rows_on, inter, act_, stream_));
     }
     mark(step_op::down);
-    if (add_in_gemv) {
-      AS_CUDA_TRY(gemv_add_residual(dt_, act_, inter, w.down, hidden, residual, nullptr, stream_));
-    } else if (auto st = gemm_.run(dt_, act_, rows_on, inter, w.down, hidden, add_in_gemm ? residual : delta_,
-                                   add_in_gemm ? 1.0f : 0.0f);
-               !st) {
+    if (auto st = gemm_.run(dt_, act_, rows_on, inter, w.down, hidden, add_in_gemm ? residual : delta_,
+                            add_in_gemm ? 1.0f : 0.0f);
+        !st) {
       return st;
     }
   }
   const int rows = shape.sample_rows;
   if (rows == 0) return {};
-  if (fold) {  // one token: its row is the sample row
-    mark(step_op::lm_head);
-    AS_CUDA_TRY(gemv_norm(dt_, normed(m.final_norm), m.lm_head, V, logits_, stream_));
-  } else {
-    mark(step_op::norm);
-    // The sampled rows: gathered already (sampled_only), else picked from every row's residual.
-    AS_CUDA_TRY(add_rmsnorm(dt_, residual, delta, nullptr, m.final_norm, eps,
-                            shape.sampled_only ? nullptr : sample_row_ids, rows, hidden, x_, stream_));
-    mark(step_op::lm_head);
-    if (auto st = gemm_.run(dt_, x_, rows, hidden, m.lm_head, V, logits_); !st) return st;
-  }
+  mark(step_op::norm);
+  // The sampled rows: gathered already (sampled_only), else picked from every row's residual.
+  AS_CUDA_TRY(add_rmsnorm(dt_, residual, delta, nullptr, m.final_norm, eps,
+                          shape.sampled_only ? nullptr : sample_row_ids, rows, hidden, x_, stream_));
+  mark(step_op::lm_head);
+  if (auto st = gemm_.run(dt_, x_, rows, hidden, m.lm_head, V, logits_); !st) return st;
   if (opts_.keep_logits)
     AS_CUDA_TRY(cudaMemcpyAsync(kept_logits_, logits_, size_t(rows) * V * sizeof(float), cudaMemcpyDeviceToDevice,
                                 stream_));
