@@ -23,16 +23,6 @@ size_t align16(size_t v) { return (v + 15) & ~size_t(15); }
 
 }  // namespace
 
-int decode_bucket(int batch) {
-  if (batch <= 0) return 0;
-  if (batch <= 16) {
-    int b = 1;
-    while (b < batch) b *= 2;
-    return b;
-  }
-  return batch > 256 ? 0 : (batch + 7) / 8 * 8;
-}
-
 result<std::unique_ptr<executor>> cuda_executor::create(const std::string& model_dir,
                                                         const cuda_executor_options& opts) {
   auto ex = std::make_unique<cuda_executor>();
@@ -208,7 +198,26 @@ status cuda_executor::allocate_kv_pool(int64_t num_blocks) {
                                   caches * cache_stride_ / 1048576.0));
   }
   info_.num_blocks = static_cast<int32_t>(num_blocks);
+  builder_ = std::make_unique<step_builder>(limits(num_blocks), *attention_);
   return {};
+}
+
+step_limits cuda_executor::limits(int64_t num_blocks) const {
+  step_limits l;
+  l.max_rows = max_rows_;
+  l.max_tokens = max_tokens_;
+  l.block_size = info_.block_size;
+  l.vocab_size = info_.vocab_size;
+  l.max_model_len = info_.max_model_len;
+  l.num_blocks = num_blocks;
+  l.block_table_capacity = layout_.block_table_capacity;
+  l.mask_capacity = layout_.mask_capacity;
+  l.item_capacity = layout_.item_capacity;
+  l.last_item_capacity = layout_.last_item_capacity;
+  l.enforce_eager = opts_.enforce_eager;
+  l.last_layer_all_rows = opts_.tuning.last_layer_all_rows;
+  l.eos_token_ids = info_.eos_token_ids;
+  return l;
 }
 
 status cuda_executor::plan_memory() {
