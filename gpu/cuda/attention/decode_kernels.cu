@@ -1,6 +1,6 @@
 // Decode kernels of the two attention backends, both on tensor cores (mma.sync m16n8k16, fp32
-// accumulation) with the query heads of one GQA group packed into the rows of one 16-row tile,
-// so each KV head is read once for all of its query heads:
+// accumulation) with the keys as the MMAs' M dimension and the query heads of one GQA group (at
+// most 8) as N (warp_keys.cuh), so each KV head is read once for all of its query heads:
 //  - flash-decoding: the CTA streams its KV range in 64-token tiles through a 3-stage pipeline;
 //    each of the 4 warps takes 16 keys of every tile. The tiles come by TMA (one thread issues
 //    a tile's boxes, an mbarrier per stage counts their bytes) where blocks are a multiple of
@@ -15,7 +15,6 @@
 // runs; it reads its work item and block table and issues the copies of every leading K/V tile
 // older than the newest token before it waits for that kernel, then reads Q.
 #include <cmath>
-#include <type_traits>
 
 #include "gpu/cuda/attention/decode_common.cuh"
 #include "gpu/cuda/attention/kv_tensor_map.hpp"
@@ -33,19 +32,16 @@ constexpr int kThreads = 128, kWarps = 4;
 template <int D>
 constexpr int fd_smem_bytes() { return fd_stages * 2 * fd_kv_tile * D * 2 + 16 * D * 2; }
 
-/// A decode kernel's warp tile: the keys as the MMAs' M dimension (warp_keys) when the query
-/// rows of a KV group fit in 8 (GQA <= 8: decode items hold one token), else the rows as M
-/// (warp_rows, up to 16). keys_as_m() picks it per launch.
-template <bool kKeysM, class T, int D, class Kv>
-using decode_warp = std::conditional_t<kKeysM, warp_keys<T, D, Kv>, warp_rows<T, D, Kv>>;
-
-bool keys_as_m(const attn_launch& a) { return a.num_heads <= warp_keys_max_rows * a.num_kv_heads; }
+/// Whether the query rows of a KV group fit the decode kernels' warp tile (warp_keys: the keys as
+/// the MMAs' M dimension, at most 8 query rows as N; decode items hold one token, and the
+/// tensor-core backends take GQA groups up to 8).
+bool rows_fit(const attn_launch& a) { return a.num_heads <= warp_keys_max_rows * a.num_kv_heads; }
 
 /// Shared-memory floats the merge of split pieces may use for their lse values.
 constexpr int merge_cap(int smem_bytes) { return smem_bytes / 4; }
 
 /// One decode item with its K/V tiles copied by every thread's cp.async.
-template <class T, int D, bool kKeysM>
+template <class T, int D>
 __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
   constexpr int kSt = fd_stages, kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
@@ -72,7 +68,7 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
   for (; s < kSt - 1; ++s) issue(s);
   qp.store(a, q_s, tid);
   __syncthreads();
-  decode_warp<kKeysM, T, D, row_tile<D>> w;
+  warp_keys<T, D, row_tile<D>> w;
   w.init(q_s, lane);
   for (int t = 0; t < ntiles; ++t) {
     cp_async_wait<kSt - 2>();
@@ -96,14 +92,14 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
-template <class T, int D, bool kKeysM>
+template <class T, int D>
 __global__ void __launch_bounds__(kThreads) fd_decode_kernel(attn_launch a) {
   allow_dependents();
   extern __shared__ uint4 smem_raw[];
   const int n = a.counts[2];
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    fd_decode_item<T, D, kKeysM>(a, a.items[a.counts[0] + i], smem_raw);
+    fd_decode_item<T, D>(a, a.items[a.counts[0] + i], smem_raw);
   }
 }
 
@@ -119,7 +115,7 @@ constexpr int fd_tma_smem_bytes() { return 1024 + fd_smem_bytes<D>() + 8 * fd_st
 /// every tile of an item whose blocks or first key are not 64-aligned, comes by cp.async with
 /// those rows zero-filled, arriving on the same barrier. `n` counts the CTA's tiles over its
 /// items (the stages' barrier phases).
-template <class T, int D, bool kKeysM>
+template <class T, int D>
 __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const kv_tensor_maps& maps,
                                                    const attn_item& it, uint32_t s0, int& n) {
   constexpr int kSt = fd_stages, kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
@@ -166,7 +162,7 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
   for (; s < kSt - 1; ++s) issue(s);
   qp.store(a, q_s, tid);
   __syncthreads();
-  decode_warp<kKeysM, T, D, slab_tile<kTile>> w;
+  warp_keys<T, D, slab_tile<kTile>> w;
   w.init(q_s, lane);
   for (int t = 0; t < ntiles; ++t) {
     // Every warp is past tile t - 1, so its stage takes tile t + kSt - 1 now, before the wait for
@@ -187,7 +183,7 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided, over TMA (fd_decode_item_tma).
-template <class T, int D, bool kKeysM>
+template <class T, int D>
 __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, const __grid_constant__ kv_tensor_maps maps) {
   if (threadIdx.x == 0) {
     dev::prefetch_tensor_map(&maps.k);  // the copy engine's first use of them is not a cold miss
@@ -213,7 +209,7 @@ __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, 
     attn_item next{};
     if (i + int(gridDim.x) < items) next = list[i + gridDim.x];
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    fd_decode_item_tma<T, D, kKeysM>(a, maps, it, s0, n);
+    fd_decode_item_tma<T, D>(a, maps, it, s0, n);
     it = next;
   }
 }
@@ -221,7 +217,7 @@ __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, 
 template <int D>
 constexpr int vllm_smem_bytes() { return kWarps * fd_stages * 2 * vllm_warp_tokens * D * 2 + 16 * D * 2; }
 
-template <class T, int D, bool kKeysM>
+template <class T, int D>
 __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
   constexpr int kU = vllm_warp_tokens, kSt = fd_stages, kUnitBytes = kU * D * 2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
@@ -252,7 +248,7 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
   for (; s < kSt - 1; ++s) issue(s);
   qp.store(a, q_s, tid);
   __syncthreads();
-  decode_warp<kKeysM, T, D, row_tile<D>> w;
+  warp_keys<T, D, row_tile<D>> w;
   w.init(q_s, lane);
   for (int i = 0; i < mine; ++i) {
     cp_async_wait<kSt - 2>();
@@ -275,14 +271,14 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
-template <class T, int D, bool kKeysM>
+template <class T, int D>
 __global__ void __launch_bounds__(kThreads) vllm_decode_kernel(attn_launch a) {
   allow_dependents();
   extern __shared__ uint4 smem_raw[];
   const int n = a.counts[2];
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    vllm_decode_item<T, D, kKeysM>(a, a.items[a.counts[0] + i], smem_raw);
+    vllm_decode_item<T, D>(a, a.items[a.counts[0] + i], smem_raw);
   }
 }
 
@@ -298,41 +294,38 @@ int launch_decode(void (*kernel)(attn_launch), int smem, const attn_launch& a, c
   return int(dev::launch_pdl_smem(kernel, dim3(a.decode_grid), dim3(kThreads), size_t(smem), s, a));
 }
 
-template <class T, int D, bool kKeysM>
+template <class T, int D>
 int launch_fd_kernel(const attn_launch& a, cudaStream_t s) {
   constexpr int smem = fd_smem_bytes<D>();
-  static const int configured = configure(fd_decode_kernel<T, D, kKeysM>, smem);
+  static const int configured = configure(fd_decode_kernel<T, D>, smem);
   if (configured != 0) return configured;
-  return launch_decode(fd_decode_kernel<T, D, kKeysM>, smem, a, s);
+  return launch_decode(fd_decode_kernel<T, D>, smem, a, s);
 }
 
-/// The cp.async flash-decoding kernel, with the keys as M where they fit.
+/// The cp.async flash-decoding kernel.
 template <class T, int D>
 int launch_fd_cp_async(const attn_launch& a, cudaStream_t s) {
-  if (keys_as_m(a)) return launch_fd_kernel<T, D, true>(a, s);
-  return launch_fd_kernel<T, D, false>(a, s);
+  return launch_fd_kernel<T, D>(a, s);
 }
 
-template <class T, int D, bool kKeysM>
+template <class T, int D>
 int launch_fd_tma_kernel(const attn_launch& a, const kv_tensor_maps& maps, cudaStream_t s) {
   constexpr int smem = fd_tma_smem_bytes<D>();
-  static const int configured = configure(fd_decode_tma_kernel<T, D, kKeysM>, smem);
+  static const int configured = configure(fd_decode_tma_kernel<T, D>, smem);
   if (configured != 0) return configured;
   if (a.decode_grid <= 0) return 0;
-  return int(dev::launch_pdl_smem(fd_decode_tma_kernel<T, D, kKeysM>, dim3(a.decode_grid), dim3(kThreads),
+  return int(dev::launch_pdl_smem(fd_decode_tma_kernel<T, D>, dim3(a.decode_grid), dim3(kThreads),
                                   size_t(smem), s, a, maps));
 }
 
-/// The TMA kernel (fd_decode_item_tma), with the keys as M where they fit; the cp.async one
-/// where the descriptors cannot be made.
+/// The TMA kernel (fd_decode_item_tma); the cp.async one where the descriptors cannot be made.
 template <class T, int D>
 int launch_fd_tma(const attn_launch& a, cudaStream_t s) {
   kv_tensor_maps maps{};
   if (!make_kv_tensor_maps(a.k_cache, a.v_cache, a.num_kv_heads, a.head_dim, a.block_size, &maps) ||
       maps.box_rows != fd_kv_tile)
     return launch_fd_cp_async<T, D>(a, s);
-  if (keys_as_m(a)) return launch_fd_tma_kernel<T, D, true>(a, maps, s);
-  return launch_fd_tma_kernel<T, D, false>(a, maps, s);
+  return launch_fd_tma_kernel<T, D>(a, maps, s);
 }
 
 template <class T, int D>
@@ -340,16 +333,16 @@ int launch_fd(const attn_launch& a, decode_kernel k, cudaStream_t s) {
   return k == decode_kernel::cp_async ? launch_fd_cp_async<T, D>(a, s) : launch_fd_tma<T, D>(a, s);
 }
 
-template <class T, int D, bool kKeysM>
+template <class T, int D>
 int launch_vllm_kernel(const attn_launch& a, cudaStream_t s) {
-  static const int configured = configure(vllm_decode_kernel<T, D, kKeysM>, vllm_smem_bytes<D>());
+  static const int configured = configure(vllm_decode_kernel<T, D>, vllm_smem_bytes<D>());
   if (configured != 0) return configured;
-  return launch_decode(vllm_decode_kernel<T, D, kKeysM>, vllm_smem_bytes<D>(), a, s);
+  return launch_decode(vllm_decode_kernel<T, D>, vllm_smem_bytes<D>(), a, s);
 }
 
 template <class T, int D>
 int launch_vllm(const attn_launch& a, cudaStream_t s) {
-  return keys_as_m(a) ? launch_vllm_kernel<T, D, true>(a, s) : launch_vllm_kernel<T, D, false>(a, s);
+  return launch_vllm_kernel<T, D>(a, s);
 }
 
 template <class T, int D>
@@ -358,13 +351,13 @@ int occupancy(bool vllm) {
   const int smem = vllm ? vllm_smem_bytes<D>() : fd_smem_bytes<D>();
   cudaError_t e = vllm ? cudaErrorUnknown : cudaSuccess;
   if (vllm) {
-    e = cudaError_t(configure(vllm_decode_kernel<T, D, true>, smem));
+    e = cudaError_t(configure(vllm_decode_kernel<T, D>, smem));
     if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, vllm_decode_kernel<T, D, true>, kThreads, smem);
-  } else {  // the TMA kernel, the default (its cp.async fallback takes 1 KiB less); both with the keys as M
-    e = cudaError_t(configure(fd_decode_tma_kernel<T, D, true>, fd_tma_smem_bytes<D>()));
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, vllm_decode_kernel<T, D>, kThreads, smem);
+  } else {  // the TMA kernel, the default (its cp.async fallback takes 1 KiB less)
+    e = cudaError_t(configure(fd_decode_tma_kernel<T, D>, fd_tma_smem_bytes<D>()));
     if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_tma_kernel<T, D, true>, kThreads,
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_tma_kernel<T, D>, kThreads,
                                                         fd_tma_smem_bytes<D>());
   }
   if (e != cudaSuccess) {
@@ -377,6 +370,7 @@ int occupancy(bool vllm) {
 }  // namespace
 
 int launch_fd_decode(act_dtype dt, const attn_launch& a, decode_kernel k, cudaStream_t s) {
+  if (!rows_fit(a)) return int(cudaErrorInvalidValue);
   if (a.head_dim == 128)
     return dt == act_dtype::bf16 ? launch_fd<__nv_bfloat16, 128>(a, k, s) : launch_fd<__half, 128>(a, k, s);
   if (a.head_dim == 64)
@@ -385,6 +379,7 @@ int launch_fd_decode(act_dtype dt, const attn_launch& a, decode_kernel k, cudaSt
 }
 
 int launch_vllm_decode(act_dtype dt, const attn_launch& a, cudaStream_t s) {
+  if (!rows_fit(a)) return int(cudaErrorInvalidValue);
   if (a.head_dim == 128)
     return dt == act_dtype::bf16 ? launch_vllm<__nv_bfloat16, 128>(a, s) : launch_vllm<__half, 128>(a, s);
   if (a.head_dim == 64)

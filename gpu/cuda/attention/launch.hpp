@@ -65,8 +65,8 @@ inline constexpr int tc_prefill_rows = 64;
 /// Head dims the tensor-core kernels are built for; others go through paged_attention.
 inline constexpr bool tc_head_dim_supported(int d) { return d == 64 || d == 128; }
 
-/// Flash-decoding decode kernel `k` over items [counts[0], counts[0] + counts[2]), with the MMAs
-/// taking the keys as M where a KV group's query rows fit in 8 (warp_keys.cuh), else the rows.
+/// Flash-decoding decode kernel `k` over items [counts[0], counts[0] + counts[2]), the MMAs taking
+/// the keys as M (warp_keys.cuh): a KV group of more than 8 query heads is cudaErrorInvalidValue.
 int launch_fd_decode(act_dtype dt, const attn_launch& a, decode_kernel k, cudaStream_t s);
 /// vLLM-style (warp per block) decode kernel over the same decode items.
 int launch_vllm_decode(act_dtype dt, const attn_launch& a, cudaStream_t s);
