@@ -64,6 +64,8 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
       {"auto", device_kind::auto_detect}, {"cpu", device_kind::cpu}, {"cuda", device_kind::cuda}};
   app.add_option("--device", e.device, "auto | cuda | cpu")->transform(named_choices(devices));
   app.add_flag("--enforce-eager", e.enforce_eager, "disable CUDA graphs");
+  app.add_flag("--profile-steps", e.profile_steps,
+               "CUDA: time each kernel class of the eager steps, print the table to stderr at shutdown");
   app.add_option("--cpu-threads", e.cpu_threads, "CPU executor threads (0: all cores)");
   app.add_option("--seed", e.seed, "seed for requests that bring none");
   app.add_option("--inject-step-failures", e.inject_step_failures,

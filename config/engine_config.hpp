@@ -45,6 +45,9 @@ struct cache_options {
 struct executor_options {
   device_kind device = device_kind::auto_detect;  ///< --device
   bool enforce_eager = false;               ///< --enforce-eager (no CUDA graphs)
+  /// --profile-steps: the CUDA executor times each kernel class of its eager steps and prints
+  /// the table to stderr when it stops.
+  bool profile_steps = false;
   int64_t cpu_threads = 0;                  ///< --cpu-threads (0: all cores)
   uint64_t seed = 0;                        ///< --seed (default seed for unseeded requests)
   /// --inject-step-failures (test only): step numbers whose step_result reports a failure.

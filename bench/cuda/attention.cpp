@@ -3,13 +3,15 @@
 // configuration is timed twice: events around the launches as issued (host launch latency
 // included: the first method, kept) and "held" (the launches queued behind a kernel that holds
 // the stream until the host releases it: kernel time alone, as nvbench measures).
-//   bench_cuda_attention [--out DIR] [--quick] [--flush read|write]
-//   bench_cuda_attention --variants          kernel variants (ACTORSERVE_ATTN_VARIANT) side by side
+//   bench_cuda_attention [--out DIR] [--quick] [--flush read|write] [KERNEL FLAGS]
+//   bench_cuda_attention --kernels           the shipping kernels side by side (A/B by name)
 //   bench_cuda_attention --stream            streaming-read ceiling at the grid's byte counts
 //   bench_cuda_attention --pdl               decode after a 4 µs predecessor, PDL off / on
-//   bench_cuda_attention --trace             per-CTA timelines of one-wave decode grids (variant 24)
 //   bench_cuda_attention --one vllm|fd decode|prefill H BATCH KV   one configuration (for ncu)
 //   bench_cuda_attention --reps N --one ...                         its median of N runs (default 1)
+// KERNEL FLAGS (tuning_flags.hpp) pick the kernels of the grid and of --one: --prefill-kernel
+// automatic|wgmma_tma_persistent|wgmma_cp_async|mma_sync, --decode-kernel tma|cp_async,
+// --split-merge last_piece|separate_kernel, --prefill-q16 0|1.
 // Writes DIR/attention_grid.md (the whole grid as a table) and prints it with a target summary.
 // --flush: how the L2 is flushed before each timed run. `read` (the default) reads a 256 MiB
 // buffer, which evicts every K/V line and leaves the L2 full of clean lines, as the GEMMs and
@@ -30,11 +32,14 @@
 #include <string>
 #include <vector>
 
+#include "bench/cuda/probe/probe.hpp"
 #include "bench_timing.hpp"
 #include "gpu/cuda/attention/backend.hpp"
-#include "gpu/cuda/attention/probe.hpp"
+#include "tuning_flags.hpp"
 
 namespace cuda = actorserve::gpu::cuda;
+namespace gpu = actorserve::gpu;
+namespace bench_cuda = actorserve::bench_cuda;
 using actorserve::kv_cache_layout;
 
 namespace {
@@ -164,16 +169,16 @@ struct prepared {
 };
 
 /// Sequences of KV lengths `lens` (decode: one query each; prefill: q_len = the length) over
-/// block tables shuffled across the cache.
+/// block tables shuffled across the cache, through a backend with the kernels `tuning` picks.
 void prepare(device_state& st, prepared& p, kv_cache_layout layout, int H, const std::vector<int>& lens,
-             bool prefill) {
+             bool prefill, const gpu::attention_tuning& tuning) {
   cuda::attention_shape shape;
   shape.dt = cuda::act_dtype::bf16;
   shape.num_heads = H;
   shape.num_kv_heads = KVH;
   shape.head_dim = D;
   shape.block_size = layout == kv_cache_layout::vllm ? 16 : 64;
-  auto made = cuda::make_attention_backend(layout, shape);
+  auto made = cuda::make_attention_backend(layout, shape, tuning);
   if (!made) {
     std::fprintf(stderr, "backend: %s\n", made.err().message.c_str());
     std::exit(1);
@@ -230,9 +235,9 @@ void prepare(device_state& st, prepared& p, kv_cache_layout layout, int H, const
 
 /// Both timings of one configuration, with its effective GB/s (decode) or TFLOP/s (prefill).
 result_row run_lens(device_state& st, kv_cache_layout layout, int H, const std::vector<int>& lens, bool prefill,
-                    int reps, const std::string& kv_label = {}) {
+                    int reps, const gpu::attention_tuning& tuning, const std::string& kv_label = {}) {
   prepared p;
-  prepare(st, p, layout, H, lens, prefill);
+  prepare(st, p, layout, H, lens, prefill, tuning);
   const auto [us, us_held] = measure(st, reps, [&] { p.run(); });
   result_row row;
   row.backend = p.be->name();
@@ -261,8 +266,9 @@ result_row run_lens(device_state& st, kv_cache_layout layout, int H, const std::
   return row;
 }
 
-result_row run_config(device_state& st, kv_cache_layout layout, int H, int batch, int kv, bool prefill, int reps) {
-  return run_lens(st, layout, H, std::vector<int>(size_t(batch), kv), prefill, reps);
+result_row run_config(device_state& st, kv_cache_layout layout, int H, int batch, int kv, bool prefill, int reps,
+                      const gpu::attention_tuning& tuning) {
+  return run_lens(st, layout, H, std::vector<int>(size_t(batch), kv), prefill, reps, tuning);
 }
 
 /// The offline workload of issue #8 (1000 x 128 in / 1024 out at ~250 running): 250 decode
@@ -293,38 +299,51 @@ double copy_gbs(device_state& st) {
   return 2.0 * bytes / (t[t.size() / 2] * 1e-3) / 1e9;
 }
 
-/// One configuration per kernel variant (launch.hpp: prefill variant | decode variant << 4).
-void run_variants(device_state& st, double copy) {
+/// One named kernel choice of run_kernels.
+struct arm {
+  std::string name;
+  gpu::attention_tuning tuning;
+};
+
+/// The shipping kernels side by side: each decode point under the flash-decoding backend's two
+/// decode kernels and two split merges, each prefill point under every prefill kernel.
+void run_kernels(device_state& st, double copy) {
   std::printf("device-to-device copy %.0f GB/s (read + write); L2 flushed by a 256 MiB %s\n\n", copy,
               g_flush_by_write ? "memset" : "read");
-  struct point { kv_cache_layout layout; int H, batch, kv; bool prefill; std::vector<int> variants; };
+  std::vector<arm> decode_arms, prefill_arms;
+  for (gpu::decode_kernel k : {gpu::decode_kernel::tma, gpu::decode_kernel::cp_async})
+    for (gpu::split_merge m : {gpu::split_merge::last_piece, gpu::split_merge::separate_kernel}) {
+      arm a{std::string(bench_cuda::name_of(k)) + ", " + bench_cuda::name_of(m), {}};
+      a.tuning.decode = k;
+      a.tuning.merge = m;
+      decode_arms.push_back(a);
+    }
+  for (gpu::prefill_kernel k : {gpu::prefill_kernel::automatic, gpu::prefill_kernel::wgmma_tma_persistent,
+                                gpu::prefill_kernel::wgmma_cp_async, gpu::prefill_kernel::mma_sync}) {
+    arm a{bench_cuda::name_of(k), {}};
+    a.tuning.prefill = k;
+    prefill_arms.push_back(a);
+  }
+  struct point { kv_cache_layout layout; int H, batch, kv; bool prefill; };
   const kv_cache_layout fd = kv_cache_layout::flash_decoding, vl = kv_cache_layout::vllm;
-  // 0 default (K/V by TMA, keys as the MMAs' M); 448 the warp merge through shared memory;
-  // measurement variants (launch.hpp): 224 the TMA copies alone; 256 the last piece counts but
-  // does not merge.
-  const std::vector<int> ab = {0, 448, 224};
-  const point points[] = {{fd, 32, 32, 2048, false, ab},       {fd, 64, 32, 2048, false, ab},
-                          {fd, 32, 32, 8192, false, ab},       {fd, 64, 64, 2048, false, ab},
-                          {fd, 32, 1, 32768, false, {0, 448, 256}}, {fd, 64, 1, 32768, false, {0, 448, 256}}};
-  const point mixed[] = {{fd, 32, 250, 0, false, {0, 448}}, {vl, 32, 250, 0, false, {0, 448}}};
-  std::printf("| backend | kind | q/kv | batch | KV | variant | µs | GB/s | µs held | GB/s held | CTAs | splits |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  const point points[] = {{fd, 32, 32, 2048, false}, {fd, 64, 32, 2048, false}, {fd, 32, 32, 8192, false},
+                          {fd, 64, 64, 2048, false}, {fd, 32, 1, 32768, false}, {fd, 64, 1, 32768, false},
+                          {fd, 32, 4, 4096, true},   {vl, 32, 4, 4096, true},   {fd, 32, 16, 1024, true}};
+  std::printf("| backend | kind | q/kv | batch | KV | kernels | µs | GB/s | TFLOP/s | µs held | GB/s held | "
+              "TFLOP/s held | CTAs | splits |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const point& p : points)
-    for (int v : p.variants) {
-      setenv("ACTORSERVE_ATTN_VARIANT", std::to_string(v).c_str(), 1);
-      const result_row r = run_config(st, p.layout, p.H, p.batch, p.kv, p.prefill, 15);
-      std::printf("| %s | %s | %d/%d | %d | %d | %d | %.1f | %.0f | %.1f | %.0f | %d | %d |\n", r.backend.c_str(),
-                  r.kind.c_str(), r.H, KVH, r.batch, r.kv, v, r.us, r.gbs, r.us_held, r.gbs_held, r.ctas, r.splits);
+    for (const arm& a : p.prefill ? prefill_arms : decode_arms) {
+      const result_row r = run_config(st, p.layout, p.H, p.batch, p.kv, p.prefill, p.prefill ? 7 : 15, a.tuning);
+      std::printf("| %s | %s | %d/%d | %d | %d | %s | %.1f | %.0f | %.1f | %.1f | %.0f | %.1f | %d | %d |\n",
+                  r.backend.c_str(), r.kind.c_str(), r.H, KVH, r.batch, r.kv, a.name.c_str(), r.us, r.gbs, r.tflops,
+                  r.us_held, r.gbs_held, r.tflops_held, r.ctas, r.splits);
     }
-  for (const point& p : mixed)
-    for (int v : p.variants) {
-      setenv("ACTORSERVE_ATTN_VARIANT", std::to_string(v).c_str(), 1);
-      const result_row r = run_lens(st, p.layout, p.H, mixed_lens(), false, 15, "128-1152");
-      std::printf("| %s | %s | %d/%d | %d | %s | %d | %.1f | %.0f | %.1f | %.0f | %d | %d |\n", r.backend.c_str(),
-                  r.kind.c_str(), r.H, KVH, r.batch, r.kv_label.c_str(), v, r.us, r.gbs, r.us_held, r.gbs_held, r.ctas,
-                  r.splits);
-    }
-  unsetenv("ACTORSERVE_ATTN_VARIANT");
+  for (const arm& a : decode_arms) {
+    const result_row r = run_lens(st, fd, 32, mixed_lens(), false, 15, a.tuning, "128-1152");
+    std::printf("| %s | %s | %d/%d | %d | %s | %s | %.1f | %.0f | - | %.1f | %.0f | - | %d | %d |\n", r.backend.c_str(),
+                r.kind.c_str(), r.H, KVH, r.batch, r.kv_label.c_str(), a.name.c_str(), r.us, r.gbs, r.us_held,
+                r.gbs_held, r.ctas, r.splits);
+  }
 }
 
 /// The streaming-read ceiling at the byte counts of the decode grid (K + V of batch x KV).
@@ -347,8 +366,8 @@ void run_stream(device_state& st, int sms) {
 /// programmatic launch off and on: the µs the attention adds after the predecessor.
 void run_pdl(device_state& st) {
   constexpr int kPredNs = 4000;
-  std::printf("\n| backend | variant | q/kv | batch | KV | alone µs held | pred µs | + attn, PDL off | "
-              "+ attn, PDL on | attn adds, off | attn adds, on |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("\n| backend | q/kv | batch | KV | alone µs held | pred µs | + attn, PDL off | "
+              "+ attn, PDL on | attn adds, off | attn adds, on |\n|---|---|---|---|---|---|---|---|---|---|\n");
   struct point { kv_cache_layout layout; int H; std::vector<int> lens; const char* label; };
   const kv_cache_layout fd = kv_cache_layout::flash_decoding, vl = kv_cache_layout::vllm;
   const point points[] = {{vl, 32, {256}, "256"},   {fd, 32, {256}, "256"},       {vl, 64, {256}, "256"},
@@ -356,12 +375,10 @@ void run_pdl(device_state& st) {
                           {vl, 32, {2048}, "2048"}, {vl, 32, {32768}, "32768"},   {fd, 32, {32768}, "32768"},
                           {vl, 32, std::vector<int>(32, 2048), "2048"}, {fd, 32, std::vector<int>(32, 2048), "2048"},
                           {vl, 32, mixed_lens(), "128-1152"}, {fd, 32, mixed_lens(), "128-1152"}};
-  for (int v : {0, 176, 192}) {
+  {
     for (const point& pt : points) {
-      setenv("ACTORSERVE_ATTN_VARIANT", std::to_string(v).c_str(), 1);
       prepared p;
-      prepare(st, p, pt.layout, pt.H, pt.lens, false);
-      unsetenv("ACTORSERVE_ATTN_VARIANT");
+      prepare(st, p, pt.layout, pt.H, pt.lens, false, {});
       double pred[2] = {0, 0}, both[2] = {0, 0};
       for (int pdl = 0; pdl < 2; ++pdl) {
         cuda::set_programmatic_launch(pdl == 1);
@@ -374,85 +391,28 @@ void run_pdl(device_state& st) {
       cuda::set_programmatic_launch(false);
       const double alone = measure(st, 15, [&] { p.run(); }).second;
       cuda::set_programmatic_launch(true);
-      std::printf("| %s | %d | %d/%d | %zu | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", p.be->name().c_str(), v,
-                  pt.H, KVH, pt.lens.size(), pt.label, alone, pred[0], both[0], both[1], both[0] - pred[0],
+      std::printf("| %s | %d/%d | %zu | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f |\n", p.be->name().c_str(), pt.H,
+                  KVH, pt.lens.size(), pt.label, alone, pred[0], both[0], both[1], both[0] - pred[0],
                   both[1] - pred[1]);
     }
   }
-}
-
-/// Where a decode launch's time goes, per CTA (decode variant 24, the TMA kernel with a
-/// global-timer timeline of each CTA's first item): µs from the first CTA's entry to each
-/// CTA's entry, item read, first and last K/V tile in, loop end and end, as min / median / max
-/// over CTAs; also the median of the CTAs alone on their SM.
-void run_trace(device_state& st) {
-  struct point { int H, batch, kv; };
-  const point points[] = {{32, 32, 2048}, {64, 32, 2048}, {32, 32, 8192}, {32, 64, 2048}};
-  static unsigned long long tr[cuda::decode_trace_ctas][cuda::decode_trace_fields];
-  const char* names[] = {"entry", "item", "first tile", "last tile", "loop end", "end"};
-  std::printf("| q/kv | batch | KV | variant | µs held | span µs | CTAs (1 on its SM) | stage | min | median | max | "
-              "median, alone on SM |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-  constexpr int v = 24 << 4;  // decode variant 24: the default kernel, traced
-  for (const point& pt : points) {
-    setenv("ACTORSERVE_ATTN_VARIANT", std::to_string(v).c_str(), 1);
-    prepared p;
-    prepare(st, p, kv_cache_layout::flash_decoding, pt.H, std::vector<int>(size_t(pt.batch), pt.kv), false);
-    const double us = measure(st, 15, [&] { p.run(); }).second;
-    (void)time_once(st, 0, true, [&] { p.run(); });
-    CK(cudaError_t(cuda::read_decode_trace(tr)));
-    const int ctas = std::min(p.g.decode, cuda::decode_trace_ctas);
-    std::vector<int> per_sm(1024, 0);
-    unsigned long long t0 = ~0ull, t_end = 0;
-    for (int c = 0; c < ctas; ++c) {
-      ++per_sm[tr[c][6] % 1024];
-      t0 = std::min(t0, tr[c][0]);
-      t_end = std::max(t_end, tr[c][5]);
-    }
-    int alone = 0;
-    for (int c = 0; c < ctas; ++c) alone += per_sm[tr[c][6] % 1024] == 1;
-    if (const char* dir = std::getenv("ACTORSERVE_TRACE_DIR")) {  // raw timelines, one CSV per point
-      const std::string path = std::string(dir) + "/trace_" + std::to_string(pt.H) + "_" +
-                               std::to_string(pt.batch) + "_" + std::to_string(pt.kv) + "_v" +
-                               std::to_string(v >> 4) + ".csv";
-      if (FILE* f = std::fopen(path.c_str(), "w")) {
-        std::fprintf(f, "cta,sm,entry,item,first_tile,last_tile,loop_end,end\n");
-        for (int c = 0; c < ctas; ++c) {
-          std::fprintf(f, "%d,%llu", c, tr[c][6]);
-          for (int k = 0; k < 6; ++k) std::fprintf(f, ",%.3f", (double(tr[c][k]) - double(t0)) / 1000.0);
-          std::fprintf(f, "\n");
-        }
-        std::fclose(f);
-      }
-    }
-    for (int f = 0; f < 6; ++f) {
-      std::vector<double> all, lone;
-      for (int c = 0; c < ctas; ++c) {
-        const double t = (double(tr[c][f]) - double(t0)) / 1000.0;
-        all.push_back(t);
-        if (per_sm[tr[c][6] % 1024] == 1) lone.push_back(t);
-      }
-      std::printf("| %d/%d | %d | %d | %d | %.1f | %.1f | %d (%d) | %s | %.2f | %.2f | %.2f | %.2f |\n", pt.H, KVH,
-                  pt.batch, pt.kv, v >> 4, us, (double(t_end) - double(t0)) / 1000.0, ctas, alone, names[f],
-                  quantile(all, 0), quantile(all, 0.5), quantile(all, 1), quantile(lone, 0.5));
-    }
-  }
-  unsetenv("ACTORSERVE_ATTN_VARIANT");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string out_dir;
-  bool quick = false, variants = false, stream = false, pdl = false, trace = false;
+  bool quick = false, kernels = false, stream = false, pdl = false;
+  gpu::cuda_tuning tuning;
   int one_reps = 1;
   std::vector<std::string> one;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--out") && i + 1 < argc) out_dir = argv[++i];
     else if (!std::strcmp(argv[i], "--quick")) quick = true;
-    else if (!std::strcmp(argv[i], "--variants")) variants = true;
+    else if (!std::strcmp(argv[i], "--kernels")) kernels = true;
     else if (!std::strcmp(argv[i], "--stream")) stream = true;
     else if (!std::strcmp(argv[i], "--pdl")) pdl = true;
-    else if (!std::strcmp(argv[i], "--trace")) trace = true;
+    else if (bench_cuda::parse_tuning_flag(i, argc, argv, tuning)) continue;
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) one_reps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc) {
       const std::string how = argv[++i];
@@ -506,18 +466,17 @@ int main(int argc, char** argv) {
   st.hold_host = static_cast<volatile int*>(hold);
   CK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st.hold_dev), hold, 0));
   CK(cudaMalloc(reinterpret_cast<void**>(&st.sink), 16));
-  if (variants || stream || pdl || trace) {
-    if (variants) run_variants(st, copy_gbs(st));
+  if (kernels || stream || pdl) {
+    if (kernels) run_kernels(st, copy_gbs(st));
     if (stream) run_stream(st, prop.multiProcessorCount);
     if (pdl) run_pdl(st);
-    if (trace) run_trace(st);
     return 0;
   }
   if (!one.empty()) {
     const auto layout = one[0] == "vllm" ? kv_cache_layout::vllm : kv_cache_layout::flash_decoding;
     const result_row r =
         run_config(st, layout, std::atoi(one[2].c_str()), std::atoi(one[3].c_str()), std::atoi(one[4].c_str()),
-                   one[1] == "prefill", one_reps);
+                   one[1] == "prefill", one_reps, tuning.attention);
     std::printf("%s %s: %.1f us, %.0f GB/s, %.1f TFLOP/s (held: %.1f us)\n", r.backend.c_str(), r.kind.c_str(), r.us,
                 r.gbs, r.tflops, r.us_held);
     return 0;
@@ -529,17 +488,17 @@ int main(int argc, char** argv) {
   for (kv_cache_layout layout : {kv_cache_layout::flash_decoding, kv_cache_layout::vllm}) {
     for (int H : {32, 64}) {
       for (int b : batches)
-        for (int kv : {512, 2048, 8192}) rows.push_back(run_config(st, layout, H, b, kv, false, reps));
-      for (int b : {1, 8}) rows.push_back(run_config(st, layout, H, b, 32768, false, reps));
+        for (int kv : {512, 2048, 8192}) rows.push_back(run_config(st, layout, H, b, kv, false, reps, tuning.attention));
+      for (int b : {1, 8}) rows.push_back(run_config(st, layout, H, b, 32768, false, reps, tuning.attention));
     }
     const std::pair<int, int> prefills[] = {{1, 4096}, {4, 4096}, {1, 16384}, {16, 1024}};
-    for (auto [b, n] : prefills) rows.push_back(run_config(st, layout, 32, b, n, true, quick ? 3 : 7));
+    for (auto [b, n] : prefills) rows.push_back(run_config(st, layout, 32, b, n, true, quick ? 3 : 7, tuning.attention));
   }
   // Issue #8's decode steps: single stream at context 256, the offline batch of mixed lengths.
   for (kv_cache_layout layout : {kv_cache_layout::flash_decoding, kv_cache_layout::vllm})
     for (int H : {32, 64}) {
-      rows.push_back(run_lens(st, layout, H, {256}, false, reps));
-      rows.push_back(run_lens(st, layout, H, mixed_lens(), false, reps, "128-1152"));
+      rows.push_back(run_lens(st, layout, H, {256}, false, reps, tuning.attention));
+      rows.push_back(run_lens(st, layout, H, mixed_lens(), false, reps, tuning.attention, "128-1152"));
     }
   std::string table = "| backend | kind | q/kv heads | batch | KV len | µs | GB/s | TFLOP/s | µs held | GB/s held | "
                       "TFLOP/s held | CTAs | splits |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";

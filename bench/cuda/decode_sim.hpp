@@ -15,8 +15,8 @@
 #include "gpu/cuda/attention_plan.hpp"
 #include "gpu/cuda/cuda_model.hpp"
 #include "gpu/cuda/gemv_kernel.hpp"
-#include "gpu/cuda/gemv_norm.hpp"
 #include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/tuning.hpp"
 
 namespace actorserve::bench_cuda {
 
@@ -38,10 +38,10 @@ const char* const op_names[op_count] = {"add_rmsnorm", "qkv gemm", "rope_kv_writ
 constexpr unsigned all_ops = (1u << op_count) - 1;
 
 /// A Llama-3-8B-shaped model with random bf16 weights and the buffers of one decode step, run
-/// through the executor's own launchers in cuda_step.cpp's order.
+/// through the executor's own launchers in cuda_step.cpp's order, under the paths `tuning()` picks.
 class decode_sim {
  public:
-  decode_sim() {
+  explicit decode_sim(const gpu::cuda_tuning& tuning = {}) : tuning_(tuning) {
     cudaStreamCreate(&s_);
     if (!gemm_.init(s_, size_t(32) << 20).ok()) { std::fprintf(stderr, "cuBLAS init failed\n"); std::exit(1); }
     std::mt19937 rng(7);
@@ -83,7 +83,7 @@ class decode_sim {
     shape.num_kv_heads = kKvHeads;
     shape.head_dim = kHeadDim;
     shape.block_size = kSimBlock;
-    auto be = cuda::make_attention_backend(actorserve::kv_cache_layout::vllm, shape);
+    auto be = cuda::make_attention_backend(actorserve::kv_cache_layout::vllm, shape, tuning_.attention);
     if (!be) { std::fprintf(stderr, "attention backend: %s\n", be.err().message.c_str()); std::exit(1); }
     attention_ = std::move(*be);
     const size_t partials = size_t(std::max(attention_->max_partials(), 1));
@@ -100,9 +100,9 @@ class decode_sim {
   }
 
   cudaStream_t stream() const { return s_; }
-  /// Weight rows per block of the fused gate/up GEMV at one token (0: gemv_rows_for's choice, or
-  /// the normed kernel's default with the norms folded).
-  void set_gate_up_rows(int rows) { gate_up_rows_ = rows; }
+  /// The executor's path choices the step runs under (its attention kernels are fixed when the
+  /// simulation is made).
+  gpu::cuda_tuning& tuning() { return tuning_; }
   cuda::gemm_runner& gemm() { return gemm_; }
   const cuda::device_layer& layer(int l) const { return layers_[size_t(l)]; }
   void* lm_head() const { return lm_head_; }
@@ -173,10 +173,6 @@ class decode_sim {
     row_ids_ = prefill ? upload(rows) : nullptr;
   }
 
-  /// The batched MLP's gate_up in fp32 (the executor's default) or 16-bit where cuBLAS runs it
-  /// (cuda::gate_up_16bit()).
-  void set_gate_up_f32(bool on) { gate_up_f32_ = on; }
-
   /// Nonzero data from here on: KV caches of noise and, at the start of every replay that runs the
   /// norms, the residual stream reset to noise. By default the buffers are cudaMemset zeros, so
   /// every GEMM multiplies zero activations, which draws far less power than real data: the H200
@@ -196,18 +192,19 @@ class decode_sim {
   }
 
   /// Enqueues the kernels of `classes` (bit set of op_class) of one decode step. With
-  /// fused_decode() at batch 1, the executor's fused GEMVs: qkv includes rope, gate_up the SiLU
-  /// (rope_kv_write and silu_and_mul then time nothing).
+  /// tuning().fused_decode at batch 1, the executor's fused GEMVs: qkv includes rope, gate_up the
+  /// SiLU (rope_kv_write and silu_and_mul then time nothing).
   void enqueue(unsigned classes) {
     const auto on = [&](op_class c) { return (classes >> c) & 1u; };
     const auto dt = cuda::act_dtype::bf16;
     const int n = batch_;
     const float eps = 1e-5f;
-    if (n == 1 && cuda::fused_decode()) return enqueue_fused(classes);
+    gemm_.set_bulk_gemv(tuning_.bulk);
+    if (n == 1 && tuning_.fused_decode) return enqueue_fused(classes);
     if (residual0_ && on(op_norm))
       cudaMemcpyAsync(residual_, residual0_, size_t(n) * kHidden * 4, cudaMemcpyDeviceToDevice, s_);
-    // As cuda_step.cpp: o and down add into the residual in cuBLAS's epilogue (residual_gemm()).
-    const bool add = cuda::residual_gemm() && !gemm_.uses_gemv(n);
+    // As cuda_step.cpp: o and down add into the residual in cuBLAS's epilogue (residual_gemm).
+    const bool add = tuning_.residual_gemm && !gemm_.uses_gemv(n);
     float* const delta = add ? nullptr : delta_;
     float* const proj_out = add ? residual_ : delta_;
     const float beta = add ? 1.0f : 0.0f;
@@ -225,7 +222,7 @@ class decode_sim {
       if (on(op_o)) (void)gemm_.run(dt, attn_, n, kHeads * kHeadDim, w.o, kHidden, proj_out, beta);
       if (on(op_norm))
         cuda::add_rmsnorm(dt, residual_, delta, nullptr, norm_w_, eps, nullptr, n, kHidden, x_, s_);
-      const bool f32 = gate_up_f32_ || gemm_.uses_gemv(n);  // as cuda_step.cpp chooses
+      const bool f32 = !tuning_.gate_up_16bit || gemm_.uses_gemv(n);  // as cuda_step.cpp chooses
       if (on(op_gate_up)) {
         if (f32) (void)gemm_.run(dt, x_, n, kHidden, w.gate_up, 2 * kInter, gate_up_);
         else (void)gemm_.run_act(dt, x_, n, kHidden, w.gate_up, 2 * kInter, gate_up_);
@@ -243,36 +240,12 @@ class decode_sim {
   }
 
  private:
-  /// The one-token step with the norms folded into the GEMVs (gemv_norm.hpp; no op_norm).
-  void enqueue_folded(unsigned classes) {
-    const auto on = [&](op_class c) { return (classes >> c) & 1u; };
-    const auto dt = cuda::act_dtype::bf16;
-    const cuda::norm_input normed{residual_, norm_w_, 1e-5f, kHidden};
-    const int rows_gate_up = gate_up_rows_;  // 0: the normed kernel's default
-    for (int l = 0; l < kLayers; ++l) {
-      const cuda::device_layer& w = layers_[size_t(l)];
-      rope_.k_cache = k_cache_[size_t(l)];
-      rope_.v_cache = v_cache_[size_t(l)];
-      launch_.k_cache = rope_.k_cache;
-      launch_.v_cache = rope_.v_cache;
-      if (on(op_qkv)) cuda::gemv_norm_qkv_rope(dt, normed, w.qkv, rope_, s_);
-      if (on(op_attn)) attention_->run(launch_, s_);
-      if (on(op_o)) cuda::gemv_add_residual(dt, attn_, kHeads * kHeadDim, w.o, kHidden, residual_, nullptr, s_);
-      if (on(op_gate_up)) cuda::gemv_norm_gate_up_silu(dt, normed, w.gate_up, kInter, act_, rows_gate_up, s_);
-      if (on(op_down)) cuda::gemv_add_residual(dt, act_, kInter, w.down, kHidden, residual_, nullptr, s_);
-    }
-    if (on(op_lm_head)) cuda::gemv_norm(dt, normed, lm_head_, kVocab, logits_, s_);
-    if (on(op_sample)) cuda::sample_tokens(logits_, 1, kVocab, sample_seqs_, penalties_, masks_, out_, s_);
-  }
-
   void enqueue_fused(unsigned classes) {
-    if (cuda::fused_norm_decode()) return enqueue_folded(classes);
     const auto on = [&](op_class c) { return (classes >> c) & 1u; };
     const auto dt = cuda::act_dtype::bf16;
     const float eps = 1e-5f;
-    const int rows_gate_up = gate_up_rows_ ? gate_up_rows_ : gemm_.gemv_rows_for(2 * kInter);
-    const bool add = cuda::residual_gemv_decode();  // o/down add into the residual (gemv_norm.hpp)
-    float* const delta = add ? nullptr : delta_;
+    const int rows_gate_up = gemm_.gemv_rows_for(2 * kInter);
+    float* const delta = delta_;
     if (residual0_ && on(op_norm)) cudaMemcpyAsync(residual_, residual0_, kHidden * 4, cudaMemcpyDeviceToDevice, s_);
     for (int l = 0; l < kLayers; ++l) {
       const cuda::device_layer& w = layers_[size_t(l)];
@@ -282,14 +255,13 @@ class decode_sim {
       rope_.v_cache = v_cache_[size_t(l)];
       launch_.k_cache = rope_.k_cache;
       launch_.v_cache = rope_.v_cache;
-      if (on(op_qkv)) cuda::gemv_qkv_rope(dt, x_, kHidden, w.qkv, rope_, s_);
+      if (on(op_qkv)) cuda::gemv_qkv_rope(dt, x_, kHidden, w.qkv, rope_, s_, tuning_.bulk);
       if (on(op_attn)) attention_->run(launch_, s_);
-      if (on(op_o) && add) cuda::gemv_add_residual(dt, attn_, kHeads * kHeadDim, w.o, kHidden, residual_, nullptr, s_);
-      if (on(op_o) && !add) (void)gemm_.run(dt, attn_, 1, kHeads * kHeadDim, w.o, kHidden, delta_);
+      if (on(op_o)) (void)gemm_.run(dt, attn_, 1, kHeads * kHeadDim, w.o, kHidden, delta_);
       if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta, nullptr, norm_w_, eps, nullptr, 1, kHidden, x_, s_);
-      if (on(op_gate_up)) cuda::gemv_gate_up_silu(dt, x_, kHidden, w.gate_up, kInter, act_, rows_gate_up, s_);
-      if (on(op_down) && add) cuda::gemv_add_residual(dt, act_, kInter, w.down, kHidden, residual_, nullptr, s_);
-      if (on(op_down) && !add) (void)gemm_.run(dt, act_, 1, kInter, w.down, kHidden, delta_);
+      if (on(op_gate_up))
+        cuda::gemv_gate_up_silu(dt, x_, kHidden, w.gate_up, kInter, act_, rows_gate_up, s_, tuning_.bulk);
+      if (on(op_down)) (void)gemm_.run(dt, act_, 1, kInter, w.down, kHidden, delta_);
     }
     if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta, nullptr, norm_w_, eps, nullptr, 1, kHidden, x_, s_);
     if (on(op_lm_head)) (void)gemm_.run(dt, x_, 1, kHidden, lm_head_, kVocab, logits_);
@@ -341,9 +313,8 @@ class decode_sim {
   cuda::attn_launch launch_;
   cuda::rope_kv_args rope_;
   int batch_ = 1, rows_ = 1;  // tokens of the step; rows sampled
-  int gate_up_rows_ = 0;
   int32_t* row_ids_ = nullptr;  // the sampled rows where they are not 0..rows-1
-  bool gate_up_f32_ = !cuda::gate_up_16bit();
+  gpu::cuda_tuning tuning_;
   float* residual0_ = nullptr;  // the residual's noise, once use_noise_activations() ran
 };
 

@@ -3,9 +3,11 @@
 // cuBLAS against the decode GEMV per projection and row count, paged attention (decode and
 // prefill), the device sampler, and the executor's prefill and decode steps (eager and graph) on
 // the llama-hd128-bf16 fixture.
-//   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor|offline|fold|bulk]
-// (offline, fold, bulk: only with --only; offline: the offline workloads' decode and mixed prefill
-// steps; fold, bulk: batch-1 step variants)
+//   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor|offline|bulk]
+//                      [TUNING FLAGS]
+// (offline, bulk: only with --only; offline: the offline workloads' decode and mixed prefill
+// steps; bulk: batch-1 step variants). TUNING FLAGS (tuning_flags.hpp, e.g. --gate-up-16bit 0)
+// set the paths of the simulated step and of the executor for an A/B run.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,10 +31,9 @@
 #include "gpu/cuda/cuda_executor.hpp"
 #include "gpu/cuda/cuda_model.hpp"
 #include "gpu/cuda/device_info.hpp"
-#include "gpu/cuda/gemv_bulk.hpp"
 #include "gpu/cuda/gemv_kernel.hpp"
-#include "gpu/cuda/gemv_norm.hpp"
 #include "gpu/cuda/kernels.hpp"
+#include "tuning_flags.hpp"
 
 namespace cuda = actorserve::gpu::cuda;
 namespace gpu = actorserve::gpu;
@@ -215,7 +216,8 @@ void bench_step_breakdown(decode_sim& sim, int gemv_rows, bool pdl, bool fused, 
                           const char* label) {
   sim.gemm().set_gemv_max_rows(gemv_rows);
   cuda::set_programmatic_launch(pdl);
-  cuda::set_fused_decode(fused);
+  const bool fused0 = sim.tuning().fused_decode;
+  sim.tuning().fused_decode = fused;
   report("\n## Llama-3-8B decode step, %s: ms per step by kernel class (CUDA graph replays)\n", label);
   std::vector<int> batches;
   for (const sim_shape& sh : shapes) batches.push_back(sh.batch);
@@ -267,7 +269,7 @@ void bench_step_breakdown(decode_sim& sim, int gemv_rows, bool pdl, bool fused, 
   report("\n");
   sim.gemm().set_gemv_max_rows(cuda::default_gemv_max_rows);
   cuda::set_programmatic_launch(false);
-  cuda::set_fused_decode(true);
+  sim.tuning().fused_decode = fused0;
 }
 
 /// The offline workloads' steps (issue #8): decode at batch 256 with the 16-bit gate_up against
@@ -289,59 +291,25 @@ void bench_offline_steps(decode_sim& sim) {
   sim.use_noise_activations();
   held("noise activations and KV caches (the tables below)");
   const std::vector<sim_shape> decode = {{256, 128, 1152}, {256, 640, 640}, {248, 128, 1152}};
-  sim.set_gate_up_f32(false);
+  const bool gate_up0 = sim.tuning().gate_up_16bit;
+  sim.tuning().gate_up_16bit = true;
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, decode,
                        "offline 1000 x 128/1024 decode steps, 16-bit gate_up (default)");
-  sim.set_gate_up_f32(true);
+  sim.tuning().gate_up_16bit = false;
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, {{256, 128, 1152}},
-                       "offline decode step, fp32 gate_up (ACTORSERVE_GATE_UP_16BIT=0)");
-  sim.set_gate_up_f32(!cuda::gate_up_16bit());
+                       "offline decode step, fp32 gate_up (--gate-up-16bit 0)");
+  sim.tuning().gate_up_16bit = gate_up0;
   // The last: the engine's prefill-carrying step of that workload (13,421 tokens on average).
   const std::vector<sim_shape> mixed = {{200, 1000, 1100, 2, 924}, {0, 0, 0, 2, 1024}, {100, 1000, 1100, 8, 1000},
                                         {100, 1000, 1100, 13, 1000}};
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, mixed,
                        "mixed steps of the 200 x 1000/100 workload (prefill chunks from position 0)");
-  const bool residual0 = cuda::residual_gemm();
-  cuda::set_residual_gemm(!residual0);
+  const bool residual0 = sim.tuning().residual_gemm;
+  sim.tuning().residual_gemm = !residual0;
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, {{256, 128, 1152}, {100, 1000, 1100, 13, 1000}},
-                       residual0 ? "o and down writing a delta for add_rmsnorm (ACTORSERVE_RESIDUAL_GEMM=0)"
-                                 : "o and down adding into the residual (residual_gemm on)");
-  cuda::set_residual_gemm(residual0);
-  cuda::set_programmatic_launch(false);
-}
-
-/// Batch 1 (context 256): the one-token step with norm kernels, then with the norms folded
-/// into the GEMVs under each grid and gate/up rows-per-block variant (whole step).
-void bench_fold_variants(decode_sim& sim) {
-  const std::vector<sim_shape> one = {{1, 256, 256}};
-  cuda::set_fused_norm_decode(false);
-  bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, one, "batch 1, fused GEMVs with norm kernels");
-  cuda::set_residual_gemv_decode(true);
-  bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, one,
-                       "batch 1, fused GEMVs with norm kernels, o/down adding into the residual");
-  cuda::set_residual_gemv_decode(false);
-  cuda::set_fused_norm_decode(true);
-  bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, one, "batch 1, norms folded into the GEMVs");
-  cuda::set_programmatic_launch(true);
-  sim.prepare(1);
-  report("\n## Batch 1 folded step variants: whole step ms (CUDA graph replays)\n"
-         "| blocks per SM (0: one wave, -1: a block per group) | sub-blocks | gate_up rows | ms | tok/s |\n"
-         "|---|---|---|---|---|\n");
-  struct variant {
-    int blocks, subs, rows;
-  };
-  const variant variants[] = {{0, 1, 4}, {0, 2, 4}, {0, 3, 4}, {0, 6, 4}, {0, 3, 2}, {0, 6, 2}, {-1, 1, 4}, {-1, 2, 4}};
-  for (const variant& v : variants) {
-    cuda::set_norm_gemv_blocks_per_sm(v.blocks);
-    cuda::set_norm_gemv_sub_blocks(v.subs);
-    sim.set_gate_up_rows(v.rows);
-    const double ms = graph_ms(sim.stream(), [&] { sim.enqueue(all_ops); }, 20);
-    report("| %d | %d | %d | %.3f | %.1f |\n", v.blocks, v.subs, v.rows, ms, 1000.0 / ms);
-  }
-  cuda::set_norm_gemv_sub_blocks(3);
-  cuda::set_norm_gemv_blocks_per_sm(0);
-  sim.set_gate_up_rows(0);
-  cuda::set_fused_norm_decode(false);
+                       residual0 ? "o and down writing a delta for add_rmsnorm (--residual-gemm 0)"
+                                 : "o and down adding into the residual (--residual-gemm 1)");
+  sim.tuning().residual_gemm = residual0;
   cuda::set_programmatic_launch(false);
 }
 
@@ -351,21 +319,21 @@ void bench_fold_variants(decode_sim& sim) {
 /// with zero activations, then with noise (which draws the power, and the clocks, of the engine).
 void bench_bulk_variants(decode_sim& sim) {
   const std::vector<sim_shape> one = {{1, 256, 256}};
-  const int mask0 = cuda::bulk_gemv();
-  const auto grid = [](int blocks, int stages, int pairs, bool evict) {
-    cuda::set_bulk_gemv_grid(blocks, stages);
-    cuda::set_bulk_qkv_pairs(pairs);
-    cuda::set_bulk_evict_first(evict);
+  const gpu::bulk_gemv_tuning bulk0 = sim.tuning().bulk;
+  const auto bulk = [](int mask, int blocks, int stages, int pairs, bool evict) {
+    gpu::bulk_gemv_tuning t;
+    t.plain = mask & 1;
+    t.qkv = mask & 2;
+    t.gate_up = mask & 4;
+    t.blocks_per_sm = blocks;
+    t.stages = stages;
+    t.qkv_pairs = pairs;
+    t.evict_first = evict;
+    return t;
   };
-  cuda::set_fused_norm_decode(false);
-  cuda::set_bulk_gemv(0);
+  sim.tuning().bulk = bulk(0, 4, 3, 2, true);
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, one, "batch 1, register GEMVs with norm kernels");
-  const auto defaults = [&] {
-    grid(cuda::bulk_default_blocks, cuda::bulk_default_stages, cuda::bulk_default_qkv_pairs,
-         cuda::bulk_default_evict_first);
-  };
-  cuda::set_bulk_gemv(cuda::bulk_all);
-  defaults();
+  sim.tuning().bulk = gpu::bulk_gemv_tuning{};
   bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, one,
                        "batch 1, bulk-copy GEMVs (default grid) with norm kernels");
   struct variant {
@@ -383,15 +351,13 @@ void bench_bulk_variants(decode_sim& sim) {
            "| bulk mask (1 plain, 2 qkv, 4 gate_up) | blocks per SM | stages | qkv pairs | evict first | ms | tok/s |\n"
            "|---|---|---|---|---|---|---|\n", acts);
     for (const variant& v : variants) {
-      cuda::set_bulk_gemv(v.mask);
-      grid(v.blocks, v.stages, v.pairs, v.evict != 0);
+      sim.tuning().bulk = bulk(v.mask, v.blocks, v.stages, v.pairs, v.evict != 0);
       const double ms = graph_ms(sim.stream(), [&] { sim.enqueue(all_ops); }, 20);
       report("| %d | %d | %d | %d | %d | %.3f | %.1f |\n", v.mask, v.blocks, v.stages, v.pairs, v.evict, ms,
              1000.0 / ms);
     }
   }
-  cuda::set_bulk_gemv(mask0);
-  defaults();
+  sim.tuning().bulk = bulk0;
   cuda::set_programmatic_launch(false);
 }
 
@@ -402,8 +368,9 @@ gpu::step_result run(gpu::executor& ex, gpu::step_batch b) {
   return f.get();
 }
 
-void bench_executor(const std::string& dir, bool eager) {
+void bench_executor(const std::string& dir, bool eager, const gpu::cuda_tuning& tuning) {
   gpu::cuda_executor_options o;
+  o.tuning = tuning;
   o.num_blocks_override = 4096;
   o.max_num_batched_tokens = 16384;
   o.enforce_eager = eager;
@@ -451,9 +418,11 @@ void bench_executor(const std::string& dir, bool eager) {
 
 int main(int argc, char** argv) {
   std::string out_dir, only;
+  gpu::cuda_tuning tuning;
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--out") == 0) out_dir = argv[i + 1];
     if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
+    (void)parse_tuning_flag(i, argc, argv, tuning);
   }
   const auto want = [&](const char* section) { return only.empty() || only == section; };
   if (cuda::device_count() == 0) {
@@ -475,23 +444,17 @@ int main(int argc, char** argv) {
                         sampler_mode::min_p, sampler_mode::mixed})
         bench_sampler(batch, 128256, mode);
   if (only == "offline") {
-    decode_sim sim;
+    decode_sim sim(tuning);
     bench_offline_steps(sim);
   }
   if (only == "bulk") {
-    decode_sim sim;
+    decode_sim sim(tuning);
     cuda::set_programmatic_launch(false);
     bench_bulk_variants(sim);
     cuda::set_programmatic_launch(true);
   }
-  if (only == "fold") {
-    decode_sim sim;
-    cuda::set_programmatic_launch(false);
-    bench_fold_variants(sim);
-    cuda::set_programmatic_launch(true);
-  }
   if (want("step") || want("sweep")) {
-    decode_sim sim;
+    decode_sim sim(tuning);
     cuda::set_programmatic_launch(false);
     if (want("sweep")) bench_gemm_sweep(sim);
     if (want("step")) {
@@ -502,10 +465,6 @@ int main(int argc, char** argv) {
       bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, small,
                            "default dispatch, programmatic launches, fused one-token GEMVs with norm kernels "
                            "(shipped)");
-      cuda::set_fused_norm_decode(true);
-      bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, small,
-                           "default dispatch, programmatic launches, fused one-token GEMVs, norms folded (opt-in)");
-      cuda::set_fused_norm_decode(false);
       bench_step_breakdown(sim, cuda::default_gemv_max_rows, true, true, offline,
                            "the offline 128 in / 1024 out workload's batches (shipped)");
     }
@@ -513,8 +472,8 @@ int main(int argc, char** argv) {
   }
   const char* data = std::getenv("ACTORSERVE_TEST_DATA");
   if (data && want("executor")) {
-    bench_executor(std::string(data) + "/models/llama-hd128-bf16", true);
-    bench_executor(std::string(data) + "/models/llama-hd128-bf16", false);
+    bench_executor(std::string(data) + "/models/llama-hd128-bf16", true, tuning);
+    bench_executor(std::string(data) + "/models/llama-hd128-bf16", false, tuning);
   }
   if (g_out) std::fclose(g_out);
   return 0;

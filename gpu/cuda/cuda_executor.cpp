@@ -9,7 +9,6 @@
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_executor_impl.hpp"
 #include "gpu/cuda/cuda_status.hpp"
-#include "gpu/cuda/launch_knobs.hpp"
 
 namespace actorserve::gpu {
 
@@ -23,16 +22,6 @@ constexpr int kMasksPerSeq = 64;
 size_t align16(size_t v) { return (v + 15) & ~size_t(15); }
 
 }  // namespace
-
-int decode_bucket(int batch) {
-  if (batch <= 0) return 0;
-  if (batch <= 16) {
-    int b = 1;
-    while (b < batch) b *= 2;
-    return b;
-  }
-  return batch > 256 ? 0 : (batch + 7) / 8 * 8;
-}
 
 result<std::unique_ptr<executor>> cuda_executor::create(const std::string& model_dir,
                                                         const cuda_executor_options& opts) {
@@ -51,13 +40,14 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   AS_CUDA_TRY(cudaSetDevice(opts.device));
   AS_CUDA_TRY(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, opts.device));
   AS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  if (step_profile::requested()) profile_.enable();
+  if (opts.profile_steps) profile_.enable();
   auto model = load_device_model(model_dir, opts.dtype, stream_);
   if (!model) return model.err();
   model_ = std::move(model.value());
   dt_ = model_->dt;
   const model_config& c = model_->cfg;
   if (auto st = gemm_.init(stream_, kCublasWorkspace); !st) return st;
+  gemm_.set_bulk_gemv(opts.tuning.bulk);
   const int64_t max_len = opts.max_model_len > 0 ? opts.max_model_len : c.max_position_embeddings;
   if (max_len <= 0)
     return make_error(error_code::invalid_argument, "--max-model-len: the model gives no max_position_embeddings");
@@ -77,20 +67,18 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   ashape.head_dim = static_cast<int>(c.head_dim);
   ashape.block_size = opts.block_size;
   ashape.num_sms = num_sms_;
-  auto backend = make_attention_backend(opts.kv_layout, ashape);
+  auto backend = make_attention_backend(opts.kv_layout, ashape, opts.tuning.attention);
   if (!backend) return backend.err();
   attention_ = std::move(backend.value());
   log::info("attention backend: {}, block size {}", attention_->name(), attention_->block_size());
   max_partials_ = attention_->max_partials();
-  last_layer_all_rows_ = env_int("ACTORSERVE_LAST_LAYER_ALL_ROWS", 0) != 0;
   max_blocks_per_seq_ = static_cast<int>((max_len + opts.block_size - 1) / opts.block_size);
   qkv_width_ = static_cast<int>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
   block_bytes_ = attention_->block_bytes();
   if (auto st = allocate_buffers(); !st) return st;
   for (host_slot& s : slots_) {
     AS_CUDA_TRY(cudaEventCreate(&s.start));
-    // The completion thread sleeps on `end` (a spinning wait measured the same tokens/s on the
-    // H200 and costs a core).
+    // The completion thread sleeps on `end` (a spinning wait is no faster and costs a core).
     AS_CUDA_TRY(cudaEventCreateWithFlags(&s.end, cudaEventBlockingSync));
   }
   for (cudaEvent_t& e : end_marks_) AS_CUDA_TRY(cudaEventCreate(&e));
@@ -135,7 +123,7 @@ status cuda_executor::allocate_buffers() {
   if (attention_->prefill_reads_q16()) {  // rope's 16-bit copy of q for the prefill kernel
     if (auto st = alloc(T * c.num_heads * c.head_dim * es, &p); !st) return st;
     q16_ = p;
-    if (env_int("ACTORSERVE_QKV_16BIT", 0) != 0) {  // gate_up_ is free while qkv is consumed
+    if (opts_.tuning.qkv_16bit) {  // gate_up_ is free while qkv is consumed
       if (size_t(2) * c.intermediate_size * 4 >= size_t(qkv_width_) * es) {
         qkv16_ = gate_up_;
       } else {
@@ -210,7 +198,26 @@ status cuda_executor::allocate_kv_pool(int64_t num_blocks) {
                                   caches * cache_stride_ / 1048576.0));
   }
   info_.num_blocks = static_cast<int32_t>(num_blocks);
+  builder_ = std::make_unique<step_builder>(limits(num_blocks), *attention_);
   return {};
+}
+
+step_limits cuda_executor::limits(int64_t num_blocks) const {
+  step_limits l;
+  l.max_rows = max_rows_;
+  l.max_tokens = max_tokens_;
+  l.block_size = info_.block_size;
+  l.vocab_size = info_.vocab_size;
+  l.max_model_len = info_.max_model_len;
+  l.num_blocks = num_blocks;
+  l.block_table_capacity = layout_.block_table_capacity;
+  l.mask_capacity = layout_.mask_capacity;
+  l.item_capacity = layout_.item_capacity;
+  l.last_item_capacity = layout_.last_item_capacity;
+  l.enforce_eager = opts_.enforce_eager;
+  l.last_layer_all_rows = opts_.tuning.last_layer_all_rows;
+  l.eos_token_ids = info_.eos_token_ids;
+  return l;
 }
 
 status cuda_executor::plan_memory() {

@@ -11,6 +11,7 @@
 
 #include "config/engine_config.hpp"
 #include "config/error.hpp"
+#include "gpu/cuda/tuning.hpp"
 #include "gpu/executor.hpp"
 
 namespace actorserve::gpu {
@@ -27,6 +28,10 @@ struct cuda_executor_options {
   bool enforce_eager = false;                       ///< no CUDA graphs
   int device = 0;                                   ///< CUDA device ordinal
   bool keep_logits = false;                         ///< tests: keep each step's sampled-row logits
+  /// --profile-steps: GPU and host-enqueue time per kernel class of the eager steps, printed to
+  /// stderr when the executor stops (step_profile.hpp).
+  bool profile_steps = false;
+  cuda_tuning tuning;                               ///< kernel and path choices (tuning.hpp)
 };
 
 /// Opens `model_dir`, uploads the weights, plans memory and starts the completion thread.

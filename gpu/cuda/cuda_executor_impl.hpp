@@ -1,7 +1,8 @@
 #pragma once
 /// Internals of the CUDA executor (see cuda_executor.hpp): the class, split over
-/// cuda_executor.cpp (start-up, memory planning, completion thread) and cuda_step.cpp (staging a
-/// step into pinned memory and enqueuing its forward pass, eagerly or through a CUDA graph).
+/// cuda_executor.cpp (start-up, memory planning, completion thread) and cuda_step.cpp (copying a
+/// step that step_builder staged into pinned memory and enqueuing its forward pass, eagerly or
+/// through a CUDA graph).
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include "gpu/cuda/cuda_executor.hpp"
 #include "gpu/cuda/cuda_model.hpp"
 #include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/step_builder.hpp"
 #include "gpu/cuda/step_profile.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -92,9 +94,12 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   status plan_memory();
   status allocate_kv_pool(int64_t num_blocks);
   status ensure_meta_capacity(host_slot& slot, size_t bytes);
-  /// Validates and stages `b` into `slot`, then enqueues copies, the forward pass, the output
-  /// copies and the completion callback. An error leaves nothing enqueued for the host to wait on.
+  /// Stages `b` (builder_) and copies it into `slot`, then enqueues copies, the forward pass, the
+  /// output copies and the completion callback. An error leaves nothing enqueued for the host to
+  /// wait on.
   status stage_and_launch(const step_batch& b, host_slot& slot, pending_step& p);
+  /// What a step may hold with a pool of `num_blocks` blocks (the builder's limits).
+  step_limits limits(int64_t num_blocks) const;
   status enqueue_forward(const launch_shape& shape);
   status launch_decode_graph(int bucket, const launch_shape& shape);
   void finish(pending_step& p);
@@ -117,11 +122,10 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
   void* q16_ = nullptr;              ///< rope's 16-bit scaled q, when the prefill kernel reads it
   /// The sampled rows' residual and fp32 q in the last layer of a prefill-carrying step
-  /// ([max_rows, hidden] and [max_rows, H * D]); off with ACTORSERVE_LAST_LAYER_ALL_ROWS=1.
+  /// ([max_rows, hidden] and [max_rows, H * D]); unused with cuda_tuning::last_layer_all_rows.
   float *rows_residual_ = nullptr, *rows_q_ = nullptr;
-  bool last_layer_all_rows_ = false;
   /// The QKV GEMM's output in the activation dtype for rope in prefill-carrying steps (with q16_,
-  /// opt-in: ACTORSERVE_QKV_16BIT=1); gate_up_'s memory where it is large enough.
+  /// opt-in: cuda_tuning::qkv_16bit); gate_up_'s memory where it is large enough.
   void* qkv16_ = nullptr;
   sample_out* out_ = nullptr;
   char* meta_ = nullptr;             ///< device copy of the staged metadata
@@ -150,11 +154,10 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   // Async scheduling: (sequence, sampler row) of each sequence sampled by the last launched
   // step, sorted by sequence (prev_rows_), and the step being staged (cur_rows_).
   std::vector<std::pair<uint64_t, int32_t>> prev_rows_, cur_rows_;
-  // Staging scratch, reused (no per-step allocations); guarded by submit_mu_.
-  std::vector<penalty_token> pens_;
-  std::vector<int32_t> masks_, sample_rows_, previous_pairs_;
-  std::vector<sample_seq> sseqs_;
-  std::vector<attn_seq> aseqs_, last_seqs_;
+  // The host half of a step (made with the pool, which sets its block range) and the staged
+  // step it fills, reused (no per-step allocations); guarded by submit_mu_.
+  std::unique_ptr<step_builder> builder_;
+  staged_step staged_;
   // CUDA graphs per decode bucket.
   std::map<int, cudaGraphExec_t> graphs_;
   std::atomic<int64_t> graph_replays_{0};
@@ -162,8 +165,5 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   // Opt-in per-class timing of the eager steps (staged under submit_mu_, collected by the worker).
   step_profile profile_;
 };
-
-/// Decode batch sizes that get a CUDA graph: 1, 2, 4, 8, 16, 24, 32, ... 256.
-int decode_bucket(int batch);
 
 }  // namespace actorserve::gpu::cuda

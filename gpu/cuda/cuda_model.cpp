@@ -10,7 +10,6 @@
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_status.hpp"
 #include "gpu/cuda/gemv_kernel.hpp"
-#include "gpu/cuda/launch_knobs.hpp"
 #include "gpu/model/model_weights.hpp"
 #include "gpu/model/rope.hpp"
 
@@ -216,16 +215,6 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   return m;
 }
 
-namespace {
-bool g_gate_up_16bit = env_int("ACTORSERVE_GATE_UP_16BIT", 1) != 0;
-bool g_residual_gemm = env_int("ACTORSERVE_RESIDUAL_GEMM", 1) != 0;
-}  // namespace
-
-void set_gate_up_16bit(bool on) { g_gate_up_16bit = on; }
-bool gate_up_16bit() { return g_gate_up_16bit; }
-void set_residual_gemm(bool on) { g_residual_gemm = on; }
-bool residual_gemm() { return g_residual_gemm; }
-
 gemm_runner::~gemm_runner() {
   if (handle_) cublasDestroy(handle_);
   if (workspace_) cudaFree(workspace_);
@@ -246,7 +235,7 @@ status gemm_runner::init(cudaStream_t stream, size_t workspace_bytes) {
 
 int gemm_runner::gemv_rows_for(int n) const {
   // About 8 blocks of 4 rows fit per SM: between one and four waves, the tail of a partial
-  // wave costs more than halving the rows per block (qkv: 15.6 -> 14.8 us).
+  // wave costs more than halving the rows per block.
   const int wave = 8 * num_sms_, blocks4 = (n + 3) / 4;
   return blocks4 > wave && blocks4 < 4 * wave ? 2 : 4;
 }
@@ -255,7 +244,7 @@ status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const void* w
   if (m == 0) return {};
   if (m <= gemv_max_rows_ && gemv_supported(x, m, k, w)) {
     const int rows = gemv_rows_per_block_ ? gemv_rows_per_block_ : gemv_rows_for(n);
-    AS_CUDA_TRY(gemv(dt, x, m, k, w, n, y, beta, stream_, rows));
+    AS_CUDA_TRY(gemv(dt, x, m, k, w, n, y, beta, stream_, rows, bulk_));
     return {};
   }
   const float alpha = 1.0f;

@@ -13,6 +13,7 @@
 #include "config/error.hpp"
 #include "config/model_config.hpp"
 #include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/tuning.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -59,29 +60,9 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
                                                         cudaStream_t stream);
 
 /// Row counts up to which gemm_runner uses the hand-written GEMV (gemv_kernel.hpp) rather than
-/// cuBLAS by default. Measured on the H200 (bench_cuda_kernels' GEMM sweep, Llama-3-8B shapes):
-/// at m = 1 the GEMV launched programmatically ties or beats cuBLAS on every projection (o 9.7
-/// vs 12.4 us, qkv 13.7 vs 15.1 us); from m = 2 cuBLAS is as fast or faster.
+/// cuBLAS by default: at m = 1 the GEMV launched programmatically ties or beats cuBLAS on every
+/// Llama-3-8B projection; from m = 2 cuBLAS is as fast or faster.
 inline constexpr int default_gemv_max_rows = 1;
-
-/// Whether the executor's batched MLP (m > 1 rows, cuBLAS) writes gate_up in the activation dtype
-/// (gemm_runner::run_act + silu_and_mul_act) instead of fp32, as HF transformers and vLLM do for
-/// a bf16 model. Process-wide; default on, off with ACTORSERVE_GATE_UP_16BIT=0. On the H200 it
-/// makes the batch-256 decode step 2.1 % faster (13.026 -> 12.755 ms). The extra rounding flips
-/// more near-tie greedy tokens against the fp32 CPU engine (llama-hd128-bf16: 689 instead of 710
-/// of 768 tokens in agreeing prefixes, bench/results/h200-offline-20261129e.md);
-/// CudaEngine.CpuAndCudaEnginesAgree asserts that every such parting is a near-tie.
-void set_gate_up_16bit(bool on);
-bool gate_up_16bit();
-
-/// Whether the batched o and down projections (m > 1 rows, cuBLAS) add into the fp32 residual in
-/// the GEMM's epilogue (beta = 1) instead of writing a delta that the next add_rmsnorm adds: the
-/// norm then reads the residual alone (6 bytes an element instead of 14) and the GEMM reads and
-/// writes it (8 instead of 4), 14 bytes instead of 18 for the pair. The sums are the same fp32
-/// additions (residual + product). Process-wide; default on, off with ACTORSERVE_RESIDUAL_GEMM=0
-/// (models with an o bias keep the delta for that projection).
-void set_residual_gemm(bool on);
-bool residual_gemm();
 
 /// Y[m, n] (fp32) = X[m, k] (dt) * W[n, k]^T (dt) + beta * Y, fp32 accumulation, on one stream.
 /// Small m goes to the bandwidth-bound GEMV where it supports the operands, the rest to cuBLAS.
@@ -105,12 +86,16 @@ class gemm_runner {
   void set_gemv_rows_per_block(int rows) { gemv_rows_per_block_ = rows; }
   /// Weight rows per GEMV block it uses at m = 1 for n output rows (2 or 4).
   int gemv_rows_for(int n) const;
+  /// Which one-token GEMVs run on the bulk-copy path, and its grid (gemv_bulk.hpp).
+  void set_bulk_gemv(const bulk_gemv_tuning& bulk) { bulk_ = bulk; }
+  const bulk_gemv_tuning& bulk_gemv() const { return bulk_; }
 
  private:
   cublasHandle_t handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
   int gemv_max_rows_ = default_gemv_max_rows;
   int gemv_rows_per_block_ = 0;
+  bulk_gemv_tuning bulk_;
   int num_sms_ = 132;
   void* workspace_ = nullptr;
 };

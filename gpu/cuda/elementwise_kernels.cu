@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "gpu/cuda/kernel_util.cuh"
-#include "gpu/cuda/launch_knobs.hpp"
+#include "gpu/cuda/sm_count.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -92,9 +92,8 @@ __global__ void add_rmsnorm_kernel(float* residual, const float* delta, const fl
 
 /// Values of add_rmsnorm_kernel a thread keeps in registers.
 constexpr int kNormPerThread = 8;
-/// Rows up to which add_rmsnorm keeps values in registers. Measured on the H200 (Llama-3-8B step,
-/// 65 launches): batch 1 0.189 -> 0.166 ms, 64 0.239 -> 0.179, 128 0.247 -> 0.190, but 256 0.269
-/// -> 0.352 (fewer of its register-heavy 1024-thread blocks resident per SM, presumably).
+/// Rows up to which add_rmsnorm keeps values in registers: faster up to 128 rows; past that, too
+/// few of its register-heavy 1024-thread blocks are resident per SM.
 constexpr int kNormRegsMaxRows = 128;
 
 /// add_rmsnorm_kernel for hidden <= kNormPerThread * blockDim.x: every load is issued before the
@@ -336,9 +335,8 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
 }
 
 /// Grid (tokens, kRopeSplit) of kRopeThreads: one block of 128 threads per token, each thread
-/// rotating several 4-pair groups, computes the token's angles once. Measured on the H200 (200 x
-/// 1000-token prompts, Llama-3-8B, per prefill-carrying step of ~14.2k tokens): 4 blocks of 256
-/// 6.53 ms, 2 x 256 5.15, 1 x 256 4.43, 4 x 128 4.95, 2 x 128 4.31, 1 x 128 4.00, 1 x 512 6.92.
+/// rotating several 4-pair groups, computes the token's angles once (the fastest of the grids
+/// from 1 to 4 blocks of 128 to 512 threads per token).
 constexpr int kRopeSplit = 1, kRopeThreads = 128;
 
 /// Rotary pairs of a head: head dims up to 256 (cuda_model.cpp rejects larger ones).
@@ -480,11 +478,10 @@ int add_rmsnorm(act_dtype dt, float* residual, const float* delta, const float* 
                 float eps, const int32_t* rows, int n, int hidden, void* out, cudaStream_t s) {
   if (n == 0) return 0;
   const int threads = hidden >= 1024 ? 1024 : ((hidden + 31) / 32) * 32;
-  // Many rows: 2 (default) one 128-thread block per row, 1 the persistent 1024-thread blocks of
-  // 4 rows, 0 one 1024-thread block per row.
-  static const int rows_kernel = env_int("ACTORSERVE_NORM_ROWS", 2);
+  // Many rows: one 128-thread block per row with 16-byte loads where the rows allow them, else
+  // persistent 1024-thread blocks of several rows.
   const auto aligned16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (rows_kernel == 2 && n > kNormRegsMaxRows && hidden % 8 == 0 && hidden <= 8 * 8 * kNormRowThreads &&
+  if (n > kNormRegsMaxRows && hidden % 8 == 0 && hidden <= 8 * 8 * kNormRowThreads &&
       aligned16(residual) && aligned16(delta) && aligned16(bias) && aligned16(weight) && aligned16(out)) {
     if (hidden <= 4 * 8 * kNormRowThreads)
       AS_DISPATCH_ACT(dt, launch_pdl(add_rmsnorm_row128_kernel<T, 4>, dim3(n), dim3(kNormRowThreads), s, residual,
@@ -492,7 +489,7 @@ int add_rmsnorm(act_dtype dt, float* residual, const float* delta, const float* 
     else
       AS_DISPATCH_ACT(dt, launch_pdl(add_rmsnorm_row128_kernel<T, 8>, dim3(n), dim3(kNormRowThreads), s, residual,
                                      delta, bias, weight, eps, rows, hidden, static_cast<T*>(out)));
-  } else if (rows_kernel != 0 && threads == 1024 && hidden <= kNormPerThread * threads && n > kNormRegsMaxRows) {
+  } else if (threads == 1024 && hidden <= kNormPerThread * threads && n > kNormRegsMaxRows) {
     // Persistent blocks, one per SM (launch_bounds 1024 x 1): 4 rows at a time of up to 4
     // values a thread, else 2 rows of up to 8.
     const dim3 grid(std::min(current_sm_count(), n));
@@ -543,10 +540,7 @@ int rope_kv_write(act_dtype dt, const rope_kv_args& a, cudaStream_t s) {
   if (a.n == 0) return 0;
   // Whole 4-pair groups, 16-byte aligned rows (cuda_model.cpp loads only such head dims).
   if (a.head_dim % 8 != 0 || a.head_dim / 2 > kRopeMaxHalf) return int(cudaErrorInvalidValue);
-  // Blocks per token and threads per block: knobs for measuring (the kernel takes any grid).
-  static const int split = std::clamp(env_int("ACTORSERVE_ROPE_SPLIT", kRopeSplit), 1, 16);
-  static const int threads = std::clamp(env_int("ACTORSERVE_ROPE_THREADS", kRopeThreads) / 32 * 32, 64, 1024);
-  const dim3 grid(a.n, split), block(threads);
+  const dim3 grid(a.n, kRopeSplit), block(kRopeThreads);
   if (a.qkv16)
     AS_DISPATCH_ACT(dt, launch_pdl(rope_kv_kernel<T, T>, grid, block, s, a));
   else

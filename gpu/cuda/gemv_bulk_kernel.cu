@@ -11,7 +11,7 @@
 #include "gpu/cuda/gemv_bulk.hpp"
 #include "gpu/cuda/gemv_common.cuh"
 #include "gpu/cuda/gemv_epilogue.cuh"
-#include "gpu/cuda/launch_knobs.hpp"
+#include "gpu/cuda/sm_count.hpp"
 #include "gpu/cuda/mbarrier.cuh"
 
 namespace actorserve::gpu::cuda {
@@ -163,17 +163,12 @@ __global__ void __launch_bounds__(kBlockThreads, 1) gemv_bulk_kernel(const T* x,
   }
 }
 
-int g_mask = env_int("ACTORSERVE_BULK_GEMV", bulk_all);
-int g_blocks_per_sm = env_int("ACTORSERVE_BULK_GEMV_BLOCKS", bulk_default_blocks);
-int g_stages = env_int("ACTORSERVE_BULK_GEMV_STAGES", bulk_default_stages);
-int g_qkv_pairs = env_int("ACTORSERVE_BULK_QKV_PAIRS", bulk_default_qkv_pairs);
-bool g_evict_first = env_int("ACTORSERVE_BULK_EVICT_FIRST", bulk_default_evict_first ? 1 : 0) != 0;
-
 template <class T, int kRows, class Epi>
-int launch_bulk(const T* x, int k, const T* w, const Epi& epi, int groups, cudaStream_t s) {
+int launch_bulk(const T* x, int k, const T* w, const Epi& epi, int groups, cudaStream_t s,
+                const bulk_gemv_tuning& bulk) {
   if (groups <= 0) return 0;
   auto* kernel = gemv_bulk_kernel<T, kRows, Epi>;
-  const int stages = g_stages < 1 ? 1 : g_stages > kMaxStages ? kMaxStages : g_stages;
+  const int stages = bulk.stages < 1 ? 1 : bulk.stages > kMaxStages ? kMaxStages : bulk.stages;
   const size_t smem = bulk_smem_bytes<kRows>(stages);
   static std::atomic<size_t> allowed{48 * 1024};  // per kernel: the dynamic shared memory it may take
   if (smem > allowed.load()) {
@@ -181,50 +176,43 @@ int launch_bulk(const T* x, int k, const T* w, const Epi& epi, int groups, cudaS
       return e;
     allowed.store(smem);
   }
-  const int per_sm = g_blocks_per_sm < 1 ? 1 : g_blocks_per_sm, cap = per_sm * current_sm_count();
+  const int per_sm = bulk.blocks_per_sm < 1 ? 1 : bulk.blocks_per_sm, cap = per_sm * current_sm_count();
   const int grid = groups < cap ? groups : cap;
-  return launch_pdl_smem(kernel, dim3(grid), dim3(kBlockThreads), smem, s, x, k, w, epi, stages, g_evict_first);
+  return launch_pdl_smem(kernel, dim3(grid), dim3(kBlockThreads), smem, s, x, k, w, epi, stages, bulk.evict_first);
 }
 
 }  // namespace
 
-void set_bulk_gemv(int mask) { g_mask = mask; }
-int bulk_gemv() { return g_mask; }
-void set_bulk_gemv_grid(int blocks_per_sm, int stages) {
-  g_blocks_per_sm = blocks_per_sm;
-  g_stages = stages;
-}
-void set_bulk_qkv_pairs(int pairs) { g_qkv_pairs = pairs; }
-void set_bulk_evict_first(bool on) { g_evict_first = on; }
-
-int gemv_bulk(act_dtype dt, const void* x, int k, const void* w, int n, float* y, cudaStream_t s) {
+int gemv_bulk(act_dtype dt, const void* x, int k, const void* w, int n, float* y, cudaStream_t s,
+              const bulk_gemv_tuning& bulk) {
   int rc = 0;
   AS_DISPATCH_ACT(dt, rc = launch_bulk<T, 4>(static_cast<const T*>(x), k, static_cast<const T*>(w),
-                                             store_epilogue<4>{y, n}, (n + 3) / 4, s));
+                                             store_epilogue<4>{y, n}, (n + 3) / 4, s, bulk));
   return rc;
 }
 
-int gemv_bulk_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_kv_args& a, cudaStream_t s) {
+int gemv_bulk_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_kv_args& a, cudaStream_t s,
+                       const bulk_gemv_tuning& bulk) {
   const int pairs = (a.num_heads + 2 * a.num_kv_heads) * (a.head_dim / 2);
   int rc = 0;
-  if (g_qkv_pairs == 1)
+  if (bulk.qkv_pairs == 1)
     AS_DISPATCH_ACT(dt, rc = launch_bulk<T, 2>(static_cast<const T*>(x), k, static_cast<const T*>(w),
-                                               qkv_rope_epilogue<1>{a}, pairs, s));
+                                               qkv_rope_epilogue<1>{a}, pairs, s, bulk));
   else
     AS_DISPATCH_ACT(dt, rc = launch_bulk<T, 4>(static_cast<const T*>(x), k, static_cast<const T*>(w),
-                                               qkv_rope_epilogue<2>{a}, (pairs + 1) / 2, s));
+                                               qkv_rope_epilogue<2>{a}, (pairs + 1) / 2, s, bulk));
   return rc;
 }
 
 int gemv_bulk_gate_up_silu(act_dtype dt, const void* x, int k, const void* w, int inter, void* act,
-                           int rows_per_block, cudaStream_t s) {
+                           int rows_per_block, cudaStream_t s, const bulk_gemv_tuning& bulk) {
   int rc = 0;
   if (rows_per_block == 2)
     AS_DISPATCH_ACT(dt, rc = launch_bulk<T, 2>(static_cast<const T*>(x), k, static_cast<const T*>(w),
-                                               gate_up_epilogue<1>{act, inter}, inter, s));
+                                               gate_up_epilogue<1>{act, inter}, inter, s, bulk));
   else
     AS_DISPATCH_ACT(dt, rc = launch_bulk<T, 4>(static_cast<const T*>(x), k, static_cast<const T*>(w),
-                                               gate_up_epilogue<2>{act, inter}, (inter + 1) / 2, s));
+                                               gate_up_epilogue<2>{act, inter}, (inter + 1) / 2, s, bulk));
   return rc;
 }
 

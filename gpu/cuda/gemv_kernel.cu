@@ -1,8 +1,8 @@
 // Skinny GEMM (decode GEMV): one thread block per kRows weight rows, its threads striding along k
 // in 16-byte chunks. Weight loads bypass L1 (each byte is read once); the activation rows, read
 // by every block, stay in L1/L2. Per-thread partial sums are reduced in a fixed order, so results
-// do not depend on scheduling, nor on how many rows a block holds. At m = 1 two variants fuse
-// the kernel that follows the projection into the epilogue (gemv_kernel.hpp).
+// do not depend on scheduling, nor on how many rows a block holds. At m = 1 two fused kernels take
+// the element-wise kernel that follows the projection into their epilogue (gemv_kernel.hpp).
 #include <cstdint>
 
 #include "gpu/cuda/gemv_bulk.hpp"
@@ -91,12 +91,7 @@ void launch(const T* x, int m, int k, const T* w, int n, float* y, float beta, i
   launch_rows<T, 8, 4>(x, m, k, w, n, y, beta, s);
 }
 
-bool g_fused_decode = true;
-
 }  // namespace
-
-void set_fused_decode(bool on) { g_fused_decode = on; }
-bool fused_decode() { return g_fused_decode; }
 
 bool gemv_supported(const void* x, int m, int k, const void* w) {
   const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
@@ -104,16 +99,17 @@ bool gemv_supported(const void* x, int m, int k, const void* w) {
 }
 
 int gemv(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta, cudaStream_t s,
-         int rows_per_block) {
+         int rows_per_block, const bulk_gemv_tuning& bulk) {
   if (n <= 0) return 0;
-  if (m == 1 && beta == 0.0f && (bulk_gemv() & bulk_plain)) return gemv_bulk(dt, x, k, w, n, y, s);
+  if (m == 1 && beta == 0.0f && bulk.plain) return gemv_bulk(dt, x, k, w, n, y, s, bulk);
   AS_DISPATCH_ACT(dt, launch<T>(static_cast<const T*>(x), m, k, static_cast<const T*>(w), n, y, beta,
                                 rows_per_block, s));
   return cudaGetLastError();
 }
 
-int gemv_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_kv_args& a, cudaStream_t s) {
-  if (bulk_gemv() & bulk_qkv) return gemv_bulk_qkv_rope(dt, x, k, w, a, s);
+int gemv_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_kv_args& a, cudaStream_t s,
+                  const bulk_gemv_tuning& bulk) {
+  if (bulk.qkv) return gemv_bulk_qkv_rope(dt, x, k, w, a, s, bulk);
   const int blocks = (a.num_heads + 2 * a.num_kv_heads) * (a.head_dim / 2);
   AS_DISPATCH_ACT(dt, launch_pdl(gemv_qkv_rope_kernel<T>, dim3(blocks), dim3(kThreads), s, static_cast<const T*>(x),
                                  k, static_cast<const T*>(w), a));
@@ -121,8 +117,8 @@ int gemv_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_
 }
 
 int gemv_gate_up_silu(act_dtype dt, const void* x, int k, const void* w, int inter, void* act, int rows_per_block,
-                      cudaStream_t s) {
-  if (bulk_gemv() & bulk_gate_up) return gemv_bulk_gate_up_silu(dt, x, k, w, inter, act, rows_per_block, s);
+                      cudaStream_t s, const bulk_gemv_tuning& bulk) {
+  if (bulk.gate_up) return gemv_bulk_gate_up_silu(dt, x, k, w, inter, act, rows_per_block, s, bulk);
   if (rows_per_block == 2)
     AS_DISPATCH_ACT(dt, launch_pdl(gemv_gate_up_silu_kernel<T, 1>, dim3(inter), dim3(kThreads), s,
                                    static_cast<const T*>(x), k, static_cast<const T*>(w), inter, static_cast<T*>(act)));

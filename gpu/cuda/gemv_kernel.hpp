@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/tuning.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -18,31 +19,25 @@ bool gemv_supported(const void* x, int m, int k, const void* w);
 
 /// Y = X W^T + beta * Y as above on `s`; requires gemv_supported. `rows_per_block` (1, 2 or 4)
 /// trades blocks for accumulators; it applies to m <= 2 (larger m uses 4). At m = 1 with beta 0 it
-/// runs gemv_bulk (gemv_bulk.hpp) where bulk_gemv() says so (the same results). Under
+/// runs gemv_bulk (gemv_bulk.hpp) where bulk.plain says so (the same results). Under
 /// programmatic_launch() its blocks start streaming weights while the previous kernel finishes,
 /// and wait for it before reading X or writing Y. Returns the launch's cudaError_t.
 int gemv(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta, cudaStream_t s,
-         int rows_per_block = 4);
+         int rows_per_block = 4, const bulk_gemv_tuning& bulk = {});
 
-/// Whether the executor's one-token steps use the fused GEMVs below (each replaces a projection and
-/// the element-wise kernel after it). Process-wide; default on. For benchmarks and tests.
-/// (Fusing the residual add + RMSNorm into the o/down projections, the norm done by the last block
-/// to finish, measured slower on the H200: o 9.6 -> 18.7 us, down 30.0 -> 41.8 us per layer, the
-/// one block's serial norm over 4096 values costing more than the 2.9 us add_rmsnorm launch.)
-void set_fused_decode(bool on);
-bool fused_decode();
-
-// Fused GEMVs for one token (m = 1); operands as gemv_supported(x, 1, k, w) requires. Each computes
+// Fused GEMVs for one token (m = 1; cuda_tuning::fused_decode), each replacing a projection and
+// the element-wise kernel after it; operands as gemv_supported(x, 1, k, w) requires. Each computes
 // the same fp32 projection values as gemv() and launches as a programmatic dependent; each runs its
-// gemv_bulk.hpp counterpart where bulk_gemv() says so.
+// gemv_bulk.hpp counterpart where `bulk` says so.
 
 /// The QKV projection of token 0 (w: [(H + 2*KVH) * D, k]) followed by rope_kv_write(a) with
 /// a.n = 1: a.qkv receives the rotated q (and k, v as projected); k and v go to the paged cache.
-int gemv_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_kv_args& a, cudaStream_t s);
+int gemv_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_kv_args& a, cudaStream_t s,
+                  const bulk_gemv_tuning& bulk = {});
 
 /// The gate/up projection (w: [2 * inter, k], gate rows first) followed by silu_and_mul: act[j] =
 /// silu(gate_j) * up_j in dt. rows_per_block: 2 or 4 weight rows per block.
 int gemv_gate_up_silu(act_dtype dt, const void* x, int k, const void* w, int inter, void* act, int rows_per_block,
-                      cudaStream_t s);
+                      cudaStream_t s, const bulk_gemv_tuning& bulk = {});
 
 }  // namespace actorserve::gpu::cuda

@@ -3,8 +3,6 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include "gpu/cuda/launch_knobs.hpp"
-
 namespace actorserve::gpu::cuda {
 namespace {
 
@@ -25,8 +23,6 @@ const char* const kNames[kOps] = {"step inputs (copies)",
                                   "step outputs (copies)"};
 
 }  // namespace
-
-bool step_profile::requested() { return env_int("ACTORSERVE_PROFILE_STEPS", 0) != 0; }
 
 step_profile::~step_profile() {
   for (marks& m : slots_)
@@ -105,7 +101,7 @@ std::string step_profile::totals::table(const char* kind) const {
     host += host_ms[k];
   }
   std::string out = fmt::format(
-      "Eager-step profile (ACTORSERVE_PROFILE_STEPS), {}: {} steps, {:.0f} rows per step on average\n"
+      "Eager-step profile (--profile-steps), {}: {} steps, {:.0f} rows per step on average\n"
       "| class | GPU ms per step | share | host ms per step (enqueuing) |\n|---|---|---|---|\n",
       kind, steps, double(tokens) / double(steps));
   for (int k = 0; k < kOps; ++k)

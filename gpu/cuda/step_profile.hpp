@@ -1,5 +1,5 @@
 #pragma once
-// Opt-in GPU time per kernel class of the executor's eager steps (ACTORSERVE_PROFILE_STEPS=1):
+// Opt-in GPU time per kernel class of the executor's eager steps (--profile-steps):
 // the steps that run without a CUDA graph (every step carrying a prefill; every step with
 // --enforce-eager), totalled apart for steps carrying a prefill and decode-only steps. A CUDA event is
 // recorded before each class's launches and read when the step completes; the totals go to
@@ -23,9 +23,6 @@ enum class step_op {
 
 class step_profile {
  public:
-  /// On when ACTORSERVE_PROFILE_STEPS is set to a non-zero integer.
-  static bool requested();
-
   step_profile() = default;
   step_profile(const step_profile&) = delete;
   step_profile& operator=(const step_profile&) = delete;

@@ -28,6 +28,15 @@ TEST(Cli, ServeTakesVllmFlagNames) {
   EXPECT_EQ(cl->engine.executor.device, device_kind::cpu);
 }
 
+TEST(Cli, ProfileStepsIsAnEngineFlag) {
+  auto plain = parse({"serve", "--model", "m"});
+  ASSERT_TRUE(plain.ok()) << plain.err().message;
+  EXPECT_FALSE(plain->engine.executor.profile_steps);
+  auto profiled = parse({"generate", "--model", "m", "--prompt", "hi", "--profile-steps"});
+  ASSERT_TRUE(profiled.ok()) << profiled.err().message;
+  EXPECT_TRUE(profiled->engine.executor.profile_steps);
+}
+
 TEST(Cli, KvLayoutAndBlockSizeDefaultByExecutor) {
   // No flag: the CUDA executor takes flash-decoding with 64-token blocks, the CPU executor 16.
   auto cl = parse({"serve", "--model", "m"});

@@ -12,7 +12,7 @@
 #include "cuda_test_util.hpp"
 #include "paged_attention_case.hpp"
 #include "gpu/cuda/attention/backend.hpp"
-#include "gpu/cuda/attention/probe.hpp"
+#include "bench/cuda/probe/probe.hpp"
 
 namespace actorserve::testing {
 namespace {
@@ -28,16 +28,16 @@ struct backend_case {
 /// decode kernel stride over its items); returns max |gpu - ref| / max |ref|. `late`: Q and the
 /// newest K/V row of every sequence are poisoned and written by a kernel that runs 20 µs before
 /// the attention it precedes (programmatic launch: the decode kernels start early and must wait
-/// for it before they read them); decode-only cases.
+/// for it before they read them); decode-only cases. `tuning` picks the backend's kernels.
 double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case& c, uint32_t seed,
-                        int decode_grid = 0, bool late = false) {
+                        int decode_grid = 0, bool late = false, const gpu::attention_tuning& tuning = {}) {
   cuda::attention_shape shape;
   shape.dt = dt;
   shape.num_heads = c.H;
   shape.num_kv_heads = c.KVH;
   shape.head_dim = c.D;
   shape.block_size = c.block_size;
-  auto made = cuda::make_attention_backend(layout, shape);
+  auto made = cuda::make_attention_backend(layout, shape, tuning);
   EXPECT_TRUE(made) << (made ? "" : made.err().message);
   if (!made) return INFINITY;
   const cuda::attention_backend& backend = **made;
@@ -171,19 +171,38 @@ TEST_P(AttentionBackend, SingleLongDecodeSplitsAndMerges) {
 
 TEST_P(AttentionBackend, SeparateMergeKernelMatchesReference) {
   const auto [dt, layout] = GetParam();
-  // Decode variant 1 (launch.hpp): split pieces merged by combine_kernel.cu instead of by the
+  // split_merge::separate_kernel: split pieces merged by combine_kernel.cu instead of by the
   // last piece's CTA, as when the backend cannot allocate its split counters. One and two
   // chunks a thread (32/8, 64/8), 2 to 32 pieces, a batch with some sequences split.
-  setenv("ACTORSERVE_ATTN_VARIANT", "16", 1);
+  gpu::attention_tuning tuning;
+  tuning.merge = gpu::split_merge::separate_kernel;
   struct config { int H; std::vector<seq_spec> seqs; };
   const config configs[] = {{32, {{5000, 1}}}, {64, {{32768, 1}}}, {64, {{1000, 1}, {17, 1}, {3000, 1}}}};
   for (const config& k : configs) {
-    const double err = run_backend_case(dt, layout, backend_case{k.H, 8, 128, block_size(16), k.seqs}, 41 + k.H);
+    const double err =
+        run_backend_case(dt, layout, backend_case{k.H, 8, 128, block_size(16), k.seqs}, 41 + k.H, 0, false, tuning);
     std::printf("backend %s separate merge %d/8, %zu seqs: max abs err / max abs ref %.3g\n", to_string(layout), k.H,
                 k.seqs.size(), err);
     EXPECT_LT(err, 1e-2) << k.H << " heads, " << k.seqs.size() << " seqs";
   }
-  unsetenv("ACTORSERVE_ATTN_VARIANT");
+}
+
+TEST_P(AttentionBackend, CpAsyncDecodeKernelMatchesReference) {
+  const auto [dt, layout] = GetParam();
+  if (layout != kv_cache_layout::flash_decoding) GTEST_SKIP() << "decode_kernel picks flash-decoding's kernel";
+  // decode_kernel::cp_async, the kernel the TMA one falls back to without descriptors: whole
+  // and split pieces, GQA 4 and 8, a grid that strides over the items.
+  gpu::attention_tuning tuning;
+  tuning.decode = gpu::decode_kernel::cp_async;
+  struct config { int H; std::vector<seq_spec> seqs; int grid; };
+  const config configs[] = {{32, {{5000, 1}}, 0}, {64, {{32768, 1}}, 7}, {32, {{1000, 1}, {17, 1}, {3000, 1}}, 0}};
+  for (const config& k : configs) {
+    const double err =
+        run_backend_case(dt, layout, backend_case{k.H, 8, 128, 64, k.seqs}, 53 + k.H, k.grid, false, tuning);
+    std::printf("backend %s cp.async decode %d/8, %zu seqs: max abs err / max abs ref %.3g\n", to_string(layout), k.H,
+                k.seqs.size(), err);
+    EXPECT_LT(err, 1e-2) << k.H << " heads, " << k.seqs.size() << " seqs";
+  }
 }
 
 TEST_P(AttentionBackend, DecodeBatch257MatchesReference) {

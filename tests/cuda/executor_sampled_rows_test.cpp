@@ -1,10 +1,9 @@
 // The last layer of a prefill-carrying step runs past its K/V writes on the sampled rows only
 // (cuda_step.cpp, launch_shape::sampled_only). The same mixed steps through an executor with it
-// and one without (ACTORSERVE_LAST_LAYER_ALL_ROWS=1) give the same logits, and the K/V both
+// and one without (cuda_tuning::last_layer_all_rows) give the same logits, and the K/V both
 // write lets later decode steps agree too.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <random>
 
 #include <fmt/format.h>
@@ -31,9 +30,8 @@ std::unique_ptr<gpu::executor> make(const sampled_rows_param& p, bool all_rows) 
   gpu::cuda_executor_options o = test_options(true);
   o.kv_layout = p.layout;
   o.block_size = p.block_size;
-  if (all_rows) setenv("ACTORSERVE_LAST_LAYER_ALL_ROWS", "1", 1);
+  o.tuning.last_layer_all_rows = all_rows;
   auto made = gpu::make_cuda_executor(model_dir(p.model), o);
-  unsetenv("ACTORSERVE_LAST_LAYER_ALL_ROWS");
   EXPECT_TRUE(made.ok()) << made.err().message;
   return made.ok() ? std::move(made.value()) : nullptr;
 }

@@ -134,18 +134,17 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFusedGemv, ::testing::Values(act_dtype::bf1
 class CudaFusedExecutor : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { AS_REQUIRE_CUDA(); }
-  void TearDown() override { cuda::set_fused_decode(true); }
 };
 
 TEST_P(CudaFusedExecutor, OneTokenStepsMatchTheUnfusedPath) {
   const std::string dir = model_dir(GetParam());
   const int steps = 16;
-  cuda::set_fused_decode(false);
-  auto unfused = gpu::make_cuda_executor(dir, test_options(false));
+  gpu::cuda_executor_options unfused_options = test_options(false);
+  unfused_options.tuning.fused_decode = false;
+  auto unfused = gpu::make_cuda_executor(dir, unfused_options);
   ASSERT_TRUE(unfused.ok()) << unfused.err().message;
   auto [tu, lu] = one_sequence(*unfused.value(), steps, {});
   unfused.value().reset();
-  cuda::set_fused_decode(true);
   auto graphs = gpu::make_cuda_executor(dir, test_options(false));
   auto eager = gpu::make_cuda_executor(dir, test_options(true));
   ASSERT_TRUE(graphs.ok() && eager.ok());

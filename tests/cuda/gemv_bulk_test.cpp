@@ -19,52 +19,44 @@ namespace {
 
 using cuda::act_dtype;
 
-/// Blocks per SM, ring stages, QKV rotary pairs per group, L2 evict-first copies.
-struct bulk_grid {
-  int blocks_per_sm, stages, qkv_pairs;
-  bool evict_first;
-};
-const bulk_grid kGrids[] = {{cuda::bulk_default_blocks, cuda::bulk_default_stages, cuda::bulk_default_qkv_pairs,
-                             cuda::bulk_default_evict_first},
-                            {1, 4, 2, false}, {1, 2, 1, false}, {2, 3, 2, true}, {1, 13, 1, false},
-                            {3, 2, 2, true},  {3, 4, 1, false}, {8, 1, 2, false}};
+/// The bulk path off for every GEMV (the register kernels).
+gpu::bulk_gemv_tuning register_kernels() {
+  gpu::bulk_gemv_tuning t;
+  t.plain = t.qkv = t.gate_up = false;
+  return t;
+}
 
-std::string describe(const bulk_grid& g) {
+/// Blocks per SM, ring stages, QKV rotary pairs per group, L2 evict-first copies: the default
+/// grid first.
+gpu::bulk_gemv_tuning grid(int blocks_per_sm, int stages, int qkv_pairs, bool evict_first) {
+  gpu::bulk_gemv_tuning t;
+  t.blocks_per_sm = blocks_per_sm;
+  t.stages = stages;
+  t.qkv_pairs = qkv_pairs;
+  t.evict_first = evict_first;
+  return t;
+}
+const gpu::bulk_gemv_tuning kGrids[] = {gpu::bulk_gemv_tuning{}, grid(1, 4, 2, false), grid(1, 2, 1, false),
+                                        grid(2, 3, 2, true),     grid(1, 13, 1, false), grid(3, 2, 2, true),
+                                        grid(3, 4, 1, false),    grid(8, 1, 2, false)};
+
+std::string describe(const gpu::bulk_gemv_tuning& g) {
   return "grid (" + std::to_string(g.blocks_per_sm) + ", " + std::to_string(g.stages) + ", " +
          std::to_string(g.qkv_pairs) + (g.evict_first ? ", evict first)" : ")");
 }
 
-void use_grid(const bulk_grid& g) {
-  cuda::set_bulk_gemv_grid(g.blocks_per_sm, g.stages);
-  cuda::set_bulk_qkv_pairs(g.qkv_pairs);
-  cuda::set_bulk_evict_first(g.evict_first);
-}
-
 class CudaBulkGemv : public ::testing::TestWithParam<act_dtype> {
  protected:
-  void SetUp() override {
-    AS_REQUIRE_CUDA();
-    mask_ = cuda::bulk_gemv();
-    cuda::set_bulk_gemv(0);
-  }
-  void TearDown() override {
-    cuda::set_bulk_gemv(mask_);
-    use_grid(kGrids[0]);
-  }
-  /// Runs `launch` under every grid with the bulk path for `bit` on, comparing `out` with `want`.
+  void SetUp() override { AS_REQUIRE_CUDA(); }
+  /// Runs `launch(tuning)` under every grid (the bulk path on), comparing `out` with `want`.
   template <class V, class F>
-  void expect_every_grid_equal(int bit, dev_vec<V>& out, const std::vector<V>& want, F launch,
-                               const std::string& what) {
-    for (const bulk_grid& g : kGrids) {
-      use_grid(g);
-      cuda::set_bulk_gemv(bit);
+  void expect_every_grid_equal(dev_vec<V>& out, const std::vector<V>& want, F launch, const std::string& what) {
+    for (const gpu::bulk_gemv_tuning& g : kGrids) {
       out.poison();
-      ASSERT_EQ(launch(), 0) << what;
-      cuda::set_bulk_gemv(0);
+      ASSERT_EQ(launch(g), 0) << what;
       EXPECT_EQ(count_unequal(out.download(), want), 0) << what << " " << describe(g);
     }
   }
-  int mask_ = 0;
 };
 
 TEST_P(CudaBulkGemv, PlainEqualsTheRegisterGemv) {
@@ -75,11 +67,14 @@ TEST_P(CudaBulkGemv, PlainEqualsTheRegisterGemv) {
           w(random_act_bits(dt, size_t(n) * k, uint32_t(n), 0.1f));
       dev_vec<float> y(static_cast<size_t>(n));
       y.poison();
-      ASSERT_EQ(cuda::gemv(dt, x.get(), 1, k, w.get(), n, y.get(), 0.0f, nullptr), 0);
+      ASSERT_EQ(cuda::gemv(dt, x.get(), 1, k, w.get(), n, y.get(), 0.0f, nullptr, 4, register_kernels()), 0);
       const auto want = y.download();
-      expect_every_grid_equal(cuda::bulk_plain, y, want,
-                              [&] { return cuda::gemv(dt, x.get(), 1, k, w.get(), n, y.get(), 0.0f, nullptr); },
-                              "k " + std::to_string(k) + " n " + std::to_string(n));
+      expect_every_grid_equal(
+          y, want,
+          [&](const gpu::bulk_gemv_tuning& g) {
+            return cuda::gemv(dt, x.get(), 1, k, w.get(), n, y.get(), 0.0f, nullptr, 4, g);
+          },
+          "k " + std::to_string(k) + " n " + std::to_string(n));
     }
   }
 }
@@ -92,11 +87,14 @@ TEST_P(CudaBulkGemv, GateUpSiluEqualsTheRegisterKernel) {
         dev_vec<uint16_t> x(random_act_bits(dt, size_t(k), 1)),
             w(random_act_bits(dt, size_t(2) * inter * k, 2, 0.1f)), act(static_cast<size_t>(inter));
         act.poison();
-        ASSERT_EQ(cuda::gemv_gate_up_silu(dt, x.get(), k, w.get(), inter, act.get(), rows, nullptr), 0);
+        ASSERT_EQ(
+            cuda::gemv_gate_up_silu(dt, x.get(), k, w.get(), inter, act.get(), rows, nullptr, register_kernels()), 0);
         const auto want = act.download();
         expect_every_grid_equal(
-            cuda::bulk_gate_up, act, want,
-            [&] { return cuda::gemv_gate_up_silu(dt, x.get(), k, w.get(), inter, act.get(), rows, nullptr); },
+            act, want,
+            [&](const gpu::bulk_gemv_tuning& g) {
+              return cuda::gemv_gate_up_silu(dt, x.get(), k, w.get(), inter, act.get(), rows, nullptr, g);
+            },
             "inter " + std::to_string(inter) + " k " + std::to_string(k) + " rows " + std::to_string(rows));
       }
     }
@@ -113,18 +111,18 @@ TEST_P(CudaBulkGemv, QkvRopeEqualsTheRegisterKernel) {
     const cuda::rope_kv_args a = qc.args(q.get(), kc.get(), vc.get());
     for (auto* d : {&kc, &vc}) d->poison();
     q.poison();
-    ASSERT_EQ(cuda::gemv_qkv_rope(dt, x.get(), sh.k, w.get(), a, nullptr), 0);
+    ASSERT_EQ(cuda::gemv_qkv_rope(dt, x.get(), sh.k, w.get(), a, nullptr, register_kernels()), 0);
     const std::vector<float> q_want = q.download();
     const std::vector<uint16_t> k_want = kc.download(), v_want = vc.download();
     const std::string what = "D " + std::to_string(sh.D) + " k " + std::to_string(sh.k);
-    const auto launch = [&] {
+    const auto launch = [&](const gpu::bulk_gemv_tuning& g) {
       for (auto* d : {&kc, &vc}) d->poison();
-      const int rc = cuda::gemv_qkv_rope(dt, x.get(), sh.k, w.get(), a, nullptr);
+      const int rc = cuda::gemv_qkv_rope(dt, x.get(), sh.k, w.get(), a, nullptr, g);
       EXPECT_EQ(count_unequal(kc.download(), k_want), 0) << what << " k cache";
       EXPECT_EQ(count_unequal(vc.download(), v_want), 0) << what << " v cache";
       return rc;
     };
-    expect_every_grid_equal(cuda::bulk_qkv, q, q_want, launch, what);
+    expect_every_grid_equal(q, q_want, launch, what);
   }
 }
 
@@ -133,23 +131,18 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, CudaBulkGemv, ::testing::Values(act_dtype::bf16
 
 class CudaBulkExecutor : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override {
-    AS_REQUIRE_CUDA();
-    mask_ = cuda::bulk_gemv();
-  }
-  void TearDown() override { cuda::set_bulk_gemv(mask_); }
-  int mask_ = 0;
+  void SetUp() override { AS_REQUIRE_CUDA(); }
 };
 
 TEST_P(CudaBulkExecutor, OneTokenStepsEqualTheRegisterGemvs) {
   const std::string dir = model_dir(GetParam());
   const int steps = 16;
-  cuda::set_bulk_gemv(0);
-  auto plain = gpu::make_cuda_executor(dir, test_options(false));
+  gpu::cuda_executor_options register_options = test_options(false);
+  register_options.tuning.bulk = register_kernels();
+  auto plain = gpu::make_cuda_executor(dir, register_options);
   ASSERT_TRUE(plain.ok()) << plain.err().message;
   auto [tp, lp] = one_sequence(*plain.value(), steps, {});
   plain.value().reset();
-  cuda::set_bulk_gemv(cuda::bulk_all);
   for (bool eager : {false, true}) {
     auto ex = gpu::make_cuda_executor(dir, test_options(eager));
     ASSERT_TRUE(ex.ok()) << ex.err().message;

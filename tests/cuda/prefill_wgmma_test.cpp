@@ -1,14 +1,11 @@
-// The Hopper wgmma prefill kernels (gpu/cuda/attention/prefill_wgmma_kernel.cu and
-// prefill_pingpong_kernel.cu: prefill variants 3, 4, 5, 7, and 0, which runs 15 for bf16, head
-// dim 128 and blocks of 8, 16, 32 or a multiple of 64 tokens)
-// against the double-precision reference over prefill-heavy steps: whole prompts, chunks over a
-// cached prefix, tiles cut short (q_len not a multiple of the tile's tokens), key ranges of
-// 1-33 tiles (the K/V ring wraps many times), GQA groups 1-8, head dims 64 and 128, bf16 and
-// fp16, both backends' block sizes; outputs poisoned before each run. Variant 8 (the mma.sync
-// kernel) runs the same cases as a control; ACTORSERVE_PREFILL_VARIANTS=3,4 picks variants.
-// Of the 128-row-item variants (two warpgroups per K/V tile) 15 always runs, 9, 10, 11 and 13
-// only when named there. With ACTORSERVE_PREFILL_BENCH=1 (and a GPU) one more test times them
-// on the issue's prefill shapes.
+// The tensor-core prefill kernels (gpu/cuda/attention/: prefill_kernel::wgmma_tma_persistent,
+// wgmma_cp_async and mma_sync, and automatic, which runs the persistent kernel for bf16, head
+// dim 128 and blocks of 8, 16, 32 or a multiple of 64 tokens) against the double-precision
+// reference over prefill-heavy steps: whole prompts, chunks over a cached prefix, tiles cut short
+// (q_len not a multiple of the tile's tokens), key ranges of 1-33 tiles (the K/V ring wraps many
+// times), GQA groups 1-8, head dims 64 and 128, bf16 and fp16, both backends' block sizes;
+// outputs poisoned before each run. With ACTORSERVE_PREFILL_BENCH=1 (and a GPU) one more test
+// times them on the issue's prefill shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,30 +25,23 @@ namespace {
 
 using cuda::act_dtype;
 
-/// Sets ACTORSERVE_ATTN_VARIANT for the backends made in its scope (read when one is built).
-class variant_env {
- public:
-  explicit variant_env(int v) { setenv("ACTORSERVE_ATTN_VARIANT", std::to_string(v).c_str(), 1); }
-  ~variant_env() { unsetenv("ACTORSERVE_ATTN_VARIANT"); }
-  variant_env(const variant_env&) = delete;
-  variant_env& operator=(const variant_env&) = delete;
-};
+using gpu::prefill_kernel;
 
-/// The variants to run: ACTORSERVE_PREFILL_VARIANTS (comma-separated, e.g. "8,3"), else all.
-std::vector<int> variants_to_run() {
-  std::vector<int> v;
-  if (const char* env = std::getenv("ACTORSERVE_PREFILL_VARIANTS")) {
-    for (const char* p = env; *p;) {
-      char* end = nullptr;
-      v.push_back(int(std::strtol(p, &end, 10)));
-      p = *end ? end + 1 : end;
-    }
-    return v;
+/// Every prefill kernel, the automatic choice first.
+const prefill_kernel kAllKernels[] = {prefill_kernel::automatic, prefill_kernel::wgmma_tma_persistent,
+                                      prefill_kernel::wgmma_cp_async, prefill_kernel::mma_sync};
+
+const char* kernel_name(prefill_kernel k) {
+  switch (k) {
+    case prefill_kernel::automatic: return "automatic";
+    case prefill_kernel::wgmma_tma_persistent: return "wgmma_tma_persistent";
+    case prefill_kernel::wgmma_cp_async: return "wgmma_cp_async";
+    case prefill_kernel::mma_sync: return "mma_sync";
   }
-  return {cuda::mma_sync_prefill_variant, 0, 3, 4, 5, 7};  // 9, 10, 13 only when named
+  return "?";
 }
 
-/// A step's inputs in device memory, uploaded once for every variant run over them.
+/// A step's inputs in device memory, uploaded once for every kernel run over them.
 struct device_inputs {
   explicit device_inputs(const paged_inputs& in)
       : in(in), q(in.q), k(in.k_cache), v(in.v_cache), bt(in.block_tables), seqs(in.seqs),
@@ -64,13 +54,11 @@ struct device_inputs {
   dev_vec<uint16_t> out;
 };
 
-/// One step through a backend built for `variant`: plan and launch arguments over `d`. With
-/// `rows` > 0 (variant 9) the step is planned here instead, as prefill tiles of `rows` query
-/// rows (longest first, like the backends' planner), and launched through launch_tc_prefill.
+/// One step through a backend built for prefill kernel `kernel`: plan and launch arguments over
+/// `d`.
 class prefill_step {
  public:
-  prefill_step(act_dtype dt, kv_cache_layout layout, device_inputs& d, int variant, int rows = 0)
-      : d_(d), dt_(dt), variant_(variant), direct_(rows > 0) {
+  prefill_step(act_dtype dt, kv_cache_layout layout, device_inputs& d, prefill_kernel kernel) : d_(d) {
     const paged_inputs& in = d.in;
     cuda::attention_shape shape;
     shape.dt = dt;
@@ -78,21 +66,13 @@ class prefill_step {
     shape.num_kv_heads = in.num_kv_heads;
     shape.head_dim = in.head_dim;
     shape.block_size = in.block_size;
-    {
-      variant_env env(variant);
-      auto made = cuda::make_attention_backend(layout, shape);
-      EXPECT_TRUE(made) << (made ? "" : made.err().message);
-      if (made) backend_ = std::move(*made);
-    }
+    gpu::attention_tuning tuning;
+    tuning.prefill = kernel;
+    auto made = cuda::make_attention_backend(layout, shape, tuning);
+    EXPECT_TRUE(made) << (made ? "" : made.err().message);
+    if (made) backend_ = std::move(*made);
     if (!backend_) return;
-    cuda::attention_plan plan = backend_->plan(in.seqs);
-    if (direct_) {
-      plan = cuda::attention_plan{};
-      cuda::append_query_tiles(in.seqs, in.num_heads / in.num_kv_heads, in.num_kv_heads, rows, 2, plan.items);
-      std::stable_sort(plan.items.begin(), plan.items.end(), [](const cuda::attn_item& x, const cuda::attn_item& y) {
-        return x.kv_end - x.kv_begin > y.kv_end - y.kv_begin;
-      });
-    }
+    const cuda::attention_plan plan = backend_->plan(in.seqs);
     const cuda::attention_grids g = backend_->grids(plan);
     prefill_items_ = int32_t(plan.items.size()) - plan.num_decode_items;
     items_.upload(plan.items.empty() ? std::vector<cuda::attn_item>(1) : plan.items);
@@ -132,12 +112,7 @@ class prefill_step {
     po_.poison();
     pl_.poison();
   }
-  int run(cudaStream_t s = nullptr) const {
-    if (!direct_) return backend_->run(a_, s);
-    cuda::attn_launch a = a_;
-    a.variant = variant_;
-    return cuda::launch_tc_prefill(dt_, a, s);
-  }
+  int run(cudaStream_t s = nullptr) const { return backend_->run(a_, s); }
   std::vector<float> output(act_dtype dt) const {
     const auto bits = d_.out.download();
     std::vector<float> got(bits.size());
@@ -147,9 +122,6 @@ class prefill_step {
 
  private:
   device_inputs& d_;
-  act_dtype dt_;
-  int variant_ = 0;
-  bool direct_ = false;
   std::unique_ptr<cuda::attention_backend> backend_;
   int32_t prefill_items_ = 0;
   dev_vec<float> po_, pl_;
@@ -169,7 +141,7 @@ class PrefillWgmma : public ::testing::TestWithParam<param> {
   void SetUp() override { AS_REQUIRE_CUDA(); }
 };
 
-TEST_P(PrefillWgmma, VariantsMatchReference) {
+TEST_P(PrefillWgmma, KernelsMatchReference) {
   const auto [dt, layout] = GetParam();
   const bool vllm = layout == kv_cache_layout::vllm;
   // Whole prompts (2 .. 2100 keys), chunks over a cached prefix, short tiles, one decode token.
@@ -183,67 +155,27 @@ TEST_P(PrefillWgmma, VariantsMatchReference) {
     const paged_inputs in = make_paged_inputs(dt, 2 * k.G, 2, k.D, k.bs, seqs, rng);
     const std::vector<float> ref = reference_attention(dt, in);
     device_inputs d(in);
-    for (int variant : variants_to_run()) {
-      prefill_step step(dt, layout, d, variant);
+    for (prefill_kernel kernel : kAllKernels) {
+      prefill_step step(dt, layout, d, kernel);
       ASSERT_TRUE(step.ok());
       ASSERT_GT(step.prefill_items(), 0);
       step.poison();
       ASSERT_EQ(step.run(), 0);
-      const double err = rel_max_err(step.output(dt), ref);
-      std::printf("prefill variant %d %s D=%d G=%d bs=%d: max abs err / max abs ref %.3g\n", variant,
-                  to_string(layout), k.D, k.G, k.bs, err);
-      EXPECT_LT(err, 1e-2) << "variant " << variant << " D=" << k.D << " G=" << k.G << " bs=" << k.bs;
-    }
-  }
-}
-
-/// Whether ACTORSERVE_PREFILL_VARIANTS names `v`.
-bool variant_requested(int v) {
-  const std::vector<int> vs = variants_to_run();
-  return std::getenv("ACTORSERVE_PREFILL_VARIANTS") && std::find(vs.begin(), vs.end(), v) != vs.end();
-}
-
-/// The paired-warpgroup variants (9, 10, 11, 13, 15) over 128-row items planned here, each when
-/// ACTORSERVE_PREFILL_VARIANTS names it; without that variable the default (15). Whole prompts
-/// and chunks only: no decode tokens.
-TEST_P(PrefillWgmma, PairedWarpgroupsMatchReference) {
-  std::vector<int> paired;
-  for (int v : {9, 10, 11, 13, 15})
-    if (variant_requested(v)) paired.push_back(v);
-  if (!std::getenv("ACTORSERVE_PREFILL_VARIANTS")) paired.push_back(cuda::wgmma_default_variant);
-  if (paired.empty()) GTEST_SKIP() << "ACTORSERVE_PREFILL_VARIANTS names none of 9, 10, 11, 13, 15";
-  const auto [dt, layout] = GetParam();
-  const bool vllm = layout == kv_cache_layout::vllm;
-  const std::vector<seq_spec> seqs = {{2, 2}, {17, 17}, {300, 300}, {1000, 40}, {97, 30}, {2100, 71}, {64, 64},
-                                      {200, 3}, {700, 129}};
-  struct config { int D, G, bs; };
-  const config configs[] = {{128, 4, vllm ? 16 : 64}, {128, 1, vllm ? 16 : 80}, {128, 8, vllm ? 32 : 64},
-                            {64, 4, vllm ? 16 : 64},  {64, 8, vllm ? 16 : 128}};
-  for (const config& k : configs) {
-    std::mt19937 rng(uint32_t(57 + k.D + k.G + k.bs));
-    const paged_inputs in = make_paged_inputs(dt, 2 * k.G, 2, k.D, k.bs, seqs, rng);
-    const std::vector<float> ref = reference_attention(dt, in);
-    device_inputs d(in);
-    for (int variant : paired) {
-      prefill_step step(dt, layout, d, variant, cuda::wgmma_pair_rows);
-      ASSERT_TRUE(step.ok());
-      step.poison();
-      ASSERT_EQ(step.run(), 0);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const double err = rel_max_err(step.output(dt), ref);
-      std::printf("prefill variant %d (128-row items) %s D=%d G=%d bs=%d: max abs err / max abs ref %.3g\n",
-                  variant, to_string(layout), k.D, k.G, k.bs, err);
-      EXPECT_LT(err, 1e-2) << "variant " << variant << " D=" << k.D << " G=" << k.G << " bs=" << k.bs;
+      std::printf("prefill %s %s D=%d G=%d bs=%d: max abs err / max abs ref %.3g\n", kernel_name(kernel),
+                  to_string(layout), k.D, k.G, k.bs, err);
+      EXPECT_LT(err, 1e-2) << kernel_name(kernel) << " D=" << k.D << " G=" << k.G << " bs=" << k.bs;
     }
   }
 }
 
-/// The persistent kernel (15) copying the queries in from rope's 16-bit scaled copy gives the
+/// The persistent kernel copying the queries in from rope's 16-bit scaled copy gives the
 /// bits it gives when its idle warps convert the fp32 queries themselves: the copy holds what
 /// the staging computes (rope_kv_write's test checks that copy bit for bit).
 TEST_P(PrefillWgmma, PersistentPrefillFromQ16EqualsItsOwnStaging) {
   const auto [dt, layout] = GetParam();
-  if (dt != act_dtype::bf16) GTEST_SKIP() << "variant 15 is built for bf16 only";
+  if (dt != act_dtype::bf16) GTEST_SKIP() << "the persistent kernel is built for bf16 only";
   const bool vllm = layout == kv_cache_layout::vllm;
   const std::vector<seq_spec> seqs = {{2, 2}, {17, 17}, {1000, 1000}, {1000, 40}, {97, 30}, {2100, 71}, {64, 64},
                                       {200, 3}, {700, 129}};
@@ -258,7 +190,7 @@ TEST_P(PrefillWgmma, PersistentPrefillFromQ16EqualsItsOwnStaging) {
         q16[size_t(t) * in.num_heads * in.head_dim + c] = to_act_bits(dt, in.q[size_t(t) * in.q_stride + c] * sc);
     dev_vec<uint16_t> d_q16(q16);
     device_inputs d(in);
-    prefill_step step(dt, layout, d, cuda::wgmma_default_variant, cuda::wgmma_pair_rows);
+    prefill_step step(dt, layout, d, prefill_kernel::wgmma_tma_persistent);
     ASSERT_TRUE(step.ok());
     std::vector<uint16_t> staged, copied;
     for (const void* q : {static_cast<const void*>(nullptr), static_cast<const void*>(d_q16.get())}) {
@@ -312,7 +244,7 @@ TEST(PrefillWgmmaBench, IssueShapes) {
   AS_REQUIRE_CUDA();
   if (!std::getenv("ACTORSERVE_PREFILL_BENCH")) GTEST_SKIP() << "set ACTORSERVE_PREFILL_BENCH=1 to time";
   const int H = 32, KVH = 8, D = 128;
-  std::printf("| backend | batch x length | variant | µs | TFLOP/s | max rel diff vs the first variant |\n"
+  std::printf("| backend | batch x length | kernel | µs | TFLOP/s | max rel diff vs the first kernel |\n"
               "|---|---|---|---|---|---|\n");
   for (kv_cache_layout layout : {kv_cache_layout::flash_decoding, kv_cache_layout::vllm}) {
     const int bs = layout == kv_cache_layout::vllm ? 16 : 64;
@@ -323,15 +255,14 @@ TEST(PrefillWgmmaBench, IssueShapes) {
       const double flops = 4.0 * H * D * batch * (double(len) * (len + 1) / 2);
       device_inputs d(in);
       std::vector<float> base;
-      for (int variant : variants_to_run()) {
-        prefill_step step(act_dtype::bf16, layout, d, variant,
-                          cuda::wgmma_paired_variant(variant) ? cuda::wgmma_pair_rows : 0);
+      for (prefill_kernel kernel : kAllKernels) {
+        prefill_step step(act_dtype::bf16, layout, d, kernel);
         ASSERT_TRUE(step.ok());
         step.poison();
         const double us = time_runs(step, 7);
         const std::vector<float> got = step.output(act_dtype::bf16);
         if (base.empty()) base = got;
-        std::printf("| %s | %d x %d | %d | %.1f | %.1f | %.3g |\n", to_string(layout), batch, len, variant, us,
+        std::printf("| %s | %d x %d | %s | %.1f | %.1f | %.3g |\n", to_string(layout), batch, len, kernel_name(kernel), us,
                     flops / us * 1e-6, rel_max_err(got, base));
       }
     }

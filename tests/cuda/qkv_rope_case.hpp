@@ -1,6 +1,6 @@
 #pragma once
-// The QKV projection + rope cases of the one-token GEMV tests (fused_gemv_test, gemv_norm_test,
-// gemv_bulk_test): the shapes, and one case's operands other than x and the weights.
+// The QKV projection + rope cases of the one-token GEMV tests (fused_gemv_test, gemv_bulk_test):
+// the shapes, and one case's operands other than x and the weights.
 #include <cmath>
 #include <random>
 #include <vector>

@@ -68,15 +68,6 @@ TEST(SplitHeuristic, ShortSingleContextsSplitIntoUpToEightTiles) {
   EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{200}, old), 128);
 }
 
-TEST(SplitHeuristic, TwoWavesSplitABatchThatFillsOne) {
-  split_inputs two = h200();
-  two.waves = 2;
-  // 32 x 8 = 256 CTAs < 528: 32 x 8 x ceil(2048 / c) <= 528  =>  ceil <= 2  =>  c = 1024.
-  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>(32, 2048), two), 1024);
-  // 8 x ceil(32768 / c) <= 528  =>  c >= 496.5  =>  512, 64 pieces = 512 partials <= 528.
-  EXPECT_EQ(choose_kv_chunk(std::vector<int32_t>{32768}, two), 512);
-}
-
 TEST(SplitHeuristic, MixedLengthsGiveLongSequencesMorePieces) {
   // ceil(8192 / c) + 3 <= 33  =>  c >= 273.07  =>  320 (256 would give 32 + 3 = 35 pieces).
   const std::vector<int32_t> lens = {8192, 64, 64, 64};

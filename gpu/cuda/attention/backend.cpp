@@ -4,12 +4,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <vector>
 
 #include "config/log.hpp"
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
-#include "gpu/cuda/launch_knobs.hpp"
 #include "gpu/cuda/attention/split_heuristic.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -72,12 +70,10 @@ std::vector<int32_t> decode_lengths(std::span<const attn_seq> seqs) {
 /// Tensor-core backends: prefill tiles, then decode pieces for one of the decode kernels.
 class tc_backend : public attention_backend {
  public:
-  tc_backend(const attention_shape& shape, bool vllm) : vllm_(vllm), variant_(variant_from_env()) {
+  tc_backend(const attention_shape& shape, bool vllm, const attention_tuning& tuning) : vllm_(vllm), tuning_(tuning) {
     shape_ = shape;
     name_ = vllm ? "vllm" : "flash-decoding";
     ctas_per_sm_ = std::max(1, decode_ctas_per_sm(shape.dt, shape.head_dim, vllm));
-    const int dv = decode_variant(variant_);
-    if (!vllm && (dv == 5 || dv == 6)) ctas_per_sm_ = 1;  // the 6-stage variants: 196 KiB per CTA
     // Both backends split at most one wave of resident decode CTAs (split_heuristic.hpp).
     resident_slots_ = shape.num_sms * ctas_per_sm_;
     // The in-kernel merge keeps rows x pieces weights in the decode kernels' 96 KiB of stages
@@ -103,44 +99,36 @@ class tc_backend : public attention_backend {
     plan_prefill(seqs, shape_.num_heads / shape_.num_kv_heads, shape_.num_kv_heads, prefill_rows(), p);
     const std::vector<int32_t> lens = decode_lengths(seqs);
     plan_decode(seqs, shape_.num_kv_heads, lens.empty() ? 0 : decode_chunk(lens), p);
-    if (decode_variant(variant_) == 9)  // longest pieces first: the last wave holds the short ones
-      std::stable_sort(p.items.end() - p.num_decode_items, p.items.end(), [](const attn_item& x, const attn_item& y) {
-        return x.kv_end - x.kv_begin > y.kv_end - y.kv_begin;
-      });
     return p;
   }
 
   int run(const attn_launch& a, cudaStream_t s) const override { return run_marked(a, s, [] {}); }
 
   bool prefill_reads_q16() const override {
-    const int v = effective_prefill_variant(variant_, shape_.dt, shape_.head_dim, shape_.block_size);
-    return wgmma_reads_q16(v) && wgmma_prefill_available() && env_int("ACTORSERVE_PREFILL_Q16", 1) != 0;
+    return tuning_.prefill_q16 && prefill_runs() == prefill_kernel::wgmma_tma_persistent;
   }
 
   int run_marked(const attn_launch& in, cudaStream_t s, const std::function<void()>& after_prefill) const override {
     attn_launch a = in;
-    a.variant = variant_;
-    const bool fused = counters_ != nullptr && decode_variant(variant_) != 1;
+    const bool fused = counters_ != nullptr && tuning_.merge == split_merge::last_piece;
     a.split_counters = fused ? counters_ : nullptr;
-    if (int e = launch_tc_prefill(shape_.dt, a, s)) return e;
+    if (int e = launch_tc_prefill(shape_.dt, a, tuning_.prefill, s)) return e;
     after_prefill();
-    if (int e = vllm_ ? launch_vllm_decode(shape_.dt, a, s) : launch_fd_decode(shape_.dt, a, s)) return e;
+    if (int e = vllm_ ? launch_vllm_decode(shape_.dt, a, s) : launch_fd_decode(shape_.dt, a, tuning_.decode, s))
+      return e;
     return fused ? 0 : launch_lse_combine(shape_.dt, a, s);
   }
 
  private:
-  /// ACTORSERVE_ATTN_VARIANT: kernel variants for bench_cuda_attention (launch.hpp); unset = 0.
-  static int variant_from_env() {
-    const char* v = std::getenv("ACTORSERVE_ATTN_VARIANT");
-    return v ? std::atoi(v) : 0;
+  /// The prefill kernel this backend's launches run (effective_prefill_kernel).
+  prefill_kernel prefill_runs() const {
+    return effective_prefill_kernel(tuning_.prefill, shape_.dt, shape_.head_dim, shape_.block_size);
   }
 
-  /// Query rows per prefill item: 128 for the paired-warpgroup variants (9, 10, 13: two
-  /// wgmma warpgroups sharing each K/V tile, prefill_wgmma.hpp) on a GPU that runs them, else 64.
+  /// Query rows per prefill item: 128 for the wgmma kernels (two warpgroups sharing each K/V
+  /// tile, prefill_wgmma.hpp), 64 for mma.sync.
   int prefill_rows() const {
-    const int v = effective_prefill_variant(variant_, shape_.dt, shape_.head_dim, shape_.block_size);
-    const bool paired = wgmma_paired_variant(v) && wgmma_prefill_available();
-    return paired ? wgmma_pair_rows : tc_prefill_rows;
+    return prefill_runs() == prefill_kernel::mma_sync ? tc_prefill_rows : wgmma_pair_rows;
   }
 
   int32_t decode_chunk(const std::vector<int32_t>& lens) const {
@@ -150,17 +138,12 @@ class tc_backend : public attention_backend {
     in.ctas_per_sm = ctas_per_sm_;
     in.tile = vllm_ ? 4 * vllm_warp_tokens : fd_kv_tile;  // vllm: one block per warp per step
     in.max_partials = max_partials_;
-    const int dv = decode_variant(variant_);
-    if (dv == 7 || dv == 8) in.min_chunk = dv == 7 ? 64 : 256;
-    if (dv == 10) in.waves = 2;
-    if (dv == 11) in.short_pieces = 1;  // the earlier rule: pieces of at least min_chunk
-    if (!vllm_ && dv != 23) in.long_piece_tokens = 2048;  // flash-decoding only (vllm measured slower)
-    if (dv == 20) in.ctas_per_sm = 1;   // measurement: splits filling one CTA per SM
+    if (!vllm_) in.long_piece_tokens = 2048;  // flash-decoding only
     return choose_kv_chunk(lens, in);
   }
 
   bool vllm_ = false;
-  int variant_ = 0;
+  attention_tuning tuning_;
   int ctas_per_sm_ = 1;
   int32_t* counters_ = nullptr;
 };
@@ -231,7 +214,8 @@ attention_grids attention_backend::decode_graph_grids(int batch) const {
 }
 
 result<std::unique_ptr<attention_backend>> make_attention_backend(kv_cache_layout layout,
-                                                                  const attention_shape& shape_in) {
+                                                                  const attention_shape& shape_in,
+                                                                  const attention_tuning& tuning) {
   attention_shape shape = shape_in;
   const bool vllm = layout == kv_cache_layout::vllm;
   const char* name = to_string(layout);
@@ -263,7 +247,7 @@ result<std::unique_ptr<attention_backend>> make_attention_backend(kv_cache_layou
               "on the generic CUDA-core kernel", shape.head_dim, group, name);
     return std::unique_ptr<attention_backend>(std::make_unique<generic_backend>(shape, name));
   }
-  return std::unique_ptr<attention_backend>(std::make_unique<tc_backend>(shape, vllm));
+  return std::unique_ptr<attention_backend>(std::make_unique<tc_backend>(shape, vllm, tuning));
 }
 
 }  // namespace actorserve::gpu::cuda

@@ -49,7 +49,8 @@ class attention_backend {
   /// Enqueues one layer's attention on `s`; a cudaError_t as int (0 = success).
   virtual int run(const attn_launch& a, cudaStream_t s) const = 0;
   /// Whether this backend's prefill kernel reads attn_launch::q16 when a step sets it (the
-  /// executor then has rope_kv_write fill it). ACTORSERVE_PREFILL_Q16=0 turns it off.
+  /// executor then has rope_kv_write fill it): the persistent wgmma kernel, unless
+  /// attention_tuning::prefill_q16 is off.
   virtual bool prefill_reads_q16() const { return false; }
   /// run() calling `after_prefill` between the prefill launch and the decode launches (the step
   /// profile's mark); a backend with a single launch calls it first.
@@ -65,10 +66,11 @@ class attention_backend {
   int resident_slots_ = 1;   ///< decode CTAs resident at once (SMs x occupancy)
 };
 
-/// Builds the backend for `layout`, checking block size, head dim and GQA group: a clear
-/// invalid_argument error names the flag. Head dims other than 64 and 128 run on the generic
-/// CUDA-core kernel (paged_attention) with a warning.
+/// Builds the backend for `layout` with the kernels `tuning` picks, checking block size, head
+/// dim and GQA group: a clear invalid_argument error names the flag. Head dims other than 64 and
+/// 128 run on the generic CUDA-core kernel (paged_attention) with a warning.
 result<std::unique_ptr<attention_backend>> make_attention_backend(kv_cache_layout layout,
-                                                                  const attention_shape& shape);
+                                                                  const attention_shape& shape,
+                                                                  const attention_tuning& tuning = {});
 
 }  // namespace actorserve::gpu::cuda

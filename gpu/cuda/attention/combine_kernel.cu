@@ -1,4 +1,4 @@
-// The separate merge of split-K decode pieces (decode variant 1, or when the backend could not
+// The separate merge of split-K decode pieces (split_merge::separate_kernel, or when the backend could not
 // allocate its split counters): one CTA per combine runs the merge the decode kernels' last
 // piece runs in place (decode_common.cuh, merge_pieces): each piece left its normalised output
 // o_s and lse_s = m_s + log2(l_s) (scores in log2 units); out = sum_s 2^(lse_s - M) o_s /

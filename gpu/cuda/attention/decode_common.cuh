@@ -32,10 +32,8 @@ __device__ __forceinline__ void merge_warps_and_store(const attn_launch& a, cons
                                                       float* red, int valid, int tid) {
   constexpr int kStride = D + 4;
   const int lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
-  const int dv = decode_variant(a.variant);
-  if (dv == 18) return;  // measurement: no warp merge, no stores
   if constexpr (W::merges_in_registers)
-    if (it.partial < 0 && dv != 28) return w.template merge_and_store<NW>(a, it, red, valid, tid);
+    if (it.partial < 0) return w.template merge_and_store<NW>(a, it, red, valid, tid);
   float* o_s = red;
   float* ml_s = red + NW * 16 * kStride;
   w.store_state(o_s + warp * 16 * kStride, ml_s + warp * 16 * 2, kStride, valid, lane);
@@ -127,8 +125,7 @@ __device__ __forceinline__ void piece_weights(const attn_launch& a, const attn_c
 
 /// The weighted sum of the pieces' partial rows (weights in sm, piece_weights), read from L2
 /// with 32 loads in flight per thread: kK (row, 4-column) chunks a thread (tid + k * NT) times
-/// 32 / kK pieces a step, so 32 pieces take one step at 32/8 heads and two at 64/8 (measured
-/// within noise of 16 loads a step; docs/attention.md, eighth pass).
+/// 32 / kK pieces a step, so 32 pieces take one step at 32/8 heads and two at 64/8.
 template <class T, int D, int NT, int kK>
 __device__ __forceinline__ void sum_pieces(const attn_launch& a, const attn_combine& cb, int rows, const float* sm,
                                            int tid) {
@@ -190,8 +187,6 @@ __device__ __forceinline__ void merge_pieces(const attn_launch& a, const attn_co
 template <class T, int D, int NT>
 __device__ __forceinline__ void finish_split(const attn_launch& a, const attn_item& it, float* sm, int cap, int tid) {
   __shared__ int last;
-  const int dv = decode_variant(a.variant);
-  if (dv == 17) return;  // measurement: no fence, no count, no merge
   __threadfence();  // this CTA's partial is visible device-wide before it is counted
   __syncthreads();
   const attn_combine cb = a.combines[it.pad];
@@ -201,7 +196,7 @@ __device__ __forceinline__ void finish_split(const attn_launch& a, const attn_it
     if (last) a.split_counters[it.pad] = 0;  // every piece has counted: ready for the next call
   }
   __syncthreads();
-  if (!last || dv == 16) return;  // 16, measurement: count only, no merge
+  if (!last) return;
   __threadfence();
   merge_pieces<T, D, NT>(a, cb, sm, cap, tid);
 }

@@ -1,10 +1,10 @@
 // Decode kernels of the two attention backends, both on tensor cores (mma.sync m16n8k16, fp32
-// accumulation) with the query heads of one GQA group packed into the rows of one 16-row tile,
-// so each KV head is read once for all of its query heads:
+// accumulation) with the keys as the MMAs' M dimension and the query heads of one GQA group (at
+// most 8) as N (warp_keys.cuh), so each KV head is read once for all of its query heads:
 //  - flash-decoding: the CTA streams its KV range in 64-token tiles through a 3-stage pipeline;
 //    each of the 4 warps takes 16 keys of every tile. The tiles come by TMA (one thread issues
 //    a tile's boxes, an mbarrier per stage counts their bytes) where blocks are a multiple of
-//    64 tokens, else (and in variants 12, 13) by every thread's cp.async copies.
+//    64 tokens, else (and as decode_kernel::cp_async) by every thread's cp.async copies.
 //  - vLLM-style: each warp walks its own 16-token blocks (u = warp, warp + 4, ...) with a private
 //    3-stage cp.async pipeline and no CTA barrier in the loop (vLLM's warp-per-block walk).
 // Both end with a merge of the 4 warps' (max, sum, output) and either write the output or a
@@ -15,11 +15,9 @@
 // runs; it reads its work item and block table and issues the copies of every leading K/V tile
 // older than the newest token before it waits for that kernel, then reads Q.
 #include <cmath>
-#include <type_traits>
 
 #include "gpu/cuda/attention/decode_common.cuh"
 #include "gpu/cuda/attention/kv_tensor_map.hpp"
-#include "gpu/cuda/attention/probe.hpp"
 #include "gpu/cuda/attention/prefill_wgmma.cuh"
 #include "gpu/cuda/attention/warp_keys.cuh"
 #include "gpu/cuda/kernel_util.cuh"
@@ -31,77 +29,46 @@ using namespace attn_dev;
 
 constexpr int kThreads = 128, kWarps = 4;
 
-template <int D, int kSt = fd_stages>
-constexpr int fd_smem_bytes() { return kSt * 2 * fd_kv_tile * D * 2 + 16 * D * 2; }
+template <int D>
+constexpr int fd_smem_bytes() { return fd_stages * 2 * fd_kv_tile * D * 2 + 16 * D * 2; }
 
-/// What the TMA flash-decoding kernel does: the attention (the default), its copies without the
-/// math (variant 14, a memory probe), or the attention with a per-CTA timeline (variant 24).
-enum tma_mode : int { tma_attention = 0, tma_copies_only = 1, tma_traced = 2 };
-
-/// Timeline of decode variant 24 (probe.hpp: read_decode_trace): per CTA below kTraceCtas, the
-/// global ns at kernel entry, item read, first tile in, last tile in, loop done, end; its SM.
-constexpr int kTraceCtas = decode_trace_ctas;
-__device__ unsigned long long g_decode_trace[kTraceCtas][decode_trace_fields];
-
-__device__ __forceinline__ unsigned sm_id() {
-  unsigned id;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-  return id;
-}
-
-/// A decode kernel's warp tile: the keys as the MMAs' M dimension (warp_keys) when the query
-/// rows of a KV group fit in 8 (GQA <= 8: decode items hold one token), else the rows as M
-/// (warp_rows, up to 16). keys_as_m() picks it per launch; decode variant 25 forces the rows.
-template <bool kKeysM, class T, int D, class Kv>
-using decode_warp = std::conditional_t<kKeysM, warp_keys<T, D, Kv>, warp_rows<T, D, Kv>>;
-
-bool keys_as_m(const attn_launch& a) {
-  return a.num_heads <= warp_keys_max_rows * a.num_kv_heads && decode_variant(a.variant) != 25;
-}
-
-/// Stages of the deep-pipeline variant (decode variants 5 and 6: one CTA per SM).
-constexpr int kDeepStages = 6;
+/// Whether the query rows of a KV group fit the decode kernels' warp tile (warp_keys: the keys as
+/// the MMAs' M dimension, at most 8 query rows as N; decode items hold one token, and the
+/// tensor-core backends take GQA groups up to 8).
+bool rows_fit(const attn_launch& a) { return a.num_heads <= warp_keys_max_rows * a.num_kv_heads; }
 
 /// Shared-memory floats the merge of split pieces may use for their lse values.
 constexpr int merge_cap(int smem_bytes) { return smem_bytes / 4; }
 
-/// kMode 0: attention; 1: the same copies without the math (a memory probe, wrong results);
-/// 2: the probe over a head-major cache layout; 3: attention with Q read after the first K/V
-/// copies are issued instead of before (the ordering comparison of docs/attention.md).
-template <class T, int D, int kMode, int kSt, bool kKeysM>
+/// One decode item with its K/V tiles copied by every thread's cp.async.
+template <class T, int D>
 __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
-  constexpr int kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
+  constexpr int kSt = fd_stages, kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
   const uint32_t s0 = smem_addr(smem_raw), q_s = s0 + kSt * 2 * kTileBytes;
   const int32_t* bt = a.block_tables + it.bt_offset;
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
   const int ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
-  constexpr bool kHeadMajor = kMode == 2;
   auto issue = [&](int s) {
     if (s < ntiles)
-      load_kv_tile<D, kTile, kThreads, kHeadMajor>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads,
-                                                   it.kv_begin + s * kTile, it.kv_end, s0 + s * 2 * kTileBytes,
-                                                   s0 + s * 2 * kTileBytes + kTileBytes, tid);
+      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + s * kTile,
+                                       it.kv_end, s0 + s * 2 * kTileBytes, s0 + s * 2 * kTileBytes + kTileBytes, tid);
     cp_async_commit();
   };
   // Leading tiles older than the newest key before the dependency wait, Q right after it (its
   // loads do not queue behind the rest of the copies), the remaining prologue tiles next.
-  const int early = decode_variant(a.variant) == 12 ? 1 : kSt - 1;
   int s = 0;
-  for (; s < early && s < ntiles && rows_precede_newest(it.kv_begin + s * kTile, kTile, it.kv_end, it.context_len);
+  for (; s < kSt - 1 && s < ntiles && rows_precede_newest(it.kv_begin + s * kTile, kTile, it.kv_end, it.context_len);
        ++s)
     issue(s);
   wait_for_previous_kernel();
   q_prefetch<T, D, kThreads> qp;
-  if (kMode != 3) qp.load(a, it.q_begin, it.kv_head, G * it.q_len, tid);
+  qp.load(a, it.q_begin, it.kv_head, G * it.q_len, tid);
   for (; s < kSt - 1; ++s) issue(s);
-  if (kMode == 3)
-    stage_q<T, D, kThreads>(a, it.q_begin, it.kv_head, 16, G * it.q_len, q_s, tid);
-  else
-    qp.store(a, q_s, tid);
+  qp.store(a, q_s, tid);
   __syncthreads();
-  decode_warp<kKeysM, T, D, row_tile<D>> w;
+  warp_keys<T, D, row_tile<D>> w;
   w.init(q_s, lane);
   for (int t = 0; t < ntiles; ++t) {
     cp_async_wait<kSt - 2>();
@@ -109,11 +76,10 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
     const int nt = t + kSt - 1;
     if (nt < ntiles) {
       const uint32_t st = s0 + (nt % kSt) * 2 * kTileBytes;
-      load_kv_tile<D, kTile, kThreads, kHeadMajor>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads,
-                                                   it.kv_begin + nt * kTile, it.kv_end, st, st + kTileBytes, tid);
+      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + nt * kTile,
+                                       it.kv_end, st, st + kTileBytes, tid);
     }
     cp_async_commit();
-    if (kMode == 1 || kMode == 2) continue;
     const uint32_t k_s = s0 + (t % kSt) * 2 * kTileBytes;
     w.template step<kWarpKeys>(k_s, k_s + kTileBytes, warp * kWarpKeys, it.kv_begin + t * kTile + warp * kWarpKeys,
                                it.kv_end, lane);
@@ -122,18 +88,18 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
   __syncthreads();
   merge_warps_and_store<T, D, kWarps>(a, it, w, reinterpret_cast<float*>(smem_raw), G * it.q_len, tid);
   if (it.partial >= 0 && a.split_counters)
-    finish_split<T, D, kThreads>(a, it, reinterpret_cast<float*>(smem_raw), merge_cap(fd_smem_bytes<D, kSt>()), tid);
+    finish_split<T, D, kThreads>(a, it, reinterpret_cast<float*>(smem_raw), merge_cap(fd_smem_bytes<D>()), tid);
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
-template <class T, int D, int kMode, int kSt, bool kKeysM>
+template <class T, int D>
 __global__ void __launch_bounds__(kThreads) fd_decode_kernel(attn_launch a) {
   allow_dependents();
   extern __shared__ uint4 smem_raw[];
   const int n = a.counts[2];
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    fd_decode_item<T, D, kMode, kSt, kKeysM>(a, a.items[a.counts[0] + i], smem_raw);
+    fd_decode_item<T, D>(a, a.items[a.counts[0] + i], smem_raw);
   }
 }
 
@@ -142,15 +108,14 @@ __global__ void __launch_bounds__(kThreads) fd_decode_kernel(attn_launch a) {
 template <int D>
 constexpr int fd_tma_smem_bytes() { return 1024 + fd_smem_bytes<D>() + 8 * fd_stages; }
 
-/// Flash-decoding with the K/V tiles brought in by TMA (the default; variant 14 the probe): thread 0
+/// Flash-decoding with the K/V tiles brought in by TMA: thread 0
 /// issues a 64-token tile's K and V as D / 64 boxes each (kv_tensor_map.hpp) into
 /// [D / 64][64][64] slabs with the 128-byte swizzle, the mbarrier of its stage counting the
 /// bytes, while the other threads only arrive; a tile with rows past kv_end (the tail), and
 /// every tile of an item whose blocks or first key are not 64-aligned, comes by cp.async with
 /// those rows zero-filled, arriving on the same barrier. `n` counts the CTA's tiles over its
-/// items (the stages' barrier phases). kMode (tma_mode): the attention, the copies alone (a
-/// memory probe), or the attention with a timeline of each CTA's first item (decode_trace).
-template <class T, int D, int kMode, bool kKeysM>
+/// items (the stages' barrier phases).
+template <class T, int D>
 __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const kv_tensor_maps& maps,
                                                    const attn_item& it, uint32_t s0, int& n) {
   constexpr int kSt = fd_stages, kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
@@ -159,9 +124,6 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
   const int32_t* bt = a.block_tables + it.bt_offset;
   const int bs = a.block_size, ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
   const bool tma = maps.box_rows == kTile && bs % kTile == 0 && it.kv_begin % kTile == 0;
-  constexpr bool kMath = kMode != tma_copies_only, kTrace = kMode == tma_traced;
-  const bool traced = kTrace && n == 0 && tid == 0 && blockIdx.x < kTraceCtas;
-  if (traced) g_decode_trace[blockIdx.x][1] = dev::global_ns();
   const auto stage = [&](int t) { return s0 + ((n + t) % kSt) * 2 * kTileBytes; };
   const auto bar = [&](int t) { return bars + 8 * ((n + t) % kSt); };
   const auto issue = [&](int t) {
@@ -200,37 +162,29 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
   for (; s < kSt - 1; ++s) issue(s);
   qp.store(a, q_s, tid);
   __syncthreads();
-  decode_warp<kKeysM, T, D, slab_tile<kTile>> w;
+  warp_keys<T, D, slab_tile<kTile>> w;
   w.init(q_s, lane);
   for (int t = 0; t < ntiles; ++t) {
     // Every warp is past tile t - 1, so its stage takes tile t + kSt - 1 now, before the wait for
-    // tile t: kSt tiles in flight while the CTA waits, not kSt - 1 (ninth pass: 2-3 % at 32 x 2048).
+    // tile t: kSt tiles in flight while the CTA waits, not kSt - 1.
     if (t > 0) __syncthreads();
     issue(t + kSt - 1);
     wg::mbar_wait(bar(t), uint32_t(((n + t) / kSt) & 1));
-    if (traced && (t == 0 || t == ntiles - 1)) g_decode_trace[blockIdx.x][t == 0 ? 2 : 3] = dev::global_ns();
-    if (!kMath) continue;
     const uint32_t k_s = stage(t);
     w.template step<kWarpKeys>(k_s, k_s + kTileBytes, warp * kWarpKeys, it.kv_begin + t * kTile + warp * kWarpKeys,
                                it.kv_end, lane);
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
-  if (traced) g_decode_trace[blockIdx.x][4] = dev::global_ns();
   n += ntiles;
   float* scratch = reinterpret_cast<float*>(__cvta_shared_to_generic(s0));  // below the Q tile and barriers
   merge_warps_and_store<T, D, kWarps>(a, it, w, scratch, G * it.q_len, tid);
   if (it.partial >= 0 && a.split_counters) finish_split<T, D, kThreads>(a, it, scratch, merge_cap(kSt * 2 * kTileBytes), tid);
-  if (traced) g_decode_trace[blockIdx.x][5] = dev::global_ns();
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided, over TMA (fd_decode_item_tma).
-template <class T, int D, int kMode, bool kKeysM>
+template <class T, int D>
 __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, const __grid_constant__ kv_tensor_maps maps) {
-  if (kMode == tma_traced && threadIdx.x == 0 && blockIdx.x < kTraceCtas) {
-    g_decode_trace[blockIdx.x][0] = dev::global_ns();
-    g_decode_trace[blockIdx.x][6] = sm_id();
-  }
   if (threadIdx.x == 0) {
     dev::prefetch_tensor_map(&maps.k);  // the copy engine's first use of them is not a cold miss
     dev::prefetch_tensor_map(&maps.v);
@@ -255,7 +209,7 @@ __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, 
     attn_item next{};
     if (i + int(gridDim.x) < items) next = list[i + gridDim.x];
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    fd_decode_item_tma<T, D, kMode, kKeysM>(a, maps, it, s0, n);
+    fd_decode_item_tma<T, D>(a, maps, it, s0, n);
     it = next;
   }
 }
@@ -263,7 +217,7 @@ __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, 
 template <int D>
 constexpr int vllm_smem_bytes() { return kWarps * fd_stages * 2 * vllm_warp_tokens * D * 2 + 16 * D * 2; }
 
-template <class T, int D, bool kKeysM>
+template <class T, int D>
 __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
   constexpr int kU = vllm_warp_tokens, kSt = fd_stages, kUnitBytes = kU * D * 2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
@@ -283,9 +237,8 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
   };
   // As in the flash-decoding kernel: this warp's blocks older than the newest key, the
   // dependency wait, Q, the rest of the prologue.
-  const int early = decode_variant(a.variant) == 12 ? 1 : kSt - 1;
   int s = 0;
-  for (; s < early && s < mine &&
+  for (; s < kSt - 1 && s < mine &&
          rows_precede_newest(it.kv_begin + (warp + s * kWarps) * kU, kU, it.kv_end, it.context_len);
        ++s)
     issue(s);
@@ -295,7 +248,7 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
   for (; s < kSt - 1; ++s) issue(s);
   qp.store(a, q_s, tid);
   __syncthreads();
-  decode_warp<kKeysM, T, D, row_tile<D>> w;
+  warp_keys<T, D, row_tile<D>> w;
   w.init(q_s, lane);
   for (int i = 0; i < mine; ++i) {
     cp_async_wait<kSt - 2>();
@@ -318,14 +271,14 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
-template <class T, int D, bool kKeysM>
+template <class T, int D>
 __global__ void __launch_bounds__(kThreads) vllm_decode_kernel(attn_launch a) {
   allow_dependents();
   extern __shared__ uint4 smem_raw[];
   const int n = a.counts[2];
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    vllm_decode_item<T, D, kKeysM>(a, a.items[a.counts[0] + i], smem_raw);
+    vllm_decode_item<T, D>(a, a.items[a.counts[0] + i], smem_raw);
   }
 }
 
@@ -341,74 +294,55 @@ int launch_decode(void (*kernel)(attn_launch), int smem, const attn_launch& a, c
   return int(dev::launch_pdl_smem(kernel, dim3(a.decode_grid), dim3(kThreads), size_t(smem), s, a));
 }
 
-template <class T, int D, int kMode, int kSt, bool kKeysM>
+template <class T, int D>
 int launch_fd_kernel(const attn_launch& a, cudaStream_t s) {
-  constexpr int smem = fd_smem_bytes<D, kSt>();
-  static const int configured = configure(fd_decode_kernel<T, D, kMode, kSt, kKeysM>, smem);
+  constexpr int smem = fd_smem_bytes<D>();
+  static const int configured = configure(fd_decode_kernel<T, D>, smem);
   if (configured != 0) return configured;
-  return launch_decode(fd_decode_kernel<T, D, kMode, kSt, kKeysM>, smem, a, s);
+  return launch_decode(fd_decode_kernel<T, D>, smem, a, s);
 }
 
-/// The cp.async flash-decoding kernel; the attention (kMode 0) with the keys as M where they fit.
-template <class T, int D, int kMode, int kSt = fd_stages>
-int launch_fd_mode(const attn_launch& a, cudaStream_t s) {
-  if constexpr (kMode == 0 && kSt == fd_stages)
-    if (keys_as_m(a)) return launch_fd_kernel<T, D, kMode, kSt, true>(a, s);
-  return launch_fd_kernel<T, D, kMode, kSt, false>(a, s);
+/// The cp.async flash-decoding kernel.
+template <class T, int D>
+int launch_fd_cp_async(const attn_launch& a, cudaStream_t s) {
+  return launch_fd_kernel<T, D>(a, s);
 }
 
-template <class T, int D, int kMode, bool kKeysM>
+template <class T, int D>
 int launch_fd_tma_kernel(const attn_launch& a, const kv_tensor_maps& maps, cudaStream_t s) {
   constexpr int smem = fd_tma_smem_bytes<D>();
-  static const int configured = configure(fd_decode_tma_kernel<T, D, kMode, kKeysM>, smem);
+  static const int configured = configure(fd_decode_tma_kernel<T, D>, smem);
   if (configured != 0) return configured;
   if (a.decode_grid <= 0) return 0;
-  return int(dev::launch_pdl_smem(fd_decode_tma_kernel<T, D, kMode, kKeysM>, dim3(a.decode_grid), dim3(kThreads),
+  return int(dev::launch_pdl_smem(fd_decode_tma_kernel<T, D>, dim3(a.decode_grid), dim3(kThreads),
                                   size_t(smem), s, a, maps));
 }
 
-/// The TMA kernel (fd_decode_item_tma), with the keys as M where they fit; the cp.async one
-/// where the descriptors cannot be made.
-template <class T, int D, int kMode>
+/// The TMA kernel (fd_decode_item_tma); the cp.async one where the descriptors cannot be made.
+template <class T, int D>
 int launch_fd_tma(const attn_launch& a, cudaStream_t s) {
   kv_tensor_maps maps{};
   if (!make_kv_tensor_maps(a.k_cache, a.v_cache, a.num_kv_heads, a.head_dim, a.block_size, &maps) ||
       maps.box_rows != fd_kv_tile)
-    return launch_fd_mode<T, D, kMode == tma_copies_only ? 1 : 0>(a, s);
-  if constexpr (kMode != tma_copies_only)
-    if (keys_as_m(a)) return launch_fd_tma_kernel<T, D, kMode, true>(a, maps, s);
-  return launch_fd_tma_kernel<T, D, kMode, false>(a, maps, s);
+    return launch_fd_cp_async<T, D>(a, s);
+  return launch_fd_tma_kernel<T, D>(a, maps, s);
 }
 
-/// The flash-decoding kernel of decode variant v: TMA (where the block size is a multiple of
-/// 64 tokens, else cp.async) unless a cp.async-only variant (2-6, 12, 13) or a TMA probe (14, 24).
 template <class T, int D>
-int launch_fd(const attn_launch& a, cudaStream_t s) {
-  const int v = decode_variant(a.variant);
-  if (v == 12 || v == 13) return launch_fd_mode<T, D, 0>(a, s);
-  const bool traced = v == 24;
-  if (v < 2 || (v > 6 && v != 14 && !traced)) return launch_fd_tma<T, D, tma_attention>(a, s);
-  if constexpr (D == 128 && std::is_same_v<T, __nv_bfloat16>) {
-    if (v == 14) return launch_fd_tma<T, D, tma_copies_only>(a, s);
-    if (traced) return launch_fd_tma<T, D, tma_traced>(a, s);
-    if (v == 4) return launch_fd_mode<T, D, 3>(a, s);
-    if (v == 5) return launch_fd_mode<T, D, 0, kDeepStages>(a, s);
-    if (v == 6) return launch_fd_mode<T, D, 1, kDeepStages>(a, s);
-    return v == 2 ? launch_fd_mode<T, D, 1>(a, s) : launch_fd_mode<T, D, 2>(a, s);
-  }
-  return int(cudaErrorInvalidValue);
+int launch_fd(const attn_launch& a, decode_kernel k, cudaStream_t s) {
+  return k == decode_kernel::cp_async ? launch_fd_cp_async<T, D>(a, s) : launch_fd_tma<T, D>(a, s);
 }
 
-template <class T, int D, bool kKeysM>
+template <class T, int D>
 int launch_vllm_kernel(const attn_launch& a, cudaStream_t s) {
-  static const int configured = configure(vllm_decode_kernel<T, D, kKeysM>, vllm_smem_bytes<D>());
+  static const int configured = configure(vllm_decode_kernel<T, D>, vllm_smem_bytes<D>());
   if (configured != 0) return configured;
-  return launch_decode(vllm_decode_kernel<T, D, kKeysM>, vllm_smem_bytes<D>(), a, s);
+  return launch_decode(vllm_decode_kernel<T, D>, vllm_smem_bytes<D>(), a, s);
 }
 
 template <class T, int D>
 int launch_vllm(const attn_launch& a, cudaStream_t s) {
-  return keys_as_m(a) ? launch_vllm_kernel<T, D, true>(a, s) : launch_vllm_kernel<T, D, false>(a, s);
+  return launch_vllm_kernel<T, D>(a, s);
 }
 
 template <class T, int D>
@@ -417,13 +351,13 @@ int occupancy(bool vllm) {
   const int smem = vllm ? vllm_smem_bytes<D>() : fd_smem_bytes<D>();
   cudaError_t e = vllm ? cudaErrorUnknown : cudaSuccess;
   if (vllm) {
-    e = cudaError_t(configure(vllm_decode_kernel<T, D, true>, smem));
+    e = cudaError_t(configure(vllm_decode_kernel<T, D>, smem));
     if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, vllm_decode_kernel<T, D, true>, kThreads, smem);
-  } else {  // the TMA kernel, the default (its cp.async fallback takes 1 KiB less); both with the keys as M
-    e = cudaError_t(configure(fd_decode_tma_kernel<T, D, tma_attention, true>, fd_tma_smem_bytes<D>()));
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, vllm_decode_kernel<T, D>, kThreads, smem);
+  } else {  // the TMA kernel, the default (its cp.async fallback takes 1 KiB less)
+    e = cudaError_t(configure(fd_decode_tma_kernel<T, D>, fd_tma_smem_bytes<D>()));
     if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_tma_kernel<T, D, tma_attention, true>, kThreads,
+      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_tma_kernel<T, D>, kThreads,
                                                         fd_tma_smem_bytes<D>());
   }
   if (e != cudaSuccess) {
@@ -435,22 +369,22 @@ int occupancy(bool vllm) {
 
 }  // namespace
 
-int launch_fd_decode(act_dtype dt, const attn_launch& a, cudaStream_t s) {
-  if (a.head_dim == 128) return dt == act_dtype::bf16 ? launch_fd<__nv_bfloat16, 128>(a, s) : launch_fd<__half, 128>(a, s);
-  if (a.head_dim == 64) return dt == act_dtype::bf16 ? launch_fd<__nv_bfloat16, 64>(a, s) : launch_fd<__half, 64>(a, s);
+int launch_fd_decode(act_dtype dt, const attn_launch& a, decode_kernel k, cudaStream_t s) {
+  if (!rows_fit(a)) return int(cudaErrorInvalidValue);
+  if (a.head_dim == 128)
+    return dt == act_dtype::bf16 ? launch_fd<__nv_bfloat16, 128>(a, k, s) : launch_fd<__half, 128>(a, k, s);
+  if (a.head_dim == 64)
+    return dt == act_dtype::bf16 ? launch_fd<__nv_bfloat16, 64>(a, k, s) : launch_fd<__half, 64>(a, k, s);
   return int(cudaErrorInvalidValue);
 }
 
 int launch_vllm_decode(act_dtype dt, const attn_launch& a, cudaStream_t s) {
+  if (!rows_fit(a)) return int(cudaErrorInvalidValue);
   if (a.head_dim == 128)
     return dt == act_dtype::bf16 ? launch_vllm<__nv_bfloat16, 128>(a, s) : launch_vllm<__half, 128>(a, s);
   if (a.head_dim == 64)
     return dt == act_dtype::bf16 ? launch_vllm<__nv_bfloat16, 64>(a, s) : launch_vllm<__half, 64>(a, s);
   return int(cudaErrorInvalidValue);
-}
-
-int read_decode_trace(unsigned long long (*host)[decode_trace_fields]) {
-  return int(cudaMemcpyFromSymbol(host, g_decode_trace, sizeof(g_decode_trace)));
 }
 
 int decode_ctas_per_sm(act_dtype dt, int head_dim, bool vllm) {

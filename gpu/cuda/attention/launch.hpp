@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/tuning.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -44,7 +45,6 @@ struct attn_launch {
   /// the last decode piece of each split (sequence, KV head) merges the pieces itself (a split
   /// piece's attn_item::pad holds its combine index) and no merge kernel is launched.
   int32_t* split_counters = nullptr;
-  int variant = 0;                   ///< kernel variant (bench_cuda_attention experiments); 0 = default
 };
 
 /// KV tokens per pipeline stage of the flash-decoding decode kernel (split chunks are multiples).
@@ -59,43 +59,20 @@ inline constexpr int max_merge_rows = 8;
 /// Tokens one warp of the vLLM-style kernel takes per step (a 16-token block).
 inline constexpr int vllm_warp_tokens = 16;
 
-/// Prefill kernel of attn_launch::variant: 0 = the default (the wgmma kernel, variant 4, for
-/// bf16, D 128 and 64-token-multiple blocks on Hopper; else variant 8), mma.sync: 8 = 64-key
-/// tiles x 2 stages (2 CTAs per SM), 1 = 32-key tiles x 2 stages (3 CTAs per SM), 2 = 64-key
-/// tiles x 3 stages (1-2: bf16, D 128); wgmma (sm_90a): 3, 4, 5, 7, 9 (prefill_wgmma.hpp).
-inline constexpr int prefill_variant(int v) { return v & 15; }
-/// Decode kernel of attn_launch::variant (bench_cuda_attention --variants): 0 = default (merge
-/// in the last piece's CTA), 1 = separate merge kernel, 2 = flash-decoding without the math (a
-/// memory probe: wrong results), 3 = that probe over a head-major [blocks, KVH, block_size, D]
-/// layout, 4 = flash-decoding reading Q after issuing the first K/V copies, 5 = flash-decoding
-/// with 6 stages at one CTA per SM, 6 = the memory probe with 6 stages, 7 / 8 = split chunks of
-/// at least 64 / 256 tokens (default 128; both backends), 9 = decode pieces longest first,
-/// 10 = splits filling two waves, 11 = no short-context split below 128 tokens, 12 = one K/V
-/// stage (not two) issued before the programmatic-dependency wait (cp.async kernel), 13 =
-/// flash-decoding on cp.async copies (the default before the TMA kernel: every thread copies
-/// 16-byte chunks), 14 = the TMA kernel's copies without the math (a probe); 2-6, 14: bf16,
-/// D 128 only. Probes of a split's cost (wrong results): 16 = the last piece counts but does
-/// not merge, 17 = no fence, count or merge, 18 = no warp merge and no stores either. 20 =
-/// splits sized to one CTA per SM; 23 = flash-decoding without its long-piece rule (always
-/// two CTAs per SM, split_heuristic.hpp); 24 = the TMA kernel with a per-CTA timeline
-/// (probe.hpp: read_decode_trace; bf16, D 128); 25 = the decode MMAs with the query rows as M
-/// (warp_rows; the default takes the keys as M, warp_keys.cuh, where a KV group has at most 8 heads).
-/// 28 = the warp merge of a whole item's output through shared memory (the default merges
-/// the keys-as-M warps' states in warp 0's registers). Flash-decoding's default brings its K/V tiles in by
-/// TMA where the block size is a multiple of 64 tokens.
-inline constexpr int decode_variant(int v) { return v >> 4; }
 /// Query rows (tokens x heads of one KV group) of one tensor-core prefill tile.
 inline constexpr int tc_prefill_rows = 64;
 
 /// Head dims the tensor-core kernels are built for; others go through paged_attention.
 inline constexpr bool tc_head_dim_supported(int d) { return d == 64 || d == 128; }
 
-/// Flash-decoding decode kernel over items [counts[0], counts[0] + counts[2]).
-int launch_fd_decode(act_dtype dt, const attn_launch& a, cudaStream_t s);
+/// Flash-decoding decode kernel `k` over items [counts[0], counts[0] + counts[2]), the MMAs taking
+/// the keys as M (warp_keys.cuh): a KV group of more than 8 query heads is cudaErrorInvalidValue.
+int launch_fd_decode(act_dtype dt, const attn_launch& a, decode_kernel k, cudaStream_t s);
 /// vLLM-style (warp per block) decode kernel over the same decode items.
 int launch_vllm_decode(act_dtype dt, const attn_launch& a, cudaStream_t s);
-/// Tensor-core causal prefill over items [0, counts[0]).
-int launch_tc_prefill(act_dtype dt, const attn_launch& a, cudaStream_t s);
+/// Tensor-core causal prefill over items [0, counts[0]) with the kernel `k` resolves to
+/// (effective_prefill_kernel, prefill_wgmma.hpp).
+int launch_tc_prefill(act_dtype dt, const attn_launch& a, prefill_kernel k, cudaStream_t s);
 /// Log-sum-exp merge of split decode pieces (counts[1] combines).
 int launch_lse_combine(act_dtype dt, const attn_launch& a, cudaStream_t s);
 

@@ -2,10 +2,8 @@
 // (mma.sync m16n8k16, FlashAttention-2 style): a CTA of NW warps takes NW x 16 query rows
 // (tokens x heads of one GQA group, so K/V tiles serve the whole group) and streams the paged
 // K/V in 64-token tiles through an S-stage cp.async pipeline; each warp owns 16 rows and skips
-// the tiles its rows cannot see. Built as 4 warps, 64-key tiles, 2 stages (2 CTAs per SM):
-// measured on the H200 against 8 warps (1 CTA per SM), 10-15 % faster (docs/attention.md).
+// the tiles its rows cannot see. Built as 4 warps, 64-key tiles, 2 stages (2 CTAs per SM).
 #include <cmath>
-#include <type_traits>
 
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
 #include "gpu/cuda/attention/tile_ops.cuh"
@@ -108,20 +106,16 @@ int launch_config(const attn_launch& a, cudaStream_t s) {
 template <class T, int D>
 int launch(const attn_launch& a, cudaStream_t s) {
   static_assert(tc_prefill_rows == NW * 16, "the plan's tile rows are the kernel's");
-  if constexpr (D == 128 && std::is_same_v<T, __nv_bfloat16>) {
-    if (prefill_variant(a.variant) == 1) return launch_config<T, D, 32, 2, 3>(a, s);
-    if (prefill_variant(a.variant) == 2) return launch_config<T, D, 64, 3, 2>(a, s);
-  }
   return launch_config<T, D, 64, 2, 2>(a, s);
 }
 
 }  // namespace
 
-int launch_tc_prefill(act_dtype dt, const attn_launch& a, cudaStream_t s) {
-  // The Hopper wgmma kernels (prefill_wgmma_kernel.cu) over the same items: variants 3-7, and
-  // variant 0 where they were measured faster (prefill_wgmma.hpp).
-  const int variant = effective_prefill_variant(a.variant, dt, a.head_dim, a.block_size);
-  if (is_wgmma_prefill_variant(variant) && wgmma_prefill_available()) return launch_wgmma_prefill(dt, a, variant, s);
+int launch_tc_prefill(act_dtype dt, const attn_launch& a, prefill_kernel k, cudaStream_t s) {
+  // The Hopper wgmma kernels (prefill_wgmma_kernel.cu, prefill_pingpong_kernel.cu) over 128-row
+  // items; this file's mma.sync kernel over 64-row items.
+  const prefill_kernel run = effective_prefill_kernel(k, dt, a.head_dim, a.block_size);
+  if (run != prefill_kernel::mma_sync) return launch_wgmma_prefill(dt, a, run, s);
   if (a.head_dim == 128) return dt == act_dtype::bf16 ? launch<__nv_bfloat16, 128>(a, s) : launch<__half, 128>(a, s);
   if (a.head_dim == 64) return dt == act_dtype::bf16 ? launch<__nv_bfloat16, 64>(a, s) : launch<__half, 64>(a, s);
   return int(cudaErrorInvalidValue);

@@ -1,15 +1,14 @@
-// Prefill variants 10, 11, 13 and 15 (prefill_wgmma.hpp; bf16, head dim 128): FlashAttention-3's
-// scheduling on Hopper over 128-row prefill items (tokens x heads of one GQA group, one KV
-// head). A CTA has three warpgroups: warpgroup 0 produces, filling a kStages-deep K/V ring (K
-// and V of a stage signal separate "full" mbarriers, so S can start before V lands) and hands
-// registers to the consumers (setmaxnreg); warpgroups 1 and 2 consume, 64 query rows each,
-// against the same K/V tiles. 10 (64-key tiles) / 13 (128-key) copy with cp.async from the
-// whole producer warpgroup; 11 and 15 (64-key tiles) from one producer warp through the TMA
-// unit: one thread issues a tile's boxes (kv_tensor_map.hpp), no per-thread address arithmetic.
-// 15, the default for bf16 / D 128, is persistent: one CTA per SM walks the items, the ring
-// runs on from one item into the next, and the producer warpgroup's other three warps stage
-// the next item's queries (fp32 -> bf16, scaled) into a second Q pair meanwhile, so an item
-// starts without waiting for its queries or its first K/V tiles.
+// prefill_kernel::wgmma_tma_persistent (bf16, head dim 128): FlashAttention-3's scheduling on
+// Hopper over 128-row prefill items (tokens x heads of one GQA group, one KV head). A CTA has
+// three warpgroups: warpgroup 0 produces, filling a kStages-deep K/V ring (K and V of a stage
+// signal separate "full" mbarriers, so S can start before V lands) and hands registers to the
+// consumers (setmaxnreg); warpgroups 1 and 2 consume, 64 query rows each, against the same K/V
+// tiles. One producer warp fills the ring through the TMA unit: one thread issues a tile's boxes
+// (kv_tensor_map.hpp), no per-thread address arithmetic. The CTAs are persistent: one per SM
+// walks the items, the ring runs on from one item into the next, and the producer warpgroup's
+// other three warps stage the next item's queries (copies of rope's 16-bit scaled queries, or
+// fp32 -> bf16 scaled) into a second Q pair meanwhile, so an item starts without waiting for its
+// queries or its first K/V tiles.
 //
 // Each consumer overlaps inside itself: it issues S(t) = Q K(t)^T and O += P(t-1) V(t-1)
 // back to back, waits for S(t) only, runs the softmax of S(t) while P V is still in flight,
@@ -18,8 +17,7 @@
 // The two consumers also take turns to issue their MMAs (named barriers 1 and 2, 256 threads:
 // one waits in bar.sync, the other arrives), so one warpgroup's softmax runs under the other's
 // MMAs. Both walk the same tiles (the lower rows' extra diagonal tile is masked), so their
-// barrier counts match. Measured on the H200 (docs/attention.md): 10 / 13 correct but slower
-// than variant 4; 15 455.7 TFLOP/s at 4 x 4096 causal against 4's 335.5.
+// barrier counts match.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -27,7 +25,7 @@
 #include "gpu/cuda/attention/kv_tensor_map.hpp"
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
 #include "gpu/cuda/attention/prefill_wgmma_rows.cuh"
-#include "gpu/cuda/launch_knobs.hpp"
+#include "gpu/cuda/sm_count.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -37,7 +35,7 @@ using namespace attn_dev::wg;
 
 /// Registers per thread after setmaxnreg. The consumers can only take what the producer gave
 /// back from the 168 x 384 allocated at launch (__launch_bounds__(384, 1)): 128 x 56 + 256 x 224
-/// = 168 x 384 (more, and setmaxnreg.inc waits forever: seen as a hang on the H200). ptxas -v:
+/// = 168 x 384 (more, and setmaxnreg.inc waits forever: the CTA hangs). ptxas -v:
 /// no spills; with 40 / 232 or 24 / 240 the producer's copy loop spilled.
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= 168 * 384, "setmaxnreg.inc would wait forever");
@@ -64,24 +62,22 @@ constexpr int pingpong_smem_bytes() {
   return 1024 + kQBufs * 2 * q_bytes<D>() + kStages * 2 * tile_bytes<D, kKeys>() + 24 * kStages + 16 * kQBufs;
 }
 
-/// Producer threads that copy K/V: the whole warpgroup with cp.async; one warp with TMA (the
-/// others leave, or stage the queries of a persistent CTA's items).
-template <bool kTma>
-constexpr int producer_threads() { return kTma ? 32 : 128; }
-/// Threads of the producer warpgroup that stage queries in a persistent CTA (warps 1-3).
+/// Producer threads that copy K/V: one warp issuing TMA boxes (warp 0 of the producer warpgroup).
+inline constexpr int kProducerThreads = 32;
+/// Threads of the producer warpgroup that stage queries (warps 1-3).
 inline constexpr int kQStagers = 96;
 
 /// The producer's K/V stream over the CTA's items (blockIdx.x, + stride, ... < items): tile n
-/// of the CTA into its ring stage once the consumers have released the stage. With kTma, a
+/// of the CTA into its ring stage once the consumers have released the stage. A
 /// tile whose keys all precede kv_end comes as TMA boxes of maps.box_rows tokens x 64 elements
 /// (one block, or 64 tokens of one, per box: 4 per K or V tile of 64 keys at D 128 and block
 /// size 32) that lane 0 issues, the other lanes only arriving; the tail tile, and every tile
 /// of an item whose first key is not box-aligned, comes by cp.async with the rows past kv_end
 /// zero-filled (P V reads those rows with P = 0, and 0 x a stale NaN is not 0).
-template <int D, int kKeys, int kStages, bool kTma>
+template <int D, int kKeys, int kStages>
 __device__ __forceinline__ void produce_kv(const attn_launch& a, const kv_tensor_maps& maps,
                                            const kv_ring<D, kKeys, kStages>& ring, int items, int stride, int tid) {
-  constexpr int kTB = tile_bytes<D, kKeys>(), kNT = producer_threads<kTma>();
+  constexpr int kTB = tile_bytes<D, kKeys>(), kNT = kProducerThreads;
   const int bs = a.block_size, rows = maps.box_rows, segs = rows > 0 ? kKeys / rows : 0;
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
@@ -90,7 +86,7 @@ __device__ __forceinline__ void produce_kv(const attn_launch& a, const kv_tensor
     const attn_item it = a.items[item];
     const int ntiles = (it.kv_end - it.kv_begin + kKeys - 1) / kKeys;
     const int32_t* bt = a.block_tables + a.seqs[it.seq].bt_offset;
-    const bool tma = kTma && rows > 0 && kKeys % rows == 0 && it.kv_begin % rows == 0;
+    const bool tma = rows > 0 && kKeys % rows == 0 && it.kv_begin % rows == 0;
     for (int t = 0; t < ntiles; ++t, ++n) {
       if (n >= kStages) mbar_wait(ring.empty(n), ring.parity(n) ^ 1u);
       const uint32_t k_s = ring.k_tile(n), full_k = ring.full_k(n), full_v = ring.full_v(n);
@@ -162,19 +158,17 @@ __device__ __forceinline__ void stage_queries(const attn_launch& a, const q_pair
   asm volatile("cp.async.wait_all;\n" ::: "memory");
 }
 
-/// kTma: the K/V ring filled by TMA; kPersist (with kTma): one CTA per SM walks items
-/// blockIdx.x, + gridDim.x, ..., its queries staged ahead by the producer warpgroup's idle
-/// warps into two Q pairs, the ring running on across items. Otherwise one item per CTA,
-/// each consumer staging its own queries.
-template <class T, int D, int kKeys, int kStages, bool kTma, bool kPersist>
+/// One CTA per SM walks items blockIdx.x, + gridDim.x, ..., its queries staged ahead by the
+/// producer warpgroup's idle warps into two Q pairs, the K/V ring (filled by TMA) running on
+/// across items.
+template <class T, int D, int kKeys, int kStages>
 __global__ void __launch_bounds__(384, 1) wgmma_prefill_pingpong(attn_launch a, const __grid_constant__ kv_tensor_maps maps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();
 #else
-  static_assert(!kPersist || kTma, "persistent CTAs stage queries with the warps TMA leaves free");
   static_assert(D == 128, "q_pairs is laid out for D 128");
-  constexpr int kQBufs = kPersist ? 2 : 1;
-  const int items = a.counts[0], stride = kPersist ? int(gridDim.x) : items;
+  constexpr int kQBufs = 2;
+  const int items = a.counts[0], stride = int(gridDim.x);
   if (int(blockIdx.x) >= items) return;
   extern __shared__ uint4 smem_raw[];
   const uint32_t q0 = (smem_addr(smem_raw) + 1023u) & ~1023u, kv0 = q0 + kQBufs * 2 * q_bytes<D>();
@@ -184,22 +178,21 @@ __global__ void __launch_bounds__(384, 1) wgmma_prefill_pingpong(attn_launch a, 
   if (tid == 0) {
 #pragma unroll
     for (int st = 0; st < kStages; ++st) {
-      mbar_init(ring.full_k(st), producer_threads<kTma>());  // the producers' arrivals
-      mbar_init(ring.full_v(st), producer_threads<kTma>());
-      mbar_init(ring.empty(st), 8);                          // one arrival per consumer warp
+      mbar_init(ring.full_k(st), kProducerThreads);  // the producers' arrivals
+      mbar_init(ring.full_v(st), kProducerThreads);
+      mbar_init(ring.empty(st), 8);                  // one arrival per consumer warp
     }
-    if (kPersist)
-      for (int b = 0; b < 2; ++b) {
-        mbar_init(qp.full(b), kQStagers);
-        mbar_init(qp.empty(b), 8);
-      }
-    if (kTma) fence_mbarrier_init();  // the copy engine completes transactions on these barriers
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(qp.full(b), kQStagers);
+      mbar_init(qp.empty(b), 8);
+    }
+    fence_mbarrier_init();  // the copy engine completes transactions on these barriers
   }
   __syncthreads();
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    if (tid < producer_threads<kTma>()) produce_kv<D, kKeys, kStages, kTma>(a, maps, ring, items, stride, tid);
-    else if (kPersist) stage_queries<T, D>(a, qp, items, stride, tid - producer_threads<kTma>());
+    if (tid < kProducerThreads) produce_kv<D, kKeys, kStages>(a, maps, ring, items, stride, tid);
+    else stage_queries<T, D>(a, qp, items, stride, tid - kProducerThreads);
     return;
   }
   setmaxnreg_inc<kConsumerRegs>();
@@ -208,17 +201,9 @@ __global__ void __launch_bounds__(384, 1) wgmma_prefill_pingpong(attn_launch a, 
   int local = 0;
   for (int item = blockIdx.x; item < items; item += stride, ++local) {
     const tile_ctx<kKeys> c(a, item, 4 * cw + warp, lane);
-    uint32_t q_s;
-    if constexpr (kPersist) {
-      q_s = qp.tile(local, cw);
-      mbar_wait(qp.full(local), q_pairs::parity(local));
-      fence_proxy_async();  // copies of a.q16 landed through the generic proxy
-    } else {
-      q_s = q0 + cw * q_bytes<D>();
-      stage_q_sw128<T, D, 128>(a, c.it.q_begin, c.it.kv_head, c.valid, q_s, tid & 127, 64 * cw);
-      fence_proxy_async();
-      named_sync(3 + cw, 128);
-    }
+    const uint32_t q_s = qp.tile(local, cw);
+    mbar_wait(qp.full(local), q_pairs::parity(local));
+    fence_proxy_async();  // copies of a.q16 landed through the generic proxy
     // Turns: consumer cw issues after bar.sync (1 + cw) and then lets the other one go; the
     // second consumer's first arrival lets the first go first. The second skips its last
     // arrival, so every bar.sync meets exactly one arrival (within each item).
@@ -269,7 +254,7 @@ __global__ void __launch_bounds__(384, 1) wgmma_prefill_pingpong(attn_launch a, 
     fence_regs(w.o);
     if (lane == 0) {
       mbar_arrive(ring.empty(n + c.ntiles - 1));
-      if (kPersist) mbar_arrive(qp.empty(local));  // every S of this item has read its Q pair
+      mbar_arrive(qp.empty(local));  // every S of this item has read its Q pair
     }
     w.store(a, c.it, c.valid, c.r0, lane);
     n += c.ntiles;
@@ -285,33 +270,27 @@ int start(K kernel, int smem, int grid, const attn_launch& a, const kv_tensor_ma
   return int(cudaGetLastError());
 }
 
-/// One CTA per SM (capped by the items' upper bound) for the persistent kernels.
+/// One CTA per SM (capped by the items' upper bound).
 int persistent_grid(const attn_launch& a) { return std::min(a.prefill_grid, current_sm_count()); }
 
-template <int kKeys, int kStages, bool kTma, bool kPersist>
-int start_variant(const attn_launch& a, const kv_tensor_maps& maps, cudaStream_t s) {
+template <int kKeys, int kStages>
+int start_persistent(const attn_launch& a, const kv_tensor_maps& maps, cudaStream_t s) {
   using T = __nv_bfloat16;
-  constexpr int smem = pingpong_smem_bytes<128, kKeys, kStages, kPersist ? 2 : 1>();
+  constexpr int smem = pingpong_smem_bytes<128, kKeys, kStages, 2>();
   static_assert(smem <= 227 * 1024, "over the H100/H200 shared memory per block");
-  return start(wgmma_prefill_pingpong<T, 128, kKeys, kStages, kTma, kPersist>, smem,
-               kPersist ? persistent_grid(a) : a.prefill_grid, a, maps, s);
+  return start(wgmma_prefill_pingpong<T, 128, kKeys, kStages>, smem, persistent_grid(a), a, maps, s);
 }
 
 }  // namespace
 
-int launch_wgmma_pingpong(act_dtype dt, const attn_launch& a, int variant, cudaStream_t s) {
+int launch_wgmma_persistent(act_dtype dt, const attn_launch& a, cudaStream_t s) {
   if (dt != act_dtype::bf16 || a.head_dim != 128) return int(cudaErrorInvalidValue);
   kv_tensor_maps maps{};
-  if (wgmma_tma_variant(variant)) {
-    // Without descriptors (no driver entry point, a cache outside a device allocation), the
-    // 128-row items run on the cp.async kernel of variant 9.
-    if (!make_kv_tensor_maps(a.k_cache, a.v_cache, a.num_kv_heads, a.head_dim, a.block_size, &maps))
-      return launch_wgmma_prefill(dt, a, 9, s);
-    if (variant == 11) return start_variant<64, 4, true, false>(a, maps, s);
-    return start_variant<64, 4, true, true>(a, maps, s);
-  }
-  if (variant == 13) return start_variant<128, 2, false, false>(a, maps, s);
-  return start_variant<64, 4, false, false>(a, maps, s);
+  // Without descriptors (no driver entry point, a cache outside a device allocation), the
+  // 128-row items run on the cp.async kernel.
+  if (!make_kv_tensor_maps(a.k_cache, a.v_cache, a.num_kv_heads, a.head_dim, a.block_size, &maps))
+    return launch_wgmma_prefill(dt, a, prefill_kernel::wgmma_cp_async, s);
+  return start_persistent<64, 4>(a, maps, s);
 }
 
 }  // namespace actorserve::gpu::cuda

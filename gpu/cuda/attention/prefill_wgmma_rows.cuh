@@ -60,7 +60,7 @@ struct wg_rows {
   /// (rescale()). Reads s and writes p, m, l only: o and the P fragments of an MMA still in
   /// flight stay untouched. The mask is applied on the way, never written into s.
   /// kMasked false: every score is visible (vis unused), no per-score select on the ALU pipe
-  /// (ncu of variant 4: the ALU was its busiest pipe, 42.5 %).
+  /// (the busiest pipe of these kernels).
   template <bool kMasked>
   __device__ __forceinline__ void exponentials(const float (&s)[kKeys / 2], mask vis, float (&p)[kKeys / 2],
                                                float (&corr)[2]) {

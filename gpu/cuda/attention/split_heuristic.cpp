@@ -32,7 +32,7 @@ int32_t choose_kv_chunk(std::span<const int32_t> kv_lens, const split_inputs& in
     const int32_t chunk = choose_kv_chunk(kv_lens, one);
     if (chunk >= in.long_piece_tokens) return chunk;
   }
-  const int64_t slots = int64_t(std::max(1, in.num_sms)) * std::max(1, in.ctas_per_sm) * std::max(1, in.waves);
+  const int64_t slots = int64_t(std::max(1, in.num_sms)) * std::max(1, in.ctas_per_sm);
   const int64_t base = int64_t(kv_lens.size()) * in.num_kv_heads;
   if (base >= slots) return 0;  // a full wave without splitting: splits would only add merges
   const int32_t longest = *std::max_element(kv_lens.begin(), kv_lens.end());

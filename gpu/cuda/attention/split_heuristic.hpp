@@ -15,7 +15,6 @@ struct split_inputs {
   int min_chunk = 128;       ///< no split at or below this length; the floor of longer chunks...
   int short_pieces = 8;      ///< ...unless longest / short_pieces (rounded up to a tile) is lower
   int max_partials = 0;      ///< partial slots available (pieces of split sequences)
-  int waves = 1;             ///< waves of resident slots the pieces may fill (a measured variant: 2)
   /// Long pieces at one CTA per SM: when > 0 and ctas_per_sm > 1, the split sized for one CTA
   /// per SM is taken if its chunk is at least this many tokens (flash-decoding: 2048). Half the
   /// pieces halve the merge; a CTA streaming that long keeps enough bytes in flight alone.

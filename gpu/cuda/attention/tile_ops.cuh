@@ -129,14 +129,13 @@ __device__ __forceinline__ size_t kv_row(const int32_t* bt, int kpos, int bs, in
 
 /// Issues the cp.async copies of K and V rows [k0, k0 + N) of one KV head into swizzled tiles
 /// (rows past kv_end are zero-filled), `NT` threads sharing the work, `tid` this thread's index.
-/// kHeadMajor reads a [blocks, KVH, bs, D] cache instead (a layout probe of the benchmark).
-template <int D, int N, int NT, bool kHeadMajor = false>
+template <int D, int N, int NT>
 __device__ __forceinline__ void load_kv_tile(const uint16_t* kc, const uint16_t* vc, const int32_t* bt, int bs,
                                              int kvh, int kvh_count, int k0, int kv_end, uint32_t k_s,
                                              uint32_t v_s, int tid) {
   constexpr int kChunks = D / 8;
   static_assert((N * kChunks) % NT == 0, "tile copy must divide evenly");
-  if (!kHeadMajor && bs % N == 0 && k0 % N == 0) {
+  if (bs % N == 0 && k0 % N == 0) {
     // The N rows lie in one block: one block-table read, then row r is r * KVH * D further.
     const size_t row0 = (size_t(__ldg(bt + k0 / bs)) * bs + k0 % bs) * kvh_count * D + size_t(kvh) * D;
     const uint16_t* kb = kc + row0;
@@ -152,7 +151,7 @@ __device__ __forceinline__ void load_kv_tile(const uint16_t* kc, const uint16_t*
     }
     return;
   }
-  if (!kHeadMajor && (bs & (bs - 1)) == 0) {
+  if ((bs & (bs - 1)) == 0) {
     // Blocks smaller than the tile (vLLM's 8-32 tokens): shifts instead of divisions.
     const int sh = __ffs(bs) - 1;
     const size_t row_stride = size_t(kvh_count) * D, head = size_t(kvh) * D;
@@ -173,9 +172,7 @@ __device__ __forceinline__ void load_kv_tile(const uint16_t* kc, const uint16_t*
     const int idx = i * NT + tid, r = idx / kChunks, c = idx % kChunks;
     const int kpos = k0 + r;
     const bool ok = kpos < kv_end;
-    size_t off = 0;
-    if (ok && kHeadMajor) off = ((size_t(__ldg(bt + kpos / bs)) * kvh_count + kvh) * bs + kpos % bs) * D + c * 8;
-    else if (ok) off = kv_row(bt, kpos, bs, kvh, kvh_count, D) + c * 8;
+    const size_t off = ok ? kv_row(bt, kpos, bs, kvh, kvh_count, D) + c * 8 : 0;
     cp_async16(k_s + swz<D>(r, c), kc + off, ok ? 16 : 0);
     cp_async16(v_s + swz<D>(r, c), vc + off, ok ? 16 : 0);
   }

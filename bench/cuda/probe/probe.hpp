@@ -1,5 +1,6 @@
 #pragma once
-/// Measurement kernels of bench_cuda_attention (plain C++: no CUDA device code here): a
+/// Measurement and test kernels of the attention backends, linked only by bench_cuda_attention
+/// and test_cuda, never by the server (plain C++: no CUDA device code here): a
 /// streaming read, the memory ceiling the decode kernels are compared with; a kernel that holds
 /// the stream until the host releases it, so later launches are queued before they are timed
 /// (kernel time without host launch latency, the way nvbench measures); a short PDL predecessor
@@ -33,12 +34,5 @@ int launch_late_copies(const late_copy (&jobs)[3], int ns, cudaStream_t s);
 /// One CTA that lets its dependents launch at once (griddepcontrol.launch_dependents), then
 /// spins `ns` nanoseconds; launched as a programmatic dependent when programmatic_launch() is on.
 int launch_pdl_predecessor(int ns, cudaStream_t s);
-
-/// Decode variant 24's timeline (the flash-decoding TMA kernel, bf16, D 128): for each of the
-/// first decode_trace_ctas CTAs of the last such launch, the global-timer ns at kernel entry,
-/// after its work item is read, when its first and last K/V tiles arrived, after its loop, at
-/// its end; then its SM id.
-inline constexpr int decode_trace_ctas = 1024, decode_trace_fields = 7;
-int read_decode_trace(unsigned long long (*host)[decode_trace_fields]);
 
 }  // namespace actorserve::gpu::cuda

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "gpu/cuda/attention/probe.hpp"
+#include "bench/cuda/probe/probe.hpp"
 #include "gpu/cuda/kernel_util.cuh"
 
 namespace actorserve::gpu::cuda {
