@@ -161,7 +161,7 @@ caf::behavior request(request_actor* self, generation_request req, delta_sink si
   const int32_t n = std::max(1, st.req.params.n);
   st.choices.resize(static_cast<size_t>(n));
   for (auto& c : st.choices) {
-    c.detok.emplace(*tok, st.req.prompt_ids);
+    c.detok.emplace(*tok, st.req.prompt_ids, st.req.params.skip_special_tokens);
     if (!st.req.params.stop.empty()) c.stop.emplace(st.req.params.stop);
   }
   st.remaining = n;

@@ -7,6 +7,7 @@
 
 #include "actors/engine.hpp"
 #include "config/error.hpp"
+#include "protocol/chat_output/chat_output_parser.hpp"
 #include "protocol/openai/types.hpp"
 #include "protocol/openai/write.hpp"
 
@@ -22,6 +23,8 @@ struct job_spec {
   protocol::openai::response_meta meta;
   std::vector<actors::generation_request> requests;  ///< one per prompt; choice = prompt*n + index
   std::vector<std::vector<int32_t>> prompt_ids;      ///< the same prompts (for return_token_ids)
+  /// Chat: the reasoning and tool-call parsers each choice's text goes through (none: plain text).
+  protocol::chat_output::output_options output_parsing;
 };
 
 /// Tokenizes the prompts, applies defaults, checks lengths against max_model_len.

@@ -198,6 +198,22 @@ TEST(engine, stop_strings_end_the_text_before_the_match) {
   EXPECT_EQ(wait_idle(*e).kv_blocks_used, 0);
 }
 
+TEST(engine, logit_bias_steers_the_cpu_executor_and_out_of_range_ids_are_refused) {
+  auto e = start_engine(tiny_config());
+  ASSERT_TRUE(e);
+  const std::vector<int32_t> prompt{964, 653, 102, 252};
+  const auto plain = run_all(*e, {prompt}, greedy(6)).at(0).at(0);
+  auto p = greedy(6);
+  const int32_t forced = plain.tokens.at(0) == 77 ? 78 : 77;
+  p.logit_bias = {{forced, 100.0f}};
+  const auto steered = run_all(*e, {prompt}, p).at(0).at(0);
+  EXPECT_EQ(steered.tokens, std::vector<int32_t>(steered.tokens.size(), forced));
+  p.logit_bias = {{5'000'000, 1.0f}};
+  auto st = e->submit(make_request("far", prompt, p), [](delta) { return true; });
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.err().message.rfind("logit_bias:", 0), 0u) << st.err().message;
+}
+
 TEST(engine, a_request_arriving_while_the_pool_frees_a_finished_one_still_runs) {
   // When a request ends, the scheduler's next plan only frees its blocks. A request that arrived
   // while that reservation was out was left waiting for good (seen under TSan in

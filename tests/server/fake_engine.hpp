@@ -71,6 +71,9 @@ class fake_engine final : public actors::engine {
   bool fail_next_submit = false;
   int64_t context_length = 64;
   std::string text_suffix;                   ///< appended to every delta's text (bulk for slow clients)
+  /// When set: each choice's output is these pieces of text, one per step, ending with `stop`
+  /// (drives the chat output parsers deterministically).
+  std::vector<std::string> scripted_text;
 
  private:
   bool stop_or_cancelled(const std::string& id) const {
@@ -80,7 +83,9 @@ class fake_engine final : public actors::engine {
 
   void run(const actors::generation_request& req, const actors::delta_sink& sink) {
     running_.fetch_add(1);
-    const int n = req.params.n, steps = req.params.max_tokens;
+    const int n = req.params.n;
+    const bool scripted = !scripted_text.empty();
+    const int steps = scripted ? static_cast<int>(scripted_text.size()) : req.params.max_tokens;
     for (int s = 0; s < steps; ++s) {
       for (int c = 0; c < n; ++c) {
         if (stop_or_cancelled(req.request_id)) {
@@ -99,8 +104,8 @@ class fake_engine final : public actors::engine {
         }
         const int32_t id = token_at(s, c);
         d.token_ids = {id};
-        d.text = tok_.decode(d.token_ids, false) + text_suffix;
-        if (s == steps - 1) d.finish = actors::finish_reason::length;
+        d.text = scripted ? scripted_text[static_cast<size_t>(s)] : tok_.decode(d.token_ids, false) + text_suffix;
+        if (s == steps - 1) d.finish = scripted ? actors::finish_reason::stop : actors::finish_reason::length;
         if (s == steps - 1 && c == n - 1)
           d.usage = actors::usage_counts{static_cast<int64_t>(req.prompt_ids.size()), int64_t(n) * steps, 0};
         if (!sink(std::move(d))) {
