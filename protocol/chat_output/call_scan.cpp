@@ -90,6 +90,7 @@ call_scan scan_call(std::string_view t, std::span<const std::string_view> arg_ke
     }
     if (t[i] != '"') {
       s.malformed = true;
+      s.end = i;
       return s;
     }
     const size_t key_end = string_end(t, i);
@@ -99,11 +100,13 @@ call_scan scan_call(std::string_view t, std::span<const std::string_view> arg_ke
     if (i >= t.size()) return s;
     if (t[i] != ':') {
       s.malformed = true;
+      s.end = i;
       return s;
     }
     i = skip_space(t, i + 1);
     if (i >= t.size()) return s;
-    const bool is_args = std::find(arg_keys.begin(), arg_keys.end(), key) != arg_keys.end();
+    // A repeated key keeps its first value: a stream has sent that one already.
+    const bool is_args = s.args_begin == npos && std::find(arg_keys.begin(), arg_keys.end(), key) != arg_keys.end();
     if (is_args) {
       s.args_begin = i;
       s.args_nested = t[i] == '{' || t[i] == '[';
@@ -111,13 +114,14 @@ call_scan scan_call(std::string_view t, std::span<const std::string_view> arg_ke
     const size_t end = value_end(t, i);
     if (end == npos) return s;
     if (is_args) s.args_end = end;
-    if (key == "name" && t[i] == '"') s.name = decode_string(t.substr(i, end - i));
+    if (key == "name" && t[i] == '"' && !s.name) s.name = decode_string(t.substr(i, end - i));
     i = skip_space(t, end);
     if (i >= t.size()) return s;
     if (t[i] == ',') {
       ++i;
     } else if (t[i] != '}') {
       s.malformed = true;
+      s.end = i;
       return s;
     }
   }

@@ -12,9 +12,9 @@ namespace actorserve::protocol::chat_output {
 
 struct call_scan {
   static constexpr size_t npos = std::string_view::npos;
-  bool complete = false;              ///< the object closed at `end` (one past its '}')
+  bool complete = false;              ///< the object closed
   bool malformed = false;             ///< not a JSON object of the expected shape
-  size_t end = 0;
+  size_t end = 0;                     ///< complete: one past '}'; malformed: the offending byte
   std::optional<std::string> name;    ///< the "name" member once its string is complete
   size_t args_begin = npos;           ///< where the arguments value starts
   size_t args_end = npos;             ///< one past its end, once complete

@@ -15,12 +15,6 @@ constexpr std::array<std::string_view, 2> arg_keys{"arguments", "parameters"};
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
-bool all_space(std::string_view t) {
-  for (char c : t)
-    if (!is_space(c)) return false;
-  return true;
-}
-
 }  // namespace
 
 tool_call_parser::tool_call_parser(tool_parser_kind kind, bool parallel)
@@ -53,7 +47,7 @@ void tool_call_parser::drain(output_piece& out, bool at_end) {
     bool progressed = false;
     switch (mode_) {
       case mode::content: progressed = drain_content(out, at_end); break;
-      case mode::between: progressed = drain_between(out, at_end); break;
+      case mode::between: progressed = drain_between(at_end); break;
       case mode::object: progressed = drain_object(out, at_end); break;
     }
     if (!progressed) return;
@@ -81,25 +75,31 @@ bool tool_call_parser::drain_content(output_piece& out, bool at_end) {
     return false;
   }
   const std::string_view open = kind_ == tool_parser_kind::hermes ? hermes_open : mistral_open;
+  // After a call, whitespace right before the next marker or the end of the output is layout,
+  // not content: it is held until text that is not whitespace follows it.
+  auto emit = [&](size_t n) {
+    const std::string_view text = std::string_view(buf_).substr(0, n);
+    out.content += num_calls_ > 0 ? text.substr(0, text.find_last_not_of(" \n\r\t") + 1) : text;
+  };
   const size_t at = buf_.find(open);
   if (at != std::string::npos) {
-    // Whitespace between calls is layout, not content.
-    if (!(num_calls_ > 0 && all_space(std::string_view(buf_).substr(0, at)))) out.content += buf_.substr(0, at);
+    emit(at);
     buf_.erase(0, at + open.size());
     mode_ = mode::between;
     return true;
   }
   const size_t keep = at_end ? 0 : partial_marker_suffix(buf_, open);
-  if (num_calls_ > 0 && all_space(std::string_view(buf_).substr(0, buf_.size() - keep))) {
-    if (at_end) buf_.clear();  // whitespace after the last call
-    return false;
+  size_t n = buf_.size() - keep;
+  if (num_calls_ > 0 && !at_end) {
+    const size_t last = std::string_view(buf_).substr(0, n).find_last_not_of(" \n\r\t");
+    n = last == std::string::npos ? 0 : last + 1;
   }
-  out.content += buf_.substr(0, buf_.size() - keep);
-  buf_.erase(0, buf_.size() - keep);
+  emit(n);
+  buf_.erase(0, at_end ? buf_.size() : n);
   return false;
 }
 
-bool tool_call_parser::drain_between(output_piece& out, bool at_end) {
+bool tool_call_parser::drain_between(bool at_end) {
   size_t i = 0;
   const bool mistral = kind_ == tool_parser_kind::mistral;
   const bool llama = kind_ == tool_parser_kind::llama3_json;
@@ -122,18 +122,19 @@ bool tool_call_parser::drain_between(output_piece& out, bool at_end) {
     }
     if (!at_end && hermes_close.starts_with(buf_)) return false;
   }
-  // Anything else ends the calls: the rest is content.
+  // Anything else ends these calls: the rest is read as content (where hermes and mistral may
+  // open further calls).
   saw_content_ = true;
   mode_ = mode::content;
-  out.content += buf_;
-  buf_.clear();
-  return false;
+  return true;
 }
 
 bool tool_call_parser::drain_object(output_piece& out, bool at_end) {
   const call_scan s = scan_call(buf_, arg_keys);
   const bool wanted = parallel_ || num_calls_ == 0 || header_sent_;
-  if (s.name && !header_sent_ && !s.malformed && (parallel_ || num_calls_ == 0)) {
+  // NOTE: a name is a call even when the object turns out malformed after it: a stream sends the
+  // name as soon as it is complete, so the whole parse must do the same to agree with it.
+  if (s.name && !s.name->empty() && !header_sent_ && (parallel_ || num_calls_ == 0)) {
     out.tool_calls.push_back({num_calls_, new_id(), *s.name, ""});
     header_sent_ = true;
     ++num_calls_;
@@ -157,7 +158,8 @@ bool tool_call_parser::drain_object(output_piece& out, bool at_end) {
     buf_.clear();
     return false;
   }
-  const size_t end = s.complete ? s.end : buf_.size();
+  // A malformed object ends at the byte that broke it; what follows is read as content.
+  const size_t end = s.end;
   if (header_sent_ && s.args_begin == call_scan::npos) out.tool_calls.push_back({num_calls_ - 1, "", "", "{}"});
   if ((!header_sent_ && wanted) || s.malformed) {
     if (!header_sent_) out.content += buf_.substr(0, end);

@@ -8,8 +8,8 @@
 ///    otherwise is all content.
 /// A call's first piece carries its index, a fresh id and its name; its arguments follow in
 /// pieces as they arrive, exactly as the model wrote them, so the streamed pieces concatenate
-/// to the whole-response arguments. A JSON object without a "name" is not a call: its text is
-/// content. Text that may be the start of a marker is held back until it is decided.
+/// to the whole-response arguments. A JSON object without a non-empty "name" is not a call: its
+/// text is content. Text that may be the start of a marker is held back until it is decided.
 #include <cstdint>
 #include <random>
 #include <string>
@@ -34,7 +34,7 @@ class tool_call_parser {
   enum class mode { content, between, object };
   void drain(output_piece& out, bool at_end);
   bool drain_content(output_piece& out, bool at_end);
-  bool drain_between(output_piece& out, bool at_end);
+  bool drain_between(bool at_end);
   bool drain_object(output_piece& out, bool at_end);
   std::string new_id();
 
