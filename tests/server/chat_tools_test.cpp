@@ -95,12 +95,16 @@ TEST(ChatToolsPrompt, ToolUseNamedTemplateIsChosenWhenToolsAreGiven) {
 
 class ChatTools : public ::testing::Test {
  protected:
-  void start(chat_options chat, const std::string& template_file = tools_template("qwen2.5-instruct.jinja")) {
+  /// `script`: the engine's output pieces; set before the server's threads start (so the
+  /// engine threads read it without a race).
+  void start(chat_options chat, std::vector<std::string> script = {},
+             const std::string& template_file = tools_template("qwen2.5-instruct.jinja")) {
     server_.reset();
     auto tok = protocol::tokenizer::from_model_dir(model_dir("llama-tiny"));
     ASSERT_TRUE(tok.ok()) << tok.err().message;
     engine_ = std::make_unique<fake_engine>(std::move(*tok));
     engine_->context_length = 4096;
+    engine_->scripted_text = std::move(script);
     engine_config cfg;
     cfg.server.port = 0;
     cfg.model.chat_template_file = template_file;
@@ -135,8 +139,7 @@ const std::vector<std::string> kCallOutput = {
     "\"Par", "is\"}}\n</tool_call>"};
 
 TEST_F(ChatTools, WholeResponseCarriesToolCallsAndFinishReason) {
-  start(hermes());
-  engine_->scripted_text = kCallOutput;
+  start(hermes(), kCallOutput);
   auto r = chat("");
   ASSERT_EQ(r.status, 200) << r.body;
   simdjson::dom::element doc;
@@ -152,8 +155,7 @@ TEST_F(ChatTools, WholeResponseCarriesToolCallsAndFinishReason) {
 }
 
 TEST_F(ChatTools, StreamSendsIdAndNameFirstThenArgumentsInPieces) {
-  start(hermes());
-  engine_->scripted_text = kCallOutput;
+  start(hermes(), kCallOutput);
   auto r = chat(R"(, "stream": true)");
   ASSERT_EQ(r.status, 200) << r.body;
   std::string content, arguments, finish;
@@ -188,8 +190,7 @@ TEST_F(ChatTools, StreamSendsIdAndNameFirstThenArgumentsInPieces) {
 }
 
 TEST_F(ChatTools, ToolChoiceNoneLeavesTheOutputAsText) {
-  start(hermes());
-  engine_->scripted_text = kCallOutput;
+  start(hermes(), kCallOutput);
   auto r = chat(R"(, "tool_choice": "none")");
   ASSERT_EQ(r.status, 200) << r.body;
   simdjson::dom::element doc;
@@ -213,8 +214,7 @@ TEST_F(ChatTools, ToolsWithoutTheFlagAre400NamingTools) {
 TEST_F(ChatTools, ReasoningParserSplitsThinkingWholeAndStreamed) {
   chat_options c;
   c.reasoning_parser = reasoning_parser_kind::qwen3;
-  start(c);
-  engine_->scripted_text = {"<thi", "nk>Paris is", " in France.</th", "ink>\n\nIt is sunny."};
+  start(c, {"<thi", "nk>Paris is", " in France.</th", "ink>\n\nIt is sunny."});
   auto whole = http_call(server_->port(), "POST", "/v1/chat/completions",
                          R"({"messages": [{"role": "user", "content": "Weather?"}]})");
   ASSERT_EQ(whole.status, 200) << whole.body;
