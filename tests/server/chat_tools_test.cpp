@@ -98,7 +98,8 @@ class ChatTools : public ::testing::Test {
   /// `script`: the engine's output pieces; set before the server's threads start (so the
   /// engine threads read it without a race).
   void start(chat_options chat, std::vector<std::string> script = {},
-             const std::string& template_file = tools_template("qwen2.5-instruct.jinja")) {
+             const std::string& template_file = tools_template("qwen2.5-instruct.jinja"),
+             const std::string& model = "", generation_config_source defaults = generation_config_source::auto_detect) {
     server_.reset();
     auto tok = protocol::tokenizer::from_model_dir(model_dir("llama-tiny"));
     ASSERT_TRUE(tok.ok()) << tok.err().message;
@@ -108,6 +109,8 @@ class ChatTools : public ::testing::Test {
     engine_config cfg;
     cfg.server.port = 0;
     cfg.model.chat_template_file = template_file;
+    cfg.model.model_dir = model;
+    cfg.model.generation_config = defaults;
     cfg.chat = chat;
     auto srv = server::http_server::start(*engine_, cfg);
     ASSERT_TRUE(srv.ok()) << srv.err().message;
@@ -263,6 +266,30 @@ TEST_F(ChatTools, StreamedChoicesKeepTheirIndices) {
     EXPECT_EQ(text[c], expected) << "choice " << c;
     EXPECT_EQ(finish[c], "length") << "choice " << c;
   }
+}
+
+TEST_F(ChatTools, GenerationConfigDefaultsFillUnsetFieldsUnlessVllm) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("gen_defaults_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "tokenizer.json"})
+    fs::copy_file(model_dir("llama-tiny") + "/" + f, dir / f, fs::copy_options::overwrite_existing);
+  std::ofstream(dir / "generation_config.json")
+      << R"({"eos_token_id": 1, "temperature": 0.25, "top_k": 7, "top_p": 0.8, "max_new_tokens": 5})";
+  const std::string body = R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0.5})";
+  for (auto source : {generation_config_source::auto_detect, generation_config_source::vllm}) {
+    start({}, {}, tools_template("qwen2.5-instruct.jinja"), dir.string(), source);
+    ASSERT_EQ(http_call(server_->port(), "POST", "/v1/chat/completions", body).status, 200);
+    const sampling_params p = engine_->last_params();
+    const bool file = source == generation_config_source::auto_detect;
+    EXPECT_EQ(p.temperature, file ? 0.25f : 1.0f);
+    EXPECT_EQ(p.top_k, file ? 7 : -1);
+    EXPECT_EQ(p.top_p, 0.5f);  // the request's own value wins
+    if (file) EXPECT_EQ(p.max_tokens, 5);
+    else EXPECT_GT(p.max_tokens, 5);  // the room left in the context
+    engine_->shutdown(0ms);
+  }
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -29,12 +29,18 @@ class fake_engine final : public actors::engine {
       return make_error(error_code::invalid_argument, "prompt: rejected by the fake engine");
     }
     ++num_submitted;
+    last_params_ = req.params;
     threads_.emplace_back([this, req = std::move(req), sink = std::move(sink)] { run(req, sink); });
     return {};
   }
   void cancel(const std::string& id) override {
     std::lock_guard lk(mu_);
     cancelled_.insert(id);
+  }
+  /// The sampling parameters of the last request submitted.
+  sampling_params last_params() const {
+    std::lock_guard lk(mu_);
+    return last_params_;
   }
   bool was_cancelled(const std::string& id) const {
     std::lock_guard lk(mu_);
@@ -123,6 +129,7 @@ class fake_engine final : public actors::engine {
   std::string name_ = "fake-llama";
   mutable std::mutex mu_;
   std::set<std::string> cancelled_;
+  sampling_params last_params_;
   std::vector<std::thread> threads_;
   std::atomic<int> running_{0};
   bool stopped_ = false;
