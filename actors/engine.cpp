@@ -112,7 +112,7 @@ struct request_registry {
 class engine_impl final : public engine {
  public:
   engine_impl(const engine_config& cfg, protocol::tokenizer tok, std::shared_ptr<gpu::executor> ex)
-      : cfg_(cfg), tok_(std::move(tok)), info_(ex->info()) {
+      : cfg_(cfg), tok_(std::move(tok)), info_(ex->info()), logit_bias_(ex->supports_logit_bias()) {
     const auto& info = info_;
     max_model_len_ = info.max_model_len;
     std::filesystem::path dir(cfg.model.model_dir);
@@ -199,6 +199,13 @@ class engine_impl final : public engine {
     if (auto st = validate(req.params); !st) return st;
     if (req.prompt_ids.empty()) return make_error(error_code::invalid_argument, "prompt: must not be empty");
     const int32_t vocab = info_.vocab_size;
+    if (!req.params.logit_bias.empty() && !logit_bias_)
+      return make_error(error_code::unsupported,
+                        fmt::format("logit_bias: not supported by the {} executor yet", info_.name));
+    for (const auto& [id, bias] : req.params.logit_bias)
+      if (vocab > 0 && id >= vocab)
+        return make_error(error_code::invalid_argument,
+                          fmt::format("logit_bias: token id {} is out of range (vocabulary size {})", id, vocab));
     for (int32_t id : req.prompt_ids) {
       if (id < 0 || (vocab > 0 && id >= vocab))
         return make_error(error_code::invalid_argument, fmt::format("prompt: token id {} is out of range", id));
@@ -309,6 +316,7 @@ class engine_impl final : public engine {
   engine_config cfg_;
   protocol::tokenizer tok_;
   gpu::executor_info info_;
+  bool logit_bias_ = false;               ///< the executor's sampler applies logit_bias
   int64_t max_model_len_ = 0;
   std::string model_name_;
   caf::actor_system_config caf_cfg_;

@@ -17,6 +17,7 @@ class fault_injecting_executor final : public gpu::executor {
       : inner_(std::move(inner)), steps_(std::move(steps)) {}
 
   const gpu::executor_info& info() const override { return inner_->info(); }
+  bool supports_logit_bias() const override { return inner_->supports_logit_bias(); }
 
   void submit(gpu::step_batch batch, done_fn done) override {
     const uint64_t id = batch.step_id;

@@ -120,7 +120,9 @@ void on_outputs(request_actor* self, output_batch& batch) {
     if (o.has_token) {
       ++st.usage.completion_tokens;
       d.token_ids.push_back(o.token.token_id);
-      std::string text = c.detok->push(o.token.token_id);
+      // A token that ends the sequence (EOS, stop_token_ids) is not part of the text, as in
+      // vLLM; it matters when special tokens are kept (skip_special_tokens false).
+      std::string text = o.finish == seq_finish::stop ? std::string() : c.detok->push(o.token.token_id);
       if (c.stop) {
         auto out = c.stop->push(text);
         text = std::move(out.text_to_emit);
@@ -161,7 +163,7 @@ caf::behavior request(request_actor* self, generation_request req, delta_sink si
   const int32_t n = std::max(1, st.req.params.n);
   st.choices.resize(static_cast<size_t>(n));
   for (auto& c : st.choices) {
-    c.detok.emplace(*tok, st.req.prompt_ids);
+    c.detok.emplace(*tok, st.req.prompt_ids, st.req.params.skip_special_tokens);
     if (!st.req.params.stop.empty()) c.stop.emplace(st.req.params.stop);
   }
   st.remaining = n;

@@ -36,6 +36,13 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
                  "float | float32")
       ->transform(named_choices(dtypes));
 
+  static const std::map<std::string, generation_config_source> gen_sources{
+      {"auto", generation_config_source::auto_detect}, {"vllm", generation_config_source::vllm}};
+  app.add_option("--generation-config", m.generation_config,
+                 "auto|vllm: auto applies generation_config.json's sampling defaults to fields a request "
+                 "leaves unset; vllm ignores them")
+      ->transform(named_choices(gen_sources));
+
   auto& s = cfg.scheduler;
   app.add_option("--max-num-seqs", s.max_num_seqs, "max sequences per step");
   app.add_option("--max-num-batched-tokens", s.max_num_batched_tokens, "token budget per step");
@@ -73,6 +80,21 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
                  "failed, to exercise the executor restart")
       ->delimiter(',');
   app.add_option("--log-level", cfg.log_level, "trace|debug|info|warn|error|off");
+}
+
+void add_chat_flags(CLI::App& app, chat_options& c) {
+  app.add_flag("--enable-auto-tool-choice", c.enable_auto_tool_choice,
+               "accept `tools` and parse tool calls from the output (needs --tool-call-parser)");
+  static const std::map<std::string, tool_parser_kind> tool_parsers{{"llama3_json", tool_parser_kind::llama3_json},
+                                                                    {"hermes", tool_parser_kind::hermes},
+                                                                    {"mistral", tool_parser_kind::mistral}};
+  app.add_option("--tool-call-parser", c.tool_call_parser, "llama3_json|hermes|mistral: the model's tool-call format")
+      ->transform(named_choices(tool_parsers));
+  static const std::map<std::string, reasoning_parser_kind> reasoning{
+      {"deepseek_r1", reasoning_parser_kind::deepseek_r1}, {"qwen3", reasoning_parser_kind::qwen3}};
+  app.add_option("--reasoning-parser", c.reasoning_parser,
+                 "deepseek_r1|qwen3: split <think>...</think> into reasoning_content")
+      ->transform(named_choices(reasoning));
 }
 
 void add_server_flags(CLI::App& app, server_options& s) {
@@ -198,6 +220,7 @@ result<command_line> parse_command_line(int argc, const char* const* argv) {
   add_engine_flags(*serve, out.engine, serve_model);
   add_server_flags(*serve, out.engine.server);
   add_vllm_flags_without_effect(*serve, out.warnings);
+  add_chat_flags(*serve, out.engine.chat);
   auto* gen = app.add_subcommand("generate", "generate offline and print JSON");
   engine_config gen_cfg;
   std::vector<std::string> id_lists;

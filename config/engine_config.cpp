@@ -77,6 +77,8 @@ status validate(const engine_config& cfg) {
                                 sv.max_seqs_per_connection));
   if (sv.max_response_bytes < 1024)
     return bad_flag("--max-response-bytes", fmt::format("must be >= 1024, got {}", sv.max_response_bytes));
+  if (cfg.chat.enable_auto_tool_choice && cfg.chat.tool_call_parser == tool_parser_kind::none)
+    return bad_flag("--enable-auto-tool-choice", "needs --tool-call-parser llama3_json|hermes|mistral");
   log::level lvl{};
   if (!log::parse_level(cfg.log_level, lvl))
     return bad_flag("--log-level", fmt::format("must be trace|debug|info|warn|error|off, got '{}'", cfg.log_level));
@@ -104,6 +106,25 @@ const char* to_string(dtype_choice d) {
 
 const char* to_string(kv_cache_layout l) {
   return l == kv_cache_layout::vllm ? "vllm" : "flash-decoding";
+}
+
+const char* to_string(tool_parser_kind k) {
+  switch (k) {
+    case tool_parser_kind::none: return "none";
+    case tool_parser_kind::llama3_json: return "llama3_json";
+    case tool_parser_kind::hermes: return "hermes";
+    case tool_parser_kind::mistral: return "mistral";
+  }
+  return "?";
+}
+
+const char* to_string(reasoning_parser_kind k) {
+  switch (k) {
+    case reasoning_parser_kind::none: return "none";
+    case reasoning_parser_kind::deepseek_r1: return "deepseek_r1";
+    case reasoning_parser_kind::qwen3: return "qwen3";
+  }
+  return "?";
 }
 
 }  // namespace actorserve

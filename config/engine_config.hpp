@@ -13,6 +13,12 @@ namespace actorserve {
 enum class device_kind { auto_detect, cpu, cuda };
 enum class dtype_choice { auto_detect, float32, bfloat16, float16 };
 enum class kv_cache_layout { vllm, flash_decoding };
+/// --generation-config: auto = generation_config.json's sampling defaults apply; vllm = ignored.
+enum class generation_config_source { auto_detect, vllm };
+/// --tool-call-parser (vLLM's names).
+enum class tool_parser_kind { none, llama3_json, hermes, mistral };
+/// --reasoning-parser (vLLM's names).
+enum class reasoning_parser_kind { none, deepseek_r1, qwen3 };
 
 struct model_options {
   std::string model_dir;                    ///< --model: Hugging Face model directory
@@ -20,6 +26,14 @@ struct model_options {
   std::string chat_template_file;           ///< --chat-template: overrides tokenizer_config's
   int64_t max_model_len = 0;                ///< --max-model-len (0: from config.json)
   dtype_choice dtype = dtype_choice::auto_detect;  ///< --dtype
+  generation_config_source generation_config = generation_config_source::auto_detect;  ///< --generation-config
+};
+
+/// How the chat API reads the model's output.
+struct chat_options {
+  bool enable_auto_tool_choice = false;     ///< --enable-auto-tool-choice: accept `tools`
+  tool_parser_kind tool_call_parser = tool_parser_kind::none;               ///< --tool-call-parser
+  reasoning_parser_kind reasoning_parser = reasoning_parser_kind::none;     ///< --reasoning-parser
 };
 
 struct scheduler_options {
@@ -83,6 +97,7 @@ struct engine_config {
   cache_options cache;
   executor_options executor;
   server_options server;
+  chat_options chat;
   std::string log_level = "info";           ///< --log-level
 };
 
@@ -101,5 +116,7 @@ status validate(const engine_config& cfg);
 const char* to_string(device_kind d);
 const char* to_string(dtype_choice d);
 const char* to_string(kv_cache_layout l);
+const char* to_string(tool_parser_kind k);
+const char* to_string(reasoning_parser_kind k);
 
 }  // namespace actorserve

@@ -242,6 +242,35 @@ result<std::string> read_text(const std::string& path, bool& exists) {
   return ss.str();
 }
 
+/// The sampling keys vLLM takes from generation_config.json as request defaults.
+status read_generation_defaults(const field_reader& g, generation_defaults& d) {
+  auto opt_double = [&](const char* key, std::optional<double>& out) -> status {
+    if (!g.find(key)) return {};
+    double v = 0;
+    AS_TRY(g.get_double(key, v, true));
+    out = v;
+    return {};
+  };
+  auto opt_int = [&](const char* key, std::optional<int64_t>& out, int64_t min_value) -> status {
+    if (!g.find(key)) return {};
+    int64_t v = 0;
+    AS_TRY(g.get_int(key, v, true, min_value));
+    out = v;
+    return {};
+  };
+  AS_TRY(opt_double("temperature", d.temperature));
+  AS_TRY(opt_double("top_p", d.top_p));
+  AS_TRY(opt_double("min_p", d.min_p));
+  AS_TRY(opt_double("repetition_penalty", d.repetition_penalty));
+  AS_TRY(opt_int("max_new_tokens", d.max_new_tokens, 1));
+  if (auto e = g.find("top_k")) {  // may be negative (-1: off)
+    int64_t v = 0;
+    if (e->get_int64().get(v) != simdjson::SUCCESS) return g.bad("top_k", "an integer");
+    d.top_k = v;
+  }
+  return {};
+}
+
 }  // namespace
 
 const char* to_string(rope_kind k) {
@@ -288,6 +317,7 @@ result<model_config> parse_model_config(const std::string& config_json, const st
     std::vector<int32_t> bos;
     AS_TRY(g.get_id_list("bos_token_id", bos));
     if (!bos.empty()) cfg.bos_token_id = bos.front();
+    AS_TRY(read_generation_defaults(g, cfg.sampling_defaults));
   }
   for (int32_t id : cfg.eos_token_ids)
     if (id >= cfg.vocab_size)

@@ -24,6 +24,16 @@ struct rope_config {
   int64_t original_max_position_embeddings = 0; ///< llama3, dynamic (0: max_position_embeddings)
 };
 
+/// generation_config.json's sampling defaults (vLLM reads the same keys); unset: not in the file.
+struct generation_defaults {
+  std::optional<double> temperature;
+  std::optional<double> top_p;
+  std::optional<int64_t> top_k;
+  std::optional<double> min_p;
+  std::optional<double> repetition_penalty;
+  std::optional<int64_t> max_new_tokens;   ///< the default max_tokens
+};
+
 struct model_config {
   std::string architecture;       ///< e.g. "LlamaForCausalLM"
   std::string model_type;         ///< e.g. "llama"
@@ -45,6 +55,7 @@ struct model_config {
   std::vector<int32_t> eos_token_ids;      ///< config.json's, extended by generation_config.json's
   std::string torch_dtype = "float32";     ///< "float32" | "bfloat16" | "float16"
   rope_config rope;
+  generation_defaults sampling_defaults;   ///< from generation_config.json
 };
 
 /// Short name of a rope kind as config.json spells it ("default", "linear", ...).

@@ -36,6 +36,12 @@ status validate(const sampling_params& p) {
   if (p.stop.size() > 16) return bad("stop", "at most 16 stop strings");
   for (auto id : p.stop_token_ids)
     if (id < 0) return bad("stop_token_ids", fmt::format("token ids must be >= 0, got {}", id));
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0) return bad("logit_bias", fmt::format("token ids must be >= 0, got {}", id));
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      return bad("logit_bias", fmt::format("biases must be in [-100, 100], got {}", bias));
+  }
+  if (p.logit_bias.size() > 1024) return bad("logit_bias", "at most 1024 entries");
   return {};
 }
 

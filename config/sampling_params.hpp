@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/error.hpp"
@@ -26,6 +27,9 @@ struct sampling_params {
   std::vector<int32_t> stop_token_ids;   ///< extra stop ids besides the model's EOS
   std::vector<std::string> stop;         ///< stop strings (matched on text, never sent)
   int32_t n = 1;                         ///< parallel samples of one prompt
+  /// (token id, bias) added to the logits before penalties; biases in [-100, 100].
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  bool skip_special_tokens = true;       ///< output text leaves special tokens out
 
   bool greedy() const { return temperature <= 0.0f; }
   bool uses_penalties() const {

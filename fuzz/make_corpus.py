@@ -70,6 +70,15 @@ def openai_seeds():
         '{"prompt": "x", "temperature": 1e308, "top_p": 5e-324, "max_tokens": 2147483648}',
         '{"prompt": "x", "n": -1, "top_k": -1, "seed": -1}',
         '[]', '{}', 'null', '{"prompt": "\\u0000"}',
+        '{"messages": [{"role": "user", "content": "w?"}, {"role": "assistant", "content": null, "tool_calls": '
+        '[{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{\\"city\\": 1}"}}]}, '
+        '{"role": "tool", "tool_call_id": "call_1", "content": "21"}], "tools": [{"type": "function", "function": '
+        '{"name": "get_weather", "parameters": {"type": "object"}}}], "tool_choice": "auto", "parallel_tool_calls": false, '
+        '"chat_template_kwargs": {"enable_thinking": false}, "documents": [{"text": "d"}]}',
+        '{"prompt": "x", "logit_bias": {"5": 250, "7": -3.5}, "best_of": 1, "n": 1, "user": "u", '
+        '"response_format": {"type": "text"}, "skip_special_tokens": false, "priority": -1}',
+        '{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_schema"}, '
+        '"guided_json": {}, "store": false, "metadata": {}, "modalities": ["text"], "service_tier": "auto"}',
     ]
     return seeds
 
@@ -156,11 +165,32 @@ def tokenizer_load_seeds():
 
 
 def chat_template_seeds():
-    seeds = [f.read_text(encoding="utf-8") for f in sorted((DATA / "chat_templates" / "templates").glob("*.jinja"))]
+    seeds = [f.read_text(encoding="utf-8") for folder in ("templates", "tools")
+             for f in sorted((DATA / "chat_templates" / folder).glob("*.jinja"))]
     for f in sorted((ROOT / "tests" / "chat_template").glob("*_test.cpp")):
         seeds += [s for s in raw_strings(f) if "{%" in s or "{{" in s]
         seeds += c_strings_with(f, "{{") + [s for s in c_strings_with(f, "{%") if "{{" not in s]
     return seeds
+
+
+def chat_output_seeds():
+    # A flags byte (tool-call parser, reasoning parser, parallel_tool_calls, piece size), then the
+    # model output text; see fuzz_chat_output.cpp.
+    cases = [
+        (1, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'),
+        (1 | 0x40, 'Let me check.<tool_call>{"name": "a", "arguments": {"x": [1, {"y": "}"}]}}</tool_call>\n'
+                   '<tool_call>{"arguments": {}, "name": "b"}</tool_call>'),
+        (1 | 0x20, '<tool_call>{"name": "a", "arguments": {}}</tool_call><tool_call>{"name": "b", "arguments": {}}</tool_call>'),
+        (3, '[TOOL_CALLS] [{"name": "f", "arguments": {"a": 1}}, {"name": "g", "arguments": {"b": "c"}}]'),
+        (2, '<|python_tag|>{"name": "a", "parameters": {}}; {"name": "b", "parameters": {"n": 2}}'),
+        (2 | 0x80, '{"name": "f", "parameters": {"a": [1, 2'),
+        (4, 'Hmm, 2+2.</think>\n\nIt is 4.'),
+        (8 | 1, '<think>I need the weather.</think>\n\n<tool_call>\n{"name": "w", "arguments": {}}\n</tool_call>'),
+        (8, '<think>\nplan</think>answer'),
+        (2, ' {"answer": 42} done'),
+        (1, '<tool_call>{"name": "say\\"hi", "arguments": {"s": "a\\"b"}}</tool_call>'),
+    ]
+    return [bytes([flags]) + text.encode() for flags, text in cases]
 
 
 def safetensors_seeds():
@@ -223,5 +253,6 @@ if __name__ == "__main__":
     write("fuzz_tokenizer_codec", tokenizer_codec_seeds())
     write("fuzz_tokenizer_load", tokenizer_load_seeds())
     write("fuzz_chat_template", chat_template_seeds())
+    write("fuzz_chat_output", chat_output_seeds())
     write("fuzz_safetensors_header", safetensors_seeds())
     write("fuzz_model_config", model_config_seeds())

@@ -95,6 +95,9 @@ class executor {
   virtual const executor_info& info() const = 0;
   /// Enqueues a step; `done` runs later on the executor's thread. Steps complete in order.
   virtual void submit(step_batch batch, done_fn done) = 0;
+  /// Whether its sampler adds params.logit_bias to the logits; the engine refuses requests with
+  /// a logit_bias on an executor without it (never dropped silently).
+  virtual bool supports_logit_bias() const { return false; }
 };
 
 }  // namespace actorserve::gpu

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <random>
 
+#include "config/log.hpp"
+#include "protocol/openai/parse.hpp"
 #include "server/prompt_builder.hpp"
 
 namespace actorserve::server {
@@ -17,6 +19,17 @@ server_context::server_context(actors::engine& e, const engine_config& c)
   created = std::chrono::duration_cast<std::chrono::seconds>(
                 std::chrono::system_clock::now().time_since_epoch()).count();
   nonce_ = std::random_device{}() & 0xffffffu;
+  if (c.model.generation_config == generation_config_source::auto_detect && !c.model.model_dir.empty()) {
+    auto model = load_model_config(c.model.model_dir);
+    if (model) sampling_defaults = model->sampling_defaults;
+    else log::warn("--generation-config auto: {}; requests get OpenAI's defaults", model.err().message);
+    sampling_params p;
+    protocol::openai::apply_generation_defaults(p, {}, sampling_defaults);
+    if (auto st = validate(p); !st) {
+      log::warn("generation_config.json: {}; requests get OpenAI's defaults", st.err().message);
+      sampling_defaults = {};
+    }
+  }
 }
 
 server_context::~server_context() = default;

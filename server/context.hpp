@@ -11,6 +11,7 @@
 
 #include "actors/engine.hpp"
 #include "config/engine_config.hpp"
+#include "config/model_config.hpp"
 #include "server/metrics.hpp"
 
 namespace actorserve::server {
@@ -43,6 +44,8 @@ struct server_context {
   int64_t created = 0;                       ///< start time (unix seconds), for /v1/models
   metrics stats;
   std::unique_ptr<prompt_builder> prompts;
+  /// generation_config.json's sampling defaults (empty with --generation-config vllm).
+  generation_defaults sampling_defaults;
   std::atomic<int64_t> num_connections{0};
   std::atomic<int64_t> num_active_jobs{0};   ///< API requests between submit and last byte
   std::atomic<bool> draining{false};

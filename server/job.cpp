@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 
+#include "protocol/openai/parse.hpp"
 #include "server/context.hpp"
 #include "server/prompt_builder.hpp"
 
@@ -55,6 +57,22 @@ status check_fan_out(const server_context& ctx, size_t num_prompts, int32_t n) {
                                 ctx.config.server.max_seqs_per_request));
 }
 
+/// How a chat request's output is parsed: tools need --enable-auto-tool-choice (as vLLM);
+/// tool_choice none leaves the output as text.
+result<protocol::chat_output::output_options> output_parsing(const server_context& ctx,
+                                                             const protocol::openai::chat_request& r) {
+  protocol::chat_output::output_options o;
+  o.reasoning = ctx.config.chat.reasoning_parser;
+  o.parallel_tool_calls = r.parallel_tool_calls;
+  const bool wants_tools = !r.tools.is_null() && r.tool_choice == protocol::openai::tool_choice_mode::automatic;
+  if (wants_tools && !ctx.config.chat.enable_auto_tool_choice)
+    return make_error(error_code::unsupported,
+                      "tools: tool_choice auto needs the server started with --enable-auto-tool-choice and "
+                      "--tool-call-parser");
+  if (wants_tools) o.tools = ctx.config.chat.tool_call_parser;
+  return o;
+}
+
 }  // namespace
 
 result<job_spec> make_completion_job(server_context& ctx, protocol::openai::completion_request&& r) {
@@ -66,15 +84,17 @@ result<job_spec> make_completion_job(server_context& ctx, protocol::openai::comp
   job.n = r.params.n;
   job.meta = make_meta(ctx, "cmpl");
   if (auto st = check_fan_out(ctx, r.prompts.size(), r.params.n); !st) return st.err();
+  protocol::openai::apply_generation_defaults(r.params, r.given, ctx.sampling_defaults);
   for (size_t i = 0; i < r.prompts.size(); ++i) {
-    auto ids = ctx.prompts->completion_prompt(r.prompts[i]);
+    auto ids = ctx.prompts->completion_prompt(r.prompts[i], r.add_special_tokens);
     if (!ids) return ids.err();
     actors::generation_request g;
     g.request_id = fmt::format("{}-{}", job.meta.id, i);
     g.params = r.params;
     // Fair admission: the i-th prompt of every request waits behind the (i-1)-th prompts of the
-    // others, so one long prompt list cannot hold back everyone else's first token.
-    g.priority = static_cast<int32_t>(i);
+    // others (at the same requested priority), so one long prompt list cannot hold back everyone
+    // else's first token.
+    g.priority = static_cast<int32_t>(std::min<int64_t>(int64_t{r.priority} + static_cast<int64_t>(i), INT32_MAX));
     if (auto st = fit_context(ctx, *ids, r.max_tokens_set, g.params, "prompt"); !st) return st.err();
     g.prompt_ids = *ids;
     job.prompt_ids.push_back(std::move(*ids));
@@ -92,12 +112,23 @@ result<job_spec> make_chat_job(server_context& ctx, protocol::openai::chat_reque
   job.n = r.params.n;
   job.meta = make_meta(ctx, "chatcmpl");
   if (auto st = check_fan_out(ctx, 1, r.params.n); !st) return st.err();
-  auto ids = ctx.prompts->chat_prompt(r.messages, r.add_generation_prompt);
+  auto parsing = output_parsing(ctx, r);
+  if (!parsing) return parsing.err();
+  job.output_parsing = *parsing;
+  auto ids = ctx.prompts->chat_prompt(r.messages, r.add_generation_prompt,
+                                      {r.tools, r.chat_template_kwargs, r.documents}, r.add_special_tokens);
   if (!ids) return ids.err();
   actors::generation_request g;
   g.request_id = job.meta.id + "-0";
   g.params = r.params;
-  if (!r.max_tokens_set) g.params.max_tokens = std::numeric_limits<int32_t>::max();
+  g.priority = r.priority;
+  protocol::openai::apply_generation_defaults(g.params, r.given, ctx.sampling_defaults);
+  // Mistral's [TOOL_CALLS] is a special token: the parser must see it (vLLM does the same).
+  if (job.output_parsing.tools == tool_parser_kind::mistral) g.params.skip_special_tokens = false;
+  if (!r.max_tokens_set)
+    g.params.max_tokens = static_cast<int32_t>(
+        std::min<int64_t>(ctx.sampling_defaults.max_new_tokens.value_or(std::numeric_limits<int32_t>::max()),
+                          std::numeric_limits<int32_t>::max()));
   if (auto st = fit_context(ctx, *ids, r.max_tokens_set, g.params, "messages"); !st) return st.err();
   g.prompt_ids = *ids;
   job.prompt_ids.push_back(std::move(*ids));

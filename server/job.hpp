@@ -7,6 +7,7 @@
 
 #include "actors/engine.hpp"
 #include "config/error.hpp"
+#include "protocol/chat_output/chat_output_parser.hpp"
 #include "protocol/openai/types.hpp"
 #include "protocol/openai/write.hpp"
 
@@ -25,6 +26,8 @@ struct job_spec {
 
   /// The engine sequences this job holds: prompts x n.
   int64_t num_sequences() const { return static_cast<int64_t>(requests.size()) * n; }
+  /// Chat: the reasoning and tool-call parsers each choice's text goes through (none: plain text).
+  protocol::chat_output::output_options output_parsing;
 };
 
 /// Tokenizes the prompts, applies defaults, checks lengths against max_model_len.

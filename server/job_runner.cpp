@@ -25,6 +25,8 @@ struct job_runner::choice_state {
   int64_t text_offset = 0;
   int64_t num_tokens = 0;
   bool sent_first = false;
+  std::optional<protocol::chat_output::chat_output_parser> parser;  ///< chat with reasoning/tool parsing
+  protocol::chat_output::chat_output parsed;                        ///< whole mode with a parser
 };
 
 struct job_runner::request_state {
@@ -59,6 +61,8 @@ job_runner::job_runner(server_context& ctx, job_spec job, output_mode mode, std:
       choices_(job_.requests.size() * static_cast<size_t>(job_.n)), requests_(job_.requests.size()),
       arrival_(clock::now()) {
   for (const auto& ids : job_.prompt_ids) usage_.prompt_tokens += static_cast<int64_t>(ids.size());
+  if (job_.chat && job_.output_parsing.any())
+    for (auto& c : choices_) c.parser.emplace(job_.output_parsing);
 }
 
 job_runner::~job_runner() { abandon(); }
@@ -210,6 +214,14 @@ void job_runner::on_delta(size_t p, actors::delta d) {
                                                                  : ctx_.stats.finished_abort;
     counter.fetch_add(1);
   }
+  protocol::chat_output::output_piece piece;
+  if (ch.parser) {
+    piece = ch.parser->push(d.text);
+    if (d.finish) {
+      piece.append(ch.parser->finish());
+      if (ch.finish == "stop" && ch.parser->called_tools()) ch.finish = "tool_calls";
+    }
+  }
   if (mode_ == output_mode::whole) {
     buffered_bytes_ += static_cast<int64_t>(d.text.size() + 12 * d.token_ids.size());
     for (const auto& t : lp) buffered_bytes_ += static_cast<int64_t>(64 + t.token.size() + 48 * t.top.size());
@@ -221,11 +233,12 @@ void job_runner::on_delta(size_t p, actors::delta d) {
                                   ctx_.config.server.max_response_bytes)));
       return;
     }
-    ch.text += d.text;
+    if (ch.parser) ch.parsed.add(std::move(piece));
+    else ch.text += d.text;
     ch.token_ids.insert(ch.token_ids.end(), d.token_ids.begin(), d.token_ids.end());
     for (auto& t : lp) ch.logprobs.push_back(std::move(t));
   } else if (!d.text.empty() || !d.token_ids.empty() || d.finish) {
-    emit_chunk(static_cast<int32_t>(c), d, std::move(lp));
+    emit_chunk(static_cast<int32_t>(c), d, std::move(lp), ch.parser ? &piece : nullptr);
     if (finished_) return;  // the stream was cut
   }
   ch.text_offset += static_cast<int64_t>(d.text.size());
@@ -239,11 +252,16 @@ void job_runner::on_delta(size_t p, actors::delta d) {
   }
 }
 
-void job_runner::emit_chunk(int32_t c, const actors::delta& d, std::vector<oa::token_logprob>&& lp) {
+void job_runner::emit_chunk(int32_t c, const actors::delta& d, std::vector<oa::token_logprob>&& lp,
+                            const protocol::chat_output::output_piece* parsed) {
   auto& ch = choices_[static_cast<size_t>(c)];
   oa::chunk_delta cd;
   cd.index = c;
-  cd.text = d.text;
+  cd.text = parsed ? std::string_view(parsed->content) : std::string_view(d.text);
+  if (parsed) {
+    cd.reasoning = parsed->reasoning;
+    cd.tool_calls = parsed->tool_calls;
+  }
   cd.token_ids = d.token_ids;
   cd.logprobs = lp;
   cd.text_offset = ch.text_offset;
@@ -270,6 +288,11 @@ void job_runner::finish_ok() {
         results[c].token_ids = std::move(choices_[c].token_ids);
         results[c].logprobs = std::move(choices_[c].logprobs);
         results[c].finish_reason = choices_[c].finish.empty() ? "stop" : choices_[c].finish;
+        if (choices_[c].parser) {
+          results[c].text = std::move(choices_[c].parsed.content);
+          results[c].reasoning = std::move(choices_[c].parsed.reasoning);
+          results[c].tool_calls = std::move(choices_[c].parsed.tool_calls);
+        }
       }
       std::string body = job_.chat
           ? oa::write_chat_completion(job_.meta, results, usage_, job_.prompt_ids[0], job_.flags)

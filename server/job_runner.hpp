@@ -56,7 +56,9 @@ class job_runner : public std::enable_shared_from_this<job_runner> {
   struct channel;
 
   void on_delta(size_t prompt, actors::delta d);
-  void emit_chunk(int32_t choice, const actors::delta& d, std::vector<protocol::openai::token_logprob>&& lp);
+  /// `parsed`: the delta's text through the chat output parsers, or nullptr for plain text.
+  void emit_chunk(int32_t choice, const actors::delta& d, std::vector<protocol::openai::token_logprob>&& lp,
+                  const protocol::chat_output::output_piece* parsed);
   void finish_ok();
   void fail(const error& e);
   void cut_slow_client();

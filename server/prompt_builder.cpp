@@ -22,10 +22,11 @@ status prompt_builder::check_text_bytes(std::string_view text, std::string_view 
                                 field, max_model_len_, text.size(), max_text_bytes_ / std::max<int64_t>(1, max_model_len_)));
 }
 
-result<std::vector<int32_t>> prompt_builder::completion_prompt(const protocol::openai::prompt_input& p) const {
+result<std::vector<int32_t>> prompt_builder::completion_prompt(const protocol::openai::prompt_input& p,
+                                                               bool add_special_tokens) const {
   if (!p.is_ids) {
     if (auto st = check_text_bytes(p.text, "prompt"); !st) return st.err();
-    return tok_.encode(p.text, /*add_special_tokens=*/true);
+    return tok_.encode(p.text, add_special_tokens);
   }
   const int32_t vocab = tok_.vocab_size();
   for (int32_t id : p.ids)
@@ -36,11 +37,12 @@ result<std::vector<int32_t>> prompt_builder::completion_prompt(const protocol::o
 }
 
 result<std::vector<int32_t>> prompt_builder::chat_prompt(
-    const std::vector<protocol::openai::chat_message>& messages, bool add_generation_prompt) const {
-  auto text = render_chat(messages, add_generation_prompt);
+    const std::vector<protocol::openai::chat_message>& messages, bool add_generation_prompt,
+    const chat_extras& extras, bool add_special_tokens) const {
+  auto text = render_chat(messages, add_generation_prompt, extras);
   if (!text) return text.err();
   if (auto st = check_text_bytes(*text, "messages"); !st) return st.err();
-  return tok_.encode(*text, /*add_special_tokens=*/false);
+  return tok_.encode(*text, add_special_tokens);
 }
 
 }  // namespace actorserve::server

@@ -12,6 +12,7 @@ namespace actorserve::server {
 
 struct prompt_builder::chat_state {
   std::optional<protocol::chat_template> tpl;  ///< nullopt: the model has no chat template
+  std::optional<protocol::chat_template> tool_use;  ///< the model's `tool_use` named template
   std::optional<std::string> bos, eos;         ///< nullopt: undefined in the template
 };
 
@@ -48,26 +49,40 @@ result<std::unique_ptr<prompt_builder>> prompt_builder::create(const protocol::t
     if (!tpl) return make_error(tpl.err().code, "--chat-template: " + tpl.err().message);
     chat->tpl = std::move(*tpl);
   }
+  if (const std::string* named = tok.chat_template("tool_use"); named && template_file.empty()) {
+    auto tpl = protocol::chat_template::parse(*named);
+    if (!tpl) return make_error(tpl.err().code, "tokenizer_config.json: chat template tool_use: " + tpl.err().message);
+    chat->tool_use = std::move(*tpl);
+  }
   return std::unique_ptr<prompt_builder>(new prompt_builder(tok, std::move(chat)));
 }
 
 result<std::string> prompt_builder::render_chat(const std::vector<protocol::openai::chat_message>& messages,
-                                                bool add_generation_prompt) const {
-  if (!chat_->tpl)
+                                                bool add_generation_prompt, const chat_extras& extras) const {
+  const bool tools = !extras.tools.is_null();
+  const protocol::chat_template* tpl = tools && chat_->tool_use ? &*chat_->tool_use
+                                       : chat_->tpl               ? &*chat_->tpl
+                                                                  : nullptr;
+  if (!tpl)
     return make_error(error_code::invalid_argument,
                       "messages: the model has no chat template; start the server with --chat-template FILE");
   protocol::chat_template_inputs in;
   in.add_generation_prompt = add_generation_prompt;
   in.bos_token = chat_->bos;
   in.eos_token = chat_->eos;
+  in.tools = extras.tools;
+  in.extra = extras.template_kwargs;
+  in.documents = extras.documents;
   in.messages.reserve(messages.size());
   for (const auto& m : messages) {
     protocol::chat_value::object obj{{"role", m.role}, {"content", m.content}};
     if (!m.name.empty()) obj.emplace_back("name", m.name);
     if (!m.tool_call_id.empty()) obj.emplace_back("tool_call_id", m.tool_call_id);
+    if (!m.tool_calls.is_null()) obj.emplace_back("tool_calls", m.tool_calls);
+    if (!m.reasoning_content.empty()) obj.emplace_back("reasoning_content", m.reasoning_content);
     in.messages.emplace_back(std::move(obj));
   }
-  auto text = protocol::apply_chat_template(*chat_->tpl, in);
+  auto text = protocol::apply_chat_template(*tpl, in);
   if (!text) return make_error(text.err().code, "messages: " + text.err().message);
   return text;
 }

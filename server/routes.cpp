@@ -57,7 +57,8 @@ route_result tokenize(server_context& ctx, std::string_view body) {
   if (!req) return error_result(ctx, req.err());
   std::vector<int32_t> ids;
   if (req->is_chat) {
-    auto text = ctx.prompts->render_chat(req->messages, req->add_generation_prompt);
+    auto text = ctx.prompts->render_chat(req->messages, req->add_generation_prompt,
+                                         {req->tools, req->chat_template_kwargs, {}});
     if (!text) return error_result(ctx, text.err());
     ids = ctx.engine.tokenizer().encode(*text, false);
   } else {

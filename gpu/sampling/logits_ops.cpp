@@ -60,6 +60,11 @@ void apply_penalties(std::span<float> logits, const sampling_params& params,
   }
 }
 
+void add_logit_bias(std::span<float> logits, std::span<const std::pair<int32_t, float>> bias) {
+  for (const auto& [id, b] : bias)
+    if (in_vocab(id, logits.size())) logits[static_cast<size_t>(id)] += b;
+}
+
 void mask_tokens(std::span<float> logits, std::span<const int32_t> ids) {
   for (int32_t id : ids)
     if (in_vocab(id, logits.size()))

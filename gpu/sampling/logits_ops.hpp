@@ -3,6 +3,7 @@
 /// Exposed separately so tests (and the CUDA sampler's reference checks) can use them directly.
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "config/sampling_params.hpp"
@@ -13,6 +14,9 @@ namespace actorserve::gpu {
 /// history[prompt_len:]) penalties in place, vLLM order. Ids outside the vocab are ignored.
 void apply_penalties(std::span<float> logits, const sampling_params& params,
                      std::span<const int32_t> history, int32_t prompt_len);
+
+/// Adds each (id, bias) of `bias` to logits[id] (ids outside the vocab are ignored).
+void add_logit_bias(std::span<float> logits, std::span<const std::pair<int32_t, float>> bias);
 
 /// Sets the logits of `ids` (those inside the vocab) to -inf.
 void mask_tokens(std::span<float> logits, std::span<const int32_t> ids);

@@ -1,5 +1,6 @@
 #include "protocol/chat_template/chat_template.hpp"
 
+#include <ctime>
 #include <exception>
 #include <new>
 
@@ -33,6 +34,7 @@ result<std::string> chat_template::render(const chat_value& context, const chat_
   lim.max_items = limits.max_items;
   lim.max_steps = limits.max_steps;
   lim.max_call_depth = limits.max_call_depth;
+  lim.now = limits.fixed_time ? *limits.fixed_time : static_cast<std::int64_t>(std::time(nullptr));
   try {
     jinja::value_map vars;
     if (context.is_object()) {
@@ -60,7 +62,9 @@ result<std::string> apply_chat_template(const chat_template& tpl, const chat_tem
   if (inputs.extra.is_object()) {
     for (const auto& [k, v] : inputs.extra.as_object()) context = context.with(k, v);
   }
-  return tpl.render(context);
+  chat_template_limits limits;
+  limits.fixed_time = inputs.fixed_time;
+  return tpl.render(context, limits);
 }
 
 result<std::string> apply_chat_template(const chat_template& tpl, const std::vector<chat_value>& messages,

@@ -30,6 +30,8 @@ struct chat_template_limits {
   std::size_t max_items = 1u << 20;         ///< any one list built on the way (range(), +, *)
   std::uint64_t max_steps = 5'000'000;      ///< expressions evaluated + loop iterations + calls
   int max_call_depth = 64;                  ///< nested macro calls
+  /// strftime_now's time in unix seconds, formatted as UTC; unset: the current time.
+  std::optional<std::int64_t> fixed_time;
 };
 
 class chat_template {
@@ -59,6 +61,7 @@ struct chat_template_inputs {
   chat_value tools;      ///< list of tool definitions, or null (passed as tools=None)
   chat_value documents;  ///< list of documents, or null
   chat_value extra;      ///< an object of further variables (e.g. enable_thinking), or null
+  std::optional<std::int64_t> fixed_time;  ///< strftime_now's time (unix seconds); unset: now
 };
 
 /// Renders `inputs` the way transformers does (`tokenize=False`).

@@ -61,16 +61,14 @@ value g_raise_exception(renderer&, const call_args& a, int) {
   throw template_error{error_code::invalid_argument, msg ? to_str(*msg) : std::string("template raised an exception")};
 }
 
-/// Formats the fixed date Hugging Face's test environment uses: Friday 2024-07-26, 00:00:00.
+/// Formats the render's time (the current time unless the caller fixed one) as UTC, as
+/// transformers' strftime_now does with datetime.now().
 value g_strftime_now(renderer& r, const call_args& a, int line) {
   const value* fmt = a.get(0, "format");
   if (!fmt || !fmt->is_string()) fail(line, "strftime_now() needs a format string");
+  const std::time_t now = static_cast<std::time_t>(r.lim().now);
   std::tm t{};
-  t.tm_year = 2024 - 1900;
-  t.tm_mon = 6;
-  t.tm_mday = 26;
-  t.tm_wday = 5;
-  t.tm_yday = 207;
+  if (!gmtime_r(&now, &t)) fail(line, "strftime_now(): the time is out of range");
   const std::string& f = fmt->as_string();
   r.check_size(f.size() * 16, line);
   std::string buf(f.size() * 16 + 64, '\0');

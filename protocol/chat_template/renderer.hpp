@@ -19,6 +19,7 @@ struct limits {
   std::size_t max_items = 0;         ///< cap on any list built during rendering
   std::uint64_t max_steps = 0;       ///< expressions evaluated + loop iterations + calls
   int max_call_depth = 0;            ///< nested macro calls
+  std::int64_t now = 0;              ///< strftime_now's time (unix seconds, shown as UTC)
 };
 
 /// One variable scope; loops open one per iteration, macros one per call.

@@ -95,4 +95,30 @@ status read_token_ids(element e, std::string_view field, std::vector<int32_t>& o
   return {};
 }
 
+chat_value to_chat_value(element e) {
+  switch (e.type()) {
+    case element_type::ARRAY: {
+      chat_value::array items;
+      for (element item : simdjson::dom::array(e)) items.push_back(to_chat_value(item));
+      return chat_value(std::move(items));
+    }
+    case element_type::OBJECT: {
+      chat_value::object members;
+      for (auto [key, value] : simdjson::dom::object(e)) members.emplace_back(std::string(key), to_chat_value(value));
+      return chat_value(std::move(members));
+    }
+    case element_type::INT64: return chat_value(int64_t(e));
+    case element_type::UINT64: return chat_value(static_cast<double>(uint64_t(e)));
+    case element_type::DOUBLE: return chat_value(double(e));
+    case element_type::STRING: return chat_value(std::string_view(e));
+    case element_type::BOOL: return chat_value(bool(e));
+    case element_type::NULL_VALUE: return chat_value();
+  }
+  return chat_value();
+}
+
+error unsupported_field(std::string_view field, std::string_view why) {
+  return make_error(error_code::unsupported, fmt::format("{}: {}", field, why));
+}
+
 }  // namespace actorserve::protocol::detail

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/error.hpp"
+#include "protocol/chat_template/chat_value.hpp"
 
 namespace actorserve::protocol::detail {
 
@@ -35,5 +36,10 @@ status read_int(element e, std::string_view field, int64_t lo, int64_t hi, int64
 status read_int32(element e, std::string_view field, int32_t lo, int32_t hi, int32_t& out);
 /// An array of token ids (non-negative int32).
 status read_token_ids(element e, std::string_view field, std::vector<int32_t>& out);
+
+/// A JSON value as a chat_value (object key order kept), for template inputs.
+chat_value to_chat_value(element e);
+/// An unsupported error: "<field>: <why>".
+error unsupported_field(std::string_view field, std::string_view why);
 
 }  // namespace actorserve::protocol::detail

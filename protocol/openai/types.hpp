@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/sampling_params.hpp"
+#include "protocol/chat_template/chat_value.hpp"
 
 namespace actorserve::protocol::openai {
 
@@ -24,13 +25,25 @@ struct stream_options {
   bool return_token_ids = false;       ///< vLLM: token_ids / prompt_token_ids in the response
 };
 
+/// The sampling fields a request gave; the others take generation_config.json's defaults.
+struct given_fields {
+  bool temperature = false;
+  bool top_p = false;
+  bool top_k = false;
+  bool min_p = false;
+  bool repetition_penalty = false;
+};
+
 /// POST /v1/completions.
 struct completion_request {
   std::string model;
   std::vector<prompt_input> prompts;   ///< at least one
   sampling_params params;              ///< max_tokens holds 16 unless `max_tokens_set`
   bool max_tokens_set = false;
+  given_fields given;
   bool logprobs = false;               ///< `logprobs` given (its value is params.num_logprobs)
+  bool add_special_tokens = true;      ///< vLLM: text prompts get BOS etc.
+  int32_t priority = 0;                ///< vLLM: lower is served first
   stream_options output;
 };
 
@@ -40,7 +53,14 @@ struct chat_message {
   std::string content;
   std::string name;                    ///< optional
   std::string tool_call_id;            ///< optional (role tool)
+  std::string reasoning_content;       ///< optional (assistant): earlier reasoning, for templates
+  /// Assistant tool calls as templates read them: [{id, type, function: {name, arguments}}]
+  /// with `arguments` decoded from its JSON string into an object (as vLLM passes it); or null.
+  chat_value tool_calls;
 };
+
+/// tool_choice: `auto` (the model may call tools) or `none` (its output is plain content).
+enum class tool_choice_mode { automatic, none };
 
 /// POST /v1/chat/completions.
 struct chat_request {
@@ -48,9 +68,32 @@ struct chat_request {
   std::vector<chat_message> messages;  ///< at least one
   sampling_params params;              ///< max_tokens meaningful only if `max_tokens_set`
   bool max_tokens_set = false;
+  given_fields given;
   bool logprobs = false;               ///< `logprobs: true` (top_logprobs in params.num_logprobs)
   bool add_generation_prompt = true;   ///< vLLM extension
+  bool add_special_tokens = false;     ///< vLLM: the template writes BOS itself
+  int32_t priority = 0;                ///< vLLM: lower is served first
+  chat_value tools;                    ///< function tools as given (the template's `tools`), or null
+  tool_choice_mode tool_choice = tool_choice_mode::automatic;
+  bool parallel_tool_calls = true;     ///< false: at most one tool call is returned
+  chat_value chat_template_kwargs;     ///< vLLM: extra template variables (an object), or null
+  chat_value documents;                ///< vLLM: the template's `documents`, or null
   stream_options output;
+};
+
+/// One complete tool call of a response.
+struct tool_call {
+  std::string id;
+  std::string name;
+  std::string arguments;               ///< JSON text, as the model wrote it
+};
+
+/// A streamed piece of a tool call: the first piece of a call carries its id and name.
+struct tool_call_piece {
+  int32_t index = 0;                   ///< the call's position in the choice's tool_calls
+  std::string id;                      ///< non-empty only on the call's first piece
+  std::string name;                    ///< non-empty only on the call's first piece
+  std::string arguments;               ///< the next piece of the arguments text
 };
 
 /// POST /tokenize (vLLM): either a prompt or chat messages.
@@ -59,6 +102,8 @@ struct tokenize_request {
   bool is_chat = false;
   prompt_input prompt;                 ///< text only (is_chat false)
   std::vector<chat_message> messages;  ///< is_chat true
+  chat_value tools;                    ///< the template's `tools` (is_chat), or null
+  chat_value chat_template_kwargs;     ///< extra template variables (is_chat), or null
   bool add_special_tokens = true;
   bool add_generation_prompt = true;
 };
@@ -88,7 +133,10 @@ struct choice_result {
   std::string text;
   std::vector<int32_t> token_ids;
   std::vector<token_logprob> logprobs;
-  std::string finish_reason = "stop";  ///< stop | length | cancelled | error
+  std::string finish_reason = "stop";  ///< stop | length | tool_calls | cancelled | error
+  /// Chat with a reasoning parser: the text inside <think>...</think> (`text` holds the rest).
+  std::optional<std::string> reasoning;
+  std::vector<tool_call> tool_calls;   ///< chat with a tool-call parser
 };
 
 struct usage_info {

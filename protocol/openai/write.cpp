@@ -21,6 +21,26 @@ void write_finish(json::writer& w, std::string_view reason) {
   if (reason.empty()) w.null(); else w.str(reason);
 }
 
+bool all_space(std::string_view t) { return t.find_first_not_of(" \n\r\t") == std::string_view::npos; }
+
+/// The assistant message of a whole chat response. With tool calls, content that is only
+/// whitespace is null, as OpenAI writes it.
+void write_message(json::writer& w, const choice_result& c) {
+  w.begin_object().key("role").str("assistant").key("content");
+  if (!c.tool_calls.empty() && all_space(c.text)) w.null(); else w.str(c.text);
+  if (c.reasoning) w.key("reasoning_content").str(*c.reasoning);
+  if (!c.tool_calls.empty()) {
+    w.key("tool_calls").begin_array();
+    for (const auto& t : c.tool_calls) {
+      w.begin_object().key("id").str(t.id).key("type").str("function");
+      w.key("function").begin_object().key("name").str(t.name).key("arguments").str(t.arguments).end_object();
+      w.end_object();
+    }
+    w.end_array();
+  }
+  w.end_object();
+}
+
 }  // namespace
 
 void write_usage(json::writer& w, const usage_info& u) {
@@ -126,7 +146,8 @@ std::string write_chat_completion(const response_meta& meta, std::span<const cho
   for (const auto& c : choices) {
     w.begin_object();
     w.key("index").num(c.index);
-    w.key("message").begin_object().key("role").str("assistant").key("content").str(c.text).end_object();
+    w.key("message");
+    write_message(w, c);
     w.key("logprobs");
     if (flags.logprobs) write_chat_logprobs(w, c.logprobs); else w.null();
     write_finish(w, c.finish_reason);
@@ -172,6 +193,11 @@ std::string write_chat_chunk(const response_meta& meta, const chunk_delta& d, ou
   w.key("delta").begin_object();
   if (d.first) w.key("role").str("assistant");
   if (!d.text.empty() || d.first) w.key("content").str(d.text);
+  if (!d.reasoning.empty()) w.key("reasoning_content").str(d.reasoning);
+  if (!d.tool_calls.empty()) {
+    w.key("tool_calls");
+    write_tool_call_pieces(w, d.tool_calls);
+  }
   w.end_object();
   w.key("logprobs");
   if (flags.logprobs && !d.logprobs.empty()) write_chat_logprobs(w, d.logprobs); else w.null();
@@ -195,6 +221,19 @@ std::string write_usage_chunk(const response_meta& meta, bool chat, const usage_
   write_usage(w, usage);
   w.end_object();
   return out;
+}
+
+void write_tool_call_pieces(json::writer& w, std::span<const tool_call_piece> pieces) {
+  w.begin_array();
+  for (const auto& p : pieces) {
+    w.begin_object().key("index").num(p.index);
+    if (!p.id.empty()) w.key("id").str(p.id).key("type").str("function");
+    w.key("function").begin_object();
+    if (!p.name.empty()) w.key("name").str(p.name);
+    w.key("arguments").str(p.arguments);
+    w.end_object().end_object();
+  }
+  w.end_array();
 }
 
 std::string write_error(std::string_view message, std::string_view type, std::string_view param,

@@ -29,6 +29,8 @@ struct chunk_delta {
   std::span<const token_logprob> logprobs;     ///< written when flags.logprobs
   int64_t text_offset = 0;                     ///< completions: offset of `text` in the choice
   std::string_view finish_reason;              ///< empty: null
+  std::string_view reasoning;                  ///< chat: written as reasoning_content when non-empty
+  std::span<const tool_call_piece> tool_calls; ///< chat: written as tool_calls when non-empty
 };
 
 /// A whole /v1/completions response. `prompt_ids[p]` belongs to choices p*n .. p*n+n-1.
@@ -53,6 +55,10 @@ void write_usage(json::writer& w, const usage_info& usage);
 void write_completion_logprobs(json::writer& w, std::span<const token_logprob> lp, int64_t text_offset);
 /// Chat-style logprobs: {"content": [{token, logprob, bytes, top_logprobs}]}.
 void write_chat_logprobs(json::writer& w, std::span<const token_logprob> lp);
+
+/// Streamed tool-call pieces as OpenAI writes them: [{index, id, type, function: {name,
+/// arguments}}] on a call's first piece, [{index, function: {arguments}}] after.
+void write_tool_call_pieces(json::writer& w, std::span<const tool_call_piece> pieces);
 
 /// {"error": {"message", "type", "param", "code"}}; empty param/code are written as null.
 std::string write_error(std::string_view message, std::string_view type, std::string_view param,

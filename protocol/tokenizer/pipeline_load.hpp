@@ -16,4 +16,8 @@ status load_post_processor(tokenizer_impl& t, const json_obj& root);
 /// Reads `root.decoder` (null, Sequence, ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace).
 status load_decoder(tokenizer_impl& t, const json_obj& root);
 
+/// The newer Hugging Face layout: `dir/chat_template.jinja` (the default template, preferred
+/// over tokenizer_config.json's) and `dir/additional_chat_templates/NAME.jinja` (named ones).
+status load_chat_template_files(tokenizer_impl& t, const std::string& dir);
+
 }  // namespace actorserve::protocol::detail

@@ -38,5 +38,10 @@ const std::string& tokenizer::bos_token() const { return impl_->bos_token; }
 const std::string& tokenizer::eos_token() const { return impl_->eos_token; }
 std::optional<bool> tokenizer::add_bos_token() const { return impl_->add_bos_token; }
 const std::string& tokenizer::chat_template() const { return impl_->chat_template; }
+const std::string* tokenizer::chat_template(std::string_view name) const {
+  for (const auto& [n, text] : impl_->named_chat_templates)
+    if (n == name) return &text;
+  return nullptr;
+}
 
 }  // namespace actorserve::protocol

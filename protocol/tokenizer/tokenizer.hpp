@@ -53,12 +53,15 @@ class tokenizer {
   const std::string& eos_token() const;
   /// tokenizer_config.json's add_bos_token, when present.
   std::optional<bool> add_bos_token() const;
-  /// The Jinja chat template of tokenizer_config.json (the "default" one of a list); empty if none.
+  /// The Jinja chat template: chat_template.jinja, else tokenizer_config.json's (the "default"
+  /// one of a list); empty if none.
   const std::string& chat_template() const;
   /// The most input bytes one token of this tokenizer can stand for (after normalization shrinks
   /// text), so that a text of B bytes has at least B / this tokens; nullopt when the pipeline can
   /// drop input (then no such bound holds). Walks the vocabulary: call once and keep the value.
   std::optional<int64_t> max_input_bytes_per_token() const;
+  /// A named chat template (e.g. "tool_use"), or nullptr when the model has none by that name.
+  const std::string* chat_template(std::string_view name) const;
 
   /// Internal state shared with the incremental detokenizer.
   const detail::tokenizer_impl& impl() const { return *impl_; }

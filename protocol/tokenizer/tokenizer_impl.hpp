@@ -91,6 +91,8 @@ struct tokenizer_impl {
   std::optional<bool> add_bos_token;
   std::optional<bool> add_eos_token;
   std::string chat_template;
+  /// Named templates (tokenizer_config.json's list, additional_chat_templates/*.jinja), e.g. tool_use.
+  std::vector<std::pair<std::string, std::string>> named_chat_templates;
   std::optional<int32_t> bos_id;
   std::vector<int32_t> eos_ids;
 

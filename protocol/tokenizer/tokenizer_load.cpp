@@ -230,6 +230,7 @@ status load_chat_template(tokenizer_impl& t, const json_obj& o) {
         item["template"].get_string().get(tmpl) != simdjson::SUCCESS)
       return o.bad("chat_template", "a string or a list of {name, template}");
     if (t.chat_template.empty() || name == "default") t.chat_template.assign(tmpl);
+    t.named_chat_templates.emplace_back(name, tmpl);
   }
   return {};
 }
@@ -340,6 +341,7 @@ result<tokenizer> tokenizer::from_model_dir(const std::string& dir) {
   auto t = detail::load_tokenizer(dir + "/tokenizer.json", dir + "/tokenizer_config.json",
                                   dir + "/generation_config.json");
   if (!t) return t.err();
+  if (status s = detail::load_chat_template_files(**t, dir); !s) return s.err();
   return tokenizer(std::move(*t));
 }
 

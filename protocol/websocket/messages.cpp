@@ -44,6 +44,11 @@ std::string write_delta_frame(std::string_view id, const openai::chunk_delta& d,
   w.key("id").str(id);
   w.key("index").num(d.index);
   w.key("text").str(d.text);
+  if (!d.reasoning.empty()) w.key("reasoning_content").str(d.reasoning);
+  if (!d.tool_calls.empty()) {
+    w.key("tool_calls");
+    openai::write_tool_call_pieces(w, d.tool_calls);
+  }
   w.key("finish_reason");
   if (d.finish_reason.empty()) w.null(); else w.str(d.finish_reason);
   if (flags.return_token_ids) w.key("token_ids").int_array(d.token_ids);

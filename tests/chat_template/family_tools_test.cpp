@@ -3,11 +3,23 @@
 /// string, strftime_now. Expected texts written out by hand (and checked against Python jinja2).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "render_helpers.hpp"
+#include "test_data.hpp"
 
 using actorserve::testing::apply;
 
 namespace {
+
+/// A template of tests/data/chat_templates/tools/ (the server tests and e2e tests use them too).
+std::string tools_template(const std::string& name) {
+  std::ifstream in(actorserve::testing::test_data_dir() + "/chat_templates/tools/" + name, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 const char* kToolConversation = R"([
   {"role": "user", "content": "Weather in Paris?"},
@@ -17,64 +29,10 @@ const char* kToolConversation = R"([
 const char* kTools = R"([{"type": "function", "function": {"name": "get_weather", "description": "Get the weather",
   "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])";
 
-const char* kQwen25 = R"({%- if tools %}
-    {{- '<|im_start|>system\n' }}
-    {%- if messages[0]['role'] == 'system' %}
-        {{- messages[0]['content'] }}
-    {%- else %}
-        {{- 'You are a helpful assistant.' }}
-    {%- endif %}
-    {{- "\n\n# Tools\n\n<tools>" }}
-    {%- for tool in tools %}
-        {{- "\n" }}
-        {{- tool | tojson }}
-    {%- endfor %}
-    {{- "\n</tools><|im_end|>\n" }}
-{%- else %}
-    {%- if messages[0]['role'] == 'system' %}
-        {{- '<|im_start|>system\n' + messages[0]['content'] + '<|im_end|>\n' }}
-    {%- else %}
-        {{- '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}
-    {%- endif %}
-{%- endif %}
-{%- for message in messages %}
-    {%- if (message.role == "user") or (message.role == "system" and not loop.first) or (message.role == "assistant" and not message.tool_calls) %}
-        {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>' + '\n' }}
-    {%- elif message.role == "assistant" %}
-        {{- '<|im_start|>' + message.role }}
-        {%- if message.content %}
-            {{- '\n' + message.content }}
-        {%- endif %}
-        {%- for tool_call in message.tool_calls %}
-            {%- if tool_call.function is defined %}
-                {%- set tool_call = tool_call.function %}
-            {%- endif %}
-            {{- '\n<tool_call>\n{"name": "' }}
-            {{- tool_call.name }}
-            {{- '", "arguments": ' }}
-            {{- tool_call.arguments | tojson }}
-            {{- '}\n</tool_call>' }}
-        {%- endfor %}
-        {{- '<|im_end|>\n' }}
-    {%- elif message.role == "tool" %}
-        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != "tool") %}
-            {{- '<|im_start|>user' }}
-        {%- endif %}
-        {{- '\n<tool_response>\n' }}
-        {{- message.content }}
-        {{- '\n</tool_response>' }}
-        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
-            {{- '<|im_end|>\n' }}
-        {%- endif %}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\n' }}
-{%- endif %}
-)";
+const std::string kQwen25 = tools_template("qwen2.5-instruct.jinja");
 
 TEST(FamilyTools, Qwen25ToolCallsAndResponses) {
-  auto out = apply(kQwen25, kToolConversation, kTools);
+  auto out = actorserve::testing::apply(kQwen25, kToolConversation, kTools);
   ASSERT_TRUE(out.ok()) << out.err().message;
   EXPECT_EQ(*out,
             "<|im_start|>system\nYou are a helpful assistant.\n\n# Tools\n\n<tools>\n"
@@ -89,76 +47,17 @@ TEST(FamilyTools, Qwen25ToolCallsAndResponses) {
 }
 
 TEST(FamilyTools, Qwen25WithoutTools) {
-  auto out = apply(kQwen25, R"([{"role": "user", "content": "Hi"}])");
+  auto out = actorserve::testing::apply(kQwen25, R"([{"role": "user", "content": "Hi"}])");
   ASSERT_TRUE(out.ok()) << out.err().message;
   EXPECT_EQ(*out,
             "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
             "<|im_start|>assistant\n");
 }
 
-const char* kLlama31 = R"({{- bos_token }}
-{%- if not date_string is defined %}
-    {%- set date_string = strftime_now("%d %b %Y") %}
-{%- endif %}
-{%- if not tools is defined %}
-    {%- set tools = none %}
-{%- endif %}
-
-{#- Pull out the system message #}
-{%- if messages[0]['role'] == 'system' %}
-    {%- set system_message = messages[0]['content']|trim %}
-    {%- set messages = messages[1:] %}
-{%- else %}
-    {%- set system_message = "" %}
-{%- endif %}
-
-{{- "<|start_header_id|>system<|end_header_id|>\n\n" }}
-{%- if tools is not none %}
-    {{- "Environment: ipython\n" }}
-{%- endif %}
-{{- "Cutting Knowledge Date: December 2023\n" }}
-{{- "Today Date: " + date_string + "\n\n" }}
-{%- if tools is not none %}
-    {{- "You have access to the following functions:\n\n" }}
-    {%- for t in tools %}
-        {{- t | tojson(indent=4) }}
-        {{- "\n\n" }}
-    {%- endfor %}
-{%- endif %}
-{{- system_message }}
-{{- "<|eot_id|>" }}
-
-{%- for message in messages %}
-    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
-        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' }}
-    {%- elif 'tool_calls' in message %}
-        {%- if not message.tool_calls|length == 1 %}
-            {{- raise_exception("This model only supports single tool-calls at once!") }}
-        {%- endif %}
-        {%- set tool_call = message.tool_calls[0].function %}
-        {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' -}}
-        {{- '{"name": "' + tool_call.name + '", ' }}
-        {{- '"parameters": ' }}
-        {{- tool_call.arguments | tojson }}
-        {{- "}" }}
-        {{- "<|eot_id|>" }}
-    {%- elif message.role == "tool" or message.role == "ipython" %}
-        {{- "<|start_header_id|>ipython<|end_header_id|>\n\n" }}
-        {%- if message.content is mapping %}
-            {{- message.content | tojson }}
-        {%- else %}
-            {{- message.content }}
-        {%- endif %}
-        {{- "<|eot_id|>" }}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|start_header_id|>assistant<|end_header_id|>\n\n' }}
-{%- endif %}
-)";
+const std::string kLlama31 = tools_template("llama-3.1-instruct.jinja");
 
 TEST(FamilyTools, Llama31IndentedToolJsonAndFixedDate) {
-  auto out = apply(kLlama31, kToolConversation, kTools);
+  auto out = actorserve::testing::apply(kLlama31, kToolConversation, kTools);
   ASSERT_TRUE(out.ok()) << out.err().message;
   EXPECT_EQ(*out,
             "<s><|start_header_id|>system<|end_header_id|>\n\nEnvironment: ipython\nCutting Knowledge Date: December 2023\n"
@@ -176,7 +75,7 @@ TEST(FamilyTools, Llama31IndentedToolJsonAndFixedDate) {
 }
 
 TEST(FamilyTools, Llama31SystemMessageIsTrimmedAndMessagesReassigned) {
-  auto out = apply(kLlama31, R"([{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Hi "}])", "null",
+  auto out = actorserve::testing::apply(kLlama31, R"([{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Hi "}])", "null",
                    false);
   ASSERT_TRUE(out.ok()) << out.err().message;
   EXPECT_EQ(*out,
@@ -184,83 +83,10 @@ TEST(FamilyTools, Llama31SystemMessageIsTrimmedAndMessagesReassigned) {
             "Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>");
 }
 
-const char* kMistralV3 = R"({%- if messages[0]["role"] == "system" %}
-    {%- set system_message = messages[0]["content"] %}
-    {%- set loop_messages = messages[1:] %}
-{%- else %}
-    {%- set loop_messages = messages %}
-{%- endif %}
-{%- if not tools is defined %}
-    {%- set tools = none %}
-{%- endif %}
-{%- set user_messages = loop_messages | selectattr("role", "equalto", "user") | list %}
-
-{%- for message in loop_messages | rejectattr("role", "equalto", "tool") | selectattr("tool_calls", "undefined") %}
-    {%- if (message["role"] == "user") != (loop.index0 % 2 == 0) %}
-        {{- raise_exception("After the optional system message, conversation roles must alternate user/assistant/user/assistant/...") }}
-    {%- endif %}
-{%- endfor %}
-
-{{- bos_token }}
-{%- for message in loop_messages %}
-    {%- if message["role"] == "user" %}
-        {%- if tools is not none and (message == user_messages[-1]) %}
-            {{- "[AVAILABLE_TOOLS] [" }}
-            {%- for tool in tools %}
-                {%- set tool = tool.function %}
-                {{- '{"type": "function", "function": {' }}
-                {%- for key, val in tool.items() if key != "return" %}
-                    {%- if val is string %}
-                        {{- '"' + key + '": "' + val + '"' }}
-                    {%- else %}
-                        {{- '"' + key + '": ' + val|tojson }}
-                    {%- endif %}
-                    {%- if not loop.last %}
-                        {{- ", " }}
-                    {%- endif %}
-                {%- endfor %}
-                {{- "}}" }}
-                {%- if not loop.last %}
-                    {{- ", " }}
-                {%- else %}
-                    {{- "]" }}
-                {%- endif %}
-            {%- endfor %}
-            {{- "[/AVAILABLE_TOOLS]" }}
-        {%- endif %}
-        {%- if loop.last and system_message is defined %}
-            {{- "[INST] " + system_message + "\n\n" + message["content"] + "[/INST]" }}
-        {%- else %}
-            {{- "[INST] " + message["content"] + "[/INST]" }}
-        {%- endif %}
-    {%- elif message.tool_calls is defined and message.tool_calls is not none %}
-        {{- "[TOOL_CALLS] [" }}
-        {%- for tool_call in message.tool_calls %}
-            {%- set out = tool_call.function|tojson %}
-            {{- out[:-1] }}
-            {%- if not tool_call.id is defined or tool_call.id|length != 9 %}
-                {{- raise_exception("Tool call IDs should be alphanumeric strings with length 9!") }}
-            {%- endif %}
-            {{- ', "id": "' + tool_call.id + '"}' }}
-            {%- if not loop.last %}
-                {{- ", " }}
-            {%- else %}
-                {{- "]" + eos_token }}
-            {%- endif %}
-        {%- endfor %}
-    {%- elif message["role"] == "assistant" %}
-        {{- " " + message["content"]|trim + eos_token}}
-    {%- elif message["role"] == "tool" %}
-        {{- '[TOOL_RESULTS] {"content": ' + message.content|string + ", " }}
-        {{- '"call_id": "' + message.tool_call_id + '"}[/TOOL_RESULTS]' }}
-    {%- else %}
-        {{- raise_exception("Only user and assistant roles are supported!") }}
-    {%- endif %}
-{%- endfor %}
-)";
+const std::string kMistralV3 = tools_template("mistral-7b-instruct-v0.3.jinja");
 
 TEST(FamilyTools, MistralV3AvailableToolsAndToolCalls) {
-  auto out = apply(kMistralV3, kToolConversation, kTools);
+  auto out = actorserve::testing::apply(kMistralV3, kToolConversation, kTools);
   ASSERT_TRUE(out.ok()) << out.err().message;
   EXPECT_EQ(*out,
             "<s>[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Get the "
@@ -271,11 +97,11 @@ TEST(FamilyTools, MistralV3AvailableToolsAndToolCalls) {
 }
 
 TEST(FamilyTools, MistralV3SystemGoesToLastUserTurn) {
-  auto out = apply(kMistralV3, R"([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there "},
+  auto out = actorserve::testing::apply(kMistralV3, R"([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there "},
       {"role": "assistant", "content": " Hello!"}, {"role": "user", "content": "Weather in Paris?"}])");
   ASSERT_TRUE(out.ok()) << out.err().message;
   EXPECT_EQ(*out, "<s>[INST] Hi there [/INST] Hello!</s>[INST] You are terse.\n\nWeather in Paris?[/INST]");
-  auto bad = apply(kMistralV3, R"([{"role": "assistant", "content": "first"}])");
+  auto bad = actorserve::testing::apply(kMistralV3, R"([{"role": "assistant", "content": "first"}])");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.err().message,
             "After the optional system message, conversation roles must alternate user/assistant/user/assistant/...");

@@ -2,6 +2,8 @@
 /// out (and checked against Python jinja2 3.1 in transformers' environment).
 #include <gtest/gtest.h>
 
+#include <ctime>
+
 #include "render_helpers.hpp"
 
 namespace {
@@ -163,3 +165,24 @@ TEST(Feature, CrLfNewlinesAndTrailingNewlineFollowJinja) {
 }
 
 }  // namespace
+
+TEST(Globals, StrftimeNowIsTodayInUtcUnlessFixed) {
+  auto tpl = actorserve::protocol::chat_template::parse("{{ strftime_now('%Y-%m-%d') }}");
+  ASSERT_TRUE(tpl.ok());
+  auto today = [] {
+    const std::time_t now = std::time(nullptr);
+    std::tm t{};
+    gmtime_r(&now, &t);
+    char buf[16];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d", &t);
+    return std::string(buf);
+  };
+  const std::string before = today();
+  auto out = tpl->render({});
+  const std::string after = today();  // a render across midnight UTC may show either day
+  ASSERT_TRUE(out.ok());
+  EXPECT_TRUE(*out == before || *out == after) << *out;
+  actorserve::protocol::chat_template_limits fixed;
+  fixed.fixed_time = 0;
+  EXPECT_EQ(*tpl->render({}, fixed), "1970-01-01");
+}

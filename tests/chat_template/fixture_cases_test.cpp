@@ -49,6 +49,7 @@ TEST_P(FixtureCase, RendersLikeTransformers) {
   if (const chat_value* bos = c.find("bos_token"); bos && bos->is_string()) in.bos_token = bos->as_string();
   if (const chat_value* eos = c.find("eos_token"); eos && eos->is_string()) in.eos_token = eos->as_string();
   if (const chat_value* tools = c.find("tools")) in.tools = *tools;
+  in.fixed_time = 1721952000;  // the reference's fixed strftime_now date, 2024-07-26
   auto out = apply_chat_template(*tpl, in);
 
   if (const chat_value* err = c.find("error"); err && err->as_bool()) {

@@ -195,3 +195,29 @@ TEST(Cli, AllowedOriginsTakeAListOrVllmsJsonForm) {
   ASSERT_TRUE(cl.ok()) << cl.err().message;
   EXPECT_EQ(cl->engine.server.allowed_origins, (std::vector<std::string>{"*"}));
 }
+
+TEST(Cli, ChatApiFlags) {
+  auto cl = parse({"serve", "--model", "m", "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+                   "--reasoning-parser", "qwen3", "--generation-config", "vllm"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_TRUE(cl->engine.chat.enable_auto_tool_choice);
+  EXPECT_EQ(cl->engine.chat.tool_call_parser, tool_parser_kind::hermes);
+  EXPECT_EQ(cl->engine.chat.reasoning_parser, reasoning_parser_kind::qwen3);
+  EXPECT_EQ(cl->engine.model.generation_config, generation_config_source::vllm);
+  auto defaults = parse({"serve", "--model", "m"});
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->engine.model.generation_config, generation_config_source::auto_detect);
+  EXPECT_FALSE(defaults->engine.chat.enable_auto_tool_choice);
+}
+
+TEST(Cli, ChatApiFlagsRefuseBadValuesNamingTheFlag) {
+  for (auto args : {std::vector<const char*>{"serve", "--model", "m", "--tool-call-parser", "pythonic"},
+                    std::vector<const char*>{"serve", "--model", "m", "--reasoning-parser", "r2"},
+                    std::vector<const char*>{"serve", "--model", "m", "--generation-config", "/some/dir"},
+                    std::vector<const char*>{"serve", "--model", "m", "--enable-auto-tool-choice"}}) {
+    auto cl = parse(args);
+    ASSERT_FALSE(cl.ok());
+    const std::string flag = args[3];
+    EXPECT_NE(cl.err().message.find(flag), std::string::npos) << cl.err().message;
+  }
+}

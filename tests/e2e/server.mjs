@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const dataDir = process.env.ACTORSERVE_TEST_DATA ?? path.resolve(here, '../data');
 
-export async function startServer(extraArgs = []) {
+export async function startServer(extraArgs = [], chatTemplate = 'chat_templates/templates/meta-llama-3-8b-instruct.jinja') {
   const bin = process.env.ACTORSERVE_BIN;
   if (!bin) throw new Error('set ACTORSERVE_BIN to the actorserve binary');
   // ACTORSERVE_E2E_DEVICE=cuda runs the same tests against the CUDA executor (the GPU suite does).
@@ -16,7 +16,7 @@ export async function startServer(extraArgs = []) {
   const deviceArgs = device === 'cpu' ? ['--device', 'cpu', '--cpu-threads', '1'] : ['--device', device];
   const args = ['serve', '--model', path.join(dataDir, 'models/llama-tiny'), ...deviceArgs, '--port', '0',
     '--served-model-name', 'llama-tiny',
-    '--chat-template', path.join(dataDir, 'chat_templates/templates/meta-llama-3-8b-instruct.jinja'), ...extraArgs];
+    '--chat-template', path.join(dataDir, chatTemplate), ...extraArgs];
   const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "engine_harness.hpp"
+#include "protocol/tokenizer/tokenizer.hpp"
 
 namespace actorserve::actors {
 namespace {
@@ -196,6 +197,45 @@ TEST(engine, stop_strings_end_the_text_before_the_match) {
   EXPECT_EQ(stopped.finish, finish_reason::stop);
   EXPECT_LT(stopped.tokens.size(), full.tokens.size());
   EXPECT_EQ(wait_idle(*e).kv_blocks_used, 0);
+}
+
+TEST(engine, logit_bias_steers_the_cpu_executor_and_out_of_range_ids_are_refused) {
+  auto e = start_engine(tiny_config());
+  ASSERT_TRUE(e);
+  const std::vector<int32_t> prompt{964, 653, 102, 252};
+  const auto plain = run_all(*e, {prompt}, greedy(6)).at(0).at(0);
+  auto p = greedy(6);
+  const int32_t forced = plain.tokens.at(0) == 77 ? 78 : 77;
+  p.logit_bias = {{forced, 100.0f}};
+  const auto steered = run_all(*e, {prompt}, p).at(0).at(0);
+  EXPECT_EQ(steered.tokens, std::vector<int32_t>(steered.tokens.size(), forced));
+  p.logit_bias = {{5'000'000, 1.0f}};
+  auto st = e->submit(make_request("far", prompt, p), [](delta) { return true; });
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.err().message.rfind("logit_bias:", 0), 0u) << st.err().message;
+}
+
+TEST(engine, the_token_that_stops_a_sequence_is_not_in_its_text) {
+  auto e = start_engine(tiny_config());
+  ASSERT_TRUE(e);
+  const std::vector<int32_t> prompt{964, 653, 102, 252};
+  const int32_t eos = e->tokenizer().eos_token_ids().at(0);
+  for (bool skip_special : {true, false}) {
+    auto p = greedy(6);
+    p.skip_special_tokens = skip_special;
+    p.ignore_eos = false;
+    p.logit_bias = {{eos, 100.0f}};  // EOS first
+    const auto at_eos = run_all(*e, {prompt}, p).at(0).at(0);
+    EXPECT_EQ(at_eos.tokens, std::vector<int32_t>{eos});
+    EXPECT_EQ(at_eos.text, "") << "skip_special_tokens " << skip_special;
+    EXPECT_EQ(at_eos.finish, finish_reason::stop);
+  }
+  auto p = greedy(6);
+  p.logit_bias = {{77, 100.0f}};
+  p.stop_token_ids = {77};
+  const auto stopped = run_all(*e, {prompt}, p).at(0).at(0);
+  EXPECT_EQ(stopped.tokens, std::vector<int32_t>{77});
+  EXPECT_EQ(stopped.text, "");
 }
 
 TEST(engine, a_request_arriving_while_the_pool_frees_a_finished_one_still_runs) {

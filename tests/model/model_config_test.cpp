@@ -100,6 +100,23 @@ TEST(model_config, rope_theta_must_be_positive_in_either_spelling) {
   }
 }
 
+TEST(model_config, generation_config_sampling_defaults) {
+  auto cfg = parse("", R"({"temperature": 0.6, "top_p": 0.95, "top_k": 20, "repetition_penalty": 1.05,
+                           "max_new_tokens": 512, "do_sample": true})");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  const auto& d = cfg->sampling_defaults;
+  EXPECT_EQ(d.temperature, 0.6);
+  EXPECT_EQ(d.top_p, 0.95);
+  EXPECT_EQ(d.top_k, 20);
+  EXPECT_EQ(d.repetition_penalty, 1.05);
+  EXPECT_EQ(d.max_new_tokens, 512);
+  EXPECT_FALSE(d.min_p.has_value());
+  auto bad = parse("", R"({"temperature": "hot"})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.err().message.find("generation_config.json"), std::string::npos) << bad.err().message;
+  EXPECT_NE(bad.err().message.find("temperature"), std::string::npos) << bad.err().message;
+}
+
 TEST(model_config, eos_ids_from_both_files) {
   auto cfg = parse(R"(, "eos_token_id": [5, 6], "bos_token_id": 2)", R"({"eos_token_id": 7})");
   ASSERT_TRUE(cfg.ok()) << cfg.err().message;

@@ -28,6 +28,26 @@ sampling_params greedy_params() {
   return p;
 }
 
+TEST(CpuSampler, LogitBiasShiftsTheChoice) {
+  std::vector<float> logits = random_logits(1000, 3);
+  const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+  sampling_params p = greedy_params();
+  p.logit_bias = {{17, 100.0f}};
+  auto copy = logits;
+  EXPECT_EQ(sample_token(copy, make_seq(p, 1), {}).token_id, 17);
+  p.logit_bias = {{static_cast<int32_t>(best), -100.0f}, {5000, 100.0f}};  // out of the vocab: ignored
+  copy = logits;
+  const auto tok = sample_token(copy, make_seq(p, 1), {});
+  EXPECT_NE(tok.token_id, best);
+  // Sampled draws never pick a token biased to -100 against a field of ordinary logits.
+  p.temperature = 1.0f;
+  for (uint32_t trial = 0; trial < 50; ++trial) {
+    std::vector<float> uniform(1000, 0.0f);
+    p.logit_bias = {{0, -100.0f}, {1, 100.0f}};
+    EXPECT_EQ(sample_token(uniform, make_seq(p, trial), {}).token_id, 1);
+  }
+}
+
 TEST(CpuSampler, GreedyPicksTheArgmax) {
   for (uint32_t trial = 0; trial < 20; ++trial) {
     std::vector<float> logits = random_logits(1000, trial);

@@ -30,12 +30,18 @@ class fake_engine final : public actors::engine {
     }
     ++num_submitted;
     priorities_.push_back(req.priority);
+    last_params_ = req.params;
     threads_.emplace_back([this, req = std::move(req), sink = std::move(sink)] { run(req, sink); });
     return {};
   }
   void cancel(const std::string& id) override {
     std::lock_guard lk(mu_);
     cancelled_.insert(id);
+  }
+  /// The sampling parameters of the last request submitted.
+  sampling_params last_params() const {
+    std::lock_guard lk(mu_);
+    return last_params_;
   }
   bool was_cancelled(const std::string& id) const {
     std::lock_guard lk(mu_);
@@ -77,6 +83,9 @@ class fake_engine final : public actors::engine {
   bool fail_next_submit = false;
   int64_t context_length = 64;
   std::string text_suffix;                   ///< appended to every delta's text (bulk for slow clients)
+  /// When set: each choice's output is these pieces of text, one per step, ending with `stop`
+  /// (drives the chat output parsers deterministically).
+  std::vector<std::string> scripted_text;
 
  private:
   bool stop_or_cancelled(const std::string& id) const {
@@ -86,7 +95,9 @@ class fake_engine final : public actors::engine {
 
   void run(const actors::generation_request& req, const actors::delta_sink& sink) {
     running_.fetch_add(1);
-    const int n = req.params.n, steps = req.params.max_tokens;
+    const int n = req.params.n;
+    const bool scripted = !scripted_text.empty();
+    const int steps = scripted ? static_cast<int>(scripted_text.size()) : req.params.max_tokens;
     for (int s = 0; s < steps; ++s) {
       for (int c = 0; c < n; ++c) {
         if (stop_or_cancelled(req.request_id)) {
@@ -105,8 +116,8 @@ class fake_engine final : public actors::engine {
         }
         const int32_t id = token_at(s, c);
         d.token_ids = {id};
-        d.text = tok_.decode(d.token_ids, false) + text_suffix;
-        if (s == steps - 1) d.finish = actors::finish_reason::length;
+        d.text = scripted ? scripted_text[static_cast<size_t>(s)] : tok_.decode(d.token_ids, false) + text_suffix;
+        if (s == steps - 1) d.finish = scripted ? actors::finish_reason::stop : actors::finish_reason::length;
         if (s == steps - 1 && c == n - 1)
           d.usage = actors::usage_counts{static_cast<int64_t>(req.prompt_ids.size()), int64_t(n) * steps, 0};
         if (!sink(std::move(d))) {
@@ -125,6 +136,7 @@ class fake_engine final : public actors::engine {
   mutable std::mutex mu_;
   std::set<std::string> cancelled_;
   std::vector<int32_t> priorities_;
+  sampling_params last_params_;
   std::vector<std::thread> threads_;
   std::atomic<int> running_{0};
   bool stopped_ = false;

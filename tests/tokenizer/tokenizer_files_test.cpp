@@ -59,6 +59,23 @@ TEST(tokenizer_files, config_gives_bos_eos_and_chat_template) {
   EXPECT_EQ(tok->eos_token_ids(), (std::vector<int32_t>{4, 1}));
   EXPECT_EQ(tok->add_bos_token(), true);
   EXPECT_EQ(tok->chat_template(), "{{ messages }}");
+  ASSERT_NE(tok->chat_template("tool_use"), nullptr);
+  EXPECT_EQ(*tok->chat_template("tool_use"), "T");
+  EXPECT_EQ(tok->chat_template("rag"), nullptr);
+}
+
+TEST(tokenizer_files, chat_template_jinja_and_additional_templates_load) {
+  temp_dir dir;
+  dir.file("tokenizer.json", bytelevel_json());
+  dir.file("tokenizer_config.json", R"({"chat_template": "old"})");
+  dir.file("chat_template.jinja", "{{ messages[0].content }}\n");
+  std::filesystem::create_directories(dir.path() + "/additional_chat_templates");
+  dir.file("additional_chat_templates/tool_use.jinja", "{{ tools }}");
+  auto tok = tokenizer::from_model_dir(dir.path());
+  ASSERT_TRUE(tok) << tok.err().message;
+  EXPECT_EQ(tok->chat_template(), "{{ messages[0].content }}\n");  // the file wins, as in transformers
+  ASSERT_NE(tok->chat_template("tool_use"), nullptr);
+  EXPECT_EQ(*tok->chat_template("tool_use"), "{{ tools }}");
 }
 
 TEST(tokenizer_files, config_may_be_missing_or_empty_path) {

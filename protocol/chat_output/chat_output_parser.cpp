@@ -1,0 +1,54 @@
+#include "protocol/chat_output/chat_output_parser.hpp"
+
+namespace actorserve::protocol::chat_output {
+
+void output_piece::append(output_piece&& other) {
+  reasoning += other.reasoning;
+  content += other.content;
+  for (auto& call : other.tool_calls) tool_calls.push_back(std::move(call));
+}
+
+size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
+  const size_t longest = std::min(text.size(), marker.size() - 1);
+  for (size_t n = longest; n > 0; --n)
+    if (marker.starts_with(text.substr(text.size() - n))) return n;
+  return 0;
+}
+
+chat_output_parser::chat_output_parser(const output_options& options) {
+  if (options.reasoning != reasoning_parser_kind::none) reasoning_.emplace(options.reasoning);
+  if (options.tools != tool_parser_kind::none) tools_.emplace(options.tools, options.parallel_tool_calls);
+}
+
+output_piece chat_output_parser::after_reasoning(output_piece&& piece, bool at_end) {
+  if (!tools_) return std::move(piece);
+  output_piece out;
+  out.reasoning = std::move(piece.reasoning);
+  out.append(tools_->push(piece.content));
+  if (at_end) out.append(tools_->finish());
+  return out;
+}
+
+output_piece chat_output_parser::push(std::string_view text) {
+  if (reasoning_) return after_reasoning(reasoning_->push(text), false);
+  output_piece piece;
+  piece.content = std::string(text);
+  return after_reasoning(std::move(piece), false);
+}
+
+output_piece chat_output_parser::finish() {
+  output_piece piece = reasoning_ ? reasoning_->finish() : output_piece{};
+  return after_reasoning(std::move(piece), true);
+}
+
+void chat_output::add(output_piece&& piece) {
+  if (!piece.reasoning.empty()) reasoning = reasoning.value_or("") + piece.reasoning;
+  content += piece.content;
+  for (auto& p : piece.tool_calls) {
+    if (!p.name.empty()) tool_calls.push_back({std::move(p.id), std::move(p.name), ""});
+    if (p.index >= 0 && static_cast<size_t>(p.index) < tool_calls.size())
+      tool_calls[static_cast<size_t>(p.index)].arguments += p.arguments;
+  }
+}
+
+}  // namespace actorserve::protocol::chat_output

@@ -1,0 +1,189 @@
+// End-to-end: the chat API's field handling, tools and logit_bias with the official OpenAI
+// client against the real server binary (docs/chat-api.md). The tiny random model writes noise,
+// so tool-call parsing of real output is covered by the C++ suites (test_openai's parser
+// cases, test_server's scripted engine); here: the request path, the response shape, and
+// that every field is honoured or refused by name.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import OpenAI from 'openai';
+import { startServer } from './server.mjs';
+
+const model = 'llama-tiny';
+const device = process.env.ACTORSERVE_E2E_DEVICE ?? 'cpu';
+const greedy = { temperature: 0, ignore_eos: true };
+const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather of a city',
+  parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+const user = [{ role: 'user', content: 'Weather in Paris?' }];
+
+let withTools;   // --enable-auto-tool-choice --tool-call-parser hermes, Qwen2.5's template
+let plain;       // no tool flags
+let client;
+let plainClient;
+
+before(async () => {
+  withTools = await startServer(['--enable-auto-tool-choice', '--tool-call-parser', 'hermes'],
+    'chat_templates/tools/qwen2.5-instruct.jinja');
+  plain = await startServer();
+  client = new OpenAI({ baseURL: `${withTools.base}/v1`, apiKey: 'unused', maxRetries: 0 });
+  plainClient = new OpenAI({ baseURL: `${plain.base}/v1`, apiKey: 'unused', maxRetries: 0 });
+});
+
+after(async () => {
+  assert.equal(await withTools.stop(), 0, withTools.log());
+  assert.equal(await plain.stop(), 0, plain.log());
+});
+
+async function refused(promise, param, pattern) {
+  await assert.rejects(promise, (err) => {
+    assert.equal(err.status, 400, `${param}: ${err.message}`);
+    assert.equal(err.param, param, err.message);
+    if (pattern) assert.match(err.message, pattern);
+    return true;
+  });
+}
+
+async function tokenize(base, body) {
+  const r = await fetch(`${base}/tokenize`, { method: 'POST', body: JSON.stringify({ model, ...body }) });
+  assert.equal(r.status, 200);
+  return (await r.json()).tokens;
+}
+
+test('tools reach the template: the rendered prompt lists them', async () => {
+  const without = await tokenize(withTools.base, { messages: user });
+  const withDefs = await tokenize(withTools.base, { messages: user, tools });
+  assert.ok(withDefs.length > without.length + 20, `${withDefs.length} vs ${without.length}`);
+});
+
+test('tool calls non-streamed: the response is well formed whatever the model writes', async () => {
+  const r = await client.chat.completions.create({ model, messages: user, tools, max_tokens: 8, ...greedy });
+  const c = r.choices[0];
+  assert.ok(['stop', 'length', 'tool_calls'].includes(c.finish_reason));
+  assert.equal(c.message.role, 'assistant');
+  if (c.finish_reason === 'tool_calls') assert.ok(c.message.tool_calls.length > 0);
+  else assert.equal(typeof c.message.content, 'string');
+});
+
+test('tool calls streamed: chunks assemble into the same message as the whole response', async () => {
+  const body = { model, messages: user, tools, max_tokens: 8, ...greedy };
+  const whole = await client.chat.completions.create(body);
+  const stream = await client.chat.completions.create({ ...body, stream: true });
+  let content = '';
+  let finish;
+  for await (const chunk of stream) {
+    const c = chunk.choices[0];
+    if (!c) continue;
+    content += c.delta.content ?? '';
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  assert.equal(finish, whole.choices[0].finish_reason);
+  assert.equal(content, whole.choices[0].message.content ?? '');
+});
+
+test('a tool round trip renders: assistant tool_calls and the tool answer', async () => {
+  const messages = [...user,
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function',
+      function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }] },
+    { role: 'tool', tool_call_id: 'call_1', content: '21 C and sunny' }];
+  const before = await tokenize(withTools.base, { messages: user, tools });
+  const after = await tokenize(withTools.base, { messages, tools });
+  assert.ok(after.length > before.length + 10, 'the call and the answer are in the prompt');
+  const r = await client.chat.completions.create({ model, messages, tools, max_tokens: 4, ...greedy });
+  assert.equal(r.choices[0].message.role, 'assistant');
+  await refused(client.chat.completions.create({ model, tools, max_tokens: 4, messages: [...user,
+    { role: 'assistant', tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{oops' } }] }] }),
+  'messages[1].tool_calls[0].function.arguments');
+});
+
+test('tool_choice none and parallel_tool_calls are accepted; required and named functions are refused', async () => {
+  const r = await client.chat.completions.create({ model, messages: user, tools, tool_choice: 'none',
+    parallel_tool_calls: false, max_tokens: 4, ...greedy });
+  assert.notEqual(r.choices[0].finish_reason, 'tool_calls');
+  await refused(client.chat.completions.create({ model, messages: user, tools, tool_choice: 'required' }),
+    'tool_choice', /not supported yet/);
+  await refused(client.chat.completions.create({ model, messages: user, tools,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } } }), 'tool_choice', /not supported yet/);
+});
+
+test('tools without --enable-auto-tool-choice are a 400 naming tools', async () => {
+  await refused(plainClient.chat.completions.create({ model, messages: user, tools }), 'tools',
+    /--enable-auto-tool-choice/);
+});
+
+test('structured-output fields are refused by name as not supported yet', async () => {
+  const schema = { type: 'json_schema', json_schema: { name: 'w', schema: { type: 'object' } } };
+  await refused(client.chat.completions.create({ model, messages: user, response_format: schema }),
+    'response_format', /not supported yet/);
+  await refused(client.chat.completions.create({ model, messages: user, response_format: { type: 'json_object' } }),
+    'response_format', /not supported yet/);
+  for (const [field, value] of [['guided_json', { type: 'object' }], ['guided_regex', 'a+'], ['guided_choice', ['a']],
+    ['structured_outputs', { json: {} }]]) {
+    await refused(client.chat.completions.create({ model, messages: user, [field]: value }), field, /not supported yet/);
+    await refused(client.completions.create({ model, prompt: 'x', [field]: value }), field, /not supported yet/);
+  }
+  const text = await client.chat.completions.create({ model, messages: user, response_format: { type: 'text' },
+    max_tokens: 2, ...greedy });
+  assert.equal(text.choices[0].message.role, 'assistant');
+});
+
+test('every other unsupported or unknown field is refused by name', async () => {
+  const chatFields = { audio: { voice: 'alloy', format: 'mp3' }, modalities: ['text', 'audio'], prediction: { type: 'content', content: 'x' },
+    store: true, metadata: { k: 'v' }, reasoning_effort: 'low', verbosity: 'low', web_search_options: {},
+    functions: [{ name: 'f' }], function_call: 'auto', service_tier: 'flex', use_beam_search: true, best_of: 3,
+    not_a_field: 1 };
+  for (const [field, value] of Object.entries(chatFields))
+    await refused(client.chat.completions.create({ model, messages: user, [field]: value }), field);
+  for (const [field, value] of Object.entries({ suffix: 'end', echo: true, best_of: 2, not_a_field: 1 }))
+    await refused(client.completions.create({ model, prompt: 'x', [field]: value }), field);
+});
+
+test('accepted identifiers and neutral values do not change the output', async () => {
+  const body = { model, messages: user, max_tokens: 6, ...greedy };
+  const base = await client.chat.completions.create(body);
+  const same = await client.chat.completions.create({ ...body, user: 'u1', safety_identifier: 's', prompt_cache_key: 'k',
+    store: false, service_tier: 'auto', modalities: ['text'], n: 1, best_of: 1, parallel_tool_calls: true });
+  assert.equal(same.choices[0].message.content, base.choices[0].message.content);
+});
+
+test('logit_bias steers greedy decoding (or is refused by an executor without it)', async () => {
+  const body = { model, prompt: 'Once upon a time', max_tokens: 6, ...greedy, return_token_ids: true };
+  const base = await client.completions.create(body);
+  const firstId = base.choices[0].token_ids[0];
+  const forcedId = firstId === 42 ? 43 : 42;
+  if (device !== 'cpu') {
+    await refused(client.completions.create({ ...body, logit_bias: { [forcedId]: 100 } }), 'logit_bias');
+    return;
+  }
+  const forced = await client.completions.create({ ...body, logit_bias: { [forcedId]: 100 } });
+  assert.deepEqual(forced.choices[0].token_ids, Array(6).fill(forcedId));
+  const banned = await client.completions.create({ ...body, logit_bias: { [firstId]: -100 } });
+  assert.ok(!banned.choices[0].token_ids.includes(firstId));
+  const clamped = await client.completions.create({ ...body, logit_bias: { [forcedId]: 1e6 } });
+  assert.deepEqual(clamped.choices[0].token_ids, forced.choices[0].token_ids, 'values clamp to 100');
+  await refused(client.completions.create({ ...body, logit_bias: { abc: 1 } }), 'logit_bias');
+  await refused(client.completions.create({ ...body, logit_bias: { 999999: 1 } }), 'logit_bias');
+});
+
+test('n with streaming keeps each choice on its own index', async () => {
+  const stream = await client.chat.completions.create({ model, messages: user, n: 3, max_tokens: 5, stream: true,
+    temperature: 0.8, seed: 7, ignore_eos: true });
+  const text = new Map();
+  const finish = new Map();
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      text.set(c.index, (text.get(c.index) ?? '') + (c.delta.content ?? ''));
+      if (c.finish_reason) finish.set(c.index, c.finish_reason);
+    }
+  }
+  assert.deepEqual([...text.keys()].sort(), [0, 1, 2]);
+  assert.deepEqual([...finish.values()], ['length', 'length', 'length']);
+});
+
+test('chat_template_kwargs: an object is accepted, anything else is refused by name', async () => {
+  const r = await fetch(`${withTools.base}/tokenize`, { method: 'POST',
+    body: JSON.stringify({ model, messages: user, chat_template_kwargs: 7 }) });
+  assert.equal(r.status, 400);
+  assert.equal((await r.json()).error.param, 'chat_template_kwargs');
+  const ok = await client.chat.completions.create({ model, messages: user, max_tokens: 2, ...greedy,
+    chat_template_kwargs: { enable_thinking: false } });
+  assert.equal(ok.choices[0].message.role, 'assistant');
+});

@@ -1,0 +1,164 @@
+// The tool-call and reasoning parsers on model output text: whole and streamed in pieces of
+// every size give the same content, reasoning and calls.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "protocol/chat_output/chat_output_parser.hpp"
+
+namespace actorserve::protocol::chat_output {
+namespace {
+
+/// Streams `text` in pieces of `step` bytes (0: whole) and gathers the pieces.
+chat_output run(const output_options& o, std::string_view text, size_t step, std::vector<output_piece>* pieces = nullptr) {
+  chat_output_parser p(o);
+  chat_output out;
+  auto take = [&](output_piece&& piece) {
+    if (pieces) pieces->push_back(piece);
+    out.add(std::move(piece));
+  };
+  if (step == 0) step = text.size() + 1;
+  for (size_t i = 0; i < text.size(); i += step) take(p.push(text.substr(i, step)));
+  take(p.finish());
+  return out;
+}
+
+output_options tools(tool_parser_kind k, bool parallel = true) {
+  output_options o;
+  o.tools = k;
+  o.parallel_tool_calls = parallel;
+  return o;
+}
+
+struct parse_case {
+  const char* name;
+  output_options options;
+  const char* text;
+  const char* content;
+  std::vector<std::pair<std::string, std::string>> calls;  ///< (name, arguments)
+  const char* reasoning = nullptr;
+};
+
+void PrintTo(const parse_case& c, std::ostream* os) { *os << c.name; }
+
+class OutputParsers : public ::testing::TestWithParam<parse_case> {};
+
+TEST_P(OutputParsers, WholeAndEveryPieceSizeAgree) {
+  const auto& c = GetParam();
+  for (size_t step : {0, 1, 2, 3, 5, 8, 13}) {
+    SCOPED_TRACE("piece size " + std::to_string(step));
+    chat_output out = run(c.options, c.text, step);
+    EXPECT_EQ(out.content, c.content);
+    ASSERT_EQ(out.tool_calls.size(), c.calls.size());
+    for (size_t i = 0; i < c.calls.size(); ++i) {
+      EXPECT_EQ(out.tool_calls[i].name, c.calls[i].first);
+      EXPECT_EQ(out.tool_calls[i].arguments, c.calls[i].second);
+      EXPECT_FALSE(out.tool_calls[i].id.empty());
+    }
+    if (c.reasoning) {
+      ASSERT_TRUE(out.reasoning.has_value());
+      EXPECT_EQ(*out.reasoning, c.reasoning);
+    } else {
+      EXPECT_FALSE(out.reasoning.has_value()) << *out.reasoning;
+    }
+  }
+}
+
+const parse_case kCases[] = {
+    {"hermes_one_call", tools(tool_parser_kind::hermes),
+     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "",
+     {{"get_weather", "{\"city\": \"Paris\"}"}}},
+    {"hermes_text_then_two_calls", tools(tool_parser_kind::hermes),
+     "Let me check.<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": [1, {\"y\": \"}\"}]}}\n</tool_call>\n"
+     "<tool_call>\n{\"arguments\": {}, \"name\": \"b\"}\n</tool_call>",
+     "Let me check.", {{"a", "{\"x\": [1, {\"y\": \"}\"}]}"}, {"b", "{}"}}},
+    {"hermes_parallel_off_keeps_the_first", tools(tool_parser_kind::hermes, false),
+     "<tool_call>{\"name\": \"a\", \"arguments\": {\"k\": 1}}</tool_call><tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>",
+     "", {{"a", "{\"k\": 1}"}}},
+    {"hermes_plain_text", tools(tool_parser_kind::hermes), "No tools needed <tool here.", "No tools needed <tool here.", {}},
+    {"hermes_object_without_name_is_content", tools(tool_parser_kind::hermes), "<tool_call>{\"x\": 1}", "{\"x\": 1}", {}},
+    {"hermes_escaped_name", tools(tool_parser_kind::hermes),
+     "<tool_call>{\"name\": \"say\\\"hi\", \"arguments\": {\"s\": \"a\\\"b\"}}</tool_call>", "",
+     {{"say\"hi", "{\"s\": \"a\\\"b\"}"}}},
+    {"hermes_repeated_keys_keep_the_first", tools(tool_parser_kind::hermes),
+     "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}, \"name\": \"g\", \"arguments\": {}}</tool_call>", "",
+     {{"f", "{\"a\": 1}"}}},
+    {"hermes_empty_name_is_not_a_call", tools(tool_parser_kind::hermes), "<tool_call>{\"name\": \"\", \"arguments\": {}}",
+     "{\"name\": \"\", \"arguments\": {}}", {}},
+    {"hermes_malformed_after_the_name_keeps_the_call", tools(tool_parser_kind::hermes),
+     "<tool_call>{\"name\": \"f\" oops} tail", "oops} tail", {{"f", "{}"}}},
+    {"hermes_whitespace_between_and_after_calls_is_dropped", tools(tool_parser_kind::hermes),
+     "<tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call> \n <tool_call>{\"name\": \"b\", \"arguments\": {}}</tool_call>\n",
+     "", {{"a", "{}"}, {"b", "{}"}}},
+    {"mistral_array", tools(tool_parser_kind::mistral),
+     "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {\"a\": 1}}, {\"name\": \"g\", \"arguments\": {\"b\": \"c\"}}]", "",
+     {{"f", "{\"a\": 1}"}, {"g", "{\"b\": \"c\"}"}}},
+    {"mistral_text_before", tools(tool_parser_kind::mistral), "Sure. [TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]",
+     "Sure. ", {{"f", "{}"}}},
+    {"llama3_json_call", tools(tool_parser_kind::llama3_json),
+     "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "", {{"get_weather", "{\"city\": \"Paris\"}"}}},
+    {"llama3_json_python_tag_two_calls", tools(tool_parser_kind::llama3_json),
+     "<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"n\": 2}}", "",
+     {{"a", "{}"}, {"b", "{\"n\": 2}"}}},
+    {"llama3_json_prose_is_content", tools(tool_parser_kind::llama3_json), "The answer is {\"name\": \"x\"}",
+     "The answer is {\"name\": \"x\"}", {}},
+    {"llama3_json_object_without_name", tools(tool_parser_kind::llama3_json), " {\"answer\": 42} done",
+     "{\"answer\": 42} done", {}},
+    {"llama3_json_truncated_call_keeps_its_pieces", tools(tool_parser_kind::llama3_json),
+     "{\"name\": \"f\", \"parameters\": {\"a\": [1, 2", "", {{"f", "{\"a\": [1, 2"}}},
+    {"deepseek_r1_reasoning", {reasoning_parser_kind::deepseek_r1}, "Hmm, 2+2.</think>\n\nIt is 4.", "\n\nIt is 4.", {},
+     "Hmm, 2+2."},
+    {"deepseek_r1_open_tag_and_no_close", {reasoning_parser_kind::deepseek_r1}, "<think>still thinking", "", {},
+     "still thinking"},
+    {"qwen3_reasoning", {reasoning_parser_kind::qwen3}, "<think>\nplan</think>answer", "answer", {}, "\nplan"},
+    {"qwen3_without_think_is_content", {reasoning_parser_kind::qwen3}, "just an answer </think>", "just an answer </think>",
+     {}},
+    {"qwen3_reasoning_then_hermes_call",
+     {reasoning_parser_kind::qwen3, tool_parser_kind::hermes, true},
+     "<think>I need the weather. <tool_call> is how.</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": {}}\n</tool_call>",
+     "\n\n", {{"w", "{}"}}, "I need the weather. <tool_call> is how."},
+};
+
+INSTANTIATE_TEST_SUITE_P(Families, OutputParsers, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(OutputParsers, StreamsNameFirstThenArgumentsInPieces) {
+  std::vector<output_piece> pieces;
+  const std::string text =
+      "Hi<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"c\"}}</tool_call>";
+  run(tools(tool_parser_kind::hermes), text, 4, &pieces);
+  std::vector<openai::tool_call_piece> calls;
+  for (auto& p : pieces)
+    for (auto& c : p.tool_calls) calls.push_back(c);
+  ASSERT_GE(calls.size(), 3u) << "arguments should arrive in several pieces";
+  EXPECT_EQ(calls[0].index, 0);
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_TRUE(calls[0].id.starts_with("call_"));
+  for (size_t i = 1; i < calls.size(); ++i) {
+    EXPECT_TRUE(calls[i].id.empty());
+    EXPECT_TRUE(calls[i].name.empty());
+  }
+  // Content never carries a piece of the marker.
+  std::string content;
+  for (auto& p : pieces) content += p.content;
+  EXPECT_EQ(content, "Hi");
+}
+
+TEST(OutputParsers, MistralIdsAreNineAlphanumerics) {
+  chat_output out = run(tools(tool_parser_kind::mistral), "[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {}}]", 0);
+  ASSERT_EQ(out.tool_calls.size(), 1u);
+  EXPECT_EQ(out.tool_calls[0].id.size(), 9u);
+  for (char c : out.tool_calls[0].id) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c)));
+}
+
+TEST(OutputParsers, CalledToolsOnlyAfterACall) {
+  chat_output_parser p(tools(tool_parser_kind::hermes));
+  p.push("plain <tool");
+  EXPECT_FALSE(p.called_tools());
+  p.push("_call>{\"name\": \"f\"");
+  EXPECT_TRUE(p.called_tools());
+}
+
+}  // namespace
+}  // namespace actorserve::protocol::chat_output
