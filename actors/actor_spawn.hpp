@@ -7,8 +7,8 @@
 #include <memory>
 
 #include "actors/engine.hpp"
-#include "actors/engine_shared.hpp"
 #include "actors/scheduler_policy.hpp"
+#include "actors/stats_board.hpp"
 #include "gpu/executor.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
 

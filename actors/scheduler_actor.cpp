@@ -61,19 +61,7 @@ constexpr std::chrono::milliseconds kBatchHoldTimeout{1000};
 
 void publish(scheduler_actor* self) {
   auto& st = self->state;
-  const auto& c = st.policy->counters();
-  auto& s = *st.stats;
-  constexpr auto relaxed = std::memory_order_relaxed;
-  s.num_running.store(static_cast<int64_t>(st.policy->num_running()), relaxed);
-  s.num_waiting.store(static_cast<int64_t>(st.policy->num_waiting()), relaxed);
-  s.prefix_queries.store(c.prefix_queries, relaxed);
-  s.prefix_hits.store(c.prefix_hits, relaxed);
-  s.preemptions.store(c.num_preemptions, relaxed);
-  s.recomputed_tokens.store(c.num_recomputed_tokens, relaxed);
-  s.computed_tokens.store(c.num_computed_tokens, relaxed);
-  s.prompt_tokens.store(c.prompt_tokens, relaxed);
-  s.generation_tokens.store(c.generation_tokens, relaxed);
-  s.steps.store(c.num_steps, relaxed);
+  st.stats->publish(st.policy->counters(), st.policy->num_running(), st.policy->num_waiting());
 }
 
 void route(scheduler_actor* self, std::vector<seq_output>& outs) {
