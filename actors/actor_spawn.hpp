@@ -9,6 +9,7 @@
 #include "actors/engine.hpp"
 #include "actors/scheduler_policy.hpp"
 #include "actors/stats_board.hpp"
+#include "actors/supervision_policy.hpp"
 #include "gpu/executor.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
 
@@ -25,14 +26,6 @@ using executor_factory = std::function<result<std::unique_ptr<gpu::executor>>()>
 /// step_done message to the step's sender. Never waits on a step. On `restart` it discards `ex`
 /// and makes a new one with `factory` (it runs detached: that blocks).
 caf::actor spawn_executor_actor(caf::actor_system& sys, std::shared_ptr<gpu::executor> ex, executor_factory factory);
-
-/// How the scheduler supervises the executor.
-struct supervision_config {
-  std::chrono::milliseconds step_timeout{60000};    ///< watchdog: a step taking longer has failed
-  int32_t max_restarts = 3;                         ///< restarts allowed within `restart_window`
-  std::chrono::milliseconds restart_window{60000};
-  int32_t num_blocks = 0;                           ///< the pool's size cap after a restart
-};
 
 /// The scheduler: queues, batches, preemption; routes each step's outputs to request actors.
 /// It supervises the executor: a failed or overdue step restarts it and requeues every running
