@@ -105,7 +105,7 @@ result<std::unique_ptr<gpu::executor>> make_supervised_executor(const engine_con
 /// Live requests by id, for cancel(); entries leave when their actor ends.
 struct request_registry {
   std::mutex mu;
-  std::unordered_map<std::string, caf::actor> by_id;
+  std::unordered_map<std::string, request_actor> by_id;
 };
 
 class engine_impl final : public engine {
@@ -162,7 +162,9 @@ class engine_impl final : public engine {
       std::lock_guard<std::mutex> lock(registry_->mu);
       registry_->by_id.clear();
     }
-    scheduler_ = block_manager_ = executor_actor_ = caf::actor();
+    scheduler_ = scheduler_actor();
+    block_manager_ = kv_block_manager_actor();
+    executor_actor_ = executor_actor();
     system_.reset();
   }
 
@@ -289,8 +291,9 @@ class engine_impl final : public engine {
       std::lock_guard<std::mutex> lock(registry_->mu);
       for (auto& [id, hdl] : registry_->by_id) caf::anon_send(hdl, cancel_atom::value);
     }
-    for (const auto& a : {scheduler_, block_manager_, executor_actor_})
-      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(scheduler_, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(block_manager_, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(executor_actor_, caf::exit_reason::user_shutdown);
     system_->await_all_actors_done();
     stats_->alive = false;
     stopped_ = true;
@@ -310,7 +313,9 @@ class engine_impl final : public engine {
   caf::actor_system_config caf_cfg_;
   std::unique_ptr<caf::actor_system> system_;
   std::shared_ptr<stats_board> stats_;
-  caf::actor block_manager_, executor_actor_, scheduler_;
+  kv_block_manager_actor block_manager_;
+  executor_actor executor_actor_;
+  scheduler_actor scheduler_;
   std::shared_ptr<request_registry> registry_ = std::make_shared<request_registry>();
   std::atomic<bool> accepting_{true};
   std::atomic<uint64_t> next_group_{1}, next_seed_{0};

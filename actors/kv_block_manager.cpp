@@ -1,7 +1,6 @@
 // The KV block manager actor: a thin shell around block_pool.
 #include "actors/actor_spawn.hpp"
 #include "actors/block_pool.hpp"
-#include "actors/messages.hpp"
 
 namespace actorserve::actors {
 
@@ -12,8 +11,11 @@ struct kv_block_manager_state {
   static inline const char* name = "kv_block_manager";
 };
 
-caf::behavior kv_block_manager(caf::stateful_actor<kv_block_manager_state>* self, int32_t num_blocks,
-                               int32_t block_size, bool enable_prefix_caching, std::shared_ptr<stats_board> stats) {
+using kv_block_manager_self = kv_block_manager_actor::stateful_pointer<kv_block_manager_state>;
+
+kv_block_manager_actor::behavior_type kv_block_manager(kv_block_manager_self self, int32_t num_blocks,
+                                                       int32_t block_size, bool enable_prefix_caching,
+                                                       std::shared_ptr<stats_board> stats) {
   auto fresh_pool = [self, block_size, enable_prefix_caching, stats](int32_t n) {
     self->state.pool = std::make_unique<block_pool>(n, block_size, enable_prefix_caching);
     stats->publish(self->state.pool->counts());
@@ -33,8 +35,8 @@ caf::behavior kv_block_manager(caf::stateful_actor<kv_block_manager_state>* self
 
 }  // namespace
 
-caf::actor spawn_kv_block_manager(caf::actor_system& sys, int32_t num_blocks, int32_t block_size,
-                                  bool enable_prefix_caching, std::shared_ptr<stats_board> stats) {
+kv_block_manager_actor spawn_kv_block_manager(caf::actor_system& sys, int32_t num_blocks, int32_t block_size,
+                                              bool enable_prefix_caching, std::shared_ptr<stats_board> stats) {
   return sys.spawn(kv_block_manager, num_blocks, block_size, enable_prefix_caching, std::move(stats));
 }
 

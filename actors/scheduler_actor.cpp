@@ -24,10 +24,10 @@ namespace {
 
 struct scheduler_state {
   std::unique_ptr<scheduler_policy> policy;
-  caf::actor block_manager;
-  caf::actor executor;
+  kv_block_manager_actor block_manager;
+  executor_actor executor;
   std::shared_ptr<stats_board> stats;
-  std::unordered_map<uint64_t, caf::actor> requests;   ///< group id -> request actor
+  std::unordered_map<uint64_t, request_actor> requests;  ///< group id -> request actor
   std::map<caf::actor_addr, uint64_t> groups;          ///< request actor -> group id
   bool reserving = false;                              ///< a reservation is outstanding
   bool reservation_runs = false;                       ///< it plans sequences, not only frees or forks
@@ -52,18 +52,18 @@ struct scheduler_state {
   static inline const char* name = "scheduler";
 };
 
-using scheduler_actor = caf::stateful_actor<scheduler_state>;
+using scheduler_self = scheduler_actor::stateful_pointer<scheduler_state>;
 
 /// How long a submitted batch may hold planning back while its requests reach the scheduler
 /// (they arrive within milliseconds; this only bounds a stall should one never come).
 constexpr std::chrono::milliseconds kBatchHoldTimeout{1000};
 
-void publish(scheduler_actor* self) {
+void publish(scheduler_self self) {
   auto& st = self->state;
   st.stats->publish(st.policy->counters(), st.policy->num_running(), st.policy->num_waiting());
 }
 
-void route(scheduler_actor* self, std::vector<seq_output>& outs) {
+void route(scheduler_self self, std::vector<seq_output>& outs) {
   if (outs.empty()) return;
   std::unordered_map<uint64_t, output_batch> by_group;
   for (auto& o : outs) by_group[o.group_id].outputs.push_back(std::move(o));
@@ -73,12 +73,12 @@ void route(scheduler_actor* self, std::vector<seq_output>& outs) {
   }
 }
 
-void kick(scheduler_actor* self);
-void on_answer(scheduler_actor* self, const kv_answer& a, uint64_t epoch);
-void on_step_done(scheduler_actor* self, gpu::step_result& r);
-void on_executor_failure(scheduler_actor* self, const std::string& why, bool wedged);
+void kick(scheduler_self self);
+void on_answer(scheduler_self self, const kv_answer& a, uint64_t epoch);
+void on_step_done(scheduler_self self, gpu::step_result& r);
+void on_executor_failure(scheduler_self self, const std::string& why, bool wedged);
 
-void reserve(scheduler_actor* self, kv_reservation r) {
+void reserve(scheduler_self self, kv_reservation r) {
   self->state.reservation_runs = !r.items.empty();
   self->request(self->state.block_manager, caf::infinite, reserve_atom::value, std::move(r))
       .then([self, epoch = self->state.supervisor->epoch()](const kv_answer& a) { on_answer(self, a, epoch); },
@@ -88,14 +88,14 @@ void reserve(scheduler_actor* self, kv_reservation r) {
             });
 }
 
-void arm_watchdog(scheduler_actor* self) {
+void arm_watchdog(scheduler_self self) {
   auto& st = self->state;
   if (st.watchdog_armed) return;
   st.watchdog_armed = true;
   self->delayed_send(self, st.supervisor->watchdog_period(), watchdog_atom::value);
 }
 
-void send_step(scheduler_actor* self, gpu::step_batch step) {
+void send_step(scheduler_self self, gpu::step_batch step) {
   auto& st = self->state;
   const bool decode = std::all_of(step.seqs.begin(), step.seqs.end(),
                                   [](const gpu::step_sequence& q) { return q.new_tokens.size() == 1; });
@@ -105,10 +105,10 @@ void send_step(scheduler_actor* self, gpu::step_batch step) {
       {step.step_id, std::chrono::steady_clock::now(), !st.went_idle, decode, step.seqs.size(), tokens});
   st.went_idle = false;
   arm_watchdog(self);
-  self->send(st.executor, run_atom::value, std::move(step));
+  self->send(st.executor, run_atom::value, std::move(step), scheduler_actor{self});
 }
 
-void on_answer(scheduler_actor* self, const kv_answer& a, uint64_t epoch) {
+void on_answer(scheduler_self self, const kv_answer& a, uint64_t epoch) {
   auto& st = self->state;
   if (epoch != st.supervisor->epoch() || st.supervisor->gave_up()) {  // the pool was reset meanwhile
     st.reserving = false;
@@ -142,7 +142,7 @@ void on_answer(scheduler_actor* self, const kv_answer& a, uint64_t epoch) {
   }
 }
 
-void kick(scheduler_actor* self) {
+void kick(scheduler_self self) {
   auto& st = self->state;
   if (st.supervisor->gave_up()) {
     publish(self);
@@ -165,7 +165,7 @@ void kick(scheduler_actor* self) {
 }
 
 /// Adds a completed step's busy time and the device's idle time before it to the stats.
-void record_timing(scheduler_actor* self, const scheduler_state::flight& f, const gpu::step_result& r) {
+void record_timing(scheduler_self self, const scheduler_state::flight& f, const gpu::step_result& r) {
   if (!f.back_to_back || r.idle_before_ms < 0) return;
   auto& s = *self->state.stats;
   constexpr auto relaxed = std::memory_order_relaxed;
@@ -182,7 +182,7 @@ void record_timing(scheduler_actor* self, const scheduler_state::flight& f, cons
   s.decode_idle_us.fetch_add(idle, relaxed);
 }
 
-void on_step_done(scheduler_actor* self, gpu::step_result& r) {
+void on_step_done(scheduler_self self, gpu::step_result& r) {
   auto& st = self->state;
   const bool ours = std::any_of(st.in_flight.begin(), st.in_flight.end(),
                                 [&](const scheduler_state::flight& f) { return f.step_id == r.step_id; });
@@ -212,7 +212,7 @@ void on_step_done(scheduler_actor* self, gpu::step_result& r) {
 
 /// Fails every request with the supervisor's message and refuses new ones; the engine stays
 /// unhealthy.
-void give_up(scheduler_actor* self) {
+void give_up(scheduler_self self) {
   auto& st = self->state;
   const std::string& msg = st.supervisor->give_up_message();
   log::error("{}; failing every request", msg);
@@ -223,7 +223,7 @@ void give_up(scheduler_actor* self) {
 
 /// The executor's restart answered: reset the pool to the fresh executor's size and plan again,
 /// or give up.
-void on_restarted(scheduler_actor* self, int32_t num_blocks, const std::string& err) {
+void on_restarted(scheduler_self self, int32_t num_blocks, const std::string& err) {
   auto& st = self->state;
   const auto pool_size = st.supervisor->on_restarted(num_blocks, err);
   if (!pool_size) {
@@ -242,7 +242,7 @@ void on_restarted(scheduler_actor* self, int32_t num_blocks, const std::string& 
 /// The step in flight failed (`wedged`: it never returned). Both steps in flight are lost and
 /// every running sequence is requeued for recompute; then the supervisor's verdict: restart the
 /// executor (and reset the pool), or give up.
-void on_executor_failure(scheduler_actor* self, const std::string& why, bool wedged) {
+void on_executor_failure(scheduler_self self, const std::string& why, bool wedged) {
   auto& st = self->state;
   log::error("scheduler: executor failure: {}; restarting the executor", why);
   const auto verdict = st.supervisor->on_failure(why, std::chrono::steady_clock::now());
@@ -262,8 +262,9 @@ void on_executor_failure(scheduler_actor* self, const std::string& why, bool wed
             [self](caf::error& e) { on_restarted(self, 0, caf::to_string(e)); });
 }
 
-caf::behavior scheduler(scheduler_actor* self, scheduler_config cfg, caf::actor block_manager, caf::actor executor,
-                        std::shared_ptr<stats_board> stats, supervision_config sup) {
+scheduler_actor::behavior_type scheduler(scheduler_self self, scheduler_config cfg,
+                                         kv_block_manager_actor block_manager, executor_actor executor,
+                                         std::shared_ptr<stats_board> stats, supervision_config sup) {
   auto& st = self->state;
   st.supervisor = std::make_unique<supervision_policy>(sup);
   st.max_in_flight = cfg.async_scheduling ? 2 : 1;
@@ -282,7 +283,7 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_config cfg, caf::actor 
     kick(self);
   });
   return {
-      [self](enqueue_atom, new_request& r, caf::actor& requester) {
+      [self](enqueue_atom, new_request& r, const request_actor& requester) {
         auto& st = self->state;
         if (st.supervisor->gave_up()) {
           self->send(requester, fail_atom::value, st.supervisor->give_up_message());
@@ -329,8 +330,8 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_config cfg, caf::actor 
 
 }  // namespace
 
-caf::actor spawn_scheduler(caf::actor_system& sys, scheduler_config cfg, caf::actor block_manager,
-                           caf::actor executor, std::shared_ptr<stats_board> stats, supervision_config sup) {
+scheduler_actor spawn_scheduler(caf::actor_system& sys, scheduler_config cfg, kv_block_manager_actor block_manager,
+                                executor_actor executor, std::shared_ptr<stats_board> stats, supervision_config sup) {
   return sys.spawn(scheduler, std::move(cfg), std::move(block_manager), std::move(executor), std::move(stats), sup);
 }
 
