@@ -1,5 +1,6 @@
-// The engine facade: loads the tokenizer and an executor, starts the actor system and the
-// service actors (scheduler, KV block manager, executor), and spawns one actor per request.
+// The engine facade: loads the tokenizer, makes an executor (gpu/executor_factory.hpp), starts the
+// actor system and the service actors (scheduler, KV block manager, executor), and spawns one
+// actor per request.
 #include "actors/engine.hpp"
 
 #include <caf/all.hpp>
@@ -10,16 +11,10 @@
 #include <unordered_map>
 
 #include "actors/actor_spawn.hpp"
-#include "actors/fault_injection.hpp"
 #include "actors/messages.hpp"
 #include "config/log.hpp"
-#include "gpu/cpu/cpu_executor.hpp"
+#include "gpu/executor_factory.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
-
-#ifdef ACTORSERVE_HAS_CUDA
-#include "gpu/cuda/cuda_executor.hpp"
-#include "gpu/cuda/device_info.hpp"
-#endif
 
 namespace actorserve::actors {
 
@@ -42,65 +37,6 @@ constexpr std::chrono::seconds wedge_timeout{30};
 constexpr std::chrono::seconds step_timeout{60};
 constexpr int32_t max_executor_restarts = 3;
 constexpr std::chrono::seconds restart_window{60};
-
-result<std::unique_ptr<gpu::executor>> make_cpu(const engine_config& cfg) {
-  gpu::cpu_executor_options o;
-  o.block_size = static_cast<int32_t>(cpu_block_size(cfg.cache));
-  o.num_blocks = cfg.cache.num_gpu_blocks_override ? static_cast<int32_t>(*cfg.cache.num_gpu_blocks_override) : 0;
-  o.kv_cache_bytes = static_cast<int64_t>(cfg.cache.cpu_kv_cache_gib * double(int64_t{1} << 30));
-  o.threads = static_cast<int32_t>(cfg.executor.cpu_threads);
-  o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
-  return gpu::make_cpu_executor(cfg.model.model_dir, o);
-}
-
-#ifdef ACTORSERVE_HAS_CUDA
-gpu::cuda_executor_options cuda_options_from(const engine_config& cfg) {
-  gpu::cuda_executor_options o;
-  o.dtype = cfg.model.dtype;
-  o.block_size = static_cast<int32_t>(cuda_block_size(cfg.cache));
-  o.kv_layout = cuda_kv_layout(cfg.cache);
-  o.num_blocks_override = cfg.cache.num_gpu_blocks_override;
-  o.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;
-  o.max_num_batched_tokens = static_cast<int32_t>(cfg.scheduler.max_num_batched_tokens);
-  o.max_num_seqs = static_cast<int32_t>(cfg.scheduler.max_num_seqs);
-  o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
-  o.enforce_eager = cfg.executor.enforce_eager;
-  return o;
-}
-#endif
-
-/// Whether make_executor picks the CUDA executor for `cfg`: --device cuda, or auto with a GPU.
-bool picks_cuda(const engine_config& cfg) {
-#ifdef ACTORSERVE_HAS_CUDA
-  const auto device = cfg.executor.device;
-  return device == device_kind::cuda || (device == device_kind::auto_detect && gpu::cuda::device_count() > 0);
-#else
-  (void)cfg;
-  return false;
-#endif
-}
-
-/// Picks the executor: --device cpu, or auto without a usable GPU, gets the CPU executor;
-/// --device cuda, or auto with a GPU, the CUDA executor.
-result<std::unique_ptr<gpu::executor>> make_executor(const engine_config& cfg) {
-#ifdef ACTORSERVE_HAS_CUDA
-  if (picks_cuda(cfg)) {
-    if (gpu::cuda::device_count() == 0) return make_error(error_code::unavailable, "--device cuda: no CUDA device is visible");
-    return gpu::make_cuda_executor(cfg.model.model_dir, cuda_options_from(cfg));
-  }
-#else
-  if (cfg.executor.device == device_kind::cuda)
-    return make_error(error_code::unsupported, "--device cuda: this build has no CUDA executor (ACTORSERVE_ENABLE_CUDA=OFF)");
-#endif
-  return make_cpu(cfg);
-}
-
-/// make_executor plus the test-only fault injection (--inject-step-failures).
-result<std::unique_ptr<gpu::executor>> make_supervised_executor(const engine_config& cfg) {
-  auto ex = make_executor(cfg);
-  if (!ex) return ex.err();
-  return inject_step_failures(std::move(ex.value()), cfg.executor.inject_step_failures);
-}
 
 /// Live requests by id, for cancel(); entries leave when their actor ends.
 struct request_registry {
@@ -144,7 +80,7 @@ class engine_impl final : public engine {
     block_manager_ = spawn_kv_block_manager(*system_, num_blocks, info.block_size, cfg.cache.enable_prefix_caching,
                                             stats_);
     // The executor actor owns the executor: a restart must be able to free it (device memory).
-    executor_actor_ = spawn_executor_actor(*system_, std::move(ex), [cfg] { return make_supervised_executor(cfg); });
+    executor_actor_ = spawn_executor_actor(*system_, std::move(ex), [cfg] { return gpu::make_executor(cfg); });
     supervision_config sup;
     sup.step_timeout = step_timeout;
     sup.max_restarts = max_executor_restarts;
@@ -325,15 +261,11 @@ class engine_impl final : public engine {
 
 }  // namespace
 
-int64_t engine::block_size_for(const engine_config& cfg) {
-  return picks_cuda(cfg) ? cuda_block_size(cfg.cache) : cpu_block_size(cfg.cache);
-}
-
 result<std::unique_ptr<engine>> engine::start(const engine_config& cfg) {
   if (auto st = validate(cfg); !st) return st.err();
   auto tok = protocol::tokenizer::from_model_dir(cfg.model.model_dir);
   if (!tok) return tok.err();
-  auto ex = make_supervised_executor(cfg);
+  auto ex = gpu::make_executor(cfg);
   if (!ex) return ex.err();
   return std::unique_ptr<engine>(
       new engine_impl(cfg, std::move(tok.value()), std::shared_ptr<gpu::executor>(std::move(ex.value()))));

@@ -91,9 +91,6 @@ class engine {
   /// Loads the model and tokenizer, starts the actor system and executor. Errors name the file
   /// or flag.
   static result<std::unique_ptr<engine>> start(const engine_config& cfg);
-  /// Tokens per KV block of the executor start() would pick for `cfg` (the device resolved as
-  /// it resolves it), before any is made.
-  static int64_t block_size_for(const engine_config& cfg);
   virtual ~engine() = default;
 
   /// Admits a request (non-blocking). An invalid request is answered with an error at once.
