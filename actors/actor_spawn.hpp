@@ -1,48 +1,42 @@
 #pragma once
-/// Internal: spawn functions of the engine's actors (CAF handles; include only from actors/*.cpp).
-#include <caf/fwd.hpp>
-
-#include <chrono>
+/// Internal: spawn functions of the engine's actors, returning their typed handles
+/// (messages.hpp; include only from actors/*.cpp).
 #include <functional>
 #include <memory>
 
 #include "actors/engine.hpp"
-#include "actors/engine_shared.hpp"
+#include "actors/messages.hpp"
 #include "actors/scheduler_policy.hpp"
+#include "actors/stats_board.hpp"
+#include "actors/supervision_policy.hpp"
 #include "gpu/executor.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
 
 namespace actorserve::actors {
 
 /// The KV block manager: owns the block pool, answers each step's reservation in one message.
-caf::actor spawn_kv_block_manager(caf::actor_system& sys, int32_t num_blocks, int32_t block_size,
-                                  bool enable_prefix_caching, std::shared_ptr<stats_board> stats);
+kv_block_manager_actor spawn_kv_block_manager(caf::actor_system& sys, int32_t num_blocks, int32_t block_size,
+                                              bool enable_prefix_caching, std::shared_ptr<stats_board> stats);
 
 /// Makes a fresh executor (the same one engine::start made) for a restart.
 using executor_factory = std::function<result<std::unique_ptr<gpu::executor>>()>;
 
 /// The executor actor: hands steps to `ex` (asynchronous) and turns each completion into a
-/// step_done message to the step's sender. Never waits on a step. On `restart` it discards `ex`
-/// and makes a new one with `factory` (it runs detached: that blocks).
-caf::actor spawn_executor_actor(caf::actor_system& sys, std::shared_ptr<gpu::executor> ex, executor_factory factory);
-
-/// How the scheduler supervises the executor.
-struct supervision_config {
-  std::chrono::milliseconds step_timeout{60000};    ///< watchdog: a step taking longer has failed
-  int32_t max_restarts = 3;                         ///< restarts allowed within `restart_window`
-  std::chrono::milliseconds restart_window{60000};
-  int32_t num_blocks = 0;                           ///< the pool's size cap after a restart
-};
+/// step_done message to the step's scheduler. Never waits on a step. On `restart` it discards
+/// `ex` and makes a new one with `factory` (it runs detached: that blocks).
+executor_actor spawn_executor_actor(caf::actor_system& sys, std::shared_ptr<gpu::executor> ex,
+                                    executor_factory factory);
 
 /// The scheduler: queues, batches, preemption; routes each step's outputs to request actors.
-/// It supervises the executor: a failed or overdue step restarts it and requeues every running
-/// sequence for recompute; too many failures within the window fail every request.
-caf::actor spawn_scheduler(caf::actor_system& sys, scheduler_config cfg, caf::actor block_manager,
-                           caf::actor executor, std::shared_ptr<stats_board> stats, supervision_config sup);
+/// It supervises the executor (supervision_policy): a failed or overdue step restarts it and
+/// requeues every running sequence for recompute; too many failures within the window fail every
+/// request.
+scheduler_actor spawn_scheduler(caf::actor_system& sys, scheduler_config cfg, kv_block_manager_actor block_manager,
+                                executor_actor executor, std::shared_ptr<stats_board> stats, supervision_config sup);
 
 /// Everything a request actor needs besides the request itself.
 struct request_context {
-  caf::actor* scheduler = nullptr;
+  const scheduler_actor* scheduler = nullptr;
   const protocol::tokenizer* tokenizer = nullptr;
   std::shared_ptr<stats_board> stats;
   uint64_t group_id = 0;
@@ -50,6 +44,7 @@ struct request_context {
 };
 
 /// One actor per request: sampling/stop state, detokenizers, deadline, and the consumer's sink.
-caf::actor spawn_request(caf::actor_system& sys, generation_request req, delta_sink sink, const request_context& ctx);
+request_actor spawn_request(caf::actor_system& sys, generation_request req, delta_sink sink,
+                            const request_context& ctx);
 
 }  // namespace actorserve::actors

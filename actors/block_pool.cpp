@@ -103,8 +103,8 @@ kv_answer block_pool::reserve(const kv_reservation& r) {
     }
     s.num_registered = plans[i].hits;
     if (prefix_caching_) {
-      ans.prefix_queries += it.num_tokens;
-      ans.prefix_hits += static_cast<int64_t>(plans[i].hits) * block_size_;
+      ans.prefix_cache_queries += it.num_tokens;
+      ans.prefix_cache_hits += static_cast<int64_t>(plans[i].hits) * block_size_;
     }
   }
   for (size_t i = 0; i < granted; ++i) {

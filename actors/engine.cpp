@@ -1,5 +1,6 @@
-// The engine facade: loads the tokenizer and an executor, starts the actor system and the
-// service actors (scheduler, KV block manager, executor), and spawns one actor per request.
+// The engine facade: loads the tokenizer, makes an executor (gpu/executor_factory.hpp), starts the
+// actor system and the service actors (scheduler, KV block manager, executor), and spawns one
+// actor per request.
 #include "actors/engine.hpp"
 
 #include <caf/all.hpp>
@@ -10,16 +11,10 @@
 #include <unordered_map>
 
 #include "actors/actor_spawn.hpp"
-#include "actors/fault_injection.hpp"
 #include "actors/messages.hpp"
 #include "config/log.hpp"
-#include "gpu/cpu/cpu_executor.hpp"
+#include "gpu/executor_factory.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
-
-#ifdef ACTORSERVE_HAS_CUDA
-#include "gpu/cuda/cuda_executor.hpp"
-#include "gpu/cuda/device_info.hpp"
-#endif
 
 namespace actorserve::actors {
 
@@ -43,70 +38,10 @@ constexpr std::chrono::seconds step_timeout{60};
 constexpr int32_t max_executor_restarts = 3;
 constexpr std::chrono::seconds restart_window{60};
 
-result<std::unique_ptr<gpu::executor>> make_cpu(const engine_config& cfg) {
-  gpu::cpu_executor_options o;
-  o.block_size = static_cast<int32_t>(cpu_block_size(cfg.cache));
-  o.num_blocks = cfg.cache.num_gpu_blocks_override ? static_cast<int32_t>(*cfg.cache.num_gpu_blocks_override) : 0;
-  o.kv_cache_bytes = static_cast<int64_t>(cfg.cache.cpu_kv_cache_gib * double(int64_t{1} << 30));
-  o.threads = static_cast<int32_t>(cfg.executor.cpu_threads);
-  o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
-  return gpu::make_cpu_executor(cfg.model.model_dir, o);
-}
-
-#ifdef ACTORSERVE_HAS_CUDA
-gpu::cuda_executor_options cuda_options_from(const engine_config& cfg) {
-  gpu::cuda_executor_options o;
-  o.dtype = cfg.model.dtype;
-  o.block_size = static_cast<int32_t>(cuda_block_size(cfg.cache));
-  o.kv_layout = cuda_kv_layout(cfg.cache);
-  o.num_blocks_override = cfg.cache.num_gpu_blocks_override;
-  o.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;
-  o.max_num_batched_tokens = static_cast<int32_t>(cfg.scheduler.max_num_batched_tokens);
-  o.max_num_seqs = static_cast<int32_t>(cfg.scheduler.max_num_seqs);
-  o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
-  o.enforce_eager = cfg.executor.enforce_eager;
-  o.profile_steps = cfg.executor.profile_steps;
-  return o;
-}
-#endif
-
-/// Whether make_executor picks the CUDA executor for `cfg`: --device cuda, or auto with a GPU.
-bool picks_cuda(const engine_config& cfg) {
-#ifdef ACTORSERVE_HAS_CUDA
-  const auto device = cfg.executor.device;
-  return device == device_kind::cuda || (device == device_kind::auto_detect && gpu::cuda::device_count() > 0);
-#else
-  (void)cfg;
-  return false;
-#endif
-}
-
-/// Picks the executor: --device cpu, or auto without a usable GPU, gets the CPU executor;
-/// --device cuda, or auto with a GPU, the CUDA executor.
-result<std::unique_ptr<gpu::executor>> make_executor(const engine_config& cfg) {
-#ifdef ACTORSERVE_HAS_CUDA
-  if (picks_cuda(cfg)) {
-    if (gpu::cuda::device_count() == 0) return make_error(error_code::unavailable, "--device cuda: no CUDA device is visible");
-    return gpu::make_cuda_executor(cfg.model.model_dir, cuda_options_from(cfg));
-  }
-#else
-  if (cfg.executor.device == device_kind::cuda)
-    return make_error(error_code::unsupported, "--device cuda: this build has no CUDA executor (ACTORSERVE_ENABLE_CUDA=OFF)");
-#endif
-  return make_cpu(cfg);
-}
-
-/// make_executor plus the test-only fault injection (--inject-step-failures).
-result<std::unique_ptr<gpu::executor>> make_supervised_executor(const engine_config& cfg) {
-  auto ex = make_executor(cfg);
-  if (!ex) return ex.err();
-  return inject_step_failures(std::move(ex.value()), cfg.executor.inject_step_failures);
-}
-
 /// Live requests by id, for cancel(); entries leave when their actor ends.
 struct request_registry {
   std::mutex mu;
-  std::unordered_map<std::string, caf::actor> by_id;
+  std::unordered_map<std::string, request_actor> by_id;
 };
 
 class engine_impl final : public engine {
@@ -145,7 +80,7 @@ class engine_impl final : public engine {
     block_manager_ = spawn_kv_block_manager(*system_, num_blocks, info.block_size, cfg.cache.enable_prefix_caching,
                                             stats_);
     // The executor actor owns the executor: a restart must be able to free it (device memory).
-    executor_actor_ = spawn_executor_actor(*system_, std::move(ex), [cfg] { return make_supervised_executor(cfg); });
+    executor_actor_ = spawn_executor_actor(*system_, std::move(ex), [cfg] { return gpu::make_executor(cfg); });
     supervision_config sup;
     sup.step_timeout = step_timeout;
     sup.max_restarts = max_executor_restarts;
@@ -166,7 +101,9 @@ class engine_impl final : public engine {
       std::lock_guard<std::mutex> lock(registry_->mu);
       registry_->by_id.clear();
     }
-    scheduler_ = block_manager_ = executor_actor_ = caf::actor();
+    scheduler_ = scheduler_actor();
+    block_manager_ = kv_block_manager_actor();
+    executor_actor_ = executor_actor();
     system_.reset();
   }
 
@@ -254,20 +191,20 @@ class engine_impl final : public engine {
     engine_stats e;
     e.num_running = s.num_running.load(r);
     e.num_waiting = s.num_waiting.load(r);
-    e.kv_blocks_total = s.kv_total.load(r);
-    e.kv_blocks_used = s.kv_used.load(r);
-    e.kv_blocks_free = s.kv_free.load(r);
-    e.kv_blocks_cached = s.kv_cached.load(r);
-    e.kv_blocks_shared = s.kv_shared.load(r);
-    e.prefix_cache_queries = s.prefix_queries.load(r);
-    e.prefix_cache_hits = s.prefix_hits.load(r);
-    e.num_preemptions = s.preemptions.load(r);
-    e.num_recomputed_tokens = s.recomputed_tokens.load(r);
-    e.num_computed_tokens = s.computed_tokens.load(r);
-    e.prompt_tokens_total = s.prompt_tokens.load(r);
-    e.generation_tokens_total = s.generation_tokens.load(r);
-    e.num_steps = s.steps.load(r);
-    e.num_executor_restarts = s.executor_restarts.load(r);
+    e.kv_blocks_total = s.kv_blocks_total.load(r);
+    e.kv_blocks_used = s.kv_blocks_used.load(r);
+    e.kv_blocks_free = s.kv_blocks_free.load(r);
+    e.kv_blocks_cached = s.kv_blocks_cached.load(r);
+    e.kv_blocks_shared = s.kv_blocks_shared.load(r);
+    e.prefix_cache_queries = s.prefix_cache_queries.load(r);
+    e.prefix_cache_hits = s.prefix_cache_hits.load(r);
+    e.num_preemptions = s.num_preemptions.load(r);
+    e.num_recomputed_tokens = s.num_recomputed_tokens.load(r);
+    e.num_computed_tokens = s.num_computed_tokens.load(r);
+    e.prompt_tokens = s.prompt_tokens.load(r);
+    e.generation_tokens = s.generation_tokens.load(r);
+    e.num_steps = s.num_steps.load(r);
+    e.executor_restarts = s.executor_restarts.load(r);
     e.requests_finished = s.requests_finished.load(r);
     e.requests_cancelled = s.requests_cancelled.load(r);
     e.timed_steps = s.timed_steps.load(r);
@@ -300,8 +237,9 @@ class engine_impl final : public engine {
       std::lock_guard<std::mutex> lock(registry_->mu);
       for (auto& [id, hdl] : registry_->by_id) caf::anon_send(hdl, cancel_atom::value);
     }
-    for (const auto& a : {scheduler_, block_manager_, executor_actor_})
-      caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(scheduler_, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(block_manager_, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(executor_actor_, caf::exit_reason::user_shutdown);
     system_->await_all_actors_done();
     stats_->alive = false;
     stopped_ = true;
@@ -322,7 +260,9 @@ class engine_impl final : public engine {
   caf::actor_system_config caf_cfg_;
   std::unique_ptr<caf::actor_system> system_;
   std::shared_ptr<stats_board> stats_;
-  caf::actor block_manager_, executor_actor_, scheduler_;
+  kv_block_manager_actor block_manager_;
+  executor_actor executor_actor_;
+  scheduler_actor scheduler_;
   std::shared_ptr<request_registry> registry_ = std::make_shared<request_registry>();
   std::atomic<bool> accepting_{true};
   std::atomic<uint64_t> next_group_{1}, next_seed_{0};
@@ -332,15 +272,11 @@ class engine_impl final : public engine {
 
 }  // namespace
 
-int64_t engine::block_size_for(const engine_config& cfg) {
-  return picks_cuda(cfg) ? cuda_block_size(cfg.cache) : cpu_block_size(cfg.cache);
-}
-
 result<std::unique_ptr<engine>> engine::start(const engine_config& cfg) {
   if (auto st = validate(cfg); !st) return st.err();
   auto tok = protocol::tokenizer::from_model_dir(cfg.model.model_dir);
   if (!tok) return tok.err();
-  auto ex = make_supervised_executor(cfg);
+  auto ex = gpu::make_executor(cfg);
   if (!ex) return ex.err();
   return std::unique_ptr<engine>(
       new engine_impl(cfg, std::move(tok.value()), std::shared_ptr<gpu::executor>(std::move(ex.value()))));

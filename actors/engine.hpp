@@ -63,15 +63,18 @@ struct delta {
 /// (e.g. the consumer's queue is full).
 using delta_sink = std::function<bool(delta)>;
 
+/// A snapshot of the engine's gauges and totals. NOTE: a field has one name from the scheduler
+/// (scheduler_counters) through the stats board to /metrics, where its series is
+/// `actorserve:<name>` (a gauge) or `actorserve:<name>_total` (a counter).
 struct engine_stats {
-  int64_t num_running = 0, num_waiting = 0;
+  int64_t num_running = 0, num_waiting = 0;   ///< sequences (series num_requests_running/waiting)
   int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_free = 0, kv_blocks_cached = 0;
+  int64_t kv_blocks_shared = 0;           ///< blocks referenced by more than one sequence
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;   ///< in tokens
   int64_t num_preemptions = 0, num_recomputed_tokens = 0;
   int64_t num_computed_tokens = 0;        ///< tokens run through the model (prefix hits excluded)
-  int64_t kv_blocks_shared = 0;           ///< blocks referenced by more than one sequence
-  int64_t prompt_tokens_total = 0, generation_tokens_total = 0;
-  int64_t num_steps = 0, num_executor_restarts = 0;
+  int64_t prompt_tokens = 0, generation_tokens = 0;
+  int64_t num_steps = 0, executor_restarts = 0;
   int64_t requests_finished = 0, requests_cancelled = 0;
   bool healthy = false;                   ///< engine loop alive and making progress
   /// Executor busy/idle time of steps run back to back (the engine had work throughout; the
@@ -88,9 +91,6 @@ class engine {
   /// Loads the model and tokenizer, starts the actor system and executor. Errors name the file
   /// or flag.
   static result<std::unique_ptr<engine>> start(const engine_config& cfg);
-  /// Tokens per KV block of the executor start() would pick for `cfg` (the device resolved as
-  /// it resolves it), before any is made.
-  static int64_t block_size_for(const engine_config& cfg);
   virtual ~engine() = default;
 
   /// Admits a request (non-blocking). An invalid request is answered with an error at once.

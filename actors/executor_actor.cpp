@@ -20,7 +20,7 @@ struct executor_state {
   static inline const char* name = "executor";
 };
 
-using executor_actor_t = caf::stateful_actor<executor_state>;
+using executor_self = executor_actor::stateful_pointer<executor_state>;
 
 /// Drops the old executor. A wedged one (a step never returned) cannot be joined: its
 /// destruction is handed to a detached thread that may block forever on it.
@@ -33,12 +33,12 @@ void discard(std::shared_ptr<gpu::executor> old, bool wedged) {
   std::thread([old = std::move(old)]() mutable { old.reset(); }).detach();
 }
 
-caf::behavior executor_actor(executor_actor_t* self, std::shared_ptr<gpu::executor> ex, executor_factory factory) {
+executor_actor::behavior_type executor_behavior(executor_self self, std::shared_ptr<gpu::executor> ex,
+                                                executor_factory factory) {
   self->state.ex = std::move(ex);
   self->state.factory = std::move(factory);
   return {
-      [self](run_atom, gpu::step_batch& batch) {
-        auto reply_to = caf::actor_cast<caf::actor>(self->current_sender());
+      [self](run_atom, gpu::step_batch& batch, const scheduler_actor& reply_to) {
         if (!self->state.ex) {
           gpu::step_result r;
           r.step_id = batch.step_id;
@@ -52,23 +52,24 @@ caf::behavior executor_actor(executor_actor_t* self, std::shared_ptr<gpu::execut
         });
       },
       // Replaces the executor (device state included): the old one goes first so that its
-      // memory is free for the new one. Answers (num_blocks, "") or (0, error message).
-      [self](restart_atom, bool wedged) -> caf::message {
+      // memory is free for the new one.
+      [self](restart_atom, bool wedged) -> caf::result<int32_t, std::string> {
         auto& st = self->state;
         discard(std::move(st.ex), wedged);
-        if (!st.factory) return caf::make_message(int32_t{0}, std::string("no executor factory"));
+        if (!st.factory) return {int32_t{0}, std::string("no executor factory")};
         auto fresh = st.factory();
-        if (!fresh) return caf::make_message(int32_t{0}, fresh.err().message);
+        if (!fresh) return {int32_t{0}, fresh.err().message};
         st.ex = std::shared_ptr<gpu::executor>(std::move(fresh.value()));
-        return caf::make_message(st.ex->info().num_blocks, std::string());
+        return {st.ex->info().num_blocks, std::string()};
       },
   };
 }
 
 }  // namespace
 
-caf::actor spawn_executor_actor(caf::actor_system& sys, std::shared_ptr<gpu::executor> ex, executor_factory factory) {
-  return sys.spawn<caf::detached>(executor_actor, std::move(ex), std::move(factory));
+executor_actor spawn_executor_actor(caf::actor_system& sys, std::shared_ptr<gpu::executor> ex,
+                                    executor_factory factory) {
+  return sys.spawn<caf::detached>(executor_behavior, std::move(ex), std::move(factory));
 }
 
 }  // namespace actorserve::actors

@@ -1,7 +1,6 @@
 // The KV block manager actor: a thin shell around block_pool.
 #include "actors/actor_spawn.hpp"
 #include "actors/block_pool.hpp"
-#include "actors/messages.hpp"
 
 namespace actorserve::actors {
 
@@ -12,16 +11,14 @@ struct kv_block_manager_state {
   static inline const char* name = "kv_block_manager";
 };
 
-caf::behavior kv_block_manager(caf::stateful_actor<kv_block_manager_state>* self, int32_t num_blocks,
-                               int32_t block_size, bool enable_prefix_caching, std::shared_ptr<stats_board> stats) {
+using kv_block_manager_self = kv_block_manager_actor::stateful_pointer<kv_block_manager_state>;
+
+kv_block_manager_actor::behavior_type kv_block_manager(kv_block_manager_self self, int32_t num_blocks,
+                                                       int32_t block_size, bool enable_prefix_caching,
+                                                       std::shared_ptr<stats_board> stats) {
   auto fresh_pool = [self, block_size, enable_prefix_caching, stats](int32_t n) {
     self->state.pool = std::make_unique<block_pool>(n, block_size, enable_prefix_caching);
-    const auto c = self->state.pool->counts();
-    stats->kv_total = c.total;
-    stats->kv_free = c.free;
-    stats->kv_used = c.used;
-    stats->kv_cached = c.cached;
-    stats->kv_shared = c.shared;
+    stats->publish(self->state.pool->counts());
   };
   fresh_pool(num_blocks);
   return {
@@ -30,10 +27,7 @@ caf::behavior kv_block_manager(caf::stateful_actor<kv_block_manager_state>* self
       [fresh_pool](reset_atom, int32_t n) { fresh_pool(n); },
       [self, stats](reserve_atom, const kv_reservation& r) -> kv_answer {
         kv_answer a = self->state.pool->reserve(r);
-        stats->kv_used.store(a.counts.used, std::memory_order_relaxed);
-        stats->kv_free.store(a.counts.free, std::memory_order_relaxed);
-        stats->kv_cached.store(a.counts.cached, std::memory_order_relaxed);
-        stats->kv_shared.store(a.counts.shared, std::memory_order_relaxed);
+        stats->publish(a.counts);
         return a;
       },
   };
@@ -41,8 +35,8 @@ caf::behavior kv_block_manager(caf::stateful_actor<kv_block_manager_state>* self
 
 }  // namespace
 
-caf::actor spawn_kv_block_manager(caf::actor_system& sys, int32_t num_blocks, int32_t block_size,
-                                  bool enable_prefix_caching, std::shared_ptr<stats_board> stats) {
+kv_block_manager_actor spawn_kv_block_manager(caf::actor_system& sys, int32_t num_blocks, int32_t block_size,
+                                              bool enable_prefix_caching, std::shared_ptr<stats_board> stats) {
   return sys.spawn(kv_block_manager, num_blocks, block_size, enable_prefix_caching, std::move(stats));
 }
 

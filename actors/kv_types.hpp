@@ -76,7 +76,7 @@ struct kv_answer {
   std::vector<int32_t> blocks;                       ///< table changes of all items, flat
   std::vector<std::pair<int32_t, int32_t>> copies;  ///< copy-on-write (src, dst), before the step
   kv_pool_counts counts;
-  int64_t prefix_queries = 0, prefix_hits = 0;       ///< tokens, this answer only
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  ///< tokens, this answer only
 };
 
 }  // namespace actorserve::actors

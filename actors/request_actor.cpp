@@ -21,7 +21,7 @@ struct choice_state {
 struct request_state {
   generation_request req;
   delta_sink sink;
-  caf::actor scheduler;
+  scheduler_actor scheduler;
   const protocol::tokenizer* tok = nullptr;
   std::shared_ptr<stats_board> stats;
   uint64_t group_id = 0;
@@ -32,7 +32,7 @@ struct request_state {
   static inline const char* name = "request";
 };
 
-using request_actor = caf::stateful_actor<request_state>;
+using request_self = request_actor::stateful_pointer<request_state>;
 
 finish_reason to_reason(seq_finish f) {
   switch (f) {
@@ -45,14 +45,14 @@ finish_reason to_reason(seq_finish f) {
 
 /// Quits, first removing this actor's monitor from the scheduler: a monitor left behind is a
 /// weak reference that keeps the finished actor's memory alive for as long as the scheduler runs.
-void stop(request_actor* self) {
-  self->demonitor(self->state.scheduler);
+void stop(request_self self) {
+  self->demonitor(self->state.scheduler.address());
   self->quit();
 }
 
 /// Delivers one delta; marks the choice done when the delta finishes it and ends the actor after
 /// the last choice. Returns false when the request ended.
-bool deliver(request_actor* self, delta d) {
+bool deliver(request_self self, delta d) {
   auto& st = self->state;
   if (d.finish) {
     st.choices[static_cast<size_t>(d.index)].done = true;
@@ -79,7 +79,7 @@ bool deliver(request_actor* self, delta d) {
 }
 
 /// Ends every open choice with `why` (cancel, deadline, engine failure).
-void end_all(request_actor* self, finish_reason why, std::optional<error> failure) {
+void end_all(request_self self, finish_reason why, std::optional<error> failure) {
   auto& st = self->state;
   self->send(st.scheduler, abort_atom::value, st.group_id, int32_t{-1});
   if (why == finish_reason::cancelled) st.stats->requests_cancelled.fetch_add(1, std::memory_order_relaxed);
@@ -105,7 +105,7 @@ logprob_entry make_logprob(const request_state& st, const gpu::sampled_token& t)
   return e;
 }
 
-void on_outputs(request_actor* self, output_batch& batch) {
+void on_outputs(request_self self, output_batch& batch) {
   auto& st = self->state;
   for (auto& o : batch.outputs) {
     if (o.index < 0 || static_cast<size_t>(o.index) >= st.choices.size()) continue;
@@ -150,9 +150,9 @@ void on_outputs(request_actor* self, output_batch& batch) {
   }
 }
 
-caf::behavior request(request_actor* self, generation_request req, delta_sink sink, caf::actor scheduler,
-                      const protocol::tokenizer* tok, std::shared_ptr<stats_board> stats, uint64_t group_id,
-                      uint64_t seed) {
+request_actor::behavior_type request(request_self self, generation_request req, delta_sink sink,
+                                     scheduler_actor scheduler, const protocol::tokenizer* tok,
+                                     std::shared_ptr<stats_board> stats, uint64_t group_id, uint64_t seed) {
   auto& st = self->state;
   st.req = std::move(req);
   st.sink = std::move(sink);
@@ -179,7 +179,7 @@ caf::behavior request(request_actor* self, generation_request req, delta_sink si
   nr.params = std::make_shared<const sampling_params>(st.req.params);
   nr.seed = seed;
   nr.priority = st.req.priority;
-  self->send(st.scheduler, enqueue_atom::value, std::move(nr), caf::actor_cast<caf::actor>(self));
+  self->send(st.scheduler, enqueue_atom::value, std::move(nr), request_actor{self});
   if (st.req.deadline) {
     const auto left = *st.req.deadline - std::chrono::steady_clock::now();
     self->delayed_send(self, std::max(left, std::chrono::steady_clock::duration::zero()), deadline_atom::value);
@@ -196,7 +196,8 @@ caf::behavior request(request_actor* self, generation_request req, delta_sink si
 
 }  // namespace
 
-caf::actor spawn_request(caf::actor_system& sys, generation_request req, delta_sink sink, const request_context& ctx) {
+request_actor spawn_request(caf::actor_system& sys, generation_request req, delta_sink sink,
+                            const request_context& ctx) {
   return sys.spawn(request, std::move(req), std::move(sink), *ctx.scheduler, ctx.tokenizer, ctx.stats, ctx.group_id,
                    ctx.seed);
 }

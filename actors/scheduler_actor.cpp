@@ -1,10 +1,10 @@
-// The scheduler actor: routes messages to scheduler_policy; nothing here ever waits. At most one
-// reservation is outstanding; with async scheduling up to two steps are in flight: as soon as
-// step N is sent to the executor, step N+1 is planned (plan_ahead) and sent too, so the executor
-// never waits for the host between steps. It also supervises the executor: a failed step, or
-// one overdue past the watchdog deadline, restarts the executor, resets the KV pool and
-// requeues every running sequence for recompute; too many failures within a window fail every
-// request and refuse new ones. It records each step's busy and idle time (engine_stats).
+// The scheduler actor: routes messages to scheduler_policy and supervision_policy; nothing here
+// ever waits. At most one reservation is outstanding; with async scheduling up to two steps are
+// in flight: as soon as step N is sent to the executor, step N+1 is planned (plan_ahead) and sent
+// too, so the executor never waits for the host between steps. It carries out the supervisor's
+// decisions: a failed or overdue step restarts the executor, resets the KV pool and requeues
+// every running sequence for recompute; giving up fails every request and refuses new ones. It
+// records each step's busy and idle time (engine_stats).
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -14,6 +14,7 @@
 
 #include "actors/actor_spawn.hpp"
 #include "actors/messages.hpp"
+#include "actors/supervision_policy.hpp"
 #include "config/check.hpp"
 #include "config/log.hpp"
 
@@ -23,15 +24,15 @@ namespace {
 
 struct scheduler_state {
   std::unique_ptr<scheduler_policy> policy;
-  caf::actor block_manager;
-  caf::actor executor;
+  kv_block_manager_actor block_manager;
+  executor_actor executor;
   std::shared_ptr<stats_board> stats;
-  std::unordered_map<uint64_t, caf::actor> requests;   ///< group id -> request actor
+  std::unordered_map<uint64_t, request_actor> requests;  ///< group id -> request actor
   std::map<caf::actor_addr, uint64_t> groups;          ///< request actor -> group id
   bool reserving = false;                              ///< a reservation is outstanding
   bool reservation_runs = false;                       ///< it plans sequences, not only frees or forks
   size_t max_in_flight = 2;                            ///< 1 without async scheduling
-  supervision_config sup;
+  std::unique_ptr<supervision_policy> supervisor;
   struct flight {
     uint64_t step_id;
     std::chrono::steady_clock::time_point started;     ///< sent, or the step before it completed
@@ -43,40 +44,26 @@ struct scheduler_state {
   std::deque<flight> in_flight;                        ///< the steps the executor owes us, oldest first
   std::deque<gpu::step_result> deferred;               ///< results that arrived during a reservation
   bool went_idle = true;                               ///< nothing to run since the last step
-  uint64_t epoch = 0;                                  ///< executor failures so far (stale answers)
   bool watchdog_armed = false;
-  bool restarting = false;                             ///< waiting for a fresh executor
-  bool gave_up = false;
   uint32_t held = 0;                                   ///< enqueues of submitted batches still to come
   uint64_t hold_id = 0;                                ///< the latest hold (its timeout's tag)
-  std::deque<std::chrono::steady_clock::time_point> failures;  ///< within the restart window
+  /// The executor is being replaced, or the engine gave up: nothing is planned or applied.
+  bool halted() const { return supervisor->restarting() || supervisor->gave_up(); }
   static inline const char* name = "scheduler";
 };
 
-using scheduler_actor = caf::stateful_actor<scheduler_state>;
+using scheduler_self = scheduler_actor::stateful_pointer<scheduler_state>;
 
 /// How long a submitted batch may hold planning back while its requests reach the scheduler
 /// (they arrive within milliseconds; this only bounds a stall should one never come).
 constexpr std::chrono::milliseconds kBatchHoldTimeout{1000};
 
-void publish(scheduler_actor* self) {
+void publish(scheduler_self self) {
   auto& st = self->state;
-  const auto& c = st.policy->counters();
-  auto& s = *st.stats;
-  constexpr auto relaxed = std::memory_order_relaxed;
-  s.num_running.store(static_cast<int64_t>(st.policy->num_running()), relaxed);
-  s.num_waiting.store(static_cast<int64_t>(st.policy->num_waiting()), relaxed);
-  s.prefix_queries.store(c.prefix_queries, relaxed);
-  s.prefix_hits.store(c.prefix_hits, relaxed);
-  s.preemptions.store(c.num_preemptions, relaxed);
-  s.recomputed_tokens.store(c.num_recomputed_tokens, relaxed);
-  s.computed_tokens.store(c.num_computed_tokens, relaxed);
-  s.prompt_tokens.store(c.prompt_tokens, relaxed);
-  s.generation_tokens.store(c.generation_tokens, relaxed);
-  s.steps.store(c.num_steps, relaxed);
+  st.stats->publish(st.policy->counters(), st.policy->num_running(), st.policy->num_waiting());
 }
 
-void route(scheduler_actor* self, std::vector<seq_output>& outs) {
+void route(scheduler_self self, std::vector<seq_output>& outs) {
   if (outs.empty()) return;
   std::unordered_map<uint64_t, output_batch> by_group;
   for (auto& o : outs) by_group[o.group_id].outputs.push_back(std::move(o));
@@ -86,29 +73,29 @@ void route(scheduler_actor* self, std::vector<seq_output>& outs) {
   }
 }
 
-void kick(scheduler_actor* self);
-void on_answer(scheduler_actor* self, const kv_answer& a, uint64_t epoch);
-void on_step_done(scheduler_actor* self, gpu::step_result& r);
-void on_executor_failure(scheduler_actor* self, const std::string& why, bool wedged);
+void kick(scheduler_self self);
+void on_answer(scheduler_self self, const kv_answer& a, uint64_t epoch);
+void on_step_done(scheduler_self self, gpu::step_result& r);
+void on_executor_failure(scheduler_self self, const std::string& why, bool wedged);
 
-void reserve(scheduler_actor* self, kv_reservation r) {
+void reserve(scheduler_self self, kv_reservation r) {
   self->state.reservation_runs = !r.items.empty();
   self->request(self->state.block_manager, caf::infinite, reserve_atom::value, std::move(r))
-      .then([self, epoch = self->state.epoch](const kv_answer& a) { on_answer(self, a, epoch); },
+      .then([self, epoch = self->state.supervisor->epoch()](const kv_answer& a) { on_answer(self, a, epoch); },
             [self](caf::error& e) {
               log::error("scheduler: the block manager did not answer: {}", caf::to_string(e));
               self->quit(e);
             });
 }
 
-void arm_watchdog(scheduler_actor* self) {
+void arm_watchdog(scheduler_self self) {
   auto& st = self->state;
   if (st.watchdog_armed) return;
   st.watchdog_armed = true;
-  self->delayed_send(self, std::max(st.sup.step_timeout / 4, std::chrono::milliseconds(10)), watchdog_atom::value);
+  self->delayed_send(self, st.supervisor->watchdog_period(), watchdog_atom::value);
 }
 
-void send_step(scheduler_actor* self, gpu::step_batch step) {
+void send_step(scheduler_self self, gpu::step_batch step) {
   auto& st = self->state;
   const bool decode = std::all_of(step.seqs.begin(), step.seqs.end(),
                                   [](const gpu::step_sequence& q) { return q.new_tokens.size() == 1; });
@@ -118,12 +105,12 @@ void send_step(scheduler_actor* self, gpu::step_batch step) {
       {step.step_id, std::chrono::steady_clock::now(), !st.went_idle, decode, step.seqs.size(), tokens});
   st.went_idle = false;
   arm_watchdog(self);
-  self->send(st.executor, run_atom::value, std::move(step));
+  self->send(st.executor, run_atom::value, std::move(step), scheduler_actor{self});
 }
 
-void on_answer(scheduler_actor* self, const kv_answer& a, uint64_t epoch) {
+void on_answer(scheduler_self self, const kv_answer& a, uint64_t epoch) {
   auto& st = self->state;
-  if (epoch != st.epoch || st.gave_up) {  // the executor failed meanwhile: the pool is reset
+  if (epoch != st.supervisor->epoch() || st.supervisor->gave_up()) {  // the pool was reset meanwhile
     st.reserving = false;
     kick(self);
     return;
@@ -137,12 +124,12 @@ void on_answer(scheduler_actor* self, const kv_answer& a, uint64_t epoch) {
   st.reserving = false;
   if (d.step) send_step(self, std::move(*d.step));
   // Results that came in while the pool answered, in step order.
-  while (!st.deferred.empty() && !st.reserving && !st.restarting && !st.gave_up) {
+  while (!st.deferred.empty() && !st.reserving && !st.halted()) {
     gpu::step_result r = std::move(st.deferred.front());
     st.deferred.pop_front();
     on_step_done(self, r);
   }
-  if (st.reserving || st.restarting || st.gave_up) return;
+  if (st.reserving || st.halted()) return;
   publish(self);
   if (d.step) {
     kick(self);  // plan the next step while this one runs
@@ -155,20 +142,21 @@ void on_answer(scheduler_actor* self, const kv_answer& a, uint64_t epoch) {
   }
 }
 
-void kick(scheduler_actor* self) {
+void kick(scheduler_self self) {
   auto& st = self->state;
-  if (st.gave_up) {
+  if (st.supervisor->gave_up()) {
     publish(self);
     return;
   }
-  if (st.held > 0 || st.reserving || st.restarting || st.in_flight.size() >= st.max_in_flight) return;
+  if (st.held > 0 || st.reserving || st.supervisor->restarting() || st.in_flight.size() >= st.max_in_flight) return;
   auto r = st.in_flight.empty() ? st.policy->plan() : st.policy->plan_ahead();
   publish(self);
   if (!r) {
     if (st.in_flight.empty()) {
       st.went_idle = true;
       st.stats->mark_progress();
-      st.stats->restarting = false;  // restarted with nothing left to run
+      st.supervisor->on_progress();  // restarted with nothing left to run
+      st.stats->restarting = st.supervisor->recovering();
     }
     return;
   }
@@ -177,7 +165,7 @@ void kick(scheduler_actor* self) {
 }
 
 /// Adds a completed step's busy time and the device's idle time before it to the stats.
-void record_timing(scheduler_actor* self, const scheduler_state::flight& f, const gpu::step_result& r) {
+void record_timing(scheduler_self self, const scheduler_state::flight& f, const gpu::step_result& r) {
   if (!f.back_to_back || r.idle_before_ms < 0) return;
   auto& s = *self->state.stats;
   constexpr auto relaxed = std::memory_order_relaxed;
@@ -194,11 +182,11 @@ void record_timing(scheduler_actor* self, const scheduler_state::flight& f, cons
   s.decode_idle_us.fetch_add(idle, relaxed);
 }
 
-void on_step_done(scheduler_actor* self, gpu::step_result& r) {
+void on_step_done(scheduler_self self, gpu::step_result& r) {
   auto& st = self->state;
   const bool ours = std::any_of(st.in_flight.begin(), st.in_flight.end(),
                                 [&](const scheduler_state::flight& f) { return f.step_id == r.step_id; });
-  if (st.gave_up || !ours) {
+  if (st.supervisor->gave_up() || !ours) {
     log::warn("scheduler: ignoring the result of step {} (not a step in flight)", r.step_id);
     return;
   }
@@ -217,72 +205,73 @@ void on_step_done(scheduler_actor* self, gpu::step_result& r) {
   auto outs = st.policy->on_step_done(r);
   route(self, outs);
   st.stats->mark_progress();
-  st.stats->restarting = false;  // the first good step after a restart: healthy again
+  st.supervisor->on_progress();  // the first good step after a restart: healthy again
+  st.stats->restarting = st.supervisor->recovering();
   kick(self);
 }
 
-/// Fails every request with `why` and refuses new ones; the engine stays unhealthy.
-void give_up(scheduler_actor* self, const std::string& why) {
+/// Fails every request with the supervisor's message and refuses new ones; the engine stays
+/// unhealthy.
+void give_up(scheduler_self self) {
   auto& st = self->state;
-  const std::string msg = "engine: executor failed repeatedly: " + why;
+  const std::string& msg = st.supervisor->give_up_message();
   log::error("{}; failing every request", msg);
-  st.gave_up = true;
   st.stats->give_up(msg);
   for (const auto& [group, requester] : st.requests) self->send(requester, fail_atom::value, msg);
   publish(self);
 }
 
-/// The supervisor: the step in flight failed (`wedged`: it never returned). Requeues every
-/// running sequence for recompute, then restarts the executor and resets the pool, or gives up.
-void on_executor_failure(scheduler_actor* self, const std::string& why, bool wedged) {
+/// The executor's restart answered: reset the pool to the fresh executor's size and plan again,
+/// or give up.
+void on_restarted(scheduler_self self, int32_t num_blocks, const std::string& err) {
+  auto& st = self->state;
+  const auto pool_size = st.supervisor->on_restarted(num_blocks, err);
+  if (!pool_size) {
+    give_up(self);
+    return;
+  }
+  // Sent before the next reservation, so the pool is fresh when it arrives.
+  self->send(st.block_manager, reset_atom::value, *pool_size);
+  st.stats->executor_restarts.fetch_add(1);
+  log::info("scheduler: executor restarted ({} KV blocks); recomputing {} sequences", *pool_size,
+            st.policy->num_waiting());
+  st.stats->mark_progress();
+  kick(self);
+}
+
+/// The step in flight failed (`wedged`: it never returned). Both steps in flight are lost and
+/// every running sequence is requeued for recompute; then the supervisor's verdict: restart the
+/// executor (and reset the pool), or give up.
+void on_executor_failure(scheduler_self self, const std::string& why, bool wedged) {
   auto& st = self->state;
   log::error("scheduler: executor failure: {}; restarting the executor", why);
-  st.stats->restarting = true;
-  st.in_flight.clear();  // both steps are lost
-  ++st.epoch;
+  const auto verdict = st.supervisor->on_failure(why, std::chrono::steady_clock::now());
+  st.stats->restarting = st.supervisor->recovering();
+  st.in_flight.clear();
   st.deferred.clear();
   st.went_idle = true;
-  st.restarting = true;  // nothing is planned until the new executor is up
   st.policy->requeue_all_for_recompute();
-  const auto now = std::chrono::steady_clock::now();
-  st.failures.push_back(now);
-  while (!st.failures.empty() && now - st.failures.front() > st.sup.restart_window) st.failures.pop_front();
-  if (static_cast<int32_t>(st.failures.size()) > st.sup.max_restarts) {
-    self->send(st.block_manager, reset_atom::value, st.sup.num_blocks);
-    give_up(self, why);
+  if (verdict == supervision_policy::verdict::give_up) {
+    self->send(st.block_manager, reset_atom::value, st.supervisor->num_blocks());
+    give_up(self);
     return;
   }
   publish(self);
   self->request(st.executor, caf::infinite, restart_atom::value, wedged)
-      .then(
-          [self, why](int32_t num_blocks, const std::string& err) {
-            auto& st = self->state;
-            if (!err.empty()) {
-              give_up(self, why + "; the restart failed: " + err);
-              return;
-            }
-            const int32_t n = st.sup.num_blocks > 0 ? std::min(st.sup.num_blocks, num_blocks) : num_blocks;
-            // Sent before the next reservation, so the pool is fresh when it arrives.
-            self->send(st.block_manager, reset_atom::value, n);
-            st.stats->executor_restarts.fetch_add(1);
-            log::info("scheduler: executor restarted ({} KV blocks); recomputing {} sequences", n,
-                      st.policy->num_waiting());
-            st.restarting = false;
-            st.stats->mark_progress();
-            kick(self);
-          },
-          [self, why](caf::error& e) { give_up(self, why + "; the restart failed: " + caf::to_string(e)); });
+      .then([self](int32_t num_blocks, const std::string& err) { on_restarted(self, num_blocks, err); },
+            [self](caf::error& e) { on_restarted(self, 0, caf::to_string(e)); });
 }
 
-caf::behavior scheduler(scheduler_actor* self, scheduler_config cfg, caf::actor block_manager, caf::actor executor,
-                        std::shared_ptr<stats_board> stats, supervision_config sup) {
+scheduler_actor::behavior_type scheduler(scheduler_self self, scheduler_config cfg,
+                                         kv_block_manager_actor block_manager, executor_actor executor,
+                                         std::shared_ptr<stats_board> stats, supervision_config sup) {
   auto& st = self->state;
+  st.supervisor = std::make_unique<supervision_policy>(sup);
   st.max_in_flight = cfg.async_scheduling ? 2 : 1;
   st.policy = std::make_unique<scheduler_policy>(std::move(cfg));
   st.block_manager = std::move(block_manager);
   st.executor = std::move(executor);
   st.stats = std::move(stats);
-  st.sup = sup;
   // Request actors are monitored, never linked: one client going away must not take the others.
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
@@ -294,10 +283,10 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_config cfg, caf::actor 
     kick(self);
   });
   return {
-      [self](enqueue_atom, new_request& r, caf::actor& requester) {
+      [self](enqueue_atom, new_request& r, const request_actor& requester) {
         auto& st = self->state;
-        if (st.gave_up) {
-          self->send(requester, fail_atom::value, st.stats->failure());
+        if (st.supervisor->gave_up()) {
+          self->send(requester, fail_atom::value, st.supervisor->give_up_message());
           return;
         }
         self->monitor(requester);
@@ -328,13 +317,10 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_config cfg, caf::actor 
       [self](watchdog_atom) {
         auto& st = self->state;
         st.watchdog_armed = false;
-        if (st.in_flight.empty() || st.gave_up || st.restarting) return;
-        const auto late = std::chrono::steady_clock::now() - st.in_flight.front().started;
-        if (late >= st.sup.step_timeout) {
-          on_executor_failure(self,
-                              fmt::format("step {} did not complete within {} ms", st.in_flight.front().step_id,
-                                          st.sup.step_timeout.count()),
-                              true);
+        if (st.in_flight.empty() || st.halted()) return;
+        const auto& oldest = st.in_flight.front();
+        if (auto why = st.supervisor->overdue(oldest.step_id, oldest.started, std::chrono::steady_clock::now())) {
+          on_executor_failure(self, *why, true);
           return;
         }
         arm_watchdog(self);
@@ -344,8 +330,8 @@ caf::behavior scheduler(scheduler_actor* self, scheduler_config cfg, caf::actor 
 
 }  // namespace
 
-caf::actor spawn_scheduler(caf::actor_system& sys, scheduler_config cfg, caf::actor block_manager,
-                           caf::actor executor, std::shared_ptr<stats_board> stats, supervision_config sup) {
+scheduler_actor spawn_scheduler(caf::actor_system& sys, scheduler_config cfg, kv_block_manager_actor block_manager,
+                                executor_actor executor, std::shared_ptr<stats_board> stats, supervision_config sup) {
   return sys.spawn(scheduler, std::move(cfg), std::move(block_manager), std::move(executor), std::move(stats), sup);
 }
 

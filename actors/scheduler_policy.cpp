@@ -15,6 +15,19 @@ bool served_before(const sequence& a, const sequence& b) {
 uint64_t child_seed(uint64_t seed, int32_t index) {
   return seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index);
 }
+/// What a step tells a sequence's request: `tok` (if sampled), how it ended, its usage counts.
+seq_output output_of(const sequence& s, seq_finish why, const gpu::sampled_token* tok) {
+  seq_output o;
+  o.group_id = s.group_id;
+  o.index = s.index;
+  o.has_token = tok != nullptr;
+  if (tok) o.token = *tok;
+  o.finish = why;
+  o.num_cached = s.num_cached;
+  o.num_preemptions = s.num_preemptions;
+  o.num_recomputed = s.num_recomputed;
+  return o;
+}
 }  // namespace
 
 scheduler_policy::scheduler_policy(scheduler_config cfg) : cfg_(std::move(cfg)) {
@@ -87,6 +100,18 @@ void scheduler_policy::abort_now(uint64_t group_id, int32_t index) {
     if (!s || (index >= 0 && (s->index != index || s->fork_n > 1))) continue;
     finish(*s, seq_finish::aborted);
   }
+}
+
+void scheduler_policy::flush_deferred_aborts() {
+  const auto aborts = std::move(deferred_aborts_);
+  deferred_aborts_.clear();
+  for (auto [g, i] : aborts) abort_now(g, i);
+}
+
+seq_output scheduler_policy::fail(sequence& s) {
+  seq_output out = output_of(s, seq_finish::error, nullptr);
+  finish(s, seq_finish::error);
+  return out;
 }
 
 void scheduler_policy::finish(sequence& s, seq_finish why) {
@@ -227,14 +252,13 @@ std::optional<kv_reservation> scheduler_policy::plan_impl(bool admit) {
 scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
   AS_CHECK(awaiting_answer_, "an answer without a reservation");
   awaiting_answer_ = false;
-  counters_.prefix_queries += a.prefix_queries;
-  counters_.prefix_hits += a.prefix_hits;
+  counters_.prefix_cache_queries += a.prefix_cache_queries;
+  counters_.prefix_cache_hits += a.prefix_cache_hits;
   decision d;
   if (!a.granted && ahead_) {
     // Planning ahead never preempts: drop this plan; the caller plans again after the step.
     planned_.clear();
-    for (auto [g, i] : deferred_aborts_) abort_now(g, i);
-    deferred_aborts_.clear();
+    flush_deferred_aborts();
     return d;
   }
   if (!a.granted) {
@@ -244,15 +268,11 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
     sequence* victim = *std::max_element(running_.begin(), running_.end(),
                                          [](const sequence* x, const sequence* y) { return served_before(*x, *y); });
     if (running_.size() == 1) {
-      seq_output out{victim->group_id, victim->index, false, {}, seq_finish::error, victim->num_cached,
-                     victim->num_preemptions, victim->num_recomputed};
-      finish(*victim, seq_finish::error);
-      d.failed.push_back(std::move(out));
+      d.failed.push_back(fail(*victim));
     } else {
       preempt(*victim);
     }
-    for (auto [g, i] : deferred_aborts_) abort_now(g, i);
-    deferred_aborts_.clear();
+    flush_deferred_aborts();
     d.retry = plan_impl(false);
     return d;
   }
@@ -298,12 +318,9 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
   }
   if (!ahead_ && a.items.empty() && running_.empty() && !planned_.empty()) {
     // The whole pool is free and the head of the queue still does not fit: it never will.
-    sequence& s = *planned_.front().seq;
-    d.failed.push_back({s.group_id, s.index, false, {}, seq_finish::error, 0, s.num_preemptions, s.num_recomputed});
-    finish(s, seq_finish::error);
+    d.failed.push_back(fail(*planned_.front().seq));
   }
-  for (auto [g, i] : deferred_aborts_) abort_now(g, i);
-  deferred_aborts_.clear();
+  flush_deferred_aborts();
   if (!batch.seqs.empty()) {
     ++counters_.num_steps;
     in_flight_.push_back(std::move(rec));
@@ -348,9 +365,7 @@ std::vector<seq_output> scheduler_policy::on_step_done(const gpu::step_result& r
     sequence* s = lookup(f.seq_id);
     if (!s) continue;  // aborted while the step ran
     if (!r.outcome.ok()) {
-      outs.push_back({s->group_id, s->index, false, {}, seq_finish::error, s->num_cached, s->num_preemptions,
-                      s->num_recomputed});
-      finish(*s, seq_finish::error);
+      outs.push_back(fail(*s));
       continue;
     }
     s->num_computed += f.num_new;
@@ -360,7 +375,7 @@ std::vector<seq_output> scheduler_policy::on_step_done(const gpu::step_result& r
       ++counters_.generation_tokens;
       const seq_finish why = append_token(*s, tok->token_id, cfg_.eos_token_ids, cfg_.max_model_len, cfg_.block_size,
                                           cfg_.enable_prefix_caching);
-      outs.push_back({s->group_id, s->index, true, *tok, why, s->num_cached, s->num_preemptions, s->num_recomputed});
+      outs.push_back(output_of(*s, why, tok));
       if (why != seq_finish::none) finish(*s, why);
     } else if (s->fork_n > 1 && s->num_computed == s->target()) {
       fork(*s);
@@ -370,8 +385,7 @@ std::vector<seq_output> scheduler_policy::on_step_done(const gpu::step_result& r
 }
 
 void scheduler_policy::requeue_all_for_recompute() {
-  for (auto [g, i] : deferred_aborts_) abort_now(g, i);
-  deferred_aborts_.clear();
+  flush_deferred_aborts();
   awaiting_answer_ = false;
   in_flight_.clear();
   planned_.clear();

@@ -50,11 +50,12 @@ struct seq_output {
   int64_t num_recomputed = 0;
 };
 
-/// Totals since start.
+/// Totals since start. NOTE: each keeps its name through stats_board and engine_stats to its
+/// Prometheus series (`actorserve:<name>_total`).
 struct scheduler_counters {
   int64_t num_preemptions = 0, num_recomputed_tokens = 0, num_computed_tokens = 0;
   int64_t prompt_tokens = 0, generation_tokens = 0, num_steps = 0;
-  int64_t prefix_queries = 0, prefix_hits = 0;
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;   ///< in tokens
 };
 
 class scheduler_policy {
@@ -129,6 +130,10 @@ class scheduler_policy {
   void fork(sequence& parent);
   void insert_waiting(sequence* s);
   void abort_now(uint64_t group_id, int32_t index);
+  /// Applies the aborts that arrived while a reservation was outstanding.
+  void flush_deferred_aborts();
+  /// Ends `s` with an error and returns the output that tells its request.
+  seq_output fail(sequence& s);
   static void fill_step_sequence(gpu::step_sequence& q, const sequence& s, const kv_grant_item& g);
   sequence* lookup(uint64_t seq_id);
 

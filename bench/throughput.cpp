@@ -18,6 +18,7 @@
 #include "actors/engine.hpp"
 #include "bench/common/stats.hpp"
 #include "config/model_config.hpp"
+#include "gpu/executor_factory.hpp"
 
 namespace {
 
@@ -163,7 +164,7 @@ int main(int argc, char** argv) {
   fmt::print("engine limits: --max-num-seqs {} --max-num-batched-tokens {}\n", cfg.scheduler.max_num_seqs,
              cfg.scheduler.max_num_batched_tokens);
   if (o.verify && cfg.cache.num_gpu_blocks_override) {
-    const int64_t bs = actors::engine::block_size_for(cfg);
+    const int64_t bs = gpu::block_size_for(cfg);
     const int64_t per_req = (o.input_len + o.output_len + bs - 1) / bs;
     fmt::print("KV demand: {} blocks per request, {} for all at once; pool capped at {} blocks\n", per_req,
                per_req * o.num_prompts, *cfg.cache.num_gpu_blocks_override);

@@ -1,103 +1,23 @@
 #include "config/model_config.hpp"
 
 #include <fmt/format.h>
-#include <simdjson.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
 
+#include "config/json_fields.hpp"
+
 namespace actorserve {
 namespace {
-
-namespace dom = simdjson::dom;
-
-/// Typed access to the fields of one JSON object; errors name the file and the field.
-class field_reader {
- public:
-  field_reader(dom::object obj, std::string file, std::string prefix = "")
-      : obj_(obj), file_(std::move(file)), prefix_(std::move(prefix)) {}
-
-  /// The field, or nullopt when absent or null.
-  std::optional<dom::element> find(const char* key) const {
-    dom::element e;
-    if (obj_[key].get(e) != simdjson::SUCCESS || e.is_null()) return std::nullopt;
-    return e;
-  }
-  error bad(const char* key, const char* want) const {
-    return make_error(error_code::malformed_file,
-                      fmt::format("{}: field '{}{}' must be {}", file_, prefix_, key, want));
-  }
-  error missing(const char* key) const {
-    return make_error(error_code::malformed_file, fmt::format("{}: missing field '{}{}'", file_, prefix_, key));
-  }
-  /// Reads an integer field; `required` makes absence an error, otherwise `out` keeps its value.
-  status get_int(const char* key, int64_t& out, bool required, int64_t min_value = 0) const {
-    auto e = find(key);
-    if (!e) return required ? status(missing(key)) : status();
-    int64_t v = 0;
-    if (e->get_int64().get(v) != simdjson::SUCCESS || v < min_value)
-      return bad(key, min_value > 0 ? "a positive integer" : "a non-negative integer");
-    out = v;
-    return {};
-  }
-  status get_double(const char* key, double& out, bool required) const {
-    auto e = find(key);
-    if (!e) return required ? status(missing(key)) : status();
-    double v = 0;
-    if (e->get_double().get(v) != simdjson::SUCCESS || !std::isfinite(v)) return bad(key, "a number");
-    out = v;
-    return {};
-  }
-  status get_bool(const char* key, bool& out) const {
-    auto e = find(key);
-    if (!e) return {};
-    if (e->get_bool().get(out) != simdjson::SUCCESS) return bad(key, "a boolean");
-    return {};
-  }
-  status get_string(const char* key, std::string& out) const {
-    auto e = find(key);
-    if (!e) return {};
-    std::string_view v;
-    if (e->get_string().get(v) != simdjson::SUCCESS) return bad(key, "a string");
-    out = std::string(v);
-    return {};
-  }
-  /// An int or a list of ints (token ids); absent/null leaves `out` empty.
-  status get_id_list(const char* key, std::vector<int32_t>& out) const {
-    out.clear();
-    auto e = find(key);
-    if (!e) return {};
-    int64_t v = 0;
-    if (e->get_int64().get(v) == simdjson::SUCCESS) {
-      if (v < 0 || v > INT32_MAX) return bad(key, "a token id or a list of token ids");
-      out.push_back(static_cast<int32_t>(v));
-      return {};
-    }
-    dom::array arr;
-    if (e->get_array().get(arr) != simdjson::SUCCESS) return bad(key, "a token id or a list of token ids");
-    for (dom::element item : arr) {
-      if (item.get_int64().get(v) != simdjson::SUCCESS || v < 0 || v > INT32_MAX)
-        return bad(key, "a token id or a list of token ids");
-      out.push_back(static_cast<int32_t>(v));
-    }
-    return {};
-  }
-  const std::string& file() const { return file_; }
-
- private:
-  dom::object obj_;
-  std::string file_;
-  std::string prefix_;
-};
 
 #define AS_TRY(expr)                         \
   do {                                       \
     if (status st_ = (expr); !st_.ok()) return st_.err(); \
   } while (0)
 
-status parse_rope(const field_reader& top, model_config& cfg) {
+status parse_rope(const json_obj& top, model_config& cfg) {
   // transformers 5: rope_parameters {rope_theta, rope_type, ...}; older: rope_theta + rope_scaling.
   AS_TRY(top.get_double("rope_theta", cfg.rope.theta, false));
   const char* section = "rope_scaling";
@@ -110,7 +30,7 @@ status parse_rope(const field_reader& top, model_config& cfg) {
   }
   dom::object obj;
   if (params->get_object().get(obj) != simdjson::SUCCESS) return top.bad(section, "an object");
-  field_reader r(obj, top.file(), std::string(section) + ".");
+  json_obj r{obj, top.file, std::string(section) + "."};
   AS_TRY(r.get_double("rope_theta", cfg.rope.theta, false));
   std::string type;
   AS_TRY(r.get_string("rope_type", type));
@@ -126,7 +46,7 @@ status parse_rope(const field_reader& top, model_config& cfg) {
   } else {
     return make_error(error_code::unsupported,
                       fmt::format("{}: {}.rope_type '{}' is not supported (default, linear, dynamic, llama3)",
-                                  top.file(), section, type));
+                                  *top.file, section, type));
   }
   if (cfg.rope.kind != rope_kind::default_rope) {
     AS_TRY(r.get_double("factor", cfg.rope.factor, true));
@@ -142,7 +62,7 @@ status parse_rope(const field_reader& top, model_config& cfg) {
   return {};
 }
 
-status parse_architecture(const field_reader& r, model_config& cfg) {
+status parse_architecture(const json_obj& r, model_config& cfg) {
   AS_TRY(r.get_string("model_type", cfg.model_type));
   if (auto arch = r.find("architectures")) {
     dom::array arr;
@@ -165,11 +85,11 @@ status parse_architecture(const field_reader& r, model_config& cfg) {
     return make_error(error_code::unsupported,
                       fmt::format("{}: architecture '{}' is not supported (LlamaForCausalLM, MistralForCausalLM, "
                                   "Qwen2ForCausalLM)",
-                                  r.file(), cfg.architecture));
+                                  *r.file, cfg.architecture));
   return {};
 }
 
-status parse_shapes(const field_reader& r, model_config& cfg) {
+status parse_shapes(const json_obj& r, model_config& cfg) {
   AS_TRY(r.get_int("vocab_size", cfg.vocab_size, true, 1));
   AS_TRY(r.get_int("hidden_size", cfg.hidden_size, true, 1));
   AS_TRY(r.get_int("intermediate_size", cfg.intermediate_size, true, 1));
@@ -188,7 +108,7 @@ status parse_shapes(const field_reader& r, model_config& cfg) {
   if (cfg.head_dim % 2 != 0) return r.bad("head_dim", "even");
   if (cfg.vocab_size > INT32_MAX || cfg.hidden_size > (1 << 20) || cfg.head_dim > 4096 ||
       cfg.intermediate_size > (1 << 22) || cfg.num_layers > 4096 || cfg.num_heads > 4096)
-    return make_error(error_code::unsupported, fmt::format("{}: model dimensions are implausibly large", r.file()));
+    return make_error(error_code::unsupported, fmt::format("{}: model dimensions are implausibly large", *r.file));
   cfg.max_position_embeddings = 2048;
   AS_TRY(r.get_int("max_position_embeddings", cfg.max_position_embeddings, false, 1));
   AS_TRY(r.get_double("rms_norm_eps", cfg.rms_norm_eps, false));
@@ -196,11 +116,11 @@ status parse_shapes(const field_reader& r, model_config& cfg) {
   return {};
 }
 
-status parse_features(const field_reader& r, model_config& cfg) {
+status parse_features(const json_obj& r, model_config& cfg) {
   AS_TRY(r.get_string("hidden_act", cfg.hidden_act));
   if (cfg.hidden_act != "silu")
     return make_error(error_code::unsupported,
-                      fmt::format("{}: hidden_act '{}' is not supported (only silu)", r.file(), cfg.hidden_act));
+                      fmt::format("{}: hidden_act '{}' is not supported (only silu)", *r.file, cfg.hidden_act));
   AS_TRY(r.get_bool("tie_word_embeddings", cfg.tie_word_embeddings));
   bool attention_bias = false;
   AS_TRY(r.get_bool("attention_bias", attention_bias));
@@ -214,7 +134,7 @@ status parse_features(const field_reader& r, model_config& cfg) {
   bool mlp_bias = false;
   AS_TRY(r.get_bool("mlp_bias", mlp_bias));
   if (mlp_bias)
-    return make_error(error_code::unsupported, fmt::format("{}: mlp_bias true is not supported", r.file()));
+    return make_error(error_code::unsupported, fmt::format("{}: mlp_bias true is not supported", *r.file));
   bool use_sliding = cfg.architecture == "MistralForCausalLM";
   AS_TRY(r.get_bool("use_sliding_window", use_sliding));
   int64_t window = 0;
@@ -224,7 +144,7 @@ status parse_features(const field_reader& r, model_config& cfg) {
   AS_TRY(r.get_string("dtype", cfg.torch_dtype));
   if (cfg.torch_dtype != "float32" && cfg.torch_dtype != "bfloat16" && cfg.torch_dtype != "float16")
     return make_error(error_code::unsupported,
-                      fmt::format("{}: dtype '{}' is not supported (float32, bfloat16, float16)", r.file(),
+                      fmt::format("{}: dtype '{}' is not supported (float32, bfloat16, float16)", *r.file,
                                   cfg.torch_dtype));
   std::vector<int32_t> bos;
   AS_TRY(r.get_id_list("bos_token_id", bos));
@@ -243,7 +163,7 @@ result<std::string> read_text(const std::string& path, bool& exists) {
 }
 
 /// The sampling keys vLLM takes from generation_config.json as request defaults.
-status read_generation_defaults(const field_reader& g, generation_defaults& d) {
+status read_generation_defaults(const json_obj& g, generation_defaults& d) {
   auto opt_double = [&](const char* key, std::optional<double>& out) -> status {
     if (!g.find(key)) return {};
     double v = 0;
@@ -292,7 +212,7 @@ result<model_config> parse_model_config(const std::string& config_json, const st
   if (parser.parse(config_json).get(root) != simdjson::SUCCESS || root.get_object().get(obj) != simdjson::SUCCESS)
     return make_error(error_code::malformed_file, fmt::format("{}: not a JSON object", cfg_file));
   model_config cfg;
-  field_reader r(obj, cfg_file);
+  json_obj r{obj, &cfg_file, ""};
   AS_TRY(parse_architecture(r, cfg));
   AS_TRY(parse_shapes(r, cfg));
   AS_TRY(parse_features(r, cfg));
@@ -307,7 +227,7 @@ result<model_config> parse_model_config(const std::string& config_json, const st
     if (gen_parser.parse(generation_json).get(gen_root) != simdjson::SUCCESS ||
         gen_root.get_object().get(gen_obj) != simdjson::SUCCESS)
       return make_error(error_code::malformed_file, fmt::format("{}: not a JSON object", gen_file));
-    field_reader g(gen_obj, gen_file);
+    json_obj g{gen_obj, &gen_file, ""};
     std::vector<int32_t> gen_eos;
     AS_TRY(g.get_id_list("eos_token_id", gen_eos));
     // generation_config.json's ids come first; config.json's are kept when not already listed.

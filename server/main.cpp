@@ -1,9 +1,9 @@
 // The actorserve binary: `actorserve serve ...` or `actorserve generate ...` (see README.md).
 #include <cstdio>
 
-#include "actors/offline_generate.hpp"
 #include "config/cli.hpp"
 #include "config/log.hpp"
+#include "server/offline_generate.hpp"
 #include "server/serve.hpp"
 
 int main(int argc, char** argv) {
@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
   for (const auto& w : cl->warnings) log::warn("{}", w);
   switch (cl->cmd) {
     case command::serve: return server::run_server(cl->engine);
-    case command::generate: return actors::run_generate(cl.value());
+    case command::generate: return server::run_generate(cl.value());
   }
   return 2;
 }

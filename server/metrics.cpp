@@ -95,10 +95,10 @@ std::string metrics::render(const actors::engine_stats& s, std::string_view mode
   gauge(out, "actorserve:prefix_cache_hit_rate", "Prefix cache hits / queries (tokens).", "gauge", hit_rate);
   gauge(out, "actorserve:num_preemptions_total", "Sequences preempted (recompute).", "counter", double(s.num_preemptions));
   gauge(out, "actorserve:num_recomputed_tokens_total", "Tokens recomputed after preemption.", "counter", double(s.num_recomputed_tokens));
-  gauge(out, "actorserve:prompt_tokens_total", "Prompt tokens processed.", "counter", double(s.prompt_tokens_total));
-  gauge(out, "actorserve:generation_tokens_total", "Tokens generated.", "counter", double(s.generation_tokens_total));
+  gauge(out, "actorserve:prompt_tokens_total", "Prompt tokens processed.", "counter", double(s.prompt_tokens));
+  gauge(out, "actorserve:generation_tokens_total", "Tokens generated.", "counter", double(s.generation_tokens));
   gauge(out, "actorserve:num_steps_total", "Engine steps run.", "counter", double(s.num_steps));
-  gauge(out, "actorserve:executor_restarts_total", "Executor restarts.", "counter", double(s.num_executor_restarts));
+  gauge(out, "actorserve:executor_restarts_total", "Executor restarts.", "counter", double(s.executor_restarts));
   gauge(out, "actorserve:requests_finished_total", "Engine requests finished.", "counter", double(s.requests_finished));
   gauge(out, "actorserve:requests_cancelled_total", "Engine requests cancelled.", "counter", double(s.requests_cancelled));
   gauge(out, "actorserve:engine_healthy", "1 while the engine loop makes progress.", "gauge", s.healthy ? 1.0 : 0.0);

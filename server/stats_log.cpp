@@ -6,8 +6,8 @@ namespace actorserve::server {
 
 std::optional<std::string> stats_line(const actors::engine_stats& before, const actors::engine_stats& now,
                                       double seconds) {
-  const int64_t prompt = now.prompt_tokens_total - before.prompt_tokens_total;
-  const int64_t generated = now.generation_tokens_total - before.generation_tokens_total;
+  const int64_t prompt = now.prompt_tokens - before.prompt_tokens;
+  const int64_t generated = now.generation_tokens - before.generation_tokens;
   if (now.num_running == 0 && now.num_waiting == 0 && prompt == 0 && generated == 0) return std::nullopt;
   const double secs = seconds > 0 ? seconds : 1.0;
   const int64_t queries = now.prefix_cache_queries - before.prefix_cache_queries;

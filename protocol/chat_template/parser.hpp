@@ -1,6 +1,7 @@
 #pragma once
 /// Tokens -> AST. Jinja2's grammar and operator precedence (parser.py) for the subset chat
 /// templates use; anything else fails with the construct's name and line.
+#include <initializer_list>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,15 @@ class parser {
   expr_ptr parse_concat();
   expr_ptr parse_math2();
   expr_ptr parse_pow();
+  /// An operator of one binary level: a name token ("or") or an operator token ("+").
+  struct binary_op {
+    token_kind kind;
+    std::string_view text;
+    op_kind op;
+  };
+  /// One left-associative level, `operand (op operand)*` for the operators in `ops`.
+  template <class Operand>
+  expr_ptr parse_binary(std::initializer_list<binary_op> ops, Operand operand);
   expr_ptr parse_unary(bool with_filter);
   expr_ptr parse_primary();
   expr_ptr parse_postfix(expr_ptr node);

@@ -130,26 +130,29 @@ expr_ptr binary(op_kind op, int line, expr_ptr a, expr_ptr b) {
 
 }  // namespace
 
-expr_ptr parser::parse_or() {
-  expr_ptr left = parse_and();
+template <class Operand>
+expr_ptr parser::parse_binary(std::initializer_list<binary_op> ops, Operand operand) {
+  const auto op_here = [&] {
+    for (const binary_op& o : ops)
+      if (cur().kind == o.kind && cur().text == o.text) return o.op;
+    return op_kind::none;
+  };
+  expr_ptr left = operand();
   chain_guard chain(*this);
-  while (is_name("or")) {
+  for (op_kind op = op_here(); op != op_kind::none; op = op_here()) {
     chain.step();
     const int line = next().line;
-    left = binary(op_kind::or_, line, std::move(left), parse_and());
+    left = binary(op, line, std::move(left), operand());
   }
   return left;
 }
 
+expr_ptr parser::parse_or() {
+  return parse_binary({{token_kind::name, "or", op_kind::or_}}, [this] { return parse_and(); });
+}
+
 expr_ptr parser::parse_and() {
-  expr_ptr left = parse_not();
-  chain_guard chain(*this);
-  while (is_name("and")) {
-    chain.step();
-    const int line = next().line;
-    left = binary(op_kind::and_, line, std::move(left), parse_not());
-  }
-  return left;
+  return parse_binary({{token_kind::name, "and", op_kind::and_}}, [this] { return parse_not(); });
 }
 
 expr_ptr parser::parse_not() {
@@ -201,48 +204,24 @@ expr_ptr parser::parse_compare() {
 }
 
 expr_ptr parser::parse_math1() {
-  expr_ptr left = parse_concat();
-  chain_guard chain(*this);
-  while (is_op("+") || is_op("-")) {
-    chain.step();
-    const token t = next();
-    left = binary(t.text == "+" ? op_kind::add : op_kind::sub, t.line, std::move(left), parse_concat());
-  }
-  return left;
+  return parse_binary({{token_kind::op, "+", op_kind::add}, {token_kind::op, "-", op_kind::sub}},
+                      [this] { return parse_concat(); });
 }
 
 expr_ptr parser::parse_concat() {
-  expr_ptr left = parse_math2();
-  chain_guard chain(*this);
-  while (is_op("~")) {
-    chain.step();
-    const int line = next().line;
-    left = binary(op_kind::concat, line, std::move(left), parse_math2());
-  }
-  return left;
+  return parse_binary({{token_kind::op, "~", op_kind::concat}}, [this] { return parse_math2(); });
 }
 
 expr_ptr parser::parse_math2() {
-  expr_ptr left = parse_pow();
-  chain_guard chain(*this);
-  while (is_op("*") || is_op("/") || is_op("//") || is_op("%")) {
-    chain.step();
-    const token t = next();
-    const op_kind op = t.text == "*" ? op_kind::mul : t.text == "/" ? op_kind::div : t.text == "//" ? op_kind::floordiv : op_kind::mod;
-    left = binary(op, t.line, std::move(left), parse_pow());
-  }
-  return left;
+  return parse_binary({{token_kind::op, "*", op_kind::mul},
+                       {token_kind::op, "/", op_kind::div},
+                       {token_kind::op, "//", op_kind::floordiv},
+                       {token_kind::op, "%", op_kind::mod}},
+                      [this] { return parse_pow(); });
 }
 
 expr_ptr parser::parse_pow() {
-  expr_ptr left = parse_unary(true);
-  chain_guard chain(*this);
-  while (is_op("**")) {
-    chain.step();
-    const int line = next().line;
-    left = binary(op_kind::pow, line, std::move(left), parse_unary(true));
-  }
-  return left;
+  return parse_binary({{token_kind::op, "**", op_kind::pow}}, [this] { return parse_unary(true); });
 }
 
 expr_ptr parser::parse_unary(bool with_filter) {

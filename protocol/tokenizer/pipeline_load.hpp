@@ -1,7 +1,8 @@
 #pragma once
 /// Loading of the pipeline sections of tokenizer.json (normalizer, pre_tokenizer,
-/// post_processor, decoder) into a tokenizer_impl. simdjson types only through json_fields.hpp.
-#include "protocol/tokenizer/json_fields.hpp"
+/// post_processor, decoder) into a tokenizer_impl. simdjson types only through
+/// config/json_fields.hpp.
+#include "config/json_fields.hpp"
 #include "protocol/tokenizer/tokenizer_impl.hpp"
 
 namespace actorserve::protocol::detail {

@@ -4,8 +4,8 @@
 #include <atomic>
 #include <filesystem>
 
+#include "config/json_fields.hpp"
 #include "protocol/tokenizer/byte_level.hpp"
-#include "protocol/tokenizer/json_fields.hpp"
 #include "protocol/tokenizer/pipeline_load.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
 

@@ -127,11 +127,11 @@ TEST_F(CudaEngine, InjectedStepFailureRestartsTheCudaExecutor) {
   for (size_t i = 0; i < prompts.size(); ++i)
     EXPECT_EQ(got.at(static_cast<int>(i)).at(0).tokens, expected.at(static_cast<int>(i)).at(0).tokens) << i;
   const auto s = wait_idle(*faulty);
-  EXPECT_EQ(s.num_executor_restarts, 1);
+  EXPECT_EQ(s.executor_restarts, 1);
   EXPECT_EQ(s.kv_blocks_used, 0);
   EXPECT_TRUE(s.healthy);
   std::printf("[ figures  ] cuda restart: %lld restart(s), 64 requests identical to the undisturbed run\n",
-              static_cast<long long>(s.num_executor_restarts));
+              static_cast<long long>(s.executor_restarts));
 }
 
 // CPU (fp32) and CUDA (bf16) engines on the same random prompts, with a tight pool on the CUDA

@@ -89,8 +89,8 @@ TEST(block_pool, prefix_hits_skip_cached_blocks_and_leave_one_token) {
   EXPECT_EQ(ans.items[0].num_computed, 32);
   EXPECT_EQ(ans.items[0].num_cached, 32);
   EXPECT_EQ(ans.items[0].num_new, 5);
-  EXPECT_EQ(ans.prefix_hits, 32);
-  EXPECT_EQ(ans.prefix_queries, 37);
+  EXPECT_EQ(ans.prefix_cache_hits, 32);
+  EXPECT_EQ(ans.prefix_cache_queries, 37);
 
   // A request identical to the first still computes its last token (logits are needed).
   ans = reserve(pool, {admit(3, first)});

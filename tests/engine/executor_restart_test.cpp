@@ -73,7 +73,7 @@ TEST(executor_restart, a_failed_step_restarts_and_greedy_outputs_match_an_undist
   bool calm_unhealthy = true;
   const auto expected = run_all(*calm, ps, greedy(max_tokens), false, &calm_unhealthy);
   EXPECT_FALSE(calm_unhealthy);
-  EXPECT_EQ(calm->stats().num_executor_restarts, 0);
+  EXPECT_EQ(calm->stats().executor_restarts, 0);
 
   auto e = start_engine(failing_at({5}));
   ASSERT_NE(e, nullptr);
@@ -89,7 +89,7 @@ TEST(executor_restart, a_failed_step_restarts_and_greedy_outputs_match_an_undist
   }
   EXPECT_TRUE(saw_unhealthy) << "stats().healthy never went false during the restart";
   const auto s = wait_idle(*e);
-  EXPECT_EQ(s.num_executor_restarts, 1);
+  EXPECT_EQ(s.executor_restarts, 1);
   EXPECT_EQ(s.kv_blocks_used, 0);
   EXPECT_EQ(s.kv_blocks_free + s.kv_blocks_cached, s.kv_blocks_total);
   EXPECT_TRUE(s.healthy);
@@ -99,7 +99,7 @@ TEST(executor_restart, a_failed_step_restarts_and_greedy_outputs_match_an_undist
   // It keeps serving after the restart.
   const auto again = run_all(*e, {ps[0]}, greedy(max_tokens), false, nullptr);
   EXPECT_EQ(again.at(0).at(0).tokens, expected.at(0).at(0).tokens);
-  EXPECT_EQ(e->stats().num_executor_restarts, 1);
+  EXPECT_EQ(e->stats().executor_restarts, 1);
 }
 
 TEST(executor_restart, seeded_sampling_continues_with_the_same_tokens) {
@@ -125,7 +125,7 @@ TEST(executor_restart, seeded_sampling_continues_with_the_same_tokens) {
   }
   any_differs_from_greedy = got.at(0).at(0).tokens != greedy_ref.at(0).at(0).tokens;
   EXPECT_TRUE(any_differs_from_greedy) << "temperature 0.8 should not reproduce greedy decoding";
-  EXPECT_EQ(wait_idle(*e).num_executor_restarts, 2);
+  EXPECT_EQ(wait_idle(*e).executor_restarts, 2);
 }
 
 TEST(executor_restart, repeated_failures_give_up_and_fail_every_request) {
@@ -166,7 +166,7 @@ TEST(executor_restart, repeated_failures_give_up_and_fail_every_request) {
   }
   // Three restarts; the fourth failure within the window gives up.
   const auto s = e->stats();
-  EXPECT_EQ(s.num_executor_restarts, 3);
+  EXPECT_EQ(s.executor_restarts, 3);
   EXPECT_FALSE(s.healthy);
 
   auto refused = e->submit(make_request("late", ps[0], greedy(4)), [](delta) { return true; });

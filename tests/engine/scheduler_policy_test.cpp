@@ -193,7 +193,7 @@ TEST(scheduler, prefix_hits_skip_computation) {
   h.run();
   EXPECT_EQ(h.sched.counters().num_computed_tokens - computed_first, (69 - 64) + 3)
       << "only the 5 new prompt tokens and the decodes are computed";
-  EXPECT_EQ(h.sched.counters().prefix_hits, 64);
+  EXPECT_EQ(h.sched.counters().prefix_cache_hits, 64);
   EXPECT_EQ(h.out(2, 0), reference(second, 4, 0));
 }
 

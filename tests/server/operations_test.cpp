@@ -69,8 +69,8 @@ TEST_F(Operations, HealthAndMetricsAreOpenBesideAnApiKeyUnlessGuarded) {
 TEST(StatsLine, RatesOverTheIntervalAndNothingWhileIdle) {
   actors::engine_stats before, now;
   EXPECT_FALSE(server::stats_line(before, now, 10).has_value());
-  now.prompt_tokens_total = 1000;
-  now.generation_tokens_total = 250;
+  now.prompt_tokens = 1000;
+  now.generation_tokens = 250;
   now.num_running = 3;
   now.num_waiting = 1;
   now.kv_blocks_total = 200;

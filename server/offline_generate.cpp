@@ -1,6 +1,6 @@
 // `actorserve generate`: reads prompts (--prompt, --prompt-ids, --requests JSON lines), submits
 // them all to the engine at once and prints the results in input order.
-#include "actors/offline_generate.hpp"
+#include "server/offline_generate.hpp"
 
 #include <simdjson.h>
 
@@ -16,7 +16,15 @@
 #include "protocol/json/writer.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
 
-namespace actorserve::actors {
+namespace actorserve::server {
+
+using actors::delta;
+using actors::delta_sink;
+using actors::engine;
+using actors::finish_reason;
+using actors::generation_request;
+using actors::logprob_entry;
+using actors::usage_counts;
 
 namespace {
 
@@ -237,4 +245,4 @@ int run_generate(const command_line& cl) {
   return json->all_ok ? 0 : 1;
 }
 
-}  // namespace actorserve::actors
+}  // namespace actorserve::server

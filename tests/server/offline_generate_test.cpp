@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "actors/offline_generate.hpp"
+#include "server/offline_generate.hpp"
 #include "test_data.hpp"
 
-namespace actorserve::actors {
+namespace actorserve::server {
 namespace {
 
 struct reference_case {
@@ -108,4 +108,4 @@ TEST(offline_generate, a_bad_requests_line_names_the_file_line_and_field) {
 }
 
 }  // namespace
-}  // namespace actorserve::actors
+}  // namespace actorserve::server

@@ -6,7 +6,7 @@
 #include "config/cli.hpp"
 #include "config/error.hpp"
 
-namespace actorserve::actors {
+namespace actorserve::server {
 
 /// Runs the generate command; prints the JSON to stdout, errors to stderr. Returns the exit code.
 int run_generate(const command_line& cl);
@@ -20,4 +20,4 @@ struct generate_output {
 /// The work of run_generate (tests call this directly).
 result<generate_output> generate_json(const command_line& cl);
 
-}  // namespace actorserve::actors
+}  // namespace actorserve::server

@@ -1,0 +1,78 @@
+// The executor factory: device choice and the mapping of engine_config to executor options.
+#include "gpu/executor_factory.hpp"
+
+#include "gpu/cpu/cpu_executor.hpp"
+#include "gpu/fault_injection.hpp"
+
+#ifdef ACTORSERVE_HAS_CUDA
+#include "gpu/cuda/cuda_executor.hpp"
+#include "gpu/cuda/device_info.hpp"
+#endif
+
+namespace actorserve::gpu {
+
+namespace {
+
+cpu_executor_options cpu_options_from(const engine_config& cfg) {
+  cpu_executor_options o;
+  o.block_size = static_cast<int32_t>(cpu_block_size(cfg.cache));
+  o.num_blocks = cfg.cache.num_gpu_blocks_override ? static_cast<int32_t>(*cfg.cache.num_gpu_blocks_override) : 0;
+  o.kv_cache_bytes = static_cast<int64_t>(cfg.cache.cpu_kv_cache_gib * double(int64_t{1} << 30));
+  o.threads = static_cast<int32_t>(cfg.executor.cpu_threads);
+  o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
+  return o;
+}
+
+#ifdef ACTORSERVE_HAS_CUDA
+cuda_executor_options cuda_options_from(const engine_config& cfg) {
+  cuda_executor_options o;
+  o.dtype = cfg.model.dtype;
+  o.block_size = static_cast<int32_t>(cuda_block_size(cfg.cache));
+  o.kv_layout = cuda_kv_layout(cfg.cache);
+  o.num_blocks_override = cfg.cache.num_gpu_blocks_override;
+  o.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;
+  o.max_num_batched_tokens = static_cast<int32_t>(cfg.scheduler.max_num_batched_tokens);
+  o.max_num_seqs = static_cast<int32_t>(cfg.scheduler.max_num_seqs);
+  o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
+  o.enforce_eager = cfg.executor.enforce_eager;
+  o.profile_steps = cfg.executor.profile_steps;
+  return o;
+}
+#endif
+
+result<std::unique_ptr<executor>> make_device_executor(const engine_config& cfg) {
+#ifdef ACTORSERVE_HAS_CUDA
+  if (picks_cuda(cfg)) {
+    if (cuda::device_count() == 0) return make_error(error_code::unavailable, "--device cuda: no CUDA device is visible");
+    return make_cuda_executor(cfg.model.model_dir, cuda_options_from(cfg));
+  }
+#else
+  if (cfg.executor.device == device_kind::cuda)
+    return make_error(error_code::unsupported, "--device cuda: this build has no CUDA executor (ACTORSERVE_ENABLE_CUDA=OFF)");
+#endif
+  return make_cpu_executor(cfg.model.model_dir, cpu_options_from(cfg));
+}
+
+}  // namespace
+
+bool picks_cuda(const engine_config& cfg) {
+#ifdef ACTORSERVE_HAS_CUDA
+  const auto device = cfg.executor.device;
+  return device == device_kind::cuda || (device == device_kind::auto_detect && cuda::device_count() > 0);
+#else
+  (void)cfg;
+  return false;
+#endif
+}
+
+int64_t block_size_for(const engine_config& cfg) {
+  return picks_cuda(cfg) ? cuda_block_size(cfg.cache) : cpu_block_size(cfg.cache);
+}
+
+result<std::unique_ptr<executor>> make_executor(const engine_config& cfg) {
+  auto ex = make_device_executor(cfg);
+  if (!ex) return ex.err();
+  return inject_step_failures(std::move(ex.value()), cfg.executor.inject_step_failures);
+}
+
+}  // namespace actorserve::gpu

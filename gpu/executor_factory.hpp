@@ -1,0 +1,25 @@
+#pragma once
+/// The executor factory: picks the device for an engine_config and maps the config to that
+/// executor's options. The engine makes every executor through it, at start and after a restart.
+#include <cstdint>
+#include <memory>
+
+#include "config/engine_config.hpp"
+#include "config/error.hpp"
+#include "gpu/executor.hpp"
+
+namespace actorserve::gpu {
+
+/// Whether make_executor picks the CUDA executor for `cfg`: --device cuda, or auto with a
+/// visible GPU (always false in a build without CUDA).
+bool picks_cuda(const engine_config& cfg);
+
+/// Tokens per KV block of the executor make_executor would make for `cfg`, before any is made.
+int64_t block_size_for(const engine_config& cfg);
+
+/// Makes the executor `cfg` asks for: --device cpu, or auto without a usable GPU, gets the CPU
+/// executor; --device cuda, or auto with a GPU, the CUDA executor. With --inject-step-failures
+/// (test only) it is wrapped to fail those steps. Errors name the flag or file.
+result<std::unique_ptr<executor>> make_executor(const engine_config& cfg);
+
+}  // namespace actorserve::gpu
