@@ -78,7 +78,8 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   if (auto st = allocate_buffers(); !st) return st;
   for (host_slot& s : slots_) {
     AS_CUDA_TRY(cudaEventCreate(&s.start));
-    // The completion thread sleeps on `end` (a spinning wait is no faster and costs a core).
+    // The completion thread sleeps on `end` (a spinning wait is no faster and costs a core:
+    // docs/attention.md, Decisions).
     AS_CUDA_TRY(cudaEventCreateWithFlags(&s.end, cudaEventBlockingSync));
   }
   for (cudaEvent_t& e : end_marks_) AS_CUDA_TRY(cudaEventCreate(&e));

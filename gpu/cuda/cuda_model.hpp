@@ -61,7 +61,7 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
 
 /// Row counts up to which gemm_runner uses the hand-written GEMV (gemv_kernel.hpp) rather than
 /// cuBLAS by default: at m = 1 the GEMV launched programmatically ties or beats cuBLAS on every
-/// Llama-3-8B projection; from m = 2 cuBLAS is as fast or faster.
+/// Llama-3-8B projection; from m = 2 cuBLAS is as fast or faster (docs/attention.md, Decisions).
 inline constexpr int default_gemv_max_rows = 1;
 
 /// Y[m, n] (fp32) = X[m, k] (dt) * W[n, k]^T (dt) + beta * Y, fp32 accumulation, on one stream.

@@ -93,7 +93,7 @@ __global__ void add_rmsnorm_kernel(float* residual, const float* delta, const fl
 /// Values of add_rmsnorm_kernel a thread keeps in registers.
 constexpr int kNormPerThread = 8;
 /// Rows up to which add_rmsnorm keeps values in registers: faster up to 128 rows; past that, too
-/// few of its register-heavy 1024-thread blocks are resident per SM.
+/// few of its register-heavy 1024-thread blocks are resident per SM (docs/attention.md, Decisions).
 constexpr int kNormRegsMaxRows = 128;
 
 /// add_rmsnorm_kernel for hidden <= kNormPerThread * blockDim.x: every load is issued before the
