@@ -8,6 +8,7 @@
 #include "protocol/tokenizer/tokenizer.hpp"
 #include "server/context.hpp"
 #include "server/errors.hpp"
+#include "server/playground.hpp"
 #include "server/prompt_builder.hpp"
 
 namespace actorserve::server {
@@ -112,7 +113,8 @@ struct route_entry {
   verb method;
 };
 
-constexpr std::array<route_entry, 7> kRoutes{{
+constexpr std::array<route_entry, 8> kRoutes{{
+    {"/", verb::get},
     {"/health", verb::get},
     {"/metrics", verb::get},
     {"/v1/models", verb::get},
@@ -151,6 +153,12 @@ route_result route(server_context& ctx, http_request_view req) {
     return r;
   }
 
+  if (path == "/") {
+    route_result r;
+    r.content_type = "text/html; charset=utf-8";
+    r.body = std::string(playground_page());
+    return r;
+  }
   if (path == "/health") return health(ctx);
   if (path == "/metrics") return metrics_page(ctx);
   if (path == "/v1/models") return json_ok(oa::write_models(ctx.model_name, ctx.created, ctx.max_model_len));
