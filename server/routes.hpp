@@ -37,7 +37,8 @@ std::string_view target_path(std::string_view target);
 route_result error_result(server_context& ctx, const error& e);
 /// error_result with another HTTP status than the error code's (405, 415, 417).
 route_result error_result(server_context& ctx, int status, const error& e);
-/// Checks --api-key for every path except /health; an unauthorized result when it fails.
+/// Checks --api-key for every path except / (the playground) and /health; an unauthorized result
+/// when it fails.
 std::optional<route_result> check_auth(server_context& ctx, std::string_view path, std::string_view authorization);
 /// Routes one request.
 route_result route(server_context& ctx, http_request_view req);

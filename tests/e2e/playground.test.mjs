@@ -1,6 +1,7 @@
 // End-to-end: the playground page at GET /, in a real Chromium driven by puppeteer-core.
 // Two conversations stream at once over the page's one WebSocket; stopping one ends its stream
-// while the other runs to max_tokens. Exits 77 (ctest skips) when no Chromium is installed.
+// while the other runs to max_tokens; with --api-key the page asks for the key and sends it.
+// Exits 77 (ctest skips) when no Chromium is installed.
 // The screenshot goes to $ACTORSERVE_E2E_OUT/playground.png (the build folder under ctest).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -146,4 +147,28 @@ test('completion mode sends the raw prompt and shows the finish reason', async (
   assert.equal(await page.$eval('.conv[data-conv="1"] .msg.prompt', (el) => el.textContent), 'Once upon a time');
   assert.deepEqual(errors, []);
   await page.close();
+});
+
+test('with --api-key the page loads, asks for the key, and sends it on fetches and the WebSocket URL', async () => {
+  const key = 'sk-playground';
+  const guarded = await startServer(['--api-key', key], modelDir);
+  try {
+    const { page, errors } = await openPage(guarded.base);
+    await page.waitForSelector('#key-dialog[open]');
+    const sockets = [];
+    const cdp = await page.createCDPSession();
+    await cdp.send('Network.enable');
+    cdp.on('Network.webSocketCreated', (e) => sockets.push(new URL(e.url)));
+    await page.type('#key-input', key);
+    await page.click('#key-form button[type=submit]');
+    await page.waitForFunction(() => document.querySelector('#model').textContent === 'llama-tiny');
+    assert.equal(await page.evaluate(() => sessionStorage.getItem('actorserve.api_key')), key);
+    await page.waitForFunction(() => /^\d+\.\d %$/.test(document.querySelector('#kv').textContent), { timeout: 10000 });
+    assert.ok(sockets.some((u) => u.pathname === '/v1/stream' && u.searchParams.get('api_key') === key),
+      `a WebSocket carries the key: ${sockets.join(' ')}`);
+    assert.deepEqual(errors, []);
+    await page.close();
+  } finally {
+    await guarded.stop();
+  }
 });
