@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the build and test dependencies from Debian 12 packages (idempotent; root or sudo).
-# Also installs the end-to-end test clients (npm: openai, ws) when tests/e2e has a lockfile.
+# Also installs the end-to-end test clients (npm: openai, ws, puppeteer-core) when tests/e2e has a
+# lockfile.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 packages=(
@@ -15,6 +16,7 @@ packages=(
   libfmt-dev libspdlog-dev  # formatting and logging
   googletest libgtest-dev   # tests
   nodejs npm            # end-to-end tests with the official openai and ws clients
+  chromium              # the playground's end-to-end test drives it through puppeteer-core
   clang-14 clang libclang-rt-14-dev  # sanitizer builds and libFuzzer (scripts/sanitize.sh)
   curl                  # scripts/build_tsan_caf.sh fetches CAF's source from the Debian mirror
 )

@@ -279,7 +279,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
   void upgrade(const std::string& target, const std::string& authorization) {
     const std::string_view path = target_path(target);
-    if (auto denied = check_auth(ctx_, "GET", path, authorization)) {
+    if (auto denied = check_auth(ctx_, "GET", path, upgrade_authorization(target, authorization))) {
       keep_alive_ = false;
       write_whole(denied->status, denied->content_type, std::move(denied->body));
       return;

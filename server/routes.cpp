@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 
 #include "config/log.hpp"
 #include "protocol/openai/parse.hpp"
@@ -9,6 +10,7 @@
 #include "protocol/tokenizer/tokenizer.hpp"
 #include "server/context.hpp"
 #include "server/errors.hpp"
+#include "server/playground.hpp"
 #include "server/prompt_builder.hpp"
 
 namespace actorserve::server {
@@ -38,10 +40,40 @@ route_result error_result(server_context& ctx, int status, const error& e) {
 std::optional<route_result> check_auth(server_context& ctx, std::string_view method, std::string_view path,
                                        std::string_view authorization) {
   const auto& sv = ctx.config.server;
-  // A CORS preflight carries no credentials; /health and /metrics are open unless guarded.
-  const bool open = method == "OPTIONS" || (!sv.api_key_guards_metrics && (path == "/health" || path == "/metrics"));
+  // A CORS preflight carries no credentials; the playground page holds no secret (it asks for
+  // the key itself); /health and /metrics are open unless guarded.
+  const bool open = method == "OPTIONS" || path == "/" ||
+                    (!sv.api_key_guards_metrics && (path == "/health" || path == "/metrics"));
   if (sv.api_key.empty() || open || authorized(authorization, sv.api_key)) return std::nullopt;
   return error_result(ctx, make_error(error_code::unauthorized, "Authorization: missing or invalid API key"));
+}
+
+std::string upgrade_authorization(std::string_view target, std::string_view header) {
+  if (!header.empty()) return std::string(header);
+  const size_t q = target.find('?');
+  std::string_view query = q == std::string_view::npos ? std::string_view{} : target.substr(q + 1);
+  constexpr std::string_view name = "api_key=";
+  const auto hex = [](char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; };
+  const auto is_hex = [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; };
+  while (!query.empty()) {
+    const size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (!pair.starts_with(name)) continue;
+    std::string out = "Bearer ";
+    for (size_t i = name.size(); i < pair.size(); ++i) {  // URL-decoded
+      if (pair[i] == '+') {
+        out += ' ';
+      } else if (pair[i] == '%' && i + 2 < pair.size() && is_hex(pair[i + 1]) && is_hex(pair[i + 2])) {
+        out += static_cast<char>(hex(pair[i + 1]) * 16 + hex(pair[i + 2]));
+        i += 2;
+      } else {
+        out += pair[i];
+      }
+    }
+    return out;
+  }
+  return {};
 }
 
 namespace {
@@ -118,7 +150,8 @@ struct route_entry {
   verb method;
 };
 
-constexpr std::array<route_entry, 7> kRoutes{{
+constexpr std::array<route_entry, 8> kRoutes{{
+    {"/", verb::get},
     {"/health", verb::get},
     {"/metrics", verb::get},
     {"/v1/models", verb::get},
@@ -157,6 +190,12 @@ route_result route(server_context& ctx, http_request_view req) {
     return r;
   }
 
+  if (path == "/") {
+    route_result r;
+    r.content_type = "text/html; charset=utf-8";
+    r.body = std::string(playground_page());
+    return r;
+  }
   if (path == "/health") return health(ctx);
   if (path == "/metrics") return metrics_page(ctx);
   if (path == "/v1/models") return json_ok(oa::write_models(ctx.model_name, ctx.created, ctx.max_model_len));

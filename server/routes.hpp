@@ -37,10 +37,13 @@ std::string_view target_path(std::string_view target);
 route_result error_result(server_context& ctx, const error& e);
 /// error_result with another HTTP status than the error code's (405, 415, 417).
 route_result error_result(server_context& ctx, int status, const error& e);
-/// Checks --api-key (not for CORS preflights, nor for /health and /metrics unless
-/// --api-key-guards-metrics); an unauthorized result when it fails.
+/// Checks --api-key (not for CORS preflights, the playground page at /, nor /health and
+/// /metrics unless --api-key-guards-metrics); an unauthorized result when it fails.
 std::optional<route_result> check_auth(server_context& ctx, std::string_view method, std::string_view path,
                                        std::string_view authorization);
+/// The credentials of a WebSocket upgrade: the Authorization header, or else "Bearer KEY" from
+/// the target's `api_key` query parameter (browsers cannot set headers on a WebSocket).
+std::string upgrade_authorization(std::string_view target, std::string_view header);
 /// Routes one request.
 route_result route(server_context& ctx, http_request_view req);
 

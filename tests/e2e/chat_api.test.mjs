@@ -22,7 +22,7 @@ let plainClient;
 
 before(async () => {
   withTools = await startServer(['--enable-auto-tool-choice', '--tool-call-parser', 'hermes'],
-    'chat_templates/tools/qwen2.5-instruct.jinja');
+    { chatTemplate: 'chat_templates/tools/qwen2.5-instruct.jinja' });
   plain = await startServer();
   client = new OpenAI({ baseURL: `${withTools.base}/v1`, apiKey: 'unused', maxRetries: 0 });
   plainClient = new OpenAI({ baseURL: `${plain.base}/v1`, apiKey: 'unused', maxRetries: 0 });

@@ -1,4 +1,4 @@
-// Starts the actorserve binary (ACTORSERVE_BIN) on llama-tiny (CPU executor unless
+// Starts the actorserve binary (ACTORSERVE_BIN) on llama-tiny or `modelDir` (CPU executor unless
 // ACTORSERVE_E2E_DEVICE says otherwise) and port 0,
 // and finds the bound port in its "listening on http://HOST:PORT" log line.
 import { spawn } from 'node:child_process';
@@ -8,13 +8,17 @@ import { fileURLToPath } from 'node:url';
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const dataDir = process.env.ACTORSERVE_TEST_DATA ?? path.resolve(here, '../data');
 
-export async function startServer(extraArgs = [], chatTemplate = 'chat_templates/templates/meta-llama-3-8b-instruct.jinja') {
+/// `options`: `chatTemplate` (under the test data), `modelDir` (default llama-tiny).
+export async function startServer(extraArgs = [], {
+  chatTemplate = 'chat_templates/templates/meta-llama-3-8b-instruct.jinja',
+  modelDir = path.join(dataDir, 'models/llama-tiny'),
+} = {}) {
   const bin = process.env.ACTORSERVE_BIN;
   if (!bin) throw new Error('set ACTORSERVE_BIN to the actorserve binary');
   // ACTORSERVE_E2E_DEVICE=cuda runs the same tests against the CUDA executor (the GPU suite does).
   const device = process.env.ACTORSERVE_E2E_DEVICE ?? 'cpu';
   const deviceArgs = device === 'cpu' ? ['--device', 'cpu', '--cpu-threads', '1'] : ['--device', device];
-  const args = ['serve', '--model', path.join(dataDir, 'models/llama-tiny'), ...deviceArgs, '--port', '0',
+  const args = ['serve', '--model', modelDir, ...deviceArgs, '--port', '0',
     '--served-model-name', 'llama-tiny',
     '--chat-template', path.join(dataDir, chatTemplate), ...extraArgs];
   const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });

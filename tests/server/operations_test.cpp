@@ -66,6 +66,25 @@ TEST_F(Operations, HealthAndMetricsAreOpenBesideAnApiKeyUnlessGuarded) {
   EXPECT_EQ(http_call(port_, "GET", "/metrics", "", {"Authorization: Bearer sk-test"}).status, 200);
 }
 
+TEST_F(Operations, ABrowserWebSocketMayCarryTheKeyInTheUrl) {
+  engine_config cfg;
+  cfg.server.api_key = "sk-te/st";
+  start(cfg);
+  auto upgrade = [&](const std::string& target) {
+    client_socket s(port_);
+    receive_timeout(s, 5);
+    s.send_all("GET " + target + " HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+               "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    std::string buf;
+    while (buf.find("\r\n\r\n") == std::string::npos && s.read_some(buf)) {}
+    return buf.substr(9, 3);
+  };
+  EXPECT_EQ(upgrade("/v1/stream?api_key=sk-te%2Fst"), "101");
+  EXPECT_EQ(upgrade("/v1/stream?x=1&api_key=sk-te%2fst"), "101");
+  EXPECT_EQ(upgrade("/v1/stream?api_key=wrong"), "401");
+  EXPECT_EQ(upgrade("/v1/stream"), "401");
+}
+
 TEST(StatsLine, RatesOverTheIntervalAndNothingWhileIdle) {
   actors::engine_stats before, now;
   EXPECT_FALSE(server::stats_line(before, now, 10).has_value());
