@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the build and test dependencies from Debian 12 packages (idempotent; root or sudo).
 # Also installs the end-to-end test clients (npm: openai, ws, puppeteer-core) when tests/e2e has a
-# lockfile.
+# lockfile. `--serve`: only what building and running the server needs (scripts/serve.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+serve_only=0
+[[ "${1:-}" == --serve ]] && serve_only=1
 packages=(
   build-essential cmake ninja-build pkg-config ccache git
   libcaf-dev            # CAF 0.17.6: the actor runtime
@@ -14,7 +16,9 @@ packages=(
   libxxhash-dev         # prefix-cache block hashes
   libcli11-dev          # command-line flags
   libfmt-dev libspdlog-dev  # formatting and logging
-  googletest libgtest-dev   # tests
+  googletest libgtest-dev   # tests (the build configures them)
+)
+(( serve_only )) || packages+=(
   nodejs npm            # end-to-end tests with the official openai and ws clients
   chromium              # the playground's end-to-end test drives it through puppeteer-core
   clang-14 clang libclang-rt-14-dev  # sanitizer builds and libFuzzer (scripts/sanitize.sh)
@@ -35,7 +39,7 @@ if (( ${#missing[@]} )); then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-if [[ -f "$root/tests/e2e/package-lock.json" && ! -d "$root/tests/e2e/node_modules" ]]; then
+if (( ! serve_only )) && [[ -f "$root/tests/e2e/package-lock.json" && ! -d "$root/tests/e2e/node_modules" ]]; then
   (cd "$root/tests/e2e" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 echo "install_deps: ok"
