@@ -110,6 +110,10 @@ void add_server_flags(CLI::App& app, server_options& s) {
                  "list; * allows any (default: none)")
       ->delimiter(',');
   app.add_flag("!--disable-log-stats", s.log_stats, "no stats line every 10 s while the server is busy");
+  static const std::map<std::string, bool> metric_names{{"actorserve", false}, {"vllm", true}};
+  app.add_option("--metrics-compat", s.metrics_vllm_names,
+                 "actorserve | vllm: the names of /metrics series (vllm: vLLM's, for its dashboards)")
+      ->transform(named_choices(metric_names));
   app.add_flag("--enable-log-requests", s.log_requests,
                "one access-log line per API request (id, route, status, tokens, TTFT, duration; no prompt text)");
   app.add_option("--max-connections", s.max_connections, "concurrent connections at most");

@@ -78,6 +78,9 @@ struct server_options {
   std::vector<std::string> allowed_origins;
   bool log_stats = true;                    ///< !--disable-log-stats: a stats line every 10 s while busy
   bool log_requests = false;                ///< --enable-log-requests: one access-log line per API request
+  /// --metrics-compat vllm: series with a vLLM counterpart carry its `vllm:` name, so vLLM's
+  /// dashboards and autoscaling rules work unchanged (default: actorserve's names).
+  bool metrics_vllm_names = false;
   int64_t max_connections = 16384;          ///< --max-connections
   int64_t max_body_bytes = 8 << 20;         ///< --max-body-bytes
   int64_t idle_timeout_s = 60;              ///< --idle-timeout

@@ -426,6 +426,10 @@ class http_session : public std::enable_shared_from_this<http_session> {
       stream_.socket().cancel(ec);
       return;
     }
+    if (probing_) {  // the reset wait must not outlive its request
+      beast::error_code ec;
+      stream_.socket().cancel(ec);
+    }
     probing_ = false;
     probe_timer_.cancel();
     if (closed_) return;
@@ -481,6 +485,16 @@ class http_session : public std::enable_shared_from_this<http_session> {
     if (probing_) return;
     probing_ = true;
     probe(kFirstProbeCheck);
+    // A peer that has gone answers the probe with a reset, which wakes this wait at once; the
+    // timer's checks are the fallback.
+    stream_.socket().async_wait(tcp::socket::wait_error,
+                                [self = shared_from_this(), request = requests_read_](beast::error_code ec) {
+      if (ec || self->closed_ || !self->busy() || request != self->requests_read_) return;
+      if (peer_gone(self->stream_.socket().native_handle())) {
+        log::debug("req={} client disconnected (reset after its EOF)", self->job_ ? self->job_->id() : std::string("-"));
+        self->close();
+      }
+    });
   }
 
   void probe(std::chrono::steady_clock::duration check_after) {

@@ -30,9 +30,72 @@ void histogram::render(std::string& out, std::string_view name, std::string_view
 metrics::metrics()
     : time_to_first_token({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
       inter_token_latency({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0}),
-      e2e_request_latency({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0}) {}
+      e2e_request_latency({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0}),
+      request_decode_time({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0}),
+      request_prompt_tokens(token_buckets()),
+      request_generation_tokens(token_buckets()) {}
+
+std::vector<double> metrics::token_buckets() {
+  // vLLM's 1-2-5 series, up to a million tokens.
+  std::vector<double> b;
+  for (double decade = 1; decade <= 1e6; decade *= 10)
+    for (double m : {1.0, 2.0, 5.0}) b.push_back(m * decade);
+  return b;
+}
 
 namespace {
+/// --metrics-compat vllm: the series whose meaning vLLM's shares, by their vLLM names (counters
+/// keep the `_total` suffix that vLLM's Prometheus client adds).
+constexpr std::pair<std::string_view, std::string_view> kVllmNames[] = {
+    {"actorserve:num_requests_running", "vllm:num_requests_running"},
+    {"actorserve:num_requests_waiting", "vllm:num_requests_waiting"},
+    {"actorserve:kv_cache_usage_perc", "vllm:kv_cache_usage_perc"},
+    {"actorserve:prefix_cache_queries_total", "vllm:prefix_cache_queries_total"},
+    {"actorserve:prefix_cache_hits_total", "vllm:prefix_cache_hits_total"},
+    {"actorserve:num_preemptions_total", "vllm:num_preemptions_total"},
+    {"actorserve:prompt_tokens_total", "vllm:prompt_tokens_total"},
+    {"actorserve:generation_tokens_total", "vllm:generation_tokens_total"},
+    {"actorserve:request_success_total", "vllm:request_success_total"},
+    {"actorserve:time_to_first_token_seconds", "vllm:time_to_first_token_seconds"},
+    {"actorserve:inter_token_latency_seconds", "vllm:inter_token_latency_seconds"},
+    {"actorserve:e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds"},
+    {"actorserve:request_decode_time_seconds", "vllm:request_decode_time_seconds"},
+    {"actorserve:request_prompt_tokens", "vllm:request_prompt_tokens"},
+    {"actorserve:request_generation_tokens", "vllm:request_generation_tokens"},
+};
+
+/// The page with each series in kVllmNames renamed: on its sample lines (the name, or the name
+/// followed by `_bucket`, `_sum`, `_count`, `{` or a space) and its HELP and TYPE lines.
+std::string with_vllm_names(std::string_view page) {
+  std::string out;
+  out.reserve(page.size());
+  while (!page.empty()) {
+    const size_t eol = page.find('\n');
+    std::string_view line = page.substr(0, eol == std::string_view::npos ? page.size() : eol + 1);
+    page.remove_prefix(line.size());
+    std::string_view prefix;
+    if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) {
+      prefix = line.substr(0, 7);
+      line.remove_prefix(7);
+    }
+    out += prefix;
+    bool renamed = false;
+    for (const auto& [ours, theirs] : kVllmNames) {
+      if (!line.starts_with(ours)) continue;
+      const std::string_view rest = line.substr(ours.size());
+      const bool whole = rest.starts_with(' ') || rest.starts_with('{') || rest.starts_with("_bucket") ||
+                         rest.starts_with("_sum") || rest.starts_with("_count");
+      if (!whole) continue;
+      out += theirs;
+      out += rest;
+      renamed = true;
+      break;
+    }
+    if (!renamed) out += line;
+  }
+  return out;
+}
+
 /// `value` escaped for a Prometheus label (backslash, quote, newline).
 std::string label_value(std::string_view value) {
   std::string out;
@@ -77,7 +140,8 @@ void gauge(std::string& out, std::string_view name, std::string_view help, std::
 }
 }  // namespace
 
-std::string metrics::render(const actors::engine_stats& s, std::string_view model, int64_t active_jobs) const {
+std::string metrics::render(const actors::engine_stats& s, std::string_view model, int64_t active_jobs,
+                            bool vllm_names) const {
   std::string out;
   out.reserve(8192);
   out += fmt::format("# actorserve metrics; model {}\n", model);
@@ -123,7 +187,13 @@ std::string metrics::render(const actors::engine_stats& s, std::string_view mode
   time_to_first_token.render(out, "actorserve:time_to_first_token_seconds", "Time to first token.");
   inter_token_latency.render(out, "actorserve:inter_token_latency_seconds", "Time between streamed deltas.");
   e2e_request_latency.render(out, "actorserve:e2e_request_latency_seconds", "Request latency, arrival to last token.");
-  return with_model_label(out, model);
+  request_decode_time.render(out, "actorserve:request_decode_time_seconds",
+                             "Per engine request: first token to last.");
+  request_prompt_tokens.render(out, "actorserve:request_prompt_tokens", "Per engine request: prompt tokens.");
+  request_generation_tokens.render(out, "actorserve:request_generation_tokens",
+                                   "Per engine request: tokens generated over its choices.");
+  std::string page = with_model_label(out, model);
+  return vllm_names ? with_vllm_names(page) : page;
 }
 
 }  // namespace actorserve::server

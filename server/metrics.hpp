@@ -12,7 +12,7 @@
 
 namespace actorserve::server {
 
-/// A cumulative histogram with fixed bucket bounds (seconds).
+/// A cumulative histogram with fixed bucket bounds (seconds, or a count of tokens).
 class histogram {
  public:
   explicit histogram(std::vector<double> bounds);
@@ -31,9 +31,14 @@ class histogram {
 class metrics {
  public:
   metrics();
+  /// Bucket bounds for token counts (1, 2, 5, 10, ... 5,000,000).
+  static std::vector<double> token_buckets();
   histogram time_to_first_token;
   histogram inter_token_latency;
   histogram e2e_request_latency;
+  histogram request_decode_time;        ///< first token to last, per engine request (seconds)
+  histogram request_prompt_tokens;      ///< per engine request (a count, not seconds)
+  histogram request_generation_tokens;  ///< per engine request, over its n choices (a count)
   std::atomic<int64_t> http_requests{0};
   std::atomic<int64_t> http_errors{0};          ///< 4xx/5xx answers
   std::atomic<int64_t> streams_cut{0};          ///< slow clients whose stream was cut
@@ -43,8 +48,10 @@ class metrics {
   std::atomic<int64_t> engine_requests_submitted{0};  ///< engine requests admitted by submit()
   std::atomic<int64_t> finished_stop{0}, finished_length{0}, finished_abort{0}, finished_error{0};
 
-  /// The whole /metrics page; `active_jobs`: API requests between submit and last byte.
-  std::string render(const actors::engine_stats& s, std::string_view model, int64_t active_jobs) const;
+  /// The whole /metrics page; `active_jobs`: API requests between submit and last byte;
+  /// `vllm_names` (--metrics-compat vllm): series with a vLLM counterpart take its `vllm:` name.
+  std::string render(const actors::engine_stats& s, std::string_view model, int64_t active_jobs,
+                     bool vllm_names = false) const;
 };
 
 }  // namespace actorserve::server

@@ -187,6 +187,18 @@ TEST(Cli, VllmFlagsWithoutEffectWarnAndHarmfulValuesAreRefused) {
   EXPECT_FALSE(cl.ok());
 }
 
+TEST(Cli, MetricsCompatPicksTheSeriesNames) {
+  auto cl = parse({"serve", "m"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_FALSE(cl->engine.server.metrics_vllm_names);
+  cl = parse({"serve", "m", "--metrics-compat", "vllm"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_TRUE(cl->engine.server.metrics_vllm_names);
+  cl = parse({"serve", "m", "--metrics-compat", "prometheus"});
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.err().message.find("--metrics-compat"), std::string::npos) << cl.err().message;
+}
+
 TEST(Cli, AllowedOriginsTakeAListOrVllmsJsonForm) {
   auto cl = parse({"serve", "m", "--allowed-origins", "http://a.test,http://b.test"});
   ASSERT_TRUE(cl.ok()) << cl.err().message;

@@ -85,6 +85,25 @@ TEST_F(Operations, ABrowserWebSocketMayCarryTheKeyInTheUrl) {
   EXPECT_EQ(upgrade("/v1/stream"), "401");
 }
 
+TEST_F(Operations, VllmCompatibleMetricsCarryVllmNamesAndPerRequestHistograms) {
+  engine_config cfg;
+  cfg.model.served_model_name = "m";
+  cfg.server.metrics_vllm_names = true;
+  start(cfg);
+  ASSERT_EQ(http_call(port_, "POST", "/v1/completions", R"({"prompt":"hi","max_tokens":3})").status, 200);
+  const auto page = http_call(port_, "GET", "/metrics").body;
+  for (const char* want : {"# TYPE vllm:num_requests_running gauge\n", "vllm:num_requests_running{model_name=\"m\"} ",
+                           "vllm:prompt_tokens_total{model_name=\"m\"} ",
+                           "vllm:time_to_first_token_seconds_count{model_name=\"m\"} 1\n",
+                           "vllm:request_generation_tokens_bucket{model_name=\"m\",le=\"5\"} 1\n",
+                           "vllm:request_generation_tokens_bucket{model_name=\"m\",le=\"2\"} 0\n",
+                           "vllm:request_prompt_tokens_count{model_name=\"m\"} 1\n",
+                           "vllm:request_decode_time_seconds_count{model_name=\"m\"} 1\n",
+                           "actorserve:open_connections{model_name=\"m\"} "})
+    EXPECT_NE(page.find(want), std::string::npos) << want;
+  EXPECT_EQ(page.find("actorserve:num_requests_running"), std::string::npos);
+}
+
 TEST(StatsLine, RatesOverTheIntervalAndNothingWhileIdle) {
   actors::engine_stats before, now;
   EXPECT_FALSE(server::stats_line(before, now, 10).has_value());
