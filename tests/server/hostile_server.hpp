@@ -1,6 +1,6 @@
 #pragma once
 /// The fixture of the hostile-client tests: the real server on 127.0.0.1 around the scripted
-/// engine, restartable with another configuration, and helpers to time the server's closes.
+/// engine, restartable with another configuration, and functions that time the server's closes.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
