@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
 namespace actorserve::server {
 
 histogram::histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), buckets_(bounds_.size() + 1) {}
@@ -64,36 +66,17 @@ constexpr std::pair<std::string_view, std::string_view> kVllmNames[] = {
     {"actorserve:request_generation_tokens", "vllm:request_generation_tokens"},
 };
 
-/// The page with each series in kVllmNames renamed: on its sample lines (the name, or the name
-/// followed by `_bucket`, `_sum`, `_count`, `{` or a space) and its HELP and TYPE lines.
-std::string with_vllm_names(std::string_view page) {
-  std::string out;
-  out.reserve(page.size());
-  while (!page.empty()) {
-    const size_t eol = page.find('\n');
-    std::string_view line = page.substr(0, eol == std::string_view::npos ? page.size() : eol + 1);
-    page.remove_prefix(line.size());
-    std::string_view prefix;
-    if (line.starts_with("# HELP ") || line.starts_with("# TYPE ")) {
-      prefix = line.substr(0, 7);
-      line.remove_prefix(7);
-    }
-    out += prefix;
-    bool renamed = false;
-    for (const auto& [ours, theirs] : kVllmNames) {
-      if (!line.starts_with(ours)) continue;
-      const std::string_view rest = line.substr(ours.size());
-      const bool whole = rest.starts_with(' ') || rest.starts_with('{') || rest.starts_with("_bucket") ||
-                         rest.starts_with("_sum") || rest.starts_with("_count");
-      if (!whole) continue;
-      out += theirs;
-      out += rest;
-      renamed = true;
-      break;
-    }
-    if (!renamed) out += line;
+/// The vLLM name of the series `line` starts with (the name alone, or followed by `_bucket`,
+/// `_sum`, `_count`, `{` or a space), with the length of our name; nothing when it has none.
+std::optional<std::pair<std::string_view, size_t>> vllm_name(std::string_view line) {
+  for (const auto& [ours, theirs] : kVllmNames) {
+    if (!line.starts_with(ours)) continue;
+    const std::string_view rest = line.substr(ours.size());
+    if (rest.starts_with(' ') || rest.starts_with('{') || rest.starts_with("_bucket") || rest.starts_with("_sum") ||
+        rest.starts_with("_count"))
+      return std::pair{theirs, ours.size()};
   }
-  return out;
+  return std::nullopt;
 }
 
 /// `value` escaped for a Prometheus label (backslash, quote, newline).
@@ -106,16 +89,32 @@ std::string label_value(std::string_view value) {
   return out;
 }
 
-/// The page with `model_name="..."` on every sample (as vLLM's series carry it).
-std::string with_model_label(std::string_view page, std::string_view model) {
+/// The page with `model_name="..."` on every sample (as vLLM's series carry it) and, with
+/// `vllm_names`, the series in kVllmNames renamed on their sample, HELP and TYPE lines.
+std::string finish_page(std::string_view page, std::string_view model, bool vllm_names) {
   const std::string label = "model_name=\"" + label_value(model) + "\"";
   std::string out;
   out.reserve(page.size() + 64 * label.size());
   while (!page.empty()) {
     const size_t eol = page.find('\n');
-    const std::string_view line = page.substr(0, eol == std::string_view::npos ? page.size() : eol + 1);
+    std::string_view line = page.substr(0, eol == std::string_view::npos ? page.size() : eol + 1);
     page.remove_prefix(line.size());
-    if (line.empty() || line[0] == '#') {
+    const bool help_or_type = line.starts_with("# HELP ") || line.starts_with("# TYPE ");
+    if (!help_or_type && (line.empty() || line[0] == '#')) {
+      out += line;
+      continue;
+    }
+    if (help_or_type) {
+      out += line.substr(0, 7);
+      line.remove_prefix(7);
+    }
+    if (vllm_names) {
+      if (auto renamed = vllm_name(line)) {
+        out += renamed->first;
+        line.remove_prefix(renamed->second);
+      }
+    }
+    if (help_or_type) {
       out += line;
       continue;
     }
@@ -192,8 +191,7 @@ std::string metrics::render(const actors::engine_stats& s, std::string_view mode
   request_prompt_tokens.render(out, "actorserve:request_prompt_tokens", "Per engine request: prompt tokens.");
   request_generation_tokens.render(out, "actorserve:request_generation_tokens",
                                    "Per engine request: tokens generated over its choices.");
-  std::string page = with_model_label(out, model);
-  return vllm_names ? with_vllm_names(page) : page;
+  return finish_page(out, model, vllm_names);
 }
 
 }  // namespace actorserve::server
