@@ -1,6 +1,6 @@
 #pragma once
-/// State every session shares: the engine, the limits, the metrics, counters and the prompt
-/// builder. Owned by http_server; sessions hold a reference.
+/// State every connection shares: the engine, the limits, the metrics, counters and the prompt
+/// builder. Owned by http_server; connections hold a reference.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -19,7 +19,7 @@ namespace actorserve::server {
 class prompt_builder;
 
 /// Limits that are not flags, named beside the state they protect.
-struct session_limits {
+struct connection_limits {
   static constexpr uint32_t max_header_bytes = 16 * 1024;   ///< 431 beyond
   /// Request line + headers must arrive this soon (capped by --idle-timeout); then closed.
   static constexpr std::chrono::milliseconds header_timeout{10000};
@@ -49,8 +49,8 @@ struct server_context {
   std::atomic<int64_t> num_connections{0};
   std::atomic<int64_t> num_active_jobs{0};   ///< API requests between submit and last byte
   std::atomic<bool> draining{false};
-  /// session_limits::header_timeout; tests lower it before connecting.
-  std::atomic<int64_t> header_timeout_ms{session_limits::header_timeout.count()};
+  /// connection_limits::header_timeout; tests lower it before connecting.
+  std::atomic<int64_t> header_timeout_ms{connection_limits::header_timeout.count()};
   /// Runs work that must not hold an I/O thread (request parsing, chat templates, tokenization):
   /// the server's prompt pool (--prompt-threads); inline until the server sets it.
   std::function<void(std::function<void()>)> run_off_io = [](std::function<void()> f) { f(); };

@@ -1,6 +1,6 @@
 #pragma once
 /// CORS (--allowed-origins): which browser origins may call the API, as response header lines.
-/// No Beast: the session passes the request's header values and appends the lines it gets.
+/// No Beast: the connection passes the request's header values and appends the lines it gets.
 #include <string>
 #include <string_view>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "server/http_session.hpp"
+#include "server/http_connection.hpp"
 
 #include <fmt/format.h>
 
@@ -28,7 +28,7 @@
 #include "server/errors.hpp"
 #include "server/job_runner.hpp"
 #include "server/routes.hpp"
-#include "server/ws_session.hpp"
+#include "server/ws_connection.hpp"
 
 namespace actorserve::server {
 namespace {
@@ -100,14 +100,14 @@ bool peer_gone(int fd) {
 /// Which deadline the pending read runs under (a timeout outside `idle` is counted).
 enum class deadline_phase { first_request, idle, header, body };
 
-class http_session : public std::enable_shared_from_this<http_session> {
+class http_connection : public std::enable_shared_from_this<http_connection> {
  public:
-  http_session(tcp::socket&& socket, server_context& ctx)
+  http_connection(tcp::socket&& socket, server_context& ctx)
       : stream_(std::move(socket)), ctx_(ctx), probe_timer_(stream_.get_executor()) {
     ctx_.num_connections.fetch_add(1);
     ctx_.stats.open_connections.fetch_add(1);
   }
-  ~http_session() {
+  ~http_connection() {
     if (job_) job_->abandon();
     if (!upgraded_) {
       ctx_.num_connections.fetch_sub(1);
@@ -134,7 +134,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     request_headers_.clear();
     preflight_ = false;
     parser_.emplace();
-    parser_->header_limit(session_limits::max_header_bytes);
+    parser_->header_limit(connection_limits::max_header_bytes);
     parser_->body_limit(static_cast<uint64_t>(ctx_.config.server.max_body_bytes));
     if (requests_read_ == 0 || buffer_.size() > 0) {
       read_header(requests_read_ == 0 ? deadline_phase::first_request : deadline_phase::header);
@@ -142,7 +142,7 @@ class http_session : public std::enable_shared_from_this<http_session> {
     }
     phase_ = deadline_phase::idle;
     stream_.expires_after(idle());
-    stream_.async_read_some(buffer_.prepare(session_limits::read_chunk_bytes),
+    stream_.async_read_some(buffer_.prepare(connection_limits::read_chunk_bytes),
                             [self = shared_from_this()](beast::error_code ec, size_t n) {
       self->buffer_.commit(n);
       if (ec) self->on_read(ec);
@@ -297,9 +297,9 @@ class http_session : public std::enable_shared_from_this<http_session> {
                                        "frames after the 101 response"));
       return;
     }
-    upgraded_ = true;  // the WebSocket session takes over the connection count
+    upgraded_ = true;  // the WebSocket connection takes over the connection count
     stream_.expires_never();
-    launch_ws_session(stream_.release_socket(), std::move(*handshake), ctx_);
+    launch_ws_connection(stream_.release_socket(), std::move(*handshake), ctx_);
   }
 
   void start_job(job_spec job) {
@@ -333,8 +333,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
       job_.reset();
       return true;
     }
-    if (!ev.last && (queue_.size() >= session_limits::max_queued_chunks ||
-                     queued_bytes_ >= session_limits::max_queued_bytes))
+    if (!ev.last && (queue_.size() >= connection_limits::max_queued_chunks ||
+                     queued_bytes_ >= connection_limits::max_queued_bytes))
       return false;
     std::string data = ev.status != 200
         ? protocol::sse::event(ev.data) + std::string(protocol::sse::done)
@@ -446,10 +446,10 @@ class http_session : public std::enable_shared_from_this<http_session> {
   /// from a client that has gone.
   void watch_connection() {
     if (watching_ || peer_eof_ || closed_) return;
-    const size_t cap = session_limits::max_header_bytes + static_cast<size_t>(ctx_.config.server.max_body_bytes);
+    const size_t cap = connection_limits::max_header_bytes + static_cast<size_t>(ctx_.config.server.max_body_bytes);
     if (buffer_.size() >= cap) return;  // a whole request waits already: read no further ahead
     watching_ = true;
-    stream_.socket().async_read_some(buffer_.prepare(session_limits::read_chunk_bytes),
+    stream_.socket().async_read_some(buffer_.prepare(connection_limits::read_chunk_bytes),
                                      [self = shared_from_this()](beast::error_code ec, size_t n) {
       self->watching_ = false;
       self->buffer_.commit(n);
@@ -576,8 +576,8 @@ class http_session : public std::enable_shared_from_this<http_session> {
 
 }  // namespace
 
-void launch_http_session(tcp::socket&& socket, server_context& ctx) {
-  std::make_shared<http_session>(std::move(socket), ctx)->run();
+void launch_http_connection(tcp::socket&& socket, server_context& ctx) {
+  std::make_shared<http_connection>(std::move(socket), ctx)->run();
 }
 
 }  // namespace actorserve::server

@@ -7,6 +7,6 @@ namespace actorserve::server {
 struct server_context;
 
 /// Starts serving an accepted connection (its executor must be a strand).
-void launch_http_session(boost::asio::ip::tcp::socket&& socket, server_context& ctx);
+void launch_http_connection(boost::asio::ip::tcp::socket&& socket, server_context& ctx);
 
 }  // namespace actorserve::server

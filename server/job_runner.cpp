@@ -326,7 +326,7 @@ void job_runner::fail(const error& e) {
   log::warn("req={} failed: {}", job_.meta.id, e.message);
   switch (mode_) {
     case output_mode::whole: send(h.body, true, h.status); break;
-    case output_mode::sse: send(h.body, true, h.status); break;  // the session frames it
+    case output_mode::sse: send(h.body, true, h.status); break;  // the connection frames it
     case output_mode::websocket:
       send(protocol::websocket::write_error_frame(ws_id_, e.message, h.type, h.param, to_string(e.code)), true);
       break;

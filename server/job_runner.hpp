@@ -1,6 +1,6 @@
 #pragma once
 /// Runs one job against the engine and turns its deltas into output for one transport: SSE
-/// events, WebSocket frames, or one whole JSON response. Transport-neutral: the session gives a
+/// events, WebSocket frames, or one whole JSON response. Transport-neutral: the connection gives a
 /// `post` function (onto its strand) and an `emit` function (into its write queue).
 #include <chrono>
 #include <cstdint>
@@ -18,7 +18,7 @@ namespace actorserve::server {
 enum class output_mode { sse, websocket, whole };
 
 /// One piece of output. `last` ends the job. A `status` other than 200 marks an error whose
-/// `data` is the bare OpenAI error JSON (an SSE session frames it, or answers with that status
+/// `data` is the bare OpenAI error JSON (an SSE connection frames it, or answers with that status
 /// if no byte of the stream was sent yet).
 struct job_event {
   std::string data;
@@ -29,7 +29,7 @@ struct job_event {
 /// Hands an event to the transport; false when its bounded queue is full (the stream is then
 /// cut: the runner cancels and emits one last error event, which the transport must accept).
 using emit_fn = std::function<bool(job_event)>;
-/// Runs a function on the session's strand (asio::post); called from actor threads.
+/// Runs a function on the connection's strand (asio::post); called from actor threads.
 using post_fn = std::function<void(std::function<void()>)>;
 
 class job_runner : public std::enable_shared_from_this<job_runner> {

@@ -1,6 +1,6 @@
 #pragma once
 /// Server metrics in Prometheus text format: engine gauges/counters read from engine_stats, and
-/// latency histograms observed by the sessions (lock-free, any thread).
+/// latency histograms observed by the connections (lock-free, any thread).
 #include <array>
 #include <atomic>
 #include <cstdint>

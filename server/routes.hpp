@@ -14,7 +14,7 @@ namespace actorserve::server {
 struct server_context;
 
 struct http_request_view {
-  std::string_view method;         ///< HEAD is routed as GET; the session drops the body
+  std::string_view method;         ///< HEAD is routed as GET; the connection drops the body
   std::string_view target;         ///< path and optional query
   std::string_view authorization;  ///< the Authorization header, or ""
   std::string body;
@@ -27,7 +27,7 @@ struct route_result {
   std::string allow;               ///< the Allow header (405, OPTIONS), or ""
   std::optional<job_spec> job;     ///< set: run this generation instead of answering now
   /// Set: work too slow for an I/O thread (parsing, template rendering, tokenization). The
-  /// session runs it on the prompt pool (server_context::run_off_io) and handles its result.
+  /// connection runs it on the prompt pool (server_context::run_off_io) and handles its result.
   std::function<route_result()> deferred;
 };
 

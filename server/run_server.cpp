@@ -53,7 +53,7 @@ int run_server(const engine_config& cfg) {
   (*engine)->shutdown(std::chrono::milliseconds(0));
   (*server)->wait_idle(std::chrono::seconds(2));
   (*server)->stop();
-  server->reset();  // sessions (and their cancel guards) go before the engine
+  server->reset();  // connections (and their cancel guards) go before the engine
   engine->reset();
   log::info("stopped");
   return 0;

@@ -13,7 +13,7 @@
 #include "config/log.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
 #include "server/context.hpp"
-#include "server/http_session.hpp"
+#include "server/http_connection.hpp"
 #include "server/prompt_builder.hpp"
 #include "server/stats_log.hpp"
 
@@ -69,7 +69,7 @@ class listener : public std::enable_shared_from_this<listener> {
     } else {
       boost::system::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);
-      launch_http_session(std::move(socket), ctx_);
+      launch_http_connection(std::move(socket), ctx_);
     }
     do_accept();
   }
@@ -88,10 +88,10 @@ class listener : public std::enable_shared_from_this<listener> {
 struct http_server::impl {
   impl(int threads, int prompt_threads) : ioc(threads), prompt_pool(static_cast<size_t>(prompt_threads)) {}
   // Declared before ioc so that it outlives it: destroying ioc destroys the pending handlers, and
-  // the sessions they own touch ctx in their destructors (ASan/TSan: heap-use-after-free).
+  // the connections they own touch ctx in their destructors (ASan/TSan: heap-use-after-free).
   std::unique_ptr<server_context> ctx;
   net::io_context ioc;
-  /// After ioc: destroyed first, so that sessions held by its pending work close their sockets
+  /// After ioc: destroyed first, so that connections held by its pending work close their sockets
   /// while ioc still exists.
   net::thread_pool prompt_pool;
   std::shared_ptr<listener> accept;

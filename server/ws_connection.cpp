@@ -1,4 +1,4 @@
-#include "server/ws_session.hpp"
+#include "server/ws_connection.hpp"
 
 #include <fmt/format.h>
 
@@ -32,11 +32,11 @@ namespace ws_proto = protocol::websocket;
 /// Beast's WebSocket stream reads the handshake into a buffer of this size (tcp_frame_size).
 constexpr size_t kHandshakeBufferBytes = 1536;
 
-class ws_session : public std::enable_shared_from_this<ws_session> {
+class ws_connection : public std::enable_shared_from_this<ws_connection> {
  public:
-  ws_session(tcp::socket&& socket, server_context& ctx)
+  ws_connection(tcp::socket&& socket, server_context& ctx)
       : ws_(std::move(socket)), ctx_(ctx), message_timer_(ws_.get_executor()) {}
-  ~ws_session() {
+  ~ws_connection() {
     abandon_all();
     ctx_.num_connections.fetch_sub(1);
     ctx_.stats.open_connections.fetch_sub(1);
@@ -67,7 +67,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   /// Reads a message piece by piece, so that a message gets --idle-timeout to complete from
   /// its first bytes, as an HTTP body does (a dribbled frame cannot hold its buffer forever).
   void do_read() {
-    ws_.async_read_some(buffer_, session_limits::read_chunk_bytes,
+    ws_.async_read_some(buffer_, connection_limits::read_chunk_bytes,
                         [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
@@ -122,10 +122,10 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
                                             msg->id)));
       return;
     }
-    if (jobs_.size() + pending_.size() >= session_limits::max_ws_requests) {
+    if (jobs_.size() + pending_.size() >= connection_limits::max_ws_requests) {
       send_error(msg->id, make_error(error_code::too_large,
                                      "id: too many running requests on this connection (at most " +
-                                         std::to_string(session_limits::max_ws_requests) + ")"));
+                                         std::to_string(connection_limits::max_ws_requests) + ")"));
       return;
     }
     if (ctx_.draining) {
@@ -210,8 +210,8 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
     if (closed_) return false;
     if (ev.last) {
       if (auto it = jobs_.find(id); it != jobs_.end()) forget(it);
-    } else if (queue_.size() >= session_limits::max_queued_chunks ||
-               queued_bytes_ >= session_limits::max_queued_bytes) {
+    } else if (queue_.size() >= connection_limits::max_queued_chunks ||
+               queued_bytes_ >= connection_limits::max_queued_bytes) {
       return false;
     }
     enqueue(std::move(ev.data));
@@ -230,7 +230,7 @@ class ws_session : public std::enable_shared_from_this<ws_session> {
   /// Every frame counts against the connection's bound: one over it closes the connection.
   void enqueue(std::string frame) {
     if (closed_) return;
-    if (queued_bytes_ + frame.size() > session_limits::max_ws_queued_bytes) {
+    if (queued_bytes_ + frame.size() > connection_limits::max_ws_queued_bytes) {
       log::warn("WebSocket closed: its client does not read its frames ({} bytes queued)", queued_bytes_);
       close_connection("the client does not read its frames");
       return;
@@ -321,8 +321,8 @@ std::optional<std::string> ws_handshake_bytes(const http::request<http::string_b
   return out;
 }
 
-void launch_ws_session(tcp::socket&& socket, std::string handshake, server_context& ctx) {
-  std::make_shared<ws_session>(std::move(socket), ctx)->run(std::move(handshake));
+void launch_ws_connection(tcp::socket&& socket, std::string handshake, server_context& ctx) {
+  std::make_shared<ws_connection>(std::move(socket), ctx)->run(std::move(handshake));
 }
 
 }  // namespace actorserve::server

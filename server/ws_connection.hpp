@@ -21,6 +21,6 @@ std::optional<std::string> ws_handshake_bytes(const boost::beast::http::request<
 
 /// Takes over an accepted connection whose request asked for the WebSocket upgrade;
 /// `handshake` comes from ws_handshake_bytes.
-void launch_ws_session(boost::asio::ip::tcp::socket&& socket, std::string handshake, server_context& ctx);
+void launch_ws_connection(boost::asio::ip::tcp::socket&& socket, std::string handshake, server_context& ctx);
 
 }  // namespace actorserve::server

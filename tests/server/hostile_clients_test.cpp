@@ -124,7 +124,7 @@ TEST_F(HostileClients, AWebSocketRunsAtMost256RequestsAtOnce) {
   ASSERT_TRUE(ws.ok());
   timeval tv{10, 0};  // without the cap no error comes: fail, do not hang
   ::setsockopt(ws.socket().fd(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  const size_t cap = server::session_limits::max_ws_requests;
+  const size_t cap = server::connection_limits::max_ws_requests;
   for (size_t i = 0; i <= cap; ++i)
     ASSERT_TRUE(ws.send_text(R"({"type":"completions","id":"r)" + std::to_string(i) +
                              R"(","body":{"prompt":"hi","max_tokens":40}})"));
@@ -164,7 +164,7 @@ TEST_F(HostileClients, AnIdleWebSocketIsPingedThenClosedWhenThePeerIsSilent) {
 }
 
 // A WebSocket client that stops reading while a long request streams: once that request's
-// frames fill the session's queue (session_limits), the request is cut — its engine request
+// frames fill the connection's queue (connection_limits), the request is cut — its engine request
 // cancelled, an error frame queued for its id — and the connection still serves the next one.
 TEST_F(HostileClients, AWebSocketThatStopsReadingHasTheStreamCutNotTheConnection) {
   engine_->context_length = 1 << 20;

@@ -41,7 +41,7 @@ TEST_F(HostileWebSocket, ErrorRepliesToAClientThatNeverReadsAreBounded) {
   std::optional<ws_frame> f;
   while ((f = ws.read_frame()) && f->opcode == 1) ++errors;
   EXPECT_FALSE(f.has_value() && f->opcode != 8) << "the connection is still open after " << errors << " replies";
-  const size_t bound = server::session_limits::max_ws_queued_bytes / 100;  // replies are > 100 bytes
+  const size_t bound = server::connection_limits::max_ws_queued_bytes / 100;  // replies are > 100 bytes
   EXPECT_LT(errors, bound) << sent << " bursts sent";
 }
 
