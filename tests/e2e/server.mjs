@@ -17,7 +17,10 @@ export async function startServer(extraArgs = [], {
   if (!bin) throw new Error('set ACTORSERVE_BIN to the actorserve binary');
   // ACTORSERVE_E2E_DEVICE=cuda runs the same tests against the CUDA executor (the GPU suite does).
   const device = process.env.ACTORSERVE_E2E_DEVICE ?? 'cpu';
-  const deviceArgs = device === 'cpu' ? ['--device', 'cpu', '--cpu-threads', '1'] : ['--device', device];
+  // On a GPU a fixed, small KV pool: a test file may run two servers at once, and each would
+  // otherwise size its pool from the memory the other one already holds.
+  const deviceArgs = device === 'cpu' ? ['--device', 'cpu', '--cpu-threads', '1']
+    : ['--device', device, '--num-gpu-blocks-override', '512'];
   const args = ['serve', '--model', modelDir, ...deviceArgs, '--port', '0',
     '--served-model-name', 'llama-tiny',
     '--chat-template', path.join(dataDir, chatTemplate), ...extraArgs];
