@@ -4,12 +4,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_status.hpp"
 #include "gpu/cuda/gemv_kernel.hpp"
+#include "gpu/model/load_progress.hpp"
 #include "gpu/model/model_weights.hpp"
 #include "gpu/model/rope.hpp"
 
@@ -31,7 +31,7 @@ result<src_dtype> source_dtype(const tensor_view& v) {
 /// Uploads host tensors through one device staging buffer and converts them on the device.
 class uploader {
  public:
-  uploader(device_model& m, cudaStream_t s) : m_(m), s_(s) {}
+  uploader(device_model& m, cudaStream_t s, load_progress& progress) : m_(m), s_(s), progress_(progress) {}
   uploader(const uploader&) = delete;
   uploader& operator=(const uploader&) = delete;
   ~uploader() { if (staging_) cudaFree(staging_); }
@@ -85,11 +85,13 @@ class uploader {
     }
     // Same stream as the conversion: a pageable copy may return before its DMA lands.
     AS_CUDA_TRY(cudaMemcpyAsync(staging_, v.data, v.num_bytes(), cudaMemcpyHostToDevice, s_));
+    progress_.advance(v.num_bytes());
     return static_cast<const void*>(staging_);
   }
 
   device_model& m_;
   cudaStream_t s_;
+  load_progress& progress_;
   void* staging_ = nullptr;
   size_t staging_bytes_ = 0;
 };
@@ -147,10 +149,10 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   auto m = std::make_unique<device_model>();
   m->cfg = cfg;
   m->dt = *dt;
-  const auto t0 = std::chrono::steady_clock::now();
   log::info("loading {} ({} layers) onto the GPU as {}", model_dir, cfg.num_layers,
             *dt == act_dtype::bf16 ? "bfloat16" : "float16");
-  uploader up(*m, stream);
+  load_progress progress(files->store.total_bytes(), load_progress::stderr_output());
+  uploader up(*m, stream, progress);
   const model_weight_views& v = files->views;
   auto embed = up.matrix({&v.embed_tokens});
   if (!embed) return embed.err();
@@ -165,7 +167,6 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   auto fnorm = up.vector({&v.final_norm});
   if (!fnorm) return fnorm.err();
   m->final_norm = *fnorm;
-  size_t last_logged = 0;
   for (size_t i = 0; i < v.layers.size(); ++i) {
     const layer_views& lv = v.layers[i];
     device_layer d;
@@ -198,10 +199,6 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
     if (!post_norm) return post_norm.err();
     d.post_norm = *post_norm;
     m->layers.push_back(d);
-    if ((i + 1) * 10 / v.layers.size() > last_logged || i + 1 == v.layers.size()) {
-      last_logged = (i + 1) * 10 / v.layers.size();
-      log::info("loading weights: layer {}/{} ({} MiB on the GPU)", i + 1, v.layers.size(), m->bytes >> 20);
-    }
   }
   // The checkpoint dtype rounds HF's inv_freq buffer; match it (see gpu/model/rope.hpp).
   const std::vector<float> inv_freq = model_rope_inv_freq(cfg);
@@ -210,8 +207,7 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   AS_CUDA_TRY(cudaMemcpyAsync(f, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
   AS_CUDA_TRY(cudaStreamSynchronize(stream));
   m->inv_freq = static_cast<float*>(f);
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log::info("weights loaded: {} MiB in {:.2f} s", m->bytes >> 20, secs);
+  progress.finish(fmt::format("read, {} MiB on the GPU", m->bytes >> 20));
   return m;
 }
 
