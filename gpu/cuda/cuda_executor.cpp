@@ -9,6 +9,9 @@
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_executor_impl.hpp"
 #include "gpu/cuda/cuda_status.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/cuda/sampling/sampler.hpp"
 
 namespace actorserve::gpu {
 

@@ -1,4 +1,5 @@
-#include "gpu/cuda/attention_plan.hpp"
+#include "gpu/cuda/attention/attention_plan.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 #include <algorithm>
 

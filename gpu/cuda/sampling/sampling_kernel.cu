@@ -12,6 +12,7 @@
 
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/sampling/counter_rng.hpp"
+#include "gpu/cuda/sampling/sampler.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {

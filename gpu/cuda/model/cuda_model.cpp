@@ -1,4 +1,4 @@
-#include "gpu/cuda/cuda_model.hpp"
+#include "gpu/cuda/model/cuda_model.hpp"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -8,10 +8,13 @@
 
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_status.hpp"
-#include "gpu/cuda/gemv_kernel.hpp"
+#include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/model/load_progress.hpp"
 #include "gpu/model/model_weights.hpp"
 #include "gpu/model/rope.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {

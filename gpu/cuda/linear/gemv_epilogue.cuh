@@ -2,7 +2,8 @@
 // Epilogues of the one-token GEMVs that loop over groups of weight rows (gemv_norm_kernel.cu,
 // gemv_bulk_kernel.cu): which rows group g holds, and what is written once the rows' dot products
 // are reduced. Each matches the epilogue of the matching gemv_kernel.cu kernel exactly.
-#include "gpu/cuda/gemv_common.cuh"
+#include "gpu/cuda/linear/gemv_common.cuh"
+#include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::gpu::cuda::dev::gemv {
 

@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "gpu/cuda/kernel_util.cuh"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {

@@ -1,4 +1,6 @@
-#include "gpu/cuda/step_builder.hpp"
+#include "gpu/cuda/step/step_builder.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/cuda/sampling/sampler.hpp"
 
 #include <fmt/format.h>
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/sampling/sampler.hpp"
 
 namespace actorserve::gpu::cuda {
 

@@ -1,4 +1,5 @@
-#include "gpu/cuda/step_profile.hpp"
+#include "gpu/cuda/step/step_profile.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>

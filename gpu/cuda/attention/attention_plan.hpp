@@ -5,7 +5,7 @@
 #include <span>
 #include <vector>
 
-#include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::gpu::cuda {
 

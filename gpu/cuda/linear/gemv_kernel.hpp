@@ -5,7 +5,8 @@
 /// weights are read exactly once whatever m is. Plain C++ interface (no device code).
 #include <cuda_runtime_api.h>
 
-#include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/cuda/tuning.hpp"
 
 namespace actorserve::gpu::cuda {

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "gpu/cuda/kernel_util.cuh"
+#include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::gpu::cuda::dev::gemv {
 

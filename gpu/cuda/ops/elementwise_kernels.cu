@@ -4,6 +4,9 @@
 
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/sm_count.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/programmatic_launch.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {

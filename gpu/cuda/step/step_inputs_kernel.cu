@@ -1,7 +1,8 @@
 // The previous step's sampled tokens into this step's ids (see step_inputs.hpp).
 #include <cuda_runtime.h>
 
-#include "gpu/cuda/step_inputs.hpp"
+#include "gpu/cuda/step/step_inputs.hpp"
+#include "gpu/cuda/sampling/sampler.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {

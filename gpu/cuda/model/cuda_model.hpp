@@ -12,7 +12,7 @@
 #include "config/engine_config.hpp"
 #include "config/error.hpp"
 #include "config/model_config.hpp"
-#include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/tuning.hpp"
 
 namespace actorserve::gpu::cuda {

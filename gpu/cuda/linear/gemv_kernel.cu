@@ -5,9 +5,11 @@
 // the element-wise kernel that follows the projection into their epilogue (gemv_kernel.hpp).
 #include <cstdint>
 
-#include "gpu/cuda/gemv_bulk.hpp"
-#include "gpu/cuda/gemv_common.cuh"
-#include "gpu/cuda/gemv_kernel.hpp"
+#include "gpu/cuda/linear/gemv_bulk.hpp"
+#include "gpu/cuda/linear/gemv_common.cuh"
+#include "gpu/cuda/linear/gemv_kernel.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {

@@ -8,11 +8,13 @@
 #include <atomic>
 #include <cstdint>
 
-#include "gpu/cuda/gemv_bulk.hpp"
-#include "gpu/cuda/gemv_common.cuh"
-#include "gpu/cuda/gemv_epilogue.cuh"
+#include "gpu/cuda/linear/gemv_bulk.hpp"
+#include "gpu/cuda/linear/gemv_common.cuh"
+#include "gpu/cuda/linear/gemv_epilogue.cuh"
 #include "gpu/cuda/sm_count.hpp"
 #include "gpu/cuda/mbarrier.cuh"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {

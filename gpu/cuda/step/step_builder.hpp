@@ -12,8 +12,9 @@
 
 #include "config/error.hpp"
 #include "gpu/cuda/attention/backend.hpp"
-#include "gpu/cuda/attention_plan.hpp"
-#include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/attention/attention_plan.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/cuda/sampling/sampler.hpp"
 #include "gpu/executor.hpp"
 
 namespace actorserve::gpu::cuda {

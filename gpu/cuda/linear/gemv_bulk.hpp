@@ -12,7 +12,8 @@
 /// for bit. Plain C++ interface (no device code).
 #include <cuda_runtime_api.h>
 
-#include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/cuda/tuning.hpp"
 
 namespace actorserve::gpu::cuda {
