@@ -36,10 +36,10 @@ TEST(model_dir, missing_config_json) {
 }
 
 TEST(model_dir, unsupported_architecture) {
-  const fs::path dir = copy_model("llama-tiny", "mixtral");
+  const fs::path dir = copy_model("llama-tiny", "gpt2");
   write_file(dir / "config.json",
-             replace_once(read_file(dir / "config.json"), "LlamaForCausalLM", "MixtralForCausalLM"));
-  expect_has(load_error(dir), {"config.json", "MixtralForCausalLM"});
+             replace_once(read_file(dir / "config.json"), "LlamaForCausalLM", "GPT2LMHeadModel"));
+  expect_has(load_error(dir), {"config.json", "GPT2LMHeadModel"});
 }
 
 TEST(model_dir, missing_tensor) {
