@@ -8,14 +8,10 @@
 #include <sstream>
 
 #include "config/json_fields.hpp"
+#include "config/model_config_parse.hpp"
 
 namespace actorserve {
 namespace {
-
-#define AS_TRY(expr)                         \
-  do {                                       \
-    if (status st_ = (expr); !st_.ok()) return st_.err(); \
-  } while (0)
 
 status parse_rope(const json_obj& top, model_config& cfg) {
   // transformers 5: rope_parameters {rope_theta, rope_type, ...}; older: rope_theta + rope_scaling.
@@ -62,6 +58,19 @@ status parse_rope(const json_obj& top, model_config& cfg) {
   return {};
 }
 
+/// The architectures config.json may name, with the model_type that implies each.
+struct known_architecture {
+  const char* name;
+  const char* model_type;
+  bool runnable;   ///< false: keys read, the engine refuses it (DeepSeek-V2 needs MLA)
+};
+constexpr known_architecture known_architectures[] = {
+    {"LlamaForCausalLM", "llama", true},          {"MistralForCausalLM", "mistral", true},
+    {"Qwen2ForCausalLM", "qwen2", true},          {"Qwen3ForCausalLM", "qwen3", true},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", true},   {"MixtralForCausalLM", "mixtral", true},
+    {"DeepseekV2ForCausalLM", "deepseek_v2", false},
+};
+
 status parse_architecture(const json_obj& r, model_config& cfg) {
   AS_TRY(r.get_string("model_type", cfg.model_type));
   if (auto arch = r.find("architectures")) {
@@ -71,21 +80,28 @@ status parse_architecture(const json_obj& r, model_config& cfg) {
         arr.at(0).get_string().get(name) != simdjson::SUCCESS)
       return r.bad("architectures", "a non-empty list of strings");
     cfg.architecture = std::string(name);
-  } else if (cfg.model_type == "llama") {
-    cfg.architecture = "LlamaForCausalLM";
-  } else if (cfg.model_type == "mistral") {
-    cfg.architecture = "MistralForCausalLM";
-  } else if (cfg.model_type == "qwen2") {
-    cfg.architecture = "Qwen2ForCausalLM";
   } else {
-    return r.missing("architectures");
+    for (const auto& a : known_architectures)
+      if (cfg.model_type == a.model_type) cfg.architecture = a.name;
+    if (cfg.architecture.empty()) return r.missing("architectures");
   }
-  if (cfg.architecture != "LlamaForCausalLM" && cfg.architecture != "MistralForCausalLM" &&
-      cfg.architecture != "Qwen2ForCausalLM")
-    return make_error(error_code::unsupported,
-                      fmt::format("{}: architecture '{}' is not supported (LlamaForCausalLM, MistralForCausalLM, "
-                                  "Qwen2ForCausalLM)",
-                                  *r.file, cfg.architecture));
+  for (const auto& a : known_architectures)
+    if (cfg.architecture == a.name) return {};
+  std::string runnable;
+  for (const auto& a : known_architectures)
+    if (a.runnable) runnable += fmt::format("{}{}", runnable.empty() ? "" : ", ", a.name);
+  return make_error(error_code::unsupported,
+                    fmt::format("{}: architecture '{}' is not supported ({})", *r.file, cfg.architecture, runnable));
+}
+
+/// DeepSeek-V2's keys are read (its MoE settings fill moe_config), but its attention is not there.
+status check_runnable(const json_obj& r, const model_config& cfg) {
+  for (const auto& a : known_architectures)
+    if (cfg.architecture == a.name && !a.runnable)
+      return make_error(error_code::unsupported,
+                        fmt::format("{}: architecture '{}' is not supported yet: its multi-head latent attention "
+                                    "(MLA) is not implemented",
+                                    *r.file, cfg.architecture));
   return {};
 }
 
@@ -100,7 +116,9 @@ status parse_shapes(const json_obj& r, model_config& cfg) {
   if (cfg.num_heads % cfg.num_kv_heads != 0)
     return r.bad("num_key_value_heads", "a divisor of num_attention_heads");
   cfg.head_dim = 0;
-  AS_TRY(r.get_int("head_dim", cfg.head_dim, false, 1));
+  // Qwen3's head_dim is not hidden_size / num_attention_heads in general (its default is 128).
+  const bool qwen3 = cfg.architecture == "Qwen3ForCausalLM" || cfg.architecture == "Qwen3MoeForCausalLM";
+  AS_TRY(r.get_int("head_dim", cfg.head_dim, qwen3, 1));
   if (cfg.head_dim == 0) {
     if (cfg.hidden_size % cfg.num_heads != 0) return r.bad("hidden_size", "a multiple of num_attention_heads");
     cfg.head_dim = cfg.hidden_size / cfg.num_heads;
@@ -131,14 +149,22 @@ status parse_features(const json_obj& r, model_config& cfg) {
     cfg.qkv_bias = attention_bias;
     cfg.o_bias = attention_bias;
   }
+  cfg.qk_norm = cfg.architecture == "Qwen3ForCausalLM" || cfg.architecture == "Qwen3MoeForCausalLM";
   bool mlp_bias = false;
   AS_TRY(r.get_bool("mlp_bias", mlp_bias));
   if (mlp_bias)
     return make_error(error_code::unsupported, fmt::format("{}: mlp_bias true is not supported", *r.file));
-  bool use_sliding = cfg.architecture == "MistralForCausalLM";
+  // Mistral and Mixtral always apply a set sliding_window; Qwen2 and Qwen3-MoE only with
+  // use_sliding_window (transformers then applies it to every layer).
+  bool use_sliding = cfg.architecture == "MistralForCausalLM" || cfg.architecture == "MixtralForCausalLM";
   AS_TRY(r.get_bool("use_sliding_window", use_sliding));
   int64_t window = 0;
   AS_TRY(r.get_int("sliding_window", window, false, 1));
+  // NOTE: Qwen3's sliding layers are those from max_window_layers on (layer_types), a per-layer
+  // window this engine does not have.
+  if (use_sliding && window > 0 && cfg.architecture == "Qwen3ForCausalLM")
+    return make_error(error_code::unsupported,
+                      fmt::format("{}: field 'use_sliding_window' true is not supported for Qwen3ForCausalLM", *r.file));
   if (use_sliding && window > 0) cfg.sliding_window = window;
   AS_TRY(r.get_string("torch_dtype", cfg.torch_dtype));
   AS_TRY(r.get_string("dtype", cfg.torch_dtype));
@@ -203,8 +229,10 @@ const char* to_string(rope_kind k) {
   return "?";
 }
 
-result<model_config> parse_model_config(const std::string& config_json, const std::string& generation_json,
-                                        const std::string& dir_for_errors) {
+namespace {
+
+result<model_config> parse_config_files(const std::string& config_json, const std::string& generation_json,
+                                        const std::string& dir_for_errors, bool runnable_only) {
   const std::string cfg_file = dir_for_errors + "/config.json";
   dom::parser parser;
   dom::element root;
@@ -216,6 +244,8 @@ result<model_config> parse_model_config(const std::string& config_json, const st
   AS_TRY(parse_architecture(r, cfg));
   AS_TRY(parse_shapes(r, cfg));
   AS_TRY(parse_features(r, cfg));
+  AS_TRY(parse_moe_keys(r, cfg));
+  if (runnable_only) AS_TRY(check_runnable(r, cfg));
   AS_TRY(parse_rope(r, cfg));
   if (cfg.rope.original_max_position_embeddings == 0)
     cfg.rope.original_max_position_embeddings = cfg.max_position_embeddings;
@@ -244,6 +274,18 @@ result<model_config> parse_model_config(const std::string& config_json, const st
       return make_error(error_code::malformed_file,
                         fmt::format("{}: eos_token_id {} is outside the vocabulary ({})", cfg_file, id, cfg.vocab_size));
   return cfg;
+}
+
+}  // namespace
+
+result<model_config> parse_model_config(const std::string& config_json, const std::string& generation_json,
+                                        const std::string& dir_for_errors) {
+  return parse_config_files(config_json, generation_json, dir_for_errors, true);
+}
+
+result<model_config> parse_model_config_keys(const std::string& config_json, const std::string& generation_json,
+                                             const std::string& dir_for_errors) {
+  return parse_config_files(config_json, generation_json, dir_for_errors, false);
 }
 
 result<model_config> load_model_config(const std::string& model_dir) {

@@ -1,13 +1,15 @@
 #pragma once
 /// A Hugging Face model directory's config.json (+ generation_config.json) as a plain struct, for
-/// the Llama family (Llama, Mistral, Qwen2). Anything this build cannot run is rejected with an
-/// error naming the file and the field.
+/// the Llama family (Llama, Mistral, Qwen2, Qwen3) and its mixture-of-experts relatives (Mixtral,
+/// Qwen3-MoE). Anything this build cannot run is rejected with an error naming the file and the
+/// field.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "config/error.hpp"
+#include "config/moe_config.hpp"
 
 namespace actorserve {
 
@@ -49,13 +51,19 @@ struct model_config {
   bool tie_word_embeddings = false;
   bool qkv_bias = false;          ///< q/k/v projections carry a bias (Qwen2 always)
   bool o_bias = false;            ///< o_proj carries a bias (Llama attention_bias)
+  bool qk_norm = false;           ///< RMSNorm over each head of q and k before rope (Qwen3)
   int64_t max_position_embeddings = 0;
   std::optional<int64_t> sliding_window;   ///< Mistral/Qwen2 when enabled
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;      ///< config.json's, extended by generation_config.json's
   std::string torch_dtype = "float32";     ///< "float32" | "bfloat16" | "float16"
   rope_config rope;
+  std::optional<moe_config> moe;           ///< sparse models only
   generation_defaults sampling_defaults;   ///< from generation_config.json
+
+  /// Whether decoder layer `layer` has a mixture-of-experts FFN (else a dense MLP of
+  /// intermediate_size).
+  bool is_sparse_layer(int64_t layer) const { return moe && moe->is_sparse(layer); }
 };
 
 /// Short name of a rope kind as config.json spells it ("default", "linear", ...).
@@ -68,5 +76,10 @@ result<model_config> load_model_config(const std::string& model_dir);
 /// `dir_for_errors` prefixes file names in error messages.
 result<model_config> parse_model_config(const std::string& config_json, const std::string& generation_json,
                                         const std::string& dir_for_errors);
+
+/// As parse_model_config, but also for the architectures whose keys are read while the engine
+/// cannot run them yet (DeepseekV2ForCausalLM: its MoE keys, not its attention); for tests.
+result<model_config> parse_model_config_keys(const std::string& config_json, const std::string& generation_json,
+                                             const std::string& dir_for_errors);
 
 }  // namespace actorserve

@@ -30,6 +30,47 @@ model_shape llama(int64_t vocab, int64_t hidden, int64_t inter, int64_t layers, 
   return s;
 }
 
+model_shape mixtral(model_shape s, int64_t experts, int64_t top_k) {
+  s.architecture = "MixtralForCausalLM";
+  s.model_type = "mixtral";
+  s.num_experts = experts;
+  s.num_experts_per_tok = top_k;
+  return s;
+}
+
+model_shape qwen3_moe(model_shape s, int64_t head_dim, int64_t experts, int64_t top_k, int64_t expert_inter) {
+  s.architecture = "Qwen3MoeForCausalLM";
+  s.model_type = "qwen3_moe";
+  s.head_dim = head_dim;
+  s.rms_norm_eps = 1e-6;
+  s.num_experts = experts;
+  s.num_experts_per_tok = top_k;
+  s.moe_intermediate_size = expert_inter;
+  return s;
+}
+
+bool is_qwen3(const model_shape& s) {
+  return s.architecture == "Qwen3ForCausalLM" || s.architecture == "Qwen3MoeForCausalLM";
+}
+bool is_mixtral(const model_shape& s) { return s.architecture == "MixtralForCausalLM"; }
+int64_t expert_intermediate(const model_shape& s) {
+  return is_mixtral(s) ? s.intermediate_size : s.moe_intermediate_size;
+}
+
+/// One sparse layer's router and experts, by HF's per-expert names.
+void add_experts(const model_shape& s, const std::string& layer, std::vector<tensor_spec>& t) {
+  const int64_t h = s.hidden_size, inter = expert_intermediate(s);
+  const bool mixtral = is_mixtral(s);
+  const std::string m = layer + (mixtral ? "block_sparse_moe." : "mlp.");
+  t.push_back({m + "gate.weight", {s.num_experts, h}, fill_kind::normal});
+  for (int64_t e = 0; e < s.num_experts; ++e) {
+    const std::string p = fmt::format("{}experts.{}.", m, e);
+    t.push_back({p + (mixtral ? "w1" : "gate_proj") + ".weight", {inter, h}, fill_kind::normal});
+    t.push_back({p + (mixtral ? "w3" : "up_proj") + ".weight", {inter, h}, fill_kind::normal});
+    t.push_back({p + (mixtral ? "w2" : "down_proj") + ".weight", {h, inter}, fill_kind::normal});
+  }
+}
+
 std::vector<tensor_spec> tensor_list(const model_shape& s) {
   const int64_t h = s.hidden_size, q = s.num_heads * s.effective_head_dim(), kv = s.num_kv_heads * s.effective_head_dim();
   const bool qkv_bias = s.architecture == "Qwen2ForCausalLM";
@@ -47,7 +88,15 @@ std::vector<tensor_spec> tensor_list(const model_shape& s) {
       t.push_back({p + "self_attn.v_proj.bias", {kv}, fill_kind::normal});
     }
     t.push_back({p + "self_attn.o_proj.weight", {h, q}, fill_kind::normal});
+    if (is_qwen3(s)) {
+      t.push_back({p + "self_attn.q_norm.weight", {s.effective_head_dim()}, fill_kind::ones});
+      t.push_back({p + "self_attn.k_norm.weight", {s.effective_head_dim()}, fill_kind::ones});
+    }
     t.push_back({p + "post_attention_layernorm.weight", {h}, fill_kind::ones});
+    if (s.is_moe()) {
+      add_experts(s, p, t);
+      continue;
+    }
     t.push_back({p + "mlp.gate_proj.weight", {s.intermediate_size, h}, fill_kind::normal});
     t.push_back({p + "mlp.up_proj.weight", {s.intermediate_size, h}, fill_kind::normal});
     t.push_back({p + "mlp.down_proj.weight", {h, s.intermediate_size}, fill_kind::normal});
@@ -170,7 +219,15 @@ int64_t model_shape::num_parameters() const {
   return n;
 }
 
-std::vector<std::string> preset_names() { return {"llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2-7b", "tiny"}; }
+int64_t model_shape::num_active_parameters() const {
+  const int64_t idle_experts = is_moe() ? num_experts - num_experts_per_tok : 0;
+  return num_parameters() - num_layers * idle_experts * 3 * hidden_size * expert_intermediate(*this);
+}
+
+std::vector<std::string> preset_names() {
+  return {"llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2-7b", "mixtral-8x7b", "qwen3-30b-a3b",
+          "tiny", "tiny-moe", "tiny-mixtral"};
+}
 
 result<model_shape> preset_shape(const std::string& name) {
   if (name == "llama-2-7b") return llama(32000, 4096, 11008, 32, 32, 32, 4096, 10000.0);
@@ -190,21 +247,49 @@ result<model_shape> preset_shape(const std::string& name) {
     s.rms_norm_eps = 1e-6;
     return s;
   }
+  if (name == "mixtral-8x7b") return mixtral(llama(32000, 4096, 14336, 32, 32, 8, 32768, 1000000.0), 8, 2);
+  if (name == "qwen3-30b-a3b") return qwen3_moe(llama(151936, 2048, 6144, 48, 32, 4, 40960, 1000000.0), 128, 128, 8, 768);
   if (name == "tiny") return llama(1024, 64, 172, 2, 4, 2, 2048, 10000.0);
+  if (name == "tiny-moe") return qwen3_moe(llama(1024, 64, 128, 2, 4, 2, 2048, 1000000.0), 16, 8, 2, 32);
+  if (name == "tiny-mixtral") return mixtral(llama(1024, 64, 128, 2, 4, 2, 2048, 1000000.0), 4, 2);
   return make_error(error_code::invalid_argument, fmt::format("--preset: unknown preset '{}'", name));
 }
 
-std::string config_json(const model_shape& s, int32_t bos_id, const std::vector<int32_t>& eos_ids) {
+namespace {
+
+/// The keys of config.json that only some architectures carry, as their transformers configs
+/// write them.
+std::string architecture_keys(const model_shape& s) {
   std::string extra;
-  if (s.head_dim > 0) extra += fmt::format("  \"head_dim\": {},\n", s.head_dim);
+  if (s.head_dim > 0 || is_qwen3(s)) extra += fmt::format("  \"head_dim\": {},\n", s.effective_head_dim());
+  if (is_qwen3(s))
+    extra += fmt::format("  \"attention_bias\": false,\n  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
+                         "  \"max_window_layers\": {},\n",
+                         s.num_layers);
+  if (s.architecture == "Qwen3MoeForCausalLM")
+    extra += fmt::format("  \"num_experts\": {},\n  \"num_experts_per_tok\": {},\n  \"moe_intermediate_size\": {},\n"
+                         "  \"norm_topk_prob\": true,\n  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n"
+                         "  \"router_aux_loss_coef\": 0.001,\n",
+                         s.num_experts, s.num_experts_per_tok, s.moe_intermediate_size);
+  if (is_mixtral(s))
+    extra += fmt::format("  \"num_local_experts\": {},\n  \"num_experts_per_tok\": {},\n  \"router_aux_loss_coef\": 0.02,\n"
+                         "  \"router_jitter_noise\": 0.0,\n",
+                         s.num_experts, s.num_experts_per_tok);
   if (s.architecture == "Qwen2ForCausalLM")
     extra += fmt::format("  \"use_sliding_window\": false,\n  \"sliding_window\": {},\n  \"max_window_layers\": {},\n",
                          s.max_position_embeddings, s.num_layers);
-  else if (s.architecture == "MistralForCausalLM")
+  else if (s.architecture == "MistralForCausalLM" || is_mixtral(s))
     extra += s.sliding_window > 0 ? fmt::format("  \"sliding_window\": {},\n", s.sliding_window)
                                   : std::string("  \"sliding_window\": null,\n");
-  else
+  else if (s.architecture == "LlamaForCausalLM")
     extra += "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"pretraining_tp\": 1,\n";
+  return extra;
+}
+
+}  // namespace
+
+std::string config_json(const model_shape& s, int32_t bos_id, const std::vector<int32_t>& eos_ids) {
+  const std::string extra = architecture_keys(s);
   return fmt::format(
       "{{\n  \"architectures\": [\"{}\"],\n  \"model_type\": \"{}\",\n  \"attention_dropout\": 0.0,\n"
       "  \"bos_token_id\": {},\n  \"eos_token_id\": {},\n  \"hidden_act\": \"silu\",\n  \"hidden_size\": {},\n"

@@ -10,9 +10,11 @@
 
 namespace actorserve::bench {
 
-/// The shape and identity of a Llama-family model (the fields config.json carries).
+/// The shape and identity of a Llama-family or mixture-of-experts model (the fields config.json
+/// carries).
 struct model_shape {
-  std::string architecture = "LlamaForCausalLM";  ///< LlamaForCausalLM | MistralForCausalLM | Qwen2ForCausalLM
+  std::string architecture = "LlamaForCausalLM";  ///< LlamaForCausalLM | MistralForCausalLM | Qwen2ForCausalLM |
+                                                  ///< Qwen3ForCausalLM | MixtralForCausalLM | Qwen3MoeForCausalLM
   std::string model_type = "llama";
   int64_t vocab_size = 32000;
   int64_t hidden_size = 4096;
@@ -26,14 +28,22 @@ struct model_shape {
   double rope_theta = 10000.0;
   int64_t sliding_window = 0;            ///< 0: none
   bool tie_word_embeddings = false;
+  // Mixture of experts (Mixtral, Qwen3-MoE): every layer sparse.
+  int64_t num_experts = 0;               ///< 0: dense
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;     ///< Qwen3-MoE's expert size (Mixtral's is intermediate_size)
 
   int64_t effective_head_dim() const { return head_dim > 0 ? head_dim : hidden_size / num_heads; }
+  bool is_moe() const { return num_experts > 0; }
+  /// Weights one token reads: the dense ones and top-k experts' (all when dense).
+  int64_t num_active_parameters() const;
   /// Number of weights (all tensors the loader binds).
   int64_t num_parameters() const;
 };
 
 /// The shape of a named preset (real config.json values): llama-2-7b, llama-2-13b, llama-3-8b,
-/// mistral-7b (Mistral-7B-v0.1), qwen2-7b; or a tiny test shape: tiny.
+/// mistral-7b (Mistral-7B-v0.1), qwen2-7b, mixtral-8x7b (Mixtral-8x7B-v0.1), qwen3-30b-a3b; or a
+/// tiny test shape: tiny, tiny-moe (Qwen3-MoE), tiny-mixtral.
 result<model_shape> preset_shape(const std::string& name);
 /// The preset names, for --help.
 std::vector<std::string> preset_names();

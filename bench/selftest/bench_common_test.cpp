@@ -114,6 +114,70 @@ TEST(RandomModel, WrittenDirectoryLoadsAndRunsOnTheCpuExecutor) {
   for (float v : logits[0]) ASSERT_TRUE(std::isfinite(v));
 }
 
+TEST(RandomModel, MixtureOfExpertsPresetsHaveTheRealShapes) {
+  auto mixtral = preset_shape("mixtral-8x7b").value();
+  EXPECT_EQ(mixtral.architecture, "MixtralForCausalLM");
+  EXPECT_EQ(mixtral.num_parameters(), 46702792704);   // Mixtral-8x7B-v0.1's published count
+  EXPECT_EQ(mixtral.num_active_parameters(), 12879925248);
+  auto qwen = preset_shape("qwen3-30b-a3b").value();
+  EXPECT_EQ(qwen.architecture, "Qwen3MoeForCausalLM");
+  EXPECT_EQ(qwen.num_parameters(), 30532122624);      // 30.5B, 3.3B active
+  EXPECT_EQ(qwen.num_active_parameters(), 3353032704);
+  // Their config.json reads back as written.
+  auto cfg = parse_model_config(config_json(qwen, 0, {1}), "", "/q");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  ASSERT_TRUE(cfg->moe.has_value());
+  EXPECT_EQ(cfg->moe->num_experts, 128);
+  EXPECT_EQ(cfg->moe->top_k, 8);
+  EXPECT_EQ(cfg->moe->expert_intermediate_size, 768);
+  EXPECT_TRUE(cfg->moe->renormalize);
+  EXPECT_EQ(cfg->head_dim, 128);
+  EXPECT_TRUE(cfg->qk_norm);
+  cfg = parse_model_config(config_json(mixtral, 0, {1}), "", "/x");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  EXPECT_EQ(cfg->moe->num_experts, 8);
+  EXPECT_EQ(cfg->moe->expert_intermediate_size, 14336);
+  EXPECT_EQ(cfg->num_kv_heads, 8);
+  EXPECT_FALSE(cfg->sliding_window.has_value());
+}
+
+TEST(RandomModel, WrittenMixtureOfExpertsModelsGenerateOnTheCpuExecutor) {
+  for (const char* preset : {"tiny-moe", "tiny-mixtral"}) {
+    temp_dir dir(preset);
+    random_model_options o;
+    o.output_dir = dir.path.string();
+    o.tokenizer_json = fixture_tokenizer();
+    o.threads = 2;
+    ASSERT_TRUE(write_random_model(preset_shape(preset).value(), o).ok()) << preset;
+    gpu::cpu_executor_options eo;
+    eo.num_blocks = 4;
+    eo.threads = 2;
+    auto ex = gpu::cpu_executor::create(o.output_dir, eo);
+    ASSERT_TRUE(ex.ok()) << ex.err().message;
+    ASSERT_TRUE(ex.value()->config().moe.has_value()) << preset;
+    // A prompt, then greedy decode steps, each with finite logits.
+    std::vector<int32_t> tokens = {3, 1000, 42, 7, 7, 900};
+    for (int step = 0; step < 6; ++step) {
+      gpu::step_batch batch;
+      gpu::step_sequence seq;
+      seq.seq_id = 1;
+      seq.num_computed = step == 0 ? 0 : static_cast<int32_t>(tokens.size()) - 1;
+      seq.new_tokens = step == 0 ? tokens : std::vector<int32_t>{tokens.back()};
+      seq.block_table = {0};
+      seq.sample = true;
+      seq.params.temperature = 0;
+      batch.step_id = static_cast<uint64_t>(step);
+      batch.seqs.push_back(seq);
+      std::vector<std::vector<float>> logits;
+      auto r = ex.value()->run_step_sync(batch, &logits);
+      ASSERT_TRUE(r.outcome.ok()) << preset << ": " << r.outcome.err().message;
+      for (float v : logits.at(0)) ASSERT_TRUE(std::isfinite(v)) << preset;
+      tokens.push_back(r.tokens.at(0).token_id);
+    }
+    EXPECT_EQ(tokens.size(), 12u);
+  }
+}
+
 TEST(RandomModel, WeightsAreNormalWithUnitNormsAndIndependentOfThreadCount) {
   temp_dir a("threads_a"), b("threads_b");
   random_model_options o;

@@ -14,6 +14,7 @@ constexpr int64_t attn_chunk = 16;   ///< query tokens per attention work item
 
 cpu_model::cpu_model(model_config cfg, model_weights_f32 weights) : cfg_(std::move(cfg)), w_(std::move(weights)) {
   if (!rope_depends_on_length(cfg_.rope)) static_inv_freq_ = model_rope_inv_freq(cfg_);
+  if (cfg_.moe) moe_.emplace(*cfg_.moe, cfg_.hidden_size);
 }
 
 void cpu_model::prepare(std::span<const forward_seq> seqs) {
@@ -133,6 +134,10 @@ void cpu_model::forward(thread_pool& pool, paged_kv_cache& cache, std::span<cons
     matmul(pool, xn_.data(), T, h, L.q_proj.data(), qd, bias(L.q_bias), q_.data());
     matmul(pool, xn_.data(), T, h, L.k_proj.data(), kvd, bias(L.k_bias), k_.data());
     matmul(pool, xn_.data(), T, h, L.v_proj.data(), kvd, bias(L.v_bias), v_.data());
+    if (cfg_.qk_norm) {   // Qwen3: RMSNorm over each head of q and k, before rope
+      rms_norm(q_.data(), L.q_norm.data(), T * nh, hd, eps, q_.data());
+      rms_norm(k_.data(), L.k_norm.data(), T * kvh, hd, eps, k_.data());
+    }
     for (size_t t = 0; t < T; ++t) {
       for (size_t i = 0; i < nh; ++i) apply_rope(&q_[(t * nh + i) * hd], &cos_[t * half], &sin_[t * half], half);
       for (size_t i = 0; i < kvh; ++i) apply_rope(&k_[(t * kvh + i) * hd], &cos_[t * half], &sin_[t * half], half);
@@ -142,10 +147,11 @@ void cpu_model::forward(thread_pool& pool, paged_kv_cache& cache, std::span<cons
     matmul(pool, attn_.data(), T, qd, L.o_proj.data(), h, bias(L.o_bias), tmp_.data());
     add_inplace(x_.data(), tmp_.data(), T * h);
     rms_norm(x_.data(), L.post_norm.data(), T, h, eps, xn_.data());
-    matmul(pool, xn_.data(), T, h, L.gate_proj.data(), inter, nullptr, gate_.data());
-    matmul(pool, xn_.data(), T, h, L.up_proj.data(), inter, nullptr, up_.data());
-    silu_mul(gate_.data(), up_.data(), T * inter);
-    matmul(pool, gate_.data(), T, inter, L.down_proj.data(), h, nullptr, tmp_.data());
+    if (L.moe)
+      moe_->forward(pool, *L.moe, xn_.data(), T, tmp_.data());
+    else
+      swiglu_mlp(pool, xn_.data(), T, h, L.gate_proj.data(), L.up_proj.data(), L.down_proj.data(), inter, gate_.data(),
+                 up_.data(), tmp_.data());
     add_inplace(x_.data(), tmp_.data(), T * h);
   }
 

@@ -1,12 +1,15 @@
 #pragma once
 /// The fp32 Llama-family forward pass over a paged KV cache (the reference the CUDA executor is
-/// checked against). Inputs are validated by the caller (cpu_executor).
+/// checked against): Qwen3's q/k norm and the mixture-of-experts FFN of Mixtral and Qwen3-MoE
+/// included. Inputs are validated by the caller (cpu_executor).
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "config/model_config.hpp"
 #include "gpu/cpu/kv_cache.hpp"
+#include "gpu/cpu/moe_ffn.hpp"
 #include "gpu/cpu/thread_pool.hpp"
 #include "gpu/model/model_weights.hpp"
 
@@ -42,6 +45,7 @@ class cpu_model {
 
   model_config cfg_;
   model_weights_f32 w_;
+  std::optional<moe_ffn> moe_;           ///< the sparse layers' FFN (MoE models)
   std::vector<float> static_inv_freq_;   ///< unless rope is dynamic
   // Per-step scratch, reused across steps. T = tokens in the step.
   std::vector<int32_t> tok_seq_;         ///< [T] sequence index

@@ -1,6 +1,7 @@
 #pragma once
-/// The Llama-family weights (Llama, Mistral, Qwen2) bound by name and shape from a model
-/// directory: raw host views as stored (for a device uploader) and fp32 copies (CPU executor).
+/// The Llama-family weights (Llama, Mistral, Qwen2, Qwen3) and the experts of Mixtral and
+/// Qwen3-MoE, bound by name and shape from a model directory: raw host views as stored (for a
+/// device uploader) and fp32 copies (CPU executor).
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +12,20 @@
 
 namespace actorserve::gpu {
 
+/// One SwiGLU MLP as stored: down(silu(gate(x)) * up(x)).
+struct mlp_views {
+  tensor_view gate_proj;                   ///< [intermediate][hidden]
+  tensor_view up_proj;                     ///< [intermediate][hidden]
+  tensor_view down_proj;                   ///< [hidden][intermediate]
+};
+
+/// A sparse layer's router and experts as stored (HF's per-expert tensors).
+struct moe_views {
+  tensor_view router;                      ///< [num_experts][hidden]
+  std::vector<mlp_views> experts;          ///< each of expert_intermediate_size
+  std::optional<mlp_views> shared;         ///< the shared experts as one MLP (DeepSeek-V2)
+};
+
 /// One decoder layer as stored. Projections are [out][in] (nn.Linear layout).
 struct layer_views {
   tensor_view input_norm;                  ///< [hidden]
@@ -19,10 +34,12 @@ struct layer_views {
   tensor_view v_proj;                      ///< [num_kv_heads*head_dim][hidden]
   tensor_view o_proj;                      ///< [hidden][num_heads*head_dim]
   std::optional<tensor_view> q_bias, k_bias, v_bias, o_bias;
+  std::optional<tensor_view> q_norm, k_norm;   ///< [head_dim] (Qwen3)
   tensor_view post_norm;                   ///< [hidden]
-  tensor_view gate_proj;                   ///< [intermediate][hidden]
-  tensor_view up_proj;                     ///< [intermediate][hidden]
-  tensor_view down_proj;                   ///< [hidden][intermediate]
+  tensor_view gate_proj;                   ///< [intermediate][hidden]; empty in a sparse layer
+  tensor_view up_proj;                     ///< [intermediate][hidden]; empty in a sparse layer
+  tensor_view down_proj;                   ///< [hidden][intermediate]; empty in a sparse layer
+  std::optional<moe_views> moe;            ///< a sparse layer's FFN
 };
 
 struct model_weight_views {
@@ -46,11 +63,26 @@ result<model_weight_views> bind_weight_views(const weight_store& store, const mo
 /// Loads config.json (+ generation_config.json), maps the safetensors and binds the weights.
 result<model_files> open_model_files(const std::string& model_dir);
 
-/// One decoder layer in fp32; biases are empty when absent.
+/// One SwiGLU MLP in fp32.
+struct mlp_weights_f32 {
+  std::vector<float> gate_proj, up_proj, down_proj;
+  bool empty() const { return gate_proj.empty(); }
+};
+
+/// A sparse layer's router and experts in fp32.
+struct moe_weights_f32 {
+  std::vector<float> router;               ///< [num_experts][hidden]
+  std::vector<mlp_weights_f32> experts;
+  mlp_weights_f32 shared;                  ///< empty without shared experts
+};
+
+/// One decoder layer in fp32; biases and norms are empty when absent.
 struct layer_weights_f32 {
   std::vector<float> input_norm, q_proj, k_proj, v_proj, o_proj;
   std::vector<float> q_bias, k_bias, v_bias, o_bias;
-  std::vector<float> post_norm, gate_proj, up_proj, down_proj;
+  std::vector<float> q_norm, k_norm;
+  std::vector<float> post_norm, gate_proj, up_proj, down_proj;   ///< the dense MLP; empty in a sparse layer
+  std::optional<moe_weights_f32> moe;
 };
 
 /// The whole model in fp32 (exact upcast of the stored weights).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 
 namespace actorserve::gpu {
 namespace {
@@ -86,9 +87,16 @@ float round_to_dtype(float x, const std::string& torch_dtype) {
   return x;
 }
 
+bool rope_inv_freq_in_checkpoint_dtype(const model_config& cfg) {
+  for (const char* exact : {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM", "DeepseekV2ForCausalLM"})
+    if (cfg.architecture == exact) return false;
+  return true;
+}
+
 std::vector<float> model_rope_inv_freq(const model_config& cfg, int64_t seq_len) {
   std::vector<float> inv = rope_inv_freq(cfg.rope, cfg.head_dim, seq_len);
-  for (float& f : inv) f = round_to_dtype(f, cfg.torch_dtype);
+  if (rope_inv_freq_in_checkpoint_dtype(cfg))
+    for (float& f : inv) f = round_to_dtype(f, cfg.torch_dtype);
   return inv;
 }
 

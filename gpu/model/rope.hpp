@@ -15,12 +15,20 @@ namespace actorserve::gpu {
 /// them once a sequence grows past original_max_position_embeddings).
 std::vector<float> rope_inv_freq(const rope_config& rope, int64_t head_dim, int64_t seq_len = 0);
 
-/// The inverse frequencies a model actually rotates with, as transformers computes them for a
-/// checkpoint loaded in its own dtype: HF keeps inv_freq as a module buffer, which is cast with
-/// the model, so a bfloat16/float16 checkpoint rotates with inv_freq rounded to that dtype (then
-/// used in fp32). Matching the reference needs that rounding (measured: 1.5e-2 relative logit
-/// error at 1000 tokens without it, 2e-6 with it, on llama-hd128-bf16).
+/// The inverse frequencies a model actually rotates with. transformers keeps inv_freq as a module
+/// buffer, cast with the model: a bfloat16/float16 model in memory rotates with inv_freq rounded to
+/// that dtype (then used in fp32), one loaded in float32 with the exact values. The references
+/// disagree on which of the two the engine matches, so it follows them by architecture (see
+/// rope_inv_freq_in_checkpoint_dtype); for float32 checkpoints both are the same.
 std::vector<float> model_rope_inv_freq(const model_config& cfg, int64_t seq_len = 0);
+
+/// Whether model_rope_inv_freq rounds inv_freq to the checkpoint's dtype. NOTE: the Llama
+/// families (Llama, Mistral, Qwen2) do, as their reference does (llama-hd128-bf16, made from a
+/// model cast to bfloat16 in memory: 1.5e-2 relative logit error at 1000 tokens with exact
+/// values, 2e-6 rounded); the architectures added with the experts (Qwen3, Qwen3-MoE, Mixtral,
+/// DeepSeek-V2) do not, as theirs do not (scripts/make_hf_references.py reloads the checkpoint in
+/// float32: 3e-2 to 6e-2 rounded, 2e-6 exact on the bf16 fixtures).
+bool rope_inv_freq_in_checkpoint_dtype(const model_config& cfg);
 
 /// Rounds to the nearest value of `torch_dtype` ("bfloat16", "float16"; others unchanged).
 float round_to_dtype(float x, const std::string& torch_dtype);

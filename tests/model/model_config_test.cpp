@@ -145,8 +145,8 @@ void expect_error(const result<model_config>& r, const std::vector<std::string>&
 }
 
 TEST(model_config, rejects_name_file_and_field) {
-  expect_error(parse_model_config(R"({"architectures": ["MixtralForCausalLM"]})", "", "/m"),
-               {"/m/config.json", "MixtralForCausalLM"});
+  expect_error(parse_model_config(R"({"architectures": ["GPT2LMHeadModel"]})", "", "/m"),
+               {"/m/config.json", "GPT2LMHeadModel", "MixtralForCausalLM"});
   expect_error(parse(R"(, "hidden_act": "gelu")"), {"/m/config.json", "hidden_act", "gelu"});
   expect_error(parse(R"(, "rope_parameters": {"rope_type": "yarn", "factor": 4})"), {"rope_type", "yarn"});
   expect_error(parse(R"(, "rope_scaling": {"type": "linear"})"), {"rope_scaling.factor"});

@@ -87,7 +87,9 @@ TEST_P(chunking_test, shuffled_block_table_gives_same_logits) {
   EXPECT_EQ(g.tokens, plain.tokens);
 }
 
-INSTANTIATE_TEST_SUITE_P(models, chunking_test, ::testing::Values("llama-tiny", "qwen2-tiny", "mistral-tiny"),
+INSTANTIATE_TEST_SUITE_P(models, chunking_test,
+                         ::testing::Values("llama-tiny", "qwen2-tiny", "mistral-tiny", "mistral-sliding-window",
+                                           "qwen3-tiny", "qwen3-moe-tiny", "mixtral-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

@@ -51,7 +51,9 @@ TEST_P(reference_test, logits_and_greedy_match_transformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(models, reference_test,
-                         ::testing::Values("llama-tiny", "llama-hd128-bf16", "qwen2-tiny", "mistral-tiny"),
+                         ::testing::Values("llama-tiny", "llama-hd128-bf16", "qwen2-tiny", "mistral-tiny",
+                                           "mistral-sliding-window", "qwen3-tiny", "qwen3-hd128-bf16",
+                                           "qwen3-moe-tiny", "qwen3-moe-bf16", "mixtral-tiny", "mixtral-bf16"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

@@ -67,10 +67,15 @@ TEST(rope, inv_freq_rounds_to_the_checkpoint_dtype) {
   EXPECT_EQ(gpu::round_to_dtype(1e-6f, "float16"), 17.0f * std::ldexp(1.0f, -24));   // subnormal
   EXPECT_EQ(gpu::round_to_dtype(1.0f / 3.0f, "float32"), 1.0f / 3.0f);
   model_config cfg;
+  cfg.architecture = "LlamaForCausalLM";
   cfg.head_dim = 128;
   cfg.rope = rope(rope_kind::default_rope, 500000.0);
   cfg.torch_dtype = "bfloat16";
   for (float f : gpu::model_rope_inv_freq(cfg)) EXPECT_EQ(f, gpu::round_to_dtype(f, "bfloat16"));
+  // The architectures whose references reload the checkpoint in float32 keep the exact values.
+  cfg.architecture = "Qwen3MoeForCausalLM";
+  EXPECT_EQ(gpu::model_rope_inv_freq(cfg), gpu::rope_inv_freq(cfg.rope, cfg.head_dim));
+  EXPECT_NE(gpu::model_rope_inv_freq(cfg)[1], gpu::round_to_dtype(gpu::model_rope_inv_freq(cfg)[1], "bfloat16"));
 }
 
 TEST(rope, rotate_half_pairs_i_with_i_plus_half) {
