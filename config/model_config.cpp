@@ -13,6 +13,30 @@
 namespace actorserve {
 namespace {
 
+/// YaRN's keys as transformers reads them: beta_fast / beta_slow default to 32 / 1 (also when 0),
+/// mscale and mscale_all_dim count only when non-zero, attention_factor overrides the one they imply.
+status parse_yarn(const json_obj& r, rope_config& rope) {
+  auto non_negative = [&](const char* key, double& out) -> status {
+    AS_TRY(r.get_double(key, out));
+    if (out < 0) return r.bad(key, "a non-negative number");
+    return {};
+  };
+  AS_TRY(non_negative("beta_fast", rope.beta_fast));
+  AS_TRY(non_negative("beta_slow", rope.beta_slow));
+  if (rope.beta_fast == 0) rope.beta_fast = 32.0;
+  if (rope.beta_slow == 0) rope.beta_slow = 1.0;
+  AS_TRY(non_negative("mscale", rope.mscale));
+  AS_TRY(non_negative("mscale_all_dim", rope.mscale_all_dim));
+  if (r.find("attention_factor")) {
+    double af = 0;
+    AS_TRY(r.get_double("attention_factor", af, true));
+    if (!(af > 0)) return r.bad("attention_factor", "positive");
+    rope.attention_factor = af;
+  }
+  AS_TRY(r.get_bool("truncate", rope.truncate));
+  return {};
+}
+
 status parse_rope(const json_obj& top, model_config& cfg) {
   // transformers 5: rope_parameters {rope_theta, rope_type, ...}; older: rope_theta + rope_scaling.
   AS_TRY(top.get_double("rope_theta", cfg.rope.theta, false));
@@ -39,9 +63,11 @@ status parse_rope(const json_obj& top, model_config& cfg) {
     cfg.rope.kind = rope_kind::dynamic;
   } else if (type == "llama3") {
     cfg.rope.kind = rope_kind::llama3;
+  } else if (type == "yarn") {
+    cfg.rope.kind = rope_kind::yarn;
   } else {
     return make_error(error_code::unsupported,
-                      fmt::format("{}: {}.rope_type '{}' is not supported (default, linear, dynamic, llama3)",
+                      fmt::format("{}: {}.rope_type '{}' is not supported (default, linear, dynamic, llama3, yarn)",
                                   *top.file, section, type));
   }
   if (cfg.rope.kind != rope_kind::default_rope) {
@@ -54,6 +80,7 @@ status parse_rope(const json_obj& top, model_config& cfg) {
                    cfg.rope.kind == rope_kind::llama3, 1));
   if (cfg.rope.kind == rope_kind::llama3 && cfg.rope.high_freq_factor <= cfg.rope.low_freq_factor)
     return r.bad("high_freq_factor", "greater than low_freq_factor");
+  if (cfg.rope.kind == rope_kind::yarn) AS_TRY(parse_yarn(r, cfg.rope));
   if (!(cfg.rope.theta > 0)) return top.bad("rope_theta", "positive");
   return {};
 }
@@ -225,6 +252,7 @@ const char* to_string(rope_kind k) {
     case rope_kind::linear: return "linear";
     case rope_kind::dynamic: return "dynamic";
     case rope_kind::llama3: return "llama3";
+    case rope_kind::yarn: return "yarn";
   }
   return "?";
 }

@@ -13,17 +13,23 @@
 
 namespace actorserve {
 
-enum class rope_kind { default_rope, linear, dynamic, llama3 };
+enum class rope_kind { default_rope, linear, dynamic, llama3, yarn };
 
 /// Rotary embedding settings, from `rope_parameters` (transformers 5) or `rope_theta` +
 /// `rope_scaling` (older checkpoints).
 struct rope_config {
   double theta = 10000.0;
   rope_kind kind = rope_kind::default_rope;
-  double factor = 1.0;                          ///< linear, dynamic, llama3
+  double factor = 1.0;                          ///< linear, dynamic, llama3, yarn
   double low_freq_factor = 1.0;                 ///< llama3
   double high_freq_factor = 4.0;                ///< llama3
-  int64_t original_max_position_embeddings = 0; ///< llama3, dynamic (0: max_position_embeddings)
+  int64_t original_max_position_embeddings = 0; ///< llama3, dynamic, yarn (0: max_position_embeddings)
+  double beta_fast = 32.0;                      ///< yarn: rotations where extrapolation ends
+  double beta_slow = 1.0;                       ///< yarn: rotations where interpolation begins
+  double mscale = 0.0;                          ///< yarn: 0 when absent
+  double mscale_all_dim = 0.0;                  ///< yarn: 0 when absent
+  std::optional<double> attention_factor;       ///< yarn: explicit cos/sin multiplier
+  bool truncate = true;                         ///< yarn: correction range rounded outwards to whole dims
 };
 
 /// generation_config.json's sampling defaults (vLLM reads the same keys); unset: not in the file.

@@ -14,6 +14,7 @@ constexpr int64_t attn_chunk = 16;   ///< query tokens per attention work item
 
 cpu_model::cpu_model(model_config cfg, model_weights_f32 weights) : cfg_(std::move(cfg)), w_(std::move(weights)) {
   if (!rope_depends_on_length(cfg_.rope)) static_inv_freq_ = model_rope_inv_freq(cfg_);
+  rope_scale_ = static_cast<float>(rope_attention_factor(cfg_.rope));
   if (cfg_.moe) moe_.emplace(*cfg_.moe, cfg_.hidden_size);
 }
 
@@ -42,7 +43,8 @@ void cpu_model::prepare(std::span<const forward_seq> seqs) {
       dyn_freq = model_rope_inv_freq(cfg_, seqs[s].num_computed + n);
       inv = &dyn_freq;
     }
-    for (int64_t t = first; t < first + n; ++t) rope_cos_sin(*inv, tok_pos_[t], &cos_[t * half], &sin_[t * half]);
+    for (int64_t t = first; t < first + n; ++t)
+      rope_cos_sin(*inv, tok_pos_[t], &cos_[t * half], &sin_[t * half], rope_scale_);
     for (int32_t h = 0; h < cfg_.num_heads; ++h)
       for (int64_t b = 0; b < n; b += attn_chunk)
         items_.push_back({static_cast<int32_t>(s), h, first + b, first + std::min(n, b + attn_chunk)});

@@ -47,6 +47,7 @@ class cpu_model {
   model_weights_f32 w_;
   std::optional<moe_ffn> moe_;           ///< the sparse layers' FFN (MoE models)
   std::vector<float> static_inv_freq_;   ///< unless rope is dynamic
+  float rope_scale_ = 1.0f;              ///< YaRN's attention factor on cos and sin
   // Per-step scratch, reused across steps. T = tokens in the step.
   std::vector<int32_t> tok_seq_;         ///< [T] sequence index
   std::vector<int64_t> tok_pos_;         ///< [T] position
