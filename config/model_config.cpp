@@ -143,10 +143,12 @@ status parse_shapes(const json_obj& r, model_config& cfg) {
   if (cfg.num_heads % cfg.num_kv_heads != 0)
     return r.bad("num_key_value_heads", "a divisor of num_attention_heads");
   cfg.head_dim = 0;
-  // Qwen3's head_dim is not hidden_size / num_attention_heads in general (its default is 128).
+  // Qwen3's head_dim is not hidden_size / num_attention_heads in general (its default is 128);
+  // DeepSeek-V2's is its rope width, whatever config.json says (parse_mla_keys).
   const bool qwen3 = cfg.architecture == "Qwen3ForCausalLM" || cfg.architecture == "Qwen3MoeForCausalLM";
-  AS_TRY(r.get_int("head_dim", cfg.head_dim, qwen3, 1));
-  if (cfg.head_dim == 0) {
+  const bool mla = cfg.architecture == "DeepseekV2ForCausalLM";
+  if (!mla) AS_TRY(r.get_int("head_dim", cfg.head_dim, qwen3, 1));
+  if (cfg.head_dim == 0 && !mla) {
     if (cfg.hidden_size % cfg.num_heads != 0) return r.bad("hidden_size", "a multiple of num_attention_heads");
     cfg.head_dim = cfg.hidden_size / cfg.num_heads;
   }
@@ -273,6 +275,7 @@ result<model_config> parse_config_files(const std::string& config_json, const st
   AS_TRY(parse_shapes(r, cfg));
   AS_TRY(parse_features(r, cfg));
   AS_TRY(parse_moe_keys(r, cfg));
+  AS_TRY(parse_mla_keys(r, cfg));
   if (runnable_only) AS_TRY(check_runnable(r, cfg));
   AS_TRY(parse_rope(r, cfg));
   if (cfg.rope.original_max_position_embeddings == 0)

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/error.hpp"
+#include "config/mla_config.hpp"
 #include "config/moe_config.hpp"
 
 namespace actorserve {
@@ -51,7 +52,7 @@ struct model_config {
   int64_t num_layers = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;           ///< explicit, or hidden_size / num_heads
+  int64_t head_dim = 0;           ///< explicit, or hidden_size / num_heads; MLA: qk_rope_head_dim (the rope width)
   double rms_norm_eps = 1e-6;
   std::string hidden_act = "silu";
   bool tie_word_embeddings = false;
@@ -65,6 +66,7 @@ struct model_config {
   std::string torch_dtype = "float32";     ///< "float32" | "bfloat16" | "float16"
   rope_config rope;
   std::optional<moe_config> moe;           ///< sparse models only
+  std::optional<mla_config> mla;           ///< multi-head latent attention (DeepSeek-V2) only
   generation_defaults sampling_defaults;   ///< from generation_config.json
 
   /// Whether decoder layer `layer` has a mixture-of-experts FFN (else a dense MLP of

@@ -5,6 +5,11 @@
 namespace actorserve::gpu {
 
 status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) {
+  if (cfg.mla)
+    return make_error(error_code::unsupported,
+                      fmt::format("{} uses multi-head latent attention (MLA: kv_lora_rank {}), which the CUDA "
+                                  "executor does not run yet; start with --device cpu",
+                                  cfg.architecture, cfg.mla->kv_lora_rank));
   if (cfg.moe)
     return make_error(error_code::unsupported,
                       fmt::format("{} is a mixture-of-experts model ({} experts, top {}), which the CUDA executor "

@@ -1,5 +1,5 @@
-// What the CUDA executor refuses at start, decided on the host: MoE models, Qwen3's q/k norm and
-// YaRN rope (no kernels yet) and a sliding window smaller than the context; each message names the
+// What the CUDA executor refuses at start, decided on the host: latent attention, MoE models,
+// Qwen3's q/k norm and YaRN rope (no kernels yet) and a sliding window smaller than the context; each message names the
 // way around.
 #include <gtest/gtest.h>
 
@@ -38,6 +38,18 @@ TEST(cuda_model_support, refuses_mixture_of_experts_naming_the_architecture) {
 TEST(cuda_model_support, refuses_qk_norm_naming_the_architecture) {
   expect_has(refusal("qwen3-tiny"), {"Qwen3ForCausalLM", "q_norm", "--device cpu"});
   expect_has(refusal("qwen3-hd128-bf16"), {"Qwen3ForCausalLM", "--device cpu"});
+}
+
+TEST(cuda_model_support, refuses_latent_attention_first_naming_it) {
+  auto cfg = parse_model_config_keys(R"({"architectures": ["DeepseekV2ForCausalLM"], "vocab_size": 100,
+      "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 16, "kv_lora_rank": 16})",
+                                     "", "/d");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  status st = gpu::check_cuda_model_support(cfg.value(), 0);
+  ASSERT_FALSE(st.ok());
+  expect_has(st.err().message, {"DeepseekV2ForCausalLM", "multi-head latent attention", "kv_lora_rank 16",
+                                "--device cpu"});
 }
 
 TEST(cuda_model_support, refuses_yarn_rope_naming_it) {

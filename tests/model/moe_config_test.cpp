@@ -119,12 +119,12 @@ std::string deepseek(const std::string& extra) {
 TEST(moe_config, deepseek_v2_group_limited_routing_and_layer_frequency) {
   auto cfg = parse_model_config_keys(deepseek(R"(, "topk_method": "group_limited_greedy", "n_group": 4,
       "topk_group": 2, "routed_scaling_factor": 2.5, "n_shared_experts": 2, "first_k_dense_replace": 1,
-      "moe_layer_freq": 2, "scoring_func": "sigmoid", "norm_topk_prob": false)"),
+      "moe_layer_freq": 2, "scoring_func": "softmax", "norm_topk_prob": false)"),
                                      "", "/d");
   ASSERT_TRUE(cfg.ok()) << cfg.err().message;
   const moe_config& m = *cfg->moe;
   EXPECT_EQ(m.topk_method, moe_topk_method::group_limited_greedy);
-  EXPECT_EQ(m.scoring, moe_scoring::sigmoid);
+  EXPECT_EQ(m.scoring, moe_scoring::softmax);
   EXPECT_EQ(m.num_groups, 4);
   EXPECT_EQ(m.topk_groups, 2);
   EXPECT_EQ(m.experts_per_group(), 2);
@@ -157,6 +157,8 @@ TEST(moe_config, bad_deepseek_v2_keys_name_the_key) {
                {"num_experts_per_tok"});
   expect_error(keys(R"(, "routed_scaling_factor": 0)"), {"routed_scaling_factor"});
   expect_error(keys(R"(, "norm_topk_prob": true)"), {"norm_topk_prob"});
+  // transformers' DeepSeek-V2 router computes softmax whatever scoring_func says.
+  expect_error(keys(R"(, "scoring_func": "sigmoid")"), {"/d/config.json", "scoring_func", "sigmoid", "softmax"});
   expect_error(keys(R"(, "moe_layer_freq": 0)"), {"moe_layer_freq"});
   expect_error(keys(R"(, "n_shared_experts": -1)"), {"n_shared_experts"});
   expect_error(parse_model_config_keys(R"({"architectures": ["DeepseekV2ForCausalLM"], "vocab_size": 100,
