@@ -89,13 +89,12 @@ status parse_rope(const json_obj& top, model_config& cfg) {
 struct known_architecture {
   const char* name;
   const char* model_type;
-  bool runnable;   ///< false: keys read, the engine refuses it (DeepSeek-V2 needs MLA)
 };
 constexpr known_architecture known_architectures[] = {
-    {"LlamaForCausalLM", "llama", true},          {"MistralForCausalLM", "mistral", true},
-    {"Qwen2ForCausalLM", "qwen2", true},          {"Qwen3ForCausalLM", "qwen3", true},
-    {"Qwen3MoeForCausalLM", "qwen3_moe", true},   {"MixtralForCausalLM", "mixtral", true},
-    {"DeepseekV2ForCausalLM", "deepseek_v2", false},
+    {"LlamaForCausalLM", "llama"},          {"MistralForCausalLM", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"},          {"Qwen3ForCausalLM", "qwen3"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe"},   {"MixtralForCausalLM", "mixtral"},
+    {"DeepseekV2ForCausalLM", "deepseek_v2"},
 };
 
 status parse_architecture(const json_obj& r, model_config& cfg) {
@@ -114,22 +113,10 @@ status parse_architecture(const json_obj& r, model_config& cfg) {
   }
   for (const auto& a : known_architectures)
     if (cfg.architecture == a.name) return {};
-  std::string runnable;
-  for (const auto& a : known_architectures)
-    if (a.runnable) runnable += fmt::format("{}{}", runnable.empty() ? "" : ", ", a.name);
+  std::string known;
+  for (const auto& a : known_architectures) known += fmt::format("{}{}", known.empty() ? "" : ", ", a.name);
   return make_error(error_code::unsupported,
-                    fmt::format("{}: architecture '{}' is not supported ({})", *r.file, cfg.architecture, runnable));
-}
-
-/// DeepSeek-V2's keys are read (its MoE settings fill moe_config), but its attention is not there.
-status check_runnable(const json_obj& r, const model_config& cfg) {
-  for (const auto& a : known_architectures)
-    if (cfg.architecture == a.name && !a.runnable)
-      return make_error(error_code::unsupported,
-                        fmt::format("{}: architecture '{}' is not supported yet: its multi-head latent attention "
-                                    "(MLA) is not implemented",
-                                    *r.file, cfg.architecture));
-  return {};
+                    fmt::format("{}: architecture '{}' is not supported ({})", *r.file, cfg.architecture, known));
 }
 
 status parse_shapes(const json_obj& r, model_config& cfg) {
@@ -262,7 +249,7 @@ const char* to_string(rope_kind k) {
 namespace {
 
 result<model_config> parse_config_files(const std::string& config_json, const std::string& generation_json,
-                                        const std::string& dir_for_errors, bool runnable_only) {
+                                        const std::string& dir_for_errors) {
   const std::string cfg_file = dir_for_errors + "/config.json";
   dom::parser parser;
   dom::element root;
@@ -276,7 +263,6 @@ result<model_config> parse_config_files(const std::string& config_json, const st
   AS_TRY(parse_features(r, cfg));
   AS_TRY(parse_moe_keys(r, cfg));
   AS_TRY(parse_mla_keys(r, cfg));
-  if (runnable_only) AS_TRY(check_runnable(r, cfg));
   AS_TRY(parse_rope(r, cfg));
   if (cfg.rope.original_max_position_embeddings == 0)
     cfg.rope.original_max_position_embeddings = cfg.max_position_embeddings;
@@ -311,12 +297,7 @@ result<model_config> parse_config_files(const std::string& config_json, const st
 
 result<model_config> parse_model_config(const std::string& config_json, const std::string& generation_json,
                                         const std::string& dir_for_errors) {
-  return parse_config_files(config_json, generation_json, dir_for_errors, true);
-}
-
-result<model_config> parse_model_config_keys(const std::string& config_json, const std::string& generation_json,
-                                             const std::string& dir_for_errors) {
-  return parse_config_files(config_json, generation_json, dir_for_errors, false);
+  return parse_config_files(config_json, generation_json, dir_for_errors);
 }
 
 result<model_config> load_model_config(const std::string& model_dir) {

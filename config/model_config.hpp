@@ -1,8 +1,8 @@
 #pragma once
 /// A Hugging Face model directory's config.json (+ generation_config.json) as a plain struct, for
-/// the Llama family (Llama, Mistral, Qwen2, Qwen3) and its mixture-of-experts relatives (Mixtral,
-/// Qwen3-MoE). Anything this build cannot run is rejected with an error naming the file and the
-/// field.
+/// the Llama family (Llama, Mistral, Qwen2, Qwen3), its mixture-of-experts relatives (Mixtral,
+/// Qwen3-MoE) and DeepSeek-V2 (latent attention and experts). Anything this build cannot run is
+/// rejected with an error naming the file and the field.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -84,10 +84,5 @@ result<model_config> load_model_config(const std::string& model_dir);
 /// `dir_for_errors` prefixes file names in error messages.
 result<model_config> parse_model_config(const std::string& config_json, const std::string& generation_json,
                                         const std::string& dir_for_errors);
-
-/// As parse_model_config, but also for the architectures whose keys are read while the engine
-/// cannot run them yet (DeepseekV2ForCausalLM: its MoE keys, not its attention); for tests.
-result<model_config> parse_model_config_keys(const std::string& config_json, const std::string& generation_json,
-                                             const std::string& dir_for_errors);
 
 }  // namespace actorserve

@@ -54,13 +54,14 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
     return make_error(error_code::out_of_memory, fmt::format("cannot allocate {} KV blocks", num_blocks));
   }
   auto weights = upcast_weights(files->views);
-  ex->model_ = std::make_unique<cpu::cpu_model>(files->config, std::move(weights));
+  ex->model_ = std::make_unique<cpu::cpu_model>(files->config, std::move(weights), opts.mla_form);
   int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   ex->pool_ = std::make_unique<thread_pool>(std::max(1, threads));
   ex->worker_ = std::thread([p = ex.get()] { p->worker_loop(); });
-  log::info("cpu executor: {} ({} layers, hidden {}), {} KV blocks of {} tokens ({} {} bytes a token), {} threads",
+  log::info("cpu executor: {} ({} layers, hidden {}), {} KV blocks of {} tokens ({} layout, {} bytes a token), {} "
+            "threads",
             cfg.architecture, cfg.num_layers, cfg.hidden_size, num_blocks, opts.block_size,
-            layout.is_latent() ? "latent," : "per head,", per_block / static_cast<size_t>(opts.block_size),
+            layout.is_latent() ? "latent" : "per-head", per_block / static_cast<size_t>(opts.block_size),
             ex->pool_->num_threads());
   return ex;
 }

@@ -3,9 +3,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "config/model_config.hpp"
 #include "gpu/model/model_weights.hpp"
 #include "test_data.hpp"
@@ -13,17 +10,10 @@
 namespace actorserve::testing {
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-result<model_config> parse_deepseek_json(const std::string& json) { return parse_model_config_keys(json, "", "/d"); }
+result<model_config> parse_deepseek_json(const std::string& json) { return parse_model_config(json, "", "/d"); }
 
 model_config fixture(const std::string& name) {
-  auto cfg = parse_model_config_keys(read_text(model_dir(name) + "/config.json"), "", model_dir(name));
+  auto cfg = load_model_config(model_dir(name));
   EXPECT_TRUE(cfg.ok()) << name << ": " << (cfg.ok() ? "" : cfg.err().message);
   return cfg.ok() ? cfg.value() : model_config{};
 }
