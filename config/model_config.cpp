@@ -13,6 +13,30 @@
 namespace actorserve {
 namespace {
 
+/// YaRN's keys as transformers reads them: beta_fast / beta_slow default to 32 / 1 (also when 0),
+/// mscale and mscale_all_dim count only when non-zero, attention_factor overrides the one they imply.
+status parse_yarn(const json_obj& r, rope_config& rope) {
+  auto non_negative = [&](const char* key, double& out) -> status {
+    AS_TRY(r.get_double(key, out));
+    if (out < 0) return r.bad(key, "a non-negative number");
+    return {};
+  };
+  AS_TRY(non_negative("beta_fast", rope.beta_fast));
+  AS_TRY(non_negative("beta_slow", rope.beta_slow));
+  if (rope.beta_fast == 0) rope.beta_fast = 32.0;
+  if (rope.beta_slow == 0) rope.beta_slow = 1.0;
+  AS_TRY(non_negative("mscale", rope.mscale));
+  AS_TRY(non_negative("mscale_all_dim", rope.mscale_all_dim));
+  if (r.find("attention_factor")) {
+    double af = 0;
+    AS_TRY(r.get_double("attention_factor", af, true));
+    if (!(af > 0)) return r.bad("attention_factor", "positive");
+    rope.attention_factor = af;
+  }
+  AS_TRY(r.get_bool("truncate", rope.truncate));
+  return {};
+}
+
 status parse_rope(const json_obj& top, model_config& cfg) {
   // transformers 5: rope_parameters {rope_theta, rope_type, ...}; older: rope_theta + rope_scaling.
   AS_TRY(top.get_double("rope_theta", cfg.rope.theta, false));
@@ -39,9 +63,11 @@ status parse_rope(const json_obj& top, model_config& cfg) {
     cfg.rope.kind = rope_kind::dynamic;
   } else if (type == "llama3") {
     cfg.rope.kind = rope_kind::llama3;
+  } else if (type == "yarn") {
+    cfg.rope.kind = rope_kind::yarn;
   } else {
     return make_error(error_code::unsupported,
-                      fmt::format("{}: {}.rope_type '{}' is not supported (default, linear, dynamic, llama3)",
+                      fmt::format("{}: {}.rope_type '{}' is not supported (default, linear, dynamic, llama3, yarn)",
                                   *top.file, section, type));
   }
   if (cfg.rope.kind != rope_kind::default_rope) {
@@ -54,6 +80,7 @@ status parse_rope(const json_obj& top, model_config& cfg) {
                    cfg.rope.kind == rope_kind::llama3, 1));
   if (cfg.rope.kind == rope_kind::llama3 && cfg.rope.high_freq_factor <= cfg.rope.low_freq_factor)
     return r.bad("high_freq_factor", "greater than low_freq_factor");
+  if (cfg.rope.kind == rope_kind::yarn) AS_TRY(parse_yarn(r, cfg.rope));
   if (!(cfg.rope.theta > 0)) return top.bad("rope_theta", "positive");
   return {};
 }
@@ -62,13 +89,12 @@ status parse_rope(const json_obj& top, model_config& cfg) {
 struct known_architecture {
   const char* name;
   const char* model_type;
-  bool runnable;   ///< false: keys read, the engine refuses it (DeepSeek-V2 needs MLA)
 };
 constexpr known_architecture known_architectures[] = {
-    {"LlamaForCausalLM", "llama", true},          {"MistralForCausalLM", "mistral", true},
-    {"Qwen2ForCausalLM", "qwen2", true},          {"Qwen3ForCausalLM", "qwen3", true},
-    {"Qwen3MoeForCausalLM", "qwen3_moe", true},   {"MixtralForCausalLM", "mixtral", true},
-    {"DeepseekV2ForCausalLM", "deepseek_v2", false},
+    {"LlamaForCausalLM", "llama"},          {"MistralForCausalLM", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"},          {"Qwen3ForCausalLM", "qwen3"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe"},   {"MixtralForCausalLM", "mixtral"},
+    {"DeepseekV2ForCausalLM", "deepseek_v2"},
 };
 
 status parse_architecture(const json_obj& r, model_config& cfg) {
@@ -87,22 +113,10 @@ status parse_architecture(const json_obj& r, model_config& cfg) {
   }
   for (const auto& a : known_architectures)
     if (cfg.architecture == a.name) return {};
-  std::string runnable;
-  for (const auto& a : known_architectures)
-    if (a.runnable) runnable += fmt::format("{}{}", runnable.empty() ? "" : ", ", a.name);
+  std::string known;
+  for (const auto& a : known_architectures) known += fmt::format("{}{}", known.empty() ? "" : ", ", a.name);
   return make_error(error_code::unsupported,
-                    fmt::format("{}: architecture '{}' is not supported ({})", *r.file, cfg.architecture, runnable));
-}
-
-/// DeepSeek-V2's keys are read (its MoE settings fill moe_config), but its attention is not there.
-status check_runnable(const json_obj& r, const model_config& cfg) {
-  for (const auto& a : known_architectures)
-    if (cfg.architecture == a.name && !a.runnable)
-      return make_error(error_code::unsupported,
-                        fmt::format("{}: architecture '{}' is not supported yet: its multi-head latent attention "
-                                    "(MLA) is not implemented",
-                                    *r.file, cfg.architecture));
-  return {};
+                    fmt::format("{}: architecture '{}' is not supported ({})", *r.file, cfg.architecture, known));
 }
 
 status parse_shapes(const json_obj& r, model_config& cfg) {
@@ -116,10 +130,12 @@ status parse_shapes(const json_obj& r, model_config& cfg) {
   if (cfg.num_heads % cfg.num_kv_heads != 0)
     return r.bad("num_key_value_heads", "a divisor of num_attention_heads");
   cfg.head_dim = 0;
-  // Qwen3's head_dim is not hidden_size / num_attention_heads in general (its default is 128).
+  // Qwen3's head_dim is not hidden_size / num_attention_heads in general (its default is 128);
+  // DeepSeek-V2's is its rope width, whatever config.json says (parse_mla_keys).
   const bool qwen3 = cfg.architecture == "Qwen3ForCausalLM" || cfg.architecture == "Qwen3MoeForCausalLM";
-  AS_TRY(r.get_int("head_dim", cfg.head_dim, qwen3, 1));
-  if (cfg.head_dim == 0) {
+  const bool mla = cfg.architecture == "DeepseekV2ForCausalLM";
+  if (!mla) AS_TRY(r.get_int("head_dim", cfg.head_dim, qwen3, 1));
+  if (cfg.head_dim == 0 && !mla) {
     if (cfg.hidden_size % cfg.num_heads != 0) return r.bad("hidden_size", "a multiple of num_attention_heads");
     cfg.head_dim = cfg.hidden_size / cfg.num_heads;
   }
@@ -225,6 +241,7 @@ const char* to_string(rope_kind k) {
     case rope_kind::linear: return "linear";
     case rope_kind::dynamic: return "dynamic";
     case rope_kind::llama3: return "llama3";
+    case rope_kind::yarn: return "yarn";
   }
   return "?";
 }
@@ -232,7 +249,7 @@ const char* to_string(rope_kind k) {
 namespace {
 
 result<model_config> parse_config_files(const std::string& config_json, const std::string& generation_json,
-                                        const std::string& dir_for_errors, bool runnable_only) {
+                                        const std::string& dir_for_errors) {
   const std::string cfg_file = dir_for_errors + "/config.json";
   dom::parser parser;
   dom::element root;
@@ -245,7 +262,7 @@ result<model_config> parse_config_files(const std::string& config_json, const st
   AS_TRY(parse_shapes(r, cfg));
   AS_TRY(parse_features(r, cfg));
   AS_TRY(parse_moe_keys(r, cfg));
-  if (runnable_only) AS_TRY(check_runnable(r, cfg));
+  AS_TRY(parse_mla_keys(r, cfg));
   AS_TRY(parse_rope(r, cfg));
   if (cfg.rope.original_max_position_embeddings == 0)
     cfg.rope.original_max_position_embeddings = cfg.max_position_embeddings;
@@ -280,12 +297,7 @@ result<model_config> parse_config_files(const std::string& config_json, const st
 
 result<model_config> parse_model_config(const std::string& config_json, const std::string& generation_json,
                                         const std::string& dir_for_errors) {
-  return parse_config_files(config_json, generation_json, dir_for_errors, true);
-}
-
-result<model_config> parse_model_config_keys(const std::string& config_json, const std::string& generation_json,
-                                             const std::string& dir_for_errors) {
-  return parse_config_files(config_json, generation_json, dir_for_errors, false);
+  return parse_config_files(config_json, generation_json, dir_for_errors);
 }
 
 result<model_config> load_model_config(const std::string& model_dir) {

@@ -17,4 +17,8 @@ namespace actorserve {
 /// shapes already read.
 status parse_moe_keys(const json_obj& r, model_config& cfg);
 
+/// Reads DeepSeek-V2's multi-head latent attention keys into cfg.mla (and its head_dim and
+/// biases); other architectures keep it empty. Needs the shapes already read.
+status parse_mla_keys(const json_obj& r, model_config& cfg);
+
 }  // namespace actorserve

@@ -79,10 +79,12 @@ status parse_qwen3_moe(const json_obj& r, const model_config& cfg, moe_config& m
   return {};
 }
 
-/// DeepseekV2ForCausalLM: softmax or sigmoid scores, greedy or group-limited top-k, the weights
-/// times routed_scaling_factor (never renormalised: transformers ignores norm_topk_prob, so a
-/// true one is refused), n_shared_experts always on; layer i is sparse from first_k_dense_replace
-/// on where i is a multiple of moe_layer_freq.
+/// DeepseekV2ForCausalLM: softmax scores, greedy or group-limited top-k, the weights times
+/// routed_scaling_factor (never renormalised), n_shared_experts always on; layer i is sparse from
+/// first_k_dense_replace on where i is a multiple of moe_layer_freq (vLLM's rule; transformers
+/// ignores moe_layer_freq, which every published checkpoint sets to 1). transformers' router
+/// ignores norm_topk_prob and scoring_func, so a true norm_topk_prob and a sigmoid scoring_func
+/// (which it would compute as softmax) are refused.
 status parse_deepseek_v2(const json_obj& r, const model_config& cfg, moe_config& m) {
   AS_TRY(need_positive(r, "n_routed_experts", m.num_experts));
   AS_TRY(need_positive(r, "num_experts_per_tok", m.top_k));
@@ -100,7 +102,12 @@ status parse_deepseek_v2(const json_obj& r, const model_config& cfg, moe_config&
   std::string scoring, method;
   AS_TRY(get_choice(r, "scoring_func", {"softmax", "sigmoid"}, scoring));
   AS_TRY(get_choice(r, "topk_method", {"greedy", "group_limited_greedy"}, method));
-  m.scoring = scoring == "sigmoid" ? moe_scoring::sigmoid : moe_scoring::softmax;
+  if (scoring != "softmax")
+    return make_error(error_code::unsupported,
+                      fmt::format("{}: field 'scoring_func' '{}' is not supported for DeepseekV2ForCausalLM "
+                                  "(transformers' DeepSeek-V2 router always scores with softmax)",
+                                  *r.file, scoring));
+  m.scoring = moe_scoring::softmax;
   m.topk_method = method == "greedy" ? moe_topk_method::greedy : moe_topk_method::group_limited_greedy;
   AS_TRY(r.get_int("n_group", m.num_groups, false, 1));
   AS_TRY(r.get_int("topk_group", m.topk_groups, false, 1));

@@ -5,6 +5,11 @@
 namespace actorserve::gpu {
 
 status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) {
+  if (cfg.mla)
+    return make_error(error_code::unsupported,
+                      fmt::format("{} uses multi-head latent attention (MLA: kv_lora_rank {}), which the CUDA "
+                                  "executor does not run yet; start with --device cpu",
+                                  cfg.architecture, cfg.mla->kv_lora_rank));
   if (cfg.moe)
     return make_error(error_code::unsupported,
                       fmt::format("{} is a mixture-of-experts model ({} experts, top {}), which the CUDA executor "
@@ -14,6 +19,11 @@ status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) 
     return make_error(error_code::unsupported,
                       fmt::format("{} normalises each head of q and k (q_norm, k_norm), which the CUDA executor does "
                                   "not do yet; start with --device cpu",
+                                  cfg.architecture));
+  if (cfg.rope.kind == rope_kind::yarn)
+    return make_error(error_code::unsupported,
+                      fmt::format("{} uses YaRN rope scaling (rope_type yarn), which the CUDA executor does not apply "
+                                  "yet; start with --device cpu",
                                   cfg.architecture));
   const int64_t context = max_model_len > 0 ? max_model_len : cfg.max_position_embeddings;
   // NOTE: position p attends to keys p - window + 1 .. p, so a window of at least the context

@@ -141,8 +141,39 @@ TEST(RandomModel, MixtureOfExpertsPresetsHaveTheRealShapes) {
   EXPECT_FALSE(cfg->sliding_window.has_value());
 }
 
+TEST(RandomModel, DeepseekV2LitePresetHasTheRealShapeAndConfig) {
+  auto lite = preset_shape("deepseek-v2-lite").value();
+  EXPECT_EQ(lite.architecture, "DeepseekV2ForCausalLM");
+  EXPECT_EQ(lite.num_parameters(), 15706484224);          // DeepSeek-V2-Lite's 15.7 B (31.4 GB bf16)
+  EXPECT_EQ(lite.num_active_parameters(), 2661150208);    // 6 of 64 experts in the 26 sparse layers
+  // Its config.json reads back as the checkpoint's: latent attention, experts, YaRN.
+  auto cfg = parse_model_config(config_json(lite, 0, {1}), "", "/d");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  ASSERT_TRUE(cfg->mla.has_value());
+  EXPECT_EQ(cfg->mla->q_lora_rank, 0);
+  EXPECT_EQ(cfg->mla->kv_lora_rank, 512);
+  EXPECT_EQ(cfg->mla->qk_head_dim(), 192);
+  EXPECT_EQ(cfg->mla->v_head_dim, 128);
+  EXPECT_EQ(cfg->mla->cache_dim(), 576);
+  EXPECT_EQ(cfg->rope.kind, rope_kind::yarn);
+  EXPECT_DOUBLE_EQ(cfg->rope.factor, 40.0);
+  EXPECT_EQ(cfg->rope.original_max_position_embeddings, 4096);
+  EXPECT_DOUBLE_EQ(cfg->rope.mscale, 0.707);
+  EXPECT_DOUBLE_EQ(cfg->rope.mscale_all_dim, 0.707);
+  EXPECT_EQ(cfg->max_position_embeddings, 163840);
+  ASSERT_TRUE(cfg->moe.has_value());
+  EXPECT_EQ(cfg->moe->num_experts, 64);
+  EXPECT_EQ(cfg->moe->top_k, 6);
+  EXPECT_EQ(cfg->moe->expert_intermediate_size, 1408);
+  EXPECT_EQ(cfg->moe->num_shared_experts, 2);
+  EXPECT_FALSE(cfg->moe->renormalize);
+  EXPECT_EQ(cfg->intermediate_size, 10944);
+  EXPECT_FALSE(cfg->is_sparse_layer(0));
+  EXPECT_TRUE(cfg->is_sparse_layer(26));
+}
+
 TEST(RandomModel, WrittenMixtureOfExpertsModelsGenerateOnTheCpuExecutor) {
-  for (const char* preset : {"tiny-moe", "tiny-mixtral"}) {
+  for (const char* preset : {"tiny-moe", "tiny-mixtral", "deepseek-tiny"}) {
     temp_dir dir(preset);
     random_model_options o;
     o.output_dir = dir.path.string();
@@ -155,6 +186,7 @@ TEST(RandomModel, WrittenMixtureOfExpertsModelsGenerateOnTheCpuExecutor) {
     auto ex = gpu::cpu_executor::create(o.output_dir, eo);
     ASSERT_TRUE(ex.ok()) << ex.err().message;
     ASSERT_TRUE(ex.value()->config().moe.has_value()) << preset;
+    EXPECT_EQ(ex.value()->config().mla.has_value(), std::string(preset) == "deepseek-tiny");
     // A prompt, then greedy decode steps, each with finite logits.
     std::vector<int32_t> tokens = {3, 1000, 42, 7, 7, 900};
     for (int step = 0; step < 6; ++step) {

@@ -63,6 +63,25 @@ moe_views bind_moe(binder& b, const std::string& layer_prefix, const model_confi
   return v;
 }
 
+/// DeepSeek-V2's self_attn: q_proj or q_a_proj + q_a_layernorm + q_b_proj, kv_a_proj_with_mqa,
+/// kv_a_layernorm, kv_b_proj (o_proj is bound with the other layers').
+mla_views bind_mla(binder& b, const std::string& p, const model_config& cfg) {
+  const mla_config& m = *cfg.mla;
+  const int64_t h = cfg.hidden_size, q = cfg.num_heads * m.qk_head_dim();
+  const bool lora = m.q_lora_rank > 0;
+  mla_views v;
+  v.q_proj = b.maybe(!lora, p + "q_proj.weight", {q, h});
+  v.q_a_proj = b.maybe(lora, p + "q_a_proj.weight", {m.q_lora_rank, h});
+  v.q_a_bias = b.maybe(lora && m.down_proj_bias, p + "q_a_proj.bias", {m.q_lora_rank});
+  v.q_a_norm = b.maybe(lora, p + "q_a_layernorm.weight", {m.q_lora_rank});
+  v.q_b_proj = b.maybe(lora, p + "q_b_proj.weight", {q, m.q_lora_rank});
+  v.kv_a_proj = b.need(p + "kv_a_proj_with_mqa.weight", {m.cache_dim(), h});
+  v.kv_a_bias = b.maybe(m.down_proj_bias, p + "kv_a_proj_with_mqa.bias", {m.cache_dim()});
+  v.kv_a_norm = b.need(p + "kv_a_layernorm.weight", {m.kv_lora_rank});
+  v.kv_b_proj = b.need(p + "kv_b_proj.weight", {cfg.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank});
+  return v;
+}
+
 }  // namespace
 
 result<model_weight_views> bind_weight_views(const weight_store& store, const model_config& cfg) {
@@ -75,10 +94,15 @@ result<model_weight_views> bind_weight_views(const weight_store& store, const mo
     const std::string p = fmt::format("model.layers.{}.", i);
     layer_views l;
     l.input_norm = b.need(p + "input_layernorm.weight", {h});
-    l.q_proj = b.need(p + "self_attn.q_proj.weight", {q, h});
-    l.k_proj = b.need(p + "self_attn.k_proj.weight", {kv, h});
-    l.v_proj = b.need(p + "self_attn.v_proj.weight", {kv, h});
-    l.o_proj = b.need(p + "self_attn.o_proj.weight", {h, q});
+    if (cfg.mla) {
+      l.mla = bind_mla(b, p + "self_attn.", cfg);
+      l.o_proj = b.need(p + "self_attn.o_proj.weight", {h, cfg.num_heads * cfg.mla->v_head_dim});
+    } else {
+      l.q_proj = b.need(p + "self_attn.q_proj.weight", {q, h});
+      l.k_proj = b.need(p + "self_attn.k_proj.weight", {kv, h});
+      l.v_proj = b.need(p + "self_attn.v_proj.weight", {kv, h});
+      l.o_proj = b.need(p + "self_attn.o_proj.weight", {h, q});
+    }
     l.q_bias = b.maybe(cfg.qkv_bias, p + "self_attn.q_proj.bias", {q});
     l.k_bias = b.maybe(cfg.qkv_bias, p + "self_attn.k_proj.bias", {kv});
     l.v_bias = b.maybe(cfg.qkv_bias, p + "self_attn.v_proj.bias", {kv});
@@ -115,10 +139,16 @@ result<model_files> open_model_files(const std::string& model_dir) {
 
 namespace {
 
-std::vector<float> to_f32(const tensor_view& t) { return weight_store::to_f32(t); }
+/// An unbound view (a latent-attention layer's q/k/v_proj) upcasts to nothing.
+std::vector<float> to_f32(const tensor_view& t) { return t.data ? weight_store::to_f32(t) : std::vector<float>{}; }
 std::vector<float> to_f32(const std::optional<tensor_view>& t) { return t ? to_f32(*t) : std::vector<float>{}; }
 
 mlp_weights_f32 upcast_mlp(const mlp_views& m) { return {to_f32(m.gate_proj), to_f32(m.up_proj), to_f32(m.down_proj)}; }
+
+mla_weights_f32 upcast_mla(const mla_views& v) {
+  return {to_f32(v.q_proj),    to_f32(v.q_a_proj),  to_f32(v.q_a_bias),  to_f32(v.q_a_norm), to_f32(v.q_b_proj),
+          to_f32(v.kv_a_proj), to_f32(v.kv_a_bias), to_f32(v.kv_a_norm), to_f32(v.kv_b_proj)};
+}
 
 moe_weights_f32 upcast_moe(const moe_views& v) {
   moe_weights_f32 m;
@@ -140,6 +170,7 @@ model_weights_f32 upcast_weights(const model_weight_views& v) {
     o.k_proj = to_f32(l.k_proj);
     o.v_proj = to_f32(l.v_proj);
     o.o_proj = to_f32(l.o_proj);
+    if (l.mla) o.mla = upcast_mla(*l.mla);
     o.q_bias = to_f32(l.q_bias);
     o.k_bias = to_f32(l.k_bias);
     o.v_bias = to_f32(l.v_bias);

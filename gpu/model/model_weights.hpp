@@ -1,6 +1,6 @@
 #pragma once
-/// The Llama-family weights (Llama, Mistral, Qwen2, Qwen3) and the experts of Mixtral and
-/// Qwen3-MoE, bound by name and shape from a model directory: raw host views as stored (for a
+/// The Llama-family weights (Llama, Mistral, Qwen2, Qwen3), the experts of Mixtral, Qwen3-MoE and
+/// DeepSeek-V2 and DeepSeek-V2's latent attention, bound by name and shape from a model directory: raw host views as stored (for a
 /// device uploader) and fp32 copies (CPU executor).
 #include <optional>
 #include <string>
@@ -26,13 +26,28 @@ struct moe_views {
   std::optional<mlp_views> shared;         ///< the shared experts as one MLP (DeepSeek-V2)
 };
 
-/// One decoder layer as stored. Projections are [out][in] (nn.Linear layout).
+/// One layer's multi-head latent attention as stored (DeepSeek-V2). H = num_heads.
+struct mla_views {
+  std::optional<tensor_view> q_proj;       ///< [H*qk_head_dim][hidden], without q_lora
+  std::optional<tensor_view> q_a_proj;     ///< [q_lora_rank][hidden], with q_lora
+  std::optional<tensor_view> q_a_bias;     ///< [q_lora_rank], with q_lora and attention_bias
+  std::optional<tensor_view> q_a_norm;     ///< [q_lora_rank], with q_lora
+  std::optional<tensor_view> q_b_proj;     ///< [H*qk_head_dim][q_lora_rank], with q_lora
+  tensor_view kv_a_proj;                   ///< kv_a_proj_with_mqa: [kv_lora_rank + qk_rope_head_dim][hidden]
+  std::optional<tensor_view> kv_a_bias;    ///< [kv_lora_rank + qk_rope_head_dim], with attention_bias
+  tensor_view kv_a_norm;                   ///< [kv_lora_rank]
+  tensor_view kv_b_proj;                   ///< [H*(qk_nope_head_dim + v_head_dim)][kv_lora_rank]
+};
+
+/// One decoder layer as stored. Projections are [out][in] (nn.Linear layout). A latent-attention
+/// layer has `mla` and an o_proj of [hidden][num_heads*v_head_dim], and no q/k/v_proj.
 struct layer_views {
   tensor_view input_norm;                  ///< [hidden]
   tensor_view q_proj;                      ///< [num_heads*head_dim][hidden]
   tensor_view k_proj;                      ///< [num_kv_heads*head_dim][hidden]
   tensor_view v_proj;                      ///< [num_kv_heads*head_dim][hidden]
   tensor_view o_proj;                      ///< [hidden][num_heads*head_dim]
+  std::optional<mla_views> mla;
   std::optional<tensor_view> q_bias, k_bias, v_bias, o_bias;
   std::optional<tensor_view> q_norm, k_norm;   ///< [head_dim] (Qwen3)
   tensor_view post_norm;                   ///< [hidden]
@@ -76,9 +91,16 @@ struct moe_weights_f32 {
   mlp_weights_f32 shared;                  ///< empty without shared experts
 };
 
+/// One layer's latent attention in fp32 (mla_views' shapes); absent tensors are empty.
+struct mla_weights_f32 {
+  std::vector<float> q_proj, q_a_proj, q_a_bias, q_a_norm, q_b_proj;
+  std::vector<float> kv_a_proj, kv_a_bias, kv_a_norm, kv_b_proj;
+};
+
 /// One decoder layer in fp32; biases and norms are empty when absent.
 struct layer_weights_f32 {
   std::vector<float> input_norm, q_proj, k_proj, v_proj, o_proj;
+  std::optional<mla_weights_f32> mla;
   std::vector<float> q_bias, k_bias, v_bias, o_bias;
   std::vector<float> q_norm, k_norm;
   std::vector<float> post_norm, gate_proj, up_proj, down_proj;   ///< the dense MLP; empty in a sparse layer

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "config/check.hpp"
+#include "gpu/model/softmax.hpp"
 
 namespace actorserve::gpu {
 namespace {
@@ -16,14 +17,7 @@ struct ranks_before {
 };
 
 void softmax(const float* x, size_t n, float* out) {
-  float max_x = -INFINITY;
-  for (size_t i = 0; i < n; ++i) max_x = std::max(max_x, x[i]);
-  float sum = 0.0f;
-  for (size_t i = 0; i < n; ++i) {
-    out[i] = std::exp(x[i] - max_x);
-    sum += out[i];
-  }
-  const float inv = 1.0f / sum;
+  const float inv = exp_shifted(x, n, out);
   for (size_t i = 0; i < n; ++i) out[i] *= inv;
 }
 

@@ -1,6 +1,6 @@
 // The real engine (request/scheduler/block-manager/executor actors over the CPU executor) on
-// llama-tiny: preemption invariance and prefix caching (also on the MoE fixtures), cancellation
-// storms and n > 1.
+// llama-tiny: preemption invariance and prefix caching (also on the MoE fixtures and DeepSeek-V2,
+// whose KV cache holds the latent), cancellation storms and n > 1.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,7 +30,8 @@ std::map<int, std::map<int32_t, choice_result>> run_all(engine& e, const std::ve
   return c.results();
 }
 
-/// The scenarios whose outputs must not depend on the model family: dense and mixture-of-experts.
+/// The scenarios whose outputs must not depend on the model family: dense and mixture-of-experts,
+/// per-head and latent KV caches.
 class engine_model_test : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(engine_model_test, preemption_under_a_tiny_pool_keeps_greedy_outputs) {
@@ -110,7 +111,8 @@ TEST_P(engine_model_test, prefix_cache_computes_only_uncached_tokens) {
 }
 
 INSTANTIATE_TEST_SUITE_P(models, engine_model_test,
-                         ::testing::Values("llama-tiny", "qwen3-moe-tiny", "mixtral-tiny", "qwen3-moe-bf16"),
+                         ::testing::Values("llama-tiny", "qwen3-moe-tiny", "mixtral-tiny", "qwen3-moe-bf16",
+                                           "deepseek-v2-tiny", "deepseek-v2-qlora-yarn-bf16"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

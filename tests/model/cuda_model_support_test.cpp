@@ -1,5 +1,6 @@
-// What the CUDA executor refuses at start, decided on the host: MoE models and Qwen3's q/k norm
-// (no kernels yet) and a sliding window smaller than the context; each message names the way around.
+// What the CUDA executor refuses at start, decided on the host: latent attention, MoE models,
+// Qwen3's q/k norm and YaRN rope (no kernels yet) and a sliding window smaller than the context; each message names the
+// way around.
 #include <gtest/gtest.h>
 
 #include "config/model_config.hpp"
@@ -37,6 +38,22 @@ TEST(cuda_model_support, refuses_mixture_of_experts_naming_the_architecture) {
 TEST(cuda_model_support, refuses_qk_norm_naming_the_architecture) {
   expect_has(refusal("qwen3-tiny"), {"Qwen3ForCausalLM", "q_norm", "--device cpu"});
   expect_has(refusal("qwen3-hd128-bf16"), {"Qwen3ForCausalLM", "--device cpu"});
+}
+
+TEST(cuda_model_support, refuses_latent_attention_first_naming_it) {
+  expect_has(refusal("deepseek-v2-tiny"),
+             {"DeepseekV2ForCausalLM", "multi-head latent attention", "kv_lora_rank 32", "--device cpu"});
+  expect_has(refusal("deepseek-v2-qlora-yarn-bf16"), {"DeepseekV2ForCausalLM", "latent attention", "--device cpu"});
+}
+
+TEST(cuda_model_support, refuses_yarn_rope_naming_it) {
+  auto cfg = load_model_config(model_dir("llama-tiny"));
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  cfg->rope.kind = rope_kind::yarn;
+  cfg->rope.factor = 4.0;
+  status st = gpu::check_cuda_model_support(cfg.value(), 0);
+  ASSERT_FALSE(st.ok());
+  expect_has(st.err().message, {"LlamaForCausalLM", "YaRN", "--device cpu"});
 }
 
 TEST(cuda_model_support, refuses_a_window_smaller_than_the_context_and_says_how_long_a_context_runs) {

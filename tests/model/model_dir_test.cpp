@@ -59,7 +59,13 @@ TEST(model_dir, missing_expert_router_or_qk_norm_tensor_is_named) {
                           broken{"mixtral-tiny", "model.layers.0.block_sparse_moe.gate.weight"},
                           broken{"qwen3-moe-tiny", "model.layers.2.mlp.experts.5.up_proj.weight"},
                           broken{"qwen3-moe-tiny", "model.layers.1.mlp.down_proj.weight"},   // the dense layer
-                          broken{"qwen3-tiny", "model.layers.1.self_attn.k_norm.weight"}}) {
+                          broken{"qwen3-tiny", "model.layers.1.self_attn.k_norm.weight"},
+                          broken{"deepseek-v2-tiny", "model.layers.1.self_attn.kv_b_proj.weight"},
+                          broken{"deepseek-v2-tiny", "model.layers.0.self_attn.q_proj.weight"},
+                          broken{"deepseek-v2-tiny", "model.layers.1.mlp.shared_experts.gate_proj.weight"},
+                          broken{"deepseek-v2-qlora-yarn-bf16", "model.layers.2.self_attn.q_a_layernorm.weight"},
+                          broken{"deepseek-v2-qlora-yarn-bf16", "model.layers.1.self_attn.kv_a_proj_with_mqa.weight"},
+                          broken{"deepseek-v2-qlora-yarn-bf16", "model.layers.0.mlp.up_proj.weight"}}) {
     const fs::path dir = copy_model(b.model, "missing_expert");
     auto parts = split_safetensors(read_file(dir / "model.safetensors"));
     const std::string name = b.tensor;

@@ -2,9 +2,6 @@
 // transformers writes it, and a refusal naming file and key for each bad or unknown value.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "config/model_config.hpp"
 #include "test_data.hpp"
 
@@ -82,21 +79,8 @@ TEST(moe_config, mixtral_fixtures) {
   EXPECT_EQ(load_ok("mistral-sliding-window").sliding_window, 48);
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-TEST(moe_config, deepseek_v2_keys_are_read_but_the_architecture_is_refused) {
-  auto refused = load_model_config(model_dir("deepseek-v2-tiny"));
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.err().message.find("DeepseekV2ForCausalLM"), std::string::npos) << refused.err().message;
-  EXPECT_NE(refused.err().message.find("MLA"), std::string::npos) << refused.err().message;
-  EXPECT_NE(refused.err().message.find("config.json"), std::string::npos) << refused.err().message;
-
-  auto cfg = parse_model_config_keys(read_text(model_dir("deepseek-v2-tiny") + "/config.json"), "", "/d");
+TEST(moe_config, deepseek_v2_fixture) {
+  auto cfg = load_model_config(model_dir("deepseek-v2-tiny"));
   ASSERT_TRUE(cfg.ok()) << cfg.err().message;
   ASSERT_TRUE(cfg->moe.has_value());
   EXPECT_EQ(cfg->moe->num_experts, 4);
@@ -117,14 +101,14 @@ std::string deepseek(const std::string& extra) {
 }
 
 TEST(moe_config, deepseek_v2_group_limited_routing_and_layer_frequency) {
-  auto cfg = parse_model_config_keys(deepseek(R"(, "topk_method": "group_limited_greedy", "n_group": 4,
+  auto cfg = parse_model_config(deepseek(R"(, "topk_method": "group_limited_greedy", "n_group": 4,
       "topk_group": 2, "routed_scaling_factor": 2.5, "n_shared_experts": 2, "first_k_dense_replace": 1,
-      "moe_layer_freq": 2, "scoring_func": "sigmoid", "norm_topk_prob": false)"),
+      "moe_layer_freq": 2, "scoring_func": "softmax", "norm_topk_prob": false)"),
                                      "", "/d");
   ASSERT_TRUE(cfg.ok()) << cfg.err().message;
   const moe_config& m = *cfg->moe;
   EXPECT_EQ(m.topk_method, moe_topk_method::group_limited_greedy);
-  EXPECT_EQ(m.scoring, moe_scoring::sigmoid);
+  EXPECT_EQ(m.scoring, moe_scoring::softmax);
   EXPECT_EQ(m.num_groups, 4);
   EXPECT_EQ(m.topk_groups, 2);
   EXPECT_EQ(m.experts_per_group(), 2);
@@ -139,27 +123,26 @@ void expect_error(const result<model_config>& r, const std::vector<std::string>&
 }
 
 TEST(moe_config, unknown_router_methods_are_refused_naming_key_and_file) {
-  // Refused with the key's name before the architecture's refusal, so a start names the real cause.
-  for (auto parse : {&parse_model_config, &parse_model_config_keys}) {
-    expect_error(parse(deepseek(R"(, "topk_method": "noaux_tc")"), "", "/d"),
-                 {"/d/config.json", "topk_method", "noaux_tc"});
-    expect_error(parse(deepseek(R"(, "scoring_func": "softplus")"), "", "/d"),
-                 {"/d/config.json", "scoring_func", "softplus"});
-  }
-  expect_error(parse_model_config_keys(deepseek(R"(, "topk_method": 3)"), "", "/d"), {"topk_method"});
+  expect_error(parse_model_config(deepseek(R"(, "topk_method": "noaux_tc")"), "", "/d"),
+               {"/d/config.json", "topk_method", "noaux_tc"});
+  expect_error(parse_model_config(deepseek(R"(, "scoring_func": "softplus")"), "", "/d"),
+               {"/d/config.json", "scoring_func", "softplus"});
+  expect_error(parse_model_config(deepseek(R"(, "topk_method": 3)"), "", "/d"), {"topk_method"});
 }
 
 TEST(moe_config, bad_deepseek_v2_keys_name_the_key) {
-  auto keys = [](const std::string& extra) { return parse_model_config_keys(deepseek(extra), "", "/d"); };
+  auto keys = [](const std::string& extra) { return parse_model_config(deepseek(extra), "", "/d"); };
   expect_error(keys(R"(, "topk_method": "group_limited_greedy", "n_group": 3, "topk_group": 1)"), {"n_group"});
   expect_error(keys(R"(, "topk_method": "group_limited_greedy", "n_group": 4, "topk_group": 5)"), {"topk_group"});
   expect_error(keys(R"(, "topk_method": "group_limited_greedy", "n_group": 4, "topk_group": 1)"),
                {"num_experts_per_tok"});
   expect_error(keys(R"(, "routed_scaling_factor": 0)"), {"routed_scaling_factor"});
   expect_error(keys(R"(, "norm_topk_prob": true)"), {"norm_topk_prob"});
+  // transformers' DeepSeek-V2 router computes softmax whatever scoring_func says.
+  expect_error(keys(R"(, "scoring_func": "sigmoid")"), {"/d/config.json", "scoring_func", "sigmoid", "softmax"});
   expect_error(keys(R"(, "moe_layer_freq": 0)"), {"moe_layer_freq"});
   expect_error(keys(R"(, "n_shared_experts": -1)"), {"n_shared_experts"});
-  expect_error(parse_model_config_keys(R"({"architectures": ["DeepseekV2ForCausalLM"], "vocab_size": 100,
+  expect_error(parse_model_config(R"({"architectures": ["DeepseekV2ForCausalLM"], "vocab_size": 100,
       "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
       "num_experts_per_tok": 2, "moe_intermediate_size": 16})", "", "/d"),
                {"/d/config.json", "n_routed_experts"});

@@ -182,6 +182,20 @@ TEST(moe_router, many_tokens_agree_with_a_literal_reference) {
   }
 }
 
+TEST(moe_router, deepseek_v2_group_limited_weights_are_softmax_scores_times_the_scaling) {
+  // deepseek-v2-qlora-yarn-bf16's router: 8 experts in 4 groups, 2 groups kept, top 3, scaling
+  // 2.5, never renormalised (transformers' DeepSeek-V2 router ignores norm_topk_prob).
+  moe_config m = grouped(8, 3, 4, 2);
+  m.routed_scaling_factor = 2.5;
+  // Group maxima 0.9, 3.0, 2.0, 2.5: groups 1 and 3 are kept although expert 4 (group 2) beats 7.
+  const std::vector<float> logits = {0.9f, 0.1f, 3.0f, 1.0f, 2.0f, -1.0f, 0.5f, 2.5f};
+  const auto p = softmax(logits);
+  auto r = route(m, logits);
+  EXPECT_EQ(r.experts, (std::vector<int32_t>{2, 7, 3}));
+  for (size_t j = 0; j < 3; ++j) EXPECT_NEAR(r.weights[j], 2.5f * p[static_cast<size_t>(r.experts[j])], 1e-6) << j;
+  EXPECT_LT(r.weights[0] + r.weights[1] + r.weights[2], 2.5f);
+}
+
 TEST(expert_permutation, groups_pairs_by_expert_in_token_order) {
   // 3 tokens, top 2, 4 experts: token 0 -> {2, 0}, token 1 -> {0, 1}, token 2 -> {2, 1}.
   const std::vector<int32_t> experts = {2, 0, 0, 1, 2, 1};
