@@ -32,10 +32,10 @@ struct options {
   int turns = 4;
   int system_prompts = 32;
   int system_len = 768;                ///< tokens
-  int64_t budget = 8192;               ///< work units an engine does per tick
+  int64_t budget = 300;                ///< work units an engine does per tick (~70 % busy without a cache)
   int64_t decode_cost = 16;            ///< work units per output token
   int report_ticks = 10;               ///< load reports every 100 ms
-  int64_t margin = 16;
+  std::vector<size_t> margins{1, 4, 16};  ///< cache-aware's balance margins to compare
   uint64_t seed = 1;
 };
 
@@ -126,10 +126,10 @@ struct outcome {
   double hit_rate = 0, imbalance = 0, mean_latency_ms = 0, p99_latency_ms = 0;
 };
 
-outcome simulate(const options& o, size_t n, routing_kind kind, const std::vector<request>& trace) {
+outcome simulate(const options& o, size_t n, routing_kind kind, int64_t margin, const std::vector<request>& trace) {
   router_config rc;
   rc.kind = kind;
-  rc.balance_margin = o.margin;
+  rc.balance_margin = margin;
   rc.default_cache_blocks = o.cache_blocks;
   router_policy policy(n, rc);
   std::vector<sim_engine> engines(n);
@@ -223,13 +223,13 @@ int main(int argc, char** argv) {
     else if (a == "--budget") o.budget = std::stoll(value("--budget"));
     else if (a == "--decode-cost") o.decode_cost = std::stoll(value("--decode-cost"));
     else if (a == "--report-ticks") o.report_ticks = std::stoi(value("--report-ticks"));
-    else if (a == "--margin") o.margin = std::stoll(value("--margin"));
+    else if (a == "--margins") o.margins = parse_list(value("--margins"));
     else if (a == "--seed") o.seed = std::stoull(value("--seed"));
     else {
       std::printf(
           "bench_routing_sim [--engines 1,2,4,...,64] [--cache-blocks 2048] [--conversations-per-engine 48]\n"
           "  [--turns 4] [--system-prompts 32] [--system-len 768] [--budget 8192] [--decode-cost 16]\n"
-          "  [--report-ticks 10] [--margin 16] [--seed 1]\n"
+          "  [--report-ticks 10] [--margins 1,4,16] [--seed 1]\n"
           "Replays a shared-prefix multi-turn trace against N simulated engines per routing policy; prints\n"
           "the prefix-cache hit rate (cached / prompt tokens), the imbalance (busiest engine's work / mean)\n"
           "and the mean and p99 time from arrival to the last token (ms, 10 ms ticks).\n");
@@ -238,14 +238,18 @@ int main(int argc, char** argv) {
   }
   std::printf("| engines | requests | policy | prefix-hit rate | imbalance (max/mean work) | mean latency ms | p99 latency ms |\n");
   std::printf("|---:|---:|---|---:|---:|---:|---:|\n");
+  auto row = [](size_t n, size_t requests, const std::string& policy, const outcome& r) {
+    std::printf("| %zu | %zu | %s | %.3f | %.2f | %.0f | %.0f |\n", n, requests, policy.c_str(), r.hit_rate,
+                r.imbalance, r.mean_latency_ms, r.p99_latency_ms);
+    std::fflush(stdout);
+  };
   for (size_t n : o.engines) {
     const auto trace = make_trace(o, n);
-    for (auto kind : {routing_kind::cache_aware, routing_kind::least_loaded, routing_kind::round_robin}) {
-      const auto r = simulate(o, n, kind, trace);
-      std::printf("| %zu | %zu | %s | %.3f | %.2f | %.0f | %.0f |\n", n, trace.size(), to_string(kind), r.hit_rate,
-                  r.imbalance, r.mean_latency_ms, r.p99_latency_ms);
-      std::fflush(stdout);
-    }
+    for (size_t m : o.margins)
+      row(n, trace.size(), "cache-aware, margin " + std::to_string(m),
+          simulate(o, n, routing_kind::cache_aware, static_cast<int64_t>(m), trace));
+    for (auto kind : {routing_kind::least_loaded, routing_kind::round_robin})
+      row(n, trace.size(), to_string(kind), simulate(o, n, kind, 0, trace));
   }
   return 0;
 }
