@@ -49,9 +49,9 @@ relay_actor::behavior_type relay(relay_self self, new_request nr, uint64_t key, 
   self->monitor(st.scheduler);
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& st = self->state;
-    if (dm.source == st.scheduler.address())
-      self->send(st.client, fail_atom::value, st.key, std::string("the engine stopped"));
-    else
+    // NOTE: a scheduler that stopped means this engine is stopping: the front end moves the
+    // request to another engine when the connection closes, so no failure is sent.
+    if (dm.source != st.scheduler.address())
       st.on_abandoned();  // the front end is gone: ending here makes the scheduler abort the request
     end_relay(self);
   });

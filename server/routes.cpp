@@ -151,7 +151,7 @@ route_result metrics_page(server_context& ctx) {
   route_result r;
   r.content_type = "text/plain; version=0.0.4";
   r.body = ctx.stats.render(ctx.engine.stats(), ctx.model_name, ctx.num_active_jobs.load(),
-                            ctx.config.server.metrics_vllm_names);
+                            ctx.config.server.metrics_vllm_names, ctx.engine.engines());
   return r;
 }
 

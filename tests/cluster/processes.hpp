@@ -59,6 +59,10 @@ class process {
     ::waitpid(pid_, nullptr, 0);
     pid_ = -1;
   }
+  /// Sends SIGTERM (the process stops by itself; wait_exit reaps it).
+  void terminate() {
+    if (pid_ > 0) ::kill(pid_, SIGTERM);
+  }
   /// Waits up to `timeout` for it to exit by itself; its exit status, or nothing.
   std::optional<int> wait_exit(std::chrono::milliseconds timeout) {
     const auto until = std::chrono::steady_clock::now() + timeout;
