@@ -62,19 +62,13 @@ class cluster_engine final : public engine {
 
   status submit(generation_request req, delta_sink sink) override {
     if (auto st = admissible(req); !st) return st;
-    request_context ctx;
-    ctx.upstream = &upstream_;
-    ctx.tokenizer = &tok_;
-    ctx.stats = stats_;
-    ctx.group_id = next_group_.fetch_add(1);
     // NOTE: the seed is fixed here, so a request moved to another engine draws the same tokens.
-    ctx.seed = req.params.seed ? *req.params.seed : cfg_.executor.seed + next_seed_.fetch_add(1);
-    registry_->spawn(*system_, std::move(req), std::move(sink), ctx);
+    registry_->spawn(*system_, std::move(req), std::move(sink), upstream_, tok_, stats_, cfg_.executor.seed);
     return {};
   }
 
   status admissible(const generation_request& req) const {
-    if (!accepting_.load()) return make_error(error_code::unavailable, "the engine is shutting down");
+    if (!registry_->accepting()) return make_error(error_code::unavailable, "the engine is shutting down");
     if (num_up() == 0) return make_error(error_code::unavailable, "no engine is up");
     return check_request(req, {info_.vocab_size, info_.max_model_len, info_.logit_bias, "engines'"});
   }
@@ -118,7 +112,7 @@ class cluster_engine final : public engine {
     // This front end's requests (the engines' counts include other front ends').
     sum.requests_finished = stats_->requests_finished.load();
     sum.requests_cancelled = stats_->requests_cancelled.load();
-    sum.healthy = any && accepting_.load();
+    sum.healthy = any && registry_->accepting();
     return sum;
   }
 
@@ -132,20 +126,11 @@ class cluster_engine final : public engine {
   int64_t max_model_len() const override { return info_.max_model_len; }
 
   void shutdown(std::chrono::milliseconds grace) override {
-    std::lock_guard<std::mutex> once(shutdown_mu_);
-    if (stopped_) return;
-    accepting_ = false;
-    const auto until = std::chrono::steady_clock::now() + grace;
-    while (registry_->size() > 0 && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    registry_->cancel_all();
     // The request actors' cancels reach the router (and the engines) before it stops.
-    const auto cancel_until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (registry_->size() > 0 && std::chrono::steady_clock::now() < cancel_until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
-    system_->await_all_actors_done();
-    stopped_ = true;
+    registry_->stop(grace, std::chrono::seconds(2), [this] {
+      caf::anon_send_exit(router_, caf::exit_reason::user_shutdown);
+      system_->await_all_actors_done();
+    });
   }
 
  private:
@@ -166,10 +151,6 @@ class cluster_engine final : public engine {
   router_actor router_;
   request_upstream upstream_;             ///< router_, as the request actors see it
   std::shared_ptr<request_registry> registry_ = std::make_shared<request_registry>();
-  std::atomic<bool> accepting_{true};
-  std::atomic<uint64_t> next_group_{1}, next_seed_{0};
-  std::mutex shutdown_mu_;
-  bool stopped_ = false;
 };
 
 }  // namespace

@@ -150,19 +150,13 @@ class engine_impl final : public engine {
 
   /// What submit refuses at once: a stopping or failed engine, bad parameters or prompt ids.
   status admissible(const generation_request& req) const {
-    if (!accepting_.load()) return make_error(error_code::unavailable, "the engine is shutting down");
+    if (!registry_->accepting()) return make_error(error_code::unavailable, "the engine is shutting down");
     if (stats_->gave_up.load()) return make_error(error_code::unavailable, stats_->failure());
     return check_request(req, {info_.vocab_size, max_model_len_, logit_bias_, info_.name});
   }
 
   void spawn_one(generation_request req, delta_sink sink) {
-    request_context ctx;
-    ctx.upstream = &upstream_;
-    ctx.tokenizer = &tok_;
-    ctx.stats = stats_;
-    ctx.group_id = next_group_.fetch_add(1);
-    ctx.seed = req.params.seed ? *req.params.seed : cfg_.executor.seed + next_seed_.fetch_add(1);
-    registry_->spawn(*system_, std::move(req), std::move(sink), ctx);
+    registry_->spawn(*system_, std::move(req), std::move(sink), upstream_, tok_, stats_, cfg_.executor.seed);
   }
 
   void cancel(const std::string& request_id) override { registry_->cancel(request_id); }
@@ -174,7 +168,7 @@ class engine_impl final : public engine {
     ctx.info = {wire_version, model_name_, info_.vocab_size, info_.block_size, max_model_len_, logit_bias_};
     ctx.stats = [this] { return stats(); };
     ctx.admissible = [this](const generation_request& r) { return admissible(r); };
-    ctx.next_group = [this] { return next_group_.fetch_add(1); };
+    ctx.next_group = [reg = registry_] { return reg->next_group(); };
     ctx.on_abandoned = [board = stats_] { board->requests_cancelled.fetch_add(1, std::memory_order_relaxed); };
     gate_ = spawn_engine_gate(*system_, std::move(ctx));
     const auto& at = *cfg_.cluster.listen;
@@ -228,25 +222,17 @@ class engine_impl final : public engine {
   int64_t max_model_len() const override { return max_model_len_; }
 
   void shutdown(std::chrono::milliseconds grace) override {
-    std::lock_guard<std::mutex> once(shutdown_mu_);
-    if (stopped_) return;
-    accepting_ = false;
-    const auto until = std::chrono::steady_clock::now() + grace;
-    while (num_live() > 0 && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    registry_->cancel_all();
-    if (gate_) caf::anon_send_exit(gate_, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(scheduler_, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(block_manager_, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(executor_actor_, caf::exit_reason::user_shutdown);
-    system_->await_all_actors_done();
-    stats_->alive = false;
-    stopped_ = true;
+    registry_->stop(grace, std::chrono::milliseconds(0), [this] {
+      if (gate_) caf::anon_send_exit(gate_, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(scheduler_, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(block_manager_, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(executor_actor_, caf::exit_reason::user_shutdown);
+      system_->await_all_actors_done();
+      stats_->alive = false;
+    });
   }
 
  private:
-  size_t num_live() { return registry_->size(); }
-
   engine_config cfg_;
   protocol::tokenizer tok_;
   gpu::executor_info info_;
@@ -262,10 +248,6 @@ class engine_impl final : public engine {
   request_upstream upstream_;             ///< scheduler_, as the request actors see it
   engine_gate_actor gate_;                ///< set by publish()
   std::shared_ptr<request_registry> registry_ = std::make_shared<request_registry>();
-  std::atomic<bool> accepting_{true};
-  std::atomic<uint64_t> next_group_{1}, next_seed_{0};
-  std::mutex shutdown_mu_;
-  bool stopped_ = false;
 };
 
 }  // namespace

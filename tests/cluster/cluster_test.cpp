@@ -82,6 +82,14 @@ class cluster : public ::testing::Test {
     engines_[i] = process(engine_args(port), (dir_ / ("engine" + std::to_string(i) + ".log")).string());
   }
 
+  /// Starts engine `i` again on its port and waits until both front ends have it up.
+  static void restart_engine(size_t i) {
+    start_engine(i, ports_[i]);
+    ASSERT_FALSE(engines_[i].wait_for_line("engine listening on", 60s).empty()) << engines_[i].log();
+    for (uint16_t front : {cache_aware_port_, round_robin_port_})
+      EXPECT_TRUE(eventually([&] { return health_of(front)[i].up; }, 30s)) << "front end " << front;
+  }
+
   static process start_front(const std::string& routing, const std::string& name, uint16_t* port,
                              std::vector<std::string> extra = {}) {
     process p(front_args(ports_, routing, std::move(extra)), (dir_ / (name + ".log")).string());
@@ -212,10 +220,7 @@ TEST_F(cluster, a_killed_engine_s_streams_complete_as_an_uninterrupted_run_and_i
               static_cast<long long>(h[victim].requests_resubmitted - resubmitted_before), cases.size());
 
   // Restarted on its port, it rejoins both front ends and takes load.
-  start_engine(victim, ports_[victim]);
-  ASSERT_FALSE(engines_[victim].wait_for_line("engine listening on", 60s).empty()) << engines_[victim].log();
-  for (uint16_t front : {cache_aware_port_, round_robin_port_})
-    EXPECT_TRUE(eventually([&] { return health_of(front)[victim].up; }, 30s)) << "front end " << front;
+  restart_engine(victim);
   const int64_t routed_before = health_of(round_robin_port_)[victim].requests_routed;
   run_parallel(9, 3, [&](size_t i) {
     const auto r = stream_completion(round_robin_port_, "after the restart " + std::to_string(i),
@@ -243,6 +248,7 @@ TEST_F(cluster, an_engine_stopped_with_sigterm_hands_its_streams_to_the_others) 
   EXPECT_EQ(engines_[victim].wait_exit(30s), 0) << engines_[victim].log();
   clients.join();
   for (size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(got[i], expected[i]) << "request " << i;
+  restart_engine(victim);
 }
 
 TEST_F(cluster, a_killed_front_end_s_requests_are_freed_on_the_engines_and_others_go_on) {
