@@ -8,6 +8,7 @@
 // have drawn and the client's stream continues without a gap or a repeat. Engines that are down
 // are dialled again every reconnect_period; one that answers rejoins the routing.
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <unordered_map>
 
@@ -23,6 +24,8 @@ namespace {
 
 constexpr std::chrono::milliseconds reconnect_period{250};
 constexpr std::chrono::seconds handshake_timeout{10};
+/// How long a request moved from an engine that went down waits for an engine when none is up.
+constexpr std::chrono::seconds failover_wait{30};
 
 struct engine_slot {
   host_port at;
@@ -67,6 +70,13 @@ struct router_state {
   std::map<caf::actor_addr, size_t> engine_of;       ///< gate -> engine index
   uint64_t next_key = 1;
   int32_t block_size = 0;                            ///< the first engine's (prefix-cache keys)
+  /// Moved requests (group, index as for dispatch) waiting for an engine to come up, and until when.
+  struct parked_request {
+    uint64_t group;
+    int32_t index;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::deque<parked_request> parked;
   static inline const char* name = "router";
 };
 
@@ -103,8 +113,9 @@ void fail_group(router_self self, uint64_t gid, const std::string& why) {
 }
 
 /// Sends one engine request of group `gid`: the whole request (index < 0) or choice `index`
-/// resumed after the tokens it streamed.
-void dispatch(router_self self, uint64_t gid, int32_t index) {
+/// resumed after the tokens it streamed. With no engine up, a request moved from an engine that
+/// went down (`moved`) waits up to failover_wait for one; a new request fails.
+void dispatch(router_self self, uint64_t gid, int32_t index, bool moved = false) {
   auto& st = self->state;
   auto& g = st.groups.at(gid);
   wire_request w;
@@ -124,7 +135,10 @@ void dispatch(router_self self, uint64_t gid, int32_t index) {
   const auto hashes = hashes_of(st, w.tokens);
   const auto e = st.policy->pick(hashes);
   if (!e) {
-    fail_group(self, gid, "no engine is up");
+    if (moved)
+      st.parked.push_back({gid, index, std::chrono::steady_clock::now() + failover_wait});
+    else
+      fail_group(self, gid, "no engine is up");
     return;
   }
   st.policy->on_routed(*e, hashes);
@@ -211,13 +225,12 @@ void engine_down(router_self self, size_t e, const caf::error& why) {
     const bool untouched = std::all_of(g.choices.begin(), g.choices.end(),
                                        [](const choice_track& c) { return c.streamed.empty() && !c.done; });
     if (r.index < 0 && untouched) {
-      dispatch(self, r.group, -1);
+      dispatch(self, r.group, -1, true);
       continue;
     }
     for (size_t i = 0; i < g.choices.size(); ++i) {
       if (g.choices[i].done || (r.index >= 0 && static_cast<size_t>(r.index) != i)) continue;
-      dispatch(self, r.group, static_cast<int32_t>(i));
-      if (!st.groups.count(r.group)) break;  // failed: no engine is up
+      dispatch(self, r.group, static_cast<int32_t>(i), true);
     }
   }
   edit_node(self, e, [moved](engine_node& n) { n.requests_resubmitted += moved; });
@@ -247,6 +260,25 @@ void on_hello(router_self self, size_t e, engine_gate_actor gate, const engine_i
   st.policy->set_up(e, true);
   update_view(self, e, true);
   log::info("router: engine {} is up (model {}, {}-token blocks)", slot.address, info.model_name, info.block_size);
+  // Requests moved from engines that went down while none was up go here now.
+  auto waiting = std::move(st.parked);
+  st.parked.clear();
+  for (const auto& p : waiting) {
+    auto g = st.groups.find(p.group);
+    if (g == st.groups.end() || (p.index >= 0 && g->second.choices[static_cast<size_t>(p.index)].done)) continue;
+    dispatch(self, p.group, p.index, true);
+  }
+}
+
+/// Fails the moved requests that waited failover_wait for an engine in vain.
+void expire_parked(router_self self) {
+  auto& st = self->state;
+  const auto now = std::chrono::steady_clock::now();
+  while (!st.parked.empty() && st.parked.front().until <= now) {
+    fail_group(self, st.parked.front().group,
+               fmt::format("no engine came back within {} s after the request's engine went down", failover_wait.count()));
+    st.parked.pop_front();
+  }
 }
 
 void connect_down_engines(router_self self) {
@@ -345,6 +377,7 @@ router_actor::behavior_type router(router_self self, cluster_options c, caf::io:
         edit_node(self, it->second, [&s](engine_node& n) { n.stats = s; });
       },
       [self](reconnect_atom) {
+        expire_parked(self);
         connect_down_engines(self);
         self->delayed_send(self, reconnect_period, reconnect_atom::value);
       },

@@ -74,7 +74,8 @@ class cluster : public ::testing::Test {
     round_robin_.kill_now();
     reference_.kill_now();
     for (auto& e : engines_) e.kill_now();
-    if (!::testing::Test::HasFailure()) fs::remove_all(dir_);
+    // The logs stay after a failure, or with ACTORSERVE_KEEP_TEST_LOGS set.
+    if (!::testing::Test::HasFailure() && !std::getenv("ACTORSERVE_KEEP_TEST_LOGS")) fs::remove_all(dir_);
   }
 
   static void start_engine(size_t i, uint16_t port) {
@@ -298,6 +299,34 @@ TEST_F(cluster, a_killed_front_end_s_requests_are_freed_on_the_engines_and_other
       },
       10s));
   EXPECT_TRUE(engines_idle(cache_aware_port_));
+}
+
+TEST_F(cluster, streams_wait_for_their_only_engine_to_come_back) {
+  process lone(engine_args(0), (dir_ / "engine-lone.log").string());
+  const auto line = lone.wait_for_line("engine listening on", 60s);
+  ASSERT_FALSE(line.empty()) << lone.log();
+  const uint16_t port = port_in(line, "listening on");
+  process front({"serve", "--model", model_dir("llama-tiny"), "--port", "0", "--engines",
+                 "127.0.0.1:" + std::to_string(port), "--disable-log-stats"},
+                (dir_ / "front-lone.log").string());
+  const auto ready = front.wait_for_line("listening on http", 60s);
+  ASSERT_FALSE(ready.empty()) << front.log();
+  const uint16_t front_port = port_in(ready, "http://");
+  const auto cases = failover_cases();
+  const std::vector<failover_case> some(cases.begin(), cases.begin() + 3);
+  std::vector<stream_result> expected(some.size()), got(some.size());
+  for (size_t i = 0; i < some.size(); ++i) expected[i] = stream_completion(reference_port_, some[i].prompt, some[i].fields);
+  std::thread clients([&] {
+    run_parallel(some.size(), some.size(),
+                 [&](size_t i) { got[i] = stream_completion(front_port, some[i].prompt, some[i].fields); });
+  });
+  EXPECT_TRUE(eventually([&] { return health_of(front_port)[0].running >= 1; }, 30s));
+  lone.kill_now();
+  EXPECT_TRUE(eventually([&] { return !health_of(front_port)[0].up; }, 10s));
+  lone = process(engine_args(port), (dir_ / "engine-lone-again.log").string());
+  ASSERT_FALSE(lone.wait_for_line("engine listening on", 60s).empty()) << lone.log();
+  clients.join();
+  for (size_t i = 0; i < some.size(); ++i) EXPECT_EQ(got[i], expected[i]) << "request " << i;
 }
 
 /// Makes a CA and a certificate it signs, with the openssl command; false if it cannot.
