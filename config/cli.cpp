@@ -176,6 +176,20 @@ void add_generate_flags(CLI::App& app, generate_options& g, std::vector<std::str
   app.add_option("--stop", p.stop, "stop string (repeatable)");
 }
 
+/// A front end of --engines runs no engine: the engine's own flags belong to `actorserve engine`.
+void warn_engine_flags_on_front_end(const CLI::App& serve, std::vector<std::string>& warnings) {
+  static const char* const engine_only[] = {
+      "--max-model-len", "--dtype", "--max-num-seqs", "--max-num-batched-tokens", "--enable-chunked-prefill",
+      "--async-scheduling", "--block-size", "--num-gpu-blocks-override", "--gpu-memory-utilization",
+      "--cpu-kv-cache-space", "--enable-prefix-caching", "--paged-kv-cache-type", "--device", "--enforce-eager",
+      "--profile-steps", "--cpu-threads", "--inject-step-failures"};
+  for (const char* flag : engine_only) {
+    const CLI::Option* opt = serve.get_option_no_throw(flag);
+    if (opt && opt->count() > 0)
+      warnings.push_back(fmt::format("{}: no effect on a front end of --engines; give it to `actorserve engine`", flag));
+  }
+}
+
 /// The model comes from --model or the first argument, not from two different places.
 status resolve_model(engine_config& cfg, const std::string& positional) {
   if (positional.empty()) return {};
@@ -287,6 +301,7 @@ result<command_line> parse_command_line(int argc, const char* const* argv) {
       if (hp->port == 0) return make_error(error_code::invalid_argument, "--engines: '" + text + "' needs a port");
       out.engine.cluster.engines.push_back(std::move(*hp));
     }
+    if (!out.engine.cluster.engines.empty()) warn_engine_flags_on_front_end(*serve, out.warnings);
   }
   if (host->parsed()) {
     out.cmd = command::engine;

@@ -264,6 +264,17 @@ TEST(Cli, ServeTakesEnginesAndRouting) {
   EXPECT_EQ(plain->engine.cluster.routing, routing_kind::cache_aware);
 }
 
+TEST(Cli, EngineFlagsOnAFrontEndOfEnginesWarn) {
+  auto cl = parse({"serve", "--model", "m", "--engines", "h:1", "--max-num-seqs", "8", "--no-enable-prefix-caching"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  ASSERT_EQ(cl->warnings.size(), 2u);
+  EXPECT_NE(cl->warnings[0].find("--max-num-seqs: no effect on a front end"), std::string::npos) << cl->warnings[0];
+  EXPECT_NE(cl->warnings[1].find("--enable-prefix-caching"), std::string::npos) << cl->warnings[1];
+  auto local = parse({"serve", "--model", "m", "--max-num-seqs", "8"});
+  ASSERT_TRUE(local.ok());
+  EXPECT_TRUE(local->warnings.empty());
+}
+
 TEST(Cli, ClusterFlagErrorsNameTheFlag) {
   auto expect_error = [](std::vector<const char*> args, std::string_view flag) {
     auto cl = parse(std::move(args));
