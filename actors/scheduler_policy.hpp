@@ -36,6 +36,11 @@ struct new_request {
   std::shared_ptr<const sampling_params> params;
   uint64_t seed = 0;
   int32_t priority = 0;
+  /// A choice resumed on another engine (n == 1): the last `num_generated` tokens of `prompt`
+  /// were generated already and count as such (max_tokens, penalties, the sampler's counter);
+  /// `index` is its choice index.
+  int32_t num_generated = 0;
+  int32_t index = 0;
 };
 
 /// What one step produced for one sequence: a token and/or the end of the sequence.
