@@ -1,6 +1,7 @@
 #include "grammar/compiled_grammar.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <map>
@@ -20,7 +21,7 @@ constexpr uint32_t ref_mask = 0x7FFFFFFFu;
 /// In a node's `below`: the branch depends on the stack under the starting position.
 constexpr uint32_t taint_flag = 0x80000000u;
 /// Merged tables kept per grammar (each a mask over the vocabulary: 16 KiB at 128k tokens).
-constexpr size_t max_combined_tables = 256;
+constexpr size_t max_combined_tables = 1024;
 /// A return site meaning "the end of the input" (the root rule ends).
 constexpr uint32_t end_site = ~0u;
 
@@ -77,6 +78,7 @@ class walker {
       sentinel_of_rule_[r] = it->second;
     }
     states_.emplace_back();  // state 0: no stack left
+    lookups_.push_back(0);
   }
 
   /// The state of a stack holding only `pos` (a byte-reading position).
@@ -88,6 +90,21 @@ class walker {
   /// The state after `byte`, packed: next state << 2 | some branch read it << 1 | some
   /// context-independent branch read it.
   uint32_t step(uint32_t state, uint8_t byte) {
+    // A state met often (string content, digits) gets a direct table of its 256 transitions.
+    if (state < dense_.size() && dense_[state]) {
+      const uint32_t hit = (*dense_[state])[byte];
+      if (hit != unknown) return hit;
+    } else if (++lookups_[state] == dense_after && dense_.size() < max_dense_states) {
+      if (dense_.size() <= state) dense_.resize(state + 1);
+      dense_[state] = std::make_unique<std::array<uint32_t, 256>>();
+      dense_[state]->fill(unknown);
+    }
+    const uint32_t packed = step_memo(state, byte);
+    if (state < dense_.size() && dense_[state]) (*dense_[state])[byte] = packed;
+    return packed;
+  }
+
+  uint32_t step_memo(uint32_t state, uint8_t byte) {
     const uint64_t key = (uint64_t{state} << 8) | byte;
     if (const uint32_t* hit = memo_.find(key)) return *hit;
     work_.clear();
@@ -134,7 +151,10 @@ class walker {
     if (tops.empty()) return 0;
     std::string key(reinterpret_cast<const char*>(tops.data()), tops.size() * sizeof(uint32_t));
     auto [it, fresh] = state_ids_.emplace(std::move(key), static_cast<uint32_t>(states_.size()));
-    if (fresh) states_.push_back(std::move(tops));
+    if (fresh) {
+      states_.push_back(std::move(tops));
+      lookups_.push_back(0);
+    }
     return it->second;
   }
 
@@ -178,6 +198,11 @@ class walker {
   std::vector<std::vector<uint32_t>> states_;
   std::unordered_map<std::string, uint32_t> state_ids_;
   detail::flat_map64 memo_;
+  static constexpr uint32_t unknown = ~0u;
+  static constexpr uint32_t dense_after = 64;       ///< lookups before a state gets a direct table
+  static constexpr size_t max_dense_states = 1 << 16;
+  std::vector<uint32_t> lookups_;                   ///< per state
+  std::vector<std::unique_ptr<std::array<uint32_t, 256>>> dense_;
   std::vector<item> work_;
   std::vector<uint64_t> visited_;
 };
