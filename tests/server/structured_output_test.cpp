@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <simdjson.h>
 
+#include <map>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -206,11 +208,19 @@ TEST_F(StructuredOutput, RefusalsNameFieldAndKeyword) {
 }
 
 /// Constrained generations with two steps in flight equal the one-step engine's: the mask of a
-/// sampling planned ahead is filled when the token before it is known.
-TEST(StructuredOutputAsync, MasksPlannedAheadGiveTheOneStepOutputs) {
-  auto run = [](bool async) {
-    engine_config cfg = actors::testing::tiny_config();
+/// sampling planned ahead is filled when the token before it is known. Also with a pool small
+/// enough to preempt (recompute keeps the matcher's state) and with executor failures (the steps
+/// in flight are lost, their pending masks abandoned, everything recomputed).
+class StructuredOutputEngines : public ::testing::Test {
+ protected:
+  using outputs = std::map<int, std::map<int32_t, actors::testing::choice_result>>;
+
+  /// `stats`: the engine's counters once every request ended.
+  static outputs run(bool async, std::optional<int64_t> num_blocks = std::nullopt, std::vector<int64_t> failures = {},
+                     actors::engine_stats* stats = nullptr) {
+    engine_config cfg = actors::testing::tiny_config(num_blocks);
     cfg.scheduler.async_scheduling = async;
+    cfg.executor.inject_step_failures = std::move(failures);
     auto e = actors::testing::start_engine(cfg);
     EXPECT_NE(e, nullptr);
     grammar::constraint_spec schema;
@@ -241,27 +251,44 @@ TEST(StructuredOutputAsync, MasksPlannedAheadGiveTheOneStepOutputs) {
       EXPECT_TRUE(e->submit(std::move(free_req), c.sink(100 + i)).ok());
     }
     EXPECT_TRUE(c.wait());
+    if (stats) *stats = e->stats();
     e->shutdown(0ms);
     return c.results();
-  };
-  const auto one_step = run(false);
-  const auto two_steps = run(true);
-  ASSERT_EQ(one_step.size(), two_steps.size());
-  grammar::testing::json_validator validator(kRecordSchema);
-  for (const auto& [key, choices] : one_step) {
-    for (const auto& [index, c] : choices) {
-      const auto& a = two_steps.at(key).at(index);
-      EXPECT_EQ(a.tokens, c.tokens) << "request " << key << " choice " << index;
-      if (key < 100 && key % 2 == 1) {
-        std::string why;
-        EXPECT_EQ(c.finish, actors::finish_reason::stop) << c.text;
-        EXPECT_TRUE(validator.valid(c.text, &why)) << c.text << ": " << why;
-      }
-      if (key < 100 && key % 2 == 0) {
-        EXPECT_TRUE(std::regex_match(c.text, std::regex("(ab|c){1,4}x{2,5}"))) << c.text;
+  }
+
+  static void expect_same_and_valid(const outputs& got, const outputs& want, const char* what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    grammar::testing::json_validator validator(kRecordSchema);
+    for (const auto& [key, choices] : want) {
+      for (const auto& [index, c] : choices) {
+        const auto& a = got.at(key).at(index);
+        EXPECT_EQ(a.tokens, c.tokens) << what << ": request " << key << " choice " << index;
+        if (key < 100 && key % 2 == 1) {
+          std::string why;
+          EXPECT_EQ(a.finish, actors::finish_reason::stop) << what << ": " << a.text;
+          EXPECT_TRUE(validator.valid(a.text, &why)) << what << ": " << a.text << ": " << why;
+        }
+        if (key < 100 && key % 2 == 0) {
+          EXPECT_TRUE(std::regex_match(a.text, std::regex("(ab|c){1,4}x{2,5}"))) << what << ": " << a.text;
+        }
       }
     }
   }
+};
+
+TEST_F(StructuredOutputEngines, MasksPlannedAheadGiveTheOneStepOutputs) {
+  const auto one_step = run(false);
+  expect_same_and_valid(one_step, one_step, "one step");
+  expect_same_and_valid(run(true), one_step, "two steps in flight");
+}
+
+TEST_F(StructuredOutputEngines, PreemptionAndExecutorFailuresKeepTheOutputs) {
+  const auto one_step = run(false);
+  actors::engine_stats tight, failing;
+  expect_same_and_valid(run(true, 24, {}, &tight), one_step, "a 24-block pool");
+  EXPECT_GT(tight.num_preemptions, 0);
+  expect_same_and_valid(run(true, std::nullopt, {4, 11, 19}, &failing), one_step, "failed steps 4, 11, 19");
+  EXPECT_EQ(failing.executor_restarts, 3);
 }
 
 }  // namespace
