@@ -112,7 +112,7 @@ bool matcher::accepts(std::string_view bytes) {
 
 int64_t matcher::fill_next_token_bitmask(std::span<uint32_t> words) {
   const vocabulary& v = g_->vocab();
-  std::vector<uint32_t>& indices = scratch_a_;
+  std::vector<uint32_t>& indices = indices_;
   indices.clear();
   for (uint32_t t : tops_) indices.push_back(g_->table_index(nodes_[t].pos));
   std::sort(indices.begin(), indices.end());
@@ -124,7 +124,7 @@ int64_t matcher::fill_next_token_bitmask(std::span<uint32_t> words) {
   int64_t count = c->num_accepted;
   // The context-dependent tokens: read each from the stacks whose top has the table naming it.
   const size_t mark = nodes_.size();
-  std::vector<uint32_t> sink;
+  std::vector<uint32_t>& sink = scratch_to_;
   for (const auto& [id, table] : c->uncertain) {
     uint32_t& w = words[static_cast<size_t>(id) >> 5];
     const uint32_t bit = 1u << (id & 31);

@@ -70,7 +70,9 @@ class matcher {
   // Scratch, kept to avoid allocations per byte.
   std::vector<item> work_;
   std::vector<uint64_t> visited_;
-  std::vector<uint32_t> scratch_a_, scratch_b_;
+  std::vector<uint32_t> scratch_a_, scratch_b_;  ///< read(): the stack tops before and after a byte
+  std::vector<uint32_t> scratch_to_;             ///< fill_next_token_bitmask(): read()'s output
+  std::vector<uint32_t> indices_;                ///< fill_next_token_bitmask(): the tops' tables
 };
 
 }  // namespace actorserve::grammar
