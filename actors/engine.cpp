@@ -4,6 +4,8 @@
 #include "actors/engine.hpp"
 
 #include <caf/all.hpp>
+#include <caf/io/all.hpp>
+#include <caf/openssl/all.hpp>
 
 #include <filesystem>
 #include <mutex>
@@ -12,6 +14,7 @@
 
 #include "actors/actor_spawn.hpp"
 #include "actors/messages.hpp"
+#include "actors/request_registry.hpp"
 #include "config/log.hpp"
 #include "gpu/executor_factory.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
@@ -28,6 +31,27 @@ const char* to_string(finish_reason r) {
   return "error";
 }
 
+status check_request(const generation_request& req, const request_limits& lim) {
+  if (auto st = validate(req.params); !st) return st;
+  if (req.prompt_ids.empty()) return make_error(error_code::invalid_argument, "prompt: must not be empty");
+  const int32_t vocab = lim.vocab_size;
+  if (!req.params.logit_bias.empty() && !lim.logit_bias)
+    return make_error(error_code::unsupported,
+                      fmt::format("logit_bias: not supported by the {} executor yet", lim.executor_name));
+  for (const auto& [id, bias] : req.params.logit_bias)
+    if (vocab > 0 && id >= vocab)
+      return make_error(error_code::invalid_argument,
+                        fmt::format("logit_bias: token id {} is out of range (vocabulary size {})", id, vocab));
+  for (int32_t id : req.prompt_ids) {
+    if (id < 0 || (vocab > 0 && id >= vocab))
+      return make_error(error_code::invalid_argument, fmt::format("prompt: token id {} is out of range", id));
+  }
+  if (static_cast<int64_t>(req.prompt_ids.size()) >= lim.max_model_len)
+    return make_error(error_code::too_large, fmt::format("prompt: {} tokens leave no room under max_model_len {}",
+                                                         req.prompt_ids.size(), lim.max_model_len));
+  return {};
+}
+
 namespace {
 
 /// A step that has not finished this long while work is pending makes the engine unhealthy.
@@ -37,12 +61,6 @@ constexpr std::chrono::seconds wedge_timeout{30};
 constexpr std::chrono::seconds step_timeout{60};
 constexpr int32_t max_executor_restarts = 3;
 constexpr std::chrono::seconds restart_window{60};
-
-/// Live requests by id, for cancel(); entries leave when their actor ends.
-struct request_registry {
-  std::mutex mu;
-  std::unordered_map<std::string, request_actor> by_id;
-};
 
 class engine_impl final : public engine {
  public:
@@ -76,6 +94,7 @@ class engine_impl final : public engine {
 
     caf_cfg_.set("scheduler.max-threads", 2);
     caf_cfg_.set("logger.console", caf::atom("none"));
+    if (cfg.cluster.listen) configure_network(caf_cfg_, cfg.cluster);
     system_ = std::make_unique<caf::actor_system>(caf_cfg_);
     stats_ = std::make_shared<stats_board>();
     stats_->mark_progress();
@@ -89,6 +108,7 @@ class engine_impl final : public engine {
     sup.restart_window = restart_window;
     sup.num_blocks = num_blocks;
     scheduler_ = spawn_scheduler(*system_, std::move(sc), block_manager_, executor_actor_, stats_, sup);
+    upstream_ = scheduler_;
     stats_->alive = true;
     log::info("engine: model {} on the {} executor, {} KV blocks of {} tokens, max_model_len {}", model_name_,
               info.name, num_blocks, info.block_size, max_model_len_);
@@ -99,10 +119,9 @@ class engine_impl final : public engine {
 
   ~engine_impl() override {
     shutdown(std::chrono::milliseconds(0));
-    {
-      std::lock_guard<std::mutex> lock(registry_->mu);
-      registry_->by_id.clear();
-    }
+    registry_->clear();
+    gate_ = engine_gate_actor();
+    upstream_ = request_upstream();
     scheduler_ = scheduler_actor();
     block_manager_ = kv_block_manager_actor();
     executor_actor_ = executor_actor();
@@ -133,30 +152,13 @@ class engine_impl final : public engine {
 
   /// What submit refuses at once: a stopping or failed engine, bad parameters or prompt ids.
   status admissible(const generation_request& req) const {
-    if (!accepting_.load()) return make_error(error_code::unavailable, "the engine is shutting down");
+    if (!registry_->accepting()) return make_error(error_code::unavailable, "the engine is shutting down");
     if (stats_->gave_up.load()) return make_error(error_code::unavailable, stats_->failure());
-    if (auto st = validate(req.params); !st) return st;
-    if (req.prompt_ids.empty()) return make_error(error_code::invalid_argument, "prompt: must not be empty");
-    const int32_t vocab = info_.vocab_size;
-    if (!req.params.logit_bias.empty() && !logit_bias_)
-      return make_error(error_code::unsupported,
-                        fmt::format("logit_bias: not supported by the {} executor yet", info_.name));
-    for (const auto& [id, bias] : req.params.logit_bias)
-      if (vocab > 0 && id >= vocab)
-        return make_error(error_code::invalid_argument,
-                          fmt::format("logit_bias: token id {} is out of range (vocabulary size {})", id, vocab));
+    if (auto st = check_request(req, {info_.vocab_size, max_model_len_, logit_bias_, info_.name}); !st) return st;
     if (req.grammar && !token_masks_)
       return make_error(error_code::unsupported, grammar_unsupported(req.grammar_field));
-    if (req.grammar && req.grammar->vocab().size() != vocab)
+    if (req.grammar && req.grammar->vocab().size() != info_.vocab_size)
       return make_error(error_code::internal, "grammar: compiled for another vocabulary");
-    for (int32_t id : req.prompt_ids) {
-      if (id < 0 || (vocab > 0 && id >= vocab))
-        return make_error(error_code::invalid_argument, fmt::format("prompt: token id {} is out of range", id));
-    }
-    if (static_cast<int64_t>(req.prompt_ids.size()) >= max_model_len_)
-      return make_error(error_code::too_large,
-                        fmt::format("prompt: {} tokens leave no room under max_model_len {}", req.prompt_ids.size(),
-                                    max_model_len_));
     return {};
   }
 
@@ -192,34 +194,28 @@ class engine_impl final : public engine {
   }
 
   void spawn_one(generation_request req, delta_sink sink) {
-    request_context ctx;
-    ctx.scheduler = &scheduler_;
-    ctx.tokenizer = &tok_;
-    ctx.stats = stats_;
-    ctx.group_id = next_group_.fetch_add(1);
-    ctx.seed = req.params.seed ? *req.params.seed : cfg_.executor.seed + next_seed_.fetch_add(1);
-    const std::string id = req.request_id;
-    auto hdl = spawn_request(*system_, std::move(req), std::move(sink), ctx);
-    {
-      std::lock_guard<std::mutex> lock(registry_->mu);
-      registry_->by_id[id] = hdl;
-    }
-    // NOTE: attached after the insert and outside the lock: on an actor that already ended the
-    // functor runs at once, here.
-    std::weak_ptr<request_registry> weak = registry_;
-    hdl->attach_functor([weak, id, addr = hdl.address()] {
-      if (auto reg = weak.lock()) {
-        std::lock_guard<std::mutex> l(reg->mu);
-        auto it = reg->by_id.find(id);
-        if (it != reg->by_id.end() && it->second.address() == addr) reg->by_id.erase(it);
-      }
-    });
+    registry_->spawn(*system_, std::move(req), std::move(sink), upstream_, tok_, stats_, cfg_.executor.seed);
   }
 
-  void cancel(const std::string& request_id) override {
-    std::lock_guard<std::mutex> lock(registry_->mu);
-    auto it = registry_->by_id.find(request_id);
-    if (it != registry_->by_id.end()) caf::anon_send(it->second, cancel_atom::value);
+  void cancel(const std::string& request_id) override { registry_->cancel(request_id); }
+
+  result<uint16_t> publish() override {
+    if (!cfg_.cluster.listen) return engine::publish();
+    gate_context ctx;
+    ctx.scheduler = scheduler_;
+    ctx.info = {wire_version, model_name_, info_.vocab_size, info_.block_size, max_model_len_, logit_bias_};
+    ctx.stats = [this] { return stats(); };
+    ctx.admissible = [this](const generation_request& r) { return admissible(r); };
+    ctx.next_group = [reg = registry_] { return reg->next_group(); };
+    ctx.on_abandoned = [board = stats_] { board->requests_cancelled.fetch_add(1, std::memory_order_relaxed); };
+    gate_ = spawn_engine_gate(*system_, std::move(ctx));
+    const auto& at = *cfg_.cluster.listen;
+    auto port = cfg_.cluster.tls.enabled() ? caf::openssl::publish(gate_, at.port, at.host.c_str(), true)
+                                           : caf::io::publish(gate_, at.port, at.host.c_str(), true);
+    if (!port)
+      return make_error(error_code::unavailable, fmt::format("--listen: cannot publish on {}:{}: {}", at.host, at.port,
+                                                             caf::to_string(port.error())));
+    return *port;
   }
 
   engine_stats stats() const override {
@@ -264,30 +260,17 @@ class engine_impl final : public engine {
   int64_t max_model_len() const override { return max_model_len_; }
 
   void shutdown(std::chrono::milliseconds grace) override {
-    std::lock_guard<std::mutex> once(shutdown_mu_);
-    if (stopped_) return;
-    accepting_ = false;
-    const auto until = std::chrono::steady_clock::now() + grace;
-    while (num_live() > 0 && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    {
-      std::lock_guard<std::mutex> lock(registry_->mu);
-      for (auto& [id, hdl] : registry_->by_id) caf::anon_send(hdl, cancel_atom::value);
-    }
-    caf::anon_send_exit(scheduler_, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(block_manager_, caf::exit_reason::user_shutdown);
-    caf::anon_send_exit(executor_actor_, caf::exit_reason::user_shutdown);
-    system_->await_all_actors_done();
-    stats_->alive = false;
-    stopped_ = true;
+    registry_->stop(grace, std::chrono::milliseconds(0), [this] {
+      if (gate_) caf::anon_send_exit(gate_, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(scheduler_, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(block_manager_, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(executor_actor_, caf::exit_reason::user_shutdown);
+      system_->await_all_actors_done();
+      stats_->alive = false;
+    });
   }
 
  private:
-  size_t num_live() {
-    std::lock_guard<std::mutex> lock(registry_->mu);
-    return registry_->by_id.size();
-  }
-
   engine_config cfg_;
   protocol::tokenizer tok_;
   gpu::executor_info info_;
@@ -304,11 +287,9 @@ class engine_impl final : public engine {
   kv_block_manager_actor block_manager_;
   executor_actor executor_actor_;
   scheduler_actor scheduler_;
+  request_upstream upstream_;             ///< scheduler_, as the request actors see it
+  engine_gate_actor gate_;                ///< set by publish()
   std::shared_ptr<request_registry> registry_ = std::make_shared<request_registry>();
-  std::atomic<bool> accepting_{true};
-  std::atomic<uint64_t> next_group_{1}, next_seed_{0};
-  std::mutex shutdown_mu_;
-  bool stopped_ = false;
 };
 
 }  // namespace

@@ -91,11 +91,24 @@ struct engine_stats {
   int64_t decode_steps = 0, decode_seqs = 0, decode_busy_us = 0, decode_idle_us = 0;
 };
 
+/// One engine process as a front end of remote engines sees it (engine::engines()).
+struct engine_node {
+  std::string address;                    ///< HOST:PORT as given to --engines
+  bool up = false;                        ///< connected, and its wire version matches
+  engine_stats stats;                     ///< its last load report
+  int64_t requests_routed = 0;            ///< requests this front end sent it
+  int64_t requests_resubmitted = 0;       ///< requests (or choices) moved from it when it went down
+};
+
 class engine {
  public:
   /// Loads the model and tokenizer, starts the actor system and executor. Errors name the file
-  /// or flag.
+  /// or flag. With cfg.cluster.listen, the engine can be published (publish()).
   static result<std::unique_ptr<engine>> start(const engine_config& cfg);
+  /// A front end of the engine processes in cfg.cluster.engines: the tokenizer comes from
+  /// cfg.model.model_dir, requests are routed by cfg.cluster.routing and move to another engine
+  /// when theirs goes down. Waits up to --engine-connect-timeout for a first engine.
+  static result<std::unique_ptr<engine>> connect(const engine_config& cfg);
   virtual ~engine() = default;
 
   /// Admits a request (non-blocking). An invalid request is answered with an error at once.
@@ -125,6 +138,13 @@ class engine {
   virtual int64_t max_model_len() const = 0;
   /// Stops admitting, cancels what runs after `grace`, stops the actors. Idempotent.
   virtual void shutdown(std::chrono::milliseconds grace) = 0;
+  /// Publishes this engine for front ends at cfg.cluster.listen (TLS with --tls-*); returns the
+  /// bound port. Only an engine started with --listen can.
+  virtual result<uint16_t> publish() {
+    return make_error(error_code::unsupported, "--listen: this engine cannot be published");
+  }
+  /// The engine processes behind a front end (empty for an engine in this process).
+  virtual std::vector<engine_node> engines() const { return {}; }
 };
 
 }  // namespace actorserve::actors

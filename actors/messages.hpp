@@ -11,6 +11,7 @@
 
 #include "actors/kv_types.hpp"
 #include "actors/scheduler_policy.hpp"
+#include "actors/wire.hpp"
 #include "gpu/executor.hpp"
 
 namespace actorserve::actors {
@@ -29,11 +30,11 @@ using fail_atom = caf::atom_constant<caf::atom("fail")>;
 using hold_atom = caf::atom_constant<caf::atom("hold")>;
 using unhold_atom = caf::atom_constant<caf::atom("unhold")>;
 using watchdog_atom = caf::atom_constant<caf::atom("watchdog")>;
-
-/// One step's outputs for one request.
-struct output_batch {
-  std::vector<seq_output> outputs;
-};
+using hello_atom = caf::atom_constant<caf::atom("hello")>;
+using submit_atom = caf::atom_constant<caf::atom("submit")>;
+using load_atom = caf::atom_constant<caf::atom("load")>;
+using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using reconnect_atom = caf::atom_constant<caf::atom("reconnect")>;
 
 /// One actor per request (request_actor.cpp).
 using request_actor = caf::typed_actor<
@@ -46,11 +47,18 @@ using request_actor = caf::typed_actor<
     // itself: the request's deadline passed
     caf::reacts_to<deadline_atom>>;
 
-/// The scheduler (scheduler_actor.cpp). It monitors each request actor: one that ends is aborted.
-using scheduler_actor = caf::typed_actor<
+/// What a request actor sends its requests to: the scheduler in this process, or a front end's
+/// router (router_actor.cpp) that forwards them to engine processes. It monitors the request
+/// actor: one that ends is aborted.
+using request_upstream = caf::typed_actor<
     // request: a new request and the actor to send its outputs to
     caf::reacts_to<enqueue_atom, new_request, request_actor>,
     // request: drop a request's sequences (group id; choice index, or -1 for all)
+    caf::reacts_to<abort_atom, uint64_t, int32_t>>;
+
+/// The scheduler (scheduler_actor.cpp), a request_upstream.
+using scheduler_actor = caf::typed_actor<
+    caf::reacts_to<enqueue_atom, new_request, request_actor>,
     caf::reacts_to<abort_atom, uint64_t, int32_t>,
     // engine: n requests of a submitted batch are on their way; plan nothing new until they arrive
     caf::reacts_to<hold_atom, uint32_t>,
@@ -76,12 +84,46 @@ using kv_block_manager_actor = caf::typed_actor<
     // scheduler (supervision): a fresh pool of this many blocks after an executor restart
     caf::reacts_to<reset_atom, int32_t>>;
 
+// -- Between processes (wire.hpp's types) -----------------------------------------------------
+
+/// A front end's router as engine processes see it: where a request's outputs and an engine's
+/// load reports go.
+using engine_client_actor = caf::typed_actor<
+    // engine (relay): one step's outputs of the request with this key
+    caf::reacts_to<outputs_atom, uint64_t, output_batch>,
+    // engine: the request with this key failed (refused, or the engine gave up)
+    caf::reacts_to<fail_atom, uint64_t, std::string>,
+    // engine (gate): its stats, every load_report_period
+    caf::reacts_to<load_atom, engine_stats>>;
+
+/// An engine process's published actor (engine_gate.cpp). The sender of `hello` receives load
+/// reports; the sender of `submit` receives the request's outputs.
+using engine_gate_actor = caf::typed_actor<
+    // front end: the wire version it speaks; answered with the engine's description
+    caf::replies_to<hello_atom, int32_t>::with<engine_info>,
+    // front end: run a request; outputs go to the sender, keyed by the request's key
+    caf::reacts_to<submit_atom, wire_request>,
+    // front end: drop the sender's request `key` (choice index, or -1 for all)
+    caf::reacts_to<abort_atom, uint64_t, int32_t>,
+    // itself: send the load reports
+    caf::reacts_to<tick_atom>>;
+
+/// The engine side of one remote request (engine_gate.cpp): a request actor to the scheduler
+/// that forwards outputs over the network; `abort(index)` drops one choice.
+using relay_actor = request_actor::extend<caf::reacts_to<abort_atom, int32_t>>;
+
+/// A front end's router (router_actor.cpp): the request actors' upstream and the engines' client.
+using router_actor = engine_client_actor::extend<
+    caf::reacts_to<enqueue_atom, new_request, request_actor>,
+    caf::reacts_to<abort_atom, uint64_t, int32_t>,
+    // itself: connect to the engines that are down
+    caf::reacts_to<reconnect_atom>>;
+
 }  // namespace actorserve::actors
 
 // Local-only messages (never serialized).
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorserve::actors::kv_reservation)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorserve::actors::kv_answer)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorserve::actors::new_request)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorserve::actors::output_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorserve::gpu::step_batch)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(actorserve::gpu::step_result)

@@ -21,7 +21,7 @@ struct choice_state {
 struct request_state {
   generation_request req;
   delta_sink sink;
-  scheduler_actor scheduler;
+  request_upstream upstream;   ///< the scheduler, or a front end's router
   const protocol::tokenizer* tok = nullptr;
   std::shared_ptr<stats_board> stats;
   uint64_t group_id = 0;
@@ -44,10 +44,10 @@ finish_reason to_reason(seq_finish f) {
   }
 }
 
-/// Quits, first removing this actor's monitor from the scheduler: a monitor left behind is a
-/// weak reference that keeps the finished actor's memory alive for as long as the scheduler runs.
+/// Quits, first removing this actor's monitor from the upstream: a monitor left behind is a
+/// weak reference that keeps the finished actor's memory alive for as long as the upstream runs.
 void stop(request_self self) {
-  self->demonitor(self->state.scheduler.address());
+  self->demonitor(self->state.upstream.address());
   self->quit();
 }
 
@@ -66,7 +66,7 @@ bool deliver(request_self self, delta d) {
     st.sink_open = false;
     if (!last) {
       // The consumer asked to stop: cancel what is left without calling it again.
-      self->send(st.scheduler, abort_atom::value, st.group_id, int32_t{-1});
+      self->send(st.upstream, abort_atom::value, st.group_id, int32_t{-1});
       st.stats->requests_cancelled.fetch_add(1, std::memory_order_relaxed);
       stop(self);
       return false;
@@ -82,7 +82,7 @@ bool deliver(request_self self, delta d) {
 /// Ends every open choice with `why` (cancel, deadline, engine failure).
 void end_all(request_self self, finish_reason why, std::optional<error> failure) {
   auto& st = self->state;
-  self->send(st.scheduler, abort_atom::value, st.group_id, int32_t{-1});
+  self->send(st.upstream, abort_atom::value, st.group_id, int32_t{-1});
   if (why == finish_reason::cancelled) st.stats->requests_cancelled.fetch_add(1, std::memory_order_relaxed);
   for (size_t i = 0; i < st.choices.size(); ++i) {
     if (st.choices[i].done) continue;
@@ -134,7 +134,7 @@ void on_outputs(request_self self, output_batch& batch) {
     }
     if (stopped) {
       d.finish = finish_reason::stop;
-      if (o.finish == seq_finish::none) self->send(st.scheduler, abort_atom::value, st.group_id, o.index);
+      if (o.finish == seq_finish::none) self->send(st.upstream, abort_atom::value, st.group_id, o.index);
     } else if (o.finish != seq_finish::none) {
       std::string tail = c.detok->flush();
       if (c.stop) {
@@ -152,12 +152,12 @@ void on_outputs(request_self self, output_batch& batch) {
 }
 
 request_actor::behavior_type request(request_self self, generation_request req, delta_sink sink,
-                                     scheduler_actor scheduler, const protocol::tokenizer* tok,
+                                     request_upstream upstream, const protocol::tokenizer* tok,
                                      std::shared_ptr<stats_board> stats, uint64_t group_id, uint64_t seed) {
   auto& st = self->state;
   st.req = std::move(req);
   st.sink = std::move(sink);
-  st.scheduler = std::move(scheduler);
+  st.upstream = std::move(upstream);
   st.tok = tok;
   st.stats = std::move(stats);
   st.group_id = group_id;
@@ -170,7 +170,7 @@ request_actor::behavior_type request(request_self self, generation_request req, 
   st.remaining = n;
   st.usage.prompt_tokens = static_cast<int64_t>(st.req.prompt_ids.size());
 
-  self->monitor(st.scheduler);
+  self->monitor(st.upstream);
   self->set_down_handler([self](caf::down_msg&) {
     end_all(self, finish_reason::error, make_error(error_code::unavailable, "the engine stopped"));
   });
@@ -181,7 +181,7 @@ request_actor::behavior_type request(request_self self, generation_request req, 
   nr.seed = seed;
   nr.priority = st.req.priority;
   nr.grammar = st.req.grammar;
-  self->send(st.scheduler, enqueue_atom::value, std::move(nr), request_actor{self});
+  self->send(st.upstream, enqueue_atom::value, std::move(nr), request_actor{self});
   if (st.req.deadline) {
     const auto left = *st.req.deadline - std::chrono::steady_clock::now();
     self->delayed_send(self, std::max(left, std::chrono::steady_clock::duration::zero()), deadline_atom::value);
@@ -200,7 +200,7 @@ request_actor::behavior_type request(request_self self, generation_request req, 
 
 request_actor spawn_request(caf::actor_system& sys, generation_request req, delta_sink sink,
                             const request_context& ctx) {
-  return sys.spawn(request, std::move(req), std::move(sink), *ctx.scheduler, ctx.tokenizer, ctx.stats, ctx.group_id,
+  return sys.spawn(request, std::move(req), std::move(sink), *ctx.upstream, ctx.tokenizer, ctx.stats, ctx.group_id,
                    ctx.seed);
 }
 

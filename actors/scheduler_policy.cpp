@@ -12,9 +12,6 @@ namespace {
 bool served_before(const sequence& a, const sequence& b) {
   return std::tie(a.priority, a.arrival) < std::tie(b.priority, b.arrival);
 }
-uint64_t child_seed(uint64_t seed, int32_t index) {
-  return seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index);
-}
 /// What a step tells a sequence's request: `tok` (if sampled), how it ended, its usage counts.
 seq_output output_of(const sequence& s, seq_finish why, const gpu::sampled_token* tok) {
   seq_output o;
@@ -55,13 +52,18 @@ void scheduler_policy::add(new_request r) {
   auto s = std::make_unique<sequence>();
   s->seq_id = next_seq_id_++;
   s->group_id = r.group_id;
+  s->index = r.index;
   s->priority = r.priority;
   s->arrival = next_arrival_++;
   s->params = std::move(r.params);
   s->seed = r.seed;
   s->tokens = std::move(r.prompt);
-  s->num_prompt = s->num_tokens();
-  if (r.grammar) s->matcher = std::make_shared<grammar::matcher>(std::move(r.grammar));
+  s->num_prompt = s->num_tokens() - std::clamp(r.num_generated, 0, s->num_tokens() - 1);
+  if (r.grammar) {
+    s->matcher = std::make_shared<grammar::matcher>(std::move(r.grammar));
+    // A resumed choice's generated tokens already followed the grammar: replay them.
+    for (int32_t i = s->num_prompt; i < s->num_tokens(); ++i) s->matcher->accept_token(s->tokens[static_cast<size_t>(i)]);
+  }
   s->fork_n = std::max(1, s->params->n);
   if (cfg_.enable_prefix_caching) extend_block_hashes(s->block_hashes, s->tokens, cfg_.block_size);
   counters_.prompt_tokens += s->num_prompt;

@@ -38,6 +38,11 @@ struct new_request {
   int32_t priority = 0;
   /// Grammar-constrained decoding: the grammar the output follows (null: none).
   std::shared_ptr<const grammar::compiled_grammar> grammar;
+  /// A choice resumed on another engine (n == 1): the last `num_generated` tokens of `prompt`
+  /// were generated already and count as such (max_tokens, penalties, the sampler's counter);
+  /// `index` is its choice index.
+  int32_t num_generated = 0;
+  int32_t index = 0;
 };
 
 /// What one step produced for one sequence: a token and/or the end of the sequence.

@@ -77,6 +77,11 @@ struct sequence {
   int32_t eff_uncomputed() const { return eff_target() - eff_computed(); }
 };
 
+/// The seed of choice `index` of a request with n > 1 (each child of the fork samples its own).
+inline uint64_t child_seed(uint64_t seed, int32_t index) {
+  return seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(index);
+}
+
 /// Appends a sampled token and decides whether the sequence is done: EOS/stop ids (unless
 /// ignore_eos, after min_tokens), max_tokens, or the model's maximum length.
 seq_finish append_token(sequence& s, int32_t token, const std::vector<int32_t>& eos_ids, int32_t max_model_len,

@@ -1,8 +1,12 @@
 // bench_make_random_model: writes a random-weight bf16 Hugging Face model directory of any
-// Llama-family shape (a named preset with its real config.json values, or explicit sizes), for
-// benchmarks that need a real-sized model without downloading one.
+// Llama-family, mixture-of-experts or DeepSeek-V2 shape (a named preset with its real config.json
+// values, or explicit sizes), for benchmarks that need a real-sized model without downloading one.
 //   bench_make_random_model --preset llama-3-8b --output /tmp/llama3-8b
+//   bench_make_random_model --preset mixtral-8x7b --output /tmp/mixtral-8x7b
+//   bench_make_random_model --preset deepseek-v2-lite --output /tmp/deepseek-v2-lite
 //   bench_make_random_model --preset tiny --layers 4 --hidden-size 256 --output /tmp/tiny --verify
+//   bench_make_random_model --preset tiny-moe --num-experts 32 --output /tmp/moe --verify
+//   bench_make_random_model --preset deepseek-tiny --output /tmp/deepseek-tiny --verify
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -84,6 +88,7 @@ int main(int argc, char** argv) {
   bench::random_model_options opts;
   opts.tokenizer_json = default_tokenizer();
   int64_t hidden = 0, inter = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, vocab = 0, max_pos = 0;
+  int64_t experts = 0, experts_per_tok = 0, moe_inter = 0;
   std::string arch;
   double shard_gb = 5.0;
   bool tie = false, no_extend = false, do_verify = false;
@@ -103,7 +108,10 @@ int main(int argc, char** argv) {
   app.add_option("--head-dim", head_dim);
   app.add_option("--vocab-size", vocab);
   app.add_option("--max-position-embeddings", max_pos);
-  app.add_option("--architecture", arch, "llama | mistral | qwen2");
+  app.add_option("--architecture", arch, "llama | mistral | qwen2 | qwen3 | mixtral | qwen3_moe");
+  app.add_option("--num-experts", experts, "routed experts per layer (mixtral, qwen3_moe, DeepSeek presets)");
+  app.add_option("--experts-per-token,--num-experts-per-tok", experts_per_tok, "experts each token is routed to");
+  app.add_option("--moe-intermediate-size", moe_inter, "each expert's intermediate size (qwen3_moe, DeepSeek presets)");
   app.add_flag("--tie-word-embeddings", tie);
   app.add_option("--seed", opts.seed)->capture_default_str();
   app.add_option("--std", opts.std, "weight standard deviation")->capture_default_str();
@@ -129,11 +137,30 @@ int main(int argc, char** argv) {
     if (arch == "llama") s.architecture = "LlamaForCausalLM";
     else if (arch == "mistral") s.architecture = "MistralForCausalLM";
     else if (arch == "qwen2") s.architecture = "Qwen2ForCausalLM";
-    else return fmt::print(stderr, "error: --architecture: '{}' is not llama, mistral or qwen2\n", arch), 2;
+    else if (arch == "qwen3") s.architecture = "Qwen3ForCausalLM";
+    else if (arch == "mixtral") s.architecture = "MixtralForCausalLM";
+    else if (arch == "qwen3_moe") s.architecture = "Qwen3MoeForCausalLM";
+    else
+      return fmt::print(stderr, "error: --architecture: '{}' is not llama, mistral, qwen2, qwen3, mixtral or qwen3_moe\n",
+                        arch),
+             2;
     s.model_type = arch;
+    s.deepseek.reset();
   }
+  if (experts) s.num_experts = experts;
+  if (experts_per_tok) s.num_experts_per_tok = experts_per_tok;
+  if (moe_inter) s.moe_intermediate_size = moe_inter;
+  const bool sparse_arch = s.architecture == "MixtralForCausalLM" || s.architecture == "Qwen3MoeForCausalLM" ||
+                           s.architecture == "DeepseekV2ForCausalLM";
+  if (!sparse_arch) s.num_experts = 0;
+  if (s.deepseek) s.num_kv_heads = s.num_heads;   // latent attention: transformers wants them equal
   if (s.num_heads % s.num_kv_heads != 0 || (s.head_dim == 0 && s.hidden_size % s.num_heads != 0))
     return fmt::print(stderr, "error: --heads must be a multiple of --kv-heads and divide --hidden-size\n"), 2;
+  if (sparse_arch && (s.num_experts < 1 || s.num_experts_per_tok < 1 || s.num_experts_per_tok > s.num_experts ||
+                      (s.architecture != "MixtralForCausalLM" && s.moe_intermediate_size < 1)))
+    return fmt::print(stderr, "error: a mixture-of-experts model needs --num-experts, --experts-per-token (at most "
+                              "the experts) and, but for mixtral, --moe-intermediate-size\n"),
+           2;
   opts.extend_tokenizer = !no_extend;
   if (synthetic) opts.tokenizer_json.clear();
   opts.shard_bytes = shard_gb * 1e9;
@@ -142,10 +169,21 @@ int main(int argc, char** argv) {
              "{:.3f} GB bf16\n",
              opts.output_dir, s.architecture, s.num_layers, s.hidden_size, s.intermediate_size, s.num_heads,
              s.num_kv_heads, s.vocab_size, double(s.num_parameters()) / 1e6, double(s.num_parameters()) * 2 / 1e9);
+  if (s.deepseek)
+    fmt::print("latent attention: q_lora_rank {}, kv_lora_rank {}, qk {} + {}, v {}; {} shared experts, first {} "
+               "layer(s) dense\n",
+               s.deepseek->q_lora_rank, s.deepseek->kv_lora_rank, s.deepseek->qk_nope_head_dim,
+               s.deepseek->qk_rope_head_dim, s.deepseek->v_head_dim, s.deepseek->n_shared_experts,
+               s.deepseek->first_k_dense_replace);
   auto rep = bench::write_random_model(s, opts);
   if (!rep) return fmt::print(stderr, "error: {}\n", rep.err().message), 1;
   fmt::print("wrote {:.3f} GB in {} shard(s) in {:.2f} s ({:.2f} GB/s); tokenizer vocab {} ({} synthetic tokens added)\n",
              double(rep->bytes_written) / 1e9, rep->num_shards, rep->seconds,
              double(rep->bytes_written) / 1e9 / std::max(rep->seconds, 1e-9), rep->tokenizer_vocab, rep->added_tokens);
+  if (s.is_moe())
+    fmt::print("experts: {} per layer, top {}; {:.2f}M parameters active per token ({:.3f} GB bf16 read per decode step "
+               "at batch 1)\n",
+               s.num_experts, s.num_experts_per_tok, double(s.num_active_parameters()) / 1e6,
+               double(s.num_active_parameters()) * 2 / 1e9);
   return do_verify ? verify(opts.output_dir, s) : 0;
 }

@@ -131,6 +131,31 @@ void add_server_flags(CLI::App& app, server_options& s) {
                  "bytes a non-streamed response may buffer; more is a 400 (stream instead)");
 }
 
+void add_tls_flags(CLI::App& app, tls_options& t) {
+  app.add_option("--tls-cert", t.cert, "TLS between front ends and engines: this process's certificate (PEM)");
+  app.add_option("--tls-key", t.key, "TLS: this process's private key (PEM)");
+  app.add_option("--tls-ca", t.ca, "TLS: CA certificates a peer's certificate must chain to (PEM)");
+}
+
+/// `serve`'s flags for remote engines (the text of --engines is parsed after CLI11 ran).
+void add_cluster_flags(CLI::App& app, cluster_options& c, std::vector<std::string>& engines) {
+  app.add_option("--engines", engines,
+                 "HOST:PORT,... of engine processes (`actorserve engine`) to serve from; without it the engine "
+                 "runs in this process")
+      ->delimiter(',');
+  static const std::map<std::string, routing_kind> routings{{"cache-aware", routing_kind::cache_aware},
+                                                            {"least-loaded", routing_kind::least_loaded},
+                                                            {"round-robin", routing_kind::round_robin}};
+  app.add_option("--routing", c.routing, "cache-aware | least-loaded | round-robin: how a request picks an engine")
+      ->transform(named_choices(routings));
+  app.add_option("--routing-balance-margin", c.balance_margin,
+                 "cache-aware routing picks the least-loaded engine instead when the cache's choice has this many "
+                 "more requests queued");
+  app.add_option("--engine-connect-timeout", c.connect_timeout_s,
+                 "seconds to wait at start for the first of --engines to answer");
+  add_tls_flags(app, c.tls);
+}
+
 void add_generate_flags(CLI::App& app, generate_options& g, std::vector<std::string>& id_lists) {
   app.add_option("--prompt", g.prompts, "prompt text (repeatable)");
   app.add_option("--prompt-ids", id_lists, "prompt as comma-separated token ids (repeatable)");
@@ -149,6 +174,20 @@ void add_generate_flags(CLI::App& app, generate_options& g, std::vector<std::str
   app.add_option("--n", p.n, "samples per prompt");
   app.add_flag("--ignore-eos", p.ignore_eos, "do not stop at EOS");
   app.add_option("--stop", p.stop, "stop string (repeatable)");
+}
+
+/// A front end of --engines runs no engine: the engine's own flags belong to `actorserve engine`.
+void warn_engine_flags_on_front_end(const CLI::App& serve, std::vector<std::string>& warnings) {
+  static const char* const engine_only[] = {
+      "--max-model-len", "--dtype", "--max-num-seqs", "--max-num-batched-tokens", "--enable-chunked-prefill",
+      "--async-scheduling", "--block-size", "--num-gpu-blocks-override", "--gpu-memory-utilization",
+      "--cpu-kv-cache-space", "--enable-prefix-caching", "--paged-kv-cache-type", "--device", "--enforce-eager",
+      "--profile-steps", "--cpu-threads", "--inject-step-failures"};
+  for (const char* flag : engine_only) {
+    const CLI::Option* opt = serve.get_option_no_throw(flag);
+    if (opt && opt->count() > 0)
+      warnings.push_back(fmt::format("{}: no effect on a front end of --engines; give it to `actorserve engine`", flag));
+  }
 }
 
 /// The model comes from --model or the first argument, not from two different places.
@@ -230,6 +269,15 @@ result<command_line> parse_command_line(int argc, const char* const* argv) {
   std::vector<std::string> id_lists;
   add_engine_flags(*gen, gen_cfg, gen_model);
   add_generate_flags(*gen, out.generate, id_lists);
+  std::vector<std::string> engine_list;
+  add_cluster_flags(*serve, out.engine.cluster, engine_list);
+  auto* host = app.add_subcommand("engine", "run one engine and publish it for front ends (`serve --engines`)");
+  engine_config host_cfg;
+  std::string host_model, listen;
+  add_engine_flags(*host, host_cfg, host_model);
+  host->add_option("--listen", listen, "HOST:PORT to publish the engine on (a private interface; port 0: any)")
+      ->required();
+  add_tls_flags(*host, host_cfg.cluster.tls);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -247,6 +295,21 @@ result<command_line> parse_command_line(int argc, const char* const* argv) {
     if (auto st = resolve_model(out.engine, serve_model); !st) return st.err();
     if (auto st = resolve_api_key(out.engine.server); !st) return st.err();
     normalize_origins(out.engine.server.allowed_origins);
+    for (const auto& text : engine_list) {
+      auto hp = parse_host_port(text, "--engines");
+      if (!hp) return hp.err();
+      if (hp->port == 0) return make_error(error_code::invalid_argument, "--engines: '" + text + "' needs a port");
+      out.engine.cluster.engines.push_back(std::move(*hp));
+    }
+    if (!out.engine.cluster.engines.empty()) warn_engine_flags_on_front_end(*serve, out.warnings);
+  }
+  if (host->parsed()) {
+    out.cmd = command::engine;
+    out.engine = host_cfg;
+    if (auto st = resolve_model(out.engine, host_model); !st) return st.err();
+    auto hp = parse_host_port(listen, "--listen");
+    if (!hp) return hp.err();
+    out.engine.cluster.listen = std::move(*hp);
   }
   if (gen->parsed()) {
     out.cmd = command::generate;

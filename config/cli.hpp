@@ -2,6 +2,7 @@
 /// Command-line parsing for the `actorserve` binary (CLI11 lives in cli.cpp alone).
 ///   actorserve serve    [MODEL | --model DIR] [engine and server flags]
 ///   actorserve generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --requests FILE) ...
+///   actorserve engine   --model DIR --listen HOST:PORT [engine and TLS flags]
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,7 +13,7 @@
 
 namespace actorserve {
 
-enum class command { serve, generate };
+enum class command { serve, generate, engine };
 
 struct generate_options {
   std::vector<std::string> prompts;                 ///< --prompt (repeatable)

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
+#include <fstream>
+
 #include "config/log.hpp"
 
 namespace actorserve {
@@ -11,7 +14,50 @@ error bad_flag(std::string_view flag, std::string_view why) {
   return make_error(error_code::invalid_argument, fmt::format("{}: {}", flag, why));
 }
 
+/// A TLS file flag must name a readable file.
+status readable_file(std::string_view flag, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return bad_flag(flag, fmt::format("cannot read {}", path));
+  return {};
+}
+
+status validate(const cluster_options& c) {
+  if (c.listen && !c.engines.empty())
+    return bad_flag("--engines", "an engine process (--listen) does not connect to other engines");
+  if (c.balance_margin < 0)
+    return bad_flag("--routing-balance-margin", fmt::format("must be >= 0, got {}", c.balance_margin));
+  if (c.connect_timeout_s < 1)
+    return bad_flag("--engine-connect-timeout", fmt::format("must be >= 1 second, got {}", c.connect_timeout_s));
+  const auto& t = c.tls;
+  const bool any = !t.cert.empty() || !t.key.empty() || !t.ca.empty();
+  if (any && (t.cert.empty() || t.key.empty() || t.ca.empty()))
+    return bad_flag(t.cert.empty() ? "--tls-cert" : t.key.empty() ? "--tls-key" : "--tls-ca",
+                    "TLS needs --tls-cert, --tls-key and --tls-ca together");
+  if (any && !c.listen && c.engines.empty())
+    return bad_flag("--tls-cert", "TLS applies between front ends and engines: give --listen or --engines too");
+  if (any) {
+    if (auto st = readable_file("--tls-cert", t.cert); !st) return st;
+    if (auto st = readable_file("--tls-key", t.key); !st) return st;
+    if (auto st = readable_file("--tls-ca", t.ca); !st) return st;
+  }
+  return {};
+}
+
 }  // namespace
+
+result<host_port> parse_host_port(std::string_view text, std::string_view flag) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == text.size())
+    return bad_flag(flag, fmt::format("'{}' is not HOST:PORT", text));
+  std::string_view host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const std::string_view port_text = text.substr(colon + 1);
+  uint32_t port = 0;
+  auto [ptr, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc{} || ptr != port_text.data() + port_text.size() || port > 65535)
+    return bad_flag(flag, fmt::format("'{}' in '{}' is not a port (0-65535)", port_text, text));
+  return host_port{std::string(host), static_cast<uint16_t>(port)};
+}
 
 kv_cache_layout cuda_kv_layout(const cache_options& c) {
   if (c.layout) return *c.layout;
@@ -79,6 +125,7 @@ status validate(const engine_config& cfg) {
     return bad_flag("--max-response-bytes", fmt::format("must be >= 1024, got {}", sv.max_response_bytes));
   if (cfg.chat.enable_auto_tool_choice && cfg.chat.tool_call_parser == tool_parser_kind::none)
     return bad_flag("--enable-auto-tool-choice", "needs --tool-call-parser llama3_json|hermes|mistral");
+  if (auto st = validate(cfg.cluster); !st) return st;
   log::level lvl{};
   if (!log::parse_level(cfg.log_level, lvl))
     return bad_flag("--log-level", fmt::format("must be trace|debug|info|warn|error|off, got '{}'", cfg.log_level));
@@ -123,6 +170,19 @@ const char* to_string(reasoning_parser_kind k) {
     case reasoning_parser_kind::none: return "none";
     case reasoning_parser_kind::deepseek_r1: return "deepseek_r1";
     case reasoning_parser_kind::qwen3: return "qwen3";
+  }
+  return "?";
+}
+
+}  // namespace actorserve
+
+namespace actorserve {
+
+const char* to_string(routing_kind k) {
+  switch (k) {
+    case routing_kind::cache_aware: return "cache-aware";
+    case routing_kind::least_loaded: return "least-loaded";
+    case routing_kind::round_robin: return "round-robin";
   }
   return "?";
 }

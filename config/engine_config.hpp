@@ -19,6 +19,8 @@ enum class generation_config_source { auto_detect, vllm };
 enum class tool_parser_kind { none, llama3_json, hermes, mistral };
 /// --reasoning-parser (vLLM's names).
 enum class reasoning_parser_kind { none, deepseek_r1, qwen3 };
+/// --routing: how a front end picks an engine among --engines (docs/deployment.md).
+enum class routing_kind { cache_aware, least_loaded, round_robin };
 
 struct model_options {
   std::string model_dir;                    ///< --model: Hugging Face model directory
@@ -94,6 +96,34 @@ struct server_options {
   int64_t max_response_bytes = 64 << 20;    ///< --max-response-bytes: what a non-streamed response may buffer
 };
 
+/// One engine process's address: --listen or an entry of --engines.
+struct host_port {
+  std::string host;
+  uint16_t port = 0;
+};
+
+/// TLS between front ends and engines (libcaf_openssl): each side presents `cert`, signed by a
+/// CA in `ca`; a peer without such a certificate is refused. All three or none.
+struct tls_options {
+  std::string cert;                         ///< --tls-cert: this process's certificate (PEM chain)
+  std::string key;                          ///< --tls-key: its private key (PEM)
+  std::string ca;                           ///< --tls-ca: the CA certificates peers must chain to
+  bool enabled() const { return !cert.empty(); }
+};
+
+/// Engines on many hosts: `actorserve engine --listen`, `actorserve serve --engines`.
+struct cluster_options {
+  std::optional<host_port> listen;          ///< --listen HOST:PORT (`engine`): publish the engine there
+  std::vector<host_port> engines;           ///< --engines HOST:PORT,... (`serve`): remote engines
+  routing_kind routing = routing_kind::cache_aware;   ///< --routing
+  /// --routing-balance-margin: cache-aware routing gives way to least-loaded when the preferred
+  /// engine's load (requests) exceeds the least-loaded one's by more than this.
+  int64_t balance_margin = 16;
+  /// --engine-connect-timeout: seconds `serve --engines` waits at start for a first engine.
+  int64_t connect_timeout_s = 60;
+  tls_options tls;
+};
+
 struct engine_config {
   model_options model;
   scheduler_options scheduler;
@@ -101,6 +131,7 @@ struct engine_config {
   executor_options executor;
   server_options server;
   chat_options chat;
+  cluster_options cluster;
   std::string log_level = "info";           ///< --log-level
 };
 
@@ -121,5 +152,9 @@ const char* to_string(dtype_choice d);
 const char* to_string(kv_cache_layout l);
 const char* to_string(tool_parser_kind k);
 const char* to_string(reasoning_parser_kind k);
+const char* to_string(routing_kind k);
+
+/// Parses "HOST:PORT" ("[::1]:PORT" for IPv6); the error names `flag`.
+result<host_port> parse_host_port(std::string_view text, std::string_view flag);
 
 }  // namespace actorserve

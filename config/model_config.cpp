@@ -8,14 +8,34 @@
 #include <sstream>
 
 #include "config/json_fields.hpp"
+#include "config/model_config_parse.hpp"
 
 namespace actorserve {
 namespace {
 
-#define AS_TRY(expr)                         \
-  do {                                       \
-    if (status st_ = (expr); !st_.ok()) return st_.err(); \
-  } while (0)
+/// YaRN's keys as transformers reads them: beta_fast / beta_slow default to 32 / 1 (also when 0),
+/// mscale and mscale_all_dim count only when non-zero, attention_factor overrides the one they imply.
+status parse_yarn(const json_obj& r, rope_config& rope) {
+  auto non_negative = [&](const char* key, double& out) -> status {
+    AS_TRY(r.get_double(key, out));
+    if (out < 0) return r.bad(key, "a non-negative number");
+    return {};
+  };
+  AS_TRY(non_negative("beta_fast", rope.beta_fast));
+  AS_TRY(non_negative("beta_slow", rope.beta_slow));
+  if (rope.beta_fast == 0) rope.beta_fast = 32.0;
+  if (rope.beta_slow == 0) rope.beta_slow = 1.0;
+  AS_TRY(non_negative("mscale", rope.mscale));
+  AS_TRY(non_negative("mscale_all_dim", rope.mscale_all_dim));
+  if (r.find("attention_factor")) {
+    double af = 0;
+    AS_TRY(r.get_double("attention_factor", af, true));
+    if (!(af > 0)) return r.bad("attention_factor", "positive");
+    rope.attention_factor = af;
+  }
+  AS_TRY(r.get_bool("truncate", rope.truncate));
+  return {};
+}
 
 status parse_rope(const json_obj& top, model_config& cfg) {
   // transformers 5: rope_parameters {rope_theta, rope_type, ...}; older: rope_theta + rope_scaling.
@@ -43,9 +63,11 @@ status parse_rope(const json_obj& top, model_config& cfg) {
     cfg.rope.kind = rope_kind::dynamic;
   } else if (type == "llama3") {
     cfg.rope.kind = rope_kind::llama3;
+  } else if (type == "yarn") {
+    cfg.rope.kind = rope_kind::yarn;
   } else {
     return make_error(error_code::unsupported,
-                      fmt::format("{}: {}.rope_type '{}' is not supported (default, linear, dynamic, llama3)",
+                      fmt::format("{}: {}.rope_type '{}' is not supported (default, linear, dynamic, llama3, yarn)",
                                   *top.file, section, type));
   }
   if (cfg.rope.kind != rope_kind::default_rope) {
@@ -58,9 +80,22 @@ status parse_rope(const json_obj& top, model_config& cfg) {
                    cfg.rope.kind == rope_kind::llama3, 1));
   if (cfg.rope.kind == rope_kind::llama3 && cfg.rope.high_freq_factor <= cfg.rope.low_freq_factor)
     return r.bad("high_freq_factor", "greater than low_freq_factor");
+  if (cfg.rope.kind == rope_kind::yarn) AS_TRY(parse_yarn(r, cfg.rope));
   if (!(cfg.rope.theta > 0)) return top.bad("rope_theta", "positive");
   return {};
 }
+
+/// The architectures config.json may name, with the model_type that implies each.
+struct known_architecture {
+  const char* name;
+  const char* model_type;
+};
+constexpr known_architecture known_architectures[] = {
+    {"LlamaForCausalLM", "llama"},          {"MistralForCausalLM", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"},          {"Qwen3ForCausalLM", "qwen3"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe"},   {"MixtralForCausalLM", "mixtral"},
+    {"DeepseekV2ForCausalLM", "deepseek_v2"},
+};
 
 status parse_architecture(const json_obj& r, model_config& cfg) {
   AS_TRY(r.get_string("model_type", cfg.model_type));
@@ -71,22 +106,17 @@ status parse_architecture(const json_obj& r, model_config& cfg) {
         arr.at(0).get_string().get(name) != simdjson::SUCCESS)
       return r.bad("architectures", "a non-empty list of strings");
     cfg.architecture = std::string(name);
-  } else if (cfg.model_type == "llama") {
-    cfg.architecture = "LlamaForCausalLM";
-  } else if (cfg.model_type == "mistral") {
-    cfg.architecture = "MistralForCausalLM";
-  } else if (cfg.model_type == "qwen2") {
-    cfg.architecture = "Qwen2ForCausalLM";
   } else {
-    return r.missing("architectures");
+    for (const auto& a : known_architectures)
+      if (cfg.model_type == a.model_type) cfg.architecture = a.name;
+    if (cfg.architecture.empty()) return r.missing("architectures");
   }
-  if (cfg.architecture != "LlamaForCausalLM" && cfg.architecture != "MistralForCausalLM" &&
-      cfg.architecture != "Qwen2ForCausalLM")
-    return make_error(error_code::unsupported,
-                      fmt::format("{}: architecture '{}' is not supported (LlamaForCausalLM, MistralForCausalLM, "
-                                  "Qwen2ForCausalLM)",
-                                  *r.file, cfg.architecture));
-  return {};
+  for (const auto& a : known_architectures)
+    if (cfg.architecture == a.name) return {};
+  std::string known;
+  for (const auto& a : known_architectures) known += fmt::format("{}{}", known.empty() ? "" : ", ", a.name);
+  return make_error(error_code::unsupported,
+                    fmt::format("{}: architecture '{}' is not supported ({})", *r.file, cfg.architecture, known));
 }
 
 status parse_shapes(const json_obj& r, model_config& cfg) {
@@ -100,8 +130,12 @@ status parse_shapes(const json_obj& r, model_config& cfg) {
   if (cfg.num_heads % cfg.num_kv_heads != 0)
     return r.bad("num_key_value_heads", "a divisor of num_attention_heads");
   cfg.head_dim = 0;
-  AS_TRY(r.get_int("head_dim", cfg.head_dim, false, 1));
-  if (cfg.head_dim == 0) {
+  // Qwen3's head_dim is not hidden_size / num_attention_heads in general (its default is 128);
+  // DeepSeek-V2's is its rope width, whatever config.json says (parse_mla_keys).
+  const bool qwen3 = cfg.architecture == "Qwen3ForCausalLM" || cfg.architecture == "Qwen3MoeForCausalLM";
+  const bool mla = cfg.architecture == "DeepseekV2ForCausalLM";
+  if (!mla) AS_TRY(r.get_int("head_dim", cfg.head_dim, qwen3, 1));
+  if (cfg.head_dim == 0 && !mla) {
     if (cfg.hidden_size % cfg.num_heads != 0) return r.bad("hidden_size", "a multiple of num_attention_heads");
     cfg.head_dim = cfg.hidden_size / cfg.num_heads;
   }
@@ -131,14 +165,22 @@ status parse_features(const json_obj& r, model_config& cfg) {
     cfg.qkv_bias = attention_bias;
     cfg.o_bias = attention_bias;
   }
+  cfg.qk_norm = cfg.architecture == "Qwen3ForCausalLM" || cfg.architecture == "Qwen3MoeForCausalLM";
   bool mlp_bias = false;
   AS_TRY(r.get_bool("mlp_bias", mlp_bias));
   if (mlp_bias)
     return make_error(error_code::unsupported, fmt::format("{}: mlp_bias true is not supported", *r.file));
-  bool use_sliding = cfg.architecture == "MistralForCausalLM";
+  // Mistral and Mixtral always apply a set sliding_window; Qwen2 and Qwen3-MoE only with
+  // use_sliding_window (transformers then applies it to every layer).
+  bool use_sliding = cfg.architecture == "MistralForCausalLM" || cfg.architecture == "MixtralForCausalLM";
   AS_TRY(r.get_bool("use_sliding_window", use_sliding));
   int64_t window = 0;
   AS_TRY(r.get_int("sliding_window", window, false, 1));
+  // NOTE: Qwen3's sliding layers are those from max_window_layers on (layer_types), a per-layer
+  // window this engine does not have.
+  if (use_sliding && window > 0 && cfg.architecture == "Qwen3ForCausalLM")
+    return make_error(error_code::unsupported,
+                      fmt::format("{}: field 'use_sliding_window' true is not supported for Qwen3ForCausalLM", *r.file));
   if (use_sliding && window > 0) cfg.sliding_window = window;
   AS_TRY(r.get_string("torch_dtype", cfg.torch_dtype));
   AS_TRY(r.get_string("dtype", cfg.torch_dtype));
@@ -199,11 +241,14 @@ const char* to_string(rope_kind k) {
     case rope_kind::linear: return "linear";
     case rope_kind::dynamic: return "dynamic";
     case rope_kind::llama3: return "llama3";
+    case rope_kind::yarn: return "yarn";
   }
   return "?";
 }
 
-result<model_config> parse_model_config(const std::string& config_json, const std::string& generation_json,
+namespace {
+
+result<model_config> parse_config_files(const std::string& config_json, const std::string& generation_json,
                                         const std::string& dir_for_errors) {
   const std::string cfg_file = dir_for_errors + "/config.json";
   dom::parser parser;
@@ -216,6 +261,8 @@ result<model_config> parse_model_config(const std::string& config_json, const st
   AS_TRY(parse_architecture(r, cfg));
   AS_TRY(parse_shapes(r, cfg));
   AS_TRY(parse_features(r, cfg));
+  AS_TRY(parse_moe_keys(r, cfg));
+  AS_TRY(parse_mla_keys(r, cfg));
   AS_TRY(parse_rope(r, cfg));
   if (cfg.rope.original_max_position_embeddings == 0)
     cfg.rope.original_max_position_embeddings = cfg.max_position_embeddings;
@@ -244,6 +291,13 @@ result<model_config> parse_model_config(const std::string& config_json, const st
       return make_error(error_code::malformed_file,
                         fmt::format("{}: eos_token_id {} is outside the vocabulary ({})", cfg_file, id, cfg.vocab_size));
   return cfg;
+}
+
+}  // namespace
+
+result<model_config> parse_model_config(const std::string& config_json, const std::string& generation_json,
+                                        const std::string& dir_for_errors) {
+  return parse_config_files(config_json, generation_json, dir_for_errors);
 }
 
 result<model_config> load_model_config(const std::string& model_dir) {

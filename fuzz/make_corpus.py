@@ -265,6 +265,12 @@ def model_config_seeds():
                   {"head_dim": 3, "num_key_value_heads": 3}, {"eos_token_id": [1, 2, -1]}, {"dtype": "bfloat16"}):
         seeds.append(json.dumps({**base, **patch}))
     seeds.append(json.dumps(base) + "\0" + '{"eos_token_id": 2147483648, "bos_token_id": 1}')
+    moe = json.loads((DATA / "models" / "qwen3-moe-tiny" / "config.json").read_text(encoding="utf-8"))
+    for patch in ({"num_experts": 8, "num_local_experts": None, "decoder_sparse_step": 2, "mlp_only_layers": [0]},
+                  {"architectures": ["DeepseekV2ForCausalLM"], "n_routed_experts": 8, "topk_method": "group_limited_greedy",
+                   "n_group": 4, "topk_group": 2, "scoring_func": "sigmoid", "first_k_dense_replace": 1,
+                   "moe_layer_freq": 2, "n_shared_experts": 2, "routed_scaling_factor": 2.5}):
+        seeds.append(json.dumps({**moe, **patch}))
     return seeds
 
 

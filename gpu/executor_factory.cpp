@@ -1,7 +1,11 @@
 // The executor factory: device choice and the mapping of engine_config to executor options.
 #include "gpu/executor_factory.hpp"
 
+#include <fmt/format.h>
+
+#include "config/model_config.hpp"
 #include "gpu/cpu/cpu_executor.hpp"
+#include "gpu/cuda_model_support.hpp"
 #include "gpu/fault_injection.hpp"
 
 #ifdef ACTORSERVE_HAS_CUDA
@@ -44,6 +48,7 @@ result<std::unique_ptr<executor>> make_device_executor(const engine_config& cfg)
 #ifdef ACTORSERVE_HAS_CUDA
   if (picks_cuda(cfg)) {
     if (cuda::device_count() == 0) return make_error(error_code::unavailable, "--device cuda: no CUDA device is visible");
+    if (auto st = check_cuda_support(cfg); !st) return st.err();
     return make_cuda_executor(cfg.model.model_dir, cuda_options_from(cfg));
   }
 #else
@@ -63,6 +68,14 @@ bool picks_cuda(const engine_config& cfg) {
   (void)cfg;
   return false;
 #endif
+}
+
+status check_cuda_support(const engine_config& cfg) {
+  auto model = load_model_config(cfg.model.model_dir);
+  if (!model) return model.err();
+  if (auto st = check_cuda_model_support(model.value(), cfg.model.max_model_len); !st)
+    return make_error(st.err().code, fmt::format("{}: {}", cfg.model.model_dir, st.err().message));
+  return {};
 }
 
 int64_t block_size_for(const engine_config& cfg) {

@@ -17,6 +17,11 @@ bool picks_cuda(const engine_config& cfg);
 /// Tokens per KV block of the executor make_executor would make for `cfg`, before any is made.
 int64_t block_size_for(const engine_config& cfg);
 
+/// Whether the CUDA executor runs the model of `cfg` at its --max-model-len (config.json read from
+/// --model; check_cuda_model_support says what is refused). make_executor asks it before making a
+/// CUDA executor.
+status check_cuda_support(const engine_config& cfg);
+
 /// Makes the executor `cfg` asks for: --device cpu, or auto without a usable GPU, gets the CPU
 /// executor; --device cuda, or auto with a GPU, the CUDA executor. With --inject-step-failures
 /// (test only) it is wrapped to fail those steps. Errors name the flag or file.

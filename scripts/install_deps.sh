@@ -8,7 +8,8 @@ serve_only=0
 [[ "${1:-}" == --serve ]] && serve_only=1
 packages=(
   build-essential cmake ninja-build pkg-config ccache git
-  libcaf-dev            # CAF 0.17.6: the actor runtime
+  libcaf-dev            # CAF 0.17.6: the actor runtime (core, io: BASP between processes, openssl: TLS)
+  libssl-dev            # OpenSSL's headers, which libcaf_openssl's include
   libboost1.81-dev      # Asio + Beast (header-only part)
   libsimdjson-dev       # JSON in
   libpcre2-dev          # tokenizer pre-split regexes (Unicode properties, JIT)
@@ -23,6 +24,7 @@ packages=(
   chromium              # the playground's end-to-end test drives it through puppeteer-core
   clang-14 clang libclang-rt-14-dev  # sanitizer builds and libFuzzer (scripts/sanitize.sh)
   curl                  # scripts/build_tsan_caf.sh fetches CAF's source from the Debian mirror
+  openssl               # tests/cluster makes its TLS test certificates with the openssl command
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,4 +1,5 @@
-// The actorserve binary: `actorserve serve ...` or `actorserve generate ...` (see README.md).
+// The actorserve binary: `actorserve serve ...`, `actorserve generate ...` or `actorserve engine ...`
+// (see README.md and docs/deployment.md).
 #include <cstdio>
 
 #include "config/cli.hpp"
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   switch (cl->cmd) {
     case command::serve: return server::run_server(cl->engine);
     case command::generate: return server::run_generate(cl.value());
+    case command::engine: return server::run_engine(cl->engine);
   }
   return 2;
 }

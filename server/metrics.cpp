@@ -139,8 +139,39 @@ void gauge(std::string& out, std::string_view name, std::string_view help, std::
 }
 }  // namespace
 
+namespace {
+
+/// Per engine process of a front end: one sample per engine of each series.
+void render_engines(std::string& out, const std::vector<actors::engine_node>& engines) {
+  if (engines.empty()) return;
+  auto series = [&](std::string_view name, std::string_view help, std::string_view type, auto value) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+    for (const auto& e : engines) out += fmt::format("{}{{engine=\"{}\"}} {}\n", name, e.address, double(value(e)));
+  };
+  using node = actors::engine_node;
+  series("actorserve:engine_up", "1 while the engine process is connected.", "gauge",
+         [](const node& e) { return e.up ? 1 : 0; });
+  series("actorserve:engine_num_requests_running", "Sequences running on the engine (its last report).", "gauge",
+         [](const node& e) { return e.stats.num_running; });
+  series("actorserve:engine_num_requests_waiting", "Sequences waiting on the engine (its last report).", "gauge",
+         [](const node& e) { return e.stats.num_waiting; });
+  series("actorserve:engine_kv_blocks_used", "KV blocks in use on the engine (its last report).", "gauge",
+         [](const node& e) { return e.stats.kv_blocks_used; });
+  series("actorserve:engine_prefix_cache_hits_total", "Prompt tokens found in the engine's prefix cache.", "counter",
+         [](const node& e) { return e.stats.prefix_cache_hits; });
+  series("actorserve:engine_prefix_cache_queries_total", "Prompt tokens looked up in the engine's prefix cache.",
+         "counter", [](const node& e) { return e.stats.prefix_cache_queries; });
+  series("actorserve:engine_requests_routed_total", "Requests this front end sent to the engine.", "counter",
+         [](const node& e) { return e.requests_routed; });
+  series("actorserve:engine_requests_resubmitted_total",
+         "Requests or choices moved from the engine to others when it went down.", "counter",
+         [](const node& e) { return e.requests_resubmitted; });
+}
+
+}  // namespace
+
 std::string metrics::render(const actors::engine_stats& s, std::string_view model, int64_t active_jobs,
-                            bool vllm_names) const {
+                            bool vllm_names, const std::vector<actors::engine_node>& engines) const {
   std::string out;
   out.reserve(8192);
   out += fmt::format("# actorserve metrics; model {}\n", model);
@@ -191,6 +222,7 @@ std::string metrics::render(const actors::engine_stats& s, std::string_view mode
   request_prompt_tokens.render(out, "actorserve:request_prompt_tokens", "Per engine request: prompt tokens.");
   request_generation_tokens.render(out, "actorserve:request_generation_tokens",
                                    "Per engine request: tokens generated over its choices.");
+  render_engines(out, engines);
   return finish_page(out, model, vllm_names);
 }
 

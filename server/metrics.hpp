@@ -49,9 +49,10 @@ class metrics {
   std::atomic<int64_t> finished_stop{0}, finished_length{0}, finished_abort{0}, finished_error{0};
 
   /// The whole /metrics page; `active_jobs`: API requests between submit and last byte;
-  /// `vllm_names` (--metrics-compat vllm): series with a vLLM counterpart take its `vllm:` name.
+  /// `vllm_names` (--metrics-compat vllm): series with a vLLM counterpart take its `vllm:` name;
+  /// `engines`: a front end's engine processes, one `engine="HOST:PORT"` series set each.
   std::string render(const actors::engine_stats& s, std::string_view model, int64_t active_jobs,
-                     bool vllm_names = false) const;
+                     bool vllm_names = false, const std::vector<actors::engine_node>& engines = {}) const;
 };
 
 }  // namespace actorserve::server

@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "config/log.hpp"
+#include "protocol/json/writer.hpp"
 #include "protocol/openai/parse.hpp"
 #include "protocol/openai/write.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
@@ -121,10 +122,28 @@ route_result generation(server_context& ctx, std::string_view body, Parse parse,
   return r;
 }
 
+/// 200 while the engine makes progress. A front end of engine processes answers JSON with each
+/// engine's state: 200 while one of them is up.
 route_result health(server_context& ctx) {
   route_result r;
   r.status = (!ctx.draining && ctx.engine.stats().healthy) ? 200 : 503;
   r.content_type = "text/plain";
+  const auto nodes = ctx.engine.engines();
+  if (nodes.empty()) return r;
+  r.content_type = "application/json";
+  protocol::json::writer w(r.body);
+  w.begin_object().key("engines").begin_array();
+  for (const auto& n : nodes) {
+    w.begin_object().key("address").str(n.address).key("up").boolean(n.up);
+    w.key("running").num(n.stats.num_running).key("waiting").num(n.stats.num_waiting);
+    w.key("kv_blocks_used").num(n.stats.kv_blocks_used).key("kv_blocks_total").num(n.stats.kv_blocks_total);
+    w.key("prefix_cache_queries").num(n.stats.prefix_cache_queries);
+    w.key("prefix_cache_hits").num(n.stats.prefix_cache_hits);
+    w.key("requests_cancelled").num(n.stats.requests_cancelled);
+    w.key("requests_routed").num(n.requests_routed).key("requests_resubmitted").num(n.requests_resubmitted);
+    w.end_object();
+  }
+  w.end_array().end_object();
   return r;
 }
 
@@ -132,7 +151,7 @@ route_result metrics_page(server_context& ctx) {
   route_result r;
   r.content_type = "text/plain; version=0.0.4";
   r.body = ctx.stats.render(ctx.engine.stats(), ctx.model_name, ctx.num_active_jobs.load(),
-                            ctx.config.server.metrics_vllm_names);
+                            ctx.config.server.metrics_vllm_names, ctx.engine.engines());
   return r;
 }
 

@@ -18,20 +18,53 @@ int64_t raise_open_file_limit() {
   return lim.rlim_cur == RLIM_INFINITY ? INT64_MAX : static_cast<int64_t>(lim.rlim_cur);
 }
 
-int run_server(const engine_config& cfg) {
-  const int64_t descriptors = raise_open_file_limit();
-  if (descriptors >= 0 && descriptors < cfg.server.max_connections + 64)
-    log::warn("--max-connections {} but only {} file descriptors (ulimit -n): connections beyond are refused",
-              cfg.server.max_connections, descriptors);
-  // Block SIGINT/SIGTERM before any thread starts, so every thread inherits the mask and the
-  // signal is taken here by sigwait, not by an arbitrary engine or I/O thread.
+namespace {
+
+/// Blocks SIGINT/SIGTERM in this thread before any other starts, so every thread inherits the
+/// mask and the signal is taken by sigwait, not by an arbitrary engine or I/O thread.
+sigset_t block_stop_signals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  return signals;
+}
 
+}  // namespace
+
+int run_engine(const engine_config& cfg) {
+  sigset_t signals = block_stop_signals();
   auto engine = actors::engine::start(cfg);
+  if (!engine) {
+    log::error("cannot start the engine: {}", engine.err().message);
+    return 1;
+  }
+  auto port = (*engine)->publish();
+  if (!port) {
+    log::error("cannot publish the engine: {}", port.err().message);
+    (*engine)->shutdown(std::chrono::milliseconds(0));
+    return 1;
+  }
+  log::info("engine listening on {}:{}{} (model {})", cfg.cluster.listen->host, *port,
+            cfg.cluster.tls.enabled() ? " with TLS" : "", (*engine)->model_name());
+  int sig = 0;
+  sigwait(&signals, &sig);
+  log::info("signal {}: stopping the engine", sig);
+  (*engine)->shutdown(std::chrono::milliseconds(0));
+  engine->reset();
+  log::info("stopped");
+  return 0;
+}
+
+int run_server(const engine_config& cfg) {
+  const int64_t descriptors = raise_open_file_limit();
+  if (descriptors >= 0 && descriptors < cfg.server.max_connections + 64)
+    log::warn("--max-connections {} but only {} file descriptors (ulimit -n): connections beyond are refused",
+              cfg.server.max_connections, descriptors);
+  sigset_t signals = block_stop_signals();
+
+  auto engine = cfg.cluster.engines.empty() ? actors::engine::start(cfg) : actors::engine::connect(cfg);
   if (!engine) {
     log::error("cannot start the engine: {}", engine.err().message);
     return 1;

@@ -43,8 +43,14 @@ class http_server {
 /// the default 1024 caps --max-connections far below its default). Returns the soft limit now.
 int64_t raise_open_file_limit();
 
-/// Starts the engine and the server, logs "listening on http://HOST:PORT", serves until SIGTERM
-/// or SIGINT, then drains (--drain-timeout) and returns 0; returns 1 when start-up fails.
+/// Starts the engine (in this process, or a front end of --engines) and the server, logs
+/// "listening on http://HOST:PORT", serves until SIGTERM or SIGINT, then drains
+/// (--drain-timeout) and returns 0; returns 1 when start-up fails.
 int run_server(const engine_config& cfg);
+
+/// `actorserve engine`: starts the engine, publishes it at --listen, logs "engine listening on
+/// HOST:PORT", runs until SIGTERM or SIGINT, then stops it (front ends move its requests
+/// elsewhere) and returns 0; returns 1 when start-up fails.
+int run_engine(const engine_config& cfg);
 
 }  // namespace actorserve::server

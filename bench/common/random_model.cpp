@@ -30,12 +30,104 @@ model_shape llama(int64_t vocab, int64_t hidden, int64_t inter, int64_t layers, 
   return s;
 }
 
+model_shape mixtral(model_shape s, int64_t experts, int64_t top_k) {
+  s.architecture = "MixtralForCausalLM";
+  s.model_type = "mixtral";
+  s.num_experts = experts;
+  s.num_experts_per_tok = top_k;
+  return s;
+}
+
+model_shape qwen3_moe(model_shape s, int64_t head_dim, int64_t experts, int64_t top_k, int64_t expert_inter) {
+  s.architecture = "Qwen3MoeForCausalLM";
+  s.model_type = "qwen3_moe";
+  s.head_dim = head_dim;
+  s.rms_norm_eps = 1e-6;
+  s.num_experts = experts;
+  s.num_experts_per_tok = top_k;
+  s.moe_intermediate_size = expert_inter;
+  return s;
+}
+
+model_shape deepseek(model_shape s, int64_t experts, int64_t top_k, int64_t expert_inter, deepseek_shape d) {
+  s.architecture = "DeepseekV2ForCausalLM";
+  s.model_type = "deepseek_v2";
+  s.rms_norm_eps = 1e-6;
+  s.num_experts = experts;
+  s.num_experts_per_tok = top_k;
+  s.moe_intermediate_size = expert_inter;
+  s.deepseek = std::move(d);
+  return s;
+}
+
+bool is_qwen3(const model_shape& s) {
+  return s.architecture == "Qwen3ForCausalLM" || s.architecture == "Qwen3MoeForCausalLM";
+}
+bool is_mixtral(const model_shape& s) { return s.architecture == "MixtralForCausalLM"; }
+int64_t expert_intermediate(const model_shape& s) {
+  return is_mixtral(s) ? s.intermediate_size : s.moe_intermediate_size;
+}
+
+/// One sparse layer's router and experts, by HF's per-expert names.
+void add_experts(const model_shape& s, const std::string& layer, std::vector<tensor_spec>& t) {
+  const int64_t h = s.hidden_size, inter = expert_intermediate(s);
+  const bool mixtral = is_mixtral(s);
+  const std::string m = layer + (mixtral ? "block_sparse_moe." : "mlp.");
+  t.push_back({m + "gate.weight", {s.num_experts, h}, fill_kind::normal});
+  for (int64_t e = 0; e < s.num_experts; ++e) {
+    const std::string p = fmt::format("{}experts.{}.", m, e);
+    t.push_back({p + (mixtral ? "w1" : "gate_proj") + ".weight", {inter, h}, fill_kind::normal});
+    t.push_back({p + (mixtral ? "w3" : "up_proj") + ".weight", {inter, h}, fill_kind::normal});
+    t.push_back({p + (mixtral ? "w2" : "down_proj") + ".weight", {h, inter}, fill_kind::normal});
+  }
+}
+
+/// A SwiGLU MLP's three projections under `prefix`.
+void add_mlp(std::vector<tensor_spec>& t, const std::string& prefix, int64_t hidden, int64_t inter) {
+  t.push_back({prefix + "gate_proj.weight", {inter, hidden}, fill_kind::normal});
+  t.push_back({prefix + "up_proj.weight", {inter, hidden}, fill_kind::normal});
+  t.push_back({prefix + "down_proj.weight", {hidden, inter}, fill_kind::normal});
+}
+
+/// DeepSeek-V2's layer: latent attention, then a dense MLP, or the router and experts (Qwen3-MoE's
+/// names) plus the shared experts.
+void add_deepseek_layer(const model_shape& s, int64_t layer, std::vector<tensor_spec>& t) {
+  const deepseek_shape& d = *s.deepseek;
+  const int64_t h = s.hidden_size, q = s.num_heads * (d.qk_nope_head_dim + d.qk_rope_head_dim);
+  const std::string p = fmt::format("model.layers.{}.", layer);
+  t.push_back({p + "input_layernorm.weight", {h}, fill_kind::ones});
+  if (d.q_lora_rank > 0) {
+    t.push_back({p + "self_attn.q_a_proj.weight", {d.q_lora_rank, h}, fill_kind::normal});
+    t.push_back({p + "self_attn.q_a_layernorm.weight", {d.q_lora_rank}, fill_kind::ones});
+    t.push_back({p + "self_attn.q_b_proj.weight", {q, d.q_lora_rank}, fill_kind::normal});
+  } else {
+    t.push_back({p + "self_attn.q_proj.weight", {q, h}, fill_kind::normal});
+  }
+  t.push_back({p + "self_attn.kv_a_proj_with_mqa.weight", {d.kv_lora_rank + d.qk_rope_head_dim, h}, fill_kind::normal});
+  t.push_back({p + "self_attn.kv_a_layernorm.weight", {d.kv_lora_rank}, fill_kind::ones});
+  t.push_back({p + "self_attn.kv_b_proj.weight",
+               {s.num_heads * (d.qk_nope_head_dim + d.v_head_dim), d.kv_lora_rank},
+               fill_kind::normal});
+  t.push_back({p + "self_attn.o_proj.weight", {h, s.num_heads * d.v_head_dim}, fill_kind::normal});
+  t.push_back({p + "post_attention_layernorm.weight", {h}, fill_kind::ones});
+  if (!s.is_sparse_layer(layer)) {
+    add_mlp(t, p + "mlp.", h, s.intermediate_size);
+    return;
+  }
+  add_experts(s, p, t);
+  if (d.n_shared_experts > 0) add_mlp(t, p + "mlp.shared_experts.", h, s.moe_intermediate_size * d.n_shared_experts);
+}
+
 std::vector<tensor_spec> tensor_list(const model_shape& s) {
   const int64_t h = s.hidden_size, q = s.num_heads * s.effective_head_dim(), kv = s.num_kv_heads * s.effective_head_dim();
   const bool qkv_bias = s.architecture == "Qwen2ForCausalLM";
   std::vector<tensor_spec> t;
   t.push_back({"model.embed_tokens.weight", {s.vocab_size, h}, fill_kind::normal});
   for (int64_t i = 0; i < s.num_layers; ++i) {
+    if (s.deepseek) {
+      add_deepseek_layer(s, i, t);
+      continue;
+    }
     const std::string p = fmt::format("model.layers.{}.", i);
     t.push_back({p + "input_layernorm.weight", {h}, fill_kind::ones});
     t.push_back({p + "self_attn.q_proj.weight", {q, h}, fill_kind::normal});
@@ -47,10 +139,16 @@ std::vector<tensor_spec> tensor_list(const model_shape& s) {
       t.push_back({p + "self_attn.v_proj.bias", {kv}, fill_kind::normal});
     }
     t.push_back({p + "self_attn.o_proj.weight", {h, q}, fill_kind::normal});
+    if (is_qwen3(s)) {
+      t.push_back({p + "self_attn.q_norm.weight", {s.effective_head_dim()}, fill_kind::ones});
+      t.push_back({p + "self_attn.k_norm.weight", {s.effective_head_dim()}, fill_kind::ones});
+    }
     t.push_back({p + "post_attention_layernorm.weight", {h}, fill_kind::ones});
-    t.push_back({p + "mlp.gate_proj.weight", {s.intermediate_size, h}, fill_kind::normal});
-    t.push_back({p + "mlp.up_proj.weight", {s.intermediate_size, h}, fill_kind::normal});
-    t.push_back({p + "mlp.down_proj.weight", {h, s.intermediate_size}, fill_kind::normal});
+    if (s.is_moe()) {
+      add_experts(s, p, t);
+      continue;
+    }
+    add_mlp(t, p + "mlp.", h, s.intermediate_size);
   }
   t.push_back({"model.norm.weight", {h}, fill_kind::ones});
   if (!s.tie_word_embeddings) t.push_back({"lm_head.weight", {s.vocab_size, h}, fill_kind::normal});
@@ -170,7 +268,17 @@ int64_t model_shape::num_parameters() const {
   return n;
 }
 
-std::vector<std::string> preset_names() { return {"llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2-7b", "tiny"}; }
+int64_t model_shape::num_active_parameters() const {
+  const int64_t idle_experts = is_moe() ? num_experts - num_experts_per_tok : 0;
+  int64_t sparse_layers = 0;
+  for (int64_t i = 0; i < num_layers; ++i) sparse_layers += is_sparse_layer(i) ? 1 : 0;
+  return num_parameters() - sparse_layers * idle_experts * 3 * hidden_size * expert_intermediate(*this);
+}
+
+std::vector<std::string> preset_names() {
+  return {"llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2-7b", "mixtral-8x7b", "qwen3-30b-a3b",
+          "deepseek-v2-lite", "tiny", "tiny-moe", "tiny-mixtral", "deepseek-tiny"};
+}
 
 result<model_shape> preset_shape(const std::string& name) {
   if (name == "llama-2-7b") return llama(32000, 4096, 11008, 32, 32, 32, 4096, 10000.0);
@@ -190,31 +298,95 @@ result<model_shape> preset_shape(const std::string& name) {
     s.rms_norm_eps = 1e-6;
     return s;
   }
+  if (name == "mixtral-8x7b") return mixtral(llama(32000, 4096, 14336, 32, 32, 8, 32768, 1000000.0), 8, 2);
+  if (name == "qwen3-30b-a3b") return qwen3_moe(llama(151936, 2048, 6144, 48, 32, 4, 40960, 1000000.0), 128, 128, 8, 768);
+  // DeepSeek-V2-Lite's config.json: 15.7 B parameters (31.4 GB in bf16), 2.7 B active.
+  if (name == "deepseek-v2-lite") return deepseek(llama(102400, 2048, 10944, 27, 16, 16, 163840, 10000.0), 64, 6, 1408, {});
   if (name == "tiny") return llama(1024, 64, 172, 2, 4, 2, 2048, 10000.0);
+  if (name == "tiny-moe") return qwen3_moe(llama(1024, 64, 128, 2, 4, 2, 2048, 1000000.0), 16, 8, 2, 32);
+  if (name == "tiny-mixtral") return mixtral(llama(1024, 64, 128, 2, 4, 2, 2048, 1000000.0), 4, 2);
+  if (name == "deepseek-tiny") {
+    // DeepSeek-V2-Lite's structure (no q_lora, a dense first layer, shared experts, its YaRN).
+    deepseek_shape d;
+    d.kv_lora_rank = 32;
+    d.qk_nope_head_dim = 16;
+    d.qk_rope_head_dim = 8;
+    d.v_head_dim = 16;
+    return deepseek(llama(1024, 64, 128, 3, 4, 4, 163840, 10000.0), 8, 2, 32, d);
+  }
   return make_error(error_code::invalid_argument, fmt::format("--preset: unknown preset '{}'", name));
 }
 
-std::string config_json(const model_shape& s, int32_t bos_id, const std::vector<int32_t>& eos_ids) {
+namespace {
+
+/// DeepSeek-V2's latent-attention and expert keys, as its config.json writes them.
+std::string deepseek_keys(const model_shape& s) {
+  const deepseek_shape& d = *s.deepseek;
+  return fmt::format(
+      "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"q_lora_rank\": {},\n  \"kv_lora_rank\": {},\n"
+      "  \"qk_nope_head_dim\": {},\n  \"qk_rope_head_dim\": {},\n  \"v_head_dim\": {},\n"
+      "  \"n_routed_experts\": {},\n  \"num_experts_per_tok\": {},\n  \"moe_intermediate_size\": {},\n"
+      "  \"n_shared_experts\": {},\n  \"first_k_dense_replace\": {},\n  \"moe_layer_freq\": 1,\n"
+      "  \"routed_scaling_factor\": {},\n  \"topk_method\": \"{}\",\n  \"n_group\": {},\n  \"topk_group\": {},\n"
+      "  \"norm_topk_prob\": false,\n  \"scoring_func\": \"softmax\",\n",
+      d.q_lora_rank > 0 ? std::to_string(d.q_lora_rank) : std::string("null"), d.kv_lora_rank, d.qk_nope_head_dim,
+      d.qk_rope_head_dim, d.v_head_dim, s.num_experts, s.num_experts_per_tok, s.moe_intermediate_size,
+      d.n_shared_experts, d.first_k_dense_replace, d.routed_scaling_factor, d.topk_method, d.n_group, d.topk_group);
+}
+
+/// config.json's rope_scaling: DeepSeek-V2's YaRN in the older spelling its checkpoints use, or null.
+std::string rope_scaling_json(const model_shape& s) {
+  if (!s.deepseek || s.deepseek->yarn_factor <= 0) return "null";
+  const deepseek_shape& d = *s.deepseek;
+  return fmt::format("{{\"beta_fast\": 32, \"beta_slow\": 1, \"factor\": {}, \"mscale\": {}, \"mscale_all_dim\": {}, "
+                     "\"original_max_position_embeddings\": {}, \"type\": \"yarn\"}}",
+                     d.yarn_factor, d.yarn_mscale, d.yarn_mscale_all_dim, d.yarn_original_max_position_embeddings);
+}
+
+/// The keys of config.json that only some architectures carry, as their transformers configs
+/// write them.
+std::string architecture_keys(const model_shape& s) {
   std::string extra;
-  if (s.head_dim > 0) extra += fmt::format("  \"head_dim\": {},\n", s.head_dim);
+  if (s.deepseek) return deepseek_keys(s);
+  if (s.head_dim > 0 || is_qwen3(s)) extra += fmt::format("  \"head_dim\": {},\n", s.effective_head_dim());
+  if (is_qwen3(s))
+    extra += fmt::format("  \"attention_bias\": false,\n  \"use_sliding_window\": false,\n  \"sliding_window\": null,\n"
+                         "  \"max_window_layers\": {},\n",
+                         s.num_layers);
+  if (s.architecture == "Qwen3MoeForCausalLM")
+    extra += fmt::format("  \"num_experts\": {},\n  \"num_experts_per_tok\": {},\n  \"moe_intermediate_size\": {},\n"
+                         "  \"norm_topk_prob\": true,\n  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n"
+                         "  \"router_aux_loss_coef\": 0.001,\n",
+                         s.num_experts, s.num_experts_per_tok, s.moe_intermediate_size);
+  if (is_mixtral(s))
+    extra += fmt::format("  \"num_local_experts\": {},\n  \"num_experts_per_tok\": {},\n  \"router_aux_loss_coef\": 0.02,\n"
+                         "  \"router_jitter_noise\": 0.0,\n",
+                         s.num_experts, s.num_experts_per_tok);
   if (s.architecture == "Qwen2ForCausalLM")
     extra += fmt::format("  \"use_sliding_window\": false,\n  \"sliding_window\": {},\n  \"max_window_layers\": {},\n",
                          s.max_position_embeddings, s.num_layers);
-  else if (s.architecture == "MistralForCausalLM")
+  else if (s.architecture == "MistralForCausalLM" || is_mixtral(s))
     extra += s.sliding_window > 0 ? fmt::format("  \"sliding_window\": {},\n", s.sliding_window)
                                   : std::string("  \"sliding_window\": null,\n");
-  else
+  else if (s.architecture == "LlamaForCausalLM")
     extra += "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n  \"pretraining_tp\": 1,\n";
+  return extra;
+}
+
+}  // namespace
+
+std::string config_json(const model_shape& s, int32_t bos_id, const std::vector<int32_t>& eos_ids) {
+  const std::string extra = architecture_keys(s);
   return fmt::format(
       "{{\n  \"architectures\": [\"{}\"],\n  \"model_type\": \"{}\",\n  \"attention_dropout\": 0.0,\n"
       "  \"bos_token_id\": {},\n  \"eos_token_id\": {},\n  \"hidden_act\": \"silu\",\n  \"hidden_size\": {},\n"
       "  \"initializer_range\": 0.02,\n  \"intermediate_size\": {},\n  \"max_position_embeddings\": {},\n"
       "  \"num_attention_heads\": {},\n  \"num_hidden_layers\": {},\n  \"num_key_value_heads\": {},\n{}"
-      "  \"rms_norm_eps\": {},\n  \"rope_scaling\": null,\n  \"rope_theta\": {:.1f},\n  \"tie_word_embeddings\": {},\n"
+      "  \"rms_norm_eps\": {},\n  \"rope_scaling\": {},\n  \"rope_theta\": {:.1f},\n  \"tie_word_embeddings\": {},\n"
       "  \"torch_dtype\": \"bfloat16\",\n  \"use_cache\": true,\n  \"vocab_size\": {}\n}}\n",
       s.architecture, s.model_type, bos_id < 0 ? std::string("null") : std::to_string(bos_id), id_json(eos_ids),
       s.hidden_size, s.intermediate_size, s.max_position_embeddings, s.num_heads, s.num_layers, s.num_kv_heads, extra,
-      s.rms_norm_eps, s.rope_theta, s.tie_word_embeddings ? "true" : "false", s.vocab_size);
+      s.rms_norm_eps, rope_scaling_json(s), s.rope_theta, s.tie_word_embeddings ? "true" : "false", s.vocab_size);
 }
 
 result<random_model_report> write_random_model(const model_shape& shape, const random_model_options& opts) {

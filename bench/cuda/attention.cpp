@@ -36,6 +36,9 @@
 #include "bench_timing.hpp"
 #include "gpu/cuda/attention/backend.hpp"
 #include "tuning_flags.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/programmatic_launch.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace cuda = actorserve::gpu::cuda;
 namespace gpu = actorserve::gpu;

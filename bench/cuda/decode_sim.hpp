@@ -12,10 +12,13 @@
 
 #include "bench_timing.hpp"
 #include "gpu/cuda/attention/backend.hpp"
-#include "gpu/cuda/attention_plan.hpp"
-#include "gpu/cuda/cuda_model.hpp"
-#include "gpu/cuda/gemv_kernel.hpp"
-#include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/attention/attention_plan.hpp"
+#include "gpu/cuda/model/cuda_model.hpp"
+#include "gpu/cuda/linear/gemv_kernel.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/cuda/sampling/sampler.hpp"
 #include "gpu/cuda/tuning.hpp"
 
 namespace actorserve::bench_cuda {

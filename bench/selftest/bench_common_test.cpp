@@ -114,6 +114,102 @@ TEST(RandomModel, WrittenDirectoryLoadsAndRunsOnTheCpuExecutor) {
   for (float v : logits[0]) ASSERT_TRUE(std::isfinite(v));
 }
 
+TEST(RandomModel, MixtureOfExpertsPresetsHaveTheRealShapes) {
+  auto mixtral = preset_shape("mixtral-8x7b").value();
+  EXPECT_EQ(mixtral.architecture, "MixtralForCausalLM");
+  EXPECT_EQ(mixtral.num_parameters(), 46702792704);   // Mixtral-8x7B-v0.1's published count
+  EXPECT_EQ(mixtral.num_active_parameters(), 12879925248);
+  auto qwen = preset_shape("qwen3-30b-a3b").value();
+  EXPECT_EQ(qwen.architecture, "Qwen3MoeForCausalLM");
+  EXPECT_EQ(qwen.num_parameters(), 30532122624);      // 30.5B, 3.3B active
+  EXPECT_EQ(qwen.num_active_parameters(), 3353032704);
+  // Their config.json reads back as written.
+  auto cfg = parse_model_config(config_json(qwen, 0, {1}), "", "/q");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  ASSERT_TRUE(cfg->moe.has_value());
+  EXPECT_EQ(cfg->moe->num_experts, 128);
+  EXPECT_EQ(cfg->moe->top_k, 8);
+  EXPECT_EQ(cfg->moe->expert_intermediate_size, 768);
+  EXPECT_TRUE(cfg->moe->renormalize);
+  EXPECT_EQ(cfg->head_dim, 128);
+  EXPECT_TRUE(cfg->qk_norm);
+  cfg = parse_model_config(config_json(mixtral, 0, {1}), "", "/x");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  EXPECT_EQ(cfg->moe->num_experts, 8);
+  EXPECT_EQ(cfg->moe->expert_intermediate_size, 14336);
+  EXPECT_EQ(cfg->num_kv_heads, 8);
+  EXPECT_FALSE(cfg->sliding_window.has_value());
+}
+
+TEST(RandomModel, DeepseekV2LitePresetHasTheRealShapeAndConfig) {
+  auto lite = preset_shape("deepseek-v2-lite").value();
+  EXPECT_EQ(lite.architecture, "DeepseekV2ForCausalLM");
+  EXPECT_EQ(lite.num_parameters(), 15706484224);          // DeepSeek-V2-Lite's 15.7 B (31.4 GB bf16)
+  EXPECT_EQ(lite.num_active_parameters(), 2661150208);    // 6 of 64 experts in the 26 sparse layers
+  // Its config.json reads back as the checkpoint's: latent attention, experts, YaRN.
+  auto cfg = parse_model_config(config_json(lite, 0, {1}), "", "/d");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  ASSERT_TRUE(cfg->mla.has_value());
+  EXPECT_EQ(cfg->mla->q_lora_rank, 0);
+  EXPECT_EQ(cfg->mla->kv_lora_rank, 512);
+  EXPECT_EQ(cfg->mla->qk_head_dim(), 192);
+  EXPECT_EQ(cfg->mla->v_head_dim, 128);
+  EXPECT_EQ(cfg->mla->cache_dim(), 576);
+  EXPECT_EQ(cfg->rope.kind, rope_kind::yarn);
+  EXPECT_DOUBLE_EQ(cfg->rope.factor, 40.0);
+  EXPECT_EQ(cfg->rope.original_max_position_embeddings, 4096);
+  EXPECT_DOUBLE_EQ(cfg->rope.mscale, 0.707);
+  EXPECT_DOUBLE_EQ(cfg->rope.mscale_all_dim, 0.707);
+  EXPECT_EQ(cfg->max_position_embeddings, 163840);
+  ASSERT_TRUE(cfg->moe.has_value());
+  EXPECT_EQ(cfg->moe->num_experts, 64);
+  EXPECT_EQ(cfg->moe->top_k, 6);
+  EXPECT_EQ(cfg->moe->expert_intermediate_size, 1408);
+  EXPECT_EQ(cfg->moe->num_shared_experts, 2);
+  EXPECT_FALSE(cfg->moe->renormalize);
+  EXPECT_EQ(cfg->intermediate_size, 10944);
+  EXPECT_FALSE(cfg->is_sparse_layer(0));
+  EXPECT_TRUE(cfg->is_sparse_layer(26));
+}
+
+TEST(RandomModel, WrittenMixtureOfExpertsModelsGenerateOnTheCpuExecutor) {
+  for (const char* preset : {"tiny-moe", "tiny-mixtral", "deepseek-tiny"}) {
+    temp_dir dir(preset);
+    random_model_options o;
+    o.output_dir = dir.path.string();
+    o.tokenizer_json = fixture_tokenizer();
+    o.threads = 2;
+    ASSERT_TRUE(write_random_model(preset_shape(preset).value(), o).ok()) << preset;
+    gpu::cpu_executor_options eo;
+    eo.num_blocks = 4;
+    eo.threads = 2;
+    auto ex = gpu::cpu_executor::create(o.output_dir, eo);
+    ASSERT_TRUE(ex.ok()) << ex.err().message;
+    ASSERT_TRUE(ex.value()->config().moe.has_value()) << preset;
+    EXPECT_EQ(ex.value()->config().mla.has_value(), std::string(preset) == "deepseek-tiny");
+    // A prompt, then greedy decode steps, each with finite logits.
+    std::vector<int32_t> tokens = {3, 1000, 42, 7, 7, 900};
+    for (int step = 0; step < 6; ++step) {
+      gpu::step_batch batch;
+      gpu::step_sequence seq;
+      seq.seq_id = 1;
+      seq.num_computed = step == 0 ? 0 : static_cast<int32_t>(tokens.size()) - 1;
+      seq.new_tokens = step == 0 ? tokens : std::vector<int32_t>{tokens.back()};
+      seq.block_table = {0};
+      seq.sample = true;
+      seq.params.temperature = 0;
+      batch.step_id = static_cast<uint64_t>(step);
+      batch.seqs.push_back(seq);
+      std::vector<std::vector<float>> logits;
+      auto r = ex.value()->run_step_sync(batch, &logits);
+      ASSERT_TRUE(r.outcome.ok()) << preset << ": " << r.outcome.err().message;
+      for (float v : logits.at(0)) ASSERT_TRUE(std::isfinite(v)) << preset;
+      tokens.push_back(r.tokens.at(0).token_id);
+    }
+    EXPECT_EQ(tokens.size(), 12u);
+  }
+}
+
 TEST(RandomModel, WeightsAreNormalWithUnitNormsAndIndependentOfThreadCount) {
   temp_dir a("threads_a"), b("threads_b");
   random_model_options o;

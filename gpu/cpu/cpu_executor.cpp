@@ -32,8 +32,8 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
     return make_error(error_code::invalid_argument,
                       fmt::format("max_model_len {} exceeds the model's max_position_embeddings {}", max_len,
                                   cfg.max_position_embeddings));
-  const size_t per_block =
-      cpu::paged_kv_cache::bytes_per_block(cfg.num_layers, opts.block_size, cfg.num_kv_heads, cfg.head_dim);
+  const cpu::kv_cache_layout layout = cpu::kv_cache_layout::of(cfg);
+  const size_t per_block = cpu::paged_kv_cache::bytes_per_block(cfg.num_layers, opts.block_size, layout);
   const int64_t num_blocks =
       opts.num_blocks > 0 ? opts.num_blocks : static_cast<int64_t>(opts.kv_cache_bytes / static_cast<int64_t>(per_block));
   if (num_blocks < 1 || num_blocks > INT32_MAX)
@@ -49,18 +49,20 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
   ex->info_.host_kv_cache_bytes = num_blocks * static_cast<int64_t>(per_block);
   ex->info_.eos_token_ids = cfg.eos_token_ids;
   try {
-    ex->cache_ = std::make_unique<cpu::paged_kv_cache>(cfg.num_layers, num_blocks, opts.block_size, cfg.num_kv_heads,
-                                                       cfg.head_dim);
+    ex->cache_ = std::make_unique<cpu::paged_kv_cache>(cfg.num_layers, num_blocks, opts.block_size, layout);
   } catch (const std::bad_alloc&) {
     return make_error(error_code::out_of_memory, fmt::format("cannot allocate {} KV blocks", num_blocks));
   }
   auto weights = upcast_weights(files->views);
-  ex->model_ = std::make_unique<cpu::cpu_model>(files->config, std::move(weights));
+  ex->model_ = std::make_unique<cpu::cpu_model>(files->config, std::move(weights), opts.mla_form);
   int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   ex->pool_ = std::make_unique<thread_pool>(std::max(1, threads));
   ex->worker_ = std::thread([p = ex.get()] { p->worker_loop(); });
-  log::info("cpu executor: {} ({} layers, hidden {}), {} KV blocks of {} tokens, {} threads", cfg.architecture,
-            cfg.num_layers, cfg.hidden_size, num_blocks, opts.block_size, ex->pool_->num_threads());
+  log::info("cpu executor: {} ({} layers, hidden {}), {} KV blocks of {} tokens ({} layout, {} bytes a token), {} "
+            "threads",
+            cfg.architecture, cfg.num_layers, cfg.hidden_size, num_blocks, opts.block_size,
+            layout.is_latent() ? "latent" : "per-head", per_block / static_cast<size_t>(opts.block_size),
+            ex->pool_->num_threads());
   return ex;
 }
 

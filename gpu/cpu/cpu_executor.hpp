@@ -27,6 +27,9 @@ struct cpu_executor_options {
   int64_t kv_cache_bytes = int64_t{1} << 30;
   int32_t threads = 0;                      ///< compute threads; 0: all cores
   int32_t max_model_len = 0;                ///< 0: config.json's max_position_embeddings
+  /// How latent attention (DeepSeek-V2) computes: automatic picks, per sequence of each step, the
+  /// form with fewer multiply-adds (docs/mla.md); the others force one form (tests, A/B runs).
+  cpu::mla_form mla_form = cpu::mla_form::automatic;
 };
 
 class cpu_executor final : public executor {

@@ -6,14 +6,19 @@
 
 #include "gpu/cpu/kernels.hpp"
 #include "gpu/model/rope.hpp"
+#include "gpu/model/softmax.hpp"
 
 namespace actorserve::gpu::cpu {
 namespace {
 constexpr int64_t attn_chunk = 16;   ///< query tokens per attention work item
 }
 
-cpu_model::cpu_model(model_config cfg, model_weights_f32 weights) : cfg_(std::move(cfg)), w_(std::move(weights)) {
+cpu_model::cpu_model(model_config cfg, model_weights_f32 weights, mla_form form)
+    : cfg_(std::move(cfg)), w_(std::move(weights)) {
   if (!rope_depends_on_length(cfg_.rope)) static_inv_freq_ = model_rope_inv_freq(cfg_);
+  rope_scale_ = static_cast<float>(rope_attention_factor(cfg_.rope));
+  if (cfg_.moe) moe_.emplace(*cfg_.moe, cfg_.hidden_size);
+  if (cfg_.mla) mla_.emplace(cfg_, w_.layers, form);
 }
 
 void cpu_model::prepare(std::span<const forward_seq> seqs) {
@@ -41,7 +46,9 @@ void cpu_model::prepare(std::span<const forward_seq> seqs) {
       dyn_freq = model_rope_inv_freq(cfg_, seqs[s].num_computed + n);
       inv = &dyn_freq;
     }
-    for (int64_t t = first; t < first + n; ++t) rope_cos_sin(*inv, tok_pos_[t], &cos_[t * half], &sin_[t * half]);
+    for (int64_t t = first; t < first + n; ++t)
+      rope_cos_sin(*inv, tok_pos_[t], &cos_[t * half], &sin_[t * half], rope_scale_);
+    if (mla_) continue;   // latent attention makes its own work items
     for (int32_t h = 0; h < cfg_.num_heads; ++h)
       for (int64_t b = 0; b < n; b += attn_chunk)
         items_.push_back({static_cast<int32_t>(s), h, first + b, first + std::min(n, b + attn_chunk)});
@@ -81,21 +88,13 @@ void cpu_model::attention_layer(thread_pool& pool, paged_kv_cache& cache, int64_
         const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
         const float* q = &q_[(t * nh + item.head) * hd];
         scores.resize(static_cast<size_t>(pos + 1 - lo));
-        float max_score = -INFINITY;
         for (int64_t j = lo; j <= pos; ++j) {
           const float* kj = cache.k(layer, seq.block_table[j / bs], kv_head) + (j % bs) * hd;
-          const float s = dot(q, kj, static_cast<size_t>(hd)) * scale;
-          scores[j - lo] = s;
-          max_score = std::max(max_score, s);
+          scores[j - lo] = dot(q, kj, static_cast<size_t>(hd)) * scale;
         }
-        float sum = 0.0f;
-        for (float& s : scores) {
-          s = std::exp(s - max_score);
-          sum += s;
-        }
+        const float inv_sum = exp_shifted(scores.data(), scores.size(), scores.data());
         float* out = &attn_[(t * nh + item.head) * hd];
         std::fill(out, out + hd, 0.0f);
-        const float inv_sum = 1.0f / sum;
         for (int64_t j = lo; j <= pos; ++j) {
           const float* vj = cache.v(layer, seq.block_table[j / bs], kv_head) + (j % bs) * hd;
           axpy(out, scores[j - lo] * inv_sum, vj, static_cast<size_t>(hd));
@@ -105,47 +104,67 @@ void cpu_model::attention_layer(thread_pool& pool, paged_kv_cache& cache, int64_
   });
 }
 
+void cpu_model::dense_attention(thread_pool& pool, paged_kv_cache& cache, int64_t layer,
+                                std::span<const forward_seq> seqs) {
+  const layer_weights_f32& L = w_.layers[static_cast<size_t>(layer)];
+  const size_t T = tok_seq_.size(), h = static_cast<size_t>(cfg_.hidden_size), hd = static_cast<size_t>(cfg_.head_dim);
+  const size_t nh = static_cast<size_t>(cfg_.num_heads), kvh = static_cast<size_t>(cfg_.num_kv_heads);
+  const size_t qd = nh * hd, kvd = kvh * hd, half = hd / 2;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  q_.resize(T * qd);
+  k_.resize(T * kvd);
+  v_.resize(T * kvd);
+  auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
+  matmul(pool, xn_.data(), T, h, L.q_proj.data(), qd, bias(L.q_bias), q_.data());
+  matmul(pool, xn_.data(), T, h, L.k_proj.data(), kvd, bias(L.k_bias), k_.data());
+  matmul(pool, xn_.data(), T, h, L.v_proj.data(), kvd, bias(L.v_bias), v_.data());
+  if (cfg_.qk_norm) {   // Qwen3: RMSNorm over each head of q and k, before rope
+    rms_norm(q_.data(), L.q_norm.data(), T * nh, hd, eps, q_.data());
+    rms_norm(k_.data(), L.k_norm.data(), T * kvh, hd, eps, k_.data());
+  }
+  for (size_t t = 0; t < T; ++t) {
+    for (size_t i = 0; i < nh; ++i) apply_rope(&q_[(t * nh + i) * hd], &cos_[t * half], &sin_[t * half], half);
+    for (size_t i = 0; i < kvh; ++i) apply_rope(&k_[(t * kvh + i) * hd], &cos_[t * half], &sin_[t * half], half);
+  }
+  write_kv(cache, layer, seqs);
+  attention_layer(pool, cache, layer, seqs);
+}
+
 void cpu_model::forward(thread_pool& pool, paged_kv_cache& cache, std::span<const forward_seq> seqs,
                         std::vector<float>& logits) {
   prepare(seqs);
   const size_t T = tok_seq_.size();
-  const size_t h = static_cast<size_t>(cfg_.hidden_size), hd = static_cast<size_t>(cfg_.head_dim);
-  const size_t nh = static_cast<size_t>(cfg_.num_heads), kvh = static_cast<size_t>(cfg_.num_kv_heads);
-  const size_t qd = nh * hd, kvd = kvh * hd, inter = static_cast<size_t>(cfg_.intermediate_size);
-  const size_t half = hd / 2;
+  const size_t h = static_cast<size_t>(cfg_.hidden_size), inter = static_cast<size_t>(cfg_.intermediate_size);
+  // What the heads hand to o_proj: num_heads x v_head_dim for latent attention, else x head_dim.
+  const size_t attn_width =
+      static_cast<size_t>(cfg_.num_heads * (cfg_.mla ? cfg_.mla->v_head_dim : cfg_.head_dim));
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   x_.resize(T * h);
   xn_.resize(T * h);
-  q_.resize(T * qd);
-  k_.resize(T * kvd);
-  v_.resize(T * kvd);
-  attn_.resize(T * qd);
+  attn_.resize(T * attn_width);
   tmp_.resize(T * h);
   gate_.resize(T * inter);
   up_.resize(T * inter);
   for (size_t s = 0, t = 0; s < seqs.size(); ++s)
     for (int32_t id : seqs[s].tokens) std::memcpy(&x_[t++ * h], &w_.embed_tokens[static_cast<size_t>(id) * h], h * 4);
+  const step_tokens step{seqs, tok_seq_, tok_pos_, seq_start_, cos_.data(), sin_.data()};
 
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const layer_weights_f32& L = w_.layers[l];
     rms_norm(x_.data(), L.input_norm.data(), T, h, eps, xn_.data());
-    matmul(pool, xn_.data(), T, h, L.q_proj.data(), qd, bias(L.q_bias), q_.data());
-    matmul(pool, xn_.data(), T, h, L.k_proj.data(), kvd, bias(L.k_bias), k_.data());
-    matmul(pool, xn_.data(), T, h, L.v_proj.data(), kvd, bias(L.v_bias), v_.data());
-    for (size_t t = 0; t < T; ++t) {
-      for (size_t i = 0; i < nh; ++i) apply_rope(&q_[(t * nh + i) * hd], &cos_[t * half], &sin_[t * half], half);
-      for (size_t i = 0; i < kvh; ++i) apply_rope(&k_[(t * kvh + i) * hd], &cos_[t * half], &sin_[t * half], half);
-    }
-    write_kv(cache, static_cast<int64_t>(l), seqs);
-    attention_layer(pool, cache, static_cast<int64_t>(l), seqs);
-    matmul(pool, attn_.data(), T, qd, L.o_proj.data(), h, bias(L.o_bias), tmp_.data());
+    if (L.mla)
+      mla_->forward(pool, cache, static_cast<int64_t>(l), *L.mla, step, xn_.data(), attn_.data());
+    else
+      dense_attention(pool, cache, static_cast<int64_t>(l), seqs);
+    matmul(pool, attn_.data(), T, attn_width, L.o_proj.data(), h, bias(L.o_bias), tmp_.data());
     add_inplace(x_.data(), tmp_.data(), T * h);
     rms_norm(x_.data(), L.post_norm.data(), T, h, eps, xn_.data());
-    matmul(pool, xn_.data(), T, h, L.gate_proj.data(), inter, nullptr, gate_.data());
-    matmul(pool, xn_.data(), T, h, L.up_proj.data(), inter, nullptr, up_.data());
-    silu_mul(gate_.data(), up_.data(), T * inter);
-    matmul(pool, gate_.data(), T, inter, L.down_proj.data(), h, nullptr, tmp_.data());
+    if (L.moe)
+      moe_->forward(pool, *L.moe, xn_.data(), T, tmp_.data());
+    else
+      swiglu_mlp(pool, xn_.data(), T, h, L.gate_proj.data(), L.up_proj.data(), L.down_proj.data(), inter, gate_.data(),
+                 up_.data(), tmp_.data());
     add_inplace(x_.data(), tmp_.data(), T * h);
   }
 

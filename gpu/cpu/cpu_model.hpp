@@ -1,28 +1,27 @@
 #pragma once
 /// The fp32 Llama-family forward pass over a paged KV cache (the reference the CUDA executor is
-/// checked against). Inputs are validated by the caller (cpu_executor).
+/// checked against): Qwen3's q/k norm, the mixture-of-experts FFN of Mixtral, Qwen3-MoE and
+/// DeepSeek-V2, and DeepSeek-V2's latent attention (mla_attention) included. Inputs are validated
+/// by the caller (cpu_executor).
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "config/model_config.hpp"
 #include "gpu/cpu/kv_cache.hpp"
+#include "gpu/cpu/mla_attention.hpp"
+#include "gpu/cpu/moe_ffn.hpp"
+#include "gpu/cpu/step_tokens.hpp"
 #include "gpu/cpu/thread_pool.hpp"
 #include "gpu/model/model_weights.hpp"
 
 namespace actorserve::gpu::cpu {
 
-/// One sequence's share of a forward pass (already validated).
-struct forward_seq {
-  int64_t num_computed = 0;               ///< tokens already in the cache
-  std::span<const int32_t> tokens;        ///< new tokens at positions num_computed...
-  std::span<const int32_t> block_table;   ///< covers [0, num_computed + tokens.size())
-  bool want_logits = false;               ///< produce logits at the last new token
-};
-
 class cpu_model {
  public:
-  cpu_model(model_config cfg, model_weights_f32 weights);
+  /// `form` chooses how latent-attention layers (DeepSeek-V2) compute; other models ignore it.
+  cpu_model(model_config cfg, model_weights_f32 weights, mla_form form = mla_form::automatic);
 
   const model_config& config() const { return cfg_; }
   /// Computes the new tokens of every sequence, writing their K/V into `cache`; appends to
@@ -37,12 +36,17 @@ class cpu_model {
     int64_t t_begin, t_end;   ///< flat token range of the step
   };
   void prepare(std::span<const forward_seq> seqs);
+  /// Per-head attention of one layer: q/k/v projections, rope, K/V into the cache, attention.
+  void dense_attention(thread_pool& pool, paged_kv_cache& cache, int64_t layer, std::span<const forward_seq> seqs);
   void attention_layer(thread_pool& pool, paged_kv_cache& cache, int64_t layer, std::span<const forward_seq> seqs);
   void write_kv(paged_kv_cache& cache, int64_t layer, std::span<const forward_seq> seqs);
 
   model_config cfg_;
   model_weights_f32 w_;
+  std::optional<moe_ffn> moe_;           ///< the sparse layers' FFN (MoE models)
+  std::optional<mla_attention> mla_;     ///< the latent-attention layers (DeepSeek-V2)
   std::vector<float> static_inv_freq_;   ///< unless rope is dynamic
+  float rope_scale_ = 1.0f;              ///< YaRN's attention factor on cos and sin
   // Per-step scratch, reused across steps. T = tokens in the step.
   std::vector<int32_t> tok_seq_;         ///< [T] sequence index
   std::vector<int64_t> tok_pos_;         ///< [T] position

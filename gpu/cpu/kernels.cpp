@@ -168,6 +168,14 @@ void silu_mul(float* gate, const float* up, size_t n) {
   }
 }
 
+void swiglu_mlp(thread_pool& pool, const float* x, size_t rows, size_t in, const float* gate_w, const float* up_w,
+                const float* down_w, size_t inter, float* gate, float* up, float* y) {
+  matmul(pool, x, rows, in, gate_w, inter, nullptr, gate);
+  matmul(pool, x, rows, in, up_w, inter, nullptr, up);
+  silu_mul(gate, up, rows * inter);
+  matmul(pool, gate, rows, inter, down_w, in, nullptr, y);
+}
+
 void add_inplace(float* y, const float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] += x[i];
 }

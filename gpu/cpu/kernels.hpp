@@ -22,6 +22,11 @@ void rms_norm(const float* x, const float* weight, size_t rows, size_t n, float 
 /// gate[i] = silu(gate[i]) * up[i].
 void silu_mul(float* gate, const float* up, size_t n);
 
+/// y[t] = down(silu(gate(x[t])) * up(x[t])) for `rows` rows of x ([rows][in]): a SwiGLU MLP with
+/// weights [inter][in], [inter][in] and [in][inter]; `gate` and `up` are scratch of rows * inter.
+void swiglu_mlp(thread_pool& pool, const float* x, size_t rows, size_t in, const float* gate_w, const float* up_w,
+                const float* down_w, size_t inter, float* gate, float* up, float* y);
+
 /// y[i] += x[i].
 void add_inplace(float* y, const float* x, size_t n);
 

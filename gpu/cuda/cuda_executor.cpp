@@ -7,8 +7,13 @@
 #include <cmath>
 
 #include "config/log.hpp"
+#include "config/model_config.hpp"
 #include "gpu/cuda/cuda_executor_impl.hpp"
 #include "gpu/cuda/cuda_status.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/cuda/sampling/sampler.hpp"
+#include "gpu/cuda_model_support.hpp"
 
 namespace actorserve::gpu {
 
@@ -32,6 +37,11 @@ result<std::unique_ptr<executor>> cuda_executor::create(const std::string& model
 
 status cuda_executor::init(const std::string& model_dir, const cuda_executor_options& opts) {
   opts_ = opts;
+  // Before any weight is bound: a model the kernels would compute wrongly is refused by name.
+  auto model_cfg = load_model_config(model_dir);
+  if (!model_cfg) return model_cfg.err();
+  if (auto st = check_cuda_model_support(model_cfg.value(), opts.max_model_len); !st)
+    return make_error(st.err().code, fmt::format("{}: {}", model_dir, st.err().message));
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count <= opts.device) {
     (void)cudaGetLastError();

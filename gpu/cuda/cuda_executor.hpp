@@ -1,6 +1,6 @@
 #pragma once
 /// The CUDA executor: weights in device memory (bf16/fp16), cuBLAS GEMMs with fp32 accumulation,
-/// the kernels of kernels.hpp, a paged KV pool sized from --gpu-memory-utilization, steps staged
+/// the kernels of ops/, linear/, attention/ and sampling/, a paged KV pool sized from --gpu-memory-utilization, steps staged
 /// in double-buffered pinned memory and completed through cudaLaunchHostFunc on the executor's
 /// own thread, decode steps replayed from CUDA graphs unless enforce_eager.
 #include <cstdint>

@@ -16,10 +16,11 @@
 
 #include "gpu/cuda/attention/backend.hpp"
 #include "gpu/cuda/cuda_executor.hpp"
-#include "gpu/cuda/cuda_model.hpp"
-#include "gpu/cuda/kernels.hpp"
-#include "gpu/cuda/step_builder.hpp"
-#include "gpu/cuda/step_profile.hpp"
+#include "gpu/cuda/model/cuda_model.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/sampling/sampler.hpp"
+#include "gpu/cuda/step/step_builder.hpp"
+#include "gpu/cuda/step/step_profile.hpp"
 
 namespace actorserve::gpu::cuda {
 

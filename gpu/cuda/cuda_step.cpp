@@ -10,8 +10,11 @@
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_executor_impl.hpp"
 #include "gpu/cuda/cuda_status.hpp"
-#include "gpu/cuda/gemv_kernel.hpp"
-#include "gpu/cuda/step_inputs.hpp"
+#include "gpu/cuda/linear/gemv_kernel.hpp"
+#include "gpu/cuda/step/step_inputs.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/cuda/sampling/sampler.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {

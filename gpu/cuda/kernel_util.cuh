@@ -6,7 +6,8 @@
 
 #include <cstdint>
 
-#include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/programmatic_launch.hpp"
 
 namespace actorserve::gpu::cuda::dev {
 

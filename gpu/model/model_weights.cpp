@@ -29,6 +29,59 @@ class binder {
   std::optional<error> err_;
 };
 
+/// Tensor names of an MLP: Llama's gate/up/down, or Mixtral's w1/w3/w2.
+struct mlp_names {
+  const char* gate;
+  const char* up;
+  const char* down;
+};
+constexpr mlp_names llama_mlp{"gate_proj", "up_proj", "down_proj"};
+constexpr mlp_names mixtral_mlp{"w1", "w3", "w2"};
+
+mlp_views bind_mlp(binder& b, const std::string& prefix, const mlp_names& names, int64_t hidden, int64_t inter) {
+  mlp_views m;
+  m.gate_proj = b.need(prefix + names.gate + ".weight", {inter, hidden});
+  m.up_proj = b.need(prefix + names.up + ".weight", {inter, hidden});
+  m.down_proj = b.need(prefix + names.down + ".weight", {hidden, inter});
+  return m;
+}
+
+/// A sparse layer: Mixtral's block_sparse_moe.{gate, experts.E.w1/w3/w2}, or Qwen3-MoE's and
+/// DeepSeek-V2's mlp.{gate, experts.E.*_proj, shared_experts.*_proj}.
+moe_views bind_moe(binder& b, const std::string& layer_prefix, const model_config& cfg) {
+  const moe_config& m = *cfg.moe;
+  const bool mixtral = cfg.architecture == "MixtralForCausalLM";
+  const std::string p = layer_prefix + (mixtral ? "block_sparse_moe." : "mlp.");
+  moe_views v;
+  v.router = b.need(p + "gate.weight", {m.num_experts, cfg.hidden_size});
+  for (int64_t e = 0; e < m.num_experts && !b.err(); ++e)
+    v.experts.push_back(bind_mlp(b, fmt::format("{}experts.{}.", p, e), mixtral ? mixtral_mlp : llama_mlp,
+                                 cfg.hidden_size, m.expert_intermediate_size));
+  if (m.num_shared_experts > 0)
+    v.shared = bind_mlp(b, p + "shared_experts.", llama_mlp, cfg.hidden_size,
+                        m.expert_intermediate_size * m.num_shared_experts);
+  return v;
+}
+
+/// DeepSeek-V2's self_attn: q_proj or q_a_proj + q_a_layernorm + q_b_proj, kv_a_proj_with_mqa,
+/// kv_a_layernorm, kv_b_proj (o_proj is bound with the other layers').
+mla_views bind_mla(binder& b, const std::string& p, const model_config& cfg) {
+  const mla_config& m = *cfg.mla;
+  const int64_t h = cfg.hidden_size, q = cfg.num_heads * m.qk_head_dim();
+  const bool lora = m.q_lora_rank > 0;
+  mla_views v;
+  v.q_proj = b.maybe(!lora, p + "q_proj.weight", {q, h});
+  v.q_a_proj = b.maybe(lora, p + "q_a_proj.weight", {m.q_lora_rank, h});
+  v.q_a_bias = b.maybe(lora && m.down_proj_bias, p + "q_a_proj.bias", {m.q_lora_rank});
+  v.q_a_norm = b.maybe(lora, p + "q_a_layernorm.weight", {m.q_lora_rank});
+  v.q_b_proj = b.maybe(lora, p + "q_b_proj.weight", {q, m.q_lora_rank});
+  v.kv_a_proj = b.need(p + "kv_a_proj_with_mqa.weight", {m.cache_dim(), h});
+  v.kv_a_bias = b.maybe(m.down_proj_bias, p + "kv_a_proj_with_mqa.bias", {m.cache_dim()});
+  v.kv_a_norm = b.need(p + "kv_a_layernorm.weight", {m.kv_lora_rank});
+  v.kv_b_proj = b.need(p + "kv_b_proj.weight", {cfg.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank});
+  return v;
+}
+
 }  // namespace
 
 result<model_weight_views> bind_weight_views(const weight_store& store, const model_config& cfg) {
@@ -41,18 +94,30 @@ result<model_weight_views> bind_weight_views(const weight_store& store, const mo
     const std::string p = fmt::format("model.layers.{}.", i);
     layer_views l;
     l.input_norm = b.need(p + "input_layernorm.weight", {h});
-    l.q_proj = b.need(p + "self_attn.q_proj.weight", {q, h});
-    l.k_proj = b.need(p + "self_attn.k_proj.weight", {kv, h});
-    l.v_proj = b.need(p + "self_attn.v_proj.weight", {kv, h});
-    l.o_proj = b.need(p + "self_attn.o_proj.weight", {h, q});
+    if (cfg.mla) {
+      l.mla = bind_mla(b, p + "self_attn.", cfg);
+      l.o_proj = b.need(p + "self_attn.o_proj.weight", {h, cfg.num_heads * cfg.mla->v_head_dim});
+    } else {
+      l.q_proj = b.need(p + "self_attn.q_proj.weight", {q, h});
+      l.k_proj = b.need(p + "self_attn.k_proj.weight", {kv, h});
+      l.v_proj = b.need(p + "self_attn.v_proj.weight", {kv, h});
+      l.o_proj = b.need(p + "self_attn.o_proj.weight", {h, q});
+    }
     l.q_bias = b.maybe(cfg.qkv_bias, p + "self_attn.q_proj.bias", {q});
     l.k_bias = b.maybe(cfg.qkv_bias, p + "self_attn.k_proj.bias", {kv});
     l.v_bias = b.maybe(cfg.qkv_bias, p + "self_attn.v_proj.bias", {kv});
     l.o_bias = b.maybe(cfg.o_bias, p + "self_attn.o_proj.bias", {h});
+    l.q_norm = b.maybe(cfg.qk_norm, p + "self_attn.q_norm.weight", {cfg.head_dim});
+    l.k_norm = b.maybe(cfg.qk_norm, p + "self_attn.k_norm.weight", {cfg.head_dim});
     l.post_norm = b.need(p + "post_attention_layernorm.weight", {h});
-    l.gate_proj = b.need(p + "mlp.gate_proj.weight", {inter, h});
-    l.up_proj = b.need(p + "mlp.up_proj.weight", {inter, h});
-    l.down_proj = b.need(p + "mlp.down_proj.weight", {h, inter});
+    if (cfg.is_sparse_layer(i)) {
+      l.moe = bind_moe(b, p, cfg);
+    } else {
+      mlp_views mlp = bind_mlp(b, p + "mlp.", llama_mlp, h, inter);
+      l.gate_proj = mlp.gate_proj;
+      l.up_proj = mlp.up_proj;
+      l.down_proj = mlp.down_proj;
+    }
     w.layers.push_back(std::move(l));
   }
   w.final_norm = b.need("model.norm.weight", {h});
@@ -72,30 +137,58 @@ result<model_files> open_model_files(const std::string& model_dir) {
   return model_files{std::move(cfg).value(), std::move(store).value(), std::move(views).value()};
 }
 
+namespace {
+
+/// An unbound view (a latent-attention layer's q/k/v_proj) upcasts to nothing.
+std::vector<float> to_f32(const tensor_view& t) { return t.data ? weight_store::to_f32(t) : std::vector<float>{}; }
+std::vector<float> to_f32(const std::optional<tensor_view>& t) { return t ? to_f32(*t) : std::vector<float>{}; }
+
+mlp_weights_f32 upcast_mlp(const mlp_views& m) { return {to_f32(m.gate_proj), to_f32(m.up_proj), to_f32(m.down_proj)}; }
+
+mla_weights_f32 upcast_mla(const mla_views& v) {
+  return {to_f32(v.q_proj),    to_f32(v.q_a_proj),  to_f32(v.q_a_bias),  to_f32(v.q_a_norm), to_f32(v.q_b_proj),
+          to_f32(v.kv_a_proj), to_f32(v.kv_a_bias), to_f32(v.kv_a_norm), to_f32(v.kv_b_proj)};
+}
+
+moe_weights_f32 upcast_moe(const moe_views& v) {
+  moe_weights_f32 m;
+  m.router = to_f32(v.router);
+  for (const auto& e : v.experts) m.experts.push_back(upcast_mlp(e));
+  if (v.shared) m.shared = upcast_mlp(*v.shared);
+  return m;
+}
+
+}  // namespace
+
 model_weights_f32 upcast_weights(const model_weight_views& v) {
-  auto f = [](const tensor_view& t) { return weight_store::to_f32(t); };
-  auto fo = [&](const std::optional<tensor_view>& t) { return t ? f(*t) : std::vector<float>{}; };
   model_weights_f32 w;
-  w.embed_tokens = f(v.embed_tokens);
+  w.embed_tokens = to_f32(v.embed_tokens);
   for (const auto& l : v.layers) {
     layer_weights_f32 o;
-    o.input_norm = f(l.input_norm);
-    o.q_proj = f(l.q_proj);
-    o.k_proj = f(l.k_proj);
-    o.v_proj = f(l.v_proj);
-    o.o_proj = f(l.o_proj);
-    o.q_bias = fo(l.q_bias);
-    o.k_bias = fo(l.k_bias);
-    o.v_bias = fo(l.v_bias);
-    o.o_bias = fo(l.o_bias);
-    o.post_norm = f(l.post_norm);
-    o.gate_proj = f(l.gate_proj);
-    o.up_proj = f(l.up_proj);
-    o.down_proj = f(l.down_proj);
+    o.input_norm = to_f32(l.input_norm);
+    o.q_proj = to_f32(l.q_proj);
+    o.k_proj = to_f32(l.k_proj);
+    o.v_proj = to_f32(l.v_proj);
+    o.o_proj = to_f32(l.o_proj);
+    if (l.mla) o.mla = upcast_mla(*l.mla);
+    o.q_bias = to_f32(l.q_bias);
+    o.k_bias = to_f32(l.k_bias);
+    o.v_bias = to_f32(l.v_bias);
+    o.o_bias = to_f32(l.o_bias);
+    o.q_norm = to_f32(l.q_norm);
+    o.k_norm = to_f32(l.k_norm);
+    o.post_norm = to_f32(l.post_norm);
+    if (l.moe) {
+      o.moe = upcast_moe(*l.moe);
+    } else {
+      o.gate_proj = to_f32(l.gate_proj);
+      o.up_proj = to_f32(l.up_proj);
+      o.down_proj = to_f32(l.down_proj);
+    }
     w.layers.push_back(std::move(o));
   }
-  w.final_norm = f(v.final_norm);
-  if (!v.lm_head_tied) w.lm_head = f(v.lm_head);
+  w.final_norm = to_f32(v.final_norm);
+  if (!v.lm_head_tied) w.lm_head = to_f32(v.lm_head);
   return w;
 }
 

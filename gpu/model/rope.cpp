@@ -3,20 +3,57 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 
 namespace actorserve::gpu {
 namespace {
 
-/// 1 / base^(2i/dim) for i < dim/2, in fp32 like torch's `base ** (arange(0, dim, 2).float() / dim)`.
-std::vector<float> base_inv_freq(double base, int64_t dim) {
+/// base^(2i/dim) for i < dim/2, in fp32 like torch's `base ** (arange(0, dim, 2).float() / dim)`.
+std::vector<float> base_pos_freq(double base, int64_t dim) {
   std::vector<float> out(static_cast<size_t>(dim / 2));
   const float base_f = static_cast<float>(base);
   for (int64_t i = 0; i < dim / 2; ++i) {
     const float expo = static_cast<float>(2 * i) / static_cast<float>(dim);
-    const float p = static_cast<float>(std::pow(static_cast<double>(base_f), static_cast<double>(expo)));
-    out[static_cast<size_t>(i)] = 1.0f / p;
+    out[static_cast<size_t>(i)] = static_cast<float>(std::pow(static_cast<double>(base_f), static_cast<double>(expo)));
   }
   return out;
+}
+
+/// 1 / base^(2i/dim) for i < dim/2.
+std::vector<float> base_inv_freq(double base, int64_t dim) {
+  std::vector<float> out = base_pos_freq(base, dim);
+  for (float& f : out) f = 1.0f / f;
+  return out;
+}
+
+/// YaRN (transformers' _compute_yarn_parameters): each frequency blends the interpolated value
+/// (divided by factor) and the extrapolated one (unchanged) by a linear ramp over the dimensions
+/// between the correction range of beta_fast and beta_slow rotations in the original context.
+std::vector<float> yarn_inv_freq(const rope_config& r, int64_t dim) {
+  const double orig = static_cast<double>(r.original_max_position_embeddings);
+  auto correction_dim = [&](double rotations) {
+    return static_cast<double>(dim) * std::log(orig / (rotations * 2.0 * M_PI)) / (2.0 * std::log(r.theta));
+  };
+  double low = correction_dim(r.beta_fast), high = correction_dim(r.beta_slow);
+  if (r.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;   // as transformers: no zero-width ramp
+  const std::vector<float> pos = base_pos_freq(r.theta, dim);
+  const float factor = static_cast<float>(r.factor), low_f = static_cast<float>(low);
+  const float width = static_cast<float>(high - low);
+  std::vector<float> inv(pos.size());
+  for (size_t i = 0; i < pos.size(); ++i) {
+    const float extrapolated = 1.0f / pos[i];
+    const float interpolated = 1.0f / (factor * pos[i]);
+    const float ramp = std::clamp((static_cast<float>(i) - low_f) / width, 0.0f, 1.0f);
+    const float keep = 1.0f - ramp;   // the extrapolation weight
+    inv[i] = interpolated * (1.0f - keep) + extrapolated * keep;
+  }
+  return inv;
 }
 
 void llama3_adjust(const rope_config& r, std::vector<float>& inv) {
@@ -61,8 +98,25 @@ std::vector<float> rope_inv_freq(const rope_config& r, int64_t head_dim, int64_t
       llama3_adjust(r, inv);
       return inv;
     }
+    case rope_kind::yarn:
+      return yarn_inv_freq(r, head_dim);
   }
   return base_inv_freq(r.theta, head_dim);
+}
+
+double yarn_mscale(double scale, double mscale) { return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
+double rope_attention_factor(const rope_config& r) {
+  if (r.kind != rope_kind::yarn) return 1.0;
+  if (r.attention_factor) return *r.attention_factor;
+  if (r.mscale != 0 && r.mscale_all_dim != 0) return yarn_mscale(r.factor, r.mscale) / yarn_mscale(r.factor, r.mscale_all_dim);
+  return yarn_mscale(r.factor, 1.0);
+}
+
+double yarn_softmax_scale_factor(const rope_config& r) {
+  if (r.kind != rope_kind::yarn || r.mscale_all_dim == 0) return 1.0;
+  const double m = yarn_mscale(r.factor, r.mscale_all_dim);
+  return m * m;
 }
 
 float round_to_dtype(float x, const std::string& torch_dtype) {
@@ -86,18 +140,25 @@ float round_to_dtype(float x, const std::string& torch_dtype) {
   return x;
 }
 
+bool rope_inv_freq_in_checkpoint_dtype(const model_config& cfg) {
+  for (const char* exact : {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MixtralForCausalLM", "DeepseekV2ForCausalLM"})
+    if (cfg.architecture == exact) return false;
+  return true;
+}
+
 std::vector<float> model_rope_inv_freq(const model_config& cfg, int64_t seq_len) {
   std::vector<float> inv = rope_inv_freq(cfg.rope, cfg.head_dim, seq_len);
-  for (float& f : inv) f = round_to_dtype(f, cfg.torch_dtype);
+  if (rope_inv_freq_in_checkpoint_dtype(cfg))
+    for (float& f : inv) f = round_to_dtype(f, cfg.torch_dtype);
   return inv;
 }
 
-void rope_cos_sin(const std::vector<float>& inv_freq, int64_t position, float* cos_out, float* sin_out) {
+void rope_cos_sin(const std::vector<float>& inv_freq, int64_t position, float* cos_out, float* sin_out, float scale) {
   const float pos = static_cast<float>(position);
   for (size_t i = 0; i < inv_freq.size(); ++i) {
     const float angle = pos * inv_freq[i];
-    cos_out[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-    sin_out[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    cos_out[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * scale;
+    sin_out[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * scale;
   }
 }
 
@@ -106,6 +167,14 @@ void apply_rope(float* x, const float* cos_v, const float* sin_v, int64_t half) 
     const float a = x[i], b = x[i + half];
     x[i] = a * cos_v[i] - b * sin_v[i];
     x[i + half] = b * cos_v[i] + a * sin_v[i];
+  }
+}
+
+void apply_rope_interleaved(float* x, const float* cos_v, const float* sin_v, int64_t half) {
+  for (int64_t i = 0; i < half; ++i) {
+    const float re = x[2 * i], im = x[2 * i + 1];
+    x[2 * i] = re * cos_v[i] - im * sin_v[i];
+    x[2 * i + 1] = re * sin_v[i] + im * cos_v[i];
   }
 }
 

@@ -79,6 +79,12 @@ result<weight_store> weight_store::open_dir(const std::string& model_dir) {
   return store;
 }
 
+uint64_t weight_store::total_bytes() const {
+  uint64_t total = 0;
+  for (const auto& [name, view] : tensors_) total += view.num_bytes();
+  return total;
+}
+
 result<tensor_view> weight_store::get(const std::string& name, const std::vector<int64_t>& expected_shape) const {
   auto it = tensors_.find(name);
   if (it == tensors_.end()) {

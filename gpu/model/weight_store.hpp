@@ -36,6 +36,8 @@ class weight_store {
 
   bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
   size_t size() const { return tensors_.size(); }
+  /// Bytes of all tensors as stored (what a full load reads).
+  uint64_t total_bytes() const;
   /// The tensor, checked against `expected_shape`; missing or mis-shaped -> error naming the
   /// file and tensor. F32/F16/BF16 only.
   result<tensor_view> get(const std::string& name, const std::vector<int64_t>& expected_shape) const;

@@ -233,3 +233,67 @@ TEST(Cli, ChatApiFlagsRefuseBadValuesNamingTheFlag) {
     EXPECT_NE(cl.err().message.find(flag), std::string::npos) << cl.err().message;
   }
 }
+
+namespace {
+
+TEST(Cli, EngineCommandPublishesAtListen) {
+  auto cl = parse({"engine", "--model", "m", "--listen", "127.0.0.1:7000", "--device", "cpu"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->cmd, command::engine);
+  ASSERT_TRUE(cl->engine.cluster.listen);
+  EXPECT_EQ(cl->engine.cluster.listen->host, "127.0.0.1");
+  EXPECT_EQ(cl->engine.cluster.listen->port, 7000);
+  EXPECT_EQ(cl->engine.executor.device, device_kind::cpu);
+  auto v6 = parse({"engine", "--model", "m", "--listen", "[::1]:0"});
+  ASSERT_TRUE(v6.ok()) << v6.err().message;
+  EXPECT_EQ(v6->engine.cluster.listen->host, "::1");
+}
+
+TEST(Cli, ServeTakesEnginesAndRouting) {
+  auto cl = parse({"serve", "--model", "m", "--engines", "10.0.0.1:7000,10.0.0.2:7001", "--routing", "round-robin",
+                   "--routing-balance-margin", "4"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  ASSERT_EQ(cl->engine.cluster.engines.size(), 2u);
+  EXPECT_EQ(cl->engine.cluster.engines[1].host, "10.0.0.2");
+  EXPECT_EQ(cl->engine.cluster.engines[1].port, 7001);
+  EXPECT_EQ(cl->engine.cluster.routing, routing_kind::round_robin);
+  EXPECT_EQ(cl->engine.cluster.balance_margin, 4);
+  auto plain = parse({"serve", "--model", "m"});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_TRUE(plain->engine.cluster.engines.empty()) << "one process stays the default";
+  EXPECT_EQ(plain->engine.cluster.routing, routing_kind::cache_aware);
+}
+
+TEST(Cli, EngineFlagsOnAFrontEndOfEnginesWarn) {
+  auto cl = parse({"serve", "--model", "m", "--engines", "h:1", "--max-num-seqs", "8", "--no-enable-prefix-caching"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  ASSERT_EQ(cl->warnings.size(), 2u);
+  EXPECT_NE(cl->warnings[0].find("--max-num-seqs: no effect on a front end"), std::string::npos) << cl->warnings[0];
+  EXPECT_NE(cl->warnings[1].find("--enable-prefix-caching"), std::string::npos) << cl->warnings[1];
+  auto local = parse({"serve", "--model", "m", "--max-num-seqs", "8"});
+  ASSERT_TRUE(local.ok());
+  EXPECT_TRUE(local->warnings.empty());
+}
+
+TEST(Cli, ClusterFlagErrorsNameTheFlag) {
+  auto expect_error = [](std::vector<const char*> args, std::string_view flag) {
+    auto cl = parse(std::move(args));
+    ASSERT_FALSE(cl.ok());
+    EXPECT_NE(cl.err().message.find(flag), std::string::npos) << cl.err().message;
+  };
+  expect_error({"engine", "--model", "m"}, "--listen");
+  expect_error({"engine", "--model", "m", "--listen", "nohost"}, "--listen");
+  expect_error({"engine", "--model", "m", "--listen", "h:99999"}, "--listen");
+  expect_error({"serve", "--model", "m", "--engines", "h:1,h"}, "--engines");
+  expect_error({"serve", "--model", "m", "--engines", "h:0"}, "--engines");
+  expect_error({"serve", "--model", "m", "--engines", "h:1", "--routing", "random"}, "--routing");
+  expect_error({"serve", "--model", "m", "--engines", "h:1", "--routing-balance-margin", "-1"},
+               "--routing-balance-margin");
+  expect_error({"serve", "--model", "m", "--engines", "h:1", "--tls-cert", "c.pem"}, "--tls-key");
+  expect_error({"engine", "--model", "m", "--listen", "h:1", "--tls-cert", "/nonexistent/c.pem", "--tls-key",
+                "/nonexistent/k.pem", "--tls-ca", "/nonexistent/ca.pem"},
+               "--tls-cert");
+  expect_error({"serve", "--model", "m", "--tls-cert", "c", "--tls-key", "k", "--tls-ca", "a"}, "--tls-cert");
+}
+
+}  // namespace

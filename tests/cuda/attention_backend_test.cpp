@@ -13,6 +13,8 @@
 #include "paged_attention_case.hpp"
 #include "gpu/cuda/attention/backend.hpp"
 #include "bench/cuda/probe/probe.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::testing {
 namespace {

@@ -9,7 +9,9 @@
 
 #include "cuda_test_util.hpp"
 #include "paged_attention_case.hpp"
-#include "gpu/cuda/attention_plan.hpp"
+#include "gpu/cuda/attention/attention_plan.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::testing {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gpu/cuda/device_info.hpp"
-#include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/act_dtype.hpp"
 
 namespace actorserve::testing {
 

@@ -170,5 +170,19 @@ TEST_F(CudaExecutor, Float16MatchesReferenceLogits) {
   EXPECT_LT(err, 3e-2);
 }
 
+TEST_F(CudaExecutor, RefusesAtStartWhatItWouldComputeWrongly) {
+  for (const char* model : {"mixtral-tiny", "qwen3-moe-tiny", "qwen3-tiny"}) {
+    auto made = gpu::make_cuda_executor(model_dir(model), test_options());
+    ASSERT_FALSE(made.ok()) << model;
+    EXPECT_NE(made.err().message.find("--device cpu"), std::string::npos) << made.err().message;
+  }
+  auto windowed = gpu::make_cuda_executor(model_dir("mistral-sliding-window"), test_options());
+  ASSERT_FALSE(windowed.ok());
+  EXPECT_NE(windowed.err().message.find("--max-model-len 48"), std::string::npos) << windowed.err().message;
+  auto o = test_options();
+  o.max_model_len = 48;
+  EXPECT_TRUE(gpu::make_cuda_executor(model_dir("mistral-sliding-window"), o).ok());
+}
+
 }  // namespace
 }  // namespace actorserve::testing

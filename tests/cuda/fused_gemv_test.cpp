@@ -1,4 +1,4 @@
-// The fused one-token GEMVs (gpu/cuda/gemv_kernel.hpp) against the unfused pair of launches they
+// The fused one-token GEMVs (gpu/cuda/linear/gemv_kernel.hpp) against the unfused pair of launches they
 // replace (gemv, then rope_kv_write / silu_and_mul) on the same random operands, and
 // against fp64 CPU references; then the executor's one-token steps with and without them.
 #include <gtest/gtest.h>
@@ -9,9 +9,11 @@
 
 #include "cuda_test_util.hpp"
 #include "executor_test_util.hpp"
-#include "gpu/cuda/gemv_kernel.hpp"
+#include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "qkv_rope_case.hpp"
 #include "test_data.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::testing {
 namespace {

@@ -7,7 +7,9 @@
 #include <random>
 
 #include "cuda_test_util.hpp"
-#include "gpu/cuda/cuda_model.hpp"
+#include "gpu/cuda/model/cuda_model.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::testing {
 namespace {

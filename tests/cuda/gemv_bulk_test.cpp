@@ -1,4 +1,4 @@
-// The bulk-copy one-token GEMVs (gpu/cuda/gemv_bulk.hpp) against the register-streaming kernels of
+// The bulk-copy one-token GEMVs (gpu/cuda/linear/gemv_bulk.hpp) against the register-streaming kernels of
 // gemv_kernel.hpp on the same random operands: equal bit for bit under every grid (blocks per SM,
 // ring stages), over shapes with partial slices, rows past the end and fewer groups than blocks;
 // then the executor's one-token steps with and without them.
@@ -9,10 +9,12 @@
 
 #include "cuda_test_util.hpp"
 #include "executor_test_util.hpp"
-#include "gpu/cuda/gemv_bulk.hpp"
-#include "gpu/cuda/gemv_kernel.hpp"
+#include "gpu/cuda/linear/gemv_bulk.hpp"
+#include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "qkv_rope_case.hpp"
 #include "test_data.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::testing {
 namespace {

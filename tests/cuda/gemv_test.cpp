@@ -1,4 +1,4 @@
-// The decode GEMV (gpu/cuda/gemv_kernel.hpp) and gemm_runner's dispatch against an fp64 CPU
+// The decode GEMV (gpu/cuda/linear/gemv_kernel.hpp) and gemm_runner's dispatch against an fp64 CPU
 // reference over awkward shapes: k not a multiple of the 256-element block stride, n not a
 // multiple of the rows per block, m between the kernel's row templates, beta accumulation, and
 // operands the GEMV cannot take (k % 8 != 0, misaligned rows), which must fall back to cuBLAS.
@@ -8,8 +8,9 @@
 #include <random>
 
 #include "cuda_test_util.hpp"
-#include "gpu/cuda/cuda_model.hpp"
-#include "gpu/cuda/gemv_kernel.hpp"
+#include "gpu/cuda/model/cuda_model.hpp"
+#include "gpu/cuda/linear/gemv_kernel.hpp"
+#include "gpu/cuda/act_dtype.hpp"
 
 namespace actorserve::testing {
 namespace {

@@ -12,6 +12,8 @@
 #include "config/model_config.hpp"
 #include "gpu/cuda/attention/launch.hpp"
 #include "gpu/model/rope.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::testing {
 namespace {

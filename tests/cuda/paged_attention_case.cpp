@@ -1,4 +1,6 @@
 #include "paged_attention_case.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 #include <algorithm>
 #include <cmath>

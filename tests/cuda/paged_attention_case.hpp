@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "cuda_test_util.hpp"
-#include "gpu/cuda/attention_plan.hpp"
+#include "gpu/cuda/attention/attention_plan.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::testing {
 

@@ -4,13 +4,11 @@
 // reference over prefill-heavy steps: whole prompts, chunks over a cached prefix, tiles cut short
 // (q_len not a multiple of the tile's tokens), key ranges of 1-33 tiles (the K/V ring wraps many
 // times), GQA groups 1-8, head dims 64 and 128, bf16 and fp16, both backends' block sizes;
-// outputs poisoned before each run. With ACTORSERVE_PREFILL_BENCH=1 (and a GPU) one more test
-// times them on the issue's prefill shapes.
+// outputs poisoned before each run. Their timings are bench_cuda_attention's (`--kernels`).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <memory>
 #include <random>
 #include <string>
@@ -19,6 +17,8 @@
 #include "paged_attention_case.hpp"
 #include "gpu/cuda/attention/backend.hpp"
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::testing {
 namespace {
@@ -215,59 +215,6 @@ INSTANTIATE_TEST_SUITE_P(Backends, PrefillWgmma,
                            return std::string(vllm ? "vllm_" : "flash_decoding_") +
                                   (info.param.dt == act_dtype::bf16 ? "bf16" : "fp16");
                          });
-
-/// Median event time (µs) of `reps` runs, 256 MiB written before each (L2 flushed).
-double time_runs(const prefill_step& step, int reps) {
-  dev_vec<uint8_t> flush(size_t(256) << 20);
-  cudaEvent_t a, b;
-  EXPECT_EQ(cudaEventCreate(&a), cudaSuccess);
-  EXPECT_EQ(cudaEventCreate(&b), cudaSuccess);
-  std::vector<double> us;
-  EXPECT_EQ(step.run(), 0);  // warm-up
-  for (int r = 0; r < reps; ++r) {
-    EXPECT_EQ(cudaMemsetAsync(flush.get(), r & 0xff, size_t(256) << 20), cudaSuccess);
-    EXPECT_EQ(cudaEventRecord(a), cudaSuccess);
-    EXPECT_EQ(step.run(), 0);
-    EXPECT_EQ(cudaEventRecord(b), cudaSuccess);
-    EXPECT_EQ(cudaEventSynchronize(b), cudaSuccess);
-    float ms = 0;
-    EXPECT_EQ(cudaEventElapsedTime(&ms, a, b), cudaSuccess);
-    us.push_back(ms * 1e3);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
-}
-
-TEST(PrefillWgmmaBench, IssueShapes) {
-  AS_REQUIRE_CUDA();
-  if (!std::getenv("ACTORSERVE_PREFILL_BENCH")) GTEST_SKIP() << "set ACTORSERVE_PREFILL_BENCH=1 to time";
-  const int H = 32, KVH = 8, D = 128;
-  std::printf("| backend | batch x length | kernel | µs | TFLOP/s | max rel diff vs the first kernel |\n"
-              "|---|---|---|---|---|---|\n");
-  for (kv_cache_layout layout : {kv_cache_layout::flash_decoding, kv_cache_layout::vllm}) {
-    const int bs = layout == kv_cache_layout::vllm ? 16 : 64;
-    for (auto [batch, len] : {std::pair{1, 4096}, std::pair{4, 4096}, std::pair{1, 16384}, std::pair{16, 1024}}) {
-      std::mt19937 rng(uint32_t(batch * len));
-      const std::vector<seq_spec> seqs(size_t(batch), seq_spec{len, len});
-      const paged_inputs in = make_paged_inputs(act_dtype::bf16, H, KVH, D, bs, seqs, rng);
-      const double flops = 4.0 * H * D * batch * (double(len) * (len + 1) / 2);
-      device_inputs d(in);
-      std::vector<float> base;
-      for (prefill_kernel kernel : kAllKernels) {
-        prefill_step step(act_dtype::bf16, layout, d, kernel);
-        ASSERT_TRUE(step.ok());
-        step.poison();
-        const double us = time_runs(step, 7);
-        const std::vector<float> got = step.output(act_dtype::bf16);
-        if (base.empty()) base = got;
-        std::printf("| %s | %d x %d | %s | %.1f | %.1f | %.3g |\n", to_string(layout), batch, len, kernel_name(kernel), us,
-                    flops / us * 1e-6, rel_max_err(got, base));
-      }
-    }
-  }
-}
 
 }  // namespace
 }  // namespace actorserve::testing

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cuda_test_util.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::testing {
 

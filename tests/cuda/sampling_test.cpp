@@ -9,6 +9,7 @@
 
 #include "cuda_test_util.hpp"
 #include "gpu/sampling/cpu_sampler.hpp"
+#include "gpu/cuda/sampling/sampler.hpp"
 
 namespace actorserve::testing {
 namespace {

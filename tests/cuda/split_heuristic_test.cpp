@@ -8,6 +8,7 @@
 
 #include "gpu/cuda/attention/backend.hpp"
 #include "gpu/cuda/attention/split_heuristic.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::testing {
 namespace {

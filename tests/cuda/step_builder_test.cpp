@@ -1,4 +1,4 @@
-// The host half of a CUDA step (gpu/cuda/step_builder.hpp): what a step_batch stages into —
+// The host half of a CUDA step (gpu/cuda/step/step_builder.hpp): what a step_batch stages into —
 // token ids, positions, KV slots, block tables, attention work lists, sampler parameters,
 // penalties, masks, the sampled rows — and the steps it refuses. No GPU needed.
 #include <gtest/gtest.h>
@@ -9,7 +9,8 @@
 
 #include "cuda_test_util.hpp"
 #include "executor_test_util.hpp"
-#include "gpu/cuda/step_builder.hpp"
+#include "gpu/cuda/step/step_builder.hpp"
+#include "gpu/cuda/sampling/sampler.hpp"
 
 namespace actorserve::testing {
 namespace {

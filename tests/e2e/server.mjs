@@ -8,10 +8,11 @@ import { fileURLToPath } from 'node:url';
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const dataDir = process.env.ACTORSERVE_TEST_DATA ?? path.resolve(here, '../data');
 
-/// `options`: `chatTemplate` (under the test data), `modelDir` (default llama-tiny).
+/// `options`: `chatTemplate` (under the test data), `modelDir` (default llama-tiny), `servedName`.
 export async function startServer(extraArgs = [], {
   chatTemplate = 'chat_templates/templates/meta-llama-3-8b-instruct.jinja',
   modelDir = path.join(dataDir, 'models/llama-tiny'),
+  servedName = 'llama-tiny',
 } = {}) {
   const bin = process.env.ACTORSERVE_BIN;
   if (!bin) throw new Error('set ACTORSERVE_BIN to the actorserve binary');
@@ -22,7 +23,7 @@ export async function startServer(extraArgs = [], {
   const deviceArgs = device === 'cpu' ? ['--device', 'cpu', '--cpu-threads', '1']
     : ['--device', device, '--num-gpu-blocks-override', '512'];
   const args = ['serve', '--model', modelDir, ...deviceArgs, '--port', '0',
-    '--served-model-name', 'llama-tiny',
+    '--served-model-name', servedName,
     '--chat-template', path.join(dataDir, chatTemplate), ...extraArgs];
   const proc = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let log = '';

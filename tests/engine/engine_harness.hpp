@@ -1,5 +1,6 @@
 #pragma once
-// Helpers for tests of the real engine (actors + CPU executor) on the llama-tiny fixture.
+// Helpers for tests of the real engine (actors + CPU executor) on the tiny fixtures (llama-tiny
+// unless a test names another).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -15,9 +16,10 @@
 
 namespace actorserve::actors::testing {
 
-inline engine_config tiny_config(std::optional<int64_t> num_blocks = std::nullopt, bool prefix_caching = true) {
+inline engine_config tiny_config(std::optional<int64_t> num_blocks = std::nullopt, bool prefix_caching = true,
+                                 const std::string& model = "llama-tiny") {
   engine_config cfg;
-  cfg.model.model_dir = actorserve::testing::model_dir("llama-tiny");
+  cfg.model.model_dir = actorserve::testing::model_dir(model);
   cfg.executor.device = device_kind::cpu;
   cfg.executor.cpu_threads = 1;
   cfg.cache.block_size = 16;

@@ -1,7 +1,9 @@
 // The real engine (request/scheduler/block-manager/executor actors over the CPU executor) on
-// llama-tiny: preemption invariance, prefix caching, cancellation storms and n > 1.
+// llama-tiny: preemption invariance and prefix caching (also on the MoE fixtures and DeepSeek-V2,
+// whose KV cache holds the latent), cancellation storms and n > 1.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -28,7 +30,12 @@ std::map<int, std::map<int32_t, choice_result>> run_all(engine& e, const std::ve
   return c.results();
 }
 
-TEST(engine, preemption_under_a_tiny_pool_keeps_greedy_outputs) {
+/// The scenarios whose outputs must not depend on the model family: dense and mixture-of-experts,
+/// per-head and latent KV caches.
+class engine_model_test : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(engine_model_test, preemption_under_a_tiny_pool_keeps_greedy_outputs) {
+  const std::string model = GetParam();
   std::mt19937 rng(11);
   std::vector<std::vector<int32_t>> prompts;
   int64_t blocks_needed = 0;
@@ -39,13 +46,13 @@ TEST(engine, preemption_under_a_tiny_pool_keeps_greedy_outputs) {
   }
   const int64_t tight_blocks = blocks_needed / 20;  // 5 % of what they need together
 
-  auto ample = start_engine(tiny_config(4096));
+  auto ample = start_engine(tiny_config(4096, true, model));
   ASSERT_TRUE(ample);
   const auto expected = run_all(*ample, prompts, greedy(max_tokens));
   EXPECT_EQ(ample->stats().num_preemptions, 0);
   ample->shutdown(std::chrono::milliseconds(0));
 
-  auto tight = start_engine(tiny_config(tight_blocks));
+  auto tight = start_engine(tiny_config(tight_blocks, true, model));
   ASSERT_TRUE(tight);
   const auto got = run_all(*tight, prompts, greedy(max_tokens));
   ASSERT_EQ(got.size(), prompts.size());
@@ -65,13 +72,15 @@ TEST(engine, preemption_under_a_tiny_pool_keeps_greedy_outputs) {
   EXPECT_EQ(s.kv_blocks_free + s.kv_blocks_cached, s.kv_blocks_total) << "blocks leaked";
   EXPECT_EQ(s.requests_finished, 256);
   EXPECT_TRUE(s.healthy);
-  std::printf("[ figures  ] tight pool %lld blocks (%lld needed): %lld preemptions, %lld recomputed tokens, %lld steps\n",
-              static_cast<long long>(tight_blocks), static_cast<long long>(blocks_needed),
+  std::printf("[ figures  ] %s: tight pool %lld blocks (%lld needed): %lld preemptions, %lld recomputed tokens, "
+              "%lld steps\n",
+              model.c_str(), static_cast<long long>(tight_blocks), static_cast<long long>(blocks_needed),
               static_cast<long long>(s.num_preemptions), static_cast<long long>(s.num_recomputed_tokens),
               static_cast<long long>(s.num_steps));
 }
 
-TEST(engine, prefix_cache_computes_only_uncached_tokens) {
+TEST_P(engine_model_test, prefix_cache_computes_only_uncached_tokens) {
+  const std::string model = GetParam();
   std::mt19937 rng(5);
   auto shared = random_prompt(rng, 200, 200);
   auto first = shared;
@@ -79,7 +88,7 @@ TEST(engine, prefix_cache_computes_only_uncached_tokens) {
   for (int i = 0; i < 10; ++i) second.push_back(700 + i);
   const int32_t max_tokens = 8;
 
-  auto e = start_engine(tiny_config());
+  auto e = start_engine(tiny_config(std::nullopt, true, model));
   ASSERT_TRUE(e);
   run_all(*e, {first}, greedy(max_tokens));
   const auto before = wait_idle(*e);
@@ -93,13 +102,22 @@ TEST(engine, prefix_cache_computes_only_uncached_tokens) {
   EXPECT_EQ(after.prefix_cache_hits - before.prefix_cache_hits, 192);
   EXPECT_EQ(c.usage().at(0).cached_prompt_tokens, 192);
 
-  auto fresh = start_engine(tiny_config(std::nullopt, false));
+  auto fresh = start_engine(tiny_config(std::nullopt, false, model));
   ASSERT_TRUE(fresh);
   const auto reference = run_all(*fresh, {second}, greedy(max_tokens));
   EXPECT_EQ(c.results().at(0).at(0).tokens, reference.at(0).at(0).tokens);
   EXPECT_EQ(c.results().at(0).at(0).text, reference.at(0).at(0).text);
   EXPECT_EQ(fresh->stats().prefix_cache_hits, 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(models, engine_model_test,
+                         ::testing::Values("llama-tiny", "qwen3-moe-tiny", "mixtral-tiny", "qwen3-moe-bf16",
+                                           "deepseek-v2-tiny", "deepseek-v2-qlora-yarn-bf16"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 TEST(engine, cancellation_storm_leaks_nothing_and_keeps_serving) {
   auto e = start_engine(tiny_config(256));

@@ -90,6 +90,56 @@ TEST(model_config, older_rope_spelling_and_defaults) {
   EXPECT_EQ(cfg->rope.kind, rope_kind::llama3);
 }
 
+TEST(model_config, yarn_in_either_spelling_with_transformers_defaults) {
+  // DeepSeek-V2-Lite's spelling: top-level rope_theta, rope_scaling with "type".
+  auto cfg = parse(R"(, "rope_theta": 10000, "max_position_embeddings": 163840, "rope_scaling": {"type": "yarn",
+                 "factor": 40, "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1,
+                 "mscale": 0.707, "mscale_all_dim": 0.707})");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  EXPECT_EQ(cfg->rope.kind, rope_kind::yarn);
+  EXPECT_STREQ(to_string(cfg->rope.kind), "yarn");
+  EXPECT_DOUBLE_EQ(cfg->rope.factor, 40.0);
+  EXPECT_EQ(cfg->rope.original_max_position_embeddings, 4096);
+  EXPECT_DOUBLE_EQ(cfg->rope.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(cfg->rope.beta_slow, 1.0);
+  EXPECT_DOUBLE_EQ(cfg->rope.mscale, 0.707);
+  EXPECT_DOUBLE_EQ(cfg->rope.mscale_all_dim, 0.707);
+  EXPECT_FALSE(cfg->rope.attention_factor.has_value());
+  EXPECT_TRUE(cfg->rope.truncate);
+  // transformers 5's spelling; absent or zero betas are 32 and 1, no mscales, the original context
+  // defaults to max_position_embeddings.
+  cfg = parse(R"(, "max_position_embeddings": 512, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6,
+                 "factor": 4, "beta_fast": 0, "attention_factor": 1.25, "truncate": false})");
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  EXPECT_EQ(cfg->rope.kind, rope_kind::yarn);
+  EXPECT_DOUBLE_EQ(cfg->rope.theta, 1e6);
+  EXPECT_DOUBLE_EQ(cfg->rope.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(cfg->rope.beta_slow, 1.0);
+  EXPECT_DOUBLE_EQ(cfg->rope.mscale, 0.0);
+  EXPECT_EQ(cfg->rope.attention_factor, 1.25);
+  EXPECT_FALSE(cfg->rope.truncate);
+  EXPECT_EQ(cfg->rope.original_max_position_embeddings, 512);
+}
+
+TEST(model_config, bad_yarn_keys_name_the_key) {
+  const std::string yarn = R"(, "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4)";
+  auto bad = [&](const std::string& keys, const char* key) {
+    auto cfg = parse(yarn + keys + "}");
+    ASSERT_FALSE(cfg.ok()) << keys;
+    EXPECT_NE(cfg.err().message.find(std::string("rope_parameters.") + key), std::string::npos) << cfg.err().message;
+    EXPECT_NE(cfg.err().message.find("/m/config.json"), std::string::npos) << cfg.err().message;
+  };
+  bad("", "factor");
+  bad(R"(, "factor": 0)", "factor");
+  bad(R"(, "factor": 4, "beta_fast": -1)", "beta_fast");
+  bad(R"(, "factor": 4, "beta_slow": "one")", "beta_slow");
+  bad(R"(, "factor": 4, "mscale": -0.7)", "mscale");
+  bad(R"(, "factor": 4, "mscale_all_dim": -0.7)", "mscale_all_dim");
+  bad(R"(, "factor": 4, "attention_factor": 0)", "attention_factor");
+  bad(R"(, "factor": 4, "truncate": 1)", "truncate");
+  bad(R"(, "factor": 4, "original_max_position_embeddings": 0)", "original_max_position_embeddings");
+}
+
 // Found by fuzzing: without rope_scaling/rope_parameters the theta check was skipped.
 TEST(model_config, rope_theta_must_be_positive_in_either_spelling) {
   for (const char* extra : {R"(, "rope_theta": 0)", R"(, "rope_theta": -5.0, "rope_scaling": null)",
@@ -145,10 +195,10 @@ void expect_error(const result<model_config>& r, const std::vector<std::string>&
 }
 
 TEST(model_config, rejects_name_file_and_field) {
-  expect_error(parse_model_config(R"({"architectures": ["MixtralForCausalLM"]})", "", "/m"),
-               {"/m/config.json", "MixtralForCausalLM"});
+  expect_error(parse_model_config(R"({"architectures": ["GPT2LMHeadModel"]})", "", "/m"),
+               {"/m/config.json", "GPT2LMHeadModel", "MixtralForCausalLM"});
   expect_error(parse(R"(, "hidden_act": "gelu")"), {"/m/config.json", "hidden_act", "gelu"});
-  expect_error(parse(R"(, "rope_parameters": {"rope_type": "yarn", "factor": 4})"), {"rope_type", "yarn"});
+  expect_error(parse(R"(, "rope_parameters": {"rope_type": "longrope", "factor": 4})"), {"rope_type", "longrope"});
   expect_error(parse(R"(, "rope_scaling": {"type": "linear"})"), {"rope_scaling.factor"});
   expect_error(parse(R"(, "num_key_value_heads": 3)"), {"num_key_value_heads"});
   expect_error(parse(R"(, "rms_norm_eps": "small")"), {"rms_norm_eps"});

@@ -36,10 +36,10 @@ TEST(model_dir, missing_config_json) {
 }
 
 TEST(model_dir, unsupported_architecture) {
-  const fs::path dir = copy_model("llama-tiny", "mixtral");
+  const fs::path dir = copy_model("llama-tiny", "gpt2");
   write_file(dir / "config.json",
-             replace_once(read_file(dir / "config.json"), "LlamaForCausalLM", "MixtralForCausalLM"));
-  expect_has(load_error(dir), {"config.json", "MixtralForCausalLM"});
+             replace_once(read_file(dir / "config.json"), "LlamaForCausalLM", "GPT2LMHeadModel"));
+  expect_has(load_error(dir), {"config.json", "GPT2LMHeadModel"});
 }
 
 TEST(model_dir, missing_tensor) {
@@ -48,6 +48,31 @@ TEST(model_dir, missing_tensor) {
   parts.header = replace_once(parts.header, "\"model.norm.weight\"", "\"model.nrom.weight\"");
   write_file(dir / "model.safetensors", join_safetensors(parts.header, parts.data));
   expect_has(load_error(dir), {"model.safetensors", "'model.norm.weight'", "missing"});
+}
+
+TEST(model_dir, missing_expert_router_or_qk_norm_tensor_is_named) {
+  struct broken {
+    const char* model;
+    const char* tensor;
+  };
+  for (const broken& b : {broken{"mixtral-tiny", "model.layers.1.block_sparse_moe.experts.3.w2.weight"},
+                          broken{"mixtral-tiny", "model.layers.0.block_sparse_moe.gate.weight"},
+                          broken{"qwen3-moe-tiny", "model.layers.2.mlp.experts.5.up_proj.weight"},
+                          broken{"qwen3-moe-tiny", "model.layers.1.mlp.down_proj.weight"},   // the dense layer
+                          broken{"qwen3-tiny", "model.layers.1.self_attn.k_norm.weight"},
+                          broken{"deepseek-v2-tiny", "model.layers.1.self_attn.kv_b_proj.weight"},
+                          broken{"deepseek-v2-tiny", "model.layers.0.self_attn.q_proj.weight"},
+                          broken{"deepseek-v2-tiny", "model.layers.1.mlp.shared_experts.gate_proj.weight"},
+                          broken{"deepseek-v2-qlora-yarn-bf16", "model.layers.2.self_attn.q_a_layernorm.weight"},
+                          broken{"deepseek-v2-qlora-yarn-bf16", "model.layers.1.self_attn.kv_a_proj_with_mqa.weight"},
+                          broken{"deepseek-v2-qlora-yarn-bf16", "model.layers.0.mlp.up_proj.weight"}}) {
+    const fs::path dir = copy_model(b.model, "missing_expert");
+    auto parts = split_safetensors(read_file(dir / "model.safetensors"));
+    const std::string name = b.tensor;
+    parts.header = replace_once(parts.header, "\"" + name + "\"", "\"" + name + "_gone\"");
+    write_file(dir / "model.safetensors", join_safetensors(parts.header, parts.data));
+    expect_has(load_error(dir), {"model.safetensors", "missing tensor '" + name + "'"});
+  }
 }
 
 TEST(model_dir, mis_shaped_tensor) {

@@ -87,7 +87,10 @@ TEST_P(chunking_test, shuffled_block_table_gives_same_logits) {
   EXPECT_EQ(g.tokens, plain.tokens);
 }
 
-INSTANTIATE_TEST_SUITE_P(models, chunking_test, ::testing::Values("llama-tiny", "qwen2-tiny", "mistral-tiny"),
+INSTANTIATE_TEST_SUITE_P(models, chunking_test,
+                         ::testing::Values("llama-tiny", "qwen2-tiny", "mistral-tiny", "mistral-sliding-window",
+                                           "qwen3-tiny", "qwen3-moe-tiny", "mixtral-tiny", "deepseek-v2-tiny",
+                                           "deepseek-v2-qlora-yarn-bf16", "deepseek-v2-yarn-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');
@@ -95,19 +98,22 @@ INSTANTIATE_TEST_SUITE_P(models, chunking_test, ::testing::Values("llama-tiny", 
                          });
 
 TEST(cpu_executor, block_copy_forks_a_cached_prefix) {
-  auto ex = make_executor("llama-tiny", 4);
-  ASSERT_TRUE(ex);
-  const auto prompt = prompt_of("llama-tiny", 7);   // blocks 0 (4 tokens) and 1 (3 tokens)
-  generation ref = run_greedy(*ex, prompt, {0, 1}, 0, 2);
-  // Fill block 5 with another sequence's K/V first, so that only the copy can make it right.
-  run_greedy(*ex, prompt_of("llama-tiny", 63), block_range(4, 16), 0, 1);
-  // A second sequence shares block 0 and gets a copy of the half-full block 1 as block 5.
-  gpu::step_batch b;
-  b.block_copies.push_back({1, 5});
-  b.seqs.push_back(greedy_seq(9, 7, {ref.tokens[0]}, {0, 5}));
-  auto r = ex->run_step_sync(b);
-  ASSERT_TRUE(r.outcome.ok()) << r.outcome.err().message;
-  EXPECT_EQ(r.tokens.at(0).token_id, ref.tokens[1]);
+  // Per-head K/V (llama-tiny) and the latent rows of multi-head latent attention (deepseek-v2-tiny).
+  for (const char* model : {"llama-tiny", "deepseek-v2-tiny"}) {
+    auto ex = make_executor(model, 4);
+    ASSERT_TRUE(ex);
+    const auto prompt = prompt_of(model, 7);   // blocks 0 (4 tokens) and 1 (3 tokens)
+    generation ref = run_greedy(*ex, prompt, {0, 1}, 0, 2);
+    // Fill block 5 with another sequence's K/V first, so that only the copy can make it right.
+    run_greedy(*ex, prompt_of(model, 63), block_range(4, 16), 0, 1);
+    // A second sequence shares block 0 and gets a copy of the half-full block 1 as block 5.
+    gpu::step_batch b;
+    b.block_copies.push_back({1, 5});
+    b.seqs.push_back(greedy_seq(9, 7, {ref.tokens[0]}, {0, 5}));
+    auto r = ex->run_step_sync(b);
+    ASSERT_TRUE(r.outcome.ok()) << r.outcome.err().message;
+    EXPECT_EQ(r.tokens.at(0).token_id, ref.tokens[1]) << model;
+  }
 }
 
 TEST(cpu_executor, submit_runs_steps_in_order_on_its_own_thread) {

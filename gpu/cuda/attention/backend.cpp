@@ -9,6 +9,8 @@
 #include "config/log.hpp"
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
 #include "gpu/cuda/attention/split_heuristic.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {

@@ -12,7 +12,9 @@
 #include "config/engine_config.hpp"
 #include "config/error.hpp"
 #include "gpu/cuda/attention/launch.hpp"
-#include "gpu/cuda/attention_plan.hpp"
+#include "gpu/cuda/attention/attention_plan.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::gpu::cuda {
 

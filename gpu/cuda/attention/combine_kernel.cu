@@ -4,6 +4,7 @@
 // o_s and lse_s = m_s + log2(l_s) (scores in log2 units); out = sum_s 2^(lse_s - M) o_s /
 // sum_s 2^(lse_s - M) with M = max_s lse_s.
 #include "gpu/cuda/attention/decode_common.cuh"
+#include "gpu/cuda/act_dtype.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "gpu/cuda/attention/tile_ops.cuh"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::gpu::cuda::attn_dev {
 

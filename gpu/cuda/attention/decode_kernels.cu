@@ -21,6 +21,8 @@
 #include "gpu/cuda/attention/prefill_wgmma.cuh"
 #include "gpu/cuda/attention/warp_keys.cuh"
 #include "gpu/cuda/kernel_util.cuh"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {

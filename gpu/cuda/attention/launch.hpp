@@ -10,7 +10,8 @@
 
 #include <cstdint>
 
-#include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 #include "gpu/cuda/tuning.hpp"
 
 namespace actorserve::gpu::cuda {

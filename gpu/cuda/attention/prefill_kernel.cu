@@ -7,6 +7,8 @@
 
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
 #include "gpu/cuda/attention/tile_ops.cuh"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {

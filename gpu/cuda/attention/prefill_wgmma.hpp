@@ -5,6 +5,7 @@
 
 #include "gpu/cuda/attention/kv_tensor_map.hpp"
 #include "gpu/cuda/attention/launch.hpp"
+#include "gpu/cuda/act_dtype.hpp"
 
 namespace actorserve::gpu::cuda {
 

@@ -12,6 +12,7 @@
 
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
 #include "gpu/cuda/attention/prefill_wgmma_rows.cuh"
+#include "gpu/cuda/act_dtype.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {

@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "gpu/cuda/attention/prefill_wgmma.cuh"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::gpu::cuda::attn_dev::wg {
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "gpu/cuda/attention/launch.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::gpu::cuda::attn_dev {
 

@@ -8,6 +8,7 @@
 // accumulator layout (keys as rows) and enters the PV MMA as its B operand (keys as columns):
 // one movmatrix transpose per 8 x 8 block moves it across the lanes.
 #include "gpu/cuda/attention/tile_ops.cuh"
+#include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::gpu::cuda::attn_dev {
 

@@ -1,0 +1,59 @@
+#include "gpu/cpu/moe_ffn.hpp"
+
+#include <algorithm>
+
+#include "gpu/cpu/kernels.hpp"
+
+namespace actorserve::gpu::cpu {
+namespace {
+constexpr size_t route_grain = 32;     ///< tokens per routing / combining work item
+}
+
+moe_ffn::moe_ffn(const moe_config& cfg, int64_t hidden_size)
+    : router_(cfg),
+      hidden_(static_cast<size_t>(hidden_size)),
+      inter_(static_cast<size_t>(cfg.expert_intermediate_size)),
+      shared_inter_(static_cast<size_t>(cfg.expert_intermediate_size * cfg.num_shared_experts)),
+      top_k_(static_cast<size_t>(cfg.top_k)),
+      num_experts_(static_cast<size_t>(cfg.num_experts)) {}
+
+void moe_ffn::forward(thread_pool& pool, const moe_weights_f32& w, const float* x, size_t rows, float* out) {
+  const size_t h = hidden_, k = top_k_, pairs = rows * k;
+  logits_.resize(rows * num_experts_);
+  experts_.resize(pairs);
+  weights_.resize(pairs);
+  matmul(pool, x, rows, h, w.router.data(), num_experts_, nullptr, logits_.data());
+  const size_t chunks = (rows + route_grain - 1) / route_grain;
+  pool.parallel_for(chunks, [&](size_t c0, size_t c1) {
+    const size_t t0 = c0 * route_grain, t1 = std::min(rows, c1 * route_grain);
+    router_.route(&logits_[t0 * num_experts_], t1 - t0, &experts_[t0 * k], &weights_[t0 * k]);
+  });
+  permute_by_expert(experts_, k, num_experts_, perm_);
+  xp_.resize(pairs * h);
+  yp_.resize(pairs * h);
+  gate_.resize(pairs * inter_);
+  up_.resize(pairs * inter_);
+  gather_rows(x, h, perm_, xp_.data());
+  // NOTE: one expert's rows at a time, each matmul spread over the pool by output rows: a row's
+  // result does not depend on how many rows share its expert, so batching never changes a token.
+  for (size_t e = 0; e < num_experts_; ++e) {
+    const size_t n = static_cast<size_t>(perm_.count(e)), first = static_cast<size_t>(perm_.offsets[e]);
+    if (n == 0) continue;
+    const mlp_weights_f32& m = w.experts[e];
+    swiglu_mlp(pool, &xp_[first * h], n, h, m.gate_proj.data(), m.up_proj.data(), m.down_proj.data(), inter_,
+               &gate_[first * inter_], &up_[first * inter_], &yp_[first * h]);
+  }
+  pool.parallel_for(chunks, [&](size_t c0, size_t c1) {
+    combine_rows(yp_.data(), h, perm_, weights_.data(), k, c0 * route_grain, std::min(rows, c1 * route_grain), out);
+  });
+  if (w.shared.empty()) return;
+  // The shared experts see every token: one dense MLP, added after the routed sum.
+  shared_.resize(rows * h);
+  gate_.resize(std::max(gate_.size(), rows * shared_inter_));
+  up_.resize(std::max(up_.size(), rows * shared_inter_));
+  swiglu_mlp(pool, x, rows, h, w.shared.gate_proj.data(), w.shared.up_proj.data(), w.shared.down_proj.data(),
+             shared_inter_, gate_.data(), up_.data(), shared_.data());
+  add_inplace(out, shared_.data(), rows * h);
+}
+
+}  // namespace actorserve::gpu::cpu

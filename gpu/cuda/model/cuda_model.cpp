@@ -1,0 +1,266 @@
+#include "gpu/cuda/model/cuda_model.hpp"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "config/log.hpp"
+#include "gpu/cuda/cuda_status.hpp"
+#include "gpu/cuda/linear/gemv_kernel.hpp"
+#include "gpu/model/load_progress.hpp"
+#include "gpu/model/model_weights.hpp"
+#include "gpu/model/rope.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
+
+namespace actorserve::gpu::cuda {
+namespace {
+
+result<src_dtype> source_dtype(const tensor_view& v) {
+  switch (v.dtype) {
+    case st_dtype::f32: return src_dtype::f32;
+    case st_dtype::bf16: return src_dtype::bf16;
+    case st_dtype::f16: return src_dtype::f16;
+    default:
+      return make_error(error_code::unsupported,
+                        fmt::format("{}: tensor '{}' has dtype {}; the CUDA executor reads F32, BF16 and F16",
+                                    v.file, v.name, to_string(v.dtype)));
+  }
+}
+
+/// Uploads host tensors through one device staging buffer and converts them on the device.
+class uploader {
+ public:
+  uploader(device_model& m, cudaStream_t s, load_progress& progress) : m_(m), s_(s), progress_(progress) {}
+  uploader(const uploader&) = delete;
+  uploader& operator=(const uploader&) = delete;
+  ~uploader() { if (staging_) cudaFree(staging_); }
+
+  /// Converts `views`, concatenated along rows, into one new act-dtype matrix.
+  result<void*> matrix(std::initializer_list<const tensor_view*> views) {
+    size_t total = 0;
+    for (auto* v : views) total += v->num_elements();
+    void* dst = nullptr;
+    if (auto st = m_.alloc(&dst, total * act_size(m_.dt)); !st) return st.err();
+    size_t offset = 0;
+    for (auto* v : views) {
+      auto sd = source_dtype(*v);
+      if (!sd) return sd.err();
+      auto src = stage(*v);
+      if (!src) return src.err();
+      AS_CUDA_TRY(convert_to_act(m_.dt, *src, *sd, static_cast<char*>(dst) + offset * act_size(m_.dt),
+                                 v->num_elements(), s_));
+      AS_CUDA_TRY(cudaStreamSynchronize(s_));  // start-up only: the staging buffer is reused
+      offset += v->num_elements();
+    }
+    return dst;
+  }
+
+  /// Converts `views` (concatenated) into one new fp32 vector.
+  result<float*> vector(std::initializer_list<const tensor_view*> views) {
+    size_t total = 0;
+    for (auto* v : views) total += v->num_elements();
+    void* dst = nullptr;
+    if (auto st = m_.alloc(&dst, total * sizeof(float)); !st) return st.err();
+    size_t offset = 0;
+    for (auto* v : views) {
+      auto sd = source_dtype(*v);
+      if (!sd) return sd.err();
+      auto src = stage(*v);
+      if (!src) return src.err();
+      AS_CUDA_TRY(convert_to_f32(*src, *sd, static_cast<float*>(dst) + offset, v->num_elements(), s_));
+      AS_CUDA_TRY(cudaStreamSynchronize(s_));
+      offset += v->num_elements();
+    }
+    return static_cast<float*>(dst);
+  }
+
+ private:
+  result<const void*> stage(const tensor_view& v) {
+    if (v.num_bytes() > staging_bytes_) {
+      if (staging_) cudaFree(staging_);
+      staging_ = nullptr;
+      staging_bytes_ = v.num_bytes();
+      AS_CUDA_TRY(cudaMalloc(&staging_, staging_bytes_));
+    }
+    // Same stream as the conversion: a pageable copy may return before its DMA lands.
+    AS_CUDA_TRY(cudaMemcpyAsync(staging_, v.data, v.num_bytes(), cudaMemcpyHostToDevice, s_));
+    progress_.advance(v.num_bytes());
+    return static_cast<const void*>(staging_);
+  }
+
+  device_model& m_;
+  cudaStream_t s_;
+  load_progress& progress_;
+  void* staging_ = nullptr;
+  size_t staging_bytes_ = 0;
+};
+
+}  // namespace
+
+device_model::~device_model() {
+  for (void* p : allocations_) cudaFree(p);
+}
+
+status device_model::alloc(void** ptr, size_t n) {
+  if (auto e = cudaMalloc(ptr, std::max<size_t>(n, 16)); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    return make_error(error_code::out_of_memory,
+                      fmt::format("out of device memory loading the weights: {:.1f} MiB more needed with {:.1f} "
+                                  "MiB free of {:.1f} MiB ({} MiB loaded so far)",
+                                  n / 1048576.0, free_b / 1048576.0, total_b / 1048576.0, bytes >> 20));
+  }
+  allocations_.push_back(*ptr);
+  bytes += n;
+  return {};
+}
+
+result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dtype) {
+  switch (choice) {
+    case dtype_choice::bfloat16: return act_dtype::bf16;
+    case dtype_choice::float16: return act_dtype::fp16;
+    case dtype_choice::float32:
+      return make_error(error_code::unsupported,
+                        "--dtype float32 is not supported by the CUDA executor (use auto, bfloat16 or float16)");
+    default: return torch_dtype == "float16" ? act_dtype::fp16 : act_dtype::bf16;
+  }
+}
+
+result<std::unique_ptr<device_model>> load_device_model(const std::string& model_dir, dtype_choice choice,
+                                                        cudaStream_t stream) {
+  auto files = open_model_files(model_dir);
+  if (!files) return files.err();
+  const model_config& cfg = files->config;
+  auto dt = resolve_dtype(choice, cfg.torch_dtype);
+  if (!dt) return dt.err();
+  if (cfg.head_dim % 8 != 0 || cfg.head_dim > 256)
+    return make_error(error_code::unsupported, fmt::format("{}/config.json: head_dim {} is not supported by the "
+                                                           "CUDA executor (multiples of 8 up to 256)",
+                                                           model_dir, cfg.head_dim));
+  if (cfg.num_heads / cfg.num_kv_heads > attn_tile_rows)
+    return make_error(error_code::unsupported, fmt::format("{}/config.json: {} query heads per KV head is over the "
+                                                           "CUDA executor's {}", model_dir,
+                                                           cfg.num_heads / cfg.num_kv_heads, attn_tile_rows));
+  if (rope_depends_on_length(cfg.rope))
+    return make_error(error_code::unsupported,
+                      fmt::format("{}/config.json: rope_type dynamic is not supported by the CUDA executor", model_dir));
+  auto m = std::make_unique<device_model>();
+  m->cfg = cfg;
+  m->dt = *dt;
+  log::info("loading {} ({} layers) onto the GPU as {}", model_dir, cfg.num_layers,
+            *dt == act_dtype::bf16 ? "bfloat16" : "float16");
+  load_progress progress(files->store.total_bytes(), load_progress::stderr_output());
+  uploader up(*m, stream, progress);
+  const model_weight_views& v = files->views;
+  auto embed = up.matrix({&v.embed_tokens});
+  if (!embed) return embed.err();
+  m->embed = *embed;
+  if (v.lm_head_tied) {
+    m->lm_head = m->embed;
+  } else {
+    auto head = up.matrix({&v.lm_head});
+    if (!head) return head.err();
+    m->lm_head = *head;
+  }
+  auto fnorm = up.vector({&v.final_norm});
+  if (!fnorm) return fnorm.err();
+  m->final_norm = *fnorm;
+  for (size_t i = 0; i < v.layers.size(); ++i) {
+    const layer_views& lv = v.layers[i];
+    device_layer d;
+    auto qkv = up.matrix({&lv.q_proj, &lv.k_proj, &lv.v_proj});
+    if (!qkv) return qkv.err();
+    d.qkv = *qkv;
+    if (lv.q_bias && lv.k_bias && lv.v_bias) {
+      auto b = up.vector({&*lv.q_bias, &*lv.k_bias, &*lv.v_bias});
+      if (!b) return b.err();
+      d.qkv_bias = *b;
+    }
+    auto o = up.matrix({&lv.o_proj});
+    if (!o) return o.err();
+    d.o = *o;
+    if (lv.o_bias) {
+      auto b = up.vector({&*lv.o_bias});
+      if (!b) return b.err();
+      d.o_bias = *b;
+    }
+    auto gu = up.matrix({&lv.gate_proj, &lv.up_proj});
+    if (!gu) return gu.err();
+    d.gate_up = *gu;
+    auto down = up.matrix({&lv.down_proj});
+    if (!down) return down.err();
+    d.down = *down;
+    auto in_norm = up.vector({&lv.input_norm});
+    if (!in_norm) return in_norm.err();
+    d.input_norm = *in_norm;
+    auto post_norm = up.vector({&lv.post_norm});
+    if (!post_norm) return post_norm.err();
+    d.post_norm = *post_norm;
+    m->layers.push_back(d);
+  }
+  // The checkpoint dtype rounds HF's inv_freq buffer; match it (see gpu/model/rope.hpp).
+  const std::vector<float> inv_freq = model_rope_inv_freq(cfg);
+  void* f = nullptr;
+  if (auto st = m->alloc(&f, inv_freq.size() * sizeof(float)); !st) return st.err();
+  AS_CUDA_TRY(cudaMemcpyAsync(f, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
+  AS_CUDA_TRY(cudaStreamSynchronize(stream));
+  m->inv_freq = static_cast<float*>(f);
+  progress.finish(fmt::format("read, {} MiB on the GPU", m->bytes >> 20));
+  return m;
+}
+
+gemm_runner::~gemm_runner() {
+  if (handle_) cublasDestroy(handle_);
+  if (workspace_) cudaFree(workspace_);
+}
+
+status gemm_runner::init(cudaStream_t stream, size_t workspace_bytes) {
+  stream_ = stream;
+  int device = 0;
+  AS_CUDA_TRY(cudaGetDevice(&device));
+  AS_CUDA_TRY(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, device));
+  AS_CUBLAS_TRY(cublasCreate(&handle_));
+  AS_CUBLAS_TRY(cublasSetStream(handle_, stream));
+  AS_CUDA_TRY(cudaMalloc(&workspace_, workspace_bytes));
+  AS_CUBLAS_TRY(cublasSetWorkspace(handle_, workspace_, workspace_bytes));
+  AS_CUBLAS_TRY(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
+  return {};
+}
+
+int gemm_runner::gemv_rows_for(int n) const {
+  // About 8 blocks of 4 rows fit per SM: between one and four waves, the tail of a partial
+  // wave costs more than halving the rows per block.
+  const int wave = 8 * num_sms_, blocks4 = (n + 3) / 4;
+  return blocks4 > wave && blocks4 < 4 * wave ? 2 : 4;
+}
+
+status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta) {
+  if (m == 0) return {};
+  if (m <= gemv_max_rows_ && gemv_supported(x, m, k, w)) {
+    const int rows = gemv_rows_per_block_ ? gemv_rows_per_block_ : gemv_rows_for(n);
+    AS_CUDA_TRY(gemv(dt, x, m, k, w, n, y, beta, stream_, rows, bulk_));
+    return {};
+  }
+  const float alpha = 1.0f;
+  const cudaDataType_t t = dt == act_dtype::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  // Row-major Y[m,n] = X[m,k] W[n,k]^T is column-major Y^T[n,m] = W^T... : op(W) = T over W (k x n).
+  AS_CUBLAS_TRY(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, t, k, x, t, k, &beta, y,
+                             CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return {};
+}
+
+status gemm_runner::run_act(act_dtype dt, const void* x, int m, int k, const void* w, int n, void* y) {
+  if (m == 0) return {};
+  const float alpha = 1.0f, beta = 0.0f;
+  const cudaDataType_t t = dt == act_dtype::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  AS_CUBLAS_TRY(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, t, k, x, t, k, &beta, y, t, n,
+                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return {};
+}
+
+}  // namespace actorserve::gpu::cuda

@@ -1,0 +1,103 @@
+#pragma once
+/// The model on the device: weights converted once to bf16/fp16 (Q/K/V and gate/up fused into
+/// one matrix each), norms, biases and rope frequencies in fp32; and the cuBLAS GEMM runner.
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/engine_config.hpp"
+#include "config/error.hpp"
+#include "config/model_config.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/tuning.hpp"
+
+namespace actorserve::gpu::cuda {
+
+struct device_layer {
+  void* qkv = nullptr;          ///< [(H + 2*KVH) * D][hidden]
+  float* qkv_bias = nullptr;    ///< [(H + 2*KVH) * D] or null
+  void* o = nullptr;            ///< [hidden][H * D]
+  float* o_bias = nullptr;      ///< [hidden] or null
+  void* gate_up = nullptr;      ///< [2 * inter][hidden], gate rows first
+  void* down = nullptr;         ///< [hidden][inter]
+  float* input_norm = nullptr;  ///< [hidden]
+  float* post_norm = nullptr;   ///< [hidden]
+};
+
+class device_model {
+ public:
+  device_model() = default;
+  device_model(const device_model&) = delete;
+  device_model& operator=(const device_model&) = delete;
+  ~device_model();
+
+  model_config cfg;
+  act_dtype dt = act_dtype::bf16;
+  void* embed = nullptr;        ///< [vocab][hidden]
+  void* lm_head = nullptr;      ///< [vocab][hidden]; == embed when tied
+  float* final_norm = nullptr;
+  float* inv_freq = nullptr;    ///< [head_dim / 2]
+  std::vector<device_layer> layers;
+  size_t bytes = 0;             ///< device memory held
+
+  /// cudaMalloc tracked for release; counts `bytes`.
+  status alloc(void** ptr, size_t n);
+
+ private:
+  std::vector<void*> allocations_;
+};
+
+/// Which activation dtype a --dtype choice means for a checkpoint of `torch_dtype`.
+result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dtype);
+
+/// Maps the checkpoint, converts and uploads every weight (synchronously, at start-up), logging
+/// progress.
+result<std::unique_ptr<device_model>> load_device_model(const std::string& model_dir, dtype_choice choice,
+                                                        cudaStream_t stream);
+
+/// Row counts up to which gemm_runner uses the hand-written GEMV (gemv_kernel.hpp) rather than
+/// cuBLAS by default: at m = 1 the GEMV launched programmatically ties or beats cuBLAS on every
+/// Llama-3-8B projection; from m = 2 cuBLAS is as fast or faster (docs/attention.md, Decisions).
+inline constexpr int default_gemv_max_rows = 1;
+
+/// Y[m, n] (fp32) = X[m, k] (dt) * W[n, k]^T (dt) + beta * Y, fp32 accumulation, on one stream.
+/// Small m goes to the bandwidth-bound GEMV where it supports the operands, the rest to cuBLAS.
+class gemm_runner {
+ public:
+  gemm_runner() = default;
+  gemm_runner(const gemm_runner&) = delete;
+  gemm_runner& operator=(const gemm_runner&) = delete;
+  ~gemm_runner();
+  status init(cudaStream_t stream, size_t workspace_bytes);
+  status run(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta = 0.0f);
+  /// Y[m, n] (dt) = X * W^T, fp32 accumulation rounded once to dt; always cuBLAS. For outputs an
+  /// element-wise kernel consumes (gate_up -> SiLU): half the bytes written and read of fp32.
+  status run_act(act_dtype dt, const void* x, int m, int k, const void* w, int n, void* y);
+  /// Whether run() takes the GEMV for m rows (its output then stays fp32 for the fused paths).
+  bool uses_gemv(int m) const { return m <= gemv_max_rows_; }
+  /// Uses the GEMV for m <= rows (0: always cuBLAS); for benchmarks and tests.
+  void set_gemv_max_rows(int rows) { gemv_max_rows_ = rows; }
+  /// Weight rows per GEMV block for m <= 2 (1, 2 or 4; 0: 2 where 4 would leave a partial second
+  /// wave of blocks, else 4).
+  void set_gemv_rows_per_block(int rows) { gemv_rows_per_block_ = rows; }
+  /// Weight rows per GEMV block it uses at m = 1 for n output rows (2 or 4).
+  int gemv_rows_for(int n) const;
+  /// Which one-token GEMVs run on the bulk-copy path, and its grid (gemv_bulk.hpp).
+  void set_bulk_gemv(const bulk_gemv_tuning& bulk) { bulk_ = bulk; }
+  const bulk_gemv_tuning& bulk_gemv() const { return bulk_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  int gemv_max_rows_ = default_gemv_max_rows;
+  int gemv_rows_per_block_ = 0;
+  bulk_gemv_tuning bulk_;
+  int num_sms_ = 132;
+  void* workspace_ = nullptr;
+};
+
+}  // namespace actorserve::gpu::cuda

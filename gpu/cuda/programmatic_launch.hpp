@@ -1,0 +1,11 @@
+#pragma once
+/// Programmatic dependent launch (sm_90 PDL) of the step's kernels, on by default.
+namespace actorserve::gpu::cuda {
+
+/// Whether the step's kernels (embedding, norms, rope, SiLU, the sampler and the GEMV) launch as
+/// programmatic dependents of the kernel before them (sm_90 PDL): their blocks are scheduled while
+/// that one drains and wait for it before touching its outputs. Process-wide; default on.
+void set_programmatic_launch(bool on);
+bool programmatic_launch();
+
+}  // namespace actorserve::gpu::cuda

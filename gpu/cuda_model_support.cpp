@@ -1,0 +1,40 @@
+#include "gpu/cuda_model_support.hpp"
+
+#include <fmt/format.h>
+
+namespace actorserve::gpu {
+
+status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) {
+  if (cfg.mla)
+    return make_error(error_code::unsupported,
+                      fmt::format("{} uses multi-head latent attention (MLA: kv_lora_rank {}), which the CUDA "
+                                  "executor does not run yet; start with --device cpu",
+                                  cfg.architecture, cfg.mla->kv_lora_rank));
+  if (cfg.moe)
+    return make_error(error_code::unsupported,
+                      fmt::format("{} is a mixture-of-experts model ({} experts, top {}), which the CUDA executor "
+                                  "does not run yet; start with --device cpu",
+                                  cfg.architecture, cfg.moe->num_experts, cfg.moe->top_k));
+  if (cfg.qk_norm)
+    return make_error(error_code::unsupported,
+                      fmt::format("{} normalises each head of q and k (q_norm, k_norm), which the CUDA executor does "
+                                  "not do yet; start with --device cpu",
+                                  cfg.architecture));
+  if (cfg.rope.kind == rope_kind::yarn)
+    return make_error(error_code::unsupported,
+                      fmt::format("{} uses YaRN rope scaling (rope_type yarn), which the CUDA executor does not apply "
+                                  "yet; start with --device cpu",
+                                  cfg.architecture));
+  const int64_t context = max_model_len > 0 ? max_model_len : cfg.max_position_embeddings;
+  // NOTE: position p attends to keys p - window + 1 .. p, so a window of at least the context
+  // never masks anything and full attention computes the same function.
+  if (cfg.sliding_window && *cfg.sliding_window < context)
+    return make_error(error_code::unsupported,
+                      fmt::format("{}: sliding_window {} is smaller than --max-model-len {}, and the CUDA executor's "
+                                  "attention has no sliding window; start with --max-model-len {} (or less), or with "
+                                  "--device cpu",
+                                  cfg.architecture, *cfg.sliding_window, context, *cfg.sliding_window));
+  return {};
+}
+
+}  // namespace actorserve::gpu

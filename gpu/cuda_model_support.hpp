@@ -1,0 +1,19 @@
+#pragma once
+/// What the CUDA executor runs of a model config, decided on the host in every build (no CUDA
+/// headers), so that a model it would compute wrongly is refused at start with the way around.
+#include <cstdint>
+
+#include "config/error.hpp"
+#include "config/model_config.hpp"
+
+namespace actorserve::gpu {
+
+/// Ok when the CUDA executor computes `cfg` as transformers does at contexts up to
+/// `max_model_len` tokens (0: the model's max_position_embeddings). Refused: multi-head latent
+/// attention (DeepSeek-V2), mixture-of-experts models, Qwen3's q/k norm and YaRN rope (no CUDA
+/// kernels yet: --device cpu runs them), and a sliding_window
+/// smaller than the context (its attention has no window: --max-model-len at most the window
+/// keeps every position inside it).
+status check_cuda_model_support(const model_config& cfg, int64_t max_model_len);
+
+}  // namespace actorserve::gpu

@@ -1,0 +1,69 @@
+// What the CUDA executor refuses at start, decided on the host: latent attention, MoE models,
+// Qwen3's q/k norm and YaRN rope (no kernels yet) and a sliding window smaller than the context; each message names the
+// way around.
+#include <gtest/gtest.h>
+
+#include "config/model_config.hpp"
+#include "gpu/cuda_model_support.hpp"
+#include "test_data.hpp"
+
+namespace actorserve::testing {
+namespace {
+
+std::string refusal(const std::string& model, int64_t max_model_len = 0) {
+  auto cfg = load_model_config(model_dir(model));
+  EXPECT_TRUE(cfg.ok()) << (cfg.ok() ? "" : cfg.err().message);
+  if (!cfg.ok()) return "no config";
+  status st = gpu::check_cuda_model_support(cfg.value(), max_model_len);
+  if (st.ok()) return "";
+  EXPECT_EQ(st.err().code, error_code::unsupported);
+  return st.err().message;
+}
+
+void expect_has(const std::string& msg, const std::vector<std::string>& needles) {
+  ASSERT_FALSE(msg.empty()) << "not refused";
+  for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+}
+
+TEST(cuda_model_support, runs_the_llama_family_without_a_window) {
+  for (const char* m : {"llama-tiny", "llama-hd128-bf16", "qwen2-tiny", "mistral-tiny"}) EXPECT_EQ(refusal(m), "") << m;
+}
+
+TEST(cuda_model_support, refuses_mixture_of_experts_naming_the_architecture) {
+  expect_has(refusal("mixtral-tiny"), {"MixtralForCausalLM", "mixture-of-experts", "4 experts, top 2", "--device cpu"});
+  expect_has(refusal("mixtral-bf16"), {"MixtralForCausalLM", "--device cpu"});
+  expect_has(refusal("qwen3-moe-tiny"), {"Qwen3MoeForCausalLM", "mixture-of-experts", "--device cpu"});
+}
+
+TEST(cuda_model_support, refuses_qk_norm_naming_the_architecture) {
+  expect_has(refusal("qwen3-tiny"), {"Qwen3ForCausalLM", "q_norm", "--device cpu"});
+  expect_has(refusal("qwen3-hd128-bf16"), {"Qwen3ForCausalLM", "--device cpu"});
+}
+
+TEST(cuda_model_support, refuses_latent_attention_first_naming_it) {
+  expect_has(refusal("deepseek-v2-tiny"),
+             {"DeepseekV2ForCausalLM", "multi-head latent attention", "kv_lora_rank 32", "--device cpu"});
+  expect_has(refusal("deepseek-v2-qlora-yarn-bf16"), {"DeepseekV2ForCausalLM", "latent attention", "--device cpu"});
+}
+
+TEST(cuda_model_support, refuses_yarn_rope_naming_it) {
+  auto cfg = load_model_config(model_dir("llama-tiny"));
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  cfg->rope.kind = rope_kind::yarn;
+  cfg->rope.factor = 4.0;
+  status st = gpu::check_cuda_model_support(cfg.value(), 0);
+  ASSERT_FALSE(st.ok());
+  expect_has(st.err().message, {"LlamaForCausalLM", "YaRN", "--device cpu"});
+}
+
+TEST(cuda_model_support, refuses_a_window_smaller_than_the_context_and_says_how_long_a_context_runs) {
+  // max_position_embeddings 2048, sliding_window 48.
+  expect_has(refusal("mistral-sliding-window"), {"sliding_window 48", "--max-model-len 2048", "--max-model-len 48",
+                                                 "--device cpu"});
+  expect_has(refusal("mistral-sliding-window", 49), {"sliding_window 48", "--max-model-len 49"});
+  EXPECT_EQ(refusal("mistral-sliding-window", 48), "");
+  EXPECT_EQ(refusal("mistral-sliding-window", 16), "");
+}
+
+}  // namespace
+}  // namespace actorserve::testing
