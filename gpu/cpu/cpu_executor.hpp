@@ -41,6 +41,7 @@ class cpu_executor final : public executor {
   const executor_info& info() const override { return info_; }
   void submit(step_batch batch, done_fn done) override;
   bool supports_logit_bias() const override { return true; }
+  bool supports_token_masks() const override { return true; }
 
   /// Runs one step on the calling thread (tests, tools). Not to be mixed with concurrent submits
   /// whose order matters. When `last_logits` is set it receives, per sequence of the batch, the
