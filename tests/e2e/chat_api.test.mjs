@@ -3,7 +3,8 @@
 // writes noise, so tool-call parsing of free output is covered by the C++ suites (test_openai's
 // parser cases, test_server's scripted engine); here: the request path, the response shape, that
 // every field is honoured or refused by name, and that grammar-constrained outputs (zod schemas
-// through the SDK's parse helper, forced tool calls, json_object, guided_*) hold whatever the model.
+// through the SDK's parse helper, forced tool calls also inside the SDK's tool-running loop,
+// json_object, guided_*) hold whatever the model.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
@@ -147,6 +148,36 @@ test('tool_choice required and a named function give tool calls whose arguments 
   assert.equal(streamed, named.choices[0].message.tool_calls[0].function.arguments);
   await refused(plainClient.chat.completions.create({ model, messages: user, tools: finiteTools,
     tool_choice: { type: 'function', function: { name: 'nope' } } }), 'tool_choice', /no tool named/);
+});
+
+test('the SDK\'s tool-running loop: forced calls run the tool and its answers go back as tool messages', async () => {
+  const calls = [];
+  const runnable = [{ type: 'function', function: { ...finiteTools[0].function, parse: JSON.parse,
+    function: (args) => { calls.push(args); return { city: args.city, forecast: 'sunny' }; } } }];
+  if (device !== 'cpu') {  // an executor whose sampler applies no grammar masks refuses by name
+    await refused(plainClient.beta.chat.completions.runTools({ model, messages: user, tools: runnable,
+      tool_choice: 'required', max_tokens: 100 }).done(), 'tools', /not supported by the/);
+    return;
+  }
+  // A named function: one round, then the runner stops.
+  const once = plainClient.beta.chat.completions.runTools({ model, messages: user, tools: runnable, seed: 5,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 100 });
+  await once.done();
+  assert.deepEqual(once.messages.map((m) => m.role), ['user', 'assistant', 'tool']);
+  // 'required' for two rounds: the second request carries the first round's assistant tool_calls
+  // and the tool's answer, which the server renders into the prompt.
+  const twice = plainClient.beta.chat.completions.runTools({ model, messages: user, tools: runnable, seed: 6,
+    tool_choice: 'required', parallel_tool_calls: false, max_tokens: 100 }, { maxChatCompletions: 2 });
+  await twice.done();
+  assert.deepEqual(twice.messages.map((m) => m.role), ['user', 'assistant', 'tool', 'assistant', 'tool']);
+  assert.equal(calls.length, 3);
+  for (const args of calls) {
+    assert.ok(['Paris', 'Oslo'].includes(args.city), JSON.stringify(args));
+    assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 7, JSON.stringify(args));
+  }
+  const answer = JSON.parse(twice.messages[2].content);
+  assert.equal(answer.forecast, 'sunny');
+  assert.equal(twice.messages[2].tool_call_id, twice.messages[1].tool_calls[0].id);
 });
 
 test('tools without --enable-auto-tool-choice are a 400 naming tools', async () => {
