@@ -46,11 +46,11 @@ cuda_executor_options cuda_options_from(const engine_config& cfg) {
 #endif
 
 result<std::unique_ptr<executor>> make_device_executor(const engine_config& cfg) {
+  if (cfg.executor.tensor_parallel_size > 1 && (cfg.executor.device == device_kind::cuda || picks_cuda(cfg)))
+    return make_error(error_code::unsupported,
+                      "--tensor-parallel-size: " + tensor_parallel_cuda_refusal(cfg.executor.tensor_parallel_size));
 #ifdef ACTORSERVE_HAS_CUDA
   if (picks_cuda(cfg)) {
-    if (cfg.executor.tensor_parallel_size > 1)
-      return make_error(error_code::unsupported,
-                        "--tensor-parallel-size: " + tensor_parallel_cuda_refusal(cfg.executor.tensor_parallel_size));
     if (cuda::device_count() == 0) return make_error(error_code::unavailable, "--device cuda: no CUDA device is visible");
     if (auto st = check_cuda_support(cfg); !st) return st.err();
     return make_cuda_executor(cfg.model.model_dir, cuda_options_from(cfg));
