@@ -19,7 +19,7 @@ struct vllm_flag {
   std::string_view why;
 };
 
-constexpr std::array<vllm_flag, 14> kFlags{{
+constexpr std::array<vllm_flag, 13> kFlags{{
     {"--trust-remote-code", false, {}, "models run on this server's own code; no remote code is loaded"},
     {"--disable-log-requests", false, {}, "requests are logged only with --enable-log-requests"},
     {"--disable-frontend-multiprocessing", false, {}, "the API server and the engine share one process"},
@@ -29,7 +29,6 @@ constexpr std::array<vllm_flag, 14> kFlags{{
     {"--load-format", true, {"auto", "safetensors"}, "weights always load from safetensors"},
     {"--tensor-parallel-size", true, {"1"}, "one GPU per server"},
     {"--pipeline-parallel-size", true, {"1"}, "one GPU per server"},
-    {"--kv-cache-dtype", true, {"auto"}, "the KV cache takes the model's dtype"},
     {"--swap-space", true, {}, "preemption recomputes; nothing is swapped to host memory"},
     {"--distributed-executor-backend", true, {}, "one process per server"},
     {"--uvicorn-log-level", true, {}, "set the log level with --log-level"},

@@ -24,6 +24,8 @@ cpu_executor_options cpu_options_from(const engine_config& cfg) {
   o.kv_cache_bytes = static_cast<int64_t>(cfg.cache.cpu_kv_cache_gib * double(int64_t{1} << 30));
   o.threads = static_cast<int32_t>(cfg.executor.cpu_threads);
   o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
+  o.quantize_weights_fp8 = cfg.model.quantization == quantization_choice::fp8;
+  o.kv_cache_fp8 = cfg.cache.cache_dtype == kv_cache_dtype::fp8;
   return o;
 }
 
@@ -71,6 +73,10 @@ bool picks_cuda(const engine_config& cfg) {
 }
 
 status check_cuda_support(const engine_config& cfg) {
+  if (auto st = check_cuda_fp8_options(cfg.model.quantization == quantization_choice::fp8,
+                                       cfg.cache.cache_dtype == kv_cache_dtype::fp8);
+      !st)
+    return st.err();
   auto model = load_model_config(cfg.model.model_dir);
   if (!model) return model.err();
   if (auto st = check_cuda_model_support(model.value(), cfg.model.max_model_len); !st)

@@ -32,6 +32,11 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
     return make_error(error_code::invalid_argument,
                       fmt::format("max_model_len {} exceeds the model's max_position_embeddings {}", max_len,
                                   cfg.max_position_embeddings));
+  if (opts.kv_cache_fp8 && cfg.mla)
+    return make_error(error_code::unsupported,
+                      fmt::format("--kv-cache-dtype fp8: {} caches the latent of multi-head latent attention, which "
+                                  "has no FP8 form here yet; use --kv-cache-dtype auto",
+                                  cfg.architecture));
   const cpu::kv_cache_layout layout = cpu::kv_cache_layout::of(cfg);
   const size_t per_block = cpu::paged_kv_cache::bytes_per_block(cfg.num_layers, opts.block_size, layout);
   const int64_t num_blocks =
@@ -54,7 +59,24 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
     return make_error(error_code::out_of_memory, fmt::format("cannot allocate {} KV blocks", num_blocks));
   }
   auto weights = upcast_weights(files->views);
+  if (opts.quantize_weights_fp8 && !cfg.quantization) quantize_linear_weights_e4m3(files->views, weights);
   ex->model_ = std::make_unique<cpu::cpu_model>(files->config, std::move(weights), opts.mla_form);
+  if (opts.kv_cache_fp8) {
+    std::vector<float> k_scales, v_scales;
+    for (int64_t l = 0; l < cfg.num_layers; ++l) {
+      for (auto [name, out] : {std::pair{"k_scale", &k_scales}, std::pair{"v_scale", &v_scales}}) {
+        const std::string tensor = fmt::format("model.layers.{}.self_attn.{}", l, name);
+        float s = 1.0f;
+        if (files->store.contains(tensor)) {
+          auto v = files->store.get_scalar(tensor);
+          if (!v) return make_error(v.err().code, fmt::format("--kv-cache-dtype fp8: {}", v.err().message));
+          s = v.value();
+        }
+        out->push_back(s);
+      }
+    }
+    ex->model_->set_fp8_kv_scales(std::move(k_scales), std::move(v_scales));
+  }
   int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   ex->pool_ = std::make_unique<thread_pool>(std::max(1, threads));
   ex->worker_ = std::thread([p = ex.get()] { p->worker_loop(); });

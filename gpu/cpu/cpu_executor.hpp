@@ -30,6 +30,12 @@ struct cpu_executor_options {
   /// How latent attention (DeepSeek-V2) computes: automatic picks, per sequence of each step, the
   /// form with fewer multiply-adds (docs/mla.md); the others force one form (tests, A/B runs).
   cpu::mla_form mla_form = cpu::mla_form::automatic;
+  /// --quantization fp8: a float checkpoint's linear weights are rounded to FP8 E4M3 at load, one
+  /// scale per output channel (a checkpoint that is FP8 already loads as it is).
+  bool quantize_weights_fp8 = false;
+  /// --kv-cache-dtype fp8: K/V are stored rounded to E4M3 with the checkpoint's per-layer
+  /// self_attn.k_scale / v_scale, else 1.0 (docs/fp8.md).
+  bool kv_cache_fp8 = false;
 };
 
 class cpu_executor final : public executor {

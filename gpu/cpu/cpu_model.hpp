@@ -24,6 +24,9 @@ class cpu_model {
   cpu_model(model_config cfg, model_weights_f32 weights, mla_form form = mla_form::automatic);
 
   const model_config& config() const { return cfg_; }
+  /// `--kv-cache-dtype fp8`: K and V are stored rounded to FP8 E4M3 with these per-layer scales
+  /// (value = e4m3(x / scale) x scale), as an FP8 cache holds them; the cache stays fp32 in memory.
+  void set_fp8_kv_scales(std::vector<float> k_scales, std::vector<float> v_scales);
   /// Computes the new tokens of every sequence, writing their K/V into `cache`; appends to
   /// `logits` one row of vocab_size floats per sequence with want_logits, in batch order.
   void forward(thread_pool& pool, paged_kv_cache& cache, std::span<const forward_seq> seqs,
@@ -47,6 +50,7 @@ class cpu_model {
   std::optional<mla_attention> mla_;     ///< the latent-attention layers (DeepSeek-V2)
   std::vector<float> static_inv_freq_;   ///< unless rope is dynamic
   float rope_scale_ = 1.0f;              ///< YaRN's attention factor on cos and sin
+  std::vector<float> k_scale_, v_scale_; ///< per layer, with an FP8 KV cache; empty otherwise
   // Per-step scratch, reused across steps. T = tokens in the step.
   std::vector<int32_t> tok_seq_;         ///< [T] sequence index
   std::vector<int64_t> tok_pos_;         ///< [T] position
