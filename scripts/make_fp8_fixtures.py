@@ -155,7 +155,7 @@ LINEAR = re.compile(r"^model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up
                     r"block_sparse_moe\.experts\.\d+\.w[123])\.weight$")
 
 
-def make(source, target, quantization_config, quantize_one, ignored=(), extra=None):
+def make(source, target, quantization_config, quantize_one, ignored=(), extra=None, scale_name="weight_scale"):
     src = os.path.join(MODELS, source)
     dst = os.path.join(MODELS, target)
     os.makedirs(dst, exist_ok=True)
@@ -173,7 +173,7 @@ def make(source, target, quantization_config, quantize_one, ignored=(), extra=No
         if LINEAR.match(name) and module not in ignored:
             q, (sdtype, sshape, scales) = quantize_one(shape, values)
             out[name] = ("F8_E4M3", shape, q)
-            out[module + "." + quantization_config.get("_scale_name", "weight_scale")] = (sdtype, sshape, scales)
+            out[module + "." + scale_name] = (sdtype, sshape, scales)
         else:
             out[name] = ("BF16", shape, values)
     if extra:
@@ -222,16 +222,7 @@ def main():
          ignored=(down1,))
     block = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
              "weight_block_size": [128, 128], "modules_to_not_convert": ["lm_head"]}
-    make("mixtral-bf16", "mixtral-fp8-block", dict(block, _scale_name="weight_scale_inv"),
-         lambda s, v: per_block(s, v, 128))
-    # The helper key only names the scale tensors; the written config must not carry it.
-    path = os.path.join(MODELS, "mixtral-fp8-block", "config.json")
-    with open(path) as f:
-        config = json.load(f)
-    config["quantization_config"].pop("_scale_name")
-    with open(path, "w") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
+    make("mixtral-bf16", "mixtral-fp8-block", block, lambda s, v: per_block(s, v, 128), scale_name="weight_scale_inv")
 
 
 if __name__ == "__main__":

@@ -77,6 +77,14 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
     }
     ex->model_->set_fp8_kv_scales(std::move(k_scales), std::move(v_scales));
   }
+  if (cfg.quantization)
+    log::info("cpu executor: FP8 checkpoint ({}, {} weights, {} activations) dequantized to fp32; activations "
+              "compute in fp32",
+              to_string(cfg.quantization->method), to_string(cfg.quantization->weights),
+              to_string(cfg.quantization->activations));
+  else if (opts.quantize_weights_fp8)
+    log::info("cpu executor: --quantization fp8: linear weights rounded to FP8 E4M3 per output channel");
+  if (opts.kv_cache_fp8) log::info("cpu executor: --kv-cache-dtype fp8: K/V rounded to FP8 E4M3 as they are stored");
   int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   ex->pool_ = std::make_unique<thread_pool>(std::max(1, threads));
   ex->worker_ = std::thread([p = ex.get()] { p->worker_loop(); });

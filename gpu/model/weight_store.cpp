@@ -81,6 +81,12 @@ result<weight_store> weight_store::open_dir(const std::string& model_dir) {
   return store;
 }
 
+error weight_store::missing(const std::string& name) const {
+  std::string files;
+  for (const auto& f : files_) files += (files.empty() ? "" : ", ") + f->path();
+  return make_error(error_code::not_found, fmt::format("{}: missing tensor '{}'", files, name));
+}
+
 uint64_t weight_store::total_bytes() const {
   uint64_t total = 0;
   for (const auto& [name, view] : tensors_) total += view.num_bytes();
@@ -89,11 +95,7 @@ uint64_t weight_store::total_bytes() const {
 
 result<tensor_view> weight_store::get(const std::string& name, const std::vector<int64_t>& expected_shape) const {
   auto it = tensors_.find(name);
-  if (it == tensors_.end()) {
-    std::string files;
-    for (const auto& f : files_) files += (files.empty() ? "" : ", ") + f->path();
-    return make_error(error_code::not_found, fmt::format("{}: missing tensor '{}'", files, name));
-  }
+  if (it == tensors_.end()) return missing(name);
   const tensor_view& v = it->second;
   if (v.shape != expected_shape)
     return make_error(error_code::malformed_file,
@@ -149,7 +151,7 @@ result<tensor_view> weight_store::get_fp8(const std::string& weight_name, const 
 
 result<float> weight_store::get_scalar(const std::string& name) const {
   auto it = tensors_.find(name);
-  if (it == tensors_.end()) return make_error(error_code::not_found, fmt::format("missing tensor '{}'", name));
+  if (it == tensors_.end()) return missing(name);
   const tensor_view& v = it->second;
   if (!is_float_weight_dtype(v.dtype) || v.num_elements() != 1 || v.shape.size() > 1)
     return make_error(error_code::malformed_file,

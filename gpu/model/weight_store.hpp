@@ -58,6 +58,8 @@ class weight_store {
 
  private:
   status add_file(const std::string& path);
+  /// "FILES: missing tensor 'name'".
+  error missing(const std::string& name) const;
   std::vector<std::unique_ptr<mapped_file>> files_;
   std::unordered_map<std::string, tensor_view> tensors_;
 };
