@@ -35,6 +35,11 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
                  "weights and activations: auto (the checkpoint's), half | float16 | fp16, bfloat16 | bf16, "
                  "float | float32")
       ->transform(named_choices(dtypes));
+  static const std::map<std::string, quantization_choice> quantizations{{"fp8", quantization_choice::fp8}};
+  app.add_option("--quantization", m.quantization,
+                 "fp8: quantize a bf16/fp16/fp32 checkpoint's linear weights to FP8 E4M3 at load (per output "
+                 "channel); an FP8 checkpoint needs no flag (docs/fp8.md)")
+      ->transform(named_choices(quantizations));
 
   static const std::map<std::string, generation_config_source> gen_sources{
       {"auto", generation_config_source::auto_detect}, {"vllm", generation_config_source::vllm}};
@@ -65,6 +70,13 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
                  "vllm|flash-decoding: the CUDA executor's KV layout (default: flash-decoding, or vllm when "
                  "--block-size is below 64)")
       ->transform(named_choices(layouts));
+  static const std::map<std::string, kv_cache_dtype> cache_dtypes{{"auto", kv_cache_dtype::auto_detect},
+                                                                  {"fp8", kv_cache_dtype::fp8},
+                                                                  {"fp8_e4m3", kv_cache_dtype::fp8}};
+  app.add_option("--kv-cache-dtype", c.cache_dtype,
+                 "auto | fp8 (= fp8_e4m3): K/V stored as FP8 E4M3 with the checkpoint's k_scale / v_scale, else "
+                 "1.0 (docs/fp8.md)")
+      ->transform(named_choices(cache_dtypes));
 
   auto& e = cfg.executor;
   static const std::map<std::string, device_kind> devices{
@@ -186,7 +198,8 @@ void warn_engine_flags_on_front_end(const CLI::App& serve, std::vector<std::stri
   static const char* const engine_only[] = {
       "--max-model-len", "--dtype", "--max-num-seqs", "--max-num-batched-tokens", "--enable-chunked-prefill",
       "--async-scheduling", "--block-size", "--num-gpu-blocks-override", "--gpu-memory-utilization",
-      "--cpu-kv-cache-space", "--enable-prefix-caching", "--paged-kv-cache-type", "--device", "--enforce-eager",
+      "--cpu-kv-cache-space", "--enable-prefix-caching", "--paged-kv-cache-type", "--device",
+      "--quantization", "--kv-cache-dtype", "--enforce-eager",
       "--profile-steps", "--cpu-threads", "--tensor-parallel-size", "--inject-step-failures"};
   for (const char* flag : engine_only) {
     const CLI::Option* opt = serve.get_option_no_throw(flag);

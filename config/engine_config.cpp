@@ -161,6 +161,10 @@ const char* to_string(dtype_choice d) {
   return "?";
 }
 
+const char* to_string(quantization_choice q) { return q == quantization_choice::fp8 ? "fp8" : "none"; }
+
+const char* to_string(kv_cache_dtype d) { return d == kv_cache_dtype::fp8 ? "fp8" : "auto"; }
+
 const char* to_string(kv_cache_layout l) {
   return l == kv_cache_layout::vllm ? "vllm" : "flash-decoding";
 }

@@ -13,6 +13,11 @@ namespace actorserve {
 enum class device_kind { auto_detect, cpu, cuda };
 enum class dtype_choice { auto_detect, float32, bfloat16, float16 };
 enum class kv_cache_layout { vllm, flash_decoding };
+/// --quantization (vLLM's name): none keeps the checkpoint's weights; fp8 quantizes a float
+/// checkpoint's linear weights to FP8 E4M3 at load (one scale per output channel).
+enum class quantization_choice { none, fp8 };
+/// --kv-cache-dtype (vLLM's name): auto = the model's dtype; fp8 = E4M3 with per-layer scales.
+enum class kv_cache_dtype { auto_detect, fp8 };
 /// --generation-config: auto = generation_config.json's sampling defaults apply; vllm = ignored.
 enum class generation_config_source { auto_detect, vllm };
 /// --tool-call-parser (vLLM's names).
@@ -28,6 +33,7 @@ struct model_options {
   std::string chat_template_file;           ///< --chat-template: overrides tokenizer_config's
   int64_t max_model_len = 0;                ///< --max-model-len (0: from config.json)
   dtype_choice dtype = dtype_choice::auto_detect;  ///< --dtype
+  quantization_choice quantization = quantization_choice::none;  ///< --quantization
   generation_config_source generation_config = generation_config_source::auto_detect;  ///< --generation-config
 };
 
@@ -56,6 +62,7 @@ struct cache_options {
   bool enable_prefix_caching = true;        ///< --enable-prefix-caching / --no-enable-prefix-caching
   /// --paged-kv-cache-type (the CUDA executor's); unset: cuda_kv_layout's choice.
   std::optional<kv_cache_layout> layout;
+  kv_cache_dtype cache_dtype = kv_cache_dtype::auto_detect;   ///< --kv-cache-dtype
 };
 
 struct executor_options {
@@ -156,6 +163,8 @@ status validate(const engine_config& cfg);
 const char* to_string(device_kind d);
 const char* to_string(dtype_choice d);
 const char* to_string(kv_cache_layout l);
+const char* to_string(quantization_choice q);
+const char* to_string(kv_cache_dtype d);
 const char* to_string(tool_parser_kind k);
 const char* to_string(reasoning_parser_kind k);
 const char* to_string(routing_kind k);

@@ -259,6 +259,7 @@ result<model_config> parse_config_files(const std::string& config_json, const st
   AS_TRY(parse_features(r, cfg));
   AS_TRY(parse_moe_keys(r, cfg));
   AS_TRY(parse_mla_keys(r, cfg));
+  AS_TRY(parse_quantization_keys(r, cfg));
   AS_TRY(parse_rope(r, cfg));
   if (cfg.rope.original_max_position_embeddings == 0)
     cfg.rope.original_max_position_embeddings = cfg.max_position_embeddings;

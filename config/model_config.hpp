@@ -11,6 +11,7 @@
 #include "config/error.hpp"
 #include "config/mla_config.hpp"
 #include "config/moe_config.hpp"
+#include "config/quantization_config.hpp"
 
 namespace actorserve {
 
@@ -67,6 +68,7 @@ struct model_config {
   rope_config rope;
   std::optional<moe_config> moe;           ///< sparse models only
   std::optional<mla_config> mla;           ///< multi-head latent attention (DeepSeek-V2) only
+  std::optional<quantization_config> quantization;   ///< FP8 checkpoints only
   generation_defaults sampling_defaults;   ///< from generation_config.json
 
   /// Whether decoder layer `layer` has a mixture-of-experts FFN (else a dense MLP of

@@ -21,4 +21,8 @@ status parse_moe_keys(const json_obj& r, model_config& cfg);
 /// biases); other architectures keep it empty. Needs the shapes already read.
 status parse_mla_keys(const json_obj& r, model_config& cfg);
 
+/// Reads `quantization_config` (FP8 checkpoints) into cfg.quantization; absent leaves it empty.
+/// Anything it cannot load is refused naming the key and the value.
+status parse_quantization_keys(const json_obj& r, model_config& cfg);
+
 }  // namespace actorserve

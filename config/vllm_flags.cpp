@@ -28,7 +28,6 @@ constexpr std::array<vllm_flag, 13> kFlags{{
     {"--tokenizer-mode", true, {"auto", "hf"}, "the model's tokenizer.json is always used"},
     {"--load-format", true, {"auto", "safetensors"}, "weights always load from safetensors"},
     {"--pipeline-parallel-size", true, {"1"}, "one GPU per server"},
-    {"--kv-cache-dtype", true, {"auto"}, "the KV cache takes the model's dtype"},
     {"--swap-space", true, {}, "preemption recomputes; nothing is swapped to host memory"},
     {"--distributed-executor-backend", true, {}, "one process per server"},
     {"--uvicorn-log-level", true, {}, "set the log level with --log-level"},

@@ -5,6 +5,13 @@
 namespace actorserve::gpu {
 
 status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) {
+  if (cfg.quantization)
+    return make_error(error_code::unsupported,
+                      fmt::format("{} is an FP8 checkpoint (quantization_config: quant_method {}, {} weights), and the "
+                                  "CUDA executor has no FP8 kernels yet; start with --device cpu, which dequantizes "
+                                  "it to fp32 (docs/fp8.md)",
+                                  cfg.architecture, to_string(cfg.quantization->method),
+                                  to_string(cfg.quantization->weights)));
   if (cfg.mla)
     return make_error(error_code::unsupported,
                       fmt::format("{} uses multi-head latent attention (MLA: kv_lora_rank {}), which the CUDA "
@@ -34,6 +41,18 @@ status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) 
                                   "attention has no sliding window; start with --max-model-len {} (or less), or with "
                                   "--device cpu",
                                   cfg.architecture, *cfg.sliding_window, context, *cfg.sliding_window));
+  return {};
+}
+
+status check_cuda_fp8_options(bool quantize_fp8, bool kv_cache_fp8) {
+  if (quantize_fp8)
+    return make_error(error_code::unsupported,
+                      "--quantization fp8: the CUDA executor has no FP8 GEMM kernels yet; start without it, or with "
+                      "--device cpu (docs/fp8.md)");
+  if (kv_cache_fp8)
+    return make_error(error_code::unsupported,
+                      "--kv-cache-dtype fp8: the CUDA executor's attention has no FP8 KV cache yet; start with "
+                      "--kv-cache-dtype auto, or with --device cpu (docs/fp8.md)");
   return {};
 }
 

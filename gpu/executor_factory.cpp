@@ -25,6 +25,8 @@ cpu_executor_options cpu_options_from(const engine_config& cfg) {
   o.threads = static_cast<int32_t>(cfg.executor.cpu_threads);
   o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
   o.tensor_parallel_size = static_cast<int32_t>(cfg.executor.tensor_parallel_size);
+  o.quantize_weights_fp8 = cfg.model.quantization == quantization_choice::fp8;
+  o.kv_cache_fp8 = cfg.cache.cache_dtype == kv_cache_dtype::fp8;
   return o;
 }
 
@@ -75,6 +77,10 @@ bool picks_cuda(const engine_config& cfg) {
 }
 
 status check_cuda_support(const engine_config& cfg) {
+  if (auto st = check_cuda_fp8_options(cfg.model.quantization == quantization_choice::fp8,
+                                       cfg.cache.cache_dtype == kv_cache_dtype::fp8);
+      !st)
+    return st.err();
   auto model = load_model_config(cfg.model.model_dir);
   if (!model) return model.err();
   if (auto st = check_cuda_model_support(model.value(), cfg.model.max_model_len); !st)

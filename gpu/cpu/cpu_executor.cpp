@@ -36,6 +36,16 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
   auto plan = shard_plan::make(cfg, opts.tensor_parallel_size);
   if (!plan) return plan.err();
   const size_t per_block = cpu::tensor_parallel_model::bytes_per_block(plan.value(), opts.block_size);
+  if (opts.kv_cache_fp8 && cfg.mla)
+    return make_error(error_code::unsupported,
+                      fmt::format("--kv-cache-dtype fp8: {} caches the latent of multi-head latent attention, which "
+                                  "has no FP8 form here yet; use --kv-cache-dtype auto",
+                                  cfg.architecture));
+  if (opts.quantize_weights_fp8 && !cfg.quantization && opts.tensor_parallel_size > 1)
+    return make_error(error_code::unsupported,
+                      "--quantization fp8: per-channel scales are computed over whole weights, which the CPU "
+                      "executor does before slicing only at --tensor-parallel-size 1 (FP8 checkpoints shard "
+                      "at any size)");
   const int64_t num_blocks =
       opts.num_blocks > 0 ? opts.num_blocks : static_cast<int64_t>(opts.kv_cache_bytes / static_cast<int64_t>(per_block));
   if (num_blocks < 1 || num_blocks > INT32_MAX)
@@ -52,10 +62,35 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
   ex->info_.eos_token_ids = cfg.eos_token_ids;
   try {
     ex->model_ = std::make_unique<cpu::tensor_parallel_model>(files->views, std::move(plan).value(), num_blocks,
-                                                              opts.block_size, opts.mla_form);
+                                                              opts.block_size, opts.mla_form,
+                                                              opts.quantize_weights_fp8 && !cfg.quantization);
   } catch (const std::bad_alloc&) {
     return make_error(error_code::out_of_memory, fmt::format("cannot allocate {} KV blocks", num_blocks));
   }
+  if (opts.kv_cache_fp8) {
+    std::vector<float> k_scales, v_scales;
+    for (int64_t l = 0; l < cfg.num_layers; ++l) {
+      for (auto [name, out] : {std::pair{"k_scale", &k_scales}, std::pair{"v_scale", &v_scales}}) {
+        const std::string tensor = fmt::format("model.layers.{}.self_attn.{}", l, name);
+        float s = 1.0f;
+        if (files->store.contains(tensor)) {
+          auto v = files->store.get_scalar(tensor);
+          if (!v) return make_error(v.err().code, fmt::format("--kv-cache-dtype fp8: {}", v.err().message));
+          s = v.value();
+        }
+        out->push_back(s);
+      }
+    }
+    ex->model_->set_fp8_kv_scales(k_scales, v_scales);
+  }
+  if (cfg.quantization)
+    log::info("cpu executor: FP8 checkpoint ({}, {} weights, {} activations) dequantized to fp32; activations "
+              "compute in fp32",
+              to_string(cfg.quantization->method), to_string(cfg.quantization->weights),
+              to_string(cfg.quantization->activations));
+  else if (opts.quantize_weights_fp8)
+    log::info("cpu executor: --quantization fp8: linear weights rounded to FP8 E4M3 per output channel");
+  if (opts.kv_cache_fp8) log::info("cpu executor: --kv-cache-dtype fp8: K/V rounded to FP8 E4M3 as they are stored");
   int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   ex->pool_ = std::make_unique<thread_pool>(std::max(1, threads));
   ex->worker_ = std::thread([p = ex.get()] { p->worker_loop(); });

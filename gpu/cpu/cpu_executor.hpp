@@ -31,6 +31,12 @@ struct cpu_executor_options {
   cpu::mla_form mla_form = cpu::mla_form::automatic;
   /// Tensor-parallel shards the model is split over (tensor_parallel_model); 1: no split.
   int32_t tensor_parallel_size = 1;
+  /// --quantization fp8: a float checkpoint's linear weights are rounded to FP8 E4M3 at load, one
+  /// scale per output channel (a checkpoint that is FP8 already loads as it is).
+  bool quantize_weights_fp8 = false;
+  /// --kv-cache-dtype fp8: K/V are stored rounded to E4M3 with the checkpoint's per-layer
+  /// self_attn.k_scale / v_scale, else 1.0 (docs/fp8.md).
+  bool kv_cache_fp8 = false;
 };
 
 class cpu_executor final : public executor {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "gpu/cpu/kernels.hpp"
+#include "gpu/model/fp8.hpp"
 #include "gpu/model/rope.hpp"
 #include "gpu/model/softmax.hpp"
 
@@ -19,6 +20,11 @@ cpu_model::cpu_model(model_config cfg, model_weights_f32 weights, int64_t vocab_
   rope_scale_ = static_cast<float>(rope_attention_factor(cfg_.rope));
   if (cfg_.moe) moe_.emplace(*cfg_.moe, cfg_.hidden_size);
   if (cfg_.mla) mla_.emplace(cfg_, w_.layers, form);
+}
+
+void cpu_model::set_fp8_kv_scales(std::vector<float> k_scales, std::vector<float> v_scales) {
+  k_scale_ = std::move(k_scales);
+  v_scale_ = std::move(v_scales);
 }
 
 void cpu_model::begin_step(std::span<const forward_seq> seqs) {
@@ -67,6 +73,15 @@ void cpu_model::write_kv(paged_kv_cache& cache, int64_t layer, std::span<const f
     for (int64_t h = 0; h < kvh; ++h) {
       std::memcpy(cache.k(layer, block, h) + slot * hd, &k_[(t * kvh + h) * hd], hd * sizeof(float));
       std::memcpy(cache.v(layer, block, h) + slot * hd, &v_[(t * kvh + h) * hd], hd * sizeof(float));
+      if (!k_scale_.empty()) {
+        const float ks = k_scale_[static_cast<size_t>(layer)], vs = v_scale_[static_cast<size_t>(layer)];
+        float* kd = cache.k(layer, block, h) + slot * hd;
+        float* vd = cache.v(layer, block, h) + slot * hd;
+        for (int64_t d = 0; d < hd; ++d) {
+          kd[d] = round_to_e4m3(kd[d] / ks) * ks;
+          vd[d] = round_to_e4m3(vd[d] / vs) * vs;
+        }
+      }
     }
   }
 }

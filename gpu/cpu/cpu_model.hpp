@@ -33,6 +33,9 @@ class cpu_model {
             mla_form form = mla_form::automatic);
 
   const model_config& config() const { return cfg_; }
+  /// `--kv-cache-dtype fp8`: K and V are stored rounded to FP8 E4M3 with these per-layer scales
+  /// (value = e4m3(x / scale) x scale), as an FP8 cache holds them; the cache stays fp32 in memory.
+  void set_fp8_kv_scales(std::vector<float> k_scales, std::vector<float> v_scales);
   /// Sets up a step: token positions, rope tables, attention work items. Call before the stages.
   void begin_step(std::span<const forward_seq> seqs);
   /// Tokens in the step (T).
@@ -68,6 +71,7 @@ class cpu_model {
   std::optional<mla_attention> mla_;     ///< the latent-attention layers (DeepSeek-V2)
   std::vector<float> static_inv_freq_;   ///< unless rope is dynamic
   float rope_scale_ = 1.0f;              ///< YaRN's attention factor on cos and sin
+  std::vector<float> k_scale_, v_scale_; ///< per layer, with an FP8 KV cache; empty otherwise
   // Per-step scratch, reused across steps. T = tokens in the step.
   std::vector<int32_t> tok_seq_;         ///< [T] sequence index
   std::vector<int64_t> tok_pos_;         ///< [T] position

@@ -1,6 +1,7 @@
 #include "gpu/cpu/tensor_parallel_model.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "gpu/cpu/kernels.hpp"
 #include "gpu/cpu/shard_exchange.hpp"
@@ -9,13 +10,17 @@
 namespace actorserve::gpu::cpu {
 
 tensor_parallel_model::tensor_parallel_model(const model_weight_views& views, shard_plan plan, int64_t num_blocks,
-                                             int64_t block_size, mla_form form)
+                                             int64_t block_size, mla_form form, bool quantize_fp8)
     : plan_(std::move(plan)) {
+  if (quantize_fp8 && plan_.size() != 1)
+    throw std::invalid_argument("tensor_parallel_model: FP8 quantization at load needs one shard");
   for (int64_t s = 0; s < plan_.size(); ++s) {
     model_config cfg = plan_.shard_config(s);
     const kv_cache_layout layout = kv_cache_layout::of(cfg);
     paged_kv_cache cache(cfg.num_layers, num_blocks, block_size, layout);
-    cpu_model model(std::move(cfg), shard_weights_f32(views, plan_, s), plan_.vocab(s).begin, form);
+    model_weights_f32 weights = shard_weights_f32(views, plan_, s);
+    if (quantize_fp8) quantize_linear_weights_e4m3(views, weights);
+    cpu_model model(std::move(cfg), std::move(weights), plan_.vocab(s).begin, form);
     shards_.push_back(std::make_unique<shard>(shard{std::move(model), std::move(cache), {}, {}, {}}));
   }
 }
@@ -27,6 +32,10 @@ size_t tensor_parallel_model::bytes_per_block(const shard_plan& plan, int64_t bl
     bytes += paged_kv_cache::bytes_per_block(cfg.num_layers, block_size, kv_cache_layout::of(cfg));
   }
   return bytes;
+}
+
+void tensor_parallel_model::set_fp8_kv_scales(const std::vector<float>& k_scales, const std::vector<float>& v_scales) {
+  for (auto& sh : shards_) sh->model.set_fp8_kv_scales(k_scales, v_scales);
 }
 
 void tensor_parallel_model::copy_block(int64_t src, int64_t dst) {

@@ -27,9 +27,10 @@ class tensor_parallel_model {
  public:
   /// Cuts each shard's weights from `views` and gives it a cache of `num_blocks` blocks of
   /// `block_size` tokens (block ids are shared: block b of every shard holds the same tokens).
-  /// Throws std::bad_alloc when a cache does not fit.
+  /// Throws std::bad_alloc when a cache does not fit. `quantize_fp8` (--quantization fp8) rounds
+  /// the linear weights to FP8 E4M3 per output channel; it needs the whole weights (one shard).
   tensor_parallel_model(const model_weight_views& views, shard_plan plan, int64_t num_blocks, int64_t block_size,
-                        mla_form form);
+                        mla_form form, bool quantize_fp8 = false);
 
   /// Bytes one KV block takes over all layers and all shards of `plan`.
   static size_t bytes_per_block(const shard_plan& plan, int64_t block_size);
@@ -42,6 +43,8 @@ class tensor_parallel_model {
   /// Computes the new tokens of every sequence, writing their K/V into each shard's cache;
   /// appends to `logits` one row of vocab_size floats per sequence with want_logits, in batch order.
   void forward(thread_pool& pool, std::span<const forward_seq> seqs, std::vector<float>& logits);
+  /// --kv-cache-dtype fp8: every shard stores K/V rounded to E4M3 with these per-layer scales.
+  void set_fp8_kv_scales(const std::vector<float>& k_scales, const std::vector<float>& v_scales);
   /// Copies block `src` to `dst` in every shard's cache.
   void copy_block(int64_t src, int64_t dst);
 

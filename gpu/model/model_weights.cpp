@@ -8,7 +8,7 @@ namespace {
 /// Binds tensors with the first error kept; later lookups after an error are skipped.
 class binder {
  public:
-  explicit binder(const weight_store& store) : store_(store) {}
+  binder(const weight_store& store, const std::optional<quantization_config>& quant) : store_(store), quant_(quant) {}
   tensor_view need(const std::string& name, std::vector<int64_t> shape) {
     if (err_) return {};
     auto v = store_.get(name, shape);
@@ -22,10 +22,46 @@ class binder {
     if (!wanted) return std::nullopt;
     return need(name, std::move(shape));
   }
+  /// A linear layer's weight "`module`.weight": F8_E4M3 with its scale when quantization_config
+  /// quantizes the module (and its input_scale checked when activations are static), else as stored.
+  tensor_view linear(const std::string& module, std::vector<int64_t> shape) {
+    if (err_) return {};
+    if (!quant_ || quant_->ignores(module)) {
+      auto it = store_.get(module + ".weight", shape);
+      if (!it && quant_ && store_.contains(module + ".weight")) {
+        err_ = make_error(it.err().code, fmt::format("{} (the module is in quantization_config's ignore list, so it "
+                                                     "stays unquantized)", it.err().message));
+        return {};
+      }
+      return keep(std::move(it));
+    }
+    const quantization_config& q = *quant_;
+    const fp8_scale_kind kind = q.weights == fp8_weight_granularity::per_tensor    ? fp8_scale_kind::per_tensor
+                                : q.weights == fp8_weight_granularity::per_channel ? fp8_scale_kind::per_channel
+                                                                                   : fp8_scale_kind::block;
+    auto v = store_.get_fp8(module + ".weight", shape, module + "." + q.weight_scale_name, kind, q.block_rows,
+                            q.block_cols);
+    if (v && q.activations == fp8_activation_scheme::static_scale) {
+      // NOTE: the CPU reference computes activations in fp32; the static scale is checked, not applied.
+      if (auto s = store_.get_scalar(module + ".input_scale"); !s) {
+        err_ = s.err();
+        return {};
+      }
+    }
+    return keep(std::move(v));
+  }
   const std::optional<error>& err() const { return err_; }
 
  private:
+  tensor_view keep(result<tensor_view> v) {
+    if (!v) {
+      err_ = v.err();
+      return {};
+    }
+    return std::move(v).value();
+  }
   const weight_store& store_;
+  const std::optional<quantization_config>& quant_;
   std::optional<error> err_;
 };
 
@@ -40,9 +76,9 @@ constexpr mlp_names mixtral_mlp{"w1", "w3", "w2"};
 
 mlp_views bind_mlp(binder& b, const std::string& prefix, const mlp_names& names, int64_t hidden, int64_t inter) {
   mlp_views m;
-  m.gate_proj = b.need(prefix + names.gate + ".weight", {inter, hidden});
-  m.up_proj = b.need(prefix + names.up + ".weight", {inter, hidden});
-  m.down_proj = b.need(prefix + names.down + ".weight", {hidden, inter});
+  m.gate_proj = b.linear(prefix + names.gate, {inter, hidden});
+  m.up_proj = b.linear(prefix + names.up, {inter, hidden});
+  m.down_proj = b.linear(prefix + names.down, {hidden, inter});
   return m;
 }
 
@@ -70,22 +106,22 @@ mla_views bind_mla(binder& b, const std::string& p, const model_config& cfg) {
   const int64_t h = cfg.hidden_size, q = cfg.num_heads * m.qk_head_dim();
   const bool lora = m.q_lora_rank > 0;
   mla_views v;
-  v.q_proj = b.maybe(!lora, p + "q_proj.weight", {q, h});
-  v.q_a_proj = b.maybe(lora, p + "q_a_proj.weight", {m.q_lora_rank, h});
+  if (!lora) v.q_proj = b.linear(p + "q_proj", {q, h});
+  if (lora) v.q_a_proj = b.linear(p + "q_a_proj", {m.q_lora_rank, h});
   v.q_a_bias = b.maybe(lora && m.down_proj_bias, p + "q_a_proj.bias", {m.q_lora_rank});
   v.q_a_norm = b.maybe(lora, p + "q_a_layernorm.weight", {m.q_lora_rank});
-  v.q_b_proj = b.maybe(lora, p + "q_b_proj.weight", {q, m.q_lora_rank});
-  v.kv_a_proj = b.need(p + "kv_a_proj_with_mqa.weight", {m.cache_dim(), h});
+  if (lora) v.q_b_proj = b.linear(p + "q_b_proj", {q, m.q_lora_rank});
+  v.kv_a_proj = b.linear(p + "kv_a_proj_with_mqa", {m.cache_dim(), h});
   v.kv_a_bias = b.maybe(m.down_proj_bias, p + "kv_a_proj_with_mqa.bias", {m.cache_dim()});
   v.kv_a_norm = b.need(p + "kv_a_layernorm.weight", {m.kv_lora_rank});
-  v.kv_b_proj = b.need(p + "kv_b_proj.weight", {cfg.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank});
+  v.kv_b_proj = b.linear(p + "kv_b_proj", {cfg.num_heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank});
   return v;
 }
 
 }  // namespace
 
 result<model_weight_views> bind_weight_views(const weight_store& store, const model_config& cfg) {
-  binder b(store);
+  binder b(store, cfg.quantization);
   const int64_t h = cfg.hidden_size, q = cfg.num_heads * cfg.head_dim, kv = cfg.num_kv_heads * cfg.head_dim;
   const int64_t inter = cfg.intermediate_size, vocab = cfg.vocab_size;
   model_weight_views w;
@@ -96,12 +132,12 @@ result<model_weight_views> bind_weight_views(const weight_store& store, const mo
     l.input_norm = b.need(p + "input_layernorm.weight", {h});
     if (cfg.mla) {
       l.mla = bind_mla(b, p + "self_attn.", cfg);
-      l.o_proj = b.need(p + "self_attn.o_proj.weight", {h, cfg.num_heads * cfg.mla->v_head_dim});
+      l.o_proj = b.linear(p + "self_attn.o_proj", {h, cfg.num_heads * cfg.mla->v_head_dim});
     } else {
-      l.q_proj = b.need(p + "self_attn.q_proj.weight", {q, h});
-      l.k_proj = b.need(p + "self_attn.k_proj.weight", {kv, h});
-      l.v_proj = b.need(p + "self_attn.v_proj.weight", {kv, h});
-      l.o_proj = b.need(p + "self_attn.o_proj.weight", {h, q});
+      l.q_proj = b.linear(p + "self_attn.q_proj", {q, h});
+      l.k_proj = b.linear(p + "self_attn.k_proj", {kv, h});
+      l.v_proj = b.linear(p + "self_attn.v_proj", {kv, h});
+      l.o_proj = b.linear(p + "self_attn.o_proj", {h, q});
     }
     l.q_bias = b.maybe(cfg.qkv_bias, p + "self_attn.q_proj.bias", {q});
     l.k_bias = b.maybe(cfg.qkv_bias, p + "self_attn.k_proj.bias", {kv});
@@ -190,6 +226,47 @@ model_weights_f32 upcast_weights(const model_weight_views& v) {
   w.final_norm = to_f32(v.final_norm);
   if (!v.lm_head_tied) w.lm_head = to_f32(v.lm_head);
   return w;
+}
+
+namespace {
+
+void quantize_view_weight(const tensor_view& v, std::vector<float>& w) {
+  if (v.data && !w.empty()) quantize_rows_e4m3(w.data(), v.shape[0], v.shape[1]);
+}
+void quantize_view_weight(const std::optional<tensor_view>& v, std::vector<float>& w) {
+  if (v) quantize_view_weight(*v, w);
+}
+void quantize_mlp(const mlp_views& v, mlp_weights_f32& w) {
+  quantize_view_weight(v.gate_proj, w.gate_proj);
+  quantize_view_weight(v.up_proj, w.up_proj);
+  quantize_view_weight(v.down_proj, w.down_proj);
+}
+
+}  // namespace
+
+void quantize_linear_weights_e4m3(const model_weight_views& v, model_weights_f32& w) {
+  for (size_t i = 0; i < v.layers.size(); ++i) {
+    const layer_views& lv = v.layers[i];
+    layer_weights_f32& lw = w.layers[i];
+    quantize_view_weight(lv.q_proj, lw.q_proj);
+    quantize_view_weight(lv.k_proj, lw.k_proj);
+    quantize_view_weight(lv.v_proj, lw.v_proj);
+    quantize_view_weight(lv.o_proj, lw.o_proj);
+    if (lv.mla && lw.mla) {
+      quantize_view_weight(lv.mla->q_proj, lw.mla->q_proj);
+      quantize_view_weight(lv.mla->q_a_proj, lw.mla->q_a_proj);
+      quantize_view_weight(lv.mla->q_b_proj, lw.mla->q_b_proj);
+      quantize_view_weight(lv.mla->kv_a_proj, lw.mla->kv_a_proj);
+      quantize_view_weight(lv.mla->kv_b_proj, lw.mla->kv_b_proj);
+    }
+    quantize_view_weight(lv.gate_proj, lw.gate_proj);
+    quantize_view_weight(lv.up_proj, lw.up_proj);
+    quantize_view_weight(lv.down_proj, lw.down_proj);
+    if (lv.moe && lw.moe) {
+      for (size_t e = 0; e < lv.moe->experts.size(); ++e) quantize_mlp(lv.moe->experts[e], lw.moe->experts[e]);
+      if (lv.moe->shared) quantize_mlp(*lv.moe->shared, lw.moe->shared);
+    }
+  }
 }
 
 }  // namespace actorserve::gpu

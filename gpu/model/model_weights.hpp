@@ -116,7 +116,12 @@ struct model_weights_f32 {
   const float* lm_head_data() const { return lm_head.empty() ? embed_tokens.data() : lm_head.data(); }
 };
 
-/// Upcasts bound views to fp32.
+/// Upcasts bound views to fp32 (F8_E4M3 weights dequantized with their scales).
 model_weights_f32 upcast_weights(const model_weight_views& views);
+
+/// `--quantization fp8` on the CPU: rounds every linear layer's weight (attention, MLP, experts,
+/// latent-attention projections; not embeddings, routers or lm_head) to FP8 E4M3 with one scale
+/// per output channel, so the fp32 forward pass computes with the weights an FP8 GEMM would read.
+void quantize_linear_weights_e4m3(const model_weight_views& views, model_weights_f32& weights);
 
 }  // namespace actorserve::gpu

@@ -13,6 +13,11 @@ std::vector<float> whole(const std::optional<tensor_view>& t) { return t ? whole
 std::vector<float> rows(const tensor_view& t, shard_slice s, int64_t unit) {
   if (!t.data) return {};
   const int64_t row_len = t.shape.size() > 1 ? static_cast<int64_t>(t.num_elements()) / t.shape[0] : 1;
+  if (t.scale) {  // FP8: per-channel and block scales index by whole-tensor rows, so dequantize it whole
+    const std::vector<float> full = weight_store::to_f32(t);
+    const auto first = full.begin() + s.begin * unit * row_len;
+    return std::vector<float>(first, first + s.size() * unit * row_len);
+  }
   tensor_view sub = t;
   sub.data = t.data + static_cast<size_t>(s.begin * unit * row_len) * dtype_size(t.dtype);
   sub.shape[0] = s.size() * unit;

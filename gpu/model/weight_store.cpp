@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <sys/stat.h>
 
+#include "config/check.hpp"
 #include "gpu/model/dtype_convert.hpp"
 
 namespace actorserve::gpu {
@@ -79,6 +81,12 @@ result<weight_store> weight_store::open_dir(const std::string& model_dir) {
   return store;
 }
 
+error weight_store::missing(const std::string& name) const {
+  std::string files;
+  for (const auto& f : files_) files += (files.empty() ? "" : ", ") + f->path();
+  return make_error(error_code::not_found, fmt::format("{}: missing tensor '{}'", files, name));
+}
+
 uint64_t weight_store::total_bytes() const {
   uint64_t total = 0;
   for (const auto& [name, view] : tensors_) total += view.num_bytes();
@@ -87,11 +95,7 @@ uint64_t weight_store::total_bytes() const {
 
 result<tensor_view> weight_store::get(const std::string& name, const std::vector<int64_t>& expected_shape) const {
   auto it = tensors_.find(name);
-  if (it == tensors_.end()) {
-    std::string files;
-    for (const auto& f : files_) files += (files.empty() ? "" : ", ") + f->path();
-    return make_error(error_code::not_found, fmt::format("{}: missing tensor '{}'", files, name));
-  }
+  if (it == tensors_.end()) return missing(name);
   const tensor_view& v = it->second;
   if (v.shape != expected_shape)
     return make_error(error_code::malformed_file,
@@ -104,8 +108,70 @@ result<tensor_view> weight_store::get(const std::string& name, const std::vector
   return v;
 }
 
+result<tensor_view> weight_store::get_fp8(const std::string& weight_name, const std::vector<int64_t>& shape,
+                                          const std::string& scale_name, fp8_scale_kind kind, int64_t block_rows,
+                                          int64_t block_cols) const {
+  auto it = tensors_.find(weight_name);
+  if (it == tensors_.end()) return get(weight_name, shape);
+  tensor_view v = it->second;
+  if (v.dtype != st_dtype::f8_e4m3)
+    return make_error(error_code::malformed_file,
+                      fmt::format("{}: tensor '{}' has dtype {}, but quantization_config quantizes it (F8_E4M3 "
+                                  "expected; its ignore list keeps a module unquantized)",
+                                  v.file, weight_name, to_string(v.dtype)));
+  if (v.shape != shape || shape.size() != 2)
+    return make_error(error_code::malformed_file,
+                      fmt::format("{}: tensor '{}' has shape {}, expected {}", v.file, weight_name,
+                                  shape_string(v.shape), shape_string(shape)));
+  auto s = tensors_.find(scale_name);
+  if (s == tensors_.end())
+    return make_error(error_code::not_found,
+                      fmt::format("{}: F8_E4M3 tensor '{}' has no scale tensor '{}'", v.file, weight_name, scale_name));
+  const tensor_view& sv = s->second;
+  if (!is_float_weight_dtype(sv.dtype))
+    return make_error(error_code::unsupported, fmt::format("{}: scale tensor '{}' has dtype {} (F32, BF16 or F16 expected)",
+                                                           sv.file, scale_name, to_string(sv.dtype)));
+  if (!fp8_scale_shape_ok(kind, shape[0], shape[1], block_rows, block_cols, sv.shape)) {
+    std::string want = kind == fp8_scale_kind::per_tensor    ? "[] or [1] (per tensor)"
+                       : kind == fp8_scale_kind::per_channel ? fmt::format("[{}, 1] (per output channel)", shape[0])
+                                                             : fmt::format("[{}, {}] ({} x {} blocks)",
+                                                                           (shape[0] + block_rows - 1) / block_rows,
+                                                                           (shape[1] + block_cols - 1) / block_cols,
+                                                                           block_rows, block_cols);
+    return make_error(error_code::malformed_file, fmt::format("{}: scale tensor '{}' has shape {}, expected {}", sv.file,
+                                                              scale_name, shape_string(sv.shape), want));
+  }
+  v.scale = fp8_scale_view{sv.data, sv.dtype, kind, block_rows, block_cols, scale_name, sv.file};
+  // Checks every element and scale here, so that the dequantization at load cannot fail.
+  std::vector<float> scratch(v.num_elements());
+  if (status st = dequantize_e4m3(v.data, shape[0], shape[1], *v.scale, weight_name, scratch.data()); !st)
+    return st.err();
+  return v;
+}
+
+result<float> weight_store::get_scalar(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) return missing(name);
+  const tensor_view& v = it->second;
+  if (!is_float_weight_dtype(v.dtype) || v.num_elements() != 1 || v.shape.size() > 1)
+    return make_error(error_code::malformed_file,
+                      fmt::format("{}: tensor '{}' must be one F32, BF16 or F16 number (dtype {}, shape {})", v.file,
+                                  name, to_string(v.dtype), shape_string(v.shape)));
+  float f = 0;
+  upcast_to_f32(v.data, v.dtype, 1, &f);
+  if (!std::isfinite(f) || f <= 0)
+    return make_error(error_code::malformed_file, fmt::format("{}: tensor '{}' is {} (positive expected)", v.file, name, f));
+  return f;
+}
+
 std::vector<float> weight_store::to_f32(const tensor_view& view) {
   std::vector<float> out(view.num_elements());
+  if (view.dtype == st_dtype::f8_e4m3) {
+    AS_CHECK(view.scale && view.shape.size() == 2, "to_f32: an F8_E4M3 view is bound by get_fp8");
+    const status st = dequantize_e4m3(view.data, view.shape[0], view.shape[1], *view.scale, view.name, out.data());
+    AS_CHECK(st.ok(), "to_f32: get_fp8 checked the weights and scales");
+    return out;
+  }
   upcast_to_f32(view.data, view.dtype, out.size(), out.data());
   return out;
 }

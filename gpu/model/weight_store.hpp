@@ -5,12 +5,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "config/error.hpp"
 #include "config/safetensors_header.hpp"
+#include "gpu/model/fp8.hpp"
 #include "gpu/model/mapped_file.hpp"
 
 namespace actorserve::gpu {
@@ -22,6 +24,7 @@ struct tensor_view {
   std::vector<int64_t> shape;
   std::string name;
   std::string file;                  ///< the safetensors file it lives in
+  std::optional<fp8_scale_view> scale;   ///< F8_E4M3 weights: how to dequantize them
 
   size_t num_elements() const;
   size_t num_bytes() const { return num_elements() * dtype_size(dtype); }
@@ -41,11 +44,22 @@ class weight_store {
   /// The tensor, checked against `expected_shape`; missing or mis-shaped -> error naming the
   /// file and tensor. F32/F16/BF16 only.
   result<tensor_view> get(const std::string& name, const std::vector<int64_t>& expected_shape) const;
-  /// An exact fp32 copy of a view.
+  /// A stored F8_E4M3 weight of `shape` ([out][in]) with its scale tensor `scale_name` (e.g.
+  /// "...weight_scale", "...weight_scale_inv"), which must have the shape `kind` needs, dtype F32,
+  /// BF16 or F16 and finite non-negative values; a NaN weight element is an error too.
+  result<tensor_view> get_fp8(const std::string& weight_name, const std::vector<int64_t>& shape,
+                              const std::string& scale_name, fp8_scale_kind kind, int64_t block_rows,
+                              int64_t block_cols) const;
+  /// A stored scalar (shape [] or [1]) of a float dtype, e.g. an input_scale or k_scale.
+  result<float> get_scalar(const std::string& name) const;
+  /// An exact fp32 copy of a view; F8_E4M3 views (bound by get_fp8, which checked them) are
+  /// dequantized with their scale.
   static std::vector<float> to_f32(const tensor_view& view);
 
  private:
   status add_file(const std::string& path);
+  /// "FILES: missing tensor 'name'".
+  error missing(const std::string& name) const;
   std::vector<std::unique_ptr<mapped_file>> files_;
   std::unordered_map<std::string, tensor_view> tensors_;
 };

@@ -174,6 +174,26 @@ TEST(Cli, TheApiKeyComesFromTheEnvironmentOrAFile) {
   ASSERT_FALSE(cl.ok());
 }
 
+TEST(Cli, Fp8FlagsTakeVllmsNames) {
+  auto cl = parse({"serve", "m"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->engine.model.quantization, quantization_choice::none);
+  EXPECT_EQ(cl->engine.cache.cache_dtype, kv_cache_dtype::auto_detect);
+  cl = parse({"serve", "m", "--quantization", "fp8", "--kv-cache-dtype", "fp8"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_TRUE(cl->warnings.empty());
+  EXPECT_EQ(cl->engine.model.quantization, quantization_choice::fp8);
+  EXPECT_EQ(cl->engine.cache.cache_dtype, kv_cache_dtype::fp8);
+  cl = parse({"serve", "m", "--kv-cache-dtype", "fp8_e4m3"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->engine.cache.cache_dtype, kv_cache_dtype::fp8);
+  for (auto [flag, value] : {std::pair{"--quantization", "awq"}, std::pair{"--kv-cache-dtype", "fp8_e5m2"}}) {
+    cl = parse({"serve", "m", flag, value});
+    ASSERT_FALSE(cl.ok()) << flag << " " << value;
+    EXPECT_NE(cl.err().message.find(flag), std::string::npos) << cl.err().message;
+  }
+}
+
 TEST(Cli, VllmFlagsWithoutEffectWarnAndHarmfulValuesAreRefused) {
   auto cl = parse({"serve", "m", "--trust-remote-code", "--tokenizer-mode", "auto", "--pipeline-parallel-size", "1", "--swap-space", "4"});
   ASSERT_TRUE(cl.ok()) << cl.err().message;

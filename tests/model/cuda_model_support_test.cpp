@@ -67,3 +67,26 @@ TEST(cuda_model_support, refuses_a_window_smaller_than_the_context_and_says_how_
 
 }  // namespace
 }  // namespace actorserve::testing
+
+namespace actorserve::testing {
+namespace {
+
+TEST(cuda_model_support, refuses_fp8_checkpoints_naming_the_format) {
+  expect_has(refusal("qwen3-hd128-fp8"), {"FP8 checkpoint", "quant_method fp8", "per-tensor", "--device cpu"});
+  expect_has(refusal("qwen3-hd128-fp8-channel"), {"quant_method compressed-tensors", "per-channel", "--device cpu"});
+  expect_has(refusal("mixtral-fp8-block"), {"FP8 checkpoint", "block", "--device cpu"});
+}
+
+TEST(cuda_model_support, refuses_fp8_options_naming_the_flag) {
+  EXPECT_TRUE(gpu::check_cuda_fp8_options(false, false).ok());
+  status q = gpu::check_cuda_fp8_options(true, false);
+  ASSERT_FALSE(q.ok());
+  EXPECT_EQ(q.err().code, error_code::unsupported);
+  expect_has(q.err().message, {"--quantization fp8", "no FP8 GEMM kernels", "--device cpu"});
+  status kv = gpu::check_cuda_fp8_options(false, true);
+  ASSERT_FALSE(kv.ok());
+  expect_has(kv.err().message, {"--kv-cache-dtype fp8", "--kv-cache-dtype auto", "--device cpu"});
+}
+
+}  // namespace
+}  // namespace actorserve::testing

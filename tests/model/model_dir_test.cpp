@@ -16,18 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string load_error(const fs::path& dir) {
-  gpu::cpu_executor_options opts;
-  opts.num_blocks = 4;
-  opts.threads = 1;
-  auto ex = gpu::make_cpu_executor(dir.string(), opts);
-  EXPECT_FALSE(ex.ok());
-  return ex.ok() ? std::string() : ex.err().message;
-}
-
-void expect_has(const std::string& msg, const std::vector<std::string>& needles) {
-  for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
-}
+std::string load_error(const fs::path& dir) { return cpu_load_error(dir.string()); }
 
 TEST(model_dir, missing_config_json) {
   const fs::path dir = copy_model("llama-tiny", "no_config");

@@ -99,4 +99,17 @@ std::vector<int32_t> block_range(int32_t first, int32_t n) {
   return v;
 }
 
+std::string cpu_load_error(const std::string& dir) {
+  gpu::cpu_executor_options opts;
+  opts.num_blocks = 4;
+  opts.threads = 1;
+  auto ex = gpu::make_cpu_executor(dir, opts);
+  EXPECT_FALSE(ex.ok()) << dir << " loaded";
+  return ex.ok() ? std::string() : ex.err().message;
+}
+
+void expect_has(const std::string& msg, const std::vector<std::string>& needles) {
+  for (const auto& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+}
+
 }  // namespace actorserve::testing

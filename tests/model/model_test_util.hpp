@@ -36,6 +36,12 @@ struct generation {
 generation run_greedy(gpu::cpu_executor& ex, const std::vector<int32_t>& prompt, const std::vector<int32_t>& blocks,
                       int32_t chunk, int32_t num_decode);
 
+/// The error a CPU executor's start gives for the model directory `dir` (the test fails when it loads).
+std::string cpu_load_error(const std::string& dir);
+
+/// Fails the current test for each of `needles` that `msg` lacks.
+void expect_has(const std::string& msg, const std::vector<std::string>& needles);
+
 /// Block ids [first, first + n).
 std::vector<int32_t> block_range(int32_t first, int32_t n);
 

@@ -1,0 +1,162 @@
+// config.json's quantization_config: the FP8 formats that load (fp8 per tensor or per block,
+// compressed-tensors per tensor, channel or block) and every refusal, each naming the key and value.
+#include <gtest/gtest.h>
+
+#include "config/model_config.hpp"
+#include "test_data.hpp"
+
+namespace actorserve::testing {
+namespace {
+
+result<model_config> parse_quant(const std::string& quant) {
+  const std::string cfg = R"({"architectures": ["LlamaForCausalLM"], "vocab_size": 100, "hidden_size": 32,
+      "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4, "quantization_config": )" +
+                          quant + "}";
+  return parse_model_config(cfg, "", "/m");
+}
+
+/// compressed-tensors with one group; `weights` and `inputs` are the group's JSON members.
+std::string ct(const std::string& weights, const std::string& inputs = "null", const std::string& top = "") {
+  return R"({"quant_method": "compressed-tensors", "format": "float-quantized", "ignore": ["lm_head"],)" + top +
+         R"( "config_groups": {"group_0": {"targets": ["Linear"], "weights": )" + weights +
+         R"(, "input_activations": )" + inputs + R"(, "output_activations": null}}})";
+}
+
+const std::string channel_weights =
+    R"({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true, "dynamic": false,
+        "group_size": null, "block_structure": null, "actorder": null, "observer": "minmax", "observer_kwargs": {}})";
+const std::string token_inputs =
+    R"({"num_bits": 8, "type": "float", "strategy": "token", "symmetric": true, "dynamic": true})";
+
+void expect_refused(const std::string& quant, const std::vector<std::string>& needles) {
+  auto cfg = parse_quant(quant);
+  ASSERT_FALSE(cfg.ok()) << "accepted: " << quant;
+  for (const auto& n : needles)
+    EXPECT_NE(cfg.err().message.find(n), std::string::npos) << "'" << n << "' not in: " << cfg.err().message;
+}
+
+TEST(quantization_config, absent_means_unquantized) {
+  auto cfg = load_model_config(model_dir("qwen3-hd128-bf16"));
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  EXPECT_FALSE(cfg->quantization);
+}
+
+TEST(quantization_config, reads_the_fixture_checkpoints) {
+  auto tensor = load_model_config(model_dir("qwen3-hd128-fp8"));
+  ASSERT_TRUE(tensor.ok()) << tensor.err().message;
+  ASSERT_TRUE(tensor->quantization);
+  EXPECT_EQ(tensor->quantization->method, quant_method::fp8);
+  EXPECT_EQ(tensor->quantization->weights, fp8_weight_granularity::per_tensor);
+  EXPECT_EQ(tensor->quantization->activations, fp8_activation_scheme::static_scale);
+  EXPECT_EQ(tensor->quantization->weight_scale_name, "weight_scale");
+  EXPECT_TRUE(tensor->quantization->ignores("lm_head"));
+
+  auto channel = load_model_config(model_dir("qwen3-hd128-fp8-channel"));
+  ASSERT_TRUE(channel.ok()) << channel.err().message;
+  ASSERT_TRUE(channel->quantization);
+  EXPECT_EQ(channel->quantization->method, quant_method::compressed_tensors);
+  EXPECT_EQ(channel->quantization->weights, fp8_weight_granularity::per_channel);
+  EXPECT_EQ(channel->quantization->activations, fp8_activation_scheme::dynamic);
+  EXPECT_TRUE(channel->quantization->ignores("model.layers.1.mlp.down_proj"));
+  EXPECT_FALSE(channel->quantization->ignores("model.layers.0.mlp.down_proj"));
+
+  auto block = load_model_config(model_dir("mixtral-fp8-block"));
+  ASSERT_TRUE(block.ok()) << block.err().message;
+  ASSERT_TRUE(block->quantization);
+  EXPECT_EQ(block->quantization->weights, fp8_weight_granularity::block);
+  EXPECT_EQ(block->quantization->block_rows, 128);
+  EXPECT_EQ(block->quantization->block_cols, 128);
+  EXPECT_EQ(block->quantization->weight_scale_name, "weight_scale_inv");
+}
+
+TEST(quantization_config, compressed_tensors_schemes) {
+  auto tensor = parse_quant(ct(R"({"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": true,
+                                   "dynamic": false})",
+                               R"({"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": true,
+                                   "dynamic": false})"));
+  ASSERT_TRUE(tensor.ok()) << tensor.err().message;
+  EXPECT_EQ(tensor->quantization->weights, fp8_weight_granularity::per_tensor);
+  EXPECT_EQ(tensor->quantization->activations, fp8_activation_scheme::static_scale);
+  auto weight_only = parse_quant(ct(channel_weights));
+  ASSERT_TRUE(weight_only.ok()) << weight_only.err().message;
+  EXPECT_EQ(weight_only->quantization->activations, fp8_activation_scheme::none);
+  auto block = parse_quant(ct(R"({"num_bits": 8, "type": "float", "strategy": "block", "symmetric": true,
+                                  "dynamic": false, "block_structure": [128, 64]})",
+                              token_inputs));
+  ASSERT_TRUE(block.ok()) << block.err().message;
+  EXPECT_EQ(block->quantization->weights, fp8_weight_granularity::block);
+  EXPECT_EQ(block->quantization->block_rows, 128);
+  EXPECT_EQ(block->quantization->block_cols, 64);
+  EXPECT_EQ(block->quantization->weight_scale_name, "weight_scale");
+}
+
+TEST(quantization_config, ignore_lists_match_names_suffixes_parents_and_patterns) {
+  quantization_config q;
+  q.ignore = {"lm_head", "mlp.down_proj", "model.layers.3", "re:.*layers\\.1\\.self_attn\\.[qk]_proj"};
+  EXPECT_TRUE(q.ignores("lm_head"));
+  EXPECT_TRUE(q.ignores("model.layers.0.mlp.down_proj"));
+  EXPECT_FALSE(q.ignores("model.layers.0.mlp.up_proj"));
+  EXPECT_TRUE(q.ignores("model.layers.3.self_attn.o_proj"));
+  EXPECT_FALSE(q.ignores("model.layers.30.self_attn.o_proj"));
+  EXPECT_TRUE(q.ignores("model.layers.1.self_attn.k_proj"));
+  EXPECT_FALSE(q.ignores("model.layers.1.self_attn.v_proj"));
+  EXPECT_FALSE(q.ignores("model.layers.11.self_attn.q_proj"));
+}
+
+TEST(quantization_config, refuses_other_methods_and_fp8_variants_naming_key_and_value) {
+  expect_refused(R"({"quant_method": "gptq", "bits": 4})", {"/m/config.json", "quantization_config.quant_method", "\"gptq\""});
+  expect_refused(R"({"activation_scheme": "dynamic"})", {"quantization_config.quant_method"});
+  expect_refused(R"({"quant_method": "fp8", "fmt": "e5m2"})", {"quantization_config.fmt", "\"e5m2\"", "E5M2"});
+  expect_refused(R"({"quant_method": "fp8", "activation_scheme": "per_token"})",
+                 {"quantization_config.activation_scheme", "\"per_token\""});
+  expect_refused(R"({"quant_method": "fp8", "kv_cache_quant_algo": "FP8"})",
+                 {"quantization_config.kv_cache_quant_algo", "\"FP8\"", "unknown key"});
+  expect_refused(R"({"quant_method": "fp8", "activation_scheme": "static", "weight_block_size": [128, 128]})",
+                 {"quantization_config.activation_scheme", "block-wise"});
+  expect_refused(R"({"quant_method": "fp8", "weight_block_size": [128]})", {"quantization_config.weight_block_size"});
+  expect_refused(R"({"quant_method": "fp8", "ignored_layers": ["re:("]})", {"quantization_config.ignored_layers", "re:("});
+  expect_refused(R"({"quant_method": "fp8", "modules_to_not_convert": "lm_head"})",
+                 {"quantization_config.modules_to_not_convert"});
+}
+
+TEST(quantization_config, refuses_compressed_tensors_schemes_it_cannot_load) {
+  auto with = [](const std::string& key, const std::string& value) {
+    std::string w = channel_weights;
+    const size_t at = w.find("\"" + key + "\"");
+    const size_t colon = w.find(':', at), end = w.find_first_of(",}", colon);
+    return w.substr(0, colon + 1) + " " + value + w.substr(end);
+  };
+  expect_refused(ct(with("type", "\"int\"")), {"config_groups.group_0.weights.type", "\"int\""});
+  expect_refused(ct(with("num_bits", "4")), {"weights.num_bits", "4"});
+  expect_refused(ct(with("strategy", "\"group\"")), {"weights.strategy", "\"group\""});
+  expect_refused(ct(with("group_size", "128")), {"weights.group_size", "128"});
+  expect_refused(ct(with("symmetric", "false")), {"weights.symmetric", "false"});
+  expect_refused(ct(with("dynamic", "true")), {"weights.dynamic", "true"});
+  expect_refused(ct(channel_weights, R"({"num_bits": 8, "type": "float", "strategy": "token", "dynamic": false})"),
+                 {"input_activations.strategy", "\"token\""});
+  expect_refused(ct(channel_weights, R"({"num_bits": 8, "type": "int", "strategy": "token", "dynamic": true})"),
+                 {"input_activations.type", "\"int\""});
+  expect_refused(ct(channel_weights, "null", R"( "kv_cache_scheme": {"num_bits": 8, "type": "float"},)"),
+                 {"quantization_config.kv_cache_scheme", "--kv-cache-dtype fp8"});
+  expect_refused(ct(channel_weights, "null", R"( "sparsity_config": {"format": "sparse-24"},)"),
+                 {"quantization_config.sparsity_config", "sparse"});
+  expect_refused(ct(channel_weights, "null", R"( "transform_config": {"config_groups": {}},)"),
+                 {"quantization_config.transform_config"});
+  std::string packed = ct(channel_weights);
+  packed.replace(packed.find("float-quantized"), 15, "pack-quantized");
+  expect_refused(packed, {"quantization_config.format", "\"pack-quantized\""});
+  expect_refused(ct(channel_weights, "null", R"( "future_key": 1,)"), {"quantization_config.future_key", "unknown key"});
+  std::string two_groups = ct(channel_weights);
+  two_groups = two_groups.substr(0, two_groups.size() - 2) +
+               R"(, "group_1": {"targets": ["Linear"], "weights": )" + channel_weights + "}}}";
+  expect_refused(two_groups, {"quantization_config.config_groups", "2 groups"});
+  std::string attention_only = ct(channel_weights);
+  attention_only.replace(attention_only.find("[\"Linear\"]"), 10, "[\"re:.*self_attn.*\"]");
+  expect_refused(attention_only, {"config_groups.group_0.targets"});
+  std::string output = ct(channel_weights);
+  output.replace(output.find("\"output_activations\": null"), 26, "\"output_activations\": " + token_inputs);
+  expect_refused(output, {"group_0.output_activations"});
+}
+
+}  // namespace
+}  // namespace actorserve::testing
