@@ -48,6 +48,7 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
   ex->info_.num_blocks = static_cast<int32_t>(num_blocks);
   ex->info_.host_kv_cache_bytes = num_blocks * static_cast<int64_t>(per_block);
   ex->info_.eos_token_ids = cfg.eos_token_ids;
+  ex->info_.num_experts = cfg.moe ? static_cast<int32_t>(cfg.moe->num_experts) : 0;
   try {
     ex->cache_ = std::make_unique<cpu::paged_kv_cache>(cfg.num_layers, num_blocks, opts.block_size, layout);
   } catch (const std::bad_alloc&) {
@@ -55,6 +56,7 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
   }
   auto weights = upcast_weights(files->views);
   ex->model_ = std::make_unique<cpu::cpu_model>(files->config, std::move(weights), opts.mla_form);
+  ex->info_.moe_layers = ex->model_->moe_layers();
   int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   ex->pool_ = std::make_unique<thread_pool>(std::max(1, threads));
   ex->worker_ = std::thread([p = ex.get()] { p->worker_loop(); });
@@ -168,6 +170,7 @@ step_result cpu_executor::run_step_sync(const step_batch& batch, std::vector<std
     }
     logits_.clear();
     model_->forward(*pool_, *cache_, seqs, logits_);
+    r.expert_tokens = model_->expert_tokens();
     const size_t vocab = static_cast<size_t>(info_.vocab_size);
     size_t row = 0;
     if (last_logits) last_logits->clear();

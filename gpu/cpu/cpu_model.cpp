@@ -18,6 +18,8 @@ cpu_model::cpu_model(model_config cfg, model_weights_f32 weights, mla_form form)
   if (!rope_depends_on_length(cfg_.rope)) static_inv_freq_ = model_rope_inv_freq(cfg_);
   rope_scale_ = static_cast<float>(rope_attention_factor(cfg_.rope));
   if (cfg_.moe) moe_.emplace(*cfg_.moe, cfg_.hidden_size);
+  for (size_t l = 0; l < w_.layers.size(); ++l)
+    if (w_.layers[l].moe) moe_layers_.push_back(static_cast<int32_t>(l));
   if (cfg_.mla) mla_.emplace(cfg_, w_.layers, form);
 }
 
@@ -150,6 +152,9 @@ void cpu_model::forward(thread_pool& pool, paged_kv_cache& cache, std::span<cons
   const step_tokens step{seqs, tok_seq_, tok_pos_, seq_start_, cos_.data(), sin_.data()};
 
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
+  const size_t num_experts = cfg_.moe ? static_cast<size_t>(cfg_.moe->num_experts) : 0;
+  expert_tokens_.assign(moe_layers_.size() * num_experts, 0);
+  size_t sparse = 0;  // sparse layers so far
   for (size_t l = 0; l < w_.layers.size(); ++l) {
     const layer_weights_f32& L = w_.layers[l];
     rms_norm(x_.data(), L.input_norm.data(), T, h, eps, xn_.data());
@@ -161,7 +166,7 @@ void cpu_model::forward(thread_pool& pool, paged_kv_cache& cache, std::span<cons
     add_inplace(x_.data(), tmp_.data(), T * h);
     rms_norm(x_.data(), L.post_norm.data(), T, h, eps, xn_.data());
     if (L.moe)
-      moe_->forward(pool, *L.moe, xn_.data(), T, tmp_.data());
+      moe_->forward(pool, *L.moe, xn_.data(), T, tmp_.data(), &expert_tokens_[sparse++ * num_experts]);
     else
       swiglu_mlp(pool, xn_.data(), T, h, L.gate_proj.data(), L.up_proj.data(), L.down_proj.data(), inter, gate_.data(),
                  up_.data(), tmp_.data());

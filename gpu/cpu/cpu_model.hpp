@@ -28,6 +28,10 @@ class cpu_model {
   /// `logits` one row of vocab_size floats per sequence with want_logits, in batch order.
   void forward(thread_pool& pool, paged_kv_cache& cache, std::span<const forward_seq> seqs,
                std::vector<float>& logits);
+  /// The decoder layers with a sparse FFN, in order (empty for a dense model).
+  const std::vector<int32_t>& moe_layers() const { return moe_layers_; }
+  /// Tokens the last forward routed to each expert, [moe_layers()][expert] flattened.
+  const std::vector<int64_t>& expert_tokens() const { return expert_tokens_; }
 
  private:
   /// A unit of attention work: some consecutive new tokens of one sequence, one query head.
@@ -45,6 +49,8 @@ class cpu_model {
   model_weights_f32 w_;
   std::optional<moe_ffn> moe_;           ///< the sparse layers' FFN (MoE models)
   std::optional<mla_attention> mla_;     ///< the latent-attention layers (DeepSeek-V2)
+  std::vector<int32_t> moe_layers_;
+  std::vector<int64_t> expert_tokens_;
   std::vector<float> static_inv_freq_;   ///< unless rope is dynamic
   float rope_scale_ = 1.0f;              ///< YaRN's attention factor on cos and sin
   // Per-step scratch, reused across steps. T = tokens in the step.
