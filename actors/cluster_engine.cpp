@@ -71,7 +71,21 @@ class cluster_engine final : public engine {
   status admissible(const generation_request& req) const {
     if (!registry_->accepting()) return make_error(error_code::unavailable, "the engine is shutting down");
     if (num_up() == 0) return make_error(error_code::unavailable, "no engine is up");
-    return check_request(req, {info_.vocab_size, info_.max_model_len, info_.logit_bias, "engines'"});
+    if (auto st = check_request(req, {info_.vocab_size, info_.max_model_len, info_.logit_bias, "engines'"}); !st)
+      return st;
+    if (req.grammar) return make_error(error_code::unsupported, grammar_unsupported(req.grammar_field));
+    return {};
+  }
+
+  result<std::shared_ptr<const grammar::compiled_grammar>> compile_grammar(
+      const grammar::constraint_spec& spec) override {
+    return make_error(error_code::unsupported, grammar_unsupported(spec.field));
+  }
+
+  static std::string grammar_unsupported(const std::string& field) {
+    return fmt::format("{}: grammar-constrained decoding is not supported behind --engines yet (the masks are "
+                       "computed where the engine runs, and requests cross to it without their grammar)",
+                       field.empty() ? std::string("response_format") : field);
   }
 
   void cancel(const std::string& request_id) override { registry_->cancel(request_id); }

@@ -65,7 +65,8 @@ constexpr std::chrono::seconds restart_window{60};
 class engine_impl final : public engine {
  public:
   engine_impl(const engine_config& cfg, protocol::tokenizer tok, std::shared_ptr<gpu::executor> ex)
-      : cfg_(cfg), tok_(std::move(tok)), info_(ex->info()), logit_bias_(ex->supports_logit_bias()) {
+      : cfg_(cfg), tok_(std::move(tok)), info_(ex->info()), logit_bias_(ex->supports_logit_bias()),
+        token_masks_(ex->supports_token_masks()) {
     const auto& info = info_;
     max_model_len_ = info.max_model_len;
     std::filesystem::path dir(cfg.model.model_dir);
@@ -86,6 +87,7 @@ class engine_impl final : public engine {
       if (std::find(sc.eos_token_ids.begin(), sc.eos_token_ids.end(), id) == sc.eos_token_ids.end())
         sc.eos_token_ids.push_back(id);
     }
+    eos_token_ids_ = sc.eos_token_ids;
     int32_t num_blocks = info.num_blocks;
     if (cfg.cache.num_gpu_blocks_override)
       num_blocks = std::min<int32_t>(num_blocks, static_cast<int32_t>(*cfg.cache.num_gpu_blocks_override));
@@ -153,7 +155,43 @@ class engine_impl final : public engine {
   status admissible(const generation_request& req) const {
     if (!registry_->accepting()) return make_error(error_code::unavailable, "the engine is shutting down");
     if (stats_->gave_up.load()) return make_error(error_code::unavailable, stats_->failure());
-    return check_request(req, {info_.vocab_size, max_model_len_, logit_bias_, info_.name});
+    if (auto st = check_request(req, {info_.vocab_size, max_model_len_, logit_bias_, info_.name}); !st) return st;
+    if (req.grammar && !token_masks_)
+      return make_error(error_code::unsupported, grammar_unsupported(req.grammar_field));
+    if (req.grammar && req.grammar->vocab().size() != info_.vocab_size)
+      return make_error(error_code::internal, "grammar: compiled for another vocabulary");
+    return {};
+  }
+
+  result<std::shared_ptr<const grammar::compiled_grammar>> compile_grammar(const grammar::constraint_spec& spec) override {
+    if (!token_masks_) return make_error(error_code::unsupported, grammar_unsupported(spec.field));
+    std::call_once(grammar_once_, [this] {
+      const auto t0 = std::chrono::steady_clock::now();
+      grammars_ = std::make_unique<grammar::grammar_compiler>(make_vocabulary());
+      log::info("engine: grammar vocabulary of {} tokens ready in {:.0f} ms", info_.vocab_size,
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    });
+    return grammars_->compile(spec);
+  }
+
+  std::string grammar_unsupported(const std::string& field) const {
+    return fmt::format("{}: grammar-constrained decoding is not supported by the {} executor yet (its sampler "
+                       "applies no token masks)",
+                       field.empty() ? std::string("response_format") : field, info_.name);
+  }
+
+  /// The model's vocabulary as grammar masks see it: each id's bytes; special tokens and ids
+  /// past the tokenizer's never inside a grammar; EOS ids where it is complete.
+  std::shared_ptr<const grammar::vocabulary> make_vocabulary() const {
+    const int32_t n = std::min(info_.vocab_size, tok_.vocab_size());
+    std::vector<std::string> bytes(static_cast<size_t>(std::max(n, 0)));
+    std::vector<uint8_t> excluded(bytes.size(), 0);
+    for (int32_t id = 0; id < n; ++id) {
+      if (auto b = tok_.token_bytes(id)) bytes[static_cast<size_t>(id)] = std::move(*b);
+      excluded[static_cast<size_t>(id)] = tok_.is_special(id) ? 1 : 0;
+    }
+    return std::make_shared<const grammar::vocabulary>(info_.vocab_size, std::move(bytes), std::move(excluded),
+                                                       eos_token_ids_);
   }
 
   void spawn_one(generation_request req, delta_sink sink) {
@@ -240,6 +278,10 @@ class engine_impl final : public engine {
   protocol::tokenizer tok_;
   gpu::executor_info info_;
   bool logit_bias_ = false;               ///< the executor's sampler applies logit_bias
+  bool token_masks_ = false;              ///< the executor's sampler applies grammar masks
+  std::vector<int32_t> eos_token_ids_;
+  std::once_flag grammar_once_;
+  std::unique_ptr<grammar::grammar_compiler> grammars_;  ///< made at the first constrained request
   int64_t max_model_len_ = 0;
   std::string model_name_;
   caf::actor_system_config caf_cfg_;

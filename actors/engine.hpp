@@ -15,6 +15,7 @@
 #include "config/engine_config.hpp"
 #include "config/error.hpp"
 #include "config/sampling_params.hpp"
+#include "grammar/constraint.hpp"
 
 namespace actorserve::protocol { class tokenizer; }
 
@@ -29,6 +30,10 @@ struct generation_request {
   sampling_params params;                 ///< includes n, stop strings, logprobs, max_tokens
   int32_t priority = 0;                   ///< lower value is served first (vLLM convention)
   std::optional<std::chrono::steady_clock::time_point> deadline;
+  /// Grammar-constrained decoding (engine::compile_grammar): every choice's output follows
+  /// this grammar; null: free text. `grammar_field` names the request field it came from.
+  std::shared_ptr<const grammar::compiled_grammar> grammar;
+  std::string grammar_field;
 };
 
 struct logprob_entry {
@@ -145,6 +150,13 @@ class engine {
     out.reserve(batch.size());
     for (auto& [req, sink] : batch) out.push_back(submit(std::move(req), std::move(sink)));
     return out;
+  }
+  /// Compiles an output constraint (JSON schema, regex, choice, tool calls) for this model's
+  /// vocabulary, cached by spec; errors name spec.field (a keyword it cannot honour, an executor
+  /// whose sampler applies no masks). Runs on the caller's thread: call it off the I/O threads
+  /// (a new schema takes milliseconds, up to seconds at a large vocabulary).
+  virtual result<std::shared_ptr<const grammar::compiled_grammar>> compile_grammar(const grammar::constraint_spec& spec) {
+    return make_error(error_code::unsupported, spec.field + ": grammar-constrained decoding is not available here");
   }
   /// Cancels a request by id; frees its KV blocks within one step. Unknown ids are ignored.
   virtual void cancel(const std::string& request_id) = 0;

@@ -37,7 +37,8 @@ using request_self = request_actor::stateful_pointer<request_state>;
 
 finish_reason to_reason(seq_finish f) {
   switch (f) {
-    case seq_finish::stop: return finish_reason::stop;
+    case seq_finish::stop:
+    case seq_finish::complete: return finish_reason::stop;
     case seq_finish::length: return finish_reason::length;
     case seq_finish::aborted: return finish_reason::cancelled;
     default: return finish_reason::error;
@@ -187,6 +188,7 @@ request_actor::behavior_type request(request_self self, generation_request req, 
   nr.params = std::make_shared<const sampling_params>(st.req.params);
   nr.seed = seed;
   nr.priority = st.req.priority;
+  nr.grammar = st.req.grammar;
   self->send(st.upstream, enqueue_atom::value, std::move(nr), request_actor{self});
   if (st.req.deadline) {
     const auto left = *st.req.deadline - std::chrono::steady_clock::now();

@@ -101,6 +101,11 @@ void scheduler_policy::add(new_request r) {
   s->seed = r.seed;
   s->tokens = std::move(r.prompt);
   s->num_prompt = s->num_tokens() - std::clamp(r.num_generated, 0, s->num_tokens() - 1);
+  if (r.grammar) {
+    s->matcher = std::make_shared<grammar::matcher>(std::move(r.grammar));
+    // A resumed choice's generated tokens already followed the grammar: replay them.
+    for (int32_t i = s->num_prompt; i < s->num_tokens(); ++i) s->matcher->accept_token(s->tokens[static_cast<size_t>(i)]);
+  }
   s->fork_n = std::max(1, s->params->n);
   s->times.queued_us = clock_();
   if (cfg_.enable_prefix_caching) extend_block_hashes(s->block_hashes, s->tokens, cfg_.block_size);
@@ -157,6 +162,7 @@ seq_output scheduler_policy::fail(sequence& s) {
 
 void scheduler_policy::finish(sequence& s, seq_finish why) {
   s.finish = why;
+  if (s.pending_mask) s.pending_mask->abandon();  // a sampler waiting on it goes on
   if (s.status == seq_status::running) {
     running_.erase(std::find(running_.begin(), running_.end(), &s));
   } else if (s.status == seq_status::waiting) {
@@ -176,6 +182,8 @@ void scheduler_policy::finish(sequence& s, seq_finish why) {
 }
 
 void scheduler_policy::preempt(sequence& s) {
+  if (s.pending_mask) s.pending_mask->abandon();
+  s.pending_mask.reset();
   pending_frees_.push_back({s.seq_id, s.num_computed});
   s.recompute_until = std::max(s.recompute_until, s.num_computed);
   s.num_computed = 0;
@@ -196,6 +204,7 @@ void scheduler_policy::fork(sequence& parent) {
     c->index = i;
     c->fork_n = 1;
     c->seed = child_seed(parent.seed, i);
+    if (parent.matcher) c->matcher = std::make_shared<grammar::matcher>(*parent.matcher);
     if (parent.holds_blocks) {
       c->fork_parent = parent.seq_id;
       pending_forks_.push_back({parent.seq_id, c->seq_id});
@@ -378,7 +387,7 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
   return d;
 }
 
-void scheduler_policy::fill_step_sequence(gpu::step_sequence& q, const sequence& s, const kv_grant_item& g) {
+void scheduler_policy::fill_step_sequence(gpu::step_sequence& q, sequence& s, const kv_grant_item& g) {
   q.seq_id = s.seq_id;
   q.num_computed = g.num_computed;
   // Positions past the known tokens hold the token still being sampled (planning ahead).
@@ -396,7 +405,52 @@ void scheduler_policy::fill_step_sequence(gpu::step_sequence& q, const sequence&
     q.prompt_len = s.num_prompt;
     q.suppress_eos = s.eff_generated() < s.params->min_tokens;
     if (s.params->uses_penalties()) q.history = std::make_shared<const std::vector<int32_t>>(s.tokens);
+    if (s.matcher) {
+      // The mask decides about EOS (min_tokens included): the grammar may allow nothing else.
+      q.suppress_eos = false;
+      q.allowed_tokens = std::make_shared<gpu::token_mask>();
+      if (s.num_inflight_samples == 0) {
+        fill_mask(s, *q.allowed_tokens, q.num_generated);
+      } else {
+        // Planned ahead: the token sampled in the step in flight decides this mask; it is filled
+        // when that step's result arrives (on_step_done), while this step's forward pass runs.
+        s.pending_mask = q.allowed_tokens;
+        s.pending_mask_index = q.num_generated;
+      }
+    }
   }
+}
+
+void scheduler_policy::fill_mask(const sequence& s, gpu::token_mask& mask, int32_t index) {
+  grammar::matcher& m = *s.matcher;
+  const grammar::vocabulary& v = m.compiled().vocab();
+  std::vector<uint32_t> words(v.mask_words());
+  const int64_t allowed = m.fill_next_token_bitmask(words);
+  const sampling_params& p = *s.params;
+  auto set = [&](int32_t id, bool on) {
+    if (id < 0 || id >= v.size()) return;
+    uint32_t& w = words[static_cast<size_t>(id) >> 5];
+    w = on ? (w | (1u << (id & 31))) : (w & ~(1u << (id & 31)));
+  };
+  if (m.is_complete()) {
+    // Where the grammar may end, EOS may end the output (and stop ids, which end it as EOS
+    // does), unless ignore_eos or min_tokens say otherwise and the grammar allows more.
+    const int64_t others = allowed - static_cast<int64_t>(v.terminators().size());
+    const bool hold = (p.ignore_eos || index < p.min_tokens) && others > 0;
+    for (int32_t id : v.terminators()) set(id, !hold);
+    if (!hold)
+      for (int32_t id : p.stop_token_ids) set(id, true);
+  }
+  mask.fill(std::move(words));
+}
+
+seq_finish scheduler_policy::advance_grammar(sequence& s, int32_t token, seq_finish why) {
+  grammar::matcher& m = *s.matcher;
+  const auto& term = m.compiled().vocab().terminators();
+  if (std::find(term.begin(), term.end(), token) != term.end()) return m.is_complete() ? seq_finish::stop : seq_finish::error;
+  if (!m.accept_token(token)) return seq_finish::error;  // only a token of an abandoned mask: never kept
+  if (m.is_complete() && !m.can_continue()) return seq_finish::complete;
+  return why;
 }
 
 std::vector<seq_output> scheduler_policy::on_step_done(const gpu::step_result& r) {
@@ -425,10 +479,17 @@ std::vector<seq_output> scheduler_policy::on_step_done(const gpu::step_result& r
       ++counters_.generation_tokens;
       if (s->times.first_token_us < 0) s->times.first_token_us = now;
       s->times.last_token_us = now;
-      const seq_finish why = append_token(*s, tok->token_id, cfg_.eos_token_ids, cfg_.max_model_len, cfg_.block_size,
-                                          cfg_.enable_prefix_caching);
+      seq_finish why = append_token(*s, tok->token_id, cfg_.eos_token_ids, cfg_.max_model_len, cfg_.block_size,
+                                    cfg_.enable_prefix_caching);
+      // A stop id ends the output without being part of it: the grammar does not read it.
+      if (s->matcher && why != seq_finish::stop) why = advance_grammar(*s, tok->token_id, why);
       outs.push_back(output_of(*s, why, tok));
-      if (why != seq_finish::none) finish(*s, why);
+      if (why != seq_finish::none) {
+        finish(*s, why);
+      } else if (s->pending_mask) {
+        fill_mask(*s, *s->pending_mask, s->pending_mask_index);
+        s->pending_mask.reset();
+      }
     } else if (s->fork_n > 1 && s->num_computed == s->target()) {
       fork(*s);
     }
@@ -446,6 +507,8 @@ void scheduler_policy::requeue_all_for_recompute() {
   const std::vector<sequence*> was_running = running_;
   running_.clear();
   for (auto& [id, s] : seqs_) {
+    if (s->pending_mask) s->pending_mask->abandon();  // its step is lost
+    s->pending_mask.reset();
     s->recompute_until = std::max(s->recompute_until, s->num_computed);
     s->num_computed = 0;
     s->block_table.clear();

@@ -39,6 +39,8 @@ struct new_request {
   std::shared_ptr<const sampling_params> params;
   uint64_t seed = 0;
   int32_t priority = 0;
+  /// Grammar-constrained decoding: the grammar the output follows (null: none).
+  std::shared_ptr<const grammar::compiled_grammar> grammar;
   /// A choice resumed on another engine (n == 1): the last `num_generated` tokens of `prompt`
   /// were generated already and count as such (max_tokens, penalties, the sampler's counter);
   /// `index` is its choice index.
@@ -160,7 +162,12 @@ class scheduler_policy {
   void flush_deferred_aborts();
   /// Ends `s` with an error and returns the output that tells its request.
   seq_output fail(sequence& s);
-  static void fill_step_sequence(gpu::step_sequence& q, const sequence& s, const kv_grant_item& g);
+  static void fill_step_sequence(gpu::step_sequence& q, sequence& s, const kv_grant_item& g);
+  /// Writes the tokens `s` may sample next (its matcher is current) into `mask`; `index` is
+  /// that sampling's num_generated (min_tokens).
+  static void fill_mask(const sequence& s, gpu::token_mask& mask, int32_t index);
+  /// Feeds a sampled token to a constrained sequence's matcher: the finish it implies.
+  static seq_finish advance_grammar(sequence& s, int32_t token, seq_finish why);
   sequence* lookup(uint64_t seq_id);
 
   scheduler_config cfg_;

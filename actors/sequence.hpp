@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "config/sampling_params.hpp"
+#include "gpu/sampling/token_mask.hpp"
+#include "grammar/matcher.hpp"
 
 namespace actorserve::actors {
 
@@ -15,7 +17,9 @@ namespace actorserve::actors {
 enum class seq_status { waiting, running, finished };
 
 /// Why a sequence stopped (scheduler-level reasons; stop strings are the request's business).
-enum class seq_finish { none, stop, length, aborted, error };
+/// stop: EOS or a stop id (the token is not part of the output); complete: the grammar of a
+/// constrained sequence is complete and allows nothing more (the last token is output).
+enum class seq_finish { none, stop, length, aborted, error, complete };
 
 /// A sequence's milestones on the scheduler's clock (microseconds), as vLLM stamps a request:
 /// queued (added), first scheduled (the first step granted to it; a readmission after preemption
@@ -52,6 +56,14 @@ struct sequence {
   /// sampled. Planning ahead treats them as done; the step's result makes them real.
   int32_t num_inflight = 0;
   int32_t num_inflight_samples = 0;
+
+  /// Grammar-constrained decoding: where the output is in its grammar (null: unconstrained). It
+  /// has read every token in `tokens`, none still being sampled.
+  std::shared_ptr<grammar::matcher> matcher;
+  /// The mask of a sampling planned ahead (async scheduling), filled once the token sampled
+  /// before it is appended; `pending_mask_index` is that sampling's num_generated.
+  std::shared_ptr<gpu::token_mask> pending_mask;
+  int32_t pending_mask_index = 0;
 
   int32_t num_preemptions = 0;
   int64_t num_recomputed = 0;     ///< tokens computed a second time after preemption

@@ -74,6 +74,9 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
   app.add_flag("--profile-steps", e.profile_steps,
                "CUDA: time each kernel class of the eager steps, print the table to stderr at shutdown");
   app.add_option("--cpu-threads", e.cpu_threads, "CPU executor threads (0: all cores)");
+  app.add_option("--tensor-parallel-size", e.tensor_parallel_size,
+                 "-tp N: split the model over N tensor-parallel shards (the CPU executor runs them in one process; "
+                 "the CUDA executor drives one GPU: 1 only)");
   app.add_option("--seed", e.seed, "seed for requests that bring none");
   app.add_option("--inject-step-failures", e.inject_step_failures,
                  "TEST ONLY: comma-separated step numbers (e.g. 5 or 5,6,7) whose step the executor reports as "
@@ -182,7 +185,7 @@ void warn_engine_flags_on_front_end(const CLI::App& serve, std::vector<std::stri
       "--max-model-len", "--dtype", "--max-num-seqs", "--max-num-batched-tokens", "--enable-chunked-prefill",
       "--async-scheduling", "--block-size", "--num-gpu-blocks-override", "--gpu-memory-utilization",
       "--cpu-kv-cache-space", "--enable-prefix-caching", "--paged-kv-cache-type", "--device", "--enforce-eager",
-      "--profile-steps", "--cpu-threads", "--inject-step-failures"};
+      "--profile-steps", "--cpu-threads", "--tensor-parallel-size", "--inject-step-failures"};
   for (const char* flag : engine_only) {
     const CLI::Option* opt = serve.get_option_no_throw(flag);
     if (opt && opt->count() > 0)
@@ -278,8 +281,18 @@ result<command_line> parse_command_line(int argc, const char* const* argv) {
   host->add_option("--listen", listen, "HOST:PORT to publish the engine on (a private interface; port 0: any)")
       ->required();
   add_tls_flags(*host, host_cfg.cluster.tls);
+  // vLLM's -tp: CLI11 takes only one-letter short names, so it becomes the long flag first.
+  std::vector<std::string> spelled;
+  std::vector<const char*> args;
+  spelled.reserve(static_cast<size_t>(argc));
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (i > 0 && (a == "-tp" || a.rfind("-tp=", 0) == 0)) a = "--tensor-parallel-size" + a.substr(3);
+    spelled.push_back(std::move(a));
+  }
+  for (const auto& a : spelled) args.push_back(a.c_str());
   try {
-    app.parse(argc, argv);
+    app.parse(argc, args.data());
   } catch (const CLI::CallForHelp& e) {
     out.exit_now = true;
     out.output = app.help("", CLI::AppFormatMode::All);

@@ -71,6 +71,12 @@ int64_t cuda_block_size(const cache_options& c) {
 
 int64_t cpu_block_size(const cache_options& c) { return c.block_size.value_or(16); }
 
+std::string tensor_parallel_cuda_refusal(int64_t n) {
+  return fmt::format("{} shards need {} GPUs, and this build drives one GPU: multi-GPU execution is not "
+                     "implemented yet (--device cpu runs the shards on the CPU)",
+                     n, n);
+}
+
 status validate(const engine_config& cfg) {
   if (cfg.model.model_dir.empty()) return bad_flag("--model", "a model directory is required");
   if (cfg.model.max_model_len < 0)
@@ -97,6 +103,10 @@ status validate(const engine_config& cfg) {
     return bad_flag("--cpu-kv-cache-space", fmt::format("must be > 0 GiB, got {}", c.cpu_kv_cache_gib));
   if (cfg.executor.cpu_threads < 0)
     return bad_flag("--cpu-threads", fmt::format("must be >= 0, got {}", cfg.executor.cpu_threads));
+  if (cfg.executor.tensor_parallel_size < 1)
+    return bad_flag("--tensor-parallel-size", fmt::format("must be >= 1, got {}", cfg.executor.tensor_parallel_size));
+  if (cfg.executor.tensor_parallel_size > 1 && cfg.executor.device == device_kind::cuda)
+    return bad_flag("--tensor-parallel-size", tensor_parallel_cuda_refusal(cfg.executor.tensor_parallel_size));
   for (int64_t step : cfg.executor.inject_step_failures) {
     if (step < 1) return bad_flag("--inject-step-failures", fmt::format("step numbers must be >= 1, got {}", step));
   }

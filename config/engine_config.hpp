@@ -65,6 +65,9 @@ struct executor_options {
   /// the table to stderr when it stops.
   bool profile_steps = false;
   int64_t cpu_threads = 0;                  ///< --cpu-threads (0: all cores)
+  /// --tensor-parallel-size / -tp: shards the model is split over (the CPU executor runs them in
+  /// one process; the CUDA executor drives one GPU and takes only 1).
+  int64_t tensor_parallel_size = 1;
   uint64_t seed = 0;                        ///< --seed (default seed for unseeded requests)
   /// --inject-step-failures (test only): step numbers whose step_result reports a failure.
   std::vector<int64_t> inject_step_failures;
@@ -143,6 +146,9 @@ kv_cache_layout cuda_kv_layout(const cache_options& c);
 int64_t cuda_block_size(const cache_options& c);
 /// The CPU executor's block size: --block-size, else 16 (it has one layout).
 int64_t cpu_block_size(const cache_options& c);
+
+/// Why --tensor-parallel-size `n` > 1 is refused on the CUDA executor (after the flag's name).
+std::string tensor_parallel_cuda_refusal(int64_t n);
 
 /// Checks ranges and combinations; the error names the flag and the bad value.
 status validate(const engine_config& cfg);

@@ -225,11 +225,7 @@ status read_generation_defaults(const json_obj& g, generation_defaults& d) {
   AS_TRY(opt_double("min_p", d.min_p));
   AS_TRY(opt_double("repetition_penalty", d.repetition_penalty));
   AS_TRY(opt_int("max_new_tokens", d.max_new_tokens, 1));
-  if (auto e = g.find("top_k")) {  // may be negative (-1: off)
-    int64_t v = 0;
-    if (e->get_int64().get(v) != simdjson::SUCCESS) return g.bad("top_k", "an integer");
-    d.top_k = v;
-  }
+  AS_TRY(opt_int("top_k", d.top_k, std::numeric_limits<int64_t>::min()));  // may be negative (-1: off)
   return {};
 }
 

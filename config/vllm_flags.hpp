@@ -1,7 +1,7 @@
 #pragma once
 /// vLLM `serve` flags that mean nothing to this server, so that a vLLM launch line starts here:
 /// each is accepted with one warning naming why it has no effect; a value that would change
-/// behaviour here (e.g. --tensor-parallel-size 2) is refused, naming the flag.
+/// behaviour here (e.g. --pipeline-parallel-size 2) is refused, naming the flag.
 #include <string>
 #include <vector>
 

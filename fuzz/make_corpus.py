@@ -193,6 +193,27 @@ def chat_output_seeds():
     return [bytes([flags]) + text.encode() for flags, text in cases]
 
 
+def grammar_seeds():
+    # A mode byte (0 schema, 1 regex, 2 EBNF, 3 choices), the text, NUL, then one byte per
+    # generated token picking from the mask; see fuzz_grammar.cpp.
+    picks = bytes((i * 37 + 11) % 256 for i in range(64))
+    seeds = []
+    for lit in raw_strings(ROOT / "tests" / "grammar" / "json_schema_test.cpp"):
+        try:
+            json.loads(lit)
+        except ValueError:
+            continue
+        seeds.append(b"\0" + lit.encode() + b"\0" + picks)
+    for pattern in ["[A-Z][a-z]+ \\d{2}", "(ab|c){1,4}x{2,5}", "a.c", "[^\"\\\\]{0,8}\\.(json|txt)",
+                    "\\u00e9+|\\x41?", "(?:[0-9]{1,3}\\.){3}[0-9]{1,3}"]:
+        seeds.append(b"\1" + pattern.encode() + b"\0" + picks)
+    for ebnf in ['root ::= "{" (pair ("," " "? pair)*)? "}"\npair ::= [a-z]+ ":" [0-9]{1,3}',
+                 'root ::= "(" root ")" root | ""', 'root ::= ("ab" | "a" | "b")* "\\"" x\nx ::= "n" "u"? "l"*']:
+        seeds.append(b"\2" + ebnf.encode() + b"\0" + picks)
+    seeds.append(b"\3yes\nno\nmaybe so\0" + picks)
+    return seeds
+
+
 def safetensors_seeds():
     def file(header, data_len, pad=True):
         h = json.dumps(header, separators=(",", ":")).encode()
@@ -260,5 +281,6 @@ if __name__ == "__main__":
     write("fuzz_tokenizer_load", tokenizer_load_seeds())
     write("fuzz_chat_template", chat_template_seeds())
     write("fuzz_chat_output", chat_output_seeds())
+    write("fuzz_grammar", grammar_seeds())
     write("fuzz_safetensors_header", safetensors_seeds())
     write("fuzz_model_config", model_config_seeds())

@@ -21,6 +21,7 @@
 
 #include "config/error.hpp"
 #include "config/sampling_params.hpp"
+#include "gpu/sampling/token_mask.hpp"
 
 namespace actorserve::gpu {
 
@@ -43,6 +44,9 @@ struct step_sequence {
   std::shared_ptr<const std::vector<int32_t>> history;
   int32_t prompt_len = 0;              ///< prefix of `history` that is prompt
   bool suppress_eos = false;           ///< min_tokens not reached: EOS and stop ids masked
+  /// Grammar-constrained decoding: only these tokens may be sampled (null: any). May be filled
+  /// after the step is submitted; the sampler waits for it (token_mask.hpp).
+  std::shared_ptr<token_mask> allowed_tokens;
 };
 
 struct step_batch {
@@ -106,6 +110,9 @@ class executor {
   /// Whether its sampler adds params.logit_bias to the logits; the engine refuses requests with
   /// a logit_bias on an executor without it (never dropped silently).
   virtual bool supports_logit_bias() const { return false; }
+  /// Whether its sampler applies step_sequence::allowed_tokens; the engine refuses
+  /// grammar-constrained requests on an executor without it.
+  virtual bool supports_token_masks() const { return false; }
 };
 
 }  // namespace actorserve::gpu

@@ -24,6 +24,7 @@ cpu_executor_options cpu_options_from(const engine_config& cfg) {
   o.kv_cache_bytes = static_cast<int64_t>(cfg.cache.cpu_kv_cache_gib * double(int64_t{1} << 30));
   o.threads = static_cast<int32_t>(cfg.executor.cpu_threads);
   o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
+  o.tensor_parallel_size = static_cast<int32_t>(cfg.executor.tensor_parallel_size);
   return o;
 }
 
@@ -45,6 +46,9 @@ cuda_executor_options cuda_options_from(const engine_config& cfg) {
 #endif
 
 result<std::unique_ptr<executor>> make_device_executor(const engine_config& cfg) {
+  if (cfg.executor.tensor_parallel_size > 1 && (cfg.executor.device == device_kind::cuda || picks_cuda(cfg)))
+    return make_error(error_code::unsupported,
+                      "--tensor-parallel-size: " + tensor_parallel_cuda_refusal(cfg.executor.tensor_parallel_size));
 #ifdef ACTORSERVE_HAS_CUDA
   if (picks_cuda(cfg)) {
     if (cuda::device_count() == 0) return make_error(error_code::unavailable, "--device cuda: no CUDA device is visible");

@@ -18,6 +18,7 @@ class fault_injecting_executor final : public executor {
 
   const executor_info& info() const override { return inner_->info(); }
   bool supports_logit_bias() const override { return inner_->supports_logit_bias(); }
+  bool supports_token_masks() const override { return inner_->supports_token_masks(); }
 
   void submit(step_batch batch, done_fn done) override {
     const uint64_t id = batch.step_id;

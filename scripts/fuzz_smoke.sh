@@ -16,7 +16,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 parallel=${FUZZ_PARALLEL:-1}
 all_targets=(fuzz_chat_template fuzz_tokenizer_codec fuzz_tokenizer_load fuzz_openai_request
-             fuzz_websocket_message fuzz_safetensors_header fuzz_model_config fuzz_chat_output)
+             fuzz_websocket_message fuzz_safetensors_header fuzz_model_config fuzz_chat_output fuzz_grammar)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
 

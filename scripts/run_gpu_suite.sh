@@ -43,7 +43,7 @@ done
 if [[ -x "$here/bin/node" && -d "$here/e2e" ]]; then
   echo "== e2e (openai + ws clients, --device cuda)" | tee -a "$summary"
   (cd "$here/e2e" && ACTORSERVE_BIN="$here/bin/actorserve" ACTORSERVE_E2E_DEVICE=cuda \
-     "$here/bin/node" --test --test-concurrency=1 e2e.test.mjs chat_api.test.mjs moe.test.mjs) > "$out/e2e_cuda.log" 2>&1
+     "$here/bin/node" --test --test-concurrency=1 e2e.test.mjs chat_api.test.mjs moe.test.mjs deepseek.test.mjs) > "$out/e2e_cuda.log" 2>&1
   rc=$?
   grep -E '^# (tests|pass|fail)|^not ok' "$out/e2e_cuda.log" | tee -a "$summary"
   (( rc == 0 )) || { status=1; echo "   -> FAILED (rc=$rc)" | tee -a "$summary"; }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "protocol/openai/parse.hpp"
 #include "server/context.hpp"
@@ -57,8 +58,68 @@ status check_fan_out(const server_context& ctx, size_t num_prompts, int32_t n) {
                                 ctx.config.server.max_seqs_per_request));
 }
 
+/// The grammar spec of a request's structured-output fields, if any.
+std::optional<grammar::constraint_spec> spec_of(const protocol::openai::output_constraint& c) {
+  using kind = protocol::openai::output_constraint::kind;
+  grammar::constraint_spec spec;
+  spec.field = c.field;
+  switch (c.type) {
+    case kind::none: return std::nullopt;
+    case kind::json_object: spec.type = grammar::constraint_spec::kind::json_object; break;
+    case kind::json_schema: spec.type = grammar::constraint_spec::kind::json_schema; break;
+    case kind::regex: spec.type = grammar::constraint_spec::kind::regex; break;
+    case kind::choice: spec.type = grammar::constraint_spec::kind::choice; break;
+  }
+  spec.text = c.text;
+  spec.choices = c.choices;
+  return spec;
+}
+
+/// A chat request's grammar: its structured-output fields, or the tool calls that
+/// tool_choice required / a named function asks for.
+result<std::optional<grammar::constraint_spec>> chat_spec(const protocol::openai::chat_request& r) {
+  using mode = protocol::openai::tool_choice_mode;
+  if (r.tool_choice != mode::required && r.tool_choice != mode::function) return spec_of(r.constraint);
+  const std::string what = r.tool_choice == mode::required ? "'required'" : "a named function";
+  if (r.tool_functions.empty())
+    return make_error(error_code::invalid_argument, fmt::format("tool_choice: {} needs tools", what));
+  if (r.constraint.type != protocol::openai::output_constraint::kind::none)
+    return make_error(error_code::unsupported,
+                      fmt::format("{}: cannot be combined with tool_choice {}", r.constraint.field, what));
+  grammar::constraint_spec spec;
+  spec.field = "tools";
+  spec.parallel_tool_calls = r.parallel_tool_calls;
+  if (r.tool_choice == mode::required) {
+    spec.type = grammar::constraint_spec::kind::tool_calls;
+    for (const auto& f : r.tool_functions) spec.tools.push_back({f.name, f.parameters_json});
+    return std::optional<grammar::constraint_spec>(std::move(spec));
+  }
+  spec.type = grammar::constraint_spec::kind::tool_arguments;
+  for (size_t i = 0; i < r.tool_functions.size(); ++i) {
+    if (r.tool_functions[i].name != r.tool_choice_function) continue;
+    spec.tools.push_back({r.tool_functions[i].name, r.tool_functions[i].parameters_json});
+    spec.field = fmt::format("tools[{}]", i);
+    return std::optional<grammar::constraint_spec>(std::move(spec));
+  }
+  return make_error(error_code::invalid_argument,
+                    fmt::format("tool_choice: no tool named '{}' in tools", r.tool_choice_function));
+}
+
+/// Compiles `spec` for the model (off the I/O threads: job functions run on the prompt pool)
+/// into the request's grammar.
+status constrain(server_context& ctx, const std::optional<grammar::constraint_spec>& spec,
+                 actors::generation_request& g) {
+  if (!spec) return {};
+  auto compiled = ctx.engine.compile_grammar(*spec);
+  if (!compiled) return compiled.err();
+  g.grammar = std::move(*compiled);
+  g.grammar_field = spec->field;
+  return {};
+}
+
 /// How a chat request's output is parsed: tools need --enable-auto-tool-choice (as vLLM);
-/// tool_choice none leaves the output as text.
+/// tool_choice none leaves the output as text; tool_choice required or a named function makes
+/// it tool calls by grammar. A grammar-constrained output has no reasoning to split off.
 result<protocol::chat_output::output_options> output_parsing(const server_context& ctx,
                                                              const protocol::openai::chat_request& r) {
   protocol::chat_output::output_options o;
@@ -70,6 +131,14 @@ result<protocol::chat_output::output_options> output_parsing(const server_contex
                       "tools: tool_choice auto needs the server started with --enable-auto-tool-choice and "
                       "--tool-call-parser");
   if (wants_tools) o.tools = ctx.config.chat.tool_call_parser;
+  using mode = protocol::openai::tool_choice_mode;
+  if (r.tool_choice == mode::required || r.tool_choice == mode::function) {
+    o = {};
+    o.forced_tools = true;
+    o.forced_function = r.tool_choice == mode::function ? r.tool_choice_function : std::string();
+  } else if (r.constraint.type != protocol::openai::output_constraint::kind::none) {
+    o.reasoning = reasoning_parser_kind::none;
+  }
   return o;
 }
 
@@ -85,6 +154,7 @@ result<job_spec> make_completion_job(server_context& ctx, protocol::openai::comp
   job.meta = make_meta(ctx, "cmpl");
   if (auto st = check_fan_out(ctx, r.prompts.size(), r.params.n); !st) return st.err();
   protocol::openai::apply_generation_defaults(r.params, r.given, ctx.sampling_defaults);
+  const auto spec = spec_of(r.constraint);
   for (size_t i = 0; i < r.prompts.size(); ++i) {
     auto ids = ctx.prompts->completion_prompt(r.prompts[i], r.add_special_tokens);
     if (!ids) return ids.err();
@@ -96,6 +166,7 @@ result<job_spec> make_completion_job(server_context& ctx, protocol::openai::comp
     // else's first token.
     g.priority = static_cast<int32_t>(std::min<int64_t>(int64_t{r.priority} + static_cast<int64_t>(i), INT32_MAX));
     if (auto st = fit_context(ctx, *ids, r.max_tokens_set, g.params, "prompt"); !st) return st.err();
+    if (auto st = constrain(ctx, spec, g); !st) return st.err();
     g.prompt_ids = *ids;
     job.prompt_ids.push_back(std::move(*ids));
     job.requests.push_back(std::move(g));
@@ -115,6 +186,8 @@ result<job_spec> make_chat_job(server_context& ctx, protocol::openai::chat_reque
   auto parsing = output_parsing(ctx, r);
   if (!parsing) return parsing.err();
   job.output_parsing = *parsing;
+  auto spec = chat_spec(r);
+  if (!spec) return spec.err();
   auto ids = ctx.prompts->chat_prompt(r.messages, r.add_generation_prompt,
                                       {r.tools, r.chat_template_kwargs, r.documents}, r.add_special_tokens);
   if (!ids) return ids.err();
@@ -130,6 +203,7 @@ result<job_spec> make_chat_job(server_context& ctx, protocol::openai::chat_reque
         std::min<int64_t>(ctx.sampling_defaults.max_new_tokens.value_or(std::numeric_limits<int32_t>::max()),
                           std::numeric_limits<int32_t>::max()));
   if (auto st = fit_context(ctx, *ids, r.max_tokens_set, g.params, "messages"); !st) return st.err();
+  if (auto st = constrain(ctx, *spec, g); !st) return st.err();
   g.prompt_ids = *ids;
   job.prompt_ids.push_back(std::move(*ids));
   job.requests.push_back(std::move(g));

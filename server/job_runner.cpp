@@ -219,7 +219,9 @@ void job_runner::on_delta(size_t p, actors::delta d) {
     piece = ch.parser->push(d.text);
     if (d.finish) {
       piece.append(ch.parser->finish());
-      if (ch.finish == "stop" && ch.parser->called_tools()) ch.finish = "tool_calls";
+      // A named function's call ends with "stop", as OpenAI answers a forced function.
+      if (ch.finish == "stop" && ch.parser->called_tools() && job_.output_parsing.forced_function.empty())
+        ch.finish = "tool_calls";
     }
   }
   if (mode_ == output_mode::whole) {

@@ -7,6 +7,7 @@
 
 #include "config/log.hpp"
 #include "gpu/model/model_weights.hpp"
+#include "gpu/model/shard_plan.hpp"
 #include "gpu/sampling/cpu_sampler.hpp"
 
 namespace actorserve::gpu {
@@ -32,8 +33,9 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
     return make_error(error_code::invalid_argument,
                       fmt::format("max_model_len {} exceeds the model's max_position_embeddings {}", max_len,
                                   cfg.max_position_embeddings));
-  const cpu::kv_cache_layout layout = cpu::kv_cache_layout::of(cfg);
-  const size_t per_block = cpu::paged_kv_cache::bytes_per_block(cfg.num_layers, opts.block_size, layout);
+  auto plan = shard_plan::make(cfg, opts.tensor_parallel_size);
+  if (!plan) return plan.err();
+  const size_t per_block = cpu::tensor_parallel_model::bytes_per_block(plan.value(), opts.block_size);
   const int64_t num_blocks =
       opts.num_blocks > 0 ? opts.num_blocks : static_cast<int64_t>(opts.kv_cache_bytes / static_cast<int64_t>(per_block));
   if (num_blocks < 1 || num_blocks > INT32_MAX)
@@ -50,21 +52,20 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
   ex->info_.eos_token_ids = cfg.eos_token_ids;
   ex->info_.num_experts = cfg.moe ? static_cast<int32_t>(cfg.moe->num_experts) : 0;
   try {
-    ex->cache_ = std::make_unique<cpu::paged_kv_cache>(cfg.num_layers, num_blocks, opts.block_size, layout);
+    ex->model_ = std::make_unique<cpu::tensor_parallel_model>(files->views, std::move(plan).value(), num_blocks,
+                                                              opts.block_size, opts.mla_form);
   } catch (const std::bad_alloc&) {
     return make_error(error_code::out_of_memory, fmt::format("cannot allocate {} KV blocks", num_blocks));
   }
-  auto weights = upcast_weights(files->views);
-  ex->model_ = std::make_unique<cpu::cpu_model>(files->config, std::move(weights), opts.mla_form);
   ex->info_.moe_layers = ex->model_->moe_layers();
   int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   ex->pool_ = std::make_unique<thread_pool>(std::max(1, threads));
   ex->worker_ = std::thread([p = ex.get()] { p->worker_loop(); });
-  log::info("cpu executor: {} ({} layers, hidden {}), {} KV blocks of {} tokens ({} layout, {} bytes a token), {} "
-            "threads",
-            cfg.architecture, cfg.num_layers, cfg.hidden_size, num_blocks, opts.block_size,
-            layout.is_latent() ? "latent" : "per-head", per_block / static_cast<size_t>(opts.block_size),
-            ex->pool_->num_threads());
+  log::info("cpu executor: {} ({} layers, hidden {}), {} tensor-parallel shard(s), {} KV blocks of {} tokens ({} "
+            "layout, {} bytes a token over all shards), {} threads",
+            cfg.architecture, cfg.num_layers, cfg.hidden_size, opts.tensor_parallel_size, num_blocks, opts.block_size,
+            ex->model_->cache_layout(0).is_latent() ? "latent" : "per-head",
+            per_block / static_cast<size_t>(opts.block_size), ex->pool_->num_threads());
   return ex;
 }
 
@@ -153,7 +154,7 @@ step_result cpu_executor::run_step_sync(const step_batch& batch, std::vector<std
     return r;
   }
   try {
-    for (const auto& [src, dst] : batch.block_copies) cache_->copy_block(src, dst);
+    for (const auto& [src, dst] : batch.block_copies) model_->copy_block(src, dst);
     // Placeholders become the tokens the previous step sampled (steps run in submission order).
     resolved_.clear();
     for (const auto& s : batch.seqs)
@@ -169,7 +170,7 @@ step_result cpu_executor::run_step_sync(const step_batch& batch, std::vector<std
       seqs.push_back({s.num_computed, toks, s.block_table, s.sample || last_logits != nullptr});
     }
     logits_.clear();
-    model_->forward(*pool_, *cache_, seqs, logits_);
+    model_->forward(*pool_, seqs, logits_);
     r.expert_tokens = model_->expert_tokens();
     const size_t vocab = static_cast<size_t>(info_.vocab_size);
     size_t row = 0;

@@ -14,8 +14,7 @@
 #include <vector>
 
 #include "config/error.hpp"
-#include "gpu/cpu/cpu_model.hpp"
-#include "gpu/cpu/kv_cache.hpp"
+#include "gpu/cpu/tensor_parallel_model.hpp"
 #include "gpu/cpu/thread_pool.hpp"
 #include "gpu/executor.hpp"
 
@@ -30,6 +29,8 @@ struct cpu_executor_options {
   /// How latent attention (DeepSeek-V2) computes: automatic picks, per sequence of each step, the
   /// form with fewer multiply-adds (docs/mla.md); the others force one form (tests, A/B runs).
   cpu::mla_form mla_form = cpu::mla_form::automatic;
+  /// Tensor-parallel shards the model is split over (tensor_parallel_model); 1: no split.
+  int32_t tensor_parallel_size = 1;
 };
 
 class cpu_executor final : public executor {
@@ -41,6 +42,7 @@ class cpu_executor final : public executor {
   const executor_info& info() const override { return info_; }
   void submit(step_batch batch, done_fn done) override;
   bool supports_logit_bias() const override { return true; }
+  bool supports_token_masks() const override { return true; }
 
   /// Runs one step on the calling thread (tests, tools). Not to be mixed with concurrent submits
   /// whose order matters. When `last_logits` is set it receives, per sequence of the batch, the
@@ -54,8 +56,7 @@ class cpu_executor final : public executor {
   void worker_loop();
 
   executor_info info_;
-  std::unique_ptr<cpu::cpu_model> model_;
-  std::unique_ptr<cpu::paged_kv_cache> cache_;
+  std::unique_ptr<cpu::tensor_parallel_model> model_;
   std::unique_ptr<thread_pool> pool_;
   std::mutex compute_mu_;                   ///< one step computes at a time
   std::vector<float> logits_;               ///< scratch, guarded by compute_mu_

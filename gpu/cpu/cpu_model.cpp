@@ -13,8 +13,8 @@ namespace {
 constexpr int64_t attn_chunk = 16;   ///< query tokens per attention work item
 }
 
-cpu_model::cpu_model(model_config cfg, model_weights_f32 weights, mla_form form)
-    : cfg_(std::move(cfg)), w_(std::move(weights)) {
+cpu_model::cpu_model(model_config cfg, model_weights_f32 weights, int64_t vocab_begin, mla_form form)
+    : cfg_(std::move(cfg)), w_(std::move(weights)), vocab_begin_(vocab_begin) {
   if (!rope_depends_on_length(cfg_.rope)) static_inv_freq_ = model_rope_inv_freq(cfg_);
   rope_scale_ = static_cast<float>(rope_attention_factor(cfg_.rope));
   if (cfg_.moe) moe_.emplace(*cfg_.moe, cfg_.hidden_size);
@@ -23,7 +23,8 @@ cpu_model::cpu_model(model_config cfg, model_weights_f32 weights, mla_form form)
   if (cfg_.mla) mla_.emplace(cfg_, w_.layers, form);
 }
 
-void cpu_model::prepare(std::span<const forward_seq> seqs) {
+void cpu_model::begin_step(std::span<const forward_seq> seqs) {
+  expert_tokens_.assign(moe_layers_.size() * (cfg_.moe ? static_cast<size_t>(cfg_.moe->num_experts) : 0), 0);
   const int64_t half = cfg_.head_dim / 2;
   tok_seq_.clear();
   tok_pos_.clear();
@@ -132,59 +133,65 @@ void cpu_model::dense_attention(thread_pool& pool, paged_kv_cache& cache, int64_
   attention_layer(pool, cache, layer, seqs);
 }
 
-void cpu_model::forward(thread_pool& pool, paged_kv_cache& cache, std::span<const forward_seq> seqs,
-                        std::vector<float>& logits) {
-  prepare(seqs);
-  const size_t T = tok_seq_.size();
-  const size_t h = static_cast<size_t>(cfg_.hidden_size), inter = static_cast<size_t>(cfg_.intermediate_size);
+void cpu_model::embed(std::span<const forward_seq> seqs, float* out) const {
+  const size_t h = static_cast<size_t>(cfg_.hidden_size);
+  const int64_t vocab_end = vocab_begin_ + cfg_.vocab_size;
+  size_t t = 0;
+  for (const auto& seq : seqs)
+    for (int32_t id : seq.tokens) {
+      float* row = out + t++ * h;
+      if (id >= vocab_begin_ && id < vocab_end)
+        std::memcpy(row, &w_.embed_tokens[static_cast<size_t>(id - vocab_begin_) * h], h * sizeof(float));
+      else
+        std::fill(row, row + h, 0.0f);
+    }
+}
+
+void cpu_model::attention(thread_pool& pool, paged_kv_cache& cache, int64_t layer, std::span<const forward_seq> seqs,
+                          const float* x, float* out) {
+  const layer_weights_f32& L = w_.layers[static_cast<size_t>(layer)];
+  const size_t T = tok_seq_.size(), h = static_cast<size_t>(cfg_.hidden_size);
   // What the heads hand to o_proj: num_heads x v_head_dim for latent attention, else x head_dim.
   const size_t attn_width =
       static_cast<size_t>(cfg_.num_heads * (cfg_.mla ? cfg_.mla->v_head_dim : cfg_.head_dim));
-  const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  x_.resize(T * h);
   xn_.resize(T * h);
   attn_.resize(T * attn_width);
-  tmp_.resize(T * h);
+  rms_norm(x, L.input_norm.data(), T, h, static_cast<float>(cfg_.rms_norm_eps), xn_.data());
+  if (L.mla) {
+    const step_tokens step{seqs, tok_seq_, tok_pos_, seq_start_, cos_.data(), sin_.data()};
+    mla_->forward(pool, cache, layer, *L.mla, step, xn_.data(), attn_.data());
+  } else {
+    dense_attention(pool, cache, layer, seqs);
+  }
+  matmul(pool, attn_.data(), T, attn_width, L.o_proj.data(), h, L.o_bias.empty() ? nullptr : L.o_bias.data(), out);
+}
+
+void cpu_model::ffn(thread_pool& pool, int64_t layer, const float* x, float* out) {
+  const layer_weights_f32& L = w_.layers[static_cast<size_t>(layer)];
+  const size_t T = tok_seq_.size(), h = static_cast<size_t>(cfg_.hidden_size);
+  const size_t inter = static_cast<size_t>(cfg_.intermediate_size);
+  xn_.resize(T * h);
+  rms_norm(x, L.post_norm.data(), T, h, static_cast<float>(cfg_.rms_norm_eps), xn_.data());
+  if (L.moe) {
+    // The sparse layers are in order: this one's counters follow those of the layers before it.
+    const auto slot = std::lower_bound(moe_layers_.begin(), moe_layers_.end(), static_cast<int32_t>(layer));
+    const auto experts = static_cast<size_t>(cfg_.moe->num_experts);
+    moe_->forward(pool, *L.moe, xn_.data(), T, out,
+                  &expert_tokens_[static_cast<size_t>(slot - moe_layers_.begin()) * experts]);
+    return;
+  }
   gate_.resize(T * inter);
   up_.resize(T * inter);
-  for (size_t s = 0, t = 0; s < seqs.size(); ++s)
-    for (int32_t id : seqs[s].tokens) std::memcpy(&x_[t++ * h], &w_.embed_tokens[static_cast<size_t>(id) * h], h * 4);
-  const step_tokens step{seqs, tok_seq_, tok_pos_, seq_start_, cos_.data(), sin_.data()};
+  swiglu_mlp(pool, xn_.data(), T, h, L.gate_proj.data(), L.up_proj.data(), L.down_proj.data(), inter, gate_.data(),
+             up_.data(), out);
+}
 
-  auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
-  const size_t num_experts = cfg_.moe ? static_cast<size_t>(cfg_.moe->num_experts) : 0;
-  expert_tokens_.assign(moe_layers_.size() * num_experts, 0);
-  size_t sparse = 0;  // sparse layers so far
-  for (size_t l = 0; l < w_.layers.size(); ++l) {
-    const layer_weights_f32& L = w_.layers[l];
-    rms_norm(x_.data(), L.input_norm.data(), T, h, eps, xn_.data());
-    if (L.mla)
-      mla_->forward(pool, cache, static_cast<int64_t>(l), *L.mla, step, xn_.data(), attn_.data());
-    else
-      dense_attention(pool, cache, static_cast<int64_t>(l), seqs);
-    matmul(pool, attn_.data(), T, attn_width, L.o_proj.data(), h, bias(L.o_bias), tmp_.data());
-    add_inplace(x_.data(), tmp_.data(), T * h);
-    rms_norm(x_.data(), L.post_norm.data(), T, h, eps, xn_.data());
-    if (L.moe)
-      moe_->forward(pool, *L.moe, xn_.data(), T, tmp_.data(), &expert_tokens_[sparse++ * num_experts]);
-    else
-      swiglu_mlp(pool, xn_.data(), T, h, L.gate_proj.data(), L.up_proj.data(), L.down_proj.data(), inter, gate_.data(),
-                 up_.data(), tmp_.data());
-    add_inplace(x_.data(), tmp_.data(), T * h);
-  }
-
-  // Final norm and LM head only at the last new token of the sequences that want logits.
-  std::vector<size_t> rows;
-  for (size_t s = 0; s < seqs.size(); ++s)
-    if (seqs[s].want_logits && !seqs[s].tokens.empty())
-      rows.push_back(static_cast<size_t>(seq_start_[s]) + seqs[s].tokens.size() - 1);
-  if (rows.empty()) return;
+void cpu_model::lm_head(thread_pool& pool, const float* x, std::span<const size_t> rows, float* out) {
+  const size_t h = static_cast<size_t>(cfg_.hidden_size);
+  xn_.resize(std::max(xn_.size(), rows.size() * h));
   for (size_t r = 0; r < rows.size(); ++r)
-    rms_norm(&x_[rows[r] * h], w_.final_norm.data(), 1, h, eps, &xn_[r * h]);
-  const size_t vocab = static_cast<size_t>(cfg_.vocab_size);
-  const size_t base = logits.size();
-  logits.resize(base + rows.size() * vocab);
-  matmul(pool, xn_.data(), rows.size(), h, w_.lm_head_data(), vocab, nullptr, logits.data() + base);
+    rms_norm(x + rows[r] * h, w_.final_norm.data(), 1, h, static_cast<float>(cfg_.rms_norm_eps), &xn_[r * h]);
+  matmul(pool, xn_.data(), rows.size(), h, w_.lm_head_data(), static_cast<size_t>(cfg_.vocab_size), nullptr, out);
 }
 
 }  // namespace actorserve::gpu::cpu

@@ -3,6 +3,12 @@
 /// checked against): Qwen3's q/k norm, the mixture-of-experts FFN of Mixtral, Qwen3-MoE and
 /// DeepSeek-V2, and DeepSeek-V2's latent attention (mla_attention) included. Inputs are validated
 /// by the caller (cpu_executor).
+///
+/// One cpu_model is one tensor-parallel shard (shard_plan; the whole model over one shard): its
+/// config counts its own heads, KV heads, intermediate columns and vocabulary slice, and its
+/// weights are those slices. It computes one stage of a layer at a time, each stage's output a
+/// partial sum over the shards; tensor_parallel_model runs the stages, sums the partials and
+/// keeps the residual stream.
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -20,17 +26,32 @@ namespace actorserve::gpu::cpu {
 
 class cpu_model {
  public:
-  /// `form` chooses how latent-attention layers (DeepSeek-V2) compute; other models ignore it.
-  cpu_model(model_config cfg, model_weights_f32 weights, mla_form form = mla_form::automatic);
+  /// `cfg` and `weights` are the shard's (shard_plan::shard_config, shard_weights_f32); its
+  /// vocabulary slice starts at token id `vocab_begin`. `form` chooses how latent-attention layers
+  /// (DeepSeek-V2) compute; other models ignore it.
+  cpu_model(model_config cfg, model_weights_f32 weights, int64_t vocab_begin = 0,
+            mla_form form = mla_form::automatic);
 
   const model_config& config() const { return cfg_; }
-  /// Computes the new tokens of every sequence, writing their K/V into `cache`; appends to
-  /// `logits` one row of vocab_size floats per sequence with want_logits, in batch order.
-  void forward(thread_pool& pool, paged_kv_cache& cache, std::span<const forward_seq> seqs,
-               std::vector<float>& logits);
+  /// Sets up a step: token positions, rope tables, attention work items. Call before the stages.
+  void begin_step(std::span<const forward_seq> seqs);
+  /// Tokens in the step (T).
+  size_t num_tokens() const { return tok_seq_.size(); }
+  /// out [T][hidden]: the embedding rows of the step's tokens within the vocabulary slice, zeros
+  /// for the others.
+  void embed(std::span<const forward_seq> seqs, float* out) const;
+  /// out [T][hidden]: layer `layer`'s attention over the residual stream `x` [T][hidden] through
+  /// this shard's heads and o_proj columns (plus o_proj's bias where the weights hold it).
+  /// Writes the step's K/V (or latents) into `cache`.
+  void attention(thread_pool& pool, paged_kv_cache& cache, int64_t layer, std::span<const forward_seq> seqs,
+                 const float* x, float* out);
+  /// out [T][hidden]: layer `layer`'s MLP or experts over `x` through this shard's columns.
+  void ffn(thread_pool& pool, int64_t layer, const float* x, float* out);
+  /// out [rows][vocab slice]: the final norm of `x`'s rows `rows`, then this shard's logits.
+  void lm_head(thread_pool& pool, const float* x, std::span<const size_t> rows, float* out);
   /// The decoder layers with a sparse FFN, in order (empty for a dense model).
   const std::vector<int32_t>& moe_layers() const { return moe_layers_; }
-  /// Tokens the last forward routed to each expert, [moe_layers()][expert] flattened.
+  /// Tokens this step routed to each expert so far, [moe_layers()][expert] flattened.
   const std::vector<int64_t>& expert_tokens() const { return expert_tokens_; }
 
  private:
@@ -39,7 +60,6 @@ class cpu_model {
     int32_t seq, head;
     int64_t t_begin, t_end;   ///< flat token range of the step
   };
-  void prepare(std::span<const forward_seq> seqs);
   /// Per-head attention of one layer: q/k/v projections, rope, K/V into the cache, attention.
   void dense_attention(thread_pool& pool, paged_kv_cache& cache, int64_t layer, std::span<const forward_seq> seqs);
   void attention_layer(thread_pool& pool, paged_kv_cache& cache, int64_t layer, std::span<const forward_seq> seqs);
@@ -47,6 +67,7 @@ class cpu_model {
 
   model_config cfg_;
   model_weights_f32 w_;
+  int64_t vocab_begin_ = 0;              ///< first token id of the vocabulary slice
   std::optional<moe_ffn> moe_;           ///< the sparse layers' FFN (MoE models)
   std::optional<mla_attention> mla_;     ///< the latent-attention layers (DeepSeek-V2)
   std::vector<int32_t> moe_layers_;
@@ -58,7 +79,7 @@ class cpu_model {
   std::vector<int64_t> tok_pos_;         ///< [T] position
   std::vector<int64_t> seq_start_;       ///< [num_seqs] first flat token
   std::vector<float> cos_, sin_;         ///< [T][head_dim/2]
-  std::vector<float> x_, xn_, q_, k_, v_, attn_, tmp_, gate_, up_;
+  std::vector<float> xn_, q_, k_, v_, attn_, gate_, up_;
   std::vector<attn_item> items_;
 };
 

@@ -13,7 +13,6 @@ moe_ffn::moe_ffn(const moe_config& cfg, int64_t hidden_size)
     : router_(cfg),
       hidden_(static_cast<size_t>(hidden_size)),
       inter_(static_cast<size_t>(cfg.expert_intermediate_size)),
-      shared_inter_(static_cast<size_t>(cfg.expert_intermediate_size * cfg.num_shared_experts)),
       top_k_(static_cast<size_t>(cfg.top_k)),
       num_experts_(static_cast<size_t>(cfg.num_experts)) {}
 
@@ -50,12 +49,14 @@ void moe_ffn::forward(thread_pool& pool, const moe_weights_f32& w, const float* 
     combine_rows(yp_.data(), h, perm_, weights_.data(), k, c0 * route_grain, std::min(rows, c1 * route_grain), out);
   });
   if (w.shared.empty()) return;
-  // The shared experts see every token: one dense MLP, added after the routed sum.
+  // The shared experts see every token: one dense MLP, added after the routed sum. Its width comes
+  // from the weights: a tensor-parallel shard holds a slice of it.
+  const size_t shared_inter = w.shared.gate_proj.size() / h;
   shared_.resize(rows * h);
-  gate_.resize(std::max(gate_.size(), rows * shared_inter_));
-  up_.resize(std::max(up_.size(), rows * shared_inter_));
+  gate_.resize(std::max(gate_.size(), rows * shared_inter));
+  up_.resize(std::max(up_.size(), rows * shared_inter));
   swiglu_mlp(pool, x, rows, h, w.shared.gate_proj.data(), w.shared.up_proj.data(), w.shared.down_proj.data(),
-             shared_inter_, gate_.data(), up_.data(), shared_.data());
+             shared_inter, gate_.data(), up_.data(), shared_.data());
   add_inplace(out, shared_.data(), rows * h);
 }
 

@@ -26,7 +26,7 @@ class moe_ffn {
 
  private:
   moe_router router_;
-  size_t hidden_, inter_, shared_inter_, top_k_, num_experts_;
+  size_t hidden_, inter_, top_k_, num_experts_;
   // Scratch, reused across layers and steps.
   std::vector<float> logits_;        ///< [rows][num_experts]
   std::vector<int32_t> experts_;     ///< [rows][top_k]

@@ -162,6 +162,8 @@ sampled_token sample_token(std::span<float> logits, const step_sequence& seq,
   out.seq_id = seq.seq_id;
   if (logits.empty()) return out;
   const sampling_params& p = seq.params;
+  if (seq.allowed_tokens)
+    if (const std::vector<uint32_t>* words = seq.allowed_tokens->wait()) apply_token_mask(logits, *words);
   add_logit_bias(logits, p.logit_bias);
   if (p.uses_penalties() && seq.history)
     apply_penalties(logits, p, *seq.history, seq.prompt_len);

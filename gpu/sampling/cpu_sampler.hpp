@@ -2,6 +2,8 @@
 /// CPU token sampler, vLLM semantics, used by the CPU executor (and as the reference for CUDA).
 ///
 /// Order of operations on one sequence's logits:
+///  -. grammar: when `seq.allowed_tokens`, every token outside its mask -> -inf (waits for the
+///     mask first: it may be filled after the step was submitted; see token_mask.hpp);
 ///  0. logit_bias: each (id, bias) added to the raw logit (as vLLM, before penalties);
 ///  1. penalties on the raw logits: repetition (HF-style: positive logits divided, negative
 ///     multiplied, over prompt + output tokens of `seq.history`), then presence and frequency

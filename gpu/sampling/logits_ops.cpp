@@ -60,6 +60,14 @@ void apply_penalties(std::span<float> logits, const sampling_params& params,
   }
 }
 
+void apply_token_mask(std::span<float> logits, std::span<const uint32_t> words) {
+  constexpr float minus_inf = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const size_t w = i >> 5;
+    if (w >= words.size() || !((words[w] >> (i & 31)) & 1u)) logits[i] = minus_inf;
+  }
+}
+
 void add_logit_bias(std::span<float> logits, std::span<const std::pair<int32_t, float>> bias) {
   for (const auto& [id, b] : bias)
     if (in_vocab(id, logits.size())) logits[static_cast<size_t>(id)] += b;

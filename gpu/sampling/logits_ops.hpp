@@ -18,6 +18,10 @@ void apply_penalties(std::span<float> logits, const sampling_params& params,
 /// Adds each (id, bias) of `bias` to logits[id] (ids outside the vocab are ignored).
 void add_logit_bias(std::span<float> logits, std::span<const std::pair<int32_t, float>> bias);
 
+/// Sets to -inf the logit of every token whose bit in `words` (a token_mask) is clear; tokens
+/// past the words are masked too.
+void apply_token_mask(std::span<float> logits, std::span<const uint32_t> words);
+
 /// Sets the logits of `ids` (those inside the vocab) to -inf.
 void mask_tokens(std::span<float> logits, std::span<const int32_t> ids);
 

@@ -16,6 +16,10 @@ size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
 }
 
 chat_output_parser::chat_output_parser(const output_options& options) {
+  if (options.forced_tools) {
+    forced_.emplace(options.forced_function);
+    return;
+  }
   if (options.reasoning != reasoning_parser_kind::none) reasoning_.emplace(options.reasoning);
   if (options.tools != tool_parser_kind::none) tools_.emplace(options.tools, options.parallel_tool_calls);
 }
@@ -30,6 +34,7 @@ output_piece chat_output_parser::after_reasoning(output_piece&& piece, bool at_e
 }
 
 output_piece chat_output_parser::push(std::string_view text) {
+  if (forced_) return forced_->push(text);
   if (reasoning_) return after_reasoning(reasoning_->push(text), false);
   output_piece piece;
   piece.content = std::string(text);
@@ -37,6 +42,7 @@ output_piece chat_output_parser::push(std::string_view text) {
 }
 
 output_piece chat_output_parser::finish() {
+  if (forced_) return forced_->finish();
   output_piece piece = reasoning_ ? reasoning_->finish() : output_piece{};
   return after_reasoning(std::move(piece), true);
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "config/engine_config.hpp"
+#include "protocol/chat_output/forced_tool_calls.hpp"
 #include "protocol/chat_output/output_piece.hpp"
 #include "protocol/chat_output/reasoning_parser.hpp"
 #include "protocol/chat_output/tool_call_parser.hpp"
@@ -24,8 +25,14 @@ struct output_options {
   reasoning_parser_kind reasoning = reasoning_parser_kind::none;
   tool_parser_kind tools = tool_parser_kind::none;   ///< none: no tool parsing (tool_choice none)
   bool parallel_tool_calls = true;
+  /// tool_choice required or a named function: the output is tool calls in the grammar's
+  /// format (forced_tool_calls.hpp); the other parsers do not run.
+  bool forced_tools = false;
+  std::string forced_function;                       ///< the named function; empty: required
 
-  bool any() const { return reasoning != reasoning_parser_kind::none || tools != tool_parser_kind::none; }
+  bool any() const {
+    return reasoning != reasoning_parser_kind::none || tools != tool_parser_kind::none || forced_tools;
+  }
 };
 
 class chat_output_parser {
@@ -34,7 +41,7 @@ class chat_output_parser {
   output_piece push(std::string_view text);
   output_piece finish();
   /// Whether a tool call was found (finish_reason stop becomes tool_calls).
-  bool called_tools() const { return tools_ && tools_->num_calls() > 0; }
+  bool called_tools() const { return (tools_ && tools_->num_calls() > 0) || (forced_ && forced_->num_calls() > 0); }
   bool parses_reasoning() const { return reasoning_.has_value(); }
 
  private:
@@ -42,6 +49,7 @@ class chat_output_parser {
 
   std::optional<reasoning_parser> reasoning_;
   std::optional<tool_call_parser> tools_;
+  std::optional<forced_tool_calls> forced_;
 };
 
 /// A whole choice's output gathered from its pieces.

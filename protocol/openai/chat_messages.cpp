@@ -101,7 +101,7 @@ status read_message(simdjson::dom::object obj, const std::string& where, chat_me
   return {};
 }
 
-status read_tool(element v, const std::string& where) {
+status read_tool(element v, const std::string& where, std::vector<tool_function>& functions) {
   simdjson::dom::object obj, fn;
   std::string_view type, name;
   if (v.get(obj)) return field_error(where, "expected a tool object");
@@ -116,6 +116,10 @@ status read_tool(element v, const std::string& where) {
     if (key == "description" && !is_null(value) && value.type() != element_type::STRING)
       return field_error(where + ".function.description", "expected a string");
   }
+  tool_function f;
+  f.name = std::string(name);
+  if (element params; !fn["parameters"].get(params) && !is_null(params)) f.parameters_json = simdjson::minify(params);
+  functions.push_back(std::move(f));
   return {};
 }
 
@@ -138,12 +142,13 @@ status read_messages(element v, std::vector<chat_message>& out) {
   return {};
 }
 
-status read_tools(element v, chat_value& out) {
+status read_tools(element v, chat_value& out, std::vector<tool_function>& functions) {
   simdjson::dom::array arr;
   if (v.get(arr)) return field_error("tools", "expected an array of tools");
+  functions.clear();
   size_t i = 0;
   for (element item : arr)
-    if (auto st = read_tool(item, fmt::format("tools[{}]", i++)); !st) return st;
+    if (auto st = read_tool(item, fmt::format("tools[{}]", i++), functions); !st) return st;
   out = to_chat_value(v);
   return {};
 }

@@ -76,16 +76,130 @@ status read_logit_bias(element v, std::vector<std::pair<int32_t, float>>& out) {
   return {};
 }
 
-/// {"type": "text"} is what the server does anyway; JSON modes need the grammar engine.
-status read_response_format(element v) {
+/// Sets the request's one output constraint; a second one is refused naming its field.
+status set_constraint(output_constraint& out, output_constraint c) {
+  if (out.type != output_constraint::kind::none)
+    return unsupported_field(c.field, fmt::format("constrains the output as {} already does; give one of "
+                                                  "response_format, guided_json, guided_regex, guided_choice and "
+                                                  "structured_outputs",
+                                                  out.field));
+  out = std::move(c);
+  return {};
+}
+
+output_constraint constraint_of(output_constraint::kind k, std::string field, std::string text = {}) {
+  output_constraint c;
+  c.type = k;
+  c.field = std::move(field);
+  c.text = std::move(text);
+  return c;
+}
+
+/// A JSON schema given as an object (or a boolean), or as a string of JSON text.
+status read_schema(element v, std::string field, output_constraint& out) {
+  std::string text;
+  if (v.type() == element_type::OBJECT || v.type() == element_type::BOOL) text = simdjson::minify(v);
+  else if (v.type() == element_type::STRING) text = std::string(std::string_view(v));
+  else return field_error(field, "expected a JSON schema (an object, or a string of JSON)");
+  return set_constraint(out, constraint_of(output_constraint::kind::json_schema, std::move(field), std::move(text)));
+}
+
+status read_choices(element v, std::string field, output_constraint& out) {
+  simdjson::dom::array arr;
+  if (v.get(arr) || arr.size() == 0) return field_error(field, "expected a non-empty array of strings");
+  auto c = constraint_of(output_constraint::kind::choice, field);
+  for (element e : arr) {
+    std::string_view s;
+    if (e.get(s)) return field_error(field, "expected a non-empty array of strings");
+    c.choices.emplace_back(s);
+  }
+  return set_constraint(out, std::move(c));
+}
+
+status read_regex(element v, std::string field, output_constraint& out) {
+  std::string_view s;
+  if (v.get(s)) return field_error(field, "expected a string");
+  return set_constraint(out, constraint_of(output_constraint::kind::regex, std::move(field), std::string(s)));
+}
+
+/// {"type": "text" | "json_object" | "json_schema", "json_schema": {"name", "description",
+/// "schema", "strict"}}. The schema is honoured whatever `strict` says (stricter than asked).
+status read_response_format(element v, output_constraint& out) {
   simdjson::dom::object obj;
   std::string_view type;
   if (v.get(obj) || obj["type"].get(type))
     return field_error("response_format", "expected an object with a string \"type\"");
+  for (auto [key, value] : obj) {
+    (void)value;
+    if (key != "type" && key != "json_schema")
+      return field_error(fmt::format("response_format.{}", key), "unknown field");
+  }
   if (type == "text") return {};
-  if (type == "json_object" || type == "json_schema")
-    return unsupported_field("response_format", fmt::format("type '{}' {}", type, needs_grammar));
-  return field_error("response_format", fmt::format("unknown type '{}'", type));
+  if (type == "json_object")
+    return set_constraint(out, constraint_of(output_constraint::kind::json_object, "response_format"));
+  if (type != "json_schema") return field_error("response_format", fmt::format("unknown type '{}'", type));
+  simdjson::dom::object js;
+  if (obj["json_schema"].get(js))
+    return field_error("response_format.json_schema", "is required with type json_schema (an object with a schema)");
+  element schema;
+  bool has_schema = false;
+  for (auto [key, value] : js) {
+    if (key == "schema") {
+      schema = value;
+      has_schema = true;
+    } else if (key == "strict") {
+      if (value.type() != element_type::BOOL && !is_null(value))
+        return field_error("response_format.json_schema.strict", "expected a boolean");
+    } else if (key != "name" && key != "description") {
+      return field_error(fmt::format("response_format.json_schema.{}", key), "unknown field");
+    }
+  }
+  // Without a schema any JSON object will do.
+  if (!has_schema || is_null(schema))
+    return set_constraint(out, constraint_of(output_constraint::kind::json_object, "response_format"));
+  return read_schema(schema, "response_format.json_schema.schema", out);
+}
+
+/// vLLM's structured_outputs: {"json" | "regex" | "choice" | "json_object": ...} plus options
+/// that leave the output as this server makes it anyway.
+status read_structured_outputs(element v, output_constraint& out) {
+  simdjson::dom::object obj;
+  if (v.get(obj)) return field_error("structured_outputs", "expected an object");
+  for (auto [key, value] : obj) {
+    if (is_null(value)) continue;
+    const std::string field = fmt::format("structured_outputs.{}", key);
+    status st;
+    if (key == "json") {
+      st = read_schema(value, field, out);
+    } else if (key == "regex") {
+      st = read_regex(value, field, out);
+    } else if (key == "choice") {
+      st = read_choices(value, field, out);
+    } else if (key == "json_object") {
+      bool on = false;
+      st = read_bool(value, field, on);
+      if (st && on) st = set_constraint(out, constraint_of(output_constraint::kind::json_object, field));
+    } else if (key == "disable_any_whitespace" || key == "disable_fallback" || key == "disable_additional_properties") {
+      // Whitespace is always compact, there is one engine, and additional properties are
+      // generated only when the schema asks for them: either value is what happens.
+      bool ignored = false;
+      st = read_bool(value, field, ignored);
+    } else if (key == "grammar" || key == "structural_tag" || key == "whitespace_pattern") {
+      st = unsupported_field(field, "is not supported (use json, regex or choice)");
+    } else {
+      st = field_error(field, "unknown field");
+    }
+    if (!st) return st;
+  }
+  return {};
+}
+
+/// guided_decoding_backend: this server has one grammar engine, the same kind as xgrammar.
+status read_backend(element v) {
+  std::string_view b;
+  if (v.get(b)) return field_error("guided_decoding_backend", "expected a string");
+  if (b == "auto" || b == "xgrammar") return {};
+  return unsupported_field("guided_decoding_backend", fmt::format("'{}' is not available (auto or xgrammar)", b));
 }
 
 }  // namespace
@@ -118,7 +232,12 @@ status common_fields::read(std::string_view key, element v, bool& handled) {
   if (key == "logit_bias") return read_logit_bias(v, p.logit_bias);
   if (key == "skip_special_tokens") return read_bool(v, "skip_special_tokens", p.skip_special_tokens);
   if (key == "priority") return read_int32(v, "priority", kIntMin, kIntMax, priority);
-  if (key == "response_format") return read_response_format(v);
+  if (key == "response_format") return read_response_format(v, constraint);
+  if (key == "guided_json") return read_schema(v, "guided_json", constraint);
+  if (key == "guided_regex") return read_regex(v, "guided_regex", constraint);
+  if (key == "guided_choice") return read_choices(v, "guided_choice", constraint);
+  if (key == "structured_outputs") return read_structured_outputs(v, constraint);
+  if (key == "guided_decoding_backend") return read_backend(v);
   if (key == "stream") return read_bool(v, "stream", o.stream);
   if (key == "stream_options") return read_stream_options(v, o);
   if (key == "return_token_ids") return read_bool(v, "return_token_ids", o.return_token_ids);

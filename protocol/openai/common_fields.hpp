@@ -19,6 +19,7 @@ struct common_fields {
   bool& max_tokens_set;
   given_fields& given;
   int32_t& priority;
+  output_constraint& constraint;
   bool best_of_set = false;
   int32_t best_of = 1;
 
@@ -50,8 +51,9 @@ status finish_params(sampling_params& p, bool max_tokens_set, int32_t provisiona
 
 /// messages: roles, content (string or text parts), name, tool_call_id, tool_calls.
 status read_messages(detail::element v, std::vector<chat_message>& out);
-/// tools: function tools, kept as given for the template.
-status read_tools(detail::element v, chat_value& out);
+/// tools: function tools, kept as given for the template, and each function's name and
+/// parameters (for tool_choice required / named).
+status read_tools(detail::element v, chat_value& out, std::vector<tool_function>& functions);
 /// chat_template_kwargs: an object of template variables.
 status read_template_kwargs(detail::element v, chat_value& out);
 

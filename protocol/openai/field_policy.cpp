@@ -47,17 +47,10 @@ struct refused_field {
   bool completions_only = false;
 };
 
-constexpr std::string_view grammar = needs_grammar;
-
 constexpr std::array refused{
-    // Structured outputs (the grammar engine comes later).
-    refused_field{"guided_json", never, grammar},
-    refused_field{"guided_regex", never, grammar},
-    refused_field{"guided_choice", never, grammar},
-    refused_field{"guided_grammar", never, grammar},
-    refused_field{"guided_decoding_backend", never, grammar},
-    refused_field{"guided_whitespace_pattern", never, grammar},
-    refused_field{"structured_outputs", never, grammar},
+    // Structured outputs beyond JSON schemas, regexes and choices.
+    refused_field{"guided_grammar", never, "is not supported (use guided_json, guided_regex or guided_choice)"},
+    refused_field{"guided_whitespace_pattern", never, "is not supported (whitespace in JSON output is always compact)"},
     // vLLM sampling extras this server does not implement.
     refused_field{"use_beam_search", is_false, "beam search is not supported"},
     refused_field{"length_penalty", is_one, "applies to beam search, which is not supported"},

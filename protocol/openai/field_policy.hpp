@@ -15,8 +15,4 @@ enum class endpoint { completions, chat };
 /// error ("<key>: ... is not supported") or, for an unknown field, invalid_argument.
 status check_other_field(std::string_view key, detail::element value, endpoint ep);
 
-/// The why of fields that need grammar-constrained decoding, which the server does not have yet.
-inline constexpr std::string_view needs_grammar =
-    "is not supported yet (it needs grammar-constrained decoding)";
-
 }  // namespace actorserve::protocol::openai

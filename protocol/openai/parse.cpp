@@ -52,7 +52,7 @@ result<completion_request> parse_completion_request(std::string_view body) {
   auto obj = parse_object(body);
   if (!obj) return obj.err();
   completion_request r;
-  common_fields common{r.model, r.params, r.output, r.max_tokens_set, r.given, r.priority};
+  common_fields common{r.model, r.params, r.output, r.max_tokens_set, r.given, r.priority, r.constraint};
   bool has_prompt = false;
   auto own = [&](std::string_view key, element value) -> result<bool> {
     status st;
@@ -94,7 +94,8 @@ result<tokenize_request> parse_tokenize_request(std::string_view body) {
       if (auto st = detail_common::read_messages(value, r.messages); !st) return st.err();
       r.is_chat = true;
     } else if (key == "tools") {
-      if (auto st = detail_common::read_tools(value, r.tools); !st) return st.err();
+      std::vector<tool_function> functions;
+      if (auto st = detail_common::read_tools(value, r.tools, functions); !st) return st.err();
     } else if (key == "chat_template_kwargs") {
       if (auto st = detail_common::read_template_kwargs(value, r.chat_template_kwargs); !st) return st.err();
     } else if (key == "add_special_tokens") {

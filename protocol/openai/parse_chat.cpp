@@ -14,15 +14,22 @@ namespace {
 using namespace actorserve::protocol::detail;
 using detail_common::common_fields;
 
-/// "auto" | "none"; "required" and a named function need the grammar engine.
-status read_tool_choice(element v, tool_choice_mode& out) {
+/// "auto" | "none" | "required" | {"type": "function", "function": {"name": ...}}.
+status read_tool_choice(element v, chat_request& r) {
+  if (v.type() == element_type::OBJECT) {
+    std::string_view type, name;
+    simdjson::dom::object fn;
+    if (v["type"].get(type) || type != "function" || v["function"].get(fn) || fn["name"].get(name) || name.empty())
+      return field_error("tool_choice", R"(expected {"type": "function", "function": {"name": ...}})");
+    r.tool_choice = tool_choice_mode::function;
+    r.tool_choice_function = std::string(name);
+    return {};
+  }
   std::string_view mode;
-  if (v.type() == element_type::OBJECT)
-    return unsupported_field("tool_choice", fmt::format("a named function {}", needs_grammar));
   if (v.get(mode)) return field_error("tool_choice", "expected \"auto\", \"none\", \"required\" or an object");
-  if (mode == "auto") out = tool_choice_mode::automatic;
-  else if (mode == "none") out = tool_choice_mode::none;
-  else if (mode == "required") return unsupported_field("tool_choice", fmt::format("'required' {}", needs_grammar));
+  if (mode == "auto") r.tool_choice = tool_choice_mode::automatic;
+  else if (mode == "none") r.tool_choice = tool_choice_mode::none;
+  else if (mode == "required") r.tool_choice = tool_choice_mode::required;
   else return field_error("tool_choice", fmt::format("must be auto, none or required, got '{}'", mode));
   return {};
 }
@@ -51,9 +58,9 @@ result<bool> read_chat_field(std::string_view key, element value, chat_request& 
   } else if (key == "add_special_tokens") {
     st = read_bool(value, "add_special_tokens", r.add_special_tokens);
   } else if (key == "tools") {
-    st = detail_common::read_tools(value, r.tools);
+    st = detail_common::read_tools(value, r.tools, r.tool_functions);
   } else if (key == "tool_choice") {
-    st = read_tool_choice(value, r.tool_choice);
+    st = read_tool_choice(value, r);
   } else if (key == "parallel_tool_calls") {
     st = read_bool(value, "parallel_tool_calls", r.parallel_tool_calls);
   } else if (key == "chat_template_kwargs") {
@@ -74,7 +81,7 @@ result<chat_request> parse_chat_request(std::string_view body) {
   auto obj = parse_object(body);
   if (!obj) return obj.err();
   chat_request r;
-  common_fields common{r.model, r.params, r.output, r.max_tokens_set, r.given, r.priority};
+  common_fields common{r.model, r.params, r.output, r.max_tokens_set, r.given, r.priority, r.constraint};
   bool has_messages = false;
   bool top_logprobs_set = false;
   int32_t top_logprobs = 0;

@@ -25,6 +25,16 @@ struct stream_options {
   bool return_token_ids = false;       ///< vLLM: token_ids / prompt_token_ids in the response
 };
 
+/// A grammar the output must follow (structured outputs), as the request gave it; the server
+/// compiles it (grammar/constraint.hpp).
+struct output_constraint {
+  enum class kind { none, json_object, json_schema, regex, choice };
+  kind type = kind::none;
+  std::string text;                  ///< json_schema: the schema (JSON text); regex: the pattern
+  std::vector<std::string> choices;  ///< choice
+  std::string field;                 ///< the request field it came from (errors name it)
+};
+
 /// The sampling fields a request gave; the others take generation_config.json's defaults.
 struct given_fields {
   bool temperature = false;
@@ -45,6 +55,7 @@ struct completion_request {
   bool add_special_tokens = true;      ///< vLLM: text prompts get BOS etc.
   int32_t priority = 0;                ///< vLLM: lower is served first
   stream_options output;
+  output_constraint constraint;        ///< response_format / guided_* / structured_outputs
 };
 
 /// One chat message; content parts are joined into `content`.
@@ -59,8 +70,15 @@ struct chat_message {
   chat_value tool_calls;
 };
 
-/// tool_choice: `auto` (the model may call tools) or `none` (its output is plain content).
-enum class tool_choice_mode { automatic, none };
+/// One function tool of a chat request.
+struct tool_function {
+  std::string name;
+  std::string parameters_json;         ///< its parameters' JSON schema (minified); empty when none
+};
+
+/// tool_choice: `auto` (the model may call tools), `none` (its output is plain content),
+/// `required` (it calls at least one tool) or `function` (it calls the named one).
+enum class tool_choice_mode { automatic, none, required, function };
 
 /// POST /v1/chat/completions.
 struct chat_request {
@@ -74,11 +92,14 @@ struct chat_request {
   bool add_special_tokens = false;     ///< vLLM: the template writes BOS itself
   int32_t priority = 0;                ///< vLLM: lower is served first
   chat_value tools;                    ///< function tools as given (the template's `tools`), or null
+  std::vector<tool_function> tool_functions;  ///< the same tools' names and parameters
   tool_choice_mode tool_choice = tool_choice_mode::automatic;
+  std::string tool_choice_function;    ///< tool_choice function: the function's name
   bool parallel_tool_calls = true;     ///< false: at most one tool call is returned
   chat_value chat_template_kwargs;     ///< vLLM: extra template variables (an object), or null
   chat_value documents;                ///< vLLM: the template's `documents`, or null
   stream_options output;
+  output_constraint constraint;        ///< response_format / guided_* / structured_outputs
 };
 
 /// One complete tool call of a response.

@@ -15,6 +15,8 @@ std::string tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   return detail::decode_ids(*impl_, ids, skip_special_tokens);
 }
 
+std::optional<std::string> tokenizer::token_bytes(int32_t id) const { return detail::token_bytes(*impl_, id); }
+
 std::optional<std::string> tokenizer::id_to_token(int32_t id) const {
   if (const std::string* s = impl_->token_of(id)) return *s;
   return std::nullopt;

@@ -35,6 +35,10 @@ class tokenizer {
   /// Text of `ids`; ids outside the vocabulary are skipped.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens) const;
 
+  /// The raw bytes `id` adds to a decoded text after other tokens (possibly part of a UTF-8
+  /// sequence; the decoders' stripping of the text's first space does not apply), or nullopt
+  /// when out of range. What grammar-constrained decoding matches tokens by.
+  std::optional<std::string> token_bytes(int32_t id) const;
   /// The vocabulary string of `id` (as written in tokenizer.json), or nullopt when out of range.
   std::optional<std::string> id_to_token(int32_t id) const;
   /// The id of a vocabulary or added-token string, or nullopt.

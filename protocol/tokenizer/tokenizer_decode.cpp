@@ -152,4 +152,34 @@ std::string decode_ids(const tokenizer_impl& t, std::span<const int32_t> ids, bo
   return fixed;
 }
 
+std::optional<std::string> token_bytes(const tokenizer_impl& t, int32_t id) {
+  const std::string* tok = t.token_of(id);
+  if (!tok) return std::nullopt;
+  if (!t.byte_level_bytes.empty()) return t.byte_level_bytes[static_cast<size_t>(id)];
+  std::string s = *tok;
+  bool fused = false;
+  for (const decoder_step& d : t.decoders) {
+    switch (d.type) {
+      case decoder_step::kind::byte_level:
+        if (auto b = byte_level_to_bytes(s)) s = *b;
+        break;
+      case decoder_step::kind::replace: replace_in(s, d.pattern, d.content); break;
+      case decoder_step::kind::byte_fallback:
+        if (const int b = byte_token(s); b >= 0) s = std::string(1, static_cast<char>(b));
+        break;
+      case decoder_step::kind::fuse: fused = true; break;
+      case decoder_step::kind::strip:
+        // After Fuse it strips the whole text's ends, which a token in the middle never is.
+        if (!fused) {
+          std::vector<std::string> one{s};
+          apply_strip(one, d);
+          s = one[0];
+        }
+        break;
+      case decoder_step::kind::metaspace: replace_in(s, d.pattern, " "); break;
+    }
+  }
+  return s;
+}
+
 }  // namespace actorserve::protocol::detail

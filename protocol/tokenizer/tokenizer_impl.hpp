@@ -115,5 +115,7 @@ struct tokenizer_impl {
 void encode_text(const tokenizer_impl& t, std::string_view text, bool add_special_tokens, std::vector<int32_t>& out);
 /// Decodes `ids` through the decoder chain; see tokenizer::decode.
 std::string decode_ids(const tokenizer_impl& t, std::span<const int32_t> ids, bool skip_special_tokens);
+/// The raw bytes of one token in the middle of a text; see tokenizer::token_bytes.
+std::optional<std::string> token_bytes(const tokenizer_impl& t, int32_t id);
 
 }  // namespace actorserve::protocol::detail

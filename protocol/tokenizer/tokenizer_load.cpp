@@ -261,20 +261,9 @@ status load_generation_config(tokenizer_impl& t, const std::string& path) {
   if (!root) return root.err();
   auto o = root_object(*root, path);
   if (!o) return o.err();
-  if (auto e = o->find("eos_token_id")) {
-    int64_t id = -1;
-    dom::array arr;
-    if (e->get_int64().get(id) == simdjson::SUCCESS) {
-      t.eos_ids.push_back(static_cast<int32_t>(id));
-    } else if (e->get_array().get(arr) == simdjson::SUCCESS) {
-      for (dom::element x : arr) {
-        if (x.get_int64().get(id) != simdjson::SUCCESS) return o->bad("eos_token_id", "a token id or a list of ids");
-        t.eos_ids.push_back(static_cast<int32_t>(id));
-      }
-    } else {
-      return o->bad("eos_token_id", "a token id or a list of ids");
-    }
-  }
+  std::vector<int32_t> eos;
+  if (status s = o->get_id_list("eos_token_id", eos); !s) return s;
+  t.eos_ids.insert(t.eos_ids.end(), eos.begin(), eos.end());
   int64_t bos = -1;
   if (status s = o->get_int("bos_token_id", bos); !s) return s;
   if (bos >= 0 && !t.bos_id) t.bos_id = static_cast<int32_t>(bos);

@@ -175,16 +175,42 @@ TEST(Cli, TheApiKeyComesFromTheEnvironmentOrAFile) {
 }
 
 TEST(Cli, VllmFlagsWithoutEffectWarnAndHarmfulValuesAreRefused) {
-  auto cl = parse({"serve", "m", "--trust-remote-code", "--tokenizer-mode", "auto", "--tensor-parallel-size", "1", "--swap-space", "4"});
+  auto cl = parse({"serve", "m", "--trust-remote-code", "--tokenizer-mode", "auto", "--pipeline-parallel-size", "1", "--swap-space", "4"});
   ASSERT_TRUE(cl.ok()) << cl.err().message;
   ASSERT_EQ(cl->warnings.size(), 4u);
   EXPECT_NE(cl->warnings[0].find("--trust-remote-code"), std::string::npos) << cl->warnings[0];
   EXPECT_NE(cl->warnings[0].find("ignored"), std::string::npos) << cl->warnings[0];
-  cl = parse({"serve", "m", "--tensor-parallel-size", "2"});
+  cl = parse({"serve", "m", "--pipeline-parallel-size", "2"});
   ASSERT_FALSE(cl.ok());
-  EXPECT_NE(cl.err().message.find("--tensor-parallel-size"), std::string::npos) << cl.err().message;
+  EXPECT_NE(cl.err().message.find("--pipeline-parallel-size"), std::string::npos) << cl.err().message;
   cl = parse({"serve", "m", "--no-such-flag"});
   EXPECT_FALSE(cl.ok());
+}
+
+TEST(Cli, TensorParallelSizeTakesVllmsSpellingsAndIsRefusedOnCuda) {
+  auto cl = parse({"serve", "m", "--device", "cpu"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->engine.executor.tensor_parallel_size, 1);
+  for (auto args : {std::vector<const char*>{"serve", "m", "--device", "cpu", "--tensor-parallel-size", "2"},
+                    std::vector<const char*>{"serve", "m", "--device", "cpu", "-tp", "2"},
+                    std::vector<const char*>{"generate", "--model", "m", "--prompt", "x", "-tp=2"},
+                    std::vector<const char*>{"engine", "--model", "m", "--listen", "127.0.0.1:7000", "-tp", "2"}}) {
+    cl = parse(args);
+    ASSERT_TRUE(cl.ok()) << cl.err().message;
+    EXPECT_EQ(cl->engine.executor.tensor_parallel_size, 2) << args.back();
+    EXPECT_TRUE(cl->warnings.empty());
+  }
+  for (const char* bad : {"0", "-1"}) {
+    cl = parse({"serve", "m", "--tensor-parallel-size", bad});
+    ASSERT_FALSE(cl.ok()) << bad;
+    EXPECT_NE(cl.err().message.find("--tensor-parallel-size"), std::string::npos) << cl.err().message;
+  }
+  cl = parse({"serve", "m", "--device", "cuda", "-tp", "2"});
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.err().message.find("--tensor-parallel-size"), std::string::npos) << cl.err().message;
+  EXPECT_NE(cl.err().message.find("multi-GPU execution is not implemented"), std::string::npos) << cl.err().message;
+  cl = parse({"serve", "m", "--device", "cuda", "-tp", "1"});
+  EXPECT_TRUE(cl.ok()) << cl.err().message;
 }
 
 TEST(Cli, MetricsCompatPicksTheSeriesNames) {

@@ -1,11 +1,15 @@
-// End-to-end: the chat API's field handling, tools and logit_bias with the official OpenAI
-// client against the real server binary (docs/chat-api.md). The tiny random model writes noise,
-// so tool-call parsing of real output is covered by the C++ suites (test_openai's parser
-// cases, test_server's scripted engine); here: the request path, the response shape, and
-// that every field is honoured or refused by name.
+// End-to-end: the chat API's field handling, tools, structured outputs and logit_bias with the
+// official OpenAI client against the real server binary (docs/chat-api.md). The tiny random model
+// writes noise, so tool-call parsing of free output is covered by the C++ suites (test_openai's
+// parser cases, test_server's scripted engine); here: the request path, the response shape, that
+// every field is honoured or refused by name, and that grammar-constrained outputs (zod schemas
+// through the SDK's parse helper, forced tool calls also inside the SDK's tool-running loop,
+// json_object, guided_*) hold whatever the model.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
+import { zodResponseFormat } from 'openai/helpers/zod';
+import { z } from 'zod';
 import { startServer } from './server.mjs';
 
 const model = 'llama-tiny';
@@ -13,6 +17,10 @@ const device = process.env.ACTORSERVE_E2E_DEVICE ?? 'cpu';
 const greedy = { temperature: 0, ignore_eos: true };
 const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather of a city',
   parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+// Tools whose arguments have a finite language, so that a random model's forced calls finish.
+const finiteTools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather of a city',
+  parameters: { type: 'object', properties: { city: { enum: ['Paris', 'Oslo'] },
+    days: { type: 'integer', minimum: 1, maximum: 7 } }, required: ['city', 'days'], additionalProperties: false } } }];
 const user = [{ role: 'user', content: 'Weather in Paris?' }];
 
 let withTools;   // --enable-auto-tool-choice --tool-call-parser hermes, Qwen2.5's template
@@ -94,14 +102,82 @@ test('a tool round trip renders: assistant tool_calls and the tool answer', asyn
   'messages[1].tool_calls[0].function.arguments');
 });
 
-test('tool_choice none and parallel_tool_calls are accepted; required and named functions are refused', async () => {
+test('tool_choice none and parallel_tool_calls are accepted', async () => {
   const r = await client.chat.completions.create({ model, messages: user, tools, tool_choice: 'none',
     parallel_tool_calls: false, max_tokens: 4, ...greedy });
   assert.notEqual(r.choices[0].finish_reason, 'tool_calls');
-  await refused(client.chat.completions.create({ model, messages: user, tools, tool_choice: 'required' }),
-    'tool_choice', /not supported yet/);
-  await refused(client.chat.completions.create({ model, messages: user, tools,
-    tool_choice: { type: 'function', function: { name: 'get_weather' } } }), 'tool_choice', /not supported yet/);
+});
+
+test('tool_choice required and a named function give tool calls whose arguments match the schema', async () => {
+  if (device !== 'cpu') {  // an executor whose sampler applies no grammar masks refuses by name
+    await refused(plainClient.chat.completions.create({ model, messages: user, tools: finiteTools,
+      tool_choice: 'required' }), 'tools', /not supported by the/);
+    return;
+  }
+  // Grammar-constrained: needs no tool-call parser, so the plain server answers too.
+  for (const [c, seed] of [[plainClient, 1], [client, 2]]) {
+    const r = await c.chat.completions.create({ model, messages: user, tools: finiteTools, tool_choice: 'required',
+      parallel_tool_calls: false, seed, max_tokens: 100 });
+    const choice = r.choices[0];
+    assert.equal(choice.finish_reason, 'tool_calls');
+    assert.equal(choice.message.tool_calls.length, 1);
+    const call = choice.message.tool_calls[0];
+    assert.equal(call.type, 'function');
+    assert.equal(call.function.name, 'get_weather');
+    const args = JSON.parse(call.function.arguments);
+    assert.ok(['Paris', 'Oslo'].includes(args.city), call.function.arguments);
+    assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 7, call.function.arguments);
+  }
+  const named = await plainClient.chat.completions.create({ model, messages: user, tools: finiteTools, seed: 3,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 100 });
+  assert.equal(named.choices[0].finish_reason, 'stop');
+  const args = JSON.parse(named.choices[0].message.tool_calls[0].function.arguments);
+  assert.deepEqual(Object.keys(args), ['city', 'days']);
+  // Streamed: the call's first piece carries id and name, the arguments follow in pieces.
+  const stream = await plainClient.chat.completions.create({ model, messages: user, tools: finiteTools, seed: 3,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 100, stream: true });
+  let streamed = '';
+  let name;
+  for await (const chunk of stream) {
+    for (const piece of chunk.choices[0]?.delta?.tool_calls ?? []) {
+      name ??= piece.function?.name;
+      streamed += piece.function?.arguments ?? '';
+    }
+  }
+  assert.equal(name, 'get_weather');
+  assert.equal(streamed, named.choices[0].message.tool_calls[0].function.arguments);
+  await refused(plainClient.chat.completions.create({ model, messages: user, tools: finiteTools,
+    tool_choice: { type: 'function', function: { name: 'nope' } } }), 'tool_choice', /no tool named/);
+});
+
+test('the SDK\'s tool-running loop: forced calls run the tool and its answers go back as tool messages', async () => {
+  const calls = [];
+  const runnable = [{ type: 'function', function: { ...finiteTools[0].function, parse: JSON.parse,
+    function: (args) => { calls.push(args); return { city: args.city, forecast: 'sunny' }; } } }];
+  if (device !== 'cpu') {  // an executor whose sampler applies no grammar masks refuses by name
+    await refused(plainClient.beta.chat.completions.runTools({ model, messages: user, tools: runnable,
+      tool_choice: 'required', max_tokens: 100 }).done(), 'tools', /not supported by the/);
+    return;
+  }
+  // A named function: one round, then the runner stops.
+  const once = plainClient.beta.chat.completions.runTools({ model, messages: user, tools: runnable, seed: 5,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } }, max_tokens: 100 });
+  await once.done();
+  assert.deepEqual(once.messages.map((m) => m.role), ['user', 'assistant', 'tool']);
+  // 'required' for two rounds: the second request carries the first round's assistant tool_calls
+  // and the tool's answer, which the server renders into the prompt.
+  const twice = plainClient.beta.chat.completions.runTools({ model, messages: user, tools: runnable, seed: 6,
+    tool_choice: 'required', parallel_tool_calls: false, max_tokens: 100 }, { maxChatCompletions: 2 });
+  await twice.done();
+  assert.deepEqual(twice.messages.map((m) => m.role), ['user', 'assistant', 'tool', 'assistant', 'tool']);
+  assert.equal(calls.length, 3);
+  for (const args of calls) {
+    assert.ok(['Paris', 'Oslo'].includes(args.city), JSON.stringify(args));
+    assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 7, JSON.stringify(args));
+  }
+  const answer = JSON.parse(twice.messages[2].content);
+  assert.equal(answer.forecast, 'sunny');
+  assert.equal(twice.messages[2].tool_call_id, twice.messages[1].tool_calls[0].id);
 });
 
 test('tools without --enable-auto-tool-choice are a 400 naming tools', async () => {
@@ -109,17 +185,64 @@ test('tools without --enable-auto-tool-choice are a 400 naming tools', async () 
     /--enable-auto-tool-choice/);
 });
 
-test('structured-output fields are refused by name as not supported yet', async () => {
-  const schema = { type: 'json_schema', json_schema: { name: 'w', schema: { type: 'object' } } };
-  await refused(client.chat.completions.create({ model, messages: user, response_format: schema }),
-    'response_format', /not supported yet/);
-  await refused(client.chat.completions.create({ model, messages: user, response_format: { type: 'json_object' } }),
-    'response_format', /not supported yet/);
-  for (const [field, value] of [['guided_json', { type: 'object' }], ['guided_regex', 'a+'], ['guided_choice', ['a']],
-    ['structured_outputs', { json: {} }]]) {
-    await refused(client.chat.completions.create({ model, messages: user, [field]: value }), field, /not supported yet/);
-    await refused(client.completions.create({ model, prompt: 'x', [field]: value }), field, /not supported yet/);
+test('structured outputs: parse with zodResponseFormat gives a value the zod schema accepts', async () => {
+  const Person = z.object({
+    name: z.string().max(6),
+    age: z.number().int().min(0).max(120),
+    color: z.enum(['red', 'green', 'blue']),
+    member: z.boolean(),
+    tags: z.array(z.string().max(3)).max(2),
+    nickname: z.string().max(4).nullable(),
+  });
+  if (device !== 'cpu') {
+    await refused(plainClient.beta.chat.completions.parse({ model, messages: user,
+      response_format: zodResponseFormat(Person, 'person') }), 'response_format.json_schema.schema', /not supported by/);
+    return;
   }
+  for (const seed of [1, 2, 3]) {
+    const r = await plainClient.beta.chat.completions.parse({ model, messages: user, seed, max_tokens: 300,
+      response_format: zodResponseFormat(Person, 'person') });
+    const message = r.choices[0].message;
+    assert.equal(r.choices[0].finish_reason, 'stop', message.content);
+    assert.ok(message.parsed, message.content);
+    assert.deepEqual(Person.parse(message.parsed), message.parsed);
+  }
+});
+
+test('structured outputs: json_object, guided_choice and guided_regex on both endpoints', async () => {
+  if (device !== 'cpu') {
+    await refused(plainClient.completions.create({ model, prompt: 'x', guided_choice: ['a'] }), 'guided_choice');
+    return;
+  }
+  for (const seed of [1, 2, 3]) {
+    const r = await plainClient.chat.completions.create({ model, messages: user, seed, max_tokens: 80,
+      response_format: { type: 'json_object' } });
+    const { content } = r.choices[0].message;
+    assert.equal(content[0], '{', content);
+    if (r.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(content), 'object');
+  }
+  const choice = await plainClient.chat.completions.create({ model, messages: user, seed: 4,
+    guided_choice: ['sunny', 'rainy', 'snow'] });
+  assert.ok(['sunny', 'rainy', 'snow'].includes(choice.choices[0].message.content));
+  const regex = await plainClient.completions.create({ model, prompt: 'Flight:', seed: 5, max_tokens: 20,
+    guided_regex: '[A-Z]{2}[0-9]{3,4}' });
+  assert.match(regex.choices[0].text, /^[A-Z]{2}[0-9]{3,4}$/);
+  const vllm = await plainClient.completions.create({ model, prompt: 'x', seed: 6, max_tokens: 40,
+    structured_outputs: { json: { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] } } });
+  assert.equal(typeof JSON.parse(vllm.choices[0].text).ok, 'boolean');
+});
+
+test('structured outputs: what the grammar engine cannot honour is refused by name', async () => {
+  const schema = { type: 'json_schema', json_schema: { name: 'w', schema: { type: 'object',
+    properties: { a: { type: 'string', format: 'uri' } } } } };
+  await refused(plainClient.chat.completions.create({ model, messages: user, response_format: schema }),
+    'response_format.json_schema.schema', device === 'cpu' ? /'format'/ : /not supported by/);
+  await refused(plainClient.chat.completions.create({ model, messages: user, guided_regex: '(a)\\1' }),
+    'guided_regex', device === 'cpu' ? /backreference/ : /not supported by/);
+  await refused(plainClient.chat.completions.create({ model, messages: user, guided_grammar: 'root ::= "a"' }),
+    'guided_grammar');
+  await refused(plainClient.completions.create({ model, prompt: 'x', guided_json: { type: 'object' },
+    guided_choice: ['a'] }), 'guided_choice', /already/);
   const text = await client.chat.completions.create({ model, messages: user, response_format: { type: 'text' },
     max_tokens: 2, ...greedy });
   assert.equal(text.choices[0].message.role, 'assistant');

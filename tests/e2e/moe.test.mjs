@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import OpenAI from 'openai';
-import { dataDir, startServer } from './server.mjs';
+import { chatWholeAndStreamed, dataDir, startServer } from './server.mjs';
 
 const model = 'qwen3-moe-tiny';
 const modelDir = path.join(dataDir, 'models', model);
@@ -42,11 +42,8 @@ test('the completion of a reference prompt is transformers\' greedy continuation
 
 test('chat: streamed content equals the whole message', { skip: device !== 'cpu' }, async () => {
   const body = { model, messages: [{ role: 'user', content: 'Which expert answers?' }], max_tokens: 10, ...greedy };
-  const whole = await client.chat.completions.create(body);
-  let content = '';
-  for await (const chunk of await client.chat.completions.create({ ...body, stream: true }))
-    content += chunk.choices[0]?.delta?.content ?? '';
-  assert.equal(content, whole.choices[0].message.content);
+  const { whole, streamed } = await chatWholeAndStreamed(client, body);
+  assert.equal(streamed, whole.choices[0].message.content);
   assert.equal(whole.choices[0].finish_reason, 'length');
 });
 

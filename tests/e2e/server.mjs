@@ -48,21 +48,29 @@ export async function startServer(extraArgs = [], {
 }
 
 /// Polls /metrics until `metric` has `value` (or the timeout passes); returns the last value.
-export async function waitForMetric(base, metric, value, timeoutMs = 10000) {
+export async function waitForMetric(base, name, value, timeoutMs = 10000) {
   const deadline = Date.now() + timeoutMs;
   let last;
   for (;;) {
-    const text = await (await fetch(`${base}/metrics`)).text();
-    const m = text.match(new RegExp(`^${metric.replace(/[:]/g, '\\:')}(?:\\{[^}]*\\})? (\\S+)$`, 'm'));
-    last = m ? Number(m[1]) : undefined;
+    last = await metric(base, name);
     if (last === value || Date.now() > deadline) return last;
     await new Promise((r) => setTimeout(r, 50));
   }
 }
 
-/// The current value of one metric.
+/// The current value of one metric (its first series); undefined when absent.
 export async function metric(base, name) {
   const text = await (await fetch(`${base}/metrics`)).text();
   const m = text.match(new RegExp(`^${name.replace(/[:]/g, '\\:')}(?:\\{[^}]*\\})? (\\S+)$`, 'm'));
   return m ? Number(m[1]) : undefined;
+}
+
+/// A chat request answered whole and streamed: `{ whole, streamed }` (the streamed deltas'
+/// content joined), for tests that the two agree.
+export async function chatWholeAndStreamed(client, body) {
+  const whole = await client.chat.completions.create(body);
+  let streamed = '';
+  for await (const chunk of await client.chat.completions.create({ ...body, stream: true }))
+    streamed += chunk.choices[0]?.delta?.content ?? '';
+  return { whole, streamed };
 }

@@ -1,6 +1,6 @@
 // The real engine (request/scheduler/block-manager/executor actors over the CPU executor) on
-// llama-tiny: preemption invariance and prefix caching (also on the MoE fixtures and DeepSeek-V2,
-// whose KV cache holds the latent), cancellation storms and n > 1.
+// llama-tiny: preemption invariance, prefix caching and tensor-parallel shards (also on the MoE
+// fixtures and DeepSeek-V2, whose KV cache holds the latent), cancellation storms and n > 1.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -78,6 +78,31 @@ TEST_P(engine_model_test, preemption_under_a_tiny_pool_keeps_greedy_outputs) {
               model.c_str(), static_cast<long long>(tight_blocks), static_cast<long long>(blocks_needed),
               static_cast<long long>(s.num_preemptions), static_cast<long long>(s.num_recomputed_tokens),
               static_cast<long long>(s.num_steps));
+}
+
+TEST_P(engine_model_test, tensor_parallel_shards_keep_greedy_outputs_under_preemption) {
+  const std::string model = GetParam();
+  std::mt19937 rng(5);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 48; ++i) prompts.push_back(random_prompt(rng, 4, 40));
+  const int32_t max_tokens = 8;
+  auto one = start_engine(tiny_config(4096, true, model));
+  ASSERT_TRUE(one);
+  const auto expected = run_all(*one, prompts, greedy(max_tokens));
+  one->shutdown(std::chrono::milliseconds(0));
+  for (int64_t tp : {2, 4}) {
+    auto cfg = tiny_config(24, true, model);   // a tight pool: preemption and prefix hits over the shards' caches
+    cfg.executor.tensor_parallel_size = tp;
+    auto split = start_engine(cfg);
+    ASSERT_TRUE(split);
+    const auto got = run_all(*split, prompts, greedy(max_tokens));
+    ASSERT_EQ(got.size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(got.at(static_cast<int>(i)).at(0).tokens, expected.at(static_cast<int>(i)).at(0).tokens)
+          << model << " tp " << tp << " request " << i;
+    EXPECT_GT(wait_idle(*split).num_preemptions, 0);
+    split->shutdown(std::chrono::milliseconds(0));
+  }
 }
 
 TEST_P(engine_model_test, prefix_cache_computes_only_uncached_tokens) {

@@ -35,5 +35,24 @@ TEST(executor_factory, cuda_support_reads_the_model_and_max_model_len) {
   EXPECT_NE(st.err().message.find("/nonexistent/config.json"), std::string::npos) << st.err().message;
 }
 
+TEST(executor_factory, tensor_parallel_shards_run_on_the_cpu_and_are_refused_on_cuda) {
+  auto cfg = tiny_config();
+  cfg.executor.device = device_kind::cpu;
+  cfg.executor.tensor_parallel_size = 2;
+  auto ex = gpu::make_executor(cfg);
+  ASSERT_TRUE(ex.ok()) << ex.err().message;
+  EXPECT_EQ(ex.value()->info().name, "cpu");
+  cfg.executor.tensor_parallel_size = 3;   // the fixture's 4 heads do not split over 3
+  ex = gpu::make_executor(cfg);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_NE(ex.err().message.find("--tensor-parallel-size 3"), std::string::npos) << ex.err().message;
+  cfg.executor.device = device_kind::cuda;
+  cfg.executor.tensor_parallel_size = 2;
+  ex = gpu::make_executor(cfg);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_NE(ex.err().message.find("--tensor-parallel-size"), std::string::npos) << ex.err().message;
+  EXPECT_NE(ex.err().message.find("multi-GPU execution is not implemented"), std::string::npos) << ex.err().message;
+}
+
 }  // namespace
 }  // namespace actorserve::actors

@@ -85,8 +85,18 @@ const chat_field kChatFields[] = {
     {"prompt_cache_key", R"("prompt_cache_key": "k")", [](const chat_request&) { return true; }},
     {"reasoning_effort", R"("reasoning_effort": "low")", nullptr},
     {"response_format", R"("response_format": {"type": "text"})", [](const chat_request&) { return true; }},
-    {"response_format", R"("response_format": {"type": "json_object"})", nullptr},
-    {"response_format", R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}})", nullptr},
+    {"response_format", R"("response_format": {"type": "json_object"})",
+     [](const chat_request& r) { return r.constraint.type == output_constraint::kind::json_object; }},
+    {"response_format", R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": true,
+      "schema": {"type": "object"}}})",
+     [](const chat_request& r) {
+       return r.constraint.type == output_constraint::kind::json_schema && r.constraint.text == R"({"type":"object"})" &&
+              r.constraint.field == "response_format.json_schema.schema";
+     }},
+    {"response_format.json_schema", R"("response_format": {"type": "json_schema"})", nullptr,
+     error_code::invalid_argument},
+    {"response_format.json_schema.format", R"("response_format": {"type": "json_schema", "json_schema": {"format": 1}})",
+     nullptr, error_code::invalid_argument},
     {"safety_identifier", R"("safety_identifier": "u1")", [](const chat_request&) { return true; }},
     {"seed", R"("seed": 42)", [](const chat_request& r) { return r.params.seed == 42u; }},
     {"service_tier", R"("service_tier": "flex")", nullptr},
@@ -99,8 +109,11 @@ const chat_field kChatFields[] = {
     {"stream_options.include_obfuscation", R"("stream_options": {"include_obfuscation": true})", nullptr},
     {"temperature", R"("temperature": 0.25)", [](const chat_request& r) { return r.params.temperature == 0.25f && r.given.temperature; }},
     {"tool_choice", R"("tool_choice": "none")", [](const chat_request& r) { return r.tool_choice == tool_choice_mode::none; }},
-    {"tool_choice", R"("tool_choice": "required")", nullptr},
-    {"tool_choice", R"("tool_choice": {"type": "function", "function": {"name": "f"}})", nullptr},
+    {"tool_choice", R"("tool_choice": "required")",
+     [](const chat_request& r) { return r.tool_choice == tool_choice_mode::required; }},
+    {"tool_choice", R"("tool_choice": {"type": "function", "function": {"name": "f"}})",
+     [](const chat_request& r) { return r.tool_choice == tool_choice_mode::function && r.tool_choice_function == "f"; }},
+    {"tool_choice", R"("tool_choice": {"type": "function"})", nullptr, error_code::invalid_argument},
     {"tools", R"("tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])",
      [](const chat_request& r) { return r.tools.is_array() && r.tools.as_array().size() == 1; }},
     {"tools", R"("tools": [{"type": "custom", "custom": {"name": "f"}}])", nullptr},
@@ -137,11 +150,28 @@ const chat_field kChatFields[] = {
     {"prompt_logprobs", R"("prompt_logprobs": 1)", nullptr},
     {"allowed_token_ids", R"("allowed_token_ids": [1, 2])", nullptr},
     {"bad_words", R"("bad_words": ["x"])", nullptr},
-    {"guided_json", R"("guided_json": {"type": "object"})", nullptr},
-    {"guided_regex", R"("guided_regex": "a+")", nullptr},
-    {"guided_choice", R"("guided_choice": ["a", "b"])", nullptr},
+    {"guided_json", R"("guided_json": {"type": "object"})",
+     [](const chat_request& r) { return r.constraint.type == output_constraint::kind::json_schema; }},
+    {"guided_json", R"("guided_json": "{\"type\": \"integer\"}")",
+     [](const chat_request& r) { return r.constraint.text == R"({"type": "integer"})"; }},
+    {"guided_regex", R"("guided_regex": "a+")",
+     [](const chat_request& r) { return r.constraint.type == output_constraint::kind::regex && r.constraint.text == "a+"; }},
+    {"guided_choice", R"("guided_choice": ["a", "b"])",
+     [](const chat_request& r) { return r.constraint.choices == std::vector<std::string>{"a", "b"}; }},
+    {"guided_choice", R"("guided_choice": [])", nullptr, error_code::invalid_argument},
     {"guided_grammar", R"("guided_grammar": "root ::= x")", nullptr},
-    {"structured_outputs", R"("structured_outputs": {"json": {}})", nullptr},
+    {"guided_whitespace_pattern", R"("guided_whitespace_pattern": " *")", nullptr},
+    {"guided_decoding_backend", R"("guided_decoding_backend": "xgrammar")", [](const chat_request&) { return true; }},
+    {"guided_decoding_backend", R"("guided_decoding_backend": "outlines")", nullptr},
+    {"structured_outputs", R"("structured_outputs": {"json": {}})",
+     [](const chat_request& r) { return r.constraint.field == "structured_outputs.json"; }},
+    {"structured_outputs", R"("structured_outputs": {"choice": ["x"], "disable_any_whitespace": true})",
+     [](const chat_request& r) { return r.constraint.type == output_constraint::kind::choice; }},
+    {"structured_outputs.json_object", R"("structured_outputs": {"json_object": true})",
+     [](const chat_request& r) { return r.constraint.type == output_constraint::kind::json_object; }},
+    {"structured_outputs.grammar", R"("structured_outputs": {"grammar": "root ::= x"})", nullptr},
+    {"structured_outputs.nope", R"("structured_outputs": {"nope": 1})", nullptr, error_code::invalid_argument},
+    {"guided_regex", R"("guided_json": {}, "guided_regex": "a")", nullptr},
     {"request_id", R"("request_id": "r1")", nullptr},
     {"mm_processor_kwargs", R"("mm_processor_kwargs": {"a": 1})", nullptr},
     {"not_a_field", R"("not_a_field": 1)", nullptr, error_code::invalid_argument},
@@ -183,8 +213,12 @@ const completion_field kCompletionFields[] = {
     {"user", R"("user": "u")", [](const completion_request&) { return true; }},
     // vLLM's extras.
     {"add_special_tokens", R"("add_special_tokens": false)", [](const completion_request& r) { return !r.add_special_tokens; }},
-    {"response_format", R"("response_format": {"type": "json_object"})", nullptr},
-    {"guided_json", R"("guided_json": {})", nullptr},
+    {"response_format", R"("response_format": {"type": "json_object"})",
+     [](const completion_request& r) { return r.constraint.type == output_constraint::kind::json_object; }},
+    {"guided_json", R"("guided_json": {})",
+     [](const completion_request& r) { return r.constraint.type == output_constraint::kind::json_schema; }},
+    {"guided_choice", R"("guided_choice": ["yes", "no"])",
+     [](const completion_request& r) { return r.constraint.choices.size() == 2; }},
     {"tools", R"("tools": [])", nullptr, error_code::invalid_argument},
     {"chat_template_kwargs", R"("chat_template_kwargs": {})", nullptr, error_code::invalid_argument},
 };
@@ -192,16 +226,18 @@ const completion_field kCompletionFields[] = {
 INSTANTIATE_TEST_SUITE_P(OpenAiAndVllm, CompletionFieldWalk, ::testing::ValuesIn(kCompletionFields),
                          [](const auto& info) { return name_of(info.param.name) + "_" + std::to_string(info.index); });
 
-TEST(FieldWalk, GrammarFieldsSayNotSupportedYet) {
-  for (const char* body : {R"({"prompt": "x", "guided_regex": "a"})",
-                           R"({"prompt": "x", "response_format": {"type": "json_schema"}})"}) {
-    auto r = parse_completion_request(body);
-    ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.err().message.find("not supported yet"), std::string::npos) << r.err().message;
-  }
-  auto chat = parse_chat_request(std::string("{") + kMessages + R"(, "tool_choice": "required"})");
-  ASSERT_FALSE(chat.ok());
-  EXPECT_NE(chat.err().message.find("not supported yet"), std::string::npos) << chat.err().message;
+TEST(FieldWalk, OneConstraintPerRequest) {
+  auto r = parse_chat_request(std::string("{") + kMessages +
+                              R"(, "response_format": {"type": "json_object"}, "guided_choice": ["a"]})");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(error_param(r.err().message), "guided_choice") << r.err().message;
+  EXPECT_NE(r.err().message.find("response_format"), std::string::npos) << r.err().message;
+  auto tools = parse_chat_request(std::string("{") + kMessages + R"(, "tools": [{"type": "function", "function":
+    {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}}]})");
+  ASSERT_TRUE(tools.ok()) << tools.err().message;
+  ASSERT_EQ(tools->tool_functions.size(), 1u);
+  EXPECT_EQ(tools->tool_functions[0].name, "f");
+  EXPECT_EQ(tools->tool_functions[0].parameters_json, R"({"type":"object","properties":{"a":{"type":"integer"}}})");
 }
 
 TEST(FieldWalk, AssistantToolCallsReachTemplatesWithDecodedArguments) {

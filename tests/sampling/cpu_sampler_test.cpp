@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "sampler_test_util.hpp"
 
@@ -46,6 +47,54 @@ TEST(CpuSampler, LogitBiasShiftsTheChoice) {
     p.logit_bias = {{0, -100.0f}, {1, 100.0f}};
     EXPECT_EQ(sample_token(uniform, make_seq(p, trial), {}).token_id, 1);
   }
+}
+
+std::shared_ptr<gpu::token_mask> mask_of(std::initializer_list<int32_t> ids, size_t vocab) {
+  std::vector<uint32_t> words((vocab + 31) / 32, 0);
+  for (int32_t id : ids) words[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+  auto m = std::make_shared<gpu::token_mask>();
+  m->fill(std::move(words));
+  return m;
+}
+
+TEST(CpuSampler, TokenMaskAllowsOnlyItsTokens) {
+  const std::vector<float> logits = random_logits(1000, 9);
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    sampling_params p;
+    p.temperature = 1.5f;
+    auto seq = make_seq(p, seed);
+    seq.allowed_tokens = mask_of({3, 640, 999}, logits.size());
+    auto copy = logits;
+    const auto tok = sample_token(copy, seq, {});
+    EXPECT_TRUE(tok.token_id == 3 || tok.token_id == 640 || tok.token_id == 999) << tok.token_id;
+  }
+  auto copy = logits;
+  auto seq = make_seq(greedy_params(), 1);
+  seq.allowed_tokens = mask_of({700}, logits.size());
+  seq.params.logit_bias = {{5, 100.0f}};  // the mask comes first: a bias cannot bring a token back
+  EXPECT_EQ(sample_token(copy, seq, {}).token_id, 700);
+}
+
+TEST(CpuSampler, TokenMaskFilledLaterIsWaitedForAndAnAbandonedOneConstrainsNothing) {
+  const std::vector<float> logits = random_logits(300, 4);
+  const auto best = std::max_element(logits.begin(), logits.end()) - logits.begin();
+  auto late = std::make_shared<gpu::token_mask>();
+  auto seq = make_seq(greedy_params(), 1);
+  seq.allowed_tokens = late;
+  std::thread filler([late, n = logits.size()] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::vector<uint32_t> words((n + 31) / 32, 0);
+    words[0] = 1u << 7;
+    late->fill(std::move(words));
+  });
+  auto copy = logits;
+  EXPECT_EQ(sample_token(copy, seq, {}).token_id, 7);
+  filler.join();
+  auto dropped = std::make_shared<gpu::token_mask>();
+  dropped->abandon();
+  seq.allowed_tokens = dropped;
+  copy = logits;
+  EXPECT_EQ(sample_token(copy, seq, {}).token_id, best);
 }
 
 TEST(CpuSampler, GreedyPicksTheArgmax) {

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <thread>
 
+#include "engine_server.hpp"
 #include "http_client.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
 #include "server/context.hpp"
@@ -43,18 +44,9 @@ class ServerEngine : public ::testing::Test {
     cfg.executor.cpu_threads = 1;
     cfg.cache.num_gpu_blocks_override = 512;
     cfg.server.port = 0;
-    auto e = actors::engine::start(cfg);
-    ASSERT_TRUE(e.ok()) << e.err().message;
-    engine_ = std::move(*e).release();
-    auto s = server::http_server::start(*engine_, cfg);
-    ASSERT_TRUE(s.ok()) << s.err().message;
-    server_ = std::move(*s).release();
+    start_engine_server(cfg, engine_, server_);
   }
-  static void TearDownTestSuite() {
-    engine_->shutdown(0ms);
-    delete server_;
-    delete engine_;
-  }
+  static void TearDownTestSuite() { stop_engine_server(engine_, server_); }
   uint16_t port() const { return server_->port(); }
 
   /// The first reference case: prompt ids and the HF greedy continuation.

@@ -1,0 +1,17 @@
+#pragma once
+/// One tensor-parallel shard's weights in fp32: the slices shard_plan assigns it, cut from the
+/// stored tensors (row slices are upcast alone; a column slice upcasts its tensor, keeps its
+/// columns and drops the rest), so a shard never holds more than its slice.
+#include <cstdint>
+
+#include "gpu/model/model_weights.hpp"
+#include "gpu/model/shard_plan.hpp"
+
+namespace actorserve::gpu {
+
+/// Shard `shard`'s weights under `plan` (over one shard: the whole model, as upcast_weights).
+/// The row-parallel biases (o_proj's) go to the shard that holds_row_bias, an empty vector to the
+/// others; a tied lm_head stays tied to the shard's embedding rows.
+model_weights_f32 shard_weights_f32(const model_weight_views& views, const shard_plan& plan, int64_t shard);
+
+}  // namespace actorserve::gpu

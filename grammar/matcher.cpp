@@ -1,0 +1,172 @@
+#include "grammar/matcher.hpp"
+
+#include <algorithm>
+
+#include "grammar/closure.hpp"
+
+namespace actorserve::grammar {
+namespace {
+constexpr uint32_t bottom = ~0u;
+constexpr uint32_t none = ~0u;
+/// Frames kept before unreachable ones are dropped (and at least this many times the live ones).
+constexpr size_t compact_floor = 4096;
+}  // namespace
+
+matcher::matcher(std::shared_ptr<const compiled_grammar> g) : g_(std::move(g)) {
+  const grammar& gr = g_->rules();
+  for (uint32_t a : gr.alternatives(gr.root())) work_.push_back({a, bottom, none});
+  expand(tops_, complete_);
+  live_after_compact_ = nodes_.size();
+}
+
+/// The matcher's stacks for detail::expand: nodes with parent links, `bottom` under the root.
+struct matcher::stacks {
+  using item = matcher::item;
+  matcher& m;
+  bool& complete;
+
+  uint32_t top(const item& it) {
+    if (it.existing != none) return it.existing;
+    m.nodes_.push_back({it.pos, it.below});
+    return static_cast<uint32_t>(m.nodes_.size() - 1);
+  }
+  void pop(const item& it, std::vector<item>& work) {
+    if (it.below == bottom) {
+      complete = true;  // the root rule ended: the input may end here
+      return;
+    }
+    const stack_node parent = m.nodes_[it.below];
+    work.push_back({parent.pos, parent.below, it.below});
+  }
+  uint32_t call_below(const item& it, bool tail) {
+    if (tail) return it.below;
+    m.nodes_.push_back({it.pos + 1, it.below});  // where to return
+    return static_cast<uint32_t>(m.nodes_.size() - 1);
+  }
+  item start(uint32_t pos, uint32_t below) { return {pos, below, none}; }
+};
+
+void matcher::expand(std::vector<uint32_t>& tops, bool& complete) {
+  stacks s{*this, complete};
+  detail::expand(g_->rules(), s, work_, visited_, tops);
+}
+
+bool matcher::read(std::span<const uint32_t> from, std::string_view bytes, std::vector<uint32_t>& to,
+                   bool& complete) {
+  const grammar& g = g_->rules();
+  std::vector<uint32_t>& a = scratch_a_;
+  a.assign(from.begin(), from.end());
+  complete = false;
+  for (char c : bytes) {
+    const uint8_t b = static_cast<uint8_t>(c);
+    work_.clear();
+    for (uint32_t t : a) {
+      const stack_node n = nodes_[t];
+      if (g.bytes_at(n.pos).test(b)) work_.push_back({n.pos + 1, n.below, none});
+    }
+    scratch_b_.clear();
+    complete = false;
+    if (!work_.empty()) expand(scratch_b_, complete);
+    a.swap(scratch_b_);
+    if (a.empty() && !complete) {  // no stack read the byte (or every one that did died)
+      to.clear();
+      return false;
+    }
+  }
+  to.assign(a.begin(), a.end());
+  return true;
+}
+
+bool matcher::accept_bytes(std::string_view bytes) {
+  if (bytes.empty()) return true;
+  const size_t mark = nodes_.size();
+  std::vector<uint32_t> next;
+  bool complete = false;
+  if (!read(tops_, bytes, next, complete)) {
+    nodes_.resize(mark);
+    return false;
+  }
+  tops_ = std::move(next);
+  complete_ = complete;
+  if (nodes_.size() > std::max(compact_floor, 4 * live_after_compact_)) compact();
+  return true;
+}
+
+bool matcher::accept_token(int32_t id) {
+  const vocabulary& v = g_->vocab();
+  const auto& term = v.terminators();
+  if (std::find(term.begin(), term.end(), id) != term.end()) return complete_;
+  if (!v.allowed(id)) return false;
+  return accept_bytes(v.bytes(id));
+}
+
+bool matcher::accepts(std::string_view bytes) {
+  if (bytes.empty()) return true;
+  const size_t mark = nodes_.size();
+  std::vector<uint32_t> next;
+  bool complete = false;
+  const bool ok = read(tops_, bytes, next, complete);
+  nodes_.resize(mark);
+  return ok;
+}
+
+int64_t matcher::fill_next_token_bitmask(std::span<uint32_t> words) {
+  const vocabulary& v = g_->vocab();
+  std::vector<uint32_t>& indices = indices_;
+  indices.clear();
+  for (uint32_t t : tops_) indices.push_back(g_->table_index(nodes_[t].pos));
+  std::sort(indices.begin(), indices.end());
+  indices.erase(std::unique(indices.begin(), indices.end()), indices.end());
+  const auto c = g_->combined(indices);
+  const size_t n = std::min(words.size(), c->accepted_bits.size());
+  std::copy_n(c->accepted_bits.begin(), n, words.begin());
+  std::fill(words.begin() + static_cast<std::ptrdiff_t>(n), words.end(), 0u);
+  int64_t count = c->num_accepted;
+  // The context-dependent tokens: read each from the stacks whose top has the table naming it.
+  const size_t mark = nodes_.size();
+  std::vector<uint32_t>& sink = scratch_to_;
+  for (const auto& [id, table] : c->uncertain) {
+    uint32_t& w = words[static_cast<size_t>(id) >> 5];
+    const uint32_t bit = 1u << (id & 31);
+    if (w & bit) continue;
+    for (uint32_t t : tops_) {
+      if (g_->table_index(nodes_[t].pos) != table) continue;
+      bool complete = false;
+      const uint32_t from[] = {t};
+      const bool ok = read(from, v.bytes(id), sink, complete);
+      nodes_.resize(mark);
+      if (ok) {
+        w |= bit;
+        ++count;
+        break;
+      }
+    }
+  }
+  if (complete_) {
+    for (int32_t id : v.terminators()) {
+      uint32_t& w = words[static_cast<size_t>(id) >> 5];
+      if (!(w >> (id & 31) & 1)) ++count;
+      w |= 1u << (id & 31);
+    }
+  }
+  return count;
+}
+
+void matcher::compact() {
+  std::vector<uint32_t> remap(nodes_.size(), none);
+  for (uint32_t t : tops_)
+    for (uint32_t n = t; n != bottom && remap[n] == none; n = nodes_[n].below) remap[n] = 0;
+  uint32_t next = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (remap[i] == none) continue;
+    remap[i] = next;
+    // NOTE: a node's `below` is always older than the node, so it is already renumbered.
+    const uint32_t below = nodes_[i].below == bottom ? bottom : remap[nodes_[i].below];
+    nodes_[next++] = {nodes_[i].pos, below};
+  }
+  nodes_.resize(next);
+  for (uint32_t& t : tops_) t = remap[t];
+  live_after_compact_ = nodes_.size();
+}
+
+}  // namespace actorserve::grammar
