@@ -6,6 +6,7 @@
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 
+#include <algorithm>
 #include <thread>
 
 #include "actors/actor_spawn.hpp"
@@ -122,6 +123,16 @@ class cluster_engine final : public engine {
       sum.decode_seqs += s.decode_seqs;
       sum.decode_busy_us += s.decode_busy_us;
       sum.decode_idle_us += s.decode_idle_us;
+      for (size_t i = 0; i < std::min(sum.iteration_tokens.size(), s.iteration_tokens.size()); ++i)
+        sum.iteration_tokens[i] += s.iteration_tokens[i];
+      // Every engine serves the same model: the first one's expert shape, then the sums.
+      if (sum.moe_expert_tokens.empty()) {
+        sum.moe_layers = s.moe_layers;
+        sum.num_experts = s.num_experts;
+        sum.moe_expert_tokens = s.moe_expert_tokens;
+      } else if (s.moe_expert_tokens.size() == sum.moe_expert_tokens.size()) {
+        for (size_t i = 0; i < s.moe_expert_tokens.size(); ++i) sum.moe_expert_tokens[i] += s.moe_expert_tokens[i];
+      }
     }
     // This front end's requests (the engines' counts include other front ends').
     sum.requests_finished = stats_->requests_finished.load();

@@ -97,6 +97,7 @@ class engine_impl final : public engine {
     if (cfg.cluster.listen) configure_network(caf_cfg_, cfg.cluster);
     system_ = std::make_unique<caf::actor_system>(caf_cfg_);
     stats_ = std::make_shared<stats_board>();
+    stats_->set_moe_shape(info_.moe_layers, info_.num_experts);
     stats_->mark_progress();
     block_manager_ = spawn_kv_block_manager(*system_, num_blocks, info.block_size, cfg.cache.enable_prefix_caching,
                                             stats_);
@@ -248,6 +249,8 @@ class engine_impl final : public engine {
     e.decode_seqs = s.decode_seqs.load(r);
     e.decode_busy_us = s.decode_busy_us.load(r);
     e.decode_idle_us = s.decode_idle_us.load(r);
+    for (size_t i = 0; i < s.iteration_tokens.size(); ++i) e.iteration_tokens[i] = s.iteration_tokens[i].load(r);
+    s.read_experts(e);
     const bool pending = e.num_running + e.num_waiting > 0;
     const auto since = std::chrono::steady_clock::now().time_since_epoch() -
                        std::chrono::steady_clock::duration(s.last_progress_ns.load(r));

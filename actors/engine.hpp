@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,16 @@ struct usage_counts {
   int64_t num_recomputed_tokens = 0;      ///< tokens computed again after preemption (most of any choice)
 };
 
+/// Where an engine request spent its time, measured by the scheduler on its own clock, as vLLM
+/// splits a request (each unset when the request never reached its start): queue (queued to
+/// first scheduled; a preempted and rescheduled request keeps its first scheduling), prefill
+/// (first scheduled to first token, preemptions included), decode (first token to last) and
+/// inference (first scheduled to last token). Over n choices: the first scheduling and first
+/// token of any choice, the last token of all.
+struct request_times {
+  std::optional<double> queue_s, prefill_s, decode_s, inference_s;
+};
+
 /// One streamed update for one choice (index < n) of a request. Text is already safe UTF-8
 /// with stop strings removed; the last delta of a choice carries `finish`.
 struct delta {
@@ -61,12 +72,19 @@ struct delta {
   std::optional<error> failure;           ///< set with finish == error
   /// Set on the very last delta of the whole request (all choices finished).
   std::optional<usage_counts> usage;
+  /// Set with `usage`: the scheduler's times of the request.
+  std::optional<request_times> times;
 };
 
 /// Called from actor threads, in order per request: a consumer must hand the delta to its own
 /// thread or strand and return quickly. Returning false asks the engine to cancel the request
 /// (e.g. the consumer's queue is full).
 using delta_sink = std::function<bool(delta)>;
+
+/// Upper bounds of the buckets of tokens computed per engine step (engine_stats::iteration_tokens),
+/// vLLM's bounds of `vllm:iteration_tokens_total`.
+inline constexpr int32_t iteration_tokens_bounds[] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+inline constexpr size_t num_iteration_tokens_buckets = std::size(iteration_tokens_bounds) + 1;  ///< with +Inf
 
 /// A snapshot of the engine's gauges and totals. NOTE: a field has one name from the scheduler
 /// (scheduler_counters) through the stats board to /metrics, where its series is
@@ -89,6 +107,16 @@ struct engine_stats {
   /// timed steps.
   int64_t timed_steps = 0, timed_tokens = 0, step_busy_us = 0, step_idle_us = 0;
   int64_t decode_steps = 0, decode_seqs = 0, decode_busy_us = 0, decode_idle_us = 0;
+  /// Steps by tokens computed (prefix hits excluded), one count per bucket of
+  /// iteration_tokens_bounds (not cumulative; the last is +Inf). Their sum is
+  /// num_computed_tokens, their count num_steps.
+  std::vector<int64_t> iteration_tokens = std::vector<int64_t>(num_iteration_tokens_buckets, 0);
+  /// Mixture of experts (empty for a dense model): the decoder layers with a sparse FFN, the
+  /// routed experts in each, and the tokens routed to each expert since start,
+  /// [moe_layers][expert] flattened (a token counts once per expert of its top k).
+  std::vector<int32_t> moe_layers;
+  int32_t num_experts = 0;
+  std::vector<int64_t> moe_expert_tokens;
 };
 
 /// One engine process as a front end of remote engines sees it (engine::engines()).

@@ -28,6 +28,7 @@ struct request_state {
   std::vector<choice_state> choices;
   int32_t remaining = 0;
   usage_counts usage;
+  request_clock clock;          ///< the scheduler's milestones over the choices
   bool sink_open = true;
   static inline const char* name = "request";
 };
@@ -57,7 +58,10 @@ bool deliver(request_self self, delta d) {
   auto& st = self->state;
   if (d.finish) {
     st.choices[static_cast<size_t>(d.index)].done = true;
-    if (--st.remaining == 0) d.usage = st.usage;
+    if (--st.remaining == 0) {
+      d.usage = st.usage;
+      d.times = st.clock.times();
+    }
   }
   const bool last = st.remaining == 0;
   // NOTE: counted before the sink sees the end, so stats are current when the consumer wakes.
@@ -91,7 +95,10 @@ void end_all(request_self self, finish_reason why, std::optional<error> failure)
     d.finish = why;
     d.failure = failure;
     st.choices[i].done = true;
-    if (--st.remaining == 0) d.usage = st.usage;
+    if (--st.remaining == 0) {
+      d.usage = st.usage;
+      d.times = st.clock.times();
+    }
     if (st.sink_open && !st.sink(std::move(d))) st.sink_open = false;
   }
   stop(self);
@@ -115,6 +122,7 @@ void on_outputs(request_self self, output_batch& batch) {
     st.usage.cached_prompt_tokens = std::max<int64_t>(st.usage.cached_prompt_tokens, o.num_cached);
     st.usage.num_preemptions = std::max<int64_t>(st.usage.num_preemptions, o.num_preemptions);
     st.usage.num_recomputed_tokens = std::max<int64_t>(st.usage.num_recomputed_tokens, o.num_recomputed);
+    st.clock.add(o);
     delta d;
     d.index = o.index;
     bool stopped = false;

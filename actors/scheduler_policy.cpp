@@ -1,6 +1,8 @@
 #include "actors/scheduler_policy.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <iterator>
 #include <tuple>
 
 #include "actors/block_hash.hpp"
@@ -23,12 +25,52 @@ seq_output output_of(const sequence& s, seq_finish why, const gpu::sampled_token
   o.num_cached = s.num_cached;
   o.num_preemptions = s.num_preemptions;
   o.num_recomputed = s.num_recomputed;
+  auto since_queued = [&](int64_t t) { return t < 0 || s.times.queued_us < 0 ? -1 : t - s.times.queued_us; };
+  o.scheduled_us = since_queued(s.times.scheduled_us);
+  o.first_token_us = since_queued(s.times.first_token_us);
+  o.last_token_us = since_queued(s.times.last_token_us);
   return o;
+}
+
+/// The bucket of iteration_tokens_bounds that a step of `tokens` falls in (`le` semantics).
+size_t iteration_bucket(int64_t tokens) {
+  size_t i = 0;
+  while (i < std::size(iteration_tokens_bounds) && tokens > iteration_tokens_bounds[i]) ++i;
+  return i;
 }
 }  // namespace
 
-scheduler_policy::scheduler_policy(scheduler_config cfg) : cfg_(std::move(cfg)) {
+int64_t steady_clock_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void request_clock::add(const seq_output& o) {
+  auto earliest = [](int64_t& mine, int64_t theirs) {
+    if (theirs >= 0 && (mine < 0 || theirs < mine)) mine = theirs;
+  };
+  earliest(scheduled_us, o.scheduled_us);
+  earliest(first_token_us, o.first_token_us);
+  last_token_us = std::max(last_token_us, o.last_token_us);
+}
+
+request_times request_clock::times() const {
+  request_times t;
+  auto span = [](int64_t from_us, int64_t to_us) -> std::optional<double> {
+    if (from_us < 0 || to_us < 0) return std::nullopt;
+    return static_cast<double>(std::max<int64_t>(0, to_us - from_us)) / 1e6;
+  };
+  t.queue_s = span(0, scheduled_us);
+  t.prefill_s = span(scheduled_us, first_token_us);
+  t.decode_s = span(first_token_us, last_token_us);
+  t.inference_s = span(scheduled_us, last_token_us);
+  return t;
+}
+
+scheduler_policy::scheduler_policy(scheduler_config cfg, scheduler_clock clock)
+    : cfg_(std::move(cfg)), clock_(std::move(clock)) {
   AS_CHECK(cfg_.block_size > 0 && cfg_.max_num_batched_tokens > 0 && cfg_.max_num_seqs > 0, "scheduler limits");
+  AS_CHECK(static_cast<bool>(clock_), "scheduler clock");
 }
 
 scheduler_policy::~scheduler_policy() = default;
@@ -65,6 +107,7 @@ void scheduler_policy::add(new_request r) {
     for (int32_t i = s->num_prompt; i < s->num_tokens(); ++i) s->matcher->accept_token(s->tokens[static_cast<size_t>(i)]);
   }
   s->fork_n = std::max(1, s->params->n);
+  s->times.queued_us = clock_();
   if (cfg_.enable_prefix_caching) extend_block_hashes(s->block_hashes, s->tokens, cfg_.block_size);
   counters_.prompt_tokens += s->num_prompt;
   sequence* raw = s.get();
@@ -290,6 +333,8 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
   rec.seqs.reserve(a.items.size());
   batch.seqs.reserve(a.items.size());
   bool admitted = false;
+  int64_t step_tokens = 0;
+  const int64_t now = a.items.empty() ? 0 : clock_();
   for (size_t i = 0; i < a.items.size(); ++i) {
     sequence& s = *planned_[i].seq;
     const kv_grant_item& g = a.items[i];
@@ -299,7 +344,11 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
     if (planned_[i].from_waiting) {
       s.num_computed = g.num_computed;
       s.num_hashes_sent = static_cast<int32_t>(s.block_hashes.size());
-      if (!s.admitted_once) s.num_cached = g.num_cached;
+      if (!s.admitted_once) {
+        s.num_cached = g.num_cached;
+        // vLLM's queue time ends at the first scheduling; readmissions leave it.
+        if (s.times.scheduled_us < 0) s.times.scheduled_us = now;
+      }
       s.admitted_once = true;
       s.status = seq_status::running;
       running_.push_back(&s);
@@ -312,6 +361,7 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
     }
     if (g.num_new == 0) continue;
     counters_.num_computed_tokens += g.num_new;
+    step_tokens += g.num_new;
     fill_step_sequence(batch.seqs.emplace_back(), s, g);
     const bool sample = batch.seqs.back().sample;
     rec.seqs.push_back({s.seq_id, g.num_new, sample});
@@ -330,6 +380,7 @@ scheduler_policy::decision scheduler_policy::on_answer(const kv_answer& a) {
   flush_deferred_aborts();
   if (!batch.seqs.empty()) {
     ++counters_.num_steps;
+    ++counters_.iteration_tokens[iteration_bucket(step_tokens)];
     in_flight_.push_back(std::move(rec));
     d.step = std::move(batch);
   }
@@ -408,6 +459,7 @@ std::vector<seq_output> scheduler_policy::on_step_done(const gpu::step_result& r
   in_flight_.pop_front();
   std::vector<seq_output> outs;
   size_t k = 0;
+  const int64_t now = clock_();
   for (const auto& f : rec.seqs) {
     const gpu::sampled_token* tok = nullptr;
     if (f.sample && r.outcome.ok()) {
@@ -425,6 +477,8 @@ std::vector<seq_output> scheduler_policy::on_step_done(const gpu::step_result& r
     if (f.sample) --s->num_inflight_samples;
     if (tok) {
       ++counters_.generation_tokens;
+      if (s->times.first_token_us < 0) s->times.first_token_us = now;
+      s->times.last_token_us = now;
       seq_finish why = append_token(*s, tok->token_id, cfg_.eos_token_ids, cfg_.max_model_len, cfg_.block_size,
                                     cfg_.enable_prefix_caching);
       // A stop id ends the output without being part of it: the grammar does not read it.

@@ -3,15 +3,18 @@
 /// sequence cap, chunked prefill, FCFS with optional priorities, preemption by recompute and n>1
 /// forks. It talks to the block pool only through kv_reservation / kv_answer values and to the
 /// executor only through gpu::step_batch / gpu::step_result.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "actors/engine.hpp"
 #include "actors/kv_types.hpp"
 #include "actors/sequence.hpp"
 #include "gpu/executor.hpp"
@@ -55,6 +58,17 @@ struct seq_output {
   int32_t num_cached = 0;            ///< prompt tokens served by the prefix cache
   int32_t num_preemptions = 0;
   int64_t num_recomputed = 0;
+  /// The sequence's milestones in microseconds since it was queued on this engine (its own
+  /// clock, so they stay meaningful across processes); -1: not reached (seq_times).
+  int64_t scheduled_us = -1, first_token_us = -1, last_token_us = -1;
+};
+
+/// A request's milestones over its choices, gathered from their seq_outputs (the earliest
+/// scheduling and first token, the latest token), and the request_times they give.
+struct request_clock {
+  int64_t scheduled_us = -1, first_token_us = -1, last_token_us = -1;
+  void add(const seq_output& o);
+  request_times times() const;
 };
 
 /// Totals since start. NOTE: each keeps its name through stats_board and engine_stats to its
@@ -63,11 +77,18 @@ struct scheduler_counters {
   int64_t num_preemptions = 0, num_recomputed_tokens = 0, num_computed_tokens = 0;
   int64_t prompt_tokens = 0, generation_tokens = 0, num_steps = 0;
   int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;   ///< in tokens
+  /// Granted steps by tokens computed, per bucket of iteration_tokens_bounds (engine_stats).
+  std::array<int64_t, num_iteration_tokens_buckets> iteration_tokens{};
 };
+
+/// The microseconds of a monotonic clock; the scheduler stamps sequences with it (seq_times).
+using scheduler_clock = std::function<int64_t()>;
+/// std::chrono::steady_clock in microseconds.
+int64_t steady_clock_us();
 
 class scheduler_policy {
  public:
-  explicit scheduler_policy(scheduler_config cfg);
+  explicit scheduler_policy(scheduler_config cfg, scheduler_clock clock = steady_clock_us);
   ~scheduler_policy();
 
   /// Queues a request (sorted by priority, then arrival).
@@ -165,6 +186,7 @@ class scheduler_policy {
   uint64_t next_arrival_ = 0;
   uint64_t next_step_id_ = 1;
   scheduler_counters counters_;
+  scheduler_clock clock_;
 };
 
 }  // namespace actorserve::actors

@@ -21,6 +21,14 @@ enum class seq_status { waiting, running, finished };
 /// constrained sequence is complete and allows nothing more (the last token is output).
 enum class seq_finish { none, stop, length, aborted, error, complete };
 
+/// A sequence's milestones on the scheduler's clock (microseconds), as vLLM stamps a request:
+/// queued (added), first scheduled (the first step granted to it; a readmission after preemption
+/// or an executor restart does not move it), first and last token appended. -1: not reached.
+/// Choices forked from a parent inherit its stamps.
+struct seq_times {
+  int64_t queued_us = -1, scheduled_us = -1, first_token_us = -1, last_token_us = -1;
+};
+
 struct sequence {
   uint64_t seq_id = 0;
   uint64_t group_id = 0;          ///< the request
@@ -62,6 +70,7 @@ struct sequence {
   int32_t recompute_until = 0;    ///< tokens computed before the last preemption
   int32_t num_cached = 0;         ///< prompt tokens served by the prefix cache at first admission
   bool admitted_once = false;
+  seq_times times;
 
   int32_t num_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t num_generated() const { return num_tokens() - num_prompt; }

@@ -77,6 +77,10 @@ struct step_result {
   /// How long the device sat idle between the end of the previous step and the start of this
   /// one (CUDA events on the stream; CPU: the worker thread's clock); < 0 for the first step.
   double idle_before_ms = -1.0;
+  /// Tokens the step routed to each expert, [sparse layer][expert] flattened in the order of
+  /// executor_info::moe_layers (a token counts once per expert of its top k); empty for a dense
+  /// model or an executor that does not count.
+  std::vector<int64_t> expert_tokens;
 };
 
 /// What the engine needs to know about the loaded model and cache.
@@ -90,6 +94,10 @@ struct executor_info {
   /// blocks are first written); 0 when the pool lives in device memory.
   int64_t host_kv_cache_bytes = 0;
   std::vector<int32_t> eos_token_ids;
+  /// Mixture of experts: the decoder layers with a sparse FFN and the routed experts in each
+  /// (step_result::expert_tokens); empty and 0 for a dense model.
+  std::vector<int32_t> moe_layers;
+  int32_t num_experts = 0;
 };
 
 class executor {

@@ -14,7 +14,7 @@
 namespace actorserve::server {
 
 server_context::server_context(actors::engine& e, const engine_config& c)
-    : engine(e), config(c), model_name(e.model_name()), max_model_len(e.max_model_len()) {
+    : engine(e), config(c), model_name(e.model_name()), max_model_len(e.max_model_len()), stats(max_model_len) {
   if (!c.model.served_model_name.empty()) model_name = c.model.served_model_name;
   created = std::chrono::duration_cast<std::chrono::seconds>(
                 std::chrono::system_clock::now().time_since_epoch()).count();

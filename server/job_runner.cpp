@@ -32,7 +32,6 @@ struct job_runner::choice_state {
 struct job_runner::request_state {
   bool done = false;
   bool saw_token = false;
-  clock::time_point first_token;
   clock::time_point last_token;
 };
 
@@ -190,7 +189,6 @@ void job_runner::on_delta(size_t p, actors::delta d) {
     if (!rq.saw_token) {
       ctx_.stats.time_to_first_token.observe(seconds(now - arrival_));
       rq.saw_token = true;
-      rq.first_token = now;
     } else {
       ctx_.stats.inter_token_latency.observe(seconds(now - rq.last_token));
     }
@@ -252,8 +250,10 @@ void job_runner::on_delta(size_t p, actors::delta d) {
     usage_.completion_tokens += d.usage->completion_tokens;
     usage_.cached_tokens += d.usage->cached_prompt_tokens;
     ctx_.stats.e2e_request_latency.observe(seconds(now - arrival_));
-    if (rq.saw_token) ctx_.stats.request_decode_time.observe(seconds(now - rq.first_token));
+    if (d.times) ctx_.stats.observe(*d.times);
     ctx_.stats.request_prompt_tokens.observe(static_cast<double>(job_.prompt_ids[p].size()));
+    ctx_.stats.request_params_n.observe(static_cast<double>(job_.n));
+    ctx_.stats.request_params_max_tokens.observe(static_cast<double>(job_.requests[p].params.max_tokens));
     ctx_.stats.request_generation_tokens.observe(static_cast<double>(d.usage->completion_tokens));
     if (requests_done_ == requests_.size()) finish_ok();
   }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <iterator>
 #include <optional>
 
 namespace actorserve::server {
@@ -16,33 +18,65 @@ void histogram::observe(double seconds) {
   sum_us_.fetch_add(static_cast<uint64_t>(seconds * 1e6), std::memory_order_relaxed);
 }
 
-void histogram::render(std::string& out, std::string_view name, std::string_view help) const {
+void render_histogram(std::string& out, std::string_view name, std::string_view help, const std::vector<double>& bounds,
+                      const std::vector<int64_t>& per_bucket, double sum, int64_t count) {
   out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < bounds_.size(); ++i) {
-    cumulative += buckets_[i].load(std::memory_order_relaxed);
-    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds_[i], cumulative);
+  int64_t cumulative = 0;
+  for (size_t i = 0; i < bounds.size(); ++i) {
+    cumulative += i < per_bucket.size() ? per_bucket[i] : 0;
+    out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, bounds[i], cumulative);
   }
-  cumulative += buckets_.back().load(std::memory_order_relaxed);
+  for (size_t i = bounds.size(); i < per_bucket.size(); ++i) cumulative += per_bucket[i];
   out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, cumulative);
-  out += fmt::format("{}_sum {}\n", name, static_cast<double>(sum_us_.load(std::memory_order_relaxed)) / 1e6);
-  out += fmt::format("{}_count {}\n", name, count_.load(std::memory_order_relaxed));
+  out += fmt::format("{}_sum {}\n", name, sum);
+  out += fmt::format("{}_count {}\n", name, count);
 }
 
-metrics::metrics()
-    : time_to_first_token({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
-      inter_token_latency({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 10.0}),
-      e2e_request_latency({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0}),
-      request_decode_time({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0}),
-      request_prompt_tokens(token_buckets()),
-      request_generation_tokens(token_buckets()) {}
+void histogram::render(std::string& out, std::string_view name, std::string_view help) const {
+  std::vector<int64_t> per_bucket;
+  per_bucket.reserve(buckets_.size());
+  for (const auto& b : buckets_) per_bucket.push_back(static_cast<int64_t>(b.load(std::memory_order_relaxed)));
+  render_histogram(out, name, help, bounds_, per_bucket,
+                   static_cast<double>(sum_us_.load(std::memory_order_relaxed)) / 1e6,
+                   static_cast<int64_t>(count_.load(std::memory_order_relaxed)));
+}
 
-std::vector<double> metrics::token_buckets() {
-  // vLLM's 1-2-5 series, up to a million tokens.
+// Bucket bounds as vLLM's Prometheus logger sets them, so its dashboards' quantiles read alike.
+metrics::metrics(int64_t max_model_len)
+    : time_to_first_token({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                           20.0, 40.0, 80.0, 160.0, 640.0, 2560.0}),
+      inter_token_latency({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                           40.0, 80.0}),
+      e2e_request_latency(request_latency_buckets()),
+      request_queue_time(request_latency_buckets()),
+      request_prefill_time(request_latency_buckets()),
+      request_decode_time(request_latency_buckets()),
+      request_inference_time(request_latency_buckets()),
+      request_prompt_tokens(token_buckets(max_model_len)),
+      request_generation_tokens(token_buckets(max_model_len)),
+      request_params_n({1, 2, 5, 10, 20}),
+      request_params_max_tokens(token_buckets(max_model_len)) {}
+
+std::vector<double> metrics::token_buckets(int64_t max_value) {
+  const double top = max_value > 0 ? static_cast<double>(max_value) : 1e6;
   std::vector<double> b;
-  for (double decade = 1; decade <= 1e6; decade *= 10)
-    for (double m : {1.0, 2.0, 5.0}) b.push_back(m * decade);
-  return b;
+  for (double decade = 1;; decade *= 10)
+    for (double m : {1.0, 2.0, 5.0}) {
+      if (m * decade > top) return b;
+      b.push_back(m * decade);
+    }
+}
+
+std::vector<double> metrics::request_latency_buckets() {
+  return {0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0,
+          1920.0, 7680.0};
+}
+
+void metrics::observe(const actors::request_times& t) {
+  if (t.queue_s) request_queue_time.observe(*t.queue_s);
+  if (t.prefill_s) request_prefill_time.observe(*t.prefill_s);
+  if (t.decode_s) request_decode_time.observe(*t.decode_s);
+  if (t.inference_s) request_inference_time.observe(*t.inference_s);
 }
 
 namespace {
@@ -61,7 +95,13 @@ constexpr std::pair<std::string_view, std::string_view> kVllmNames[] = {
     {"actorserve:time_to_first_token_seconds", "vllm:time_to_first_token_seconds"},
     {"actorserve:inter_token_latency_seconds", "vllm:inter_token_latency_seconds"},
     {"actorserve:e2e_request_latency_seconds", "vllm:e2e_request_latency_seconds"},
+    {"actorserve:request_queue_time_seconds", "vllm:request_queue_time_seconds"},
+    {"actorserve:request_prefill_time_seconds", "vllm:request_prefill_time_seconds"},
     {"actorserve:request_decode_time_seconds", "vllm:request_decode_time_seconds"},
+    {"actorserve:request_inference_time_seconds", "vllm:request_inference_time_seconds"},
+    {"actorserve:iteration_tokens_total", "vllm:iteration_tokens_total"},
+    {"actorserve:request_params_n", "vllm:request_params_n"},
+    {"actorserve:request_params_max_tokens", "vllm:request_params_max_tokens"},
     {"actorserve:request_prompt_tokens", "vllm:request_prompt_tokens"},
     {"actorserve:request_generation_tokens", "vllm:request_generation_tokens"},
 };
@@ -141,6 +181,18 @@ void gauge(std::string& out, std::string_view name, std::string_view help, std::
 
 namespace {
 
+/// Mixture of experts: tokens routed to each expert of each sparse layer, so a hot expert shows.
+void render_experts(std::string& out, const actors::engine_stats& s) {
+  const size_t experts = static_cast<size_t>(std::max(s.num_experts, 0));
+  if (experts == 0 || s.moe_expert_tokens.size() != s.moe_layers.size() * experts) return;
+  out += "# HELP actorserve:moe_expert_tokens_total Tokens routed to the expert (once per expert of a token's top k).\n"
+         "# TYPE actorserve:moe_expert_tokens_total counter\n";
+  for (size_t l = 0; l < s.moe_layers.size(); ++l)
+    for (size_t e = 0; e < experts; ++e)
+      out += fmt::format("actorserve:moe_expert_tokens_total{{layer=\"{}\",expert=\"{}\"}} {}\n", s.moe_layers[l], e,
+                         s.moe_expert_tokens[l * experts + e]);
+}
+
 /// Per engine process of a front end: one sample per engine of each series.
 void render_engines(std::string& out, const std::vector<actors::engine_node>& engines) {
   if (engines.empty()) return;
@@ -217,11 +269,31 @@ std::string metrics::render(const actors::engine_stats& s, std::string_view mode
   time_to_first_token.render(out, "actorserve:time_to_first_token_seconds", "Time to first token.");
   inter_token_latency.render(out, "actorserve:inter_token_latency_seconds", "Time between streamed deltas.");
   e2e_request_latency.render(out, "actorserve:e2e_request_latency_seconds", "Request latency, arrival to last token.");
+  if (vllm_names) {
+    // vLLM's name of the same observations before v0.10, which its older dashboards query.
+    inter_token_latency.render(out, "vllm:time_per_output_token_seconds", "Time between streamed deltas.");
+  }
+  request_queue_time.render(out, "actorserve:request_queue_time_seconds",
+                            "Per engine request: queued to first scheduled (scheduler clock).");
+  request_prefill_time.render(out, "actorserve:request_prefill_time_seconds",
+                              "Per engine request: first scheduled to first token (scheduler clock).");
   request_decode_time.render(out, "actorserve:request_decode_time_seconds",
-                             "Per engine request: first token to last.");
+                             "Per engine request: first token to last (scheduler clock).");
+  request_inference_time.render(out, "actorserve:request_inference_time_seconds",
+                                "Per engine request: first scheduled to last token (scheduler clock).");
   request_prompt_tokens.render(out, "actorserve:request_prompt_tokens", "Per engine request: prompt tokens.");
   request_generation_tokens.render(out, "actorserve:request_generation_tokens",
                                    "Per engine request: tokens generated over its choices.");
+  request_params_n.render(out, "actorserve:request_params_n", "Per engine request: its n.");
+  request_params_max_tokens.render(out, "actorserve:request_params_max_tokens", "Per engine request: its max_tokens.");
+  {
+    static const std::vector<double> bounds(std::begin(actors::iteration_tokens_bounds),
+                                            std::end(actors::iteration_tokens_bounds));
+    // Every step's tokens are counted in num_computed_tokens and every step in num_steps.
+    render_histogram(out, "actorserve:iteration_tokens_total", "Tokens computed per engine step.", bounds,
+                     s.iteration_tokens, double(s.num_computed_tokens), s.num_steps);
+  }
+  render_experts(out, s);
   render_engines(out, engines);
   return finish_page(out, model, vllm_names);
 }

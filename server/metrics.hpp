@@ -28,17 +28,33 @@ class histogram {
   std::atomic<uint64_t> sum_us_{0};             ///< sum in microseconds
 };
 
+/// Appends a histogram in Prometheus text format from its bucket counts (`per_bucket`: one per
+/// bound plus +Inf, not cumulative).
+void render_histogram(std::string& out, std::string_view name, std::string_view help, const std::vector<double>& bounds,
+                      const std::vector<int64_t>& per_bucket, double sum, int64_t count);
+
 class metrics {
  public:
-  metrics();
-  /// Bucket bounds for token counts (1, 2, 5, 10, ... 5,000,000).
-  static std::vector<double> token_buckets();
+  /// `max_model_len` bounds the token-count buckets, as vLLM bounds them (0: up to a million).
+  explicit metrics(int64_t max_model_len = 0);
+  /// vLLM's 1-2-5 bucket bounds for token counts: 1, 2, 5, 10, ... up to `max_value`.
+  static std::vector<double> token_buckets(int64_t max_value = 0);
+  /// vLLM's bounds of its per-request latency histograms (0.3 s to 7680 s).
+  static std::vector<double> request_latency_buckets();
   histogram time_to_first_token;
   histogram inter_token_latency;
   histogram e2e_request_latency;
-  histogram request_decode_time;        ///< first token to last, per engine request (seconds)
+  /// Per engine request, from the scheduler's clock (actors::request_times), seconds.
+  histogram request_queue_time;         ///< queued to first scheduled
+  histogram request_prefill_time;       ///< first scheduled to first token
+  histogram request_decode_time;        ///< first token to last
+  histogram request_inference_time;     ///< first scheduled to last token
   histogram request_prompt_tokens;      ///< per engine request (a count, not seconds)
   histogram request_generation_tokens;  ///< per engine request, over its n choices (a count)
+  histogram request_params_n;           ///< per engine request: its n
+  histogram request_params_max_tokens;  ///< per engine request: its max_tokens
+  /// Observes the scheduler's times of a finished engine request (those it reached).
+  void observe(const actors::request_times& t);
   std::atomic<int64_t> http_requests{0};
   std::atomic<int64_t> http_errors{0};          ///< 4xx/5xx answers
   std::atomic<int64_t> streams_cut{0};          ///< slow clients whose stream was cut

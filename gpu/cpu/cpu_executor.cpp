@@ -60,6 +60,7 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
   ex->info_.num_blocks = static_cast<int32_t>(num_blocks);
   ex->info_.host_kv_cache_bytes = num_blocks * static_cast<int64_t>(per_block);
   ex->info_.eos_token_ids = cfg.eos_token_ids;
+  ex->info_.num_experts = cfg.moe ? static_cast<int32_t>(cfg.moe->num_experts) : 0;
   try {
     ex->model_ = std::make_unique<cpu::tensor_parallel_model>(files->views, std::move(plan).value(), num_blocks,
                                                               opts.block_size, opts.mla_form,
@@ -91,6 +92,7 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
   else if (opts.quantize_weights_fp8)
     log::info("cpu executor: --quantization fp8: linear weights rounded to FP8 E4M3 per output channel");
   if (opts.kv_cache_fp8) log::info("cpu executor: --kv-cache-dtype fp8: K/V rounded to FP8 E4M3 as they are stored");
+  ex->info_.moe_layers = ex->model_->moe_layers();
   int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   ex->pool_ = std::make_unique<thread_pool>(std::max(1, threads));
   ex->worker_ = std::thread([p = ex.get()] { p->worker_loop(); });
@@ -204,6 +206,7 @@ step_result cpu_executor::run_step_sync(const step_batch& batch, std::vector<std
     }
     logits_.clear();
     model_->forward(*pool_, seqs, logits_);
+    r.expert_tokens = model_->expert_tokens();
     const size_t vocab = static_cast<size_t>(info_.vocab_size);
     size_t row = 0;
     if (last_logits) last_logits->clear();

@@ -19,6 +19,8 @@ cpu_model::cpu_model(model_config cfg, model_weights_f32 weights, int64_t vocab_
   if (!rope_depends_on_length(cfg_.rope)) static_inv_freq_ = model_rope_inv_freq(cfg_);
   rope_scale_ = static_cast<float>(rope_attention_factor(cfg_.rope));
   if (cfg_.moe) moe_.emplace(*cfg_.moe, cfg_.hidden_size);
+  for (size_t l = 0; l < w_.layers.size(); ++l)
+    if (w_.layers[l].moe) moe_layers_.push_back(static_cast<int32_t>(l));
   if (cfg_.mla) mla_.emplace(cfg_, w_.layers, form);
 }
 
@@ -28,6 +30,7 @@ void cpu_model::set_fp8_kv_scales(std::vector<float> k_scales, std::vector<float
 }
 
 void cpu_model::begin_step(std::span<const forward_seq> seqs) {
+  expert_tokens_.assign(moe_layers_.size() * (cfg_.moe ? static_cast<size_t>(cfg_.moe->num_experts) : 0), 0);
   const int64_t half = cfg_.head_dim / 2;
   tok_seq_.clear();
   tok_pos_.clear();
@@ -185,7 +188,11 @@ void cpu_model::ffn(thread_pool& pool, int64_t layer, const float* x, float* out
   xn_.resize(T * h);
   rms_norm(x, L.post_norm.data(), T, h, static_cast<float>(cfg_.rms_norm_eps), xn_.data());
   if (L.moe) {
-    moe_->forward(pool, *L.moe, xn_.data(), T, out);
+    // The sparse layers are in order: this one's counters follow those of the layers before it.
+    const auto slot = std::lower_bound(moe_layers_.begin(), moe_layers_.end(), static_cast<int32_t>(layer));
+    const auto experts = static_cast<size_t>(cfg_.moe->num_experts);
+    moe_->forward(pool, *L.moe, xn_.data(), T, out,
+                  &expert_tokens_[static_cast<size_t>(slot - moe_layers_.begin()) * experts]);
     return;
   }
   gate_.resize(T * inter);

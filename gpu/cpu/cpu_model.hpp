@@ -52,6 +52,10 @@ class cpu_model {
   void ffn(thread_pool& pool, int64_t layer, const float* x, float* out);
   /// out [rows][vocab slice]: the final norm of `x`'s rows `rows`, then this shard's logits.
   void lm_head(thread_pool& pool, const float* x, std::span<const size_t> rows, float* out);
+  /// The decoder layers with a sparse FFN, in order (empty for a dense model).
+  const std::vector<int32_t>& moe_layers() const { return moe_layers_; }
+  /// Tokens this step routed to each expert so far, [moe_layers()][expert] flattened.
+  const std::vector<int64_t>& expert_tokens() const { return expert_tokens_; }
 
  private:
   /// A unit of attention work: some consecutive new tokens of one sequence, one query head.
@@ -69,6 +73,8 @@ class cpu_model {
   int64_t vocab_begin_ = 0;              ///< first token id of the vocabulary slice
   std::optional<moe_ffn> moe_;           ///< the sparse layers' FFN (MoE models)
   std::optional<mla_attention> mla_;     ///< the latent-attention layers (DeepSeek-V2)
+  std::vector<int32_t> moe_layers_;
+  std::vector<int64_t> expert_tokens_;
   std::vector<float> static_inv_freq_;   ///< unless rope is dynamic
   float rope_scale_ = 1.0f;              ///< YaRN's attention factor on cos and sin
   std::vector<float> k_scale_, v_scale_; ///< per layer, with an FP8 KV cache; empty otherwise

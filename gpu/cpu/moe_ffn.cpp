@@ -16,7 +16,8 @@ moe_ffn::moe_ffn(const moe_config& cfg, int64_t hidden_size)
       top_k_(static_cast<size_t>(cfg.top_k)),
       num_experts_(static_cast<size_t>(cfg.num_experts)) {}
 
-void moe_ffn::forward(thread_pool& pool, const moe_weights_f32& w, const float* x, size_t rows, float* out) {
+void moe_ffn::forward(thread_pool& pool, const moe_weights_f32& w, const float* x, size_t rows, float* out,
+                      int64_t* routed) {
   const size_t h = hidden_, k = top_k_, pairs = rows * k;
   logits_.resize(rows * num_experts_);
   experts_.resize(pairs);
@@ -28,6 +29,8 @@ void moe_ffn::forward(thread_pool& pool, const moe_weights_f32& w, const float* 
     router_.route(&logits_[t0 * num_experts_], t1 - t0, &experts_[t0 * k], &weights_[t0 * k]);
   });
   permute_by_expert(experts_, k, num_experts_, perm_);
+  if (routed)
+    for (size_t e = 0; e < num_experts_; ++e) routed[e] += perm_.count(e);
   xp_.resize(pairs * h);
   yp_.resize(pairs * h);
   gate_.resize(pairs * inter_);

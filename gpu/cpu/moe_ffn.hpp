@@ -19,8 +19,10 @@ class moe_ffn {
   moe_ffn(const moe_config& cfg, int64_t hidden_size);
 
   /// out[t] = MoE(x[t]) for `rows` rows of hidden_size floats (`out` is overwritten). Each row's
-  /// result depends on that row alone, whatever else the step carries.
-  void forward(thread_pool& pool, const moe_weights_f32& w, const float* x, size_t rows, float* out);
+  /// result depends on that row alone, whatever else the step carries. With `routed`
+  /// (num_experts counters), adds the rows each expert received.
+  void forward(thread_pool& pool, const moe_weights_f32& w, const float* x, size_t rows, float* out,
+               int64_t* routed = nullptr);
 
  private:
   moe_router router_;

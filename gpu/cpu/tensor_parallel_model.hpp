@@ -47,6 +47,10 @@ class tensor_parallel_model {
   void set_fp8_kv_scales(const std::vector<float>& k_scales, const std::vector<float>& v_scales);
   /// Copies block `src` to `dst` in every shard's cache.
   void copy_block(int64_t src, int64_t dst);
+  /// The decoder layers with a sparse FFN, and the tokens the last forward routed to each of
+  /// their experts ([layer][expert]); every shard routes alike, so shard 0's count is the model's.
+  const std::vector<int32_t>& moe_layers() const { return shards_.front()->model.moe_layers(); }
+  const std::vector<int64_t>& expert_tokens() const { return shards_.front()->model.expert_tokens(); }
 
  private:
   struct shard {

@@ -16,18 +16,10 @@ namespace actorserve::actors {
 namespace {
 
 using testing::fake_model;
+using testing::config;
 using testing::harness;
 using testing::next_token_of;
 using testing::prompt_of;
-
-scheduler_config config(int32_t budget, int32_t max_seqs, int32_t block_size = 16) {
-  scheduler_config c;
-  c.max_num_batched_tokens = budget;
-  c.max_num_seqs = max_seqs;
-  c.block_size = block_size;
-  c.eos_token_ids = {1};
-  return c;
-}
 
 /// The scheduler actor's loop with plain calls: up to two steps in flight, the next one planned
 /// as soon as one is submitted; the fake model runs a step when it completes (in order), after

@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 
+#include "config/model_config.hpp"
 #include "engine_harness.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
 
@@ -133,6 +134,39 @@ TEST_P(engine_model_test, prefix_cache_computes_only_uncached_tokens) {
   EXPECT_EQ(c.results().at(0).at(0).tokens, reference.at(0).at(0).tokens);
   EXPECT_EQ(c.results().at(0).at(0).text, reference.at(0).at(0).text);
   EXPECT_EQ(fresh->stats().prefix_cache_hits, 0);
+}
+
+TEST_P(engine_model_test, routed_expert_tokens_count_each_computed_token_top_k_times) {
+  const std::string model = GetParam();
+  auto mc = load_model_config(actorserve::testing::model_dir(model));
+  ASSERT_TRUE(mc.ok()) << mc.err().message;
+  std::mt19937 rng(3);
+  auto e = start_engine(tiny_config(std::nullopt, true, model));
+  ASSERT_TRUE(e);
+  run_all(*e, {random_prompt(rng, 50, 80), random_prompt(rng, 10, 30)}, greedy(6));
+  engine_stats s = wait_idle(*e);
+  if (!mc->moe) {
+    EXPECT_TRUE(s.moe_layers.empty());
+    EXPECT_TRUE(s.moe_expert_tokens.empty());
+    return;
+  }
+  std::vector<int32_t> sparse;
+  for (int32_t l = 0; l < static_cast<int32_t>(mc->num_layers); ++l)
+    if (mc->moe->is_sparse(l)) sparse.push_back(l);
+  EXPECT_EQ(s.moe_layers, sparse);
+  const auto experts = static_cast<size_t>(mc->moe->num_experts);
+  EXPECT_EQ(s.num_experts, static_cast<int32_t>(experts));
+  ASSERT_EQ(s.moe_expert_tokens.size(), sparse.size() * experts);
+  // Every token computed passes every sparse layer and goes to top_k experts there.
+  for (size_t l = 0; l < sparse.size(); ++l) {
+    int64_t routed = 0, hottest = 0;
+    for (size_t x = 0; x < experts; ++x) {
+      routed += s.moe_expert_tokens[l * experts + x];
+      hottest = std::max(hottest, s.moe_expert_tokens[l * experts + x]);
+    }
+    EXPECT_EQ(routed, s.num_computed_tokens * mc->moe->top_k) << "layer " << sparse[l];
+    EXPECT_LE(hottest, s.num_computed_tokens) << "an expert sees a token at most once";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(models, engine_model_test,

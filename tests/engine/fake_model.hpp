@@ -60,8 +60,8 @@ class fake_model {
 
 /// A scheduler, a pool and the fake model wired together with plain calls.
 struct harness {
-  harness(scheduler_config cfg, int32_t num_blocks)
-      : sched(cfg), pool(num_blocks, cfg.block_size, cfg.enable_prefix_caching), model(num_blocks, cfg.block_size),
+  harness(scheduler_config cfg, int32_t num_blocks, scheduler_clock clock = steady_clock_us)
+      : sched(cfg, std::move(clock)), pool(num_blocks, cfg.block_size, cfg.enable_prefix_caching), model(num_blocks, cfg.block_size),
         cfg_(cfg) {}
 
   /// One step; false when there was nothing to do.
@@ -85,6 +85,7 @@ struct harness {
         for (auto& o : sched.on_step_done(model.run(*d.step))) {
           if (o.has_token) outputs[{o.group_id, o.index}].push_back(o.token.token_id);
           if (o.finish != seq_finish::none) finished[{o.group_id, o.index}] = o.finish;
+          last_output[{o.group_id, o.index}] = o;
         }
       }
       return true;
@@ -106,10 +107,21 @@ struct harness {
   scheduler_config cfg_;
   std::map<std::pair<uint64_t, int32_t>, std::vector<int32_t>> outputs;
   std::map<std::pair<uint64_t, int32_t>, seq_finish> finished;
+  std::map<std::pair<uint64_t, int32_t>, seq_output> last_output;   ///< each choice's latest output
   std::vector<seq_output> failed;
   std::vector<int32_t> step_tokens, step_seqs;
   std::function<void(const gpu::step_batch&)> on_step;
 };
+
+/// A scheduler with a token budget, a sequence cap, chunked prefill and EOS id 1.
+inline scheduler_config config(int32_t budget, int32_t max_seqs, int32_t block_size = 16) {
+  scheduler_config c;
+  c.max_num_batched_tokens = budget;
+  c.max_num_seqs = max_seqs;
+  c.block_size = block_size;
+  c.eos_token_ids = {1};
+  return c;
+}
 
 inline std::shared_ptr<const sampling_params> params(int32_t max_tokens, int32_t n = 1) {
   auto p = std::make_shared<sampling_params>();

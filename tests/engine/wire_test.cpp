@@ -69,6 +69,9 @@ TEST(wire, outputs_keep_ids_logprobs_and_finish_reasons) {
   s.token.top_logprobs = {{77, -0.25f}, {12, -1.5f}};
   s.finish = seq_finish::length;
   s.num_cached = 32;
+  s.scheduled_us = 120;
+  s.first_token_us = 4500;
+  s.last_token_us = 9000;
   o.outputs.push_back(s);
   const auto b = round_trip(o);
   ASSERT_EQ(b.outputs.size(), 1u);
@@ -81,6 +84,9 @@ TEST(wire, outputs_keep_ids_logprobs_and_finish_reasons) {
   EXPECT_EQ(t.token.top_logprobs[1].token_id, 12);
   EXPECT_EQ(t.finish, seq_finish::length);
   EXPECT_EQ(t.num_cached, 32);
+  EXPECT_EQ(t.scheduled_us, 120);
+  EXPECT_EQ(t.first_token_us, 4500);
+  EXPECT_EQ(t.last_token_us, 9000);
 }
 
 TEST(wire, engine_info_and_stats_cross) {
@@ -97,12 +103,21 @@ TEST(wire, engine_info_and_stats_cross) {
   s.prefix_cache_hits = 640;
   s.healthy = true;
   s.decode_idle_us = 5;
+  s.iteration_tokens[0] = 7;
+  s.iteration_tokens.back() = 2;
+  s.moe_layers = {1, 3};
+  s.num_experts = 2;
+  s.moe_expert_tokens = {4, 0, 1, 3};
   const auto bs = round_trip(s);
   EXPECT_EQ(bs.num_running, 3);
   EXPECT_EQ(bs.kv_blocks_free, 100);
   EXPECT_EQ(bs.prefix_cache_hits, 640);
   EXPECT_TRUE(bs.healthy);
   EXPECT_EQ(bs.decode_idle_us, 5);
+  EXPECT_EQ(bs.iteration_tokens, s.iteration_tokens);
+  EXPECT_EQ(bs.moe_layers, s.moe_layers);
+  EXPECT_EQ(bs.num_experts, 2);
+  EXPECT_EQ(bs.moe_expert_tokens, s.moe_expert_tokens);
 }
 
 }  // namespace

@@ -118,8 +118,12 @@ class fake_engine final : public actors::engine {
         d.token_ids = {id};
         d.text = scripted ? scripted_text[static_cast<size_t>(s)] : tok_.decode(d.token_ids, false) + text_suffix;
         if (s == steps - 1) d.finish = scripted ? actors::finish_reason::stop : actors::finish_reason::length;
-        if (s == steps - 1 && c == n - 1)
+        if (s == steps - 1 && c == n - 1) {
           d.usage = actors::usage_counts{static_cast<int64_t>(req.prompt_ids.size()), int64_t(n) * steps, 0};
+          // As a scheduler would report them: no queue, one step per token.
+          const double step_s = std::chrono::duration<double>(step).count();
+          d.times = actors::request_times{0.0, step_s, step_s * (steps - 1), step_s * steps};
+        }
         if (!sink(std::move(d))) {
           num_refused_by_sink.fetch_add(1);
           running_.fetch_sub(1);

@@ -4,6 +4,7 @@
 
 #include "hostile_server.hpp"
 #include "server/cors.hpp"
+#include "server/metrics.hpp"
 #include "server/stats_log.hpp"
 
 namespace actorserve::testing {
@@ -99,9 +100,37 @@ TEST_F(Operations, VllmCompatibleMetricsCarryVllmNamesAndPerRequestHistograms) {
                            "vllm:request_generation_tokens_bucket{model_name=\"m\",le=\"2\"} 0\n",
                            "vllm:request_prompt_tokens_count{model_name=\"m\"} 1\n",
                            "vllm:request_decode_time_seconds_count{model_name=\"m\"} 1\n",
+                           "vllm:request_queue_time_seconds_count{model_name=\"m\"} 1\n",
+                           "vllm:request_prefill_time_seconds_count{model_name=\"m\"} 1\n",
+                           "vllm:request_inference_time_seconds_count{model_name=\"m\"} 1\n",
+                           "vllm:request_params_n_bucket{model_name=\"m\",le=\"1\"} 1\n",
+                           "vllm:request_params_max_tokens_bucket{model_name=\"m\",le=\"5\"} 1\n",
+                           "# TYPE vllm:iteration_tokens_total histogram\n",
+                           "vllm:iteration_tokens_total_bucket{model_name=\"m\",le=\"16384\"} ",
+                           "vllm:time_per_output_token_seconds_count{model_name=\"m\"} ",
+                           "vllm:e2e_request_latency_seconds_bucket{model_name=\"m\",le=\"7680\"} 1\n",
+                           "vllm:prefix_cache_hits_total{model_name=\"m\"} ",
+                           "vllm:num_preemptions_total{model_name=\"m\"} ",
+                           "vllm:request_success_total{model_name=\"m\",finished_reason=\"length\"} 1\n",
                            "actorserve:open_connections{model_name=\"m\"} "})
     EXPECT_NE(page.find(want), std::string::npos) << want;
   EXPECT_EQ(page.find("actorserve:num_requests_running"), std::string::npos);
+}
+
+TEST(Metrics, RoutedTokensPerSparseLayerAndExpert) {
+  const server::metrics m;
+  actors::engine_stats s;
+  EXPECT_EQ(m.render(s, "m", 0).find("moe_expert_tokens"), std::string::npos) << "a dense model has none";
+  s.moe_layers = {0, 2};
+  s.num_experts = 2;
+  s.moe_expert_tokens = {5, 1, 0, 6};
+  const std::string page = m.render(s, "m", 0, true);
+  for (const char* want : {"# TYPE actorserve:moe_expert_tokens_total counter\n",
+                           "actorserve:moe_expert_tokens_total{model_name=\"m\",layer=\"0\",expert=\"0\"} 5\n",
+                           "actorserve:moe_expert_tokens_total{model_name=\"m\",layer=\"0\",expert=\"1\"} 1\n",
+                           "actorserve:moe_expert_tokens_total{model_name=\"m\",layer=\"2\",expert=\"0\"} 0\n",
+                           "actorserve:moe_expert_tokens_total{model_name=\"m\",layer=\"2\",expert=\"1\"} 6\n"})
+    EXPECT_NE(page.find(want), std::string::npos) << want;
 }
 
 TEST(StatsLine, RatesOverTheIntervalAndNothingWhileIdle) {

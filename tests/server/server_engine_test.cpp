@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -194,6 +195,67 @@ TEST_F(ServerEngine, StopStringEndsTheChoiceWithoutTheStopText) {
   ASSERT_FALSE(p2.parse(s.body).get(d2));
   EXPECT_EQ(str(d2["choices"].at(0)["text"]), full.substr(0, cut));
   EXPECT_EQ(str(d2["choices"].at(0)["finish_reason"]), "stop");
+}
+
+/// A sample's value on a /metrics page: `series` with its labels, e.g.
+/// `actorserve:num_steps_total{model_name="llama-tiny"}`; NaN when the page lacks it.
+double sample(const std::string& page, const std::string& series) {
+  const std::string key = "\n" + series + " ";
+  const size_t at = page.find(key);
+  if (at == std::string::npos) return std::nan("");
+  const size_t from = at + key.size();
+  return std::stod(page.substr(from, page.find('\n', from) - from));
+}
+
+TEST_F(ServerEngine, SchedulerTimesAndIterationTokensReachMetrics) {
+  const auto idle_by = std::chrono::steady_clock::now() + 10s;
+  while (std::chrono::steady_clock::now() < idle_by &&
+         (engine_->stats().num_running + engine_->stats().num_waiting != 0 || server_->context().num_active_jobs.load() != 0))
+    std::this_thread::sleep_for(10ms);
+  const std::string model = R"(model_name="llama-tiny")";
+  auto value = [&](const std::string& page, const std::string& name, const std::string& labels = "") {
+    return sample(page, name + "{" + model + labels + "}");
+  };
+  const std::string before = http_call(port(), "GET", "/metrics").body;
+  // A 200-token prompt no other test sends (no prefix hits), computed in one step, then three
+  // single-token decode steps: 203 tokens computed in four steps.
+  std::vector<int64_t> prompt;
+  for (int64_t i = 0; i < 200; ++i) prompt.push_back(700 + (i * 37) % 300);
+  auto r = http_call(port(), "POST", "/v1/completions",
+                     R"({"prompt": [)" + join(prompt) + R"(], "max_tokens": 4, "temperature": 0, "ignore_eos": true})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string after = http_call(port(), "GET", "/metrics").body;
+  auto delta = [&](const std::string& name, const std::string& labels = "") {
+    return value(after, name, labels) - value(before, name, labels);
+  };
+
+  for (const char* h : {"actorserve:request_queue_time_seconds", "actorserve:request_prefill_time_seconds",
+                        "actorserve:request_decode_time_seconds", "actorserve:request_inference_time_seconds",
+                        "actorserve:request_prompt_tokens", "actorserve:request_generation_tokens",
+                        "actorserve:request_params_n", "actorserve:request_params_max_tokens"})
+    EXPECT_EQ(delta(std::string(h) + "_count"), 1) << h;
+  const double queue = delta("actorserve:request_queue_time_seconds_sum");
+  const double prefill = delta("actorserve:request_prefill_time_seconds_sum");
+  const double decode = delta("actorserve:request_decode_time_seconds_sum");
+  const double inference = delta("actorserve:request_inference_time_seconds_sum");
+  EXPECT_GE(queue, 0.0);
+  EXPECT_GT(prefill, 0.0) << "a 200-token prompt takes time to compute";
+  EXPECT_GT(decode, 0.0);
+  EXPECT_NEAR(inference, prefill + decode, 5e-6) << "inference is prefill then decode";
+  EXPECT_GE(delta("actorserve:e2e_request_latency_seconds_sum") + 1e-3, queue + inference)
+      << "the server's end-to-end time covers the scheduler's";
+  EXPECT_EQ(delta("actorserve:request_params_max_tokens_bucket", ",le=\"5\""), 1);
+  EXPECT_EQ(delta("actorserve:request_params_max_tokens_bucket", ",le=\"2\""), 0);
+  EXPECT_EQ(delta("actorserve:request_params_n_bucket", ",le=\"1\""), 1);
+  EXPECT_EQ(delta("actorserve:request_generation_tokens_bucket", ",le=\"5\""), 1);
+
+  EXPECT_EQ(delta("actorserve:iteration_tokens_total_count"), 4);
+  EXPECT_EQ(delta("actorserve:iteration_tokens_total_count"), delta("actorserve:num_steps_total"));
+  EXPECT_EQ(delta("actorserve:iteration_tokens_total_sum"), 203) << "the tokens computed";
+  EXPECT_EQ(delta("actorserve:iteration_tokens_total_bucket", ",le=\"1\""), 3) << "three decode steps";
+  EXPECT_EQ(delta("actorserve:iteration_tokens_total_bucket", ",le=\"128\""), 3);
+  EXPECT_EQ(delta("actorserve:iteration_tokens_total_bucket", ",le=\"256\""), 4) << "the prefill step";
+  EXPECT_EQ(value(after, "actorserve:iteration_tokens_total_sum"), double(engine_->stats().num_computed_tokens));
 }
 
 }  // namespace
