@@ -77,6 +77,7 @@ for (const model of models) {
         `preemptions ${preemptionsBefore} -> ${preemptions})`);
       // Every block is back in the pool once the streams are done.
       assert.equal(await waitForMetric(server.base, 'actorserve:num_requests_running', 0), 0);
+      assert.equal(await waitForMetric(server.base, 'actorserve:kv_blocks_used', 0), 0);
     });
 }
 
