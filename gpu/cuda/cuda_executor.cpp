@@ -143,6 +143,11 @@ status cuda_executor::allocate_buffers() {
       }
     }
   }
+  if (c.moe) {
+    const moe_ffn::alloc_fn moe_alloc = [&](size_t bytes, void** out) { return alloc(bytes, out); };
+    if (auto st = moe_.init(*c.moe, static_cast<int>(c.hidden_size), dt_, static_cast<int>(rows), moe_alloc); !st)
+      return st;
+  }
   if (opts_.keep_logits) {
     if (auto st = alloc(size_t(max_rows_) * c.vocab_size * 4, &p); !st) return st;
     kept_logits_ = static_cast<float*>(p);

@@ -122,6 +122,7 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   float *partial_acc_ = nullptr, *partial_ml_ = nullptr, *kept_logits_ = nullptr;
   void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
   void* q16_ = nullptr;              ///< rope's 16-bit scaled q, when the prefill kernel reads it
+  moe_ffn moe_;                      ///< the sparse layers' FFN and its buffers (MoE models)
   /// The sampled rows' residual and fp32 q in the last layer of a prefill-carrying step
   /// ([max_rows, hidden] and [max_rows, H * D]); unused with cuda_tuning::last_layer_all_rows.
   float *rows_residual_ = nullptr, *rows_q_ = nullptr;

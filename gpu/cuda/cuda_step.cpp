@@ -13,6 +13,7 @@
 #include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/cuda/step/step_inputs.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
+#include "gpu/cuda/ops/qk_norm.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
 #include "gpu/cuda/sampling/sampler.hpp"
 
@@ -239,17 +240,23 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   ra.num_kv_heads = KVH;
   ra.head_dim = D;
   const cuda_tuning& tuning = opts_.tuning;
-  // One token: the qkv and gate/up projections fuse the element-wise kernel after them.
+  // One token: the qkv and gate/up projections fuse the element-wise kernel after them. Qwen3's
+  // q/k norm sits between the QKV projection and rope, so its qkv takes the unfused path: the
+  // projection into fp32 qkv_, qk_rmsnorm in place (with the bias), then rope_kv_write.
   const bool fused = n == 1 && tuning.fused_decode && hidden % 8 == 0;
+  const bool qk_norm = c.qk_norm;
+  const bool fused_qkv = fused && !qk_norm;
+  qk_norm_args na{.qkv = qkv_, .eps = eps, .n = n, .num_heads = H, .num_kv_heads = KVH, .head_dim = D};
   // Prefill tiles copy rope's 16-bit queries in; then rope writes the fp32 q of decode tokens
-  // only, and reads the QKV GEMM's output rounded to the activation dtype (half the bytes).
+  // only, and reads the QKV GEMM's output rounded to the activation dtype (half the bytes; not
+  // with q/k norm, which normalises the fp32 qkv in place).
   bool qkv16 = false;
-  if (q16_ && !fused && shape.attn.prefill > 0) {
+  if (q16_ && !fused_qkv && shape.attn.prefill > 0) {
     ra.q16 = q16_;
     ra.q16_scale = prefill_q_scale(aa.scale);
     aa.q16 = q16_;
     if (tuning.q32_decode_only) ra.q32 = at<int32_t>(meta_, layout_.q32);
-    qkv16 = qkv16_ != nullptr && !gemm_.uses_gemv(n);
+    qkv16 = qkv16_ != nullptr && !gemm_.uses_gemv(n) && !qk_norm;
     if (qkv16) ra.qkv16 = qkv16_;
   }
   const int rows_gate_up = gemm_.gemv_rows_for(2 * inter);
@@ -272,7 +279,10 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     const device_layer& w = m.layers[l];
     char* k_cache = static_cast<char*>(kv_pool_) + (2 * l) * cache_stride_;
     char* v_cache = k_cache + cache_stride_;
-    ra.bias = w.qkv_bias;
+    ra.bias = qk_norm ? nullptr : w.qkv_bias;  // qk_rmsnorm adds it before the norm
+    na.bias = w.qkv_bias;
+    na.q_weight = w.q_norm;
+    na.k_weight = w.k_norm;
     ra.k_cache = k_cache;
     ra.v_cache = v_cache;
     aa.k_cache = k_cache;
@@ -281,7 +291,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     mark(step_op::norm);
     AS_CUDA_TRY(add_rmsnorm(dt_, residual_, l == 0 ? nullptr : delta, nullptr, w.input_norm, eps, nullptr, n, hidden,
                             x_, stream_));
-    if (fused) {
+    if (fused_qkv) {
       mark(step_op::qkv);
       AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv, ra, stream_, tuning.bulk));
     } else {
@@ -292,6 +302,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
         return st;
       }
       mark(step_op::rope);
+      if (qk_norm) AS_CUDA_TRY(qk_rmsnorm(na, stream_));
       AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
     }
     const bool last = l + 1 == m.layers.size();
@@ -317,6 +328,13 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       if (auto st = gemm_.run(dt_, attn_, rows_on, H * D, w.o, hidden, delta_); !st) return st;
       mark(step_op::norm);
       AS_CUDA_TRY(add_rmsnorm(dt_, residual, delta_, w.o_bias, w.post_norm, eps, nullptr, rows_on, hidden, x_, stream_));
+    }
+    if (w.experts.router) {  // a sparse layer: the experts' weighted sum goes where down's output would
+      mark(step_op::gate_up);
+      if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, add_in_gemm ? residual : delta_, add_in_gemm, stream_);
+          !st)
+        return st;
+      continue;
     }
     if (fused) {
       mark(step_op::gate_up);
