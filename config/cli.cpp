@@ -87,8 +87,10 @@ void add_chat_flags(CLI::App& app, chat_options& c) {
                "accept `tools` and parse tool calls from the output (needs --tool-call-parser)");
   static const std::map<std::string, tool_parser_kind> tool_parsers{{"llama3_json", tool_parser_kind::llama3_json},
                                                                     {"hermes", tool_parser_kind::hermes},
-                                                                    {"mistral", tool_parser_kind::mistral}};
-  app.add_option("--tool-call-parser", c.tool_call_parser, "llama3_json|hermes|mistral: the model's tool-call format")
+                                                                    {"mistral", tool_parser_kind::mistral},
+                                                                    {"deepseek_v3", tool_parser_kind::deepseek_v3}};
+  app.add_option("--tool-call-parser", c.tool_call_parser,
+                 "llama3_json|hermes|mistral|deepseek_v3: the model's tool-call format")
       ->transform(named_choices(tool_parsers));
   static const std::map<std::string, reasoning_parser_kind> reasoning{
       {"deepseek_r1", reasoning_parser_kind::deepseek_r1}, {"qwen3", reasoning_parser_kind::qwen3}};

@@ -124,7 +124,7 @@ status validate(const engine_config& cfg) {
   if (sv.max_response_bytes < 1024)
     return bad_flag("--max-response-bytes", fmt::format("must be >= 1024, got {}", sv.max_response_bytes));
   if (cfg.chat.enable_auto_tool_choice && cfg.chat.tool_call_parser == tool_parser_kind::none)
-    return bad_flag("--enable-auto-tool-choice", "needs --tool-call-parser llama3_json|hermes|mistral");
+    return bad_flag("--enable-auto-tool-choice", "needs --tool-call-parser llama3_json|hermes|mistral|deepseek_v3");
   if (auto st = validate(cfg.cluster); !st) return st;
   log::level lvl{};
   if (!log::parse_level(cfg.log_level, lvl))
@@ -161,6 +161,7 @@ const char* to_string(tool_parser_kind k) {
     case tool_parser_kind::llama3_json: return "llama3_json";
     case tool_parser_kind::hermes: return "hermes";
     case tool_parser_kind::mistral: return "mistral";
+    case tool_parser_kind::deepseek_v3: return "deepseek_v3";
   }
   return "?";
 }

@@ -16,7 +16,7 @@ enum class kv_cache_layout { vllm, flash_decoding };
 /// --generation-config: auto = generation_config.json's sampling defaults apply; vllm = ignored.
 enum class generation_config_source { auto_detect, vllm };
 /// --tool-call-parser (vLLM's names).
-enum class tool_parser_kind { none, llama3_json, hermes, mistral };
+enum class tool_parser_kind { none, llama3_json, hermes, mistral, deepseek_v3 };
 /// --reasoning-parser (vLLM's names).
 enum class reasoning_parser_kind { none, deepseek_r1, qwen3 };
 /// --routing: how a front end picks an engine among --engines (docs/deployment.md).

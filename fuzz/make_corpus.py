@@ -189,6 +189,12 @@ def chat_output_seeds():
         (8, '<think>\nplan</think>answer'),
         (2, ' {"answer": 42} done'),
         (1, '<tool_call>{"name": "say\\"hi", "arguments": {"s": "a\\"b"}}</tool_call>'),
+        # deepseek_v3 (tool bits 0 with bit 4): without reasoning, then after deepseek_r1's.
+        (0x18, 'Sure.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n'
+               '{"city": "Paris"}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function<｜tool▁sep｜>b\n```json\n'
+               '{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'),
+        (0x1c, 'Weather first.</think>\n\n<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>w\n'
+               '```json\n{"a": [1, 2]}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>'),
     ]
     return [bytes([flags]) + text.encode() for flags, text in cases]
 

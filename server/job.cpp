@@ -196,8 +196,10 @@ result<job_spec> make_chat_job(server_context& ctx, protocol::openai::chat_reque
   g.params = r.params;
   g.priority = r.priority;
   protocol::openai::apply_generation_defaults(g.params, r.given, ctx.sampling_defaults);
-  // Mistral's [TOOL_CALLS] is a special token: the parser must see it (vLLM does the same).
-  if (job.output_parsing.tools == tool_parser_kind::mistral) g.params.skip_special_tokens = false;
+  // Mistral's [TOOL_CALLS] is a special token: the parser must see it (vLLM does the same);
+  // DeepSeek's markers reach it whether or not its tokenizer marks them special.
+  if (job.output_parsing.tools == tool_parser_kind::mistral || job.output_parsing.tools == tool_parser_kind::deepseek_v3)
+    g.params.skip_special_tokens = false;
   if (!r.max_tokens_set)
     g.params.max_tokens = static_cast<int32_t>(
         std::min<int64_t>(ctx.sampling_defaults.max_new_tokens.value_or(std::numeric_limits<int32_t>::max()),

@@ -41,7 +41,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t flags = data[0];
   const std::string_view text = as_text(data + 1, size - 1);
   co::output_options o;
-  o.tools = static_cast<tool_parser_kind>(flags % 4);
+  // none, llama3_json, hermes, mistral; none with bit 4 set: deepseek_v3.
+  o.tools = flags % 4 == 0 && (flags & 0x10) ? tool_parser_kind::deepseek_v3 : static_cast<tool_parser_kind>(flags % 4);
   o.reasoning = static_cast<reasoning_parser_kind>((flags / 4) % 3);
   o.parallel_tool_calls = (flags & 0x20) == 0;
   const size_t step = 1 + (flags >> 6) * 3;  // 1, 4, 7, 10 bytes

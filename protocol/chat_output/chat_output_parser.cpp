@@ -15,6 +15,30 @@ size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
   return 0;
 }
 
+bool take_content_until(std::string& buf, std::string_view marker, bool after_call, bool at_end,
+                        std::string& content) {
+  constexpr std::string_view space = " \n\r\t";
+  auto emit = [&](size_t n) {
+    const std::string_view text = std::string_view(buf).substr(0, n);
+    content += after_call ? text.substr(0, text.find_last_not_of(space) + 1) : text;
+  };
+  const size_t at = buf.find(marker);
+  if (at != std::string::npos) {
+    emit(at);
+    buf.erase(0, at + marker.size());
+    return true;
+  }
+  const size_t keep = at_end ? 0 : partial_marker_suffix(buf, marker);
+  size_t n = buf.size() - keep;
+  if (after_call && !at_end) {
+    const size_t last = std::string_view(buf).substr(0, n).find_last_not_of(space);
+    n = last == std::string::npos ? 0 : last + 1;
+  }
+  emit(n);
+  buf.erase(0, at_end ? buf.size() : n);
+  return false;
+}
+
 chat_output_parser::chat_output_parser(const output_options& options) {
   if (options.forced_tools) {
     forced_.emplace(options.forced_function);

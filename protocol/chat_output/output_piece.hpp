@@ -24,4 +24,11 @@ struct output_piece {
 /// because the next piece may complete the marker.
 size_t partial_marker_suffix(std::string_view text, std::string_view marker);
 
+/// Moves the text of `buf` before `marker` into `content`, holding back what may be the start
+/// of the marker (all of it goes at the end). `after_call`: whitespace right before the marker
+/// or the end of the output is layout, dropped (held until text that is not whitespace follows
+/// it). Returns whether the marker was found; it is consumed then.
+bool take_content_until(std::string& buf, std::string_view marker, bool after_call, bool at_end,
+                        std::string& content);
+
 }  // namespace actorserve::protocol::chat_output

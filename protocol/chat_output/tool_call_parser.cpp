@@ -18,9 +18,18 @@ bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; 
 }  // namespace
 
 tool_call_parser::tool_call_parser(tool_parser_kind kind, bool parallel)
-    : kind_(kind), parallel_(parallel), rng_(std::random_device{}()) {}
+    : kind_(kind), parallel_(parallel), rng_(std::random_device{}()) {
+  if (kind == tool_parser_kind::deepseek_v3) deepseek_.emplace(parallel);
+}
+
+output_piece tool_call_parser::with_ids(output_piece out) {
+  for (auto& call : out.tool_calls)
+    if (!call.name.empty()) call.id = new_id();
+  return out;
+}
 
 output_piece tool_call_parser::push(std::string_view text) {
+  if (deepseek_) return with_ids(deepseek_->push(text));
   output_piece out;
   buf_.append(text);
   drain(out, false);
@@ -28,6 +37,7 @@ output_piece tool_call_parser::push(std::string_view text) {
 }
 
 output_piece tool_call_parser::finish() {
+  if (deepseek_) return with_ids(deepseek_->finish());
   output_piece out;
   drain(out, true);
   return out;
@@ -75,28 +85,9 @@ bool tool_call_parser::drain_content(output_piece& out, bool at_end) {
     return false;
   }
   const std::string_view open = kind_ == tool_parser_kind::hermes ? hermes_open : mistral_open;
-  // After a call, whitespace right before the next marker or the end of the output is layout,
-  // not content: it is held until text that is not whitespace follows it.
-  auto emit = [&](size_t n) {
-    const std::string_view text = std::string_view(buf_).substr(0, n);
-    out.content += num_calls_ > 0 ? text.substr(0, text.find_last_not_of(" \n\r\t") + 1) : text;
-  };
-  const size_t at = buf_.find(open);
-  if (at != std::string::npos) {
-    emit(at);
-    buf_.erase(0, at + open.size());
-    mode_ = mode::between;
-    return true;
-  }
-  const size_t keep = at_end ? 0 : partial_marker_suffix(buf_, open);
-  size_t n = buf_.size() - keep;
-  if (num_calls_ > 0 && !at_end) {
-    const size_t last = std::string_view(buf_).substr(0, n).find_last_not_of(" \n\r\t");
-    n = last == std::string::npos ? 0 : last + 1;
-  }
-  emit(n);
-  buf_.erase(0, at_end ? buf_.size() : n);
-  return false;
+  if (!take_content_until(buf_, open, num_calls_ > 0, at_end, out.content)) return false;
+  mode_ = mode::between;
+  return true;
 }
 
 bool tool_call_parser::drain_between(bool at_end) {

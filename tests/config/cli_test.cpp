@@ -216,6 +216,9 @@ TEST(Cli, ChatApiFlags) {
   EXPECT_EQ(cl->engine.chat.tool_call_parser, tool_parser_kind::hermes);
   EXPECT_EQ(cl->engine.chat.reasoning_parser, reasoning_parser_kind::qwen3);
   EXPECT_EQ(cl->engine.model.generation_config, generation_config_source::vllm);
+  auto deepseek = parse({"serve", "--model", "m", "--enable-auto-tool-choice", "--tool-call-parser", "deepseek_v3"});
+  ASSERT_TRUE(deepseek.ok()) << deepseek.err().message;
+  EXPECT_EQ(deepseek->engine.chat.tool_call_parser, tool_parser_kind::deepseek_v3);
   auto defaults = parse({"serve", "--model", "m"});
   ASSERT_TRUE(defaults.ok());
   EXPECT_EQ(defaults->engine.model.generation_config, generation_config_source::auto_detect);

@@ -2,6 +2,7 @@
 // every size give the same content, reasoning and calls.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,13 @@
 
 namespace actorserve::protocol::chat_output {
 namespace {
+
+// DeepSeek-V3's markers (deepseek_calls.hpp).
+#define DS_CALLS "<｜tool▁calls▁begin｜>"
+#define DS_CALLS_END "<｜tool▁calls▁end｜>"
+#define DS_CALL "<｜tool▁call▁begin｜>"
+#define DS_CALL_END "<｜tool▁call▁end｜>"
+#define DS_SEP "<｜tool▁sep｜>"
 
 /// Streams `text` in pieces of `step` bytes (0: whole) and gathers the pieces.
 chat_output run(const output_options& o, std::string_view text, size_t step, std::vector<output_piece>* pieces = nullptr) {
@@ -107,6 +115,44 @@ const parse_case kCases[] = {
      "{\"answer\": 42} done", {}},
     {"llama3_json_truncated_call_keeps_its_pieces", tools(tool_parser_kind::llama3_json),
      "{\"name\": \"f\", \"parameters\": {\"a\": [1, 2", "", {{"f", "{\"a\": [1, 2"}}},
+    {"deepseek_v3_one_call", tools(tool_parser_kind::deepseek_v3),
+     DS_CALLS DS_CALL "function" DS_SEP "get_weather\n```json\n{\"city\": \"Paris\"}\n```" DS_CALL_END DS_CALLS_END, "",
+     {{"get_weather", "{\"city\": \"Paris\"}"}}},
+    {"deepseek_v3_text_then_two_calls", tools(tool_parser_kind::deepseek_v3),
+     "Let me check." DS_CALLS DS_CALL "function" DS_SEP "a\n```json\n{\"x\": [1, \"```\"]}\n```" DS_CALL_END "\n"
+     DS_CALL "function" DS_SEP "b\n```json\n{}\n```" DS_CALL_END DS_CALLS_END,
+     "Let me check.", {{"a", "{\"x\": [1, \"```\"]}"}, {"b", "{}"}}},
+    {"deepseek_v3_arguments_over_lines", tools(tool_parser_kind::deepseek_v3),
+     DS_CALLS DS_CALL "function" DS_SEP "f\n```json\n{\n  \"a\": 1\n}\n```" DS_CALL_END DS_CALLS_END, "",
+     {{"f", "{\n  \"a\": 1\n}"}}},
+    {"deepseek_v3_parallel_off_keeps_the_first", tools(tool_parser_kind::deepseek_v3, false),
+     DS_CALLS DS_CALL "function" DS_SEP "a\n```json\n{\"k\": 1}\n```" DS_CALL_END
+     DS_CALL "function" DS_SEP "b\n```json\n{}\n```" DS_CALL_END DS_CALLS_END,
+     "", {{"a", "{\"k\": 1}"}}},
+    {"deepseek_v3_plain_text", tools(tool_parser_kind::deepseek_v3), "No tools <｜tool here.", "No tools <｜tool here.",
+     {}},
+    {"deepseek_v3_no_separator_is_content", tools(tool_parser_kind::deepseek_v3),
+     DS_CALLS DS_CALL "function\nnope", "function\nnope", {}},
+    {"deepseek_v3_empty_name_is_not_a_call", tools(tool_parser_kind::deepseek_v3),
+     DS_CALLS DS_CALL "function" DS_SEP " \n```json\n{}\n```", "function" DS_SEP " \n```json\n{}\n```", {}},
+    {"deepseek_v3_name_cut_short_is_not_a_call", tools(tool_parser_kind::deepseek_v3),
+     "Hi" DS_CALLS DS_CALL "function" DS_SEP "get_wea", "Hifunction" DS_SEP "get_wea", {}},
+    {"deepseek_v3_broken_after_the_name_keeps_the_call", tools(tool_parser_kind::deepseek_v3),
+     DS_CALLS DS_CALL "function" DS_SEP "f\nplain words", "plain words", {{"f", "{}"}}},
+    {"deepseek_v3_truncated_arguments_keep_their_pieces", tools(tool_parser_kind::deepseek_v3),
+     DS_CALLS DS_CALL "function" DS_SEP "f\n```json\n{\"a\": [1, 2", "", {{"f", "{\"a\": [1, 2"}}},
+    {"deepseek_v3_text_after_a_broken_close_is_content", tools(tool_parser_kind::deepseek_v3),
+     DS_CALLS DS_CALL "function" DS_SEP "f\n```json\n{}\n```oops", "oops", {{"f", "{}"}}},
+    {"deepseek_v3_whitespace_after_the_calls_is_dropped", tools(tool_parser_kind::deepseek_v3),
+     DS_CALLS " " DS_CALL "function" DS_SEP "f\n```json\n{}\n``` \n" DS_CALL_END "\n" DS_CALLS_END "\n\n", "",
+     {{"f", "{}"}}},
+    {"deepseek_v3_text_after_the_calls_is_content", tools(tool_parser_kind::deepseek_v3),
+     DS_CALLS DS_CALL "function" DS_SEP "f\n```json\n{}\n```" DS_CALL_END DS_CALLS_END " Done.", " Done.", {{"f", "{}"}}},
+    {"deepseek_v3_after_deepseek_r1_reasoning",
+     {reasoning_parser_kind::deepseek_r1, tool_parser_kind::deepseek_v3, true},
+     "Weather first.</think>\n\n" DS_CALLS DS_CALL "function" DS_SEP "w\n```json\n{\"a\": [1, 2]}\n```" DS_CALL_END
+     DS_CALLS_END,
+     "\n\n", {{"w", "{\"a\": [1, 2]}"}}, "Weather first."},
     {"deepseek_r1_reasoning", {reasoning_parser_kind::deepseek_r1}, "Hmm, 2+2.</think>\n\nIt is 4.", "\n\nIt is 4.", {},
      "Hmm, 2+2."},
     {"deepseek_r1_open_tag_and_no_close", {reasoning_parser_kind::deepseek_r1}, "<think>still thinking", "", {},
@@ -143,6 +189,57 @@ TEST(OutputParsers, StreamsNameFirstThenArgumentsInPieces) {
   std::string content;
   for (auto& p : pieces) content += p.content;
   EXPECT_EQ(content, "Hi");
+}
+
+TEST(OutputParsers, DeepSeekStreamsNameFirstThenArgumentsInPieces) {
+  std::vector<output_piece> pieces;
+  const std::string text = "Hi" DS_CALLS DS_CALL "function" DS_SEP "get_weather\n```json\n"
+                           "{\"city\": \"Paris\", \"unit\": \"c\"}\n```" DS_CALL_END DS_CALLS_END;
+  run(tools(tool_parser_kind::deepseek_v3), text, 4, &pieces);
+  std::vector<openai::tool_call_piece> calls;
+  std::string content;
+  for (auto& p : pieces) {
+    content += p.content;
+    for (auto& c : p.tool_calls) calls.push_back(c);
+  }
+  ASSERT_GE(calls.size(), 3u) << "arguments should arrive in several pieces";
+  EXPECT_EQ(calls[0].index, 0);
+  EXPECT_EQ(calls[0].name, "get_weather");
+  EXPECT_TRUE(calls[0].id.starts_with("call_"));
+  std::string args = calls[0].arguments;
+  for (size_t i = 1; i < calls.size(); ++i) {
+    EXPECT_TRUE(calls[i].id.empty());
+    EXPECT_TRUE(calls[i].name.empty());
+    EXPECT_EQ(calls[i].index, 0);
+    args += calls[i].arguments;
+  }
+  EXPECT_EQ(args, "{\"city\": \"Paris\", \"unit\": \"c\"}");  // no piece of the closing fence
+  EXPECT_EQ(content, "Hi");  // no piece of a marker
+}
+
+TEST(OutputParsers, DeepSeekPiecesOfAnyTextGatherIntoItsWholeParse) {
+  // Texts stitched from the format's parts, broken ones included: every piece size gives the
+  // whole parse (the property the fuzz target checks on arbitrary bytes).
+  const std::vector<std::string> parts = {DS_CALLS, DS_CALLS_END, DS_CALL, DS_CALL_END, DS_SEP, "function", "f",
+                                          "\n```json\n", "\n```", "{\"a\": 1}", " ", "\n", "x", "<｜", "```",
+                                          "\xef\xbd", "}"};
+  std::mt19937 rng(7);
+  for (int round = 0; round < 3000; ++round) {
+    std::string text;
+    const int n = 1 + int(rng() % 14);
+    for (int k = 0; k < n; ++k) text += parts[rng() % parts.size()];
+    const output_options o = tools(tool_parser_kind::deepseek_v3, round % 3 != 0);
+    const chat_output whole = run(o, text, 0);
+    for (size_t step : {1, 2, 3, 7}) {
+      const chat_output streamed = run(o, text, step);
+      ASSERT_EQ(streamed.content, whole.content) << "piece size " << step << ": " << text;
+      ASSERT_EQ(streamed.tool_calls.size(), whole.tool_calls.size()) << "piece size " << step << ": " << text;
+      for (size_t i = 0; i < whole.tool_calls.size(); ++i) {
+        ASSERT_EQ(streamed.tool_calls[i].name, whole.tool_calls[i].name) << text;
+        ASSERT_EQ(streamed.tool_calls[i].arguments, whole.tool_calls[i].arguments) << text;
+      }
+    }
+  }
 }
 
 TEST(OutputParsers, MistralIdsAreNineAlphanumerics) {
