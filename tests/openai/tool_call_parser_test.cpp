@@ -39,6 +39,13 @@ output_options tools(tool_parser_kind k, bool parallel = true) {
   return o;
 }
 
+/// A reasoning parser, and a tool-call parser over its content.
+output_options reasoning(reasoning_parser_kind r, tool_parser_kind t = tool_parser_kind::none) {
+  output_options o = tools(t);
+  o.reasoning = r;
+  return o;
+}
+
 struct parse_case {
   const char* name;
   output_options options;
@@ -149,19 +156,19 @@ const parse_case kCases[] = {
     {"deepseek_v3_text_after_the_calls_is_content", tools(tool_parser_kind::deepseek_v3),
      DS_CALLS DS_CALL "function" DS_SEP "f\n```json\n{}\n```" DS_CALL_END DS_CALLS_END " Done.", " Done.", {{"f", "{}"}}},
     {"deepseek_v3_after_deepseek_r1_reasoning",
-     {reasoning_parser_kind::deepseek_r1, tool_parser_kind::deepseek_v3, true},
+     reasoning(reasoning_parser_kind::deepseek_r1, tool_parser_kind::deepseek_v3),
      "Weather first.</think>\n\n" DS_CALLS DS_CALL "function" DS_SEP "w\n```json\n{\"a\": [1, 2]}\n```" DS_CALL_END
      DS_CALLS_END,
      "\n\n", {{"w", "{\"a\": [1, 2]}"}}, "Weather first."},
-    {"deepseek_r1_reasoning", {reasoning_parser_kind::deepseek_r1}, "Hmm, 2+2.</think>\n\nIt is 4.", "\n\nIt is 4.", {},
-     "Hmm, 2+2."},
-    {"deepseek_r1_open_tag_and_no_close", {reasoning_parser_kind::deepseek_r1}, "<think>still thinking", "", {},
-     "still thinking"},
-    {"qwen3_reasoning", {reasoning_parser_kind::qwen3}, "<think>\nplan</think>answer", "answer", {}, "\nplan"},
-    {"qwen3_without_think_is_content", {reasoning_parser_kind::qwen3}, "just an answer </think>", "just an answer </think>",
-     {}},
+    {"deepseek_r1_reasoning", reasoning(reasoning_parser_kind::deepseek_r1), "Hmm, 2+2.</think>\n\nIt is 4.",
+     "\n\nIt is 4.", {}, "Hmm, 2+2."},
+    {"deepseek_r1_open_tag_and_no_close", reasoning(reasoning_parser_kind::deepseek_r1), "<think>still thinking", "",
+     {}, "still thinking"},
+    {"qwen3_reasoning", reasoning(reasoning_parser_kind::qwen3), "<think>\nplan</think>answer", "answer", {}, "\nplan"},
+    {"qwen3_without_think_is_content", reasoning(reasoning_parser_kind::qwen3), "just an answer </think>",
+     "just an answer </think>", {}},
     {"qwen3_reasoning_then_hermes_call",
-     {reasoning_parser_kind::qwen3, tool_parser_kind::hermes, true},
+     reasoning(reasoning_parser_kind::qwen3, tool_parser_kind::hermes),
      "<think>I need the weather. <tool_call> is how.</think>\n\n<tool_call>\n{\"name\": \"w\", \"arguments\": {}}\n</tool_call>",
      "\n\n", {{"w", "{}"}}, "I need the weather. <tool_call> is how."},
 };
