@@ -130,7 +130,8 @@ void bench_sampler(int batch, int vocab, sampler_mode mode) {
   auto* d_pen = upload(std::vector<cuda::penalty_token>(1));
   auto* d_mask = upload(std::vector<int32_t>(1));
   auto* d_out = static_cast<cuda::sample_out*>(dmalloc(size_t(batch) * sizeof(cuda::sample_out)));
-  const double ms = time_ms([&] { cuda::sample_tokens(d_logits, batch, vocab, d_ss, d_pen, d_mask, d_out, nullptr); }, 5);
+  const double ms =
+      time_ms([&] { cuda::sample_tokens(d_logits, batch, vocab, d_ss, d_pen, d_mask, nullptr, d_out, nullptr); }, 5);
   report("sampler batch %d vocab %d %s (5 top logprobs): %.3f ms\n", batch, vocab, mode_name(mode), ms);
   cudaFree(d_logits);
   cudaFree(d_ss);

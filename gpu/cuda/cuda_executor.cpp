@@ -124,6 +124,8 @@ status cuda_executor::allocate_buffers() {
       {T * c.num_heads * c.head_dim * es, &attn_},
       {T * c.intermediate_size * es, &act_},
       {size_t(max_rows_) * sizeof(sample_out), reinterpret_cast<void**>(&out_)},
+      {size_t(max_rows_) * size_t(grammar_mask_words(info_.vocab_size)) * 4,
+       reinterpret_cast<void**>(&grammar_masks_)},
       {size_t(max_rows_) * c.hidden_size * 4, reinterpret_cast<void**>(&rows_residual_)},
       {size_t(max_rows_) * c.num_heads * c.head_dim * 4, reinterpret_cast<void**>(&rows_q_)},
   };
@@ -184,6 +186,8 @@ status cuda_executor::allocate_buffers() {
     if (auto st = ensure_meta_capacity(s, meta_capacity_); !st) return st;
     AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&s.out), size_t(max_rows_) * sizeof(sample_out),
                               cudaHostAllocDefault));
+    AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&s.grammar),
+                              size_t(max_rows_) * size_t(grammar_mask_words(info_.vocab_size)) * 4, cudaHostAllocDefault));
     if (opts_.keep_logits)
       AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&s.logits), size_t(max_rows_) * c.vocab_size * 4,
                                 cudaHostAllocDefault));
@@ -305,6 +309,7 @@ cuda_executor::~cuda_executor() {
   for (host_slot& s : slots_) {
     if (s.meta) cudaFreeHost(s.meta);
     if (s.out) cudaFreeHost(s.out);
+    if (s.grammar) cudaFreeHost(s.grammar);
     if (s.logits) cudaFreeHost(s.logits);
     if (s.start) cudaEventDestroy(s.start);
     if (s.end) cudaEventDestroy(s.end);

@@ -1,6 +1,7 @@
 // One step of the CUDA executor: the step staged by step_builder copied into pinned memory and
-// to the device, the forward pass (eager, or a CUDA graph per decode bucket), output copies and
-// the completion callback.
+// to the device, the forward pass (eager, or a CUDA graph per decode bucket), the grammar masks
+// (waited for after the forward pass is enqueued) and the sampler, output copies and the
+// completion callback.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -167,6 +168,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   AS_CUDA_TRY(resolve_previous_tokens(at<int32_t>(meta_, layout_.ids), out_, at<int32_t>(meta_, layout_.previous),
                                       static_cast<int>(st.previous.size() / 2), stream_));
   launch_shape shape;
+  shape.sampler = st.grammar.empty();
   shape.tokens = rows_tok;
   shape.sample_rows = static_cast<int>(st.sample_rows.size());
   shape.sampled_only = sampled_only;
@@ -178,9 +180,11 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   } else {
     shape.attn = attention_->grids(st.plan);
     if (auto st = enqueue_forward(shape); !st) return st;
-    profile_.mark(step_op::outputs, stream_);
     if (sampled_only) sampled_only_steps_.fetch_add(1);
   }
+  if (!shape.sampler && shape.sample_rows > 0)
+    if (auto s = enqueue_grammar_sampling(st, slot, shape.sample_rows); !s) return s;
+  profile_.mark(step_op::outputs, stream_);
   if (shape.sample_rows > 0) {
     AS_CUDA_TRY(cudaMemcpyAsync(slot.out, out_, size_t(shape.sample_rows) * sizeof(sample_out),
                                 cudaMemcpyDeviceToHost, stream_));
@@ -368,15 +372,45 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   if (opts_.keep_logits)
     AS_CUDA_TRY(cudaMemcpyAsync(kept_logits_, logits_, size_t(rows) * V * sizeof(float), cudaMemcpyDeviceToDevice,
                                 stream_));
+  if (!shape.sampler) return {};
   mark(step_op::sample);
   AS_CUDA_TRY(sample_tokens(logits_, rows, V, at<sample_seq>(meta_, layout_.sample_seqs),
-                            at<penalty_token>(meta_, layout_.penalties), at<int32_t>(meta_, layout_.masks), out_,
-                            stream_));
+                            at<penalty_token>(meta_, layout_.penalties), at<int32_t>(meta_, layout_.masks),
+                            grammar_masks_, out_, stream_));
+  return {};
+}
+
+status cuda_executor::enqueue_grammar_sampling(const staged_step& st, host_slot& slot, int rows) {
+  const int V = info_.vocab_size;
+  const size_t W = size_t(grammar_mask_words(V));
+  // The forward pass runs meanwhile (the query hands the enqueued work to the device now; its
+  // "not ready" is no error); a mask planned ahead is filled when the step before this one
+  // completes, by the engine that reads its result.
+  if (cudaStreamQuery(stream_) == cudaErrorNotReady) (void)cudaGetLastError();
+  for (size_t k = 0; k < st.grammar.size(); ++k) {
+    uint32_t* dst = slot.grammar + k * W;
+    const std::vector<uint32_t>* words = st.grammar[k]->wait();
+    if (!words) {  // abandoned: the sampling goes on unconstrained
+      std::fill(dst, dst + W, ~0u);
+      continue;
+    }
+    // Words past the grammar's vocabulary (a padded embedding) allow nothing, as on the CPU.
+    const size_t n = std::min(words->size(), W);
+    std::copy(words->begin(), words->begin() + n, dst);
+    std::fill(dst + n, dst + W, 0u);
+  }
+  profile_.mark(step_op::sample, stream_);
+  AS_CUDA_TRY(cudaMemcpyAsync(grammar_masks_, slot.grammar, st.grammar.size() * W * sizeof(uint32_t),
+                              cudaMemcpyHostToDevice, stream_));
+  AS_CUDA_TRY(sample_tokens(logits_, rows, V, at<sample_seq>(meta_, layout_.sample_seqs),
+                            at<penalty_token>(meta_, layout_.penalties), at<int32_t>(meta_, layout_.masks),
+                            grammar_masks_, out_, stream_));
   return {};
 }
 
 status cuda_executor::launch_decode_graph(int bucket, const launch_shape& shape) {
-  auto it = graphs_.find(bucket);
+  const int key = 2 * bucket + (shape.sampler ? 0 : 1);
+  auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     AS_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     const status st = enqueue_forward(shape);
@@ -391,8 +425,8 @@ status cuda_executor::launch_decode_graph(int bucket, const launch_shape& shape)
     const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     AS_CUDA_TRY(inst);
-    it = graphs_.emplace(bucket, exec).first;
-    log::debug("captured a CUDA graph for decode batch {}", bucket);
+    it = graphs_.emplace(key, exec).first;
+    log::debug("captured a CUDA graph for decode batch {}{}", bucket, shape.sampler ? "" : " without the sampler");
   }
   AS_CUDA_TRY(cudaGraphLaunch(it->second, stream_));
   graph_replays_.fetch_add(1);

@@ -445,12 +445,19 @@ __device__ int sample_random(const float* row, int vocab, const sample_seq& sp, 
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int vocab, const sample_seq* seqs,
                                                           const penalty_token* pen, const int32_t* mask_ids,
-                                                          sample_out* outs) {
+                                                          const uint32_t* grammar, sample_out* outs) {
   __shared__ block_scratch sh;
   dev::pdl_begin();
   const sample_seq sp = seqs[blockIdx.x];
   float* row = logits + size_t(blockIdx.x) * vocab;
   sample_out* out = outs + blockIdx.x;
+  // 0. The grammar: every token outside the row's mask -> -inf (first, as the CPU sampler).
+  if (sp.grammar_row >= 0) {
+    const uint32_t* words = grammar + size_t(sp.grammar_row) * size_t((vocab + 31) / 32);
+    for (int i = threadIdx.x; i < vocab; i += kThreads)
+      if (!((words[i >> 5] >> (i & 31)) & 1u)) row[i] = -INFINITY;
+    __syncthreads();
+  }
   // 1. Penalties (entries are unique ids), then the masks, then NaN never wins.
   for (int e = threadIdx.x; e < sp.penalty_count; e += kThreads) {
     const penalty_token pt = pen[sp.penalty_begin + e];
@@ -508,9 +515,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int voc
 }  // namespace
 
 int sample_tokens(float* logits, int num_seqs, int vocab, const sample_seq* seqs, const penalty_token* penalty_tokens,
-                  const int32_t* mask_ids, sample_out* out, cudaStream_t s) {
+                  const int32_t* mask_ids, const uint32_t* grammar_masks, sample_out* out, cudaStream_t s) {
   if (num_seqs == 0) return 0;
-  dev::launch_pdl(sample_kernel, dim3(num_seqs), dim3(kThreads), s, logits, vocab, seqs, penalty_tokens, mask_ids, out);
+  dev::launch_pdl(sample_kernel, dim3(num_seqs), dim3(kThreads), s, logits, vocab, seqs, penalty_tokens, mask_ids,
+                  grammar_masks, out);
   return cudaGetLastError();
 }
 
