@@ -102,6 +102,7 @@ int main(int argc, char** argv) {
       {"--output-len", "max_tokens (fixed, uniform)", &output_len},
       {"--range-ratio", "uniform: lengths in [len*(1-r), len*(1+r)]", &range_ratio},
       {"--temperature", "sampling temperature", &so.temperature},
+      {"--extra-body", "a JSON object whose fields join every request, e.g. a response_format", &so.extra_body},
       {"--seed", "seed of lengths, prompts and arrivals", &seed},
       {"--wait-for-server", "seconds to wait for GET /health to answer 200", &so.wait_for_server_s},
       {"--server-pid", "stop waiting for the server when this process has exited", &so.server_pid},

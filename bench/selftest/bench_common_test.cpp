@@ -245,6 +245,21 @@ TEST(SseReader, JoinsEventsSplitAcrossReadsAndIgnoresCarriageReturns) {
   EXPECT_EQ(r.feed(": comment\nevent: e\ndata: y\n\n"), (std::vector<std::string>{"y"}));
 }
 
+TEST(ExtraBody, MembersJoinTheRequestAndTheBenchmarksOwnFieldsAreRefused) {
+  EXPECT_EQ(extra_body_members("").value(), "");
+  EXPECT_EQ(extra_body_members(" {} ").value(), "");
+  EXPECT_EQ(extra_body_members(R"({ "response_format": {"type": "json_object"}, "seed": 3 })").value(),
+            R"(,"response_format":{"type":"json_object"},"seed":3)");
+  for (const char* bad : {"[1]", "{", "3", R"({"a":1} x)"}) {
+    auto r = extra_body_members(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.err().message.find("--extra-body: expected one JSON object"), std::string::npos) << r.err().message;
+  }
+  auto own = extra_body_members(R"({"max_tokens": 5})");
+  ASSERT_FALSE(own);
+  EXPECT_NE(own.err().message.find("'max_tokens' is set by the benchmark itself"), std::string::npos);
+}
+
 TEST(Stats, PercentilesInterpolateAsNumpyDoes) {
   EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 50), 2.5);
   std::vector<double> v(100);
