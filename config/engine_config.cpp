@@ -78,8 +78,8 @@ std::string tensor_parallel_cuda_refusal(int64_t n) {
 }
 
 std::string expert_parallel_cuda_refusal() {
-  return "the CUDA executor computes no experts yet and drives one GPU (--device cpu runs expert-parallel "
-         "shards on the CPU)";
+  return "expert parallelism spreads the experts over several GPUs, and this build drives one GPU (--device cpu "
+         "runs expert-parallel shards on the CPU)";
 }
 
 status validate(const engine_config& cfg) {

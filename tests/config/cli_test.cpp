@@ -246,10 +246,10 @@ TEST(Cli, EnableExpertParallelIsAFlagOfEveryEngineCommandAndIsRefusedOnCuda) {
     EXPECT_TRUE(cl->engine.executor.enable_expert_parallel) << args.front();
     EXPECT_TRUE(cl->warnings.empty());
   }
-  // On CUDA even one shard is refused: the CUDA executor computes no experts.
+  // On CUDA even one shard is refused: this build drives one GPU.
   cl = parse({"serve", "m", "--device", "cuda", "--enable-expert-parallel"});
   ASSERT_FALSE(cl.ok());
-  EXPECT_NE(cl.err().message.find("--enable-expert-parallel: the CUDA executor computes no experts"),
+  EXPECT_NE(cl.err().message.find("--enable-expert-parallel: expert parallelism spreads the experts over several GPUs"),
             std::string::npos)
       << cl.err().message;
   EXPECT_NE(cl.err().message.find("--device cpu"), std::string::npos) << cl.err().message;
