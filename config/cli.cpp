@@ -89,6 +89,10 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
   app.add_option("--tensor-parallel-size", e.tensor_parallel_size,
                  "-tp N: split the model over N tensor-parallel shards (the CPU executor runs them in one process; "
                  "the CUDA executor drives one GPU: 1 only)");
+  app.add_flag("--enable-expert-parallel", e.enable_expert_parallel,
+               "mixture-of-experts models: each of the -tp N shards holds whole routed experts, shard i the "
+               "contiguous ids [i*E/N, (i+1)*E/N) of E, instead of a slice of every expert; attention, shared experts "
+               "and dense layers stay tensor parallel (CPU executor; docs/tensor-parallel.md)");
   app.add_option("--seed", e.seed, "seed for requests that bring none");
   app.add_option("--inject-step-failures", e.inject_step_failures,
                  "TEST ONLY: comma-separated step numbers (e.g. 5 or 5,6,7) whose step the executor reports as "

@@ -33,7 +33,8 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
     return make_error(error_code::invalid_argument,
                       fmt::format("max_model_len {} exceeds the model's max_position_embeddings {}", max_len,
                                   cfg.max_position_embeddings));
-  auto plan = shard_plan::make(cfg, opts.tensor_parallel_size);
+  auto plan = shard_plan::make(cfg, opts.tensor_parallel_size,
+                               opts.expert_parallel ? moe_parallelism::expert : moe_parallelism::tensor);
   if (!plan) return plan.err();
   const size_t per_block = cpu::tensor_parallel_model::bytes_per_block(plan.value(), opts.block_size);
   if (opts.kv_cache_fp8 && cfg.mla)
@@ -96,9 +97,10 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
   int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   ex->pool_ = std::make_unique<thread_pool>(std::max(1, threads));
   ex->worker_ = std::thread([p = ex.get()] { p->worker_loop(); });
-  log::info("cpu executor: {} ({} layers, hidden {}), {} tensor-parallel shard(s), {} KV blocks of {} tokens ({} "
+  log::info("cpu executor: {} ({} layers, hidden {}), {} tensor-parallel shard(s){}, {} KV blocks of {} tokens ({} "
             "layout, {} bytes a token over all shards), {} threads",
-            cfg.architecture, cfg.num_layers, cfg.hidden_size, opts.tensor_parallel_size, num_blocks, opts.block_size,
+            cfg.architecture, cfg.num_layers, cfg.hidden_size, opts.tensor_parallel_size,
+            opts.expert_parallel ? " holding whole experts (expert parallel)" : "", num_blocks, opts.block_size,
             ex->model_->cache_layout(0).is_latent() ? "latent" : "per-head",
             per_block / static_cast<size_t>(opts.block_size), ex->pool_->num_threads());
   return ex;

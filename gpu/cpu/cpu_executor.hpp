@@ -31,6 +31,9 @@ struct cpu_executor_options {
   cpu::mla_form mla_form = cpu::mla_form::automatic;
   /// Tensor-parallel shards the model is split over (tensor_parallel_model); 1: no split.
   int32_t tensor_parallel_size = 1;
+  /// --enable-expert-parallel: the shards hold whole routed experts instead of a slice of each
+  /// (shard_plan, moe_parallelism::expert); a mixture-of-experts model only.
+  bool expert_parallel = false;
   /// --quantization fp8: a float checkpoint's linear weights are rounded to FP8 E4M3 at load, one
   /// scale per output channel (a checkpoint that is FP8 already loads as it is).
   bool quantize_weights_fp8 = false;
