@@ -12,11 +12,98 @@ int32_t shareable_blocks(const cascade_input& s, int32_t block_size) {
   return std::min(static_cast<int32_t>(s.block_table.size()), s.num_computed / block_size);
 }
 
-int32_t common_blocks(std::span<const int32_t> a, std::span<const int32_t> b) {
-  const size_t n = std::min(a.size(), b.size());
-  return static_cast<int32_t>(std::mismatch(a.begin(), a.begin() + static_cast<ptrdiff_t>(n), b.begin()).first -
-                              a.begin());
-}
+/// The prefix tree of the candidates' shareable blocks, and the best choice of groups in it.
+class prefix_tree {
+ public:
+  prefix_tree(std::vector<std::span<const int32_t>> prefix, int32_t block_size, int32_t min_blocks,
+              const cascade_costs& costs)
+      : prefix_(std::move(prefix)), block_size_(block_size), min_blocks_(min_blocks), costs_(costs) {}
+
+  /// Appends the groups chosen among `members` to `out`.
+  void choose(std::vector<int32_t> members, std::vector<cascade_group>& out) {
+    std::vector<int32_t> order = std::move(members);
+    const size_t root = build(order, 0, order.size(), 0);
+    emit(root, order, out);
+  }
+
+ private:
+  struct node {
+    size_t lo, hi;          ///< members: order[lo, hi)
+    int32_t depth;          ///< blocks they all share
+    int64_t best = 0;       ///< bytes saved by the best choice within this node
+    bool whole = false;     ///< that choice is one group of all its members
+    std::vector<size_t> children;
+  };
+
+  int32_t block_at(int32_t seq, int32_t depth) const {
+    const auto& p = prefix_[static_cast<size_t>(seq)];
+    return depth < static_cast<int32_t>(p.size()) ? p[static_cast<size_t>(depth)] : -1;   // -1: ends here
+  }
+
+  /// The node of order[lo, hi), which share `depth` blocks; returns its index.
+  size_t build(std::vector<int32_t>& order, size_t lo, size_t hi, int32_t depth) {
+    const size_t self = nodes_.size();
+    nodes_.push_back({lo, hi, depth});
+    if (hi - lo < static_cast<size_t>(cascade_min_group_size)) return self;
+    // Extend while every member has one more block and they all agree on it.
+    for (;;) {
+      const int32_t b = block_at(order[lo], depth);
+      if (b < 0) break;
+      bool same = true;
+      for (size_t i = lo + 1; i < hi && same; ++i) same = block_at(order[i], depth) == b;
+      if (!same) break;
+      ++depth;
+    }
+    nodes_[self].depth = depth;
+    int64_t children_best = 0;
+    // Split by the block at `depth`; members whose prefix ends here stay alone.
+    std::sort(order.begin() + static_cast<ptrdiff_t>(lo), order.begin() + static_cast<ptrdiff_t>(hi),
+              [&](int32_t a, int32_t b) {
+                const int32_t x = block_at(a, depth), y = block_at(b, depth);
+                return x != y ? x < y : a < b;
+              });
+    for (size_t i = lo; i < hi;) {
+      size_t j = i + 1;
+      const int32_t b = block_at(order[i], depth);
+      while (j < hi && block_at(order[j], depth) == b) ++j;
+      if (b >= 0 && j - i >= static_cast<size_t>(cascade_min_group_size)) {
+        const size_t child = build(order, i, j, depth + 1);
+        nodes_[self].children.push_back(child);
+        children_best += nodes_[child].best;
+      }
+      i = j;
+    }
+    node& n = nodes_[self];
+    n.best = children_best;
+    const int64_t size = static_cast<int64_t>(hi - lo), tokens = int64_t{depth} * block_size_;
+    if (depth >= min_blocks_ && cascade_pays(size, tokens, costs_)) {
+      const int64_t saved = per_sequence_prefix_bytes(size, tokens, costs_) - cascade_prefix_bytes(size, tokens, costs_);
+      if (saved > children_best) {
+        n.best = saved;
+        n.whole = true;
+      }
+    }
+    return self;
+  }
+
+  void emit(size_t index, const std::vector<int32_t>& order, std::vector<cascade_group>& out) const {
+    const node& n = nodes_[index];
+    if (!n.whole) {
+      for (size_t c : n.children) emit(c, order, out);
+      return;
+    }
+    cascade_group g;
+    g.num_prefix_blocks = n.depth;
+    g.seqs.assign(order.begin() + static_cast<ptrdiff_t>(n.lo), order.begin() + static_cast<ptrdiff_t>(n.hi));
+    std::sort(g.seqs.begin(), g.seqs.end());
+    out.push_back(std::move(g));
+  }
+
+  std::vector<std::span<const int32_t>> prefix_;
+  int32_t block_size_, min_blocks_;
+  cascade_costs costs_;
+  std::vector<node> nodes_;
+};
 
 }  // namespace
 
@@ -55,49 +142,7 @@ cascade_plan plan_cascade(std::span<const cascade_input> seqs, int32_t block_siz
     order.push_back(static_cast<int32_t>(i));
   }
   if (order.size() < static_cast<size_t>(cascade_min_group_size)) return plan;
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    const auto &x = prefix[static_cast<size_t>(a)], &y = prefix[static_cast<size_t>(b)];
-    if (std::lexicographical_compare(x.begin(), x.end(), y.begin(), y.end())) return true;
-    if (std::lexicographical_compare(y.begin(), y.end(), x.begin(), x.end())) return false;
-    return a < b;
-  });
-  const size_t n = order.size();
-  // lcp[i]: blocks sorted neighbours i - 1 and i share; a run's prefix is its smallest lcp.
-  std::vector<int32_t> lcp(n, 0);
-  for (size_t i = 1; i < n; ++i)
-    lcp[i] = common_blocks(prefix[static_cast<size_t>(order[i - 1])], prefix[static_cast<size_t>(order[i])]);
-  // saved[i]: the most bytes saved over the first i sorted sequences; cut[i]: where the last run
-  // of that best split starts (cut[i] == i - 1 with blocks[i] == 0: sequence i - 1 alone).
-  std::vector<int64_t> saved(n + 1, 0);
-  std::vector<size_t> cut(n + 1, 0);
-  std::vector<int32_t> blocks(n + 1, 0);
-  for (size_t i = 1; i <= n; ++i) {
-    saved[i] = saved[i - 1];
-    cut[i] = i - 1;
-    int32_t run_blocks = INT32_MAX;
-    // Runs [j, i) for j = i - 2, i - 3, ...; stop once the shared prefix is below the floor.
-    for (size_t j = i - 1; j-- > 0;) {
-      run_blocks = std::min(run_blocks, lcp[j + 1]);
-      if (run_blocks < min_blocks || run_blocks == 0) break;
-      const int64_t size = static_cast<int64_t>(i - j), tokens = int64_t{run_blocks} * block_size;
-      if (!cascade_pays(size, tokens, costs)) continue;
-      const int64_t gain = saved[j] + per_sequence_prefix_bytes(size, tokens, costs) -
-                           cascade_prefix_bytes(size, tokens, costs);
-      if (gain > saved[i]) {
-        saved[i] = gain;
-        cut[i] = j;
-        blocks[i] = run_blocks;
-      }
-    }
-  }
-  for (size_t i = n; i > 0; i = cut[i]) {
-    if (blocks[i] == 0) continue;
-    cascade_group g;
-    g.num_prefix_blocks = blocks[i];
-    for (size_t k = cut[i]; k < i; ++k) g.seqs.push_back(order[k]);
-    std::sort(g.seqs.begin(), g.seqs.end());
-    plan.groups.push_back(std::move(g));
-  }
+  prefix_tree(std::move(prefix), block_size, min_blocks, costs).choose(std::move(order), plan.groups);
   std::sort(plan.groups.begin(), plan.groups.end(),
             [](const cascade_group& a, const cascade_group& b) { return a.seqs.front() < b.seqs.front(); });
   for (size_t g = 0; g < plan.groups.size(); ++g)

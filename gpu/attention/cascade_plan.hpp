@@ -62,11 +62,12 @@ struct cascade_plan {
 
 /// Finds the groups of a step. Only decodes (one new token) are grouped; prefill chunks keep the
 /// per-sequence path (their query tiles already read each key once per tile, not per token). A
-/// prefix is whole blocks whose keys are all in the cache before the step. Sequences are sorted
-/// by their block tables (the first block, then the next, as far as they agree), so those sharing
-/// the longest prefixes are neighbours; the sorted order is cut into runs that maximise the bytes
-/// saved, each run a group where cascade_pays and the others alone. O(n log n) compares plus a
-/// pass over the runs; no sequence is in two groups.
+/// prefix is whole blocks whose keys are all in the cache before the step. The candidates form a
+/// prefix tree of their block tables, built top down: split by the first block, extend each part
+/// while its members agree, split where they part. A node is a set of sequences sharing its
+/// depth's blocks; bottom up, each node takes the better of one group over its prefix (where
+/// cascade_pays) and the best of its children, by bytes saved. O(n x shared blocks) for the tree,
+/// O(nodes) for the choice; no sequence is in two groups.
 cascade_plan plan_cascade(std::span<const cascade_input> seqs, int32_t block_size, const cascade_costs& costs);
 
 }  // namespace actorserve::gpu

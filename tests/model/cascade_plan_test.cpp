@@ -65,14 +65,22 @@ struct step {
 using members = std::vector<int32_t>;
 
 TEST(cascade_plan, decodes_behind_one_system_prompt_form_one_group) {
-  step s;
-  for (int32_t i = 0; i < 8; ++i) s.decode(cat(ids(0, 40), ids(100 + 10 * i, 3)));
-  const cascade_plan p = s.plan();
-  ASSERT_EQ(p.groups.size(), 1u);
-  EXPECT_EQ(p.groups[0].num_prefix_blocks, 40);
-  EXPECT_EQ(p.groups[0].seqs, (members{0, 1, 2, 3, 4, 5, 6, 7}));
-  EXPECT_EQ(p.num_grouped(), 8);
-  for (int32_t g : p.group_of) EXPECT_EQ(g, 0);
+  // 8 streams behind 40 blocks with 3 of their own; 1024 behind 4096 tokens with 40 of their own.
+  struct shape {
+    int32_t streams, shared, own;
+  };
+  for (const shape& c : {shape{8, 40, 3}, shape{1024, 256, 40}}) {
+    step s;
+    for (int32_t i = 0; i < c.streams; ++i) s.decode(cat(ids(0, c.shared), ids(100000 + c.own * i, c.own)));
+    const cascade_plan p = s.plan();
+    ASSERT_EQ(p.groups.size(), 1u) << c.streams;
+    EXPECT_EQ(p.groups[0].num_prefix_blocks, c.shared);
+    members all(static_cast<size_t>(c.streams));
+    std::iota(all.begin(), all.end(), 0);
+    EXPECT_EQ(p.groups[0].seqs, all);
+    EXPECT_EQ(p.num_grouped(), c.streams);
+    for (int32_t g : p.group_of) EXPECT_EQ(g, 0);
+  }
 }
 
 TEST(cascade_plan, the_prefix_is_the_longest_one_the_whole_group_shares) {
@@ -105,8 +113,7 @@ TEST(cascade_plan, partial_overlaps_split_where_longer_private_prefixes_save_mor
 
 TEST(cascade_plan, partial_overlaps_join_where_the_common_part_saves_more) {
   // Five sequences share 17 blocks; two of them share 30. One group of five over 17 blocks saves
-  // 4 x 17 = 68 block reads, the pair over 30 plus the other three over 17 save 30 + 2 x 17 = 64:
-  // the five stay together.
+  // 4 x 17 = 68 block reads, the pair over 30 alone 30: the five stay together.
   step s;
   s.decode(cat(ids(0, 30), {200}));
   s.decode(cat(ids(0, 30), {201}));
