@@ -157,7 +157,8 @@ void cpu_model::attention_layer(thread_pool& pool, paged_kv_cache& cache, int64_
           const float* kj = cache.k(layer, seq.block_table[j / bs], kv_head) + (j % bs) * hd;
           scores[j - lo] = dot(q, kj, static_cast<size_t>(hd)) * scale;
         }
-        const softmax_stats suffix{*std::max_element(scores.begin(), scores.end()), 0.0f};
+        // A grouped decode's suffix keeps its largest score for the merge.
+        const float suffix_max = item.prefix_blocks > 0 ? *std::max_element(scores.begin(), scores.end()) : 0.0f;
         const float inv_sum = exp_shifted(scores.data(), scores.size(), scores.data());
         float* out = &attn_[(t * nh + item.head) * hd];
         std::fill(out, out + hd, 0.0f);
@@ -168,7 +169,7 @@ void cpu_model::attention_layer(thread_pool& pool, paged_kv_cache& cache, int64_
         if (item.prefix_blocks == 0) continue;
         // Cascade: merge the group's prefix partial with this suffix by their log-sum-exp.
         const size_t row = static_cast<size_t>(cascade_slot_[static_cast<size_t>(item.seq)] * nh + item.head);
-        softmax_stats merged{suffix.m, 1.0f / inv_sum};
+        softmax_stats merged{suffix_max, 1.0f / inv_sum};
         merge_partial(out, merged, &prefix_out_[row * static_cast<size_t>(hd)], prefix_stats_[row],
                       static_cast<size_t>(hd));
       }
