@@ -16,11 +16,11 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <random>
 
 #include "bench/common/bench_cli.hpp"
 #include "bench/common/engine_runner.hpp"
+#include "bench/common/shared_prefix.hpp"
 #include "actors/engine.hpp"
 #include "bench/common/stats.hpp"
 #include "config/model_config.hpp"
@@ -38,16 +38,9 @@ struct options {
   bool verify = false, one_by_one = false;
 };
 
-/// The shared prefix of every prompt (--random-prefix-len), from a generator of its own so that
-/// the prompts' own tokens do not depend on it.
-std::vector<int32_t> shared_prefix(const options& o, int64_t vocab) {
-  std::mt19937_64 rng(static_cast<uint64_t>(o.seed) ^ 0x9e3779b97f4a7c15ull);
-  return bench::random_token_ids(rng, static_cast<int32_t>(o.prefix_len), vocab);
-}
-
 std::vector<actors::generation_request> make_requests(const options& o, int64_t vocab) {
   std::mt19937_64 rng(static_cast<uint64_t>(o.seed));
-  const std::vector<int32_t> prefix = shared_prefix(o, vocab);
+  const std::vector<int32_t> prefix = bench::shared_prefix_ids(o.seed, o.prefix_len, vocab);
   std::vector<actors::generation_request> reqs;
   for (int64_t i = 0; i < o.num_prompts; ++i) {
     actors::generation_request r;
@@ -72,17 +65,6 @@ std::vector<actors::generation_request> make_requests(const options& o, int64_t 
 /// limits").
 constexpr int64_t kOfflineMaxNumSeqs = 512, kOfflineMaxNumBatchedTokens = 65536;
 
-/// --preset shared-system-prompt (issue #37): a chat backend's streams behind one system prompt.
-constexpr int64_t kSharedPromptStreams = 256, kSharedPromptPrefixLen = 4096, kSharedPromptTurnLen = 128,
-                  kSharedPromptAnswerLen = 512;
-
-bool has_flag(int argc, char** argv, const char* flag) {
-  const size_t n = std::strlen(flag);
-  for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], flag, n) == 0 && (argv[i][n] == 0 || argv[i][n] == '=')) return true;
-  return false;
-}
-
 /// Runs the requests on a fresh engine; prints the vLLM throughput line and engine counters.
 result<bench::run_report> run_once(const engine_config& cfg, const options& o, int64_t vocab, const char* label) {
   double start_s = 0;
@@ -91,7 +73,7 @@ result<bench::run_report> run_once(const engine_config& cfg, const options& o, i
   if (o.prefix_len > 0) {   // the system prompt, cached before the clock starts
     actors::generation_request warm;
     warm.request_id = "bench-prefix";
-    warm.prompt_ids = shared_prefix(o, vocab);
+    warm.prompt_ids = bench::shared_prefix_ids(o.seed, o.prefix_len, vocab);
     warm.params.max_tokens = 1;
     warm.params.ignore_eos = true;
     std::vector<actors::generation_request> one;
@@ -188,17 +170,15 @@ int main(int argc, char** argv) {
   if (!cl) return fmt::print(stderr, "error: {}\n", cl.err().message), 2;
   if (cl->exit_now) return fmt::print("{}", cl->output), 0;
   engine_config& cfg = cl->engine;
-  if (!o.preset.empty()) {
-    if (o.preset != "shared-system-prompt")
-      return fmt::print(stderr, "error: --preset {}: the presets are shared-system-prompt\n", o.preset), 2;
-    // Explicit flags win over the preset's values.
-    if (!has_flag(argc, argv, "--num-prompts")) o.num_prompts = kSharedPromptStreams;
-    if (!has_flag(argc, argv, "--random-prefix-len")) o.prefix_len = kSharedPromptPrefixLen;
-    if (!has_flag(argc, argv, "--input-len")) o.input_len = kSharedPromptTurnLen;
-    if (!has_flag(argc, argv, "--output-len")) o.output_len = kSharedPromptAnswerLen;
-  }
-  if (!has_flag(argc, argv, "--max-num-seqs")) cfg.scheduler.max_num_seqs = kOfflineMaxNumSeqs;
-  if (!has_flag(argc, argv, "--max-num-batched-tokens"))
+  bench::workload_lengths w{o.num_prompts, o.prefix_len, o.input_len, o.output_len};
+  if (auto st = bench::apply_preset(o.preset, argc, argv, w); !st)
+    return fmt::print(stderr, "error: {}\n", st.err().message), 2;
+  o.num_prompts = w.num_prompts;
+  o.prefix_len = w.prefix_len;
+  o.input_len = w.input_len;
+  o.output_len = w.output_len;
+  if (!bench::has_flag(argc, argv, "--max-num-seqs")) cfg.scheduler.max_num_seqs = kOfflineMaxNumSeqs;
+  if (!bench::has_flag(argc, argv, "--max-num-batched-tokens"))
     cfg.scheduler.max_num_batched_tokens = kOfflineMaxNumBatchedTokens;
   if (auto st = validate(cfg); !st) return fmt::print(stderr, "error: {}\n", st.err().message), 2;
   if (o.input_len < 1 || o.output_len < 1 || o.num_prompts < 1 || o.prefix_len < 0)
