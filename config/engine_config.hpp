@@ -72,6 +72,9 @@ struct executor_options {
   /// the table to stderr when it stops.
   bool profile_steps = false;
   int64_t cpu_threads = 0;                  ///< --cpu-threads (0: all cores)
+  /// !--disable-cascade-attn: decodes sharing prefix blocks attend to the prefix in one pass per
+  /// group where the planner finds it reads fewer bytes (docs/attention.md, "Cascade attention").
+  bool cascade_attention = true;
   /// --tensor-parallel-size / -tp: shards the model is split over (the CPU executor runs them in
   /// one process; the CUDA executor drives one GPU and takes only 1).
   int64_t tensor_parallel_size = 1;

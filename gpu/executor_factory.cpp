@@ -28,6 +28,7 @@ cpu_executor_options cpu_options_from(const engine_config& cfg) {
   o.expert_parallel = cfg.executor.enable_expert_parallel;
   o.quantize_weights_fp8 = cfg.model.quantization == quantization_choice::fp8;
   o.kv_cache_fp8 = cfg.cache.cache_dtype == kv_cache_dtype::fp8;
+  o.cascade_attention = cfg.executor.cascade_attention;
   return o;
 }
 

@@ -13,6 +13,7 @@
 #include "bench/common/length_dist.hpp"
 #include "bench/common/random_model.hpp"
 #include "bench/common/serving_client.hpp"
+#include "bench/common/shared_prefix.hpp"
 #include "bench/common/stats.hpp"
 #include "config/model_config.hpp"
 #include "gpu/cpu/cpu_executor.hpp"
@@ -308,6 +309,25 @@ TEST(LengthDist, UniformAndFixed) {
   }
   EXPECT_FALSE(parse_length_kind("zipf").ok());
   EXPECT_EQ(parse_length_kind("random").value(), length_kind::uniform);
+}
+
+TEST(SharedPrefix, ThePresetFillsWhatTheFlagsLeaveAndThePrefixDependsOnItsSeedOnly) {
+  const char* argv[] = {"bench", "--preset", "shared-system-prompt", "--output-len=64"};
+  workload_lengths w{1000, 0, 1024, 64};
+  ASSERT_TRUE(apply_preset("shared-system-prompt", 4, argv, w).ok());
+  EXPECT_EQ(w.num_prompts, 256);
+  EXPECT_EQ(w.prefix_len, 4096);
+  EXPECT_EQ(w.input_len, 128);
+  EXPECT_EQ(w.output_len, 64) << "--output-len given: the preset leaves it";
+  EXPECT_FALSE(apply_preset("long-chat", 4, argv, w).ok());
+  workload_lengths none{10, 0, 20, 30};
+  ASSERT_TRUE(apply_preset("", 4, argv, none).ok());
+  EXPECT_EQ(none.num_prompts, 10);
+  const auto a = shared_prefix_ids(7, 4096, 1000);
+  EXPECT_EQ(a.size(), 4096u);
+  EXPECT_EQ(a, shared_prefix_ids(7, 4096, 1000));
+  EXPECT_NE(a, shared_prefix_ids(8, 4096, 1000));
+  for (int32_t id : a) ASSERT_LT(id, 1000);
 }
 
 }  // namespace

@@ -44,7 +44,9 @@ class tensor_parallel_model {
 
   /// Computes the new tokens of every sequence, writing their K/V into each shard's cache;
   /// appends to `logits` one row of vocab_size floats per sequence with want_logits, in batch order.
-  void forward(thread_pool& pool, std::span<const forward_seq> seqs, std::vector<float>& logits);
+  /// `cascade`: the step's groups of decodes sharing prefix blocks (cpu_model::begin_step).
+  void forward(thread_pool& pool, std::span<const forward_seq> seqs, const cascade_plan& cascade,
+               std::vector<float>& logits);
   /// --kv-cache-dtype fp8: every shard stores K/V rounded to E4M3 with these per-layer scales.
   void set_fp8_kv_scales(const std::vector<float>& k_scales, const std::vector<float>& v_scales);
   /// Copies block `src` to `dst` in every shard's cache.

@@ -37,6 +37,15 @@ TEST(Cli, ProfileStepsIsAnEngineFlag) {
   EXPECT_TRUE(profiled->engine.executor.profile_steps);
 }
 
+TEST(Cli, CascadeAttentionIsOnUnlessDisabledByVllmsFlag) {
+  auto plain = parse({"serve", "--model", "m"});
+  ASSERT_TRUE(plain.ok()) << plain.err().message;
+  EXPECT_TRUE(plain->engine.executor.cascade_attention);
+  auto off = parse({"generate", "--model", "m", "--prompt", "hi", "--disable-cascade-attn"});
+  ASSERT_TRUE(off.ok()) << off.err().message;
+  EXPECT_FALSE(off->engine.executor.cascade_attention);
+}
+
 TEST(Cli, KvLayoutAndBlockSizeDefaultByExecutor) {
   // No flag: the CUDA executor takes flash-decoding with 64-token blocks, the CPU executor 16.
   auto cl = parse({"serve", "--model", "m"});
