@@ -1,5 +1,7 @@
 // The executor actor: hands steps to a gpu::executor (asynchronous) and turns each completion,
-// reported on the executor's own thread, into a step_done message. It never waits on a step.
+// reported on the executor's own thread, into a step_done message. It never waits on a step's
+// completion; a CUDA step with grammar masks planned ahead holds its submit until the scheduler
+// fills them from the previous step's result (or abandons them), which arrives independently.
 // Under supervision it also replaces its executor on `restart` (it runs detached, on its own
 // thread, because loading a model blocks).
 #include <fmt/format.h>

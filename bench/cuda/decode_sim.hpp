@@ -239,7 +239,7 @@ class decode_sim {
     const int r = rows_;
     if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta, nullptr, norm_w_, eps, row_ids_, r, kHidden, x_, s_);
     if (on(op_lm_head)) (void)gemm_.run(dt, x_, r, kHidden, lm_head_, kVocab, logits_);
-    if (on(op_sample)) cuda::sample_tokens(logits_, r, kVocab, sample_seqs_, penalties_, masks_, out_, s_);
+    if (on(op_sample)) cuda::sample_tokens(logits_, r, kVocab, sample_seqs_, penalties_, masks_, nullptr, out_, s_);
   }
 
  private:
@@ -268,7 +268,7 @@ class decode_sim {
     }
     if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta, nullptr, norm_w_, eps, nullptr, 1, kHidden, x_, s_);
     if (on(op_lm_head)) (void)gemm_.run(dt, x_, 1, kHidden, lm_head_, kVocab, logits_);
-    if (on(op_sample)) cuda::sample_tokens(logits_, 1, kVocab, sample_seqs_, penalties_, masks_, out_, s_);
+    if (on(op_sample)) cuda::sample_tokens(logits_, 1, kVocab, sample_seqs_, penalties_, masks_, nullptr, out_, s_);
   }
 
   template <class T>

@@ -118,12 +118,14 @@ status cuda_executor::allocate_buffers() {
       {T * c.hidden_size * 4, reinterpret_cast<void**>(&delta_)},
       {T * 2 * c.intermediate_size * 4, reinterpret_cast<void**>(&gate_up_)},
       {size_t(max_rows_) * c.vocab_size * 4, reinterpret_cast<void**>(&logits_)},
-      {size_t(max_partials_) * attn_tile_rows * c.head_dim * 4, reinterpret_cast<void**>(&partial_acc_)},
-      {size_t(max_partials_) * attn_tile_rows * 2 * 4, reinterpret_cast<void**>(&partial_ml_)},
+      {size_t(max_partials_) * attn_tile_rows * c.head_dim * 4, reinterpret_cast<void**>(&partial_o_)},
+      {size_t(max_partials_) * attn_tile_rows * 2 * 4, reinterpret_cast<void**>(&partial_lse_)},
       {rows * c.hidden_size * es, &x_},
       {T * c.num_heads * c.head_dim * es, &attn_},
       {T * c.intermediate_size * es, &act_},
       {size_t(max_rows_) * sizeof(sample_out), reinterpret_cast<void**>(&out_)},
+      {size_t(max_rows_) * size_t(grammar_mask_words(info_.vocab_size)) * 4,
+       reinterpret_cast<void**>(&grammar_masks_)},
       {size_t(max_rows_) * c.hidden_size * 4, reinterpret_cast<void**>(&rows_residual_)},
       {size_t(max_rows_) * c.num_heads * c.head_dim * 4, reinterpret_cast<void**>(&rows_q_)},
   };
@@ -142,6 +144,11 @@ status cuda_executor::allocate_buffers() {
         qkv16_ = p;
       }
     }
+  }
+  if (c.moe) {
+    const moe_ffn::alloc_fn moe_alloc = [&](size_t bytes, void** out) { return alloc(bytes, out); };
+    if (auto st = moe_.init(*c.moe, static_cast<int>(c.hidden_size), dt_, static_cast<int>(rows), moe_alloc); !st)
+      return st;
   }
   if (opts_.keep_logits) {
     if (auto st = alloc(size_t(max_rows_) * c.vocab_size * 4, &p); !st) return st;
@@ -179,6 +186,8 @@ status cuda_executor::allocate_buffers() {
     if (auto st = ensure_meta_capacity(s, meta_capacity_); !st) return st;
     AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&s.out), size_t(max_rows_) * sizeof(sample_out),
                               cudaHostAllocDefault));
+    AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&s.grammar),
+                              size_t(max_rows_) * size_t(grammar_mask_words(info_.vocab_size)) * 4, cudaHostAllocDefault));
     if (opts_.keep_logits)
       AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&s.logits), size_t(max_rows_) * c.vocab_size * 4,
                                 cudaHostAllocDefault));
@@ -300,6 +309,7 @@ cuda_executor::~cuda_executor() {
   for (host_slot& s : slots_) {
     if (s.meta) cudaFreeHost(s.meta);
     if (s.out) cudaFreeHost(s.out);
+    if (s.grammar) cudaFreeHost(s.grammar);
     if (s.logits) cudaFreeHost(s.logits);
     if (s.start) cudaEventDestroy(s.start);
     if (s.end) cudaEventDestroy(s.end);

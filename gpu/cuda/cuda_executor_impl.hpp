@@ -42,6 +42,7 @@ struct host_slot {
   size_t meta_capacity = 0;
   sample_out* out = nullptr;     ///< pinned sampler output
   float* logits = nullptr;       ///< pinned copy of the logits (keep_logits only)
+  uint32_t* grammar = nullptr;   ///< pinned grammar mask rows ([max rows, mask words])
   cudaEvent_t start = nullptr, end = nullptr;
   bool busy = false;
 };
@@ -75,6 +76,9 @@ struct launch_shape {
   attention_grids last_attn;
   int block_copies = 0;
   size_t pairs_offset = 0;
+  /// The sampler ends the forward pass; false when the step has grammar masks, which are copied
+  /// in and sampled after it (enqueue_grammar_sampling) so that the pass never waits for them.
+  bool sampler = true;
 };
 
 class cuda_executor final : public executor, public cuda_executor_probe {
@@ -86,6 +90,7 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   const executor_info& info() const override { return info_; }
   void submit(step_batch batch, done_fn done) override;
   std::vector<std::vector<float>> last_logits() const override;
+  bool supports_token_masks() const override { return true; }
   int64_t graph_replays() const override { return graph_replays_.load(); }
   int64_t sampled_only_steps() const override { return sampled_only_steps_.load(); }
 
@@ -103,6 +108,10 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   step_limits limits(int64_t num_blocks) const;
   status enqueue_forward(const launch_shape& shape);
   status launch_decode_graph(int bucket, const launch_shape& shape);
+  /// After the forward pass of a step with grammar masks: waits on this thread for each mask to
+  /// be filled or abandoned (an abandoned one allows every token: its token is dropped), stages
+  /// them into `slot`, and enqueues their copy and the sampler.
+  status enqueue_grammar_sampling(const staged_step& st, host_slot& slot, int rows);
   void finish(pending_step& p);
   void worker_loop();
 
@@ -119,9 +128,10 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   // Device buffers.
   std::vector<void*> buffers_;
   float *residual_ = nullptr, *qkv_ = nullptr, *delta_ = nullptr, *gate_up_ = nullptr, *logits_ = nullptr;
-  float *partial_acc_ = nullptr, *partial_ml_ = nullptr, *kept_logits_ = nullptr;
+  float *partial_o_ = nullptr, *partial_lse_ = nullptr, *kept_logits_ = nullptr;
   void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
   void* q16_ = nullptr;              ///< rope's 16-bit scaled q, when the prefill kernel reads it
+  moe_ffn moe_;                      ///< the sparse layers' FFN and its buffers (MoE models)
   /// The sampled rows' residual and fp32 q in the last layer of a prefill-carrying step
   /// ([max_rows, hidden] and [max_rows, H * D]); unused with cuda_tuning::last_layer_all_rows.
   float *rows_residual_ = nullptr, *rows_q_ = nullptr;
@@ -129,6 +139,7 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   /// opt-in: cuda_tuning::qkv_16bit); gate_up_'s memory where it is large enough.
   void* qkv16_ = nullptr;
   sample_out* out_ = nullptr;
+  uint32_t* grammar_masks_ = nullptr;  ///< the grammar mask rows of a step ([max rows, mask words])
   char* meta_ = nullptr;             ///< device copy of the staged metadata
   size_t meta_capacity_ = 0;
   meta_layout layout_;
@@ -159,7 +170,8 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   // step it fills, reused (no per-step allocations); guarded by submit_mu_.
   std::unique_ptr<step_builder> builder_;
   staged_step staged_;
-  // CUDA graphs per decode bucket.
+  // CUDA graphs per decode bucket: with the sampler (key 2 * bucket) and without it, for steps
+  // with grammar masks (2 * bucket + 1).
   std::map<int, cudaGraphExec_t> graphs_;
   std::atomic<int64_t> graph_replays_{0};
   std::atomic<int64_t> sampled_only_steps_{0};

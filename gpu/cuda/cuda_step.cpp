@@ -1,6 +1,7 @@
 // One step of the CUDA executor: the step staged by step_builder copied into pinned memory and
-// to the device, the forward pass (eager, or a CUDA graph per decode bucket), output copies and
-// the completion callback.
+// to the device, the forward pass (eager, or a CUDA graph per decode bucket), the grammar masks
+// (waited for after the forward pass is enqueued) and the sampler, output copies and the
+// completion callback.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -13,6 +14,7 @@
 #include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/cuda/step/step_inputs.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
+#include "gpu/cuda/ops/qk_norm.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
 #include "gpu/cuda/sampling/sampler.hpp"
 
@@ -166,6 +168,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   AS_CUDA_TRY(resolve_previous_tokens(at<int32_t>(meta_, layout_.ids), out_, at<int32_t>(meta_, layout_.previous),
                                       static_cast<int>(st.previous.size() / 2), stream_));
   launch_shape shape;
+  shape.sampler = st.grammar.empty();
   shape.tokens = rows_tok;
   shape.sample_rows = static_cast<int>(st.sample_rows.size());
   shape.sampled_only = sampled_only;
@@ -177,9 +180,11 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   } else {
     shape.attn = attention_->grids(st.plan);
     if (auto st = enqueue_forward(shape); !st) return st;
-    profile_.mark(step_op::outputs, stream_);
     if (sampled_only) sampled_only_steps_.fetch_add(1);
   }
+  if (!shape.sampler && shape.sample_rows > 0)
+    if (auto s = enqueue_grammar_sampling(st, slot, shape.sample_rows); !s) return s;
+  profile_.mark(step_op::outputs, stream_);
   if (shape.sample_rows > 0) {
     AS_CUDA_TRY(cudaMemcpyAsync(slot.out, out_, size_t(shape.sample_rows) * sizeof(sample_out),
                                 cudaMemcpyDeviceToHost, stream_));
@@ -221,8 +226,8 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   aa.q_stride = qkv_width_;
   aa.block_tables = at<int32_t>(meta_, layout_.block_tables);
   use_plan(aa, meta_, step_work(layout_), shape.attn);
-  aa.partial_o = partial_acc_;
-  aa.partial_lse = partial_ml_;
+  aa.partial_o = partial_o_;
+  aa.partial_lse = partial_lse_;
   aa.out = attn_;
   aa.num_heads = H;
   aa.num_kv_heads = KVH;
@@ -239,17 +244,23 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   ra.num_kv_heads = KVH;
   ra.head_dim = D;
   const cuda_tuning& tuning = opts_.tuning;
-  // One token: the qkv and gate/up projections fuse the element-wise kernel after them.
+  // One token: the qkv and gate/up projections fuse the element-wise kernel after them. Qwen3's
+  // q/k norm sits between the QKV projection and rope, so its qkv takes the unfused path: the
+  // projection into fp32 qkv_, qk_rmsnorm in place (with the bias), then rope_kv_write.
   const bool fused = n == 1 && tuning.fused_decode && hidden % 8 == 0;
+  const bool qk_norm = c.qk_norm;
+  const bool fused_qkv = fused && !qk_norm;
+  qk_norm_args na{.qkv = qkv_, .eps = eps, .n = n, .num_heads = H, .num_kv_heads = KVH, .head_dim = D};
   // Prefill tiles copy rope's 16-bit queries in; then rope writes the fp32 q of decode tokens
-  // only, and reads the QKV GEMM's output rounded to the activation dtype (half the bytes).
+  // only, and reads the QKV GEMM's output rounded to the activation dtype (half the bytes; not
+  // with q/k norm, which normalises the fp32 qkv in place).
   bool qkv16 = false;
-  if (q16_ && !fused && shape.attn.prefill > 0) {
+  if (q16_ && !fused_qkv && shape.attn.prefill > 0) {
     ra.q16 = q16_;
     ra.q16_scale = prefill_q_scale(aa.scale);
     aa.q16 = q16_;
     if (tuning.q32_decode_only) ra.q32 = at<int32_t>(meta_, layout_.q32);
-    qkv16 = qkv16_ != nullptr && !gemm_.uses_gemv(n);
+    qkv16 = qkv16_ != nullptr && !gemm_.uses_gemv(n) && !qk_norm;
     if (qkv16) ra.qkv16 = qkv16_;
   }
   const int rows_gate_up = gemm_.gemv_rows_for(2 * inter);
@@ -272,7 +283,10 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     const device_layer& w = m.layers[l];
     char* k_cache = static_cast<char*>(kv_pool_) + (2 * l) * cache_stride_;
     char* v_cache = k_cache + cache_stride_;
-    ra.bias = w.qkv_bias;
+    ra.bias = qk_norm ? nullptr : w.qkv_bias;  // qk_rmsnorm adds it before the norm
+    na.bias = w.qkv_bias;
+    na.q_weight = w.q_norm;
+    na.k_weight = w.k_norm;
     ra.k_cache = k_cache;
     ra.v_cache = v_cache;
     aa.k_cache = k_cache;
@@ -281,7 +295,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     mark(step_op::norm);
     AS_CUDA_TRY(add_rmsnorm(dt_, residual_, l == 0 ? nullptr : delta, nullptr, w.input_norm, eps, nullptr, n, hidden,
                             x_, stream_));
-    if (fused) {
+    if (fused_qkv) {
       mark(step_op::qkv);
       AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv, ra, stream_, tuning.bulk));
     } else {
@@ -292,6 +306,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
         return st;
       }
       mark(step_op::rope);
+      if (qk_norm) AS_CUDA_TRY(qk_rmsnorm(na, stream_));
       AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
     }
     const bool last = l + 1 == m.layers.size();
@@ -317,6 +332,13 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       if (auto st = gemm_.run(dt_, attn_, rows_on, H * D, w.o, hidden, delta_); !st) return st;
       mark(step_op::norm);
       AS_CUDA_TRY(add_rmsnorm(dt_, residual, delta_, w.o_bias, w.post_norm, eps, nullptr, rows_on, hidden, x_, stream_));
+    }
+    if (w.experts.router) {  // a sparse layer: the experts' weighted sum goes where down's output would
+      mark(step_op::gate_up);
+      if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, add_in_gemm ? residual : delta_, add_in_gemm, stream_);
+          !st)
+        return st;
+      continue;
     }
     if (fused) {
       mark(step_op::gate_up);
@@ -350,15 +372,45 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   if (opts_.keep_logits)
     AS_CUDA_TRY(cudaMemcpyAsync(kept_logits_, logits_, size_t(rows) * V * sizeof(float), cudaMemcpyDeviceToDevice,
                                 stream_));
+  if (!shape.sampler) return {};
   mark(step_op::sample);
   AS_CUDA_TRY(sample_tokens(logits_, rows, V, at<sample_seq>(meta_, layout_.sample_seqs),
-                            at<penalty_token>(meta_, layout_.penalties), at<int32_t>(meta_, layout_.masks), out_,
-                            stream_));
+                            at<penalty_token>(meta_, layout_.penalties), at<int32_t>(meta_, layout_.masks),
+                            grammar_masks_, out_, stream_));
+  return {};
+}
+
+status cuda_executor::enqueue_grammar_sampling(const staged_step& st, host_slot& slot, int rows) {
+  const int V = info_.vocab_size;
+  const size_t W = size_t(grammar_mask_words(V));
+  // The forward pass runs meanwhile (the query hands the enqueued work to the device now; its
+  // "not ready" is no error); a mask planned ahead is filled when the step before this one
+  // completes, by the engine that reads its result.
+  if (cudaStreamQuery(stream_) == cudaErrorNotReady) (void)cudaGetLastError();
+  for (size_t k = 0; k < st.grammar.size(); ++k) {
+    uint32_t* dst = slot.grammar + k * W;
+    const std::vector<uint32_t>* words = st.grammar[k]->wait();
+    if (!words) {  // abandoned: the sampling goes on unconstrained
+      std::fill(dst, dst + W, ~0u);
+      continue;
+    }
+    // Words past the grammar's vocabulary (a padded embedding) allow nothing, as on the CPU.
+    const size_t n = std::min(words->size(), W);
+    std::copy(words->begin(), words->begin() + n, dst);
+    std::fill(dst + n, dst + W, 0u);
+  }
+  profile_.mark(step_op::sample, stream_);
+  AS_CUDA_TRY(cudaMemcpyAsync(grammar_masks_, slot.grammar, st.grammar.size() * W * sizeof(uint32_t),
+                              cudaMemcpyHostToDevice, stream_));
+  AS_CUDA_TRY(sample_tokens(logits_, rows, V, at<sample_seq>(meta_, layout_.sample_seqs),
+                            at<penalty_token>(meta_, layout_.penalties), at<int32_t>(meta_, layout_.masks),
+                            grammar_masks_, out_, stream_));
   return {};
 }
 
 status cuda_executor::launch_decode_graph(int bucket, const launch_shape& shape) {
-  auto it = graphs_.find(bucket);
+  const int key = 2 * bucket + (shape.sampler ? 0 : 1);
+  auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     AS_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     const status st = enqueue_forward(shape);
@@ -373,8 +425,8 @@ status cuda_executor::launch_decode_graph(int bucket, const launch_shape& shape)
     const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     AS_CUDA_TRY(inst);
-    it = graphs_.emplace(bucket, exec).first;
-    log::debug("captured a CUDA graph for decode batch {}", bucket);
+    it = graphs_.emplace(key, exec).first;
+    log::debug("captured a CUDA graph for decode batch {}{}", bucket, shape.sampler ? "" : " without the sampler");
   }
   AS_CUDA_TRY(cudaGraphLaunch(it->second, stream_));
   graph_replays_.fetch_add(1);

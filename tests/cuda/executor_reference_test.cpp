@@ -76,7 +76,9 @@ TEST_P(CudaExecutorReference, LogitsAndGreedyTokensMatchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaExecutorReference,
-                         ::testing::Values("llama-tiny", "llama-hd128-bf16", "qwen2-tiny", "mistral-tiny"),
+                         ::testing::Values("llama-tiny", "llama-hd128-bf16", "qwen2-tiny", "mistral-tiny", "qwen3-tiny",
+                                           "qwen3-hd128-bf16", "mixtral-tiny", "mixtral-bf16", "qwen3-moe-tiny",
+                                           "qwen3-moe-bf16"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

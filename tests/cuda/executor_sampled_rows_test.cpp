@@ -120,11 +120,13 @@ TEST_P(CudaSampledRows, LastLayerOnSampledRowsMatchesAllRows) {
   EXPECT_EQ(steps(*sampled) - sampled_before, 3);
 }
 
-// Both tensor-core backends, and the generic kernel (qwen2-tiny: head dim 32).
+// Both tensor-core backends, the generic kernel (qwen2-tiny: head dim 32), and experts in the
+// last layer (mixtral-bf16: every layer sparse).
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaSampledRows,
                          ::testing::Values(sampled_rows_param{"llama-hd128-bf16", kv_cache_layout::vllm, 16},
                                            sampled_rows_param{"llama-hd128-bf16", kv_cache_layout::flash_decoding, 64},
-                                           sampled_rows_param{"qwen2-tiny", kv_cache_layout::vllm, 16}),
+                                           sampled_rows_param{"qwen2-tiny", kv_cache_layout::vllm, 16},
+                                           sampled_rows_param{"mixtral-bf16", kv_cache_layout::vllm, 16}),
                          [](const auto& info) {
                            const sampled_rows_param& p = info.param;
                            std::string n = fmt::format("{}_{}_{}", p.model, to_string(p.layout), p.block_size);

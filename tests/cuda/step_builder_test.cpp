@@ -141,6 +141,32 @@ TEST_F(StepBuilder, PenaltiesAndSuppressedEosStageTheirRanges) {
   EXPECT_EQ(s.sample_seqs[1].mask_count, 0);
 }
 
+TEST_F(StepBuilder, GrammarMasksGetRowsOfTheirOwnAndStayPending) {
+  gpu::step_batch b;
+  for (uint64_t i = 0; i < 4; ++i) b.seqs.push_back(greedy(i, 10, {int32_t(100 + i)}, {int32_t(i)}, i != 2));
+  auto pending = std::make_shared<gpu::token_mask>();  // filled only after the step is staged
+  b.seqs[1].allowed_tokens = pending;
+  b.seqs[2].allowed_tokens = std::make_shared<gpu::token_mask>();  // not sampled: no row
+  b.seqs[3].allowed_tokens = std::make_shared<gpu::token_mask>();
+  ASSERT_TRUE(builder_->build(b, {}, staged_).ok());
+  const staged_step& s = staged_;
+  ASSERT_EQ(s.grammar.size(), 2u);
+  EXPECT_EQ(s.grammar[0], pending);
+  EXPECT_EQ(s.grammar[1], b.seqs[3].allowed_tokens);
+  EXPECT_FALSE(pending->ready());
+  EXPECT_EQ(s.sample_seqs[0].grammar_row, -1);
+  EXPECT_EQ(s.sample_seqs[1].grammar_row, 0);
+  EXPECT_EQ(s.sample_seqs[2].grammar_row, -1);
+  EXPECT_EQ(s.sample_seqs[3].grammar_row, 1);
+  // A step without grammars has no rows to wait for (its sampler stays in the forward pass).
+  for (auto& q : b.seqs) q.allowed_tokens.reset();
+  ASSERT_TRUE(builder_->build(b, {}, staged_).ok());
+  EXPECT_TRUE(staged_.grammar.empty());
+  EXPECT_EQ(cuda::grammar_mask_words(1000), 32);
+  EXPECT_EQ(cuda::grammar_mask_words(1024), 32);
+  EXPECT_EQ(cuda::grammar_mask_words(128256), 4008);
+}
+
 TEST_F(StepBuilder, ADecodeBatchPadsToItsGraphBucket) {
   gpu::step_batch b;
   for (uint64_t i = 0; i < 3; ++i) b.seqs.push_back(greedy(i, 10, {int32_t(100 + i)}, {int32_t(i)}, i != 1));

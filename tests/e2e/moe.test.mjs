@@ -1,7 +1,8 @@
 // End-to-end: a mixture-of-experts model (qwen3-moe-tiny: Qwen3-MoE, 8 experts top 2, q/k norm)
-// behind the official OpenAI client. On the CPU executor the completion of a reference prompt
-// is transformers' greedy continuation and chat streams what it returns whole; the CUDA
-// executor (ACTORSERVE_E2E_DEVICE=cuda) refuses the model at start, naming --device cpu.
+// behind the official OpenAI client, on the CPU executor or (ACTORSERVE_E2E_DEVICE=cuda) the
+// CUDA one. On the CPU executor the completion of a reference prompt is transformers' greedy
+// continuation (fp32); on either, a completion runs its max_tokens and chat streams what it
+// returns whole.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -18,7 +19,6 @@ let server;
 let client;
 
 before(async () => {
-  if (device !== 'cpu') return;
   server = await startServer([], { modelDir, servedName: model });
   client = new OpenAI({ baseURL: `${server.base}/v1`, apiKey: 'unused', maxRetries: 0 });
 });
@@ -40,13 +40,17 @@ test('the completion of a reference prompt is transformers\' greedy continuation
   }
 });
 
-test('chat: streamed content equals the whole message', { skip: device !== 'cpu' }, async () => {
+test('chat: streamed content equals the whole message', async () => {
   const body = { model, messages: [{ role: 'user', content: 'Which expert answers?' }], max_tokens: 10, ...greedy };
   const { whole, streamed } = await chatWholeAndStreamed(client, body);
   assert.equal(streamed, whole.choices[0].message.content);
   assert.equal(whole.choices[0].finish_reason, 'length');
 });
 
-test('the CUDA executor refuses the model at start, naming --device cpu', { skip: device === 'cpu' }, async () => {
-  await assert.rejects(startServer([], { modelDir, servedName: model }), /mixture-of-experts.*--device cpu/s);
+test('a completion of a reference prompt runs its max_tokens', async () => {
+  const reference = JSON.parse(fs.readFileSync(path.join(modelDir, 'reference.json'), 'utf8'));
+  const c = reference.cases.find((c) => c.prompt_ids.length === 63);
+  const r = await client.completions.create({ model, prompt: c.prompt_ids, max_tokens: 12, ...greedy });
+  assert.equal(r.usage.completion_tokens, 12);
+  assert.equal(r.choices[0].finish_reason, 'length');
 });

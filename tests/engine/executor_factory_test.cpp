@@ -22,9 +22,7 @@ TEST(executor_factory, cuda_support_reads_the_model_and_max_model_len) {
   cfg.model.max_model_len = 48;
   EXPECT_TRUE(gpu::check_cuda_support(cfg).ok());
   cfg.model.model_dir = actorserve::testing::model_dir("qwen3-moe-tiny");
-  st = gpu::check_cuda_support(cfg);
-  ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.err().message.find("--device cpu"), std::string::npos) << st.err().message;
+  EXPECT_TRUE(gpu::check_cuda_support(cfg).ok());
   cfg.model.model_dir = actorserve::testing::model_dir("deepseek-v2-tiny");
   st = gpu::check_cuda_support(cfg);
   ASSERT_FALSE(st.ok());

@@ -1,6 +1,6 @@
-// What the CUDA executor refuses at start, decided on the host: latent attention, MoE models,
-// Qwen3's q/k norm and YaRN rope (no kernels yet) and a sliding window smaller than the context; each message names the
-// way around.
+// What the CUDA executor refuses at start, decided on the host: latent attention, group-limited
+// routing, shared experts and YaRN rope (no kernels yet) and a sliding window smaller than the
+// context; each message names the way around. Qwen3's q/k norm, Mixtral and Qwen3-MoE run.
 #include <gtest/gtest.h>
 
 #include "config/model_config.hpp"
@@ -29,15 +29,27 @@ TEST(cuda_model_support, runs_the_llama_family_without_a_window) {
   for (const char* m : {"llama-tiny", "llama-hd128-bf16", "qwen2-tiny", "mistral-tiny"}) EXPECT_EQ(refusal(m), "") << m;
 }
 
-TEST(cuda_model_support, refuses_mixture_of_experts_naming_the_architecture) {
-  expect_has(refusal("mixtral-tiny"), {"MixtralForCausalLM", "mixture-of-experts", "4 experts, top 2", "--device cpu"});
-  expect_has(refusal("mixtral-bf16"), {"MixtralForCausalLM", "--device cpu"});
-  expect_has(refusal("qwen3-moe-tiny"), {"Qwen3MoeForCausalLM", "mixture-of-experts", "--device cpu"});
+TEST(cuda_model_support, runs_mixtral_and_qwen3_moe) {
+  for (const char* m : {"mixtral-tiny", "mixtral-bf16", "qwen3-moe-tiny", "qwen3-moe-bf16"}) EXPECT_EQ(refusal(m), "") << m;
 }
 
-TEST(cuda_model_support, refuses_qk_norm_naming_the_architecture) {
-  expect_has(refusal("qwen3-tiny"), {"Qwen3ForCausalLM", "q_norm", "--device cpu"});
-  expect_has(refusal("qwen3-hd128-bf16"), {"Qwen3ForCausalLM", "--device cpu"});
+TEST(cuda_model_support, refuses_group_limited_routing_and_shared_experts_naming_them) {
+  auto cfg = load_model_config(model_dir("qwen3-moe-tiny"));
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  auto grouped = cfg.value();
+  grouped.moe->topk_method = moe_topk_method::group_limited_greedy;
+  status st = gpu::check_cuda_model_support(grouped, 0);
+  ASSERT_FALSE(st.ok());
+  expect_has(st.err().message, {"Qwen3MoeForCausalLM", "topk_method group_limited_greedy", "--device cpu"});
+  auto shared = cfg.value();
+  shared.moe->num_shared_experts = 2;
+  st = gpu::check_cuda_model_support(shared, 0);
+  ASSERT_FALSE(st.ok());
+  expect_has(st.err().message, {"n_shared_experts 2", "--device cpu"});
+}
+
+TEST(cuda_model_support, runs_qwen3_with_its_qk_norm) {
+  for (const char* m : {"qwen3-tiny", "qwen3-hd128-bf16"}) EXPECT_EQ(refusal(m), "") << m;
 }
 
 TEST(cuda_model_support, refuses_latent_attention_first_naming_it) {

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "engine/engine_harness.hpp"
+#include "grammar/finite_constraints.hpp"
 #include "grammar/json_validator.hpp"
 #include "engine_server.hpp"
 #include "http_client.hpp"
@@ -24,15 +25,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-/// A schema whose language is finite, so a random model always completes it.
-constexpr const char* kRecordSchema = R"({"type": "object", "properties": {
-    "name": {"type": "string", "maxLength": 6},
-    "age": {"type": "integer", "minimum": 0, "maximum": 120},
-    "color": {"enum": ["red", "green", "blue"]},
-    "member": {"type": "boolean"},
-    "tags": {"type": "array", "items": {"type": "string", "maxLength": 3}, "maxItems": 2},
-    "score": {"anyOf": [{"type": "number", "minimum": 0, "maximum": 9}, {"type": "null"}]}},
-  "required": ["name", "age", "color", "member", "tags", "score"], "additionalProperties": false})";
+using grammar::testing::kRecordRegex;
+using grammar::testing::kRecordSchema;
 
 constexpr const char* kTools = R"([{"type": "function", "function": {"name": "get_weather",
   "parameters": {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]},
@@ -223,17 +217,9 @@ class StructuredOutputEngines : public ::testing::Test {
     cfg.executor.inject_step_failures = std::move(failures);
     auto e = actors::testing::start_engine(cfg);
     EXPECT_NE(e, nullptr);
-    grammar::constraint_spec schema;
-    schema.type = grammar::constraint_spec::kind::json_schema;
-    schema.text = kRecordSchema;
-    schema.field = "guided_json";
-    auto g = e->compile_grammar(schema);
+    auto g = e->compile_grammar(grammar::testing::record_schema_spec());
     EXPECT_TRUE(g.ok()) << g.err().message;
-    grammar::constraint_spec regex;
-    regex.type = grammar::constraint_spec::kind::regex;
-    regex.text = "(ab|c){1,4}x{2,5}";
-    regex.field = "guided_regex";
-    auto rg = e->compile_grammar(regex);
+    auto rg = e->compile_grammar(grammar::testing::record_regex_spec());
     EXPECT_TRUE(rg.ok());
     actors::testing::collector c;
     for (int i = 0; i < 8; ++i) {
@@ -269,7 +255,7 @@ class StructuredOutputEngines : public ::testing::Test {
           EXPECT_TRUE(validator.valid(a.text, &why)) << what << ": " << a.text << ": " << why;
         }
         if (key < 100 && key % 2 == 0) {
-          EXPECT_TRUE(std::regex_match(a.text, std::regex("(ab|c){1,4}x{2,5}"))) << what << ": " << a.text;
+          EXPECT_TRUE(std::regex_match(a.text, std::regex(kRecordRegex))) << what << ": " << a.text;
         }
       }
     }

@@ -15,6 +15,7 @@
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/cuda/moe/moe_kernels.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -40,45 +41,45 @@ class uploader {
   ~uploader() { if (staging_) cudaFree(staging_); }
 
   /// Converts `views`, concatenated along rows, into one new act-dtype matrix.
-  result<void*> matrix(std::initializer_list<const tensor_view*> views) {
+  result<void*> matrix(const std::vector<const tensor_view*>& views) {
+    return concatenated(views, act_size(m_.dt), [&](const void* src, src_dtype sd, void* dst, size_t n) {
+      return convert_to_act(m_.dt, src, sd, dst, n, s_);
+    });
+  }
+
+  /// Converts `views` (concatenated) into one new fp32 vector.
+  result<float*> vector(std::initializer_list<const tensor_view*> views) {
+    auto dst = concatenated(std::vector<const tensor_view*>(views), sizeof(float),
+                            [&](const void* src, src_dtype sd, void* out, size_t n) {
+                              return convert_to_f32(src, sd, static_cast<float*>(out), n, s_);
+                            });
+    if (!dst) return dst.err();
+    return static_cast<float*>(*dst);
+  }
+
+ private:
+  /// Allocates elements of `elem_bytes` for all of `views` and fills them in order with
+  /// `convert(src, src_dtype, dst, n)` (a launcher's cudaError_t as an int), one staged view at a
+  /// time.
+  template <class Convert>
+  result<void*> concatenated(const std::vector<const tensor_view*>& views, size_t elem_bytes, Convert convert) {
     size_t total = 0;
     for (auto* v : views) total += v->num_elements();
     void* dst = nullptr;
-    if (auto st = m_.alloc(&dst, total * act_size(m_.dt)); !st) return st.err();
+    if (auto st = m_.alloc(&dst, total * elem_bytes); !st) return st.err();
     size_t offset = 0;
     for (auto* v : views) {
       auto sd = source_dtype(*v);
       if (!sd) return sd.err();
       auto src = stage(*v);
       if (!src) return src.err();
-      AS_CUDA_TRY(convert_to_act(m_.dt, *src, *sd, static_cast<char*>(dst) + offset * act_size(m_.dt),
-                                 v->num_elements(), s_));
+      AS_CUDA_TRY(convert(*src, *sd, static_cast<char*>(dst) + offset * elem_bytes, v->num_elements()));
       AS_CUDA_TRY(cudaStreamSynchronize(s_));  // start-up only: the staging buffer is reused
       offset += v->num_elements();
     }
     return dst;
   }
 
-  /// Converts `views` (concatenated) into one new fp32 vector.
-  result<float*> vector(std::initializer_list<const tensor_view*> views) {
-    size_t total = 0;
-    for (auto* v : views) total += v->num_elements();
-    void* dst = nullptr;
-    if (auto st = m_.alloc(&dst, total * sizeof(float)); !st) return st.err();
-    size_t offset = 0;
-    for (auto* v : views) {
-      auto sd = source_dtype(*v);
-      if (!sd) return sd.err();
-      auto src = stage(*v);
-      if (!src) return src.err();
-      AS_CUDA_TRY(convert_to_f32(*src, *sd, static_cast<float*>(dst) + offset, v->num_elements(), s_));
-      AS_CUDA_TRY(cudaStreamSynchronize(s_));
-      offset += v->num_elements();
-    }
-    return static_cast<float*>(dst);
-  }
-
- private:
   result<const void*> stage(const tensor_view& v) {
     if (v.num_bytes() > staging_bytes_) {
       if (staging_) cudaFree(staging_);
@@ -98,6 +99,27 @@ class uploader {
   void* staging_ = nullptr;
   size_t staging_bytes_ = 0;
 };
+
+/// A sparse layer's router and its experts stacked: gate/up as [E][2 * inter][hidden], down as
+/// [E][hidden][inter].
+status upload_experts(uploader& up, const moe_views& v, device_experts& out) {
+  auto router = up.matrix({&v.router});
+  if (!router) return router.err();
+  out.router = *router;
+  std::vector<const tensor_view*> gate_up, down;
+  for (const mlp_views& e : v.experts) {
+    gate_up.push_back(&e.gate_proj);
+    gate_up.push_back(&e.up_proj);
+    down.push_back(&e.down_proj);
+  }
+  auto gu = up.matrix(gate_up);
+  if (!gu) return gu.err();
+  out.gate_up = *gu;
+  auto d = up.matrix(down);
+  if (!d) return d.err();
+  out.down = *d;
+  return {};
+}
 
 }  // namespace
 
@@ -146,6 +168,21 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
     return make_error(error_code::unsupported, fmt::format("{}/config.json: {} query heads per KV head is over the "
                                                            "CUDA executor's {}", model_dir,
                                                            cfg.num_heads / cfg.num_kv_heads, attn_tile_rows));
+  if (cfg.moe) {
+    const moe_config& moe = *cfg.moe;
+    // The grouped expert GEMM reads its operands 8 elements (16 bytes) at a time.
+    if (cfg.hidden_size % 8 != 0 || moe.expert_intermediate_size % 8 != 0)
+      return make_error(error_code::unsupported,
+                        fmt::format("{}/config.json: hidden_size {} and the experts' intermediate size {} "
+                                    "(moe_intermediate_size, or intermediate_size for Mixtral) must be multiples of 8 "
+                                    "for the CUDA executor's expert GEMMs", model_dir, cfg.hidden_size,
+                                    moe.expert_intermediate_size));
+    if (moe.top_k > moe_max_top_k || moe.num_experts > moe_max_experts)
+      return make_error(error_code::unsupported,
+                        fmt::format("{}/config.json: num_experts_per_tok {} over {} experts; the CUDA executor "
+                                    "routes at most {} of at most {}", model_dir, moe.top_k, moe.num_experts,
+                                    moe_max_top_k, moe_max_experts));
+  }
   if (rope_depends_on_length(cfg.rope))
     return make_error(error_code::unsupported,
                       fmt::format("{}/config.json: rope_type dynamic is not supported by the CUDA executor", model_dir));
@@ -189,18 +226,34 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
       if (!b) return b.err();
       d.o_bias = *b;
     }
-    auto gu = up.matrix({&lv.gate_proj, &lv.up_proj});
-    if (!gu) return gu.err();
-    d.gate_up = *gu;
-    auto down = up.matrix({&lv.down_proj});
-    if (!down) return down.err();
-    d.down = *down;
+    if (lv.moe) {
+      if (auto st = upload_experts(up, *lv.moe, d.experts); !st) return st.err();
+    } else {
+      auto gu = up.matrix({&lv.gate_proj, &lv.up_proj});
+      if (!gu) return gu.err();
+      d.gate_up = *gu;
+      auto down = up.matrix({&lv.down_proj});
+      if (!down) return down.err();
+      d.down = *down;
+    }
     auto in_norm = up.vector({&lv.input_norm});
     if (!in_norm) return in_norm.err();
     d.input_norm = *in_norm;
     auto post_norm = up.vector({&lv.post_norm});
     if (!post_norm) return post_norm.err();
     d.post_norm = *post_norm;
+    if (cfg.qk_norm) {
+      if (!lv.q_norm || !lv.k_norm)
+        return make_error(error_code::invalid_argument,
+                          fmt::format("{}: layer {} has no self_attn.q_norm / k_norm weights, which qk_norm needs",
+                                      model_dir, i));
+      auto qn = up.vector({&*lv.q_norm});
+      if (!qn) return qn.err();
+      d.q_norm = *qn;
+      auto kn = up.vector({&*lv.k_norm});
+      if (!kn) return kn.err();
+      d.k_norm = *kn;
+    }
     m->layers.push_back(d);
   }
   // The checkpoint dtype rounds HF's inv_freq buffer; match it (see gpu/model/rope.hpp).

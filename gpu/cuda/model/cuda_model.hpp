@@ -13,19 +13,24 @@
 #include "config/error.hpp"
 #include "config/model_config.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/moe/moe_ffn.hpp"
 #include "gpu/cuda/tuning.hpp"
 
 namespace actorserve::gpu::cuda {
 
+/// One decoder layer. A sparse layer has `experts` (its router set) in place of gate_up / down.
 struct device_layer {
   void* qkv = nullptr;          ///< [(H + 2*KVH) * D][hidden]
   float* qkv_bias = nullptr;    ///< [(H + 2*KVH) * D] or null
   void* o = nullptr;            ///< [hidden][H * D]
   float* o_bias = nullptr;      ///< [hidden] or null
-  void* gate_up = nullptr;      ///< [2 * inter][hidden], gate rows first
-  void* down = nullptr;         ///< [hidden][inter]
+  void* gate_up = nullptr;      ///< [2 * inter][hidden], gate rows first; null in a sparse layer
+  void* down = nullptr;         ///< [hidden][inter]; null in a sparse layer
+  device_experts experts;       ///< a sparse layer's router and experts
   float* input_norm = nullptr;  ///< [hidden]
   float* post_norm = nullptr;   ///< [hidden]
+  float* q_norm = nullptr;      ///< [D] or null: RMSNorm weights of each q head (Qwen3)
+  float* k_norm = nullptr;      ///< [D] or null: of each k head
 };
 
 class device_model {
@@ -55,7 +60,7 @@ class device_model {
 result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dtype);
 
 /// Maps the checkpoint, converts and uploads every weight (synchronously, at start-up), logging
-/// progress.
+/// progress. Sparse layers' experts are stacked into one matrix each (device_experts).
 result<std::unique_ptr<device_model>> load_device_model(const std::string& model_dir, dtype_choice choice,
                                                         cudaStream_t stream);
 

@@ -22,7 +22,12 @@ struct sample_seq {
   uint64_t counter = 0;              ///< num_generated
   int32_t penalty_begin = 0, penalty_count = 0;  ///< entries in `penalty_tokens`
   int32_t mask_begin = 0, mask_count = 0;        ///< ids forced to -inf in `mask_ids`
+  int32_t grammar_row = -1;          ///< row of `grammar_masks` (-1: no grammar, nothing masked)
 };
+
+/// Words of one grammar mask row: 32 tokens per word, token i allowed when bit i % 32 of word
+/// i / 32 is set (gpu::token_mask's layout, XGrammar's).
+inline constexpr int grammar_mask_words(int vocab) { return (vocab + 31) / 32; }
 
 /// The most top logprobs the device sampler returns per sequence.
 inline constexpr int max_top_logprobs = 20;
@@ -44,10 +49,12 @@ struct penalty_token {
 };
 
 /// Samples one token per row of logits ([num_seqs, vocab] fp32, modified in place), the CPU
-/// sampler's semantics: penalties, masks, logprobs (before temperature), then greedy or
-/// temperature/top-k/top-p/min-p and one counter-based draw.
+/// sampler's semantics and order: the grammar mask (every token outside row `grammar_row` of
+/// `grammar_masks`, [rows, grammar_mask_words(vocab)], -> -inf), penalties, the suppressed
+/// ids, logprobs (before temperature), then greedy or temperature/top-k/top-p/min-p and one
+/// counter-based draw. `grammar_masks` may be null when no sequence has a grammar_row.
 int sample_tokens(float* logits, int num_seqs, int vocab, const sample_seq* seqs,
-                  const penalty_token* penalty_tokens, const int32_t* mask_ids, sample_out* out,
-                  cudaStream_t s);
+                  const penalty_token* penalty_tokens, const int32_t* mask_ids,
+                  const uint32_t* grammar_masks, sample_out* out, cudaStream_t s);
 
 }  // namespace actorserve::gpu::cuda

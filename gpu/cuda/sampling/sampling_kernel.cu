@@ -94,31 +94,18 @@ __device__ unsigned long long next_best(const float* row, int vocab, unsigned lo
   return block_max_u(best, sh);
 }
 
-/// The smallest key level t with F(t) < bound, F(t) = sum of w(i) over i with key(i) > t
-/// (nonincreasing in t). Requires F(0xffffffff) = 0 < bound.
+/// The smallest key level t with F(t) < bound (`strict`) or F(t) <= bound, F(t) = sum of w(i)
+/// over i with key(i) > t (nonincreasing in t). Requires F(0xffffffff) = 0 < bound.
 template <class W>
-__device__ uint32_t smallest_level_below(const float* row, int vocab, W w, double bound, block_scratch& sh) {
+__device__ uint32_t smallest_level(const float* row, int vocab, W w, double bound, bool strict, block_scratch& sh) {
   uint32_t lo = 0, hi = 0xffffffffu;
   while (lo < hi) {
     const uint32_t mid = lo + (hi - lo) / 2;
     double part = 0.0;
     for (int i = threadIdx.x; i < vocab; i += kThreads)
       if (order_key(row[i]) > mid) part += w(i);
-    if (block_sum_d(part, sh) < bound) hi = mid; else lo = mid + 1;
-  }
-  return lo;
-}
-
-/// The smallest key level t with F(t) <= bound (same F).
-template <class W>
-__device__ uint32_t smallest_level_at_most(const float* row, int vocab, W w, double bound, block_scratch& sh) {
-  uint32_t lo = 0, hi = 0xffffffffu;
-  while (lo < hi) {
-    const uint32_t mid = lo + (hi - lo) / 2;
-    double part = 0.0;
-    for (int i = threadIdx.x; i < vocab; i += kThreads)
-      if (order_key(row[i]) > mid) part += w(i);
-    if (block_sum_d(part, sh) <= bound) hi = mid; else lo = mid + 1;
+    const double f = block_sum_d(part, sh);
+    if (strict ? f < bound : f <= bound) hi = mid; else lo = mid + 1;
   }
   return lo;
 }
@@ -333,8 +320,7 @@ __device__ unsigned long long find_crossing(const float* row, int vocab, W w, bu
   if (n > kCap) {  // a crowded bucket: bisect its order keys, then scan its ties in id order
     auto wb = [&](int i) { const float l = row[i]; return bk(l) == bucket ? w(i, l) : 0.0; };
     const double rest = bound - base;
-    const uint32_t level = inclusive ? smallest_level_below(row, vocab, wb, rest, sh)
-                                     : smallest_level_at_most(row, vocab, wb, rest, sh);
+    const uint32_t level = smallest_level(row, vocab, wb, rest, /*strict=*/inclusive, sh);
     double above = 0.0;
     for (int i = threadIdx.x; i < vocab; i += kThreads) above += order_key(row[i]) > level ? wb(i) : 0.0;
     above = block_sum_d(above, sh);
@@ -445,12 +431,19 @@ __device__ int sample_random(const float* row, int vocab, const sample_seq& sp, 
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int vocab, const sample_seq* seqs,
                                                           const penalty_token* pen, const int32_t* mask_ids,
-                                                          sample_out* outs) {
+                                                          const uint32_t* grammar, sample_out* outs) {
   __shared__ block_scratch sh;
   dev::pdl_begin();
   const sample_seq sp = seqs[blockIdx.x];
   float* row = logits + size_t(blockIdx.x) * vocab;
   sample_out* out = outs + blockIdx.x;
+  // 0. The grammar: every token outside the row's mask -> -inf (first, as the CPU sampler).
+  if (sp.grammar_row >= 0) {
+    const uint32_t* words = grammar + size_t(sp.grammar_row) * size_t((vocab + 31) / 32);
+    for (int i = threadIdx.x; i < vocab; i += kThreads)
+      if (!((words[i >> 5] >> (i & 31)) & 1u)) row[i] = -INFINITY;
+    __syncthreads();
+  }
   // 1. Penalties (entries are unique ids), then the masks, then NaN never wins.
   for (int e = threadIdx.x; e < sp.penalty_count; e += kThreads) {
     const penalty_token pt = pen[sp.penalty_begin + e];
@@ -508,9 +501,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(float* logits, int voc
 }  // namespace
 
 int sample_tokens(float* logits, int num_seqs, int vocab, const sample_seq* seqs, const penalty_token* penalty_tokens,
-                  const int32_t* mask_ids, sample_out* out, cudaStream_t s) {
+                  const int32_t* mask_ids, const uint32_t* grammar_masks, sample_out* out, cudaStream_t s) {
   if (num_seqs == 0) return 0;
-  dev::launch_pdl(sample_kernel, dim3(num_seqs), dim3(kThreads), s, logits, vocab, seqs, penalty_tokens, mask_ids, out);
+  dev::launch_pdl(sample_kernel, dim3(num_seqs), dim3(kThreads), s, logits, vocab, seqs, penalty_tokens, mask_ids,
+                  grammar_masks, out);
   return cudaGetLastError();
 }
 

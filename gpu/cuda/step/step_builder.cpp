@@ -91,6 +91,7 @@ status step_builder::build(const step_batch& b, std::span<const std::pair<uint64
 void step_builder::stage_sampling(const step_batch& b, staged_step& out) const {
   out.penalties.clear();
   out.masks.clear();
+  out.grammar.clear();
   out.sample_seqs.clear();
   for (const step_sequence& s : b.seqs) {
     sample_seq x;
@@ -115,6 +116,10 @@ void step_builder::stage_sampling(const step_batch& b, staged_step& out) const {
         out.masks.insert(out.masks.end(), sp.stop_token_ids.begin(), sp.stop_token_ids.end());
       }
       x.mask_count = static_cast<int32_t>(out.masks.size()) - x.mask_begin;
+      if (s.allowed_tokens) {
+        x.grammar_row = static_cast<int32_t>(out.grammar.size());
+        out.grammar.push_back(s.allowed_tokens);
+      }
     }
     if (out.bucket || s.sample) out.sample_seqs.push_back(x);
   }

@@ -1,11 +1,13 @@
 #pragma once
 /// The host half of a CUDA step: turns a step_batch into a staged_step (token ids, positions, KV
 /// slots, block tables, attention work lists, sampler parameters, penalties, masks, the sampled
-/// rows), validating it against the executor's limits. No CUDA calls: unit-tested without a GPU
-/// (tests/cuda/step_builder_test.cpp). The launcher (cuda_step.cpp) copies the staged arrays
-/// into pinned memory, then to the device, and enqueues the forward pass.
+/// rows, the grammar masks to wait for), validating it against the executor's limits. No CUDA
+/// calls: unit-tested without a GPU (tests/cuda/step_builder_test.cpp). The launcher
+/// (cuda_step.cpp) copies the staged arrays into pinned memory, then to the device, and enqueues
+/// the forward pass.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <utility>
 #include <vector>
@@ -60,6 +62,9 @@ struct staged_step {
   std::vector<int32_t> sample_rows;     ///< the layer row each sampler row reads
   std::vector<penalty_token> penalties;
   std::vector<int32_t> masks;
+  /// Grammar masks of the sampled sequences that have one (sample_seq::grammar_row indexes
+  /// them); they may be filled after the step is submitted (gpu/sampling/token_mask.hpp).
+  std::vector<std::shared_ptr<token_mask>> grammar;
   /// (row, sampler row of the previous step) for each decode token that is gpu::previous_token.
   std::vector<int32_t> previous;
   std::vector<int32_t> copy_pairs;      ///< block copies as (src, dst) pairs

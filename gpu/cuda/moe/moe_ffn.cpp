@@ -1,0 +1,80 @@
+#include "gpu/cuda/moe/moe_ffn.hpp"
+
+#include "gpu/cuda/cuda_status.hpp"
+#include "gpu/cuda/model/cuda_model.hpp"
+#include "gpu/cuda/moe/moe_kernels.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
+
+namespace actorserve::gpu::cuda {
+
+status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_tokens, const alloc_fn& alloc) {
+  dt_ = dt;
+  hidden_ = hidden;
+  inter_ = static_cast<int>(cfg.expert_intermediate_size);
+  num_experts_ = static_cast<int>(cfg.num_experts);
+  top_k_ = static_cast<int>(cfg.top_k);
+  sigmoid_ = cfg.scoring == moe_scoring::sigmoid;
+  renormalize_ = cfg.renormalize;
+  scaling_ = static_cast<float>(cfg.routed_scaling_factor);
+  const size_t T = size_t(max_tokens), P = T * top_k_, E = size_t(num_experts_), es = act_size(dt);
+  struct want { size_t bytes; void** where; };
+  const want wants[] = {
+      {T * E * 4, reinterpret_cast<void**>(&logits_)},
+      {P * 4, reinterpret_cast<void**>(&experts_)},
+      {P * 4, reinterpret_cast<void**>(&weights_)},
+      {(E + 1) * 4, reinterpret_cast<void**>(&offsets_)},
+      {(E + 1) * 4, reinterpret_cast<void**>(&tile_offsets_)},
+      {P * 4, reinterpret_cast<void**>(&sorted_pairs_)},
+      {P * 4, reinterpret_cast<void**>(&pair_rows_)},
+      {P * 2 * inter_ * es, &gate_up_},
+      {P * inter_ * es, &act_},
+      {P * hidden_ * 4, reinterpret_cast<void**>(&y_)},
+  };
+  for (const want& w : wants)
+    if (auto st = alloc(w.bytes, w.where); !st) return st;
+  return {};
+}
+
+status moe_ffn::run(gemm_runner& gemm, const device_experts& w, const void* x, int rows, float* out, bool accumulate,
+                    cudaStream_t s) {
+  if (rows == 0) return {};
+  const int P = rows * top_k_;
+  if (auto st = gemm.run(dt_, x, rows, hidden_, w.router, num_experts_, logits_); !st) return st;
+  const moe_route_args ra{.logits = logits_, .n = rows, .num_experts = num_experts_, .top_k = top_k_,
+                          .sigmoid = sigmoid_, .renormalize = renormalize_, .scaling = scaling_,
+                          .experts = experts_, .weights = weights_};
+  AS_CUDA_TRY(moe_route(ra, s));
+  if (gemm.uses_gemv(rows)) {  // the rows the dense layers give the GEMV: each pair reads its expert
+    const expert_gemv_args gate_up{.a = x, .a_rows_div = top_k_, .experts = experts_, .w = w.gate_up,
+                                   .num_pairs = P, .n = 2 * inter_, .k = hidden_, .y = gate_up_, .y_act = true};
+    AS_CUDA_TRY(expert_gemv(dt_, gate_up, s));
+    AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, P, inter_, act_, s));
+    const expert_gemv_args down{.a = act_, .experts = experts_, .w = w.down, .num_pairs = P, .n = hidden_,
+                                .k = inter_, .y = y_};
+    AS_CUDA_TRY(expert_gemv(dt_, down, s));
+    const moe_combine_args ca{.y = y_, .experts = experts_, .weights = weights_, .n = rows, .top_k = top_k_,
+                              .hidden = hidden_, .out = out, .accumulate = accumulate};
+    AS_CUDA_TRY(moe_combine(ca, s));
+    return {};
+  }
+  const moe_permute_args pa{.experts = experts_, .num_pairs = P, .num_experts = num_experts_, .offsets = offsets_,
+                            .tile_offsets = tile_offsets_, .sorted_pairs = sorted_pairs_, .pair_rows = pair_rows_};
+  AS_CUDA_TRY(moe_permute(pa, s));
+  // gate/up: permuted row r holds pair p = t * top_k + j and reads token p / top_k; its output is
+  // rounded to dt as HF's bf16/fp16 gate and up projections are.
+  const grouped_gemm_args gate_up{.a = x, .a_rows = sorted_pairs_, .a_rows_div = top_k_, .w = w.gate_up,
+                                  .offsets = offsets_, .tile_offsets = tile_offsets_, .num_pairs = P,
+                                  .num_experts = num_experts_, .n = 2 * inter_, .k = hidden_, .y = gate_up_,
+                                  .y_act = true};
+  AS_CUDA_TRY(grouped_gemm(dt_, gate_up, s));
+  AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, P, inter_, act_, s));
+  const grouped_gemm_args down{.a = act_, .w = w.down, .offsets = offsets_, .tile_offsets = tile_offsets_,
+                               .num_pairs = P, .num_experts = num_experts_, .n = hidden_, .k = inter_, .y = y_};
+  AS_CUDA_TRY(grouped_gemm(dt_, down, s));
+  const moe_combine_args ca{.y = y_, .pair_rows = pair_rows_, .experts = experts_, .weights = weights_, .n = rows,
+                            .top_k = top_k_, .hidden = hidden_, .out = out, .accumulate = accumulate};
+  AS_CUDA_TRY(moe_combine(ca, s));
+  return {};
+}
+
+}  // namespace actorserve::gpu::cuda

@@ -1,0 +1,57 @@
+#pragma once
+/// A sparse layer's FFN on the device: router logits (one GEMM), the router, the permutation, the
+/// grouped gate/up GEMM (or, at one token, the expert GEMV), SiLU-and-mul, the grouped down GEMM
+/// and the weighted combine into the residual stream (docs/moe.md). No host round trip: a decode step that runs it is capturable.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+
+#include "config/error.hpp"
+#include "config/moe_config.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+
+namespace actorserve::gpu::cuda {
+
+class gemm_runner;
+
+/// One sparse layer's weights on the device, in the activation dtype.
+struct device_experts {
+  void* router = nullptr;    ///< [E][hidden]
+  void* gate_up = nullptr;   ///< [E][2 * inter][hidden]: each expert's gate rows, then its up rows
+  void* down = nullptr;      ///< [E][hidden][inter]
+};
+
+class moe_ffn {
+ public:
+  using alloc_fn = std::function<status(size_t bytes, void** out)>;
+
+  /// Sizes the buffers for up to `max_tokens` tokens a step through `alloc` (whose memory the
+  /// caller owns and frees).
+  status init(const moe_config& cfg, int hidden, act_dtype dt, int max_tokens, const alloc_fn& alloc);
+
+  /// out[t] (+)= the experts' weighted sum for each of `rows` tokens of x ([rows][hidden] of dt):
+  /// added into out when `accumulate` (the residual), else written (a delta added later). Rows
+  /// that `gemm` gives its GEMV (one token) take expert_gemv over the (token, slot) pairs; more
+  /// take the permutation and the grouped GEMM.
+  status run(gemm_runner& gemm, const device_experts& w, const void* x, int rows, float* out, bool accumulate,
+             cudaStream_t s);
+
+ private:
+  act_dtype dt_ = act_dtype::bf16;
+  int hidden_ = 0, inter_ = 0, num_experts_ = 0, top_k_ = 0;
+  bool sigmoid_ = false, renormalize_ = false;
+  float scaling_ = 1.0f;
+  float* logits_ = nullptr;           ///< [tokens][E]
+  int32_t* experts_ = nullptr;        ///< [tokens][top_k]
+  float* weights_ = nullptr;          ///< [tokens][top_k]
+  int32_t* offsets_ = nullptr;        ///< [E + 1]
+  int32_t* tile_offsets_ = nullptr;   ///< [E + 1]
+  int32_t* sorted_pairs_ = nullptr;   ///< [tokens * top_k]
+  int32_t* pair_rows_ = nullptr;      ///< [tokens * top_k]
+  void* gate_up_ = nullptr;           ///< [tokens * top_k][2 * inter] of dt
+  void* act_ = nullptr;               ///< [tokens * top_k][inter] of dt
+  float* y_ = nullptr;                ///< [tokens * top_k][hidden]
+};
+
+}  // namespace actorserve::gpu::cuda

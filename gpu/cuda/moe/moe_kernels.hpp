@@ -1,0 +1,95 @@
+#pragma once
+/// The kernels of a mixture-of-experts FFN on the device: the router (scores, top-k, weights),
+/// the token -> expert permutation, the grouped expert GEMM and the weighted combine. Every
+/// size a launch depends on is known on the host (tokens, top_k, experts); what depends on the
+/// routing (counts, offsets, rows per expert) stays on the device, so a step that runs them is
+/// capturable in a CUDA graph. Launchers are plain C++; each returns its cudaError_t as an int.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gpu/cuda/act_dtype.hpp"
+
+namespace actorserve::gpu::cuda {
+
+/// Most experts per token the router and combine kernels take.
+inline constexpr int moe_max_top_k = 32;
+/// Most routed experts the router kernel takes (their scores sit in shared memory).
+inline constexpr int moe_max_experts = 1024;
+/// Rows of one grouped-GEMM tile: an expert's rows are cut into tiles of this many.
+inline constexpr int moe_tile_rows = 64;
+
+/// gpu/model/moe_router's greedy top-k for each of n tokens, in fp32.
+struct moe_route_args {
+  const float* logits = nullptr;   ///< [n][num_experts]
+  int n = 0, num_experts = 0, top_k = 0;
+  bool sigmoid = false;            ///< scores: sigmoid(logits), else softmax(logits)
+  bool renormalize = false;        ///< divide the chosen scores by their sum
+  float scaling = 1.0f;            ///< times routed_scaling_factor
+  int32_t* experts = nullptr;      ///< [n][top_k]: by descending score, ties by ascending index
+  float* weights = nullptr;        ///< [n][top_k]
+};
+int moe_route(const moe_route_args& a, cudaStream_t s);
+
+/// A stable counting sort of the (token, slot) pairs p = t * top_k + j by expert, as
+/// gpu/model/expert_permutation: experts ascending, pairs ascending within one expert.
+struct moe_permute_args {
+  const int32_t* experts = nullptr;  ///< [num_pairs]
+  int num_pairs = 0, num_experts = 0;
+  int32_t* offsets = nullptr;        ///< [num_experts + 1]: expert e's rows are [offsets[e], offsets[e + 1])
+  int32_t* tile_offsets = nullptr;   ///< [num_experts + 1]: expert e's tiles of moe_tile_rows rows start here
+  int32_t* sorted_pairs = nullptr;   ///< [num_pairs]: the pair each permuted row holds
+  int32_t* pair_rows = nullptr;      ///< [num_pairs]: the permuted row of each pair (the inverse)
+};
+int moe_permute(const moe_permute_args& a, cudaStream_t s);
+
+/// Most tiles a grouped GEMM over num_pairs rows can have: its grid.
+int moe_max_tiles(int num_pairs, int num_experts);
+
+/// Y[r, :N] = A[r, :K] * W_e[N, K]^T for each permuted row r of expert e, on tensor cores (16-bit
+/// operands, fp32 accumulation). Each CTA finds its expert and tile from tile_offsets on the
+/// device and returns when its tile is past the last one.
+struct grouped_gemm_args {
+  const void* a = nullptr;           ///< [rows][K] of dt
+  /// When set, permuted row r reads A row a_rows[r] / a_rows_div (sorted pairs -> tokens);
+  /// otherwise A is in permuted order already.
+  const int32_t* a_rows = nullptr;
+  int a_rows_div = 1;
+  const void* w = nullptr;           ///< [num_experts][N][K] of dt
+  const int32_t* offsets = nullptr;       ///< moe_permute_args::offsets
+  const int32_t* tile_offsets = nullptr;  ///< moe_permute_args::tile_offsets
+  int num_pairs = 0, num_experts = 0, n = 0, k = 0;
+  void* y = nullptr;                 ///< [num_pairs][N]: fp32, or dt when y_act
+  bool y_act = false;
+};
+/// K must be a multiple of 8 and a, w 16-byte aligned (cudaErrorInvalidValue otherwise).
+int grouped_gemm(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s);
+
+/// The one-token path: Y[p, :N] = A[p / a_rows_div, :K] * W_e[N, K]^T with e = experts[p], for
+/// every pair p in pair order (no permutation), reading only the chosen experts' weights.
+struct expert_gemv_args {
+  const void* a = nullptr;           ///< [num_pairs / a_rows_div][K] of dt
+  int a_rows_div = 1;
+  const int32_t* experts = nullptr;  ///< [num_pairs]
+  const void* w = nullptr;           ///< [num_experts][N][K] of dt
+  int num_pairs = 0, n = 0, k = 0;
+  void* y = nullptr;                 ///< [num_pairs][N]: fp32, or dt when y_act
+  bool y_act = false;
+};
+/// K must be a multiple of 8 and a, w 16-byte aligned (cudaErrorInvalidValue otherwise).
+int expert_gemv(act_dtype dt, const expert_gemv_args& a, cudaStream_t s);
+
+/// out[t] (+)= sum over slots j of weights[t, j] * y[pair_rows[t * top_k + j]], the slots summed
+/// in ascending expert order (expert_permutation's combine_rows).
+struct moe_combine_args {
+  const float* y = nullptr;          ///< [n * top_k][hidden], permuted rows
+  const int32_t* pair_rows = nullptr;  ///< null: y in pair order (expert_gemv's output)
+  const int32_t* experts = nullptr;  ///< [n][top_k]
+  const float* weights = nullptr;    ///< [n][top_k]
+  int n = 0, top_k = 0, hidden = 0;
+  float* out = nullptr;              ///< [n][hidden]
+  bool accumulate = false;           ///< add into out (the residual) instead of overwriting it
+};
+int moe_combine(const moe_combine_args& a, cudaStream_t s);
+
+}  // namespace actorserve::gpu::cuda

@@ -1,0 +1,71 @@
+// The token -> expert permutation on the device (moe_kernels.hpp): one block counts the pairs of
+// each expert, scans the counts into row and tile offsets, and one warp places the pairs in
+// order, so that within an expert they stay in ascending (token, slot) order.
+#include <algorithm>
+
+#include "gpu/cuda/kernel_util.cuh"
+#include "gpu/cuda/moe/moe_kernels.hpp"
+
+namespace actorserve::gpu::cuda {
+namespace {
+
+using namespace dev;
+
+constexpr int kThreads = 1024;
+
+/// One block; dynamic shared memory 2 * num_experts ints (counts, then each expert's cursor).
+__global__ void __launch_bounds__(kThreads) permute_kernel(moe_permute_args a) {
+  extern __shared__ int32_t counts[];
+  int32_t* cursor = counts + a.num_experts;
+  pdl_begin();
+  const int E = a.num_experts, P = a.num_pairs;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
+  __syncthreads();
+  for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&counts[a.experts[p]], 1);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t rows = 0, tiles = 0;
+    for (int e = 0; e < E; ++e) {
+      a.offsets[e] = rows;
+      a.tile_offsets[e] = tiles;
+      cursor[e] = rows;
+      rows += counts[e];
+      tiles += (counts[e] + moe_tile_rows - 1) / moe_tile_rows;
+    }
+    a.offsets[E] = rows;
+    a.tile_offsets[E] = tiles;
+  }
+  __syncthreads();
+  if (threadIdx.x >= 32) return;
+  // 32 pairs at a time: lanes of one expert take consecutive rows in lane (= pair) order.
+  const int lane = threadIdx.x;
+  const unsigned lower = (1u << lane) - 1u;
+  for (int base = 0; base < P; base += 32) {
+    const int p = base + lane;
+    const int e = p < P ? a.experts[p] : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    if (p < P) {
+      const int row = cursor[e] + __popc(peers & lower);
+      a.sorted_pairs[row] = p;
+      a.pair_rows[p] = row;
+    }
+    __syncwarp();
+    if (p < P && (peers & lower) == 0) cursor[e] += __popc(peers);
+    __syncwarp();
+  }
+}
+
+}  // namespace
+
+int moe_permute(const moe_permute_args& a, cudaStream_t s) {
+  if (a.num_experts <= 0) return int(cudaErrorInvalidValue);
+  const size_t smem = size_t(2) * a.num_experts * sizeof(int32_t);
+  return int(launch_pdl_smem(permute_kernel, dim3(1), dim3(kThreads), smem, s, a));
+}
+
+int moe_max_tiles(int num_pairs, int num_experts) {
+  // Each expert's last tile may be partial; every tile holds at least one row.
+  return std::min(num_pairs, (num_pairs + moe_tile_rows - 1) / moe_tile_rows + num_experts);
+}
+
+}  // namespace actorserve::gpu::cuda

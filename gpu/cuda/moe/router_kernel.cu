@@ -1,0 +1,84 @@
+// The mixture-of-experts router on the device (moe_kernels.hpp): gpu/model/moe_router's greedy
+// top-k, one warp per token.
+#include <cmath>
+
+#include "gpu/cuda/kernel_util.cuh"
+#include "gpu/cuda/moe/moe_kernels.hpp"
+
+namespace actorserve::gpu::cuda {
+namespace {
+
+using namespace dev;
+
+constexpr int kWarps = 4;
+
+/// Whether (va, ia) ranks before (vb, ib): the higher score, the lower index on a tie.
+__device__ __forceinline__ bool ranks_before(float va, int ia, float vb, int ib) {
+  return va > vb || (va == vb && ia < ib);
+}
+
+/// Grid ceil(n / kWarps) of kWarps warps; dynamic shared memory kWarps * num_experts floats.
+__global__ void __launch_bounds__(kWarps * 32) route_kernel(moe_route_args a) {
+  extern __shared__ float scores_all[];
+  pdl_begin();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int t = blockIdx.x * kWarps + warp;
+  if (t >= a.n) return;
+  const int E = a.num_experts, K = a.top_k;
+  float* scores = scores_all + size_t(warp) * E;
+  const float* logits = a.logits + size_t(t) * E;
+  if (a.sigmoid) {
+    for (int e = lane; e < E; e += 32) scores[e] = 1.0f / (1.0f + expf(-logits[e]));
+  } else {
+    float mx = -INFINITY;
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, logits[e]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int e = lane; e < E; e += 32) {
+      const float x = expf(logits[e] - mx);
+      scores[e] = x;
+      sum += x;
+    }
+    const float inv = 1.0f / warp_sum(sum);
+    for (int e = lane; e < E; e += 32) scores[e] *= inv;
+  }
+  __syncwarp();
+  // k rounds of a warp-wide arg-max; a chosen expert's score becomes -inf (scores are >= 0).
+  float chosen_w = 0.0f, sum = 0.0f;
+  int chosen_e = 0;
+  for (int j = 0; j < K; ++j) {
+    float bv = -INFINITY;
+    int bi = E;
+    for (int e = lane; e < E; e += 32)
+      if (ranks_before(scores[e], e, bv, bi)) bv = scores[e], bi = e;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (ranks_before(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    if (lane == j) chosen_w = bv, chosen_e = bi;
+    sum += bv;  // in slot order, as the CPU router sums them
+    __syncwarp();
+    if (lane == 0) scores[bi] = -INFINITY;
+    __syncwarp();
+  }
+  if (lane < K) {
+    float w = chosen_w;
+    if (a.renormalize) w /= sum;
+    a.experts[size_t(t) * K + lane] = chosen_e;
+    a.weights[size_t(t) * K + lane] = w * a.scaling;
+  }
+}
+
+}  // namespace
+
+int moe_route(const moe_route_args& a, cudaStream_t s) {
+  if (a.n == 0) return 0;
+  if (a.top_k < 1 || a.top_k > moe_max_top_k || a.top_k > a.num_experts || a.num_experts > moe_max_experts)
+    return int(cudaErrorInvalidValue);
+  const size_t smem = size_t(kWarps) * a.num_experts * sizeof(float);
+  return int(launch_pdl_smem(route_kernel, dim3((a.n + kWarps - 1) / kWarps), dim3(kWarps * 32), smem, s, a));
+}
+
+}  // namespace actorserve::gpu::cuda

@@ -1,0 +1,295 @@
+// The mixture-of-experts kernels against the host code the CPU executor runs: the router against
+// gpu/model/moe_router (ties included), the permutation against expert_permutation, the grouped
+// GEMM and the expert GEMV against fp32 products of the same rounded operands, the combine
+// against combine_rows.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "config/moe_config.hpp"
+#include "cuda_test_util.hpp"
+#include "gpu/cuda/moe/moe_kernels.hpp"
+#include "gpu/model/expert_permutation.hpp"
+#include "gpu/model/moe_router.hpp"
+
+namespace actorserve::testing {
+namespace {
+
+using cuda::act_dtype;
+
+class CudaMoe : public ::testing::Test {
+ protected:
+  void SetUp() override { AS_REQUIRE_CUDA(); }
+};
+
+std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+/// Logits with ties: some tokens repeat one logit over several experts, a few are all equal.
+std::vector<float> router_logits(int n, int E, std::mt19937& rng) {
+  auto logits = randn(size_t(n) * E, rng, 2.0f);
+  for (int t = 0; t < n; ++t) {
+    float* row = &logits[size_t(t) * E];
+    if (t % 7 == 3) std::fill(row, row + E, 0.25f);
+    if (t % 5 == 1)
+      for (int e = 1; e < E; e += 3) row[e] = row[0];
+  }
+  return logits;
+}
+
+/// Each token's top_k distinct experts, in random order.
+std::vector<int32_t> random_routes(int n, int E, int k, std::mt19937& rng) {
+  std::vector<int32_t> ids(static_cast<size_t>(E));
+  std::vector<int32_t> out;
+  std::iota(ids.begin(), ids.end(), 0);
+  for (int t = 0; t < n; ++t) {
+    // Every third token lists its experts ascending, the others in random order.
+    std::shuffle(ids.begin(), ids.end(), rng);
+    if (t % 3 == 0) std::sort(ids.begin(), ids.begin() + k);
+    out.insert(out.end(), ids.begin(), ids.begin() + k);
+  }
+  return out;
+}
+
+struct router_case {
+  int experts, top_k;
+  moe_scoring scoring;
+  bool renormalize;
+  double scaling;
+};
+
+TEST_F(CudaMoe, RouterMatchesTheCpuRouterTiesIncluded) {
+  const router_case cases[] = {{4, 2, moe_scoring::softmax, true, 1.0},     // Mixtral-tiny
+                               {8, 2, moe_scoring::softmax, true, 1.0},     // Mixtral-8x7B
+                               {128, 8, moe_scoring::softmax, false, 1.0},  // Qwen3-30B-A3B
+                               {60, 4, moe_scoring::softmax, true, 1.0},
+                               {16, 4, moe_scoring::sigmoid, false, 2.5},
+                               {1024, 32, moe_scoring::softmax, true, 1.0}};
+  std::mt19937 rng(5);
+  for (const router_case& rc : cases) {
+    moe_config cfg;
+    cfg.num_experts = rc.experts;
+    cfg.top_k = rc.top_k;
+    cfg.scoring = rc.scoring;
+    cfg.renormalize = rc.renormalize;
+    cfg.routed_scaling_factor = rc.scaling;
+    const int n = 300, k = rc.top_k;
+    const auto logits = router_logits(n, rc.experts, rng);
+    std::vector<int32_t> want_e(size_t(n) * k);
+    std::vector<float> want_w(size_t(n) * k);
+    gpu::moe_router(cfg).route(logits.data(), size_t(n), want_e.data(), want_w.data());
+    dev_vec<float> d_logits(logits), d_w(size_t(n) * k);
+    dev_vec<int32_t> d_e(size_t(n) * k);
+    d_e.poison();
+    cuda::moe_route_args a;
+    a.logits = d_logits.get();
+    a.n = n;
+    a.num_experts = rc.experts;
+    a.top_k = k;
+    a.sigmoid = rc.scoring == moe_scoring::sigmoid;
+    a.renormalize = rc.renormalize;
+    a.scaling = float(rc.scaling);
+    a.experts = d_e.get();
+    a.weights = d_w.get();
+    ASSERT_EQ(cuda::moe_route(a, nullptr), 0);
+    const auto got_e = d_e.download();
+    const auto got_w = d_w.download();
+    EXPECT_EQ(got_e, want_e) << rc.experts << " experts, top " << k;
+    for (size_t i = 0; i < got_w.size(); ++i)
+      ASSERT_NEAR(got_w[i], want_w[i], 1e-6 * std::max(1.0f, std::abs(want_w[i]))) << rc.experts << " slot " << i;
+  }
+}
+
+/// The device permutation of `routes`, checked against permute_by_expert; returns its arrays.
+struct device_permutation {
+  dev_vec<int32_t> offsets, tiles, sorted, pair_rows;
+};
+
+void permute_and_check(const std::vector<int32_t>& routes, int k, int E, device_permutation& d) {
+  const int P = int(routes.size());
+  gpu::expert_permutation want;
+  gpu::permute_by_expert(routes, size_t(k), size_t(E), want);
+  dev_vec<int32_t> d_routes(routes);
+  d.offsets.resize(size_t(E) + 1);
+  d.tiles.resize(size_t(E) + 1);
+  d.sorted.resize(size_t(std::max(P, 1)));
+  d.pair_rows.resize(size_t(std::max(P, 1)));
+  d.sorted.poison();
+  d.pair_rows.poison();
+  cuda::moe_permute_args a;
+  a.experts = d_routes.get();
+  a.num_pairs = P;
+  a.num_experts = E;
+  a.offsets = d.offsets.get();
+  a.tile_offsets = d.tiles.get();
+  a.sorted_pairs = d.sorted.get();
+  a.pair_rows = d.pair_rows.get();
+  ASSERT_EQ(cuda::moe_permute(a, nullptr), 0);
+  EXPECT_EQ(d.offsets.download(), want.offsets);
+  std::vector<int32_t> tiles(size_t(E) + 1, 0);
+  for (int e = 0; e < E; ++e) tiles[e + 1] = tiles[e] + (want.count(e) + cuda::moe_tile_rows - 1) / cuda::moe_tile_rows;
+  EXPECT_EQ(d.tiles.download(), tiles);
+  EXPECT_LE(tiles[E], cuda::moe_max_tiles(P, E));
+  if (P == 0) return;
+  auto sorted = d.sorted.download();
+  std::vector<int32_t> tokens(sorted.size());
+  for (size_t r = 0; r < sorted.size(); ++r) tokens[r] = sorted[r] / k;
+  EXPECT_EQ(tokens, want.source_token);
+  EXPECT_EQ(d.pair_rows.download(), want.slot_row);
+}
+
+TEST_F(CudaMoe, PermutationMatchesExpertPermutation) {
+  std::mt19937 rng(11);
+  const std::vector<std::tuple<int, int, int>> shapes = {{1, 4, 2},     {3, 8, 2},     {37, 8, 2},
+                                                         {300, 128, 8}, {2000, 16, 4}, {4096, 8, 2}};
+  for (auto [n, E, k] : shapes) {
+    device_permutation d;
+    permute_and_check(random_routes(n, E, k, rng), k, E, d);
+  }
+}
+
+/// Output row r's fp32 product over the rounded operands: x[token] . W_expert[c] for c < N, with
+/// (token, expert) = of_row(r).
+template <class OfRow>
+std::vector<float> expert_product(act_dtype dt, const std::vector<uint16_t>& xb, const std::vector<uint16_t>& wb,
+                                  int rows, int N, int K, OfRow of_row) {
+  std::vector<float> want(size_t(rows) * N);
+  for (int r = 0; r < rows; ++r) {
+    const auto [token, expert] = of_row(r);
+    for (int c = 0; c < N; ++c) {
+      double acc = 0;
+      for (int i = 0; i < K; ++i)
+        acc += double(from_act_bits(dt, xb[size_t(token) * K + i])) *
+               from_act_bits(dt, wb[(size_t(expert) * N + c) * K + i]);
+      want[size_t(r) * N + c] = float(acc);
+    }
+  }
+  return want;
+}
+
+/// Runs `launch(dt, g, stream)` into an fp32 and a dt output and checks both against `want`.
+template <class Args, class Launch>
+void expect_both_outputs(act_dtype dt, Args g, Launch launch, const std::vector<float>& want, const std::string& what) {
+  dev_vec<float> y(want.size());
+  dev_vec<uint16_t> y_act(want.size());
+  y.poison();
+  g.y = y.get();
+  g.y_act = false;
+  ASSERT_EQ(launch(dt, g, nullptr), 0) << what;
+  g.y = y_act.get();
+  g.y_act = true;
+  ASSERT_EQ(launch(dt, g, nullptr), 0) << what;
+  EXPECT_LT(rel_max_err(y.download(), want), 1e-4) << what;
+  EXPECT_LT(rel_max_err(download_act(dt, y_act), want), dt == act_dtype::bf16 ? 8e-3 : 1e-3) << what;
+}
+
+std::string shape_name(act_dtype dt, int n, int E, int k, int N, int K) {
+  return std::string(dt == act_dtype::bf16 ? "bf16" : "fp16") + ": " + std::to_string(n) + " tokens, " +
+         std::to_string(E) + " experts, top " + std::to_string(k) + ", N " + std::to_string(N) + ", K " +
+         std::to_string(K);
+}
+
+TEST_F(CudaMoe, GroupedGemmMatchesTheProductOfItsRoundedOperands) {
+  std::mt19937 rng(3);
+  for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
+    // One row; partial column tiles and K past a whole 32; several tiles per expert; many experts.
+    const std::vector<std::tuple<int, int, int, int, int>> shapes = {
+        {1, 8, 2, 64, 64}, {70, 8, 2, 96, 72}, {500, 4, 2, 200, 136}, {33, 16, 4, 128, 256}};
+    for (auto [n, E, k, N, K] : shapes) {
+      const auto routes = random_routes(n, E, k, rng);
+      device_permutation perm;
+      permute_and_check(routes, k, E, perm);
+      gpu::expert_permutation host;
+      gpu::permute_by_expert(routes, size_t(k), size_t(E), host);
+      const auto xb = random_act_bits(dt, size_t(n) * K, rng());
+      const auto wb = random_act_bits(dt, size_t(E) * N * K, rng(), 0.25f);
+      dev_vec<uint16_t> d_x(xb), d_w(wb);
+      const cuda::grouped_gemm_args g{.a = d_x.get(), .a_rows = perm.sorted.get(), .a_rows_div = k, .w = d_w.get(),
+                                      .offsets = perm.offsets.get(), .tile_offsets = perm.tiles.get(),
+                                      .num_pairs = n * k, .num_experts = E, .n = N, .k = K};
+      const auto want = expert_product(dt, xb, wb, n * k, N, K, [&](int r) {
+        const auto e = std::upper_bound(host.offsets.begin(), host.offsets.end(), r) - host.offsets.begin() - 1;
+        return std::pair{host.source_token[size_t(r)], int(e)};
+      });
+      expect_both_outputs(dt, g, cuda::grouped_gemm, want, shape_name(dt, n, E, k, N, K));
+    }
+  }
+}
+
+TEST_F(CudaMoe, ExpertGemvMatchesTheProductOfItsRoundedOperandsInPairOrder) {
+  std::mt19937 rng(13);
+  for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
+    const std::vector<std::tuple<int, int, int, int, int>> shapes = {{1, 8, 2, 256, 64}, {1, 128, 8, 1536, 2048},
+                                                                     {3, 4, 2, 100, 264}};
+    for (auto [n, E, k, N, K] : shapes) {
+      const auto routes = random_routes(n, E, k, rng);
+      const auto xb = random_act_bits(dt, size_t(n) * K, rng());
+      const auto wb = random_act_bits(dt, size_t(E) * N * K, rng(), 0.25f);
+      dev_vec<uint16_t> d_x(xb), d_w(wb);
+      dev_vec<int32_t> d_e(routes);
+      const cuda::expert_gemv_args g{.a = d_x.get(), .a_rows_div = k, .experts = d_e.get(), .w = d_w.get(),
+                                     .num_pairs = n * k, .n = N, .k = K};
+      const int kk = k;
+      const auto want = expert_product(dt, xb, wb, n * k, N, K,
+                                       [&](int p) { return std::pair{p / kk, int(routes[size_t(p)])}; });
+      expect_both_outputs(dt, g, cuda::expert_gemv, want, shape_name(dt, n, E, k, N, K));
+    }
+  }
+}
+
+TEST_F(CudaMoe, CombineMatchesCombineRows) {
+  std::mt19937 rng(9);
+  const std::vector<std::tuple<int, int, int, int>> shapes = {{1, 4, 2, 64}, {300, 128, 8, 520}, {64, 8, 2, 4096}};
+  for (auto [n, E, k, hidden] : shapes) {
+    const auto routes = random_routes(n, E, k, rng);
+    gpu::expert_permutation host;
+    gpu::permute_by_expert(routes, size_t(k), size_t(E), host);
+    const auto y = randn(size_t(n) * k * hidden, rng);
+    const auto weights = randn(size_t(n) * k, rng);
+    const auto residual = randn(size_t(n) * hidden, rng);
+    std::vector<float> want(size_t(n) * hidden);
+    gpu::combine_rows(y.data(), size_t(hidden), host, weights.data(), size_t(k), 0, size_t(n), want.data());
+    dev_vec<float> d_y(y), d_w(weights), d_out(size_t(n) * hidden);
+    dev_vec<int32_t> d_e(routes), d_rows(host.slot_row);
+    d_out.poison();
+    cuda::moe_combine_args a;
+    a.y = d_y.get();
+    a.pair_rows = d_rows.get();
+    a.experts = d_e.get();
+    a.weights = d_w.get();
+    a.n = n;
+    a.top_k = k;
+    a.hidden = hidden;
+    a.out = d_out.get();
+    ASSERT_EQ(cuda::moe_combine(a, nullptr), 0);
+    EXPECT_LT(rel_max_err(d_out.download(), want), 1e-5) << n << " tokens, top " << k;
+    d_out.upload(residual);
+    a.accumulate = true;
+    ASSERT_EQ(cuda::moe_combine(a, nullptr), 0);
+    std::vector<float> sum(want.size());
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] = residual[i] + want[i];
+    EXPECT_LT(rel_max_err(d_out.download(), sum), 1e-5) << n << " tokens, accumulated";
+    // Pair order (expert_gemv's output): the same sum without the permutation.
+    std::vector<float> y_pairs(y.size());
+    for (size_t p = 0; p < size_t(n) * k; ++p)
+      std::copy_n(&y[size_t(host.slot_row[p]) * hidden], hidden, &y_pairs[p * hidden]);
+    d_y.upload(y_pairs);
+    a.pair_rows = nullptr;
+    a.accumulate = false;
+    ASSERT_EQ(cuda::moe_combine(a, nullptr), 0);
+    EXPECT_LT(rel_max_err(d_out.download(), want), 1e-5) << n << " tokens, pair order";
+  }
+}
+
+}  // namespace
+}  // namespace actorserve::testing
