@@ -202,9 +202,12 @@ std::string shape_name(act_dtype dt, int n, int E, int k, int N, int K) {
 TEST_F(CudaMoe, GroupedGemmMatchesTheProductOfItsRoundedOperands) {
   std::mt19937 rng(3);
   for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
-    // One row; partial column tiles and K past a whole 32; several tiles per expert; many experts.
+    // One row; partial column blocks and K past a whole slice (a multiple of 8, not of the 64 of
+    // a slice; shorter than one slice); several tiles per expert with a partial last one; many
+    // experts, some empty; ragged sizes around one tile; more slices than pipeline stages.
     const std::vector<std::tuple<int, int, int, int, int>> shapes = {
-        {1, 8, 2, 64, 64}, {70, 8, 2, 96, 72}, {500, 4, 2, 200, 136}, {33, 16, 4, 128, 256}};
+        {1, 8, 2, 64, 64},     {70, 8, 2, 96, 72},    {500, 4, 2, 200, 136}, {33, 16, 4, 128, 256},
+        {3, 16, 2, 136, 40},   {5, 64, 8, 130, 8},    {200, 64, 4, 256, 520}, {97, 24, 6, 384, 328}};
     for (auto [n, E, k, N, K] : shapes) {
       const auto routes = random_routes(n, E, k, rng);
       device_permutation perm;

@@ -16,8 +16,9 @@ namespace actorserve::gpu::cuda {
 inline constexpr int moe_max_top_k = 32;
 /// Most routed experts the router kernel takes (their scores sit in shared memory).
 inline constexpr int moe_max_experts = 1024;
-/// Rows of one grouped-GEMM tile: an expert's rows are cut into tiles of this many.
-inline constexpr int moe_tile_rows = 64;
+/// Rows of one grouped-GEMM tile: an expert's rows are cut into tiles of this many (decode
+/// batches give ~30 rows an expert at top-8 of 128, so a small tile wastes little).
+inline constexpr int moe_tile_rows = 32;
 
 /// gpu/model/moe_router's greedy top-k for each of n tokens, in fp32.
 struct moe_route_args {
@@ -47,7 +48,7 @@ int moe_permute(const moe_permute_args& a, cudaStream_t s);
 int moe_max_tiles(int num_pairs, int num_experts);
 
 /// Y[r, :N] = A[r, :K] * W_e[N, K]^T for each permuted row r of expert e, on tensor cores (16-bit
-/// operands, fp32 accumulation). Each CTA finds its expert and tile from tile_offsets on the
+/// operands, fp32 accumulation, K streamed through a multi-stage cp.async pipeline). Each CTA finds its expert and tile from tile_offsets on the
 /// device and returns when its tile is past the last one.
 struct grouped_gemm_args {
   const void* a = nullptr;           ///< [rows][K] of dt
