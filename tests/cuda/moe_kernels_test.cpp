@@ -1,7 +1,7 @@
 // The mixture-of-experts kernels against the host code the CPU executor runs: the router against
 // gpu/model/moe_router (ties included), the permutation against expert_permutation, the grouped
 // GEMM and the expert GEMV against fp32 products of the same rounded operands, the combine
-// against combine_rows.
+// against combine_rows; the fused one-token kernels bit for bit against the kernels they replace.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "config/moe_config.hpp"
 #include "cuda_test_util.hpp"
 #include "gpu/cuda/moe/moe_kernels.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/model/expert_permutation.hpp"
 #include "gpu/model/moe_router.hpp"
 
@@ -246,6 +247,85 @@ TEST_F(CudaMoe, ExpertGemvMatchesTheProductOfItsRoundedOperandsInPairOrder) {
       const auto want = expert_product(dt, xb, wb, n * k, N, K,
                                        [&](int p) { return std::pair{p / kk, int(routes[size_t(p)])}; });
       expect_both_outputs(dt, g, cuda::expert_gemv, want, shape_name(dt, n, E, k, N, K));
+    }
+  }
+}
+
+/// One-token shapes (tokens, experts, top_k, hidden, inter): Qwen3-30B-A3B; a few tokens with
+/// inter a multiple of 8 but not of 256; hidden not a multiple of a block's columns; inter 8.
+const std::vector<std::tuple<int, int, int, int, int>> one_token_shapes = {
+    {1, 128, 8, 2048, 768}, {3, 8, 2, 200, 264}, {2, 16, 4, 101, 72}, {4, 4, 2, 64, 8}};
+
+TEST_F(CudaMoe, ExpertGemvWithSiluIsBitIdenticalToGemvThenSiluAndMul) {
+  std::mt19937 rng(17);
+  for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
+    for (auto [n, E, k, hidden, inter] : one_token_shapes) {
+      const std::string what = shape_name(dt, n, E, k, inter, hidden);
+      const int P = n * k;
+      const auto routes = random_routes(n, E, k, rng);
+      const auto xb = random_act_bits(dt, size_t(n) * hidden, rng());
+      const auto wb = random_act_bits(dt, size_t(E) * 2 * inter * hidden, rng(), 0.25f);
+      dev_vec<uint16_t> d_x(xb), d_w(wb), gate_up(size_t(P) * 2 * inter), want(size_t(P) * inter),
+          got(size_t(P) * inter);
+      dev_vec<int32_t> d_e(routes);
+      cuda::expert_gemv_args g{.a = d_x.get(), .a_rows_div = k, .experts = d_e.get(), .w = d_w.get(),
+                               .num_pairs = P, .n = 2 * inter, .k = hidden, .y = gate_up.get(), .y_act = true};
+      ASSERT_EQ(cuda::expert_gemv(dt, g, nullptr), 0) << what;
+      ASSERT_EQ(cuda::silu_and_mul_act(dt, gate_up.get(), P, inter, want.get(), nullptr), 0) << what;
+      got.poison();
+      g.n = inter;
+      g.y = got.get();
+      g.y_act = false;
+      g.silu_and_mul = true;
+      ASSERT_EQ(cuda::expert_gemv(dt, g, nullptr), 0) << what;
+      EXPECT_EQ(got.download(), want.download()) << what;
+    }
+  }
+}
+
+TEST_F(CudaMoe, DownCombineIsBitIdenticalToGemvThenCombine) {
+  std::mt19937 rng(19);
+  for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
+    for (auto [n, E, k, hidden, inter] : one_token_shapes) {
+      const std::string what = shape_name(dt, n, E, k, hidden, inter);
+      const int P = n * k;
+      const auto routes = random_routes(n, E, k, rng);
+      const auto ab = random_act_bits(dt, size_t(P) * inter, rng());
+      const auto wb = random_act_bits(dt, size_t(E) * hidden * inter, rng(), 0.25f);
+      const auto weights = randn(size_t(P), rng);
+      const auto residual = randn(size_t(n) * hidden, rng);
+      dev_vec<uint16_t> d_a(ab), d_w(wb);
+      dev_vec<int32_t> d_e(routes);
+      dev_vec<float> d_weights(weights), y(size_t(P) * hidden), want(size_t(n) * hidden), got(size_t(n) * hidden);
+      const cuda::expert_gemv_args g{.a = d_a.get(), .experts = d_e.get(), .w = d_w.get(), .num_pairs = P,
+                                     .n = hidden, .k = inter, .y = y.get()};
+      ASSERT_EQ(cuda::expert_gemv(dt, g, nullptr), 0) << what;
+      cuda::moe_combine_args c{.y = y.get(), .experts = d_e.get(), .weights = d_weights.get(), .n = n, .top_k = k,
+                               .hidden = hidden, .out = want.get()};
+      cuda::moe_down_combine_args d{.act = d_a.get(), .experts = d_e.get(), .weights = d_weights.get(),
+                                    .w = d_w.get(), .n = n, .top_k = k, .hidden = hidden, .k = inter,
+                                    .out = got.get()};
+      for (bool accumulate : {false, true}) {
+        want.upload(residual);
+        got.upload(residual);
+        if (!accumulate) got.poison();
+        c.accumulate = d.accumulate = accumulate;
+        ASSERT_EQ(cuda::moe_combine(c, nullptr), 0) << what;
+        ASSERT_EQ(cuda::moe_down_combine(dt, d, nullptr), 0) << what;
+        EXPECT_EQ(got.download(), want.download()) << what << (accumulate ? ", accumulated" : "");
+      }
+      // And against the host: the fp32 products of the rounded operands, combined as combine_rows.
+      gpu::expert_permutation host;
+      gpu::permute_by_expert(routes, size_t(k), size_t(E), host);
+      const int kk = k;
+      const auto prod = expert_product(dt, ab, wb, P, hidden, inter, [&](int p) { return std::pair{p, int(routes[size_t(p)])}; });
+      std::vector<float> permuted(prod.size()), ref(size_t(n) * hidden);
+      for (int p = 0; p < P; ++p)
+        std::copy_n(&prod[size_t(p) * hidden], hidden, &permuted[size_t(host.slot_row[size_t(p)]) * hidden]);
+      gpu::combine_rows(permuted.data(), size_t(hidden), host, weights.data(), size_t(kk), 0, size_t(n), ref.data());
+      d.accumulate = false;
+      ASSERT_EQ(cuda::moe_down_combine(dt, d, nullptr), 0) << what;
+      EXPECT_LT(rel_max_err(got.download(), ref), 1e-4) << what << " against the host";
     }
   }
 }

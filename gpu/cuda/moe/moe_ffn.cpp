@@ -45,16 +45,14 @@ status moe_ffn::run(gemm_runner& gemm, const device_experts& w, const void* x, i
                           .experts = experts_, .weights = weights_};
   AS_CUDA_TRY(moe_route(ra, s));
   if (gemm.uses_gemv(rows)) {  // the rows the dense layers give the GEMV: each pair reads its expert
+    // gate/up with SiLU-and-mul in its epilogue, then down with the combine in its epilogue.
     const expert_gemv_args gate_up{.a = x, .a_rows_div = top_k_, .experts = experts_, .w = w.gate_up,
-                                   .num_pairs = P, .n = 2 * inter_, .k = hidden_, .y = gate_up_, .y_act = true};
+                                   .num_pairs = P, .n = inter_, .k = hidden_, .y = act_, .silu_and_mul = true};
     AS_CUDA_TRY(expert_gemv(dt_, gate_up, s));
-    AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, P, inter_, act_, s));
-    const expert_gemv_args down{.a = act_, .experts = experts_, .w = w.down, .num_pairs = P, .n = hidden_,
-                                .k = inter_, .y = y_};
-    AS_CUDA_TRY(expert_gemv(dt_, down, s));
-    const moe_combine_args ca{.y = y_, .experts = experts_, .weights = weights_, .n = rows, .top_k = top_k_,
-                              .hidden = hidden_, .out = out, .accumulate = accumulate};
-    AS_CUDA_TRY(moe_combine(ca, s));
+    const moe_down_combine_args down{.act = act_, .experts = experts_, .weights = weights_, .w = w.down,
+                                     .n = rows, .top_k = top_k_, .hidden = hidden_, .k = inter_, .out = out,
+                                     .accumulate = accumulate};
+    AS_CUDA_TRY(moe_down_combine(dt_, down, s));
     return {};
   }
   const moe_permute_args pa{.experts = experts_, .num_pairs = P, .num_experts = num_experts_, .offsets = offsets_,

@@ -32,8 +32,8 @@ class moe_ffn {
 
   /// out[t] (+)= the experts' weighted sum for each of `rows` tokens of x ([rows][hidden] of dt):
   /// added into out when `accumulate` (the residual), else written (a delta added later). Rows
-  /// that `gemm` gives its GEMV (one token) take expert_gemv over the (token, slot) pairs; more
-  /// take the permutation and the grouped GEMM.
+  /// that `gemm` gives its GEMV (one token) take expert_gemv with SiLU-and-mul fused over the
+  /// (token, slot) pairs, then moe_down_combine; more take the permutation and the grouped GEMM.
   status run(gemm_runner& gemm, const device_experts& w, const void* x, int rows, float* out, bool accumulate,
              cudaStream_t s);
 

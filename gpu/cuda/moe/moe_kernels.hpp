@@ -76,9 +76,27 @@ struct expert_gemv_args {
   int num_pairs = 0, n = 0, k = 0;
   void* y = nullptr;                 ///< [num_pairs][N]: fp32, or dt when y_act
   bool y_act = false;
+  /// silu_and_mul_act fused in: W_e is [2N][K] (gate rows, then up rows) and y, of dt, gets
+  /// SiLU(gate) * up of the two products each rounded to dt, the product rounded to dt.
+  bool silu_and_mul = false;
 };
 /// K must be a multiple of 8 and a, w 16-byte aligned (cudaErrorInvalidValue otherwise).
 int expert_gemv(act_dtype dt, const expert_gemv_args& a, cudaStream_t s);
+
+/// The one-token down projection and combine in one: out[t, c] (+)= sum over slots j, in ascending
+/// expert order, of weights[t, j] * (act[t * top_k + j, :K] . Wdown_e[c, :K]) with e = experts[t, j]:
+/// the numbers expert_gemv (fp32 y) then moe_combine (no pair_rows) give, without y.
+struct moe_down_combine_args {
+  const void* act = nullptr;         ///< [n * top_k][K] of dt, pair order
+  const int32_t* experts = nullptr;  ///< [n][top_k]
+  const float* weights = nullptr;    ///< [n][top_k]
+  const void* w = nullptr;           ///< [num_experts][hidden][K] of dt
+  int n = 0, top_k = 0, hidden = 0, k = 0;
+  float* out = nullptr;              ///< [n][hidden]
+  bool accumulate = false;           ///< add into out (the residual) instead of overwriting it
+};
+/// K must be a multiple of 8, act and w 16-byte aligned, top_k in [1, moe_max_top_k].
+int moe_down_combine(act_dtype dt, const moe_down_combine_args& a, cudaStream_t s);
 
 /// out[t] (+)= sum over slots j of weights[t, j] * y[pair_rows[t * top_k + j]], the slots summed
 /// in ascending expert order (expert_permutation's combine_rows).
