@@ -20,10 +20,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) expert_gemv_kernel(ex
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (row >= a.n) return;
   const int e = a.experts[p];
-  const T* x = static_cast<const T*>(a.a) + size_t(p / a.a_rows_div) * a.k;
+  const T* const x[1] = {static_cast<const T*>(a.a) + size_t(p / a.a_rows_div) * a.k};
   const T* const w[1] = {static_cast<const T*>(a.w) + (size_t(e) * a.n + row) * a.k};
   float acc[1] = {0.0f};
-  lane_dots<T, 1>(x, w, a.k, lane, acc);
+  lane_dots<T, 1, 1>(x, w, a.k, lane, acc);
   const float v = warp_sum(acc[0]);
   if (lane == 0) store_out(static_cast<Out*>(a.y) + size_t(p) * a.n + row, v);
 }
@@ -38,11 +38,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) expert_gemv_silu_kern
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (row >= a.n) return;
   const int e = a.experts[p];
-  const T* x = static_cast<const T*>(a.a) + size_t(p / a.a_rows_div) * a.k;
+  const T* const x[1] = {static_cast<const T*>(a.a) + size_t(p / a.a_rows_div) * a.k};
   const T* gate = static_cast<const T*>(a.w) + (size_t(e) * 2 * a.n + row) * a.k;
   const T* const w[2] = {gate, gate + size_t(a.n) * a.k};
   float acc[2] = {0.0f, 0.0f};
-  lane_dots<T, 2>(x, w, a.k, lane, acc);
+  lane_dots<T, 1, 2>(x, w, a.k, lane, acc);
   const float g = to_f32(from_f32<T>(warp_sum(acc[0]))), u = to_f32(from_f32<T>(warp_sum(acc[1])));
   if (lane == 0) static_cast<T*>(a.y)[size_t(p) * a.n + row] = silu_mul<T>(g, u);
 }
