@@ -14,6 +14,7 @@
 
 #include "config/moe_config.hpp"
 #include "cuda_test_util.hpp"
+#include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/cuda/moe/moe_kernels.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/model/expert_permutation.hpp"
@@ -108,6 +109,48 @@ TEST_F(CudaMoe, RouterMatchesTheCpuRouterTiesIncluded) {
     EXPECT_EQ(got_e, want_e) << rc.experts << " experts, top " << k;
     for (size_t i = 0; i < got_w.size(); ++i)
       ASSERT_NEAR(got_w[i], want_w[i], 1e-6 * std::max(1.0f, std::abs(want_w[i]))) << rc.experts << " slot " << i;
+  }
+}
+
+TEST_F(CudaMoe, RouterGemvIsBitIdenticalToGemvThenRoute) {
+  struct gemv_case {
+    router_case r;
+    int hidden;
+  };
+  const gemv_case cases[] = {{{128, 8, moe_scoring::softmax, false, 1.0}, 2048},  // Qwen3-30B-A3B
+                             {{8, 2, moe_scoring::softmax, true, 1.0}, 64},
+                             {{60, 4, moe_scoring::sigmoid, true, 2.5}, 264},
+                             {{1024, 32, moe_scoring::softmax, true, 1.0}, 520}};
+  std::mt19937 rng(23);
+  for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
+    for (const gemv_case& gc : cases) {
+      const router_case& rc = gc.r;
+      const std::string what = std::string(dt == act_dtype::bf16 ? "bf16, " : "fp16, ") +
+                               std::to_string(rc.experts) + " experts, top " + std::to_string(rc.top_k);
+      const int E = rc.experts, k = rc.top_k, H = gc.hidden;
+      dev_vec<uint16_t> d_x(random_act_bits(dt, size_t(H), rng())), d_w(random_act_bits(dt, size_t(E) * H, rng()));
+      const size_t ne = static_cast<size_t>(E), nk = static_cast<size_t>(k);
+      dev_vec<float> want_logits(ne), got_logits(ne), want_w(nk), got_w(nk);
+      dev_vec<int32_t> want_e(nk), got_e(nk), counter(std::vector<int32_t>{0});
+      ASSERT_EQ(cuda::gemv(dt, d_x.get(), 1, H, d_w.get(), E, want_logits.get(), 0.0f, nullptr), 0) << what;
+      cuda::moe_route_args a{.logits = want_logits.get(), .n = 1, .num_experts = E, .top_k = k,
+                             .sigmoid = rc.scoring == moe_scoring::sigmoid, .renormalize = rc.renormalize,
+                             .scaling = float(rc.scaling), .experts = want_e.get(), .weights = want_w.get()};
+      ASSERT_EQ(cuda::moe_route(a, nullptr), 0) << what;
+      a.experts = got_e.get();
+      a.weights = got_w.get();
+      const cuda::moe_router_gemv_args g{.x = d_x.get(), .w = d_w.get(), .hidden = H, .logits = got_logits.get(),
+                                         .counter = counter.get()};
+      for (int launch = 0; launch < 2; ++launch) {  // the second finds the counter back at 0
+        got_e.poison();
+        got_logits.poison();
+        ASSERT_EQ(cuda::moe_route_gemv(dt, g, a, nullptr), 0) << what;
+        EXPECT_EQ(got_logits.download(), want_logits.download()) << what;
+        EXPECT_EQ(got_e.download(), want_e.download()) << what;
+        EXPECT_EQ(got_w.download(), want_w.download()) << what;
+        EXPECT_EQ(counter.download(), std::vector<int32_t>{0}) << what;
+      }
+    }
   }
 }
 
@@ -321,7 +364,8 @@ TEST_F(CudaMoe, DownCombineIsBitIdenticalToGemvThenCombine) {
       gpu::expert_permutation host;
       gpu::permute_by_expert(routes, size_t(k), size_t(E), host);
       const int kk = k;
-      const auto prod = expert_product(dt, ab, wb, P, hidden, inter, [&](int p) { return std::pair{p, int(routes[size_t(p)])}; });
+      const auto prod = expert_product(dt, ab, wb, P, hidden, inter,
+                                       [&](int p) { return std::pair{p, int(routes[size_t(p)])}; });
       std::vector<float> permuted(prod.size()), ref(size_t(n) * hidden);
       for (int p = 0; p < P; ++p)
         std::copy_n(&prod[size_t(p) * hidden], hidden, &permuted[size_t(host.slot_row[size_t(p)]) * hidden]);

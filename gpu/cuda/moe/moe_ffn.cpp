@@ -1,6 +1,7 @@
 #include "gpu/cuda/moe/moe_ffn.hpp"
 
 #include "gpu/cuda/cuda_status.hpp"
+#include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/cuda/model/cuda_model.hpp"
 #include "gpu/cuda/moe/moe_kernels.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
@@ -20,6 +21,7 @@ status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_to
   struct want { size_t bytes; void** where; };
   const want wants[] = {
       {T * E * 4, reinterpret_cast<void**>(&logits_)},
+      {4, reinterpret_cast<void**>(&route_counter_)},
       {P * 4, reinterpret_cast<void**>(&experts_)},
       {P * 4, reinterpret_cast<void**>(&weights_)},
       {(E + 1) * 4, reinterpret_cast<void**>(&offsets_)},
@@ -32,6 +34,7 @@ status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_to
   };
   for (const want& w : wants)
     if (auto st = alloc(w.bytes, w.where); !st) return st;
+  AS_CUDA_TRY(cudaMemset(route_counter_, 0, sizeof(int32_t)));
   return {};
 }
 
@@ -39,12 +42,19 @@ status moe_ffn::run(gemm_runner& gemm, const device_experts& w, const void* x, i
                     cudaStream_t s) {
   if (rows == 0) return {};
   const int P = rows * top_k_;
-  if (auto st = gemm.run(dt_, x, rows, hidden_, w.router, num_experts_, logits_); !st) return st;
   const moe_route_args ra{.logits = logits_, .n = rows, .num_experts = num_experts_, .top_k = top_k_,
                           .sigmoid = sigmoid_, .renormalize = renormalize_, .scaling = scaling_,
                           .experts = experts_, .weights = weights_};
-  AS_CUDA_TRY(moe_route(ra, s));
-  if (gemm.uses_gemv(rows)) {  // the rows the dense layers give the GEMV: each pair reads its expert
+  const bool gemv = gemm.uses_gemv(rows);
+  if (gemv && rows == 1 && gemv_supported(x, 1, hidden_, w.router)) {  // the logits gemm.run would give
+    const moe_router_gemv_args rg{.x = x, .w = w.router, .hidden = hidden_, .logits = logits_,
+                                  .counter = route_counter_};
+    AS_CUDA_TRY(moe_route_gemv(dt_, rg, ra, s));
+  } else {
+    if (auto st = gemm.run(dt_, x, rows, hidden_, w.router, num_experts_, logits_); !st) return st;
+    AS_CUDA_TRY(moe_route(ra, s));
+  }
+  if (gemv) {  // the rows the dense layers give the GEMV: each pair reads its expert
     // gate/up with SiLU-and-mul in its epilogue, then down with the combine in its epilogue.
     const expert_gemv_args gate_up{.a = x, .a_rows_div = top_k_, .experts = experts_, .w = w.gate_up,
                                    .num_pairs = P, .n = inter_, .k = hidden_, .y = act_, .silu_and_mul = true};

@@ -34,6 +34,7 @@ class moe_ffn {
   /// added into out when `accumulate` (the residual), else written (a delta added later). Rows
   /// that `gemm` gives its GEMV (one token) take expert_gemv with SiLU-and-mul fused over the
   /// (token, slot) pairs, then moe_down_combine; more take the permutation and the grouped GEMM.
+  /// One such token also takes the router GEMV and the routing in one launch (moe_route_gemv).
   status run(gemm_runner& gemm, const device_experts& w, const void* x, int rows, float* out, bool accumulate,
              cudaStream_t s);
 
@@ -43,6 +44,7 @@ class moe_ffn {
   bool sigmoid_ = false, renormalize_ = false;
   float scaling_ = 1.0f;
   float* logits_ = nullptr;           ///< [tokens][E]
+  int32_t* route_counter_ = nullptr;  ///< moe_route_gemv's count of finished blocks (0 between launches)
   int32_t* experts_ = nullptr;        ///< [tokens][top_k]
   float* weights_ = nullptr;          ///< [tokens][top_k]
   int32_t* offsets_ = nullptr;        ///< [E + 1]

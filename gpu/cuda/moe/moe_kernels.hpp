@@ -32,6 +32,20 @@ struct moe_route_args {
 };
 int moe_route(const moe_route_args& a, cudaStream_t s);
 
+/// The router of one token in one launch: logits = W_router x (the numbers gemv() gives, either
+/// path of it), then moe_route on them. The GEMV's blocks write the logits; the last one to
+/// finish, counted on `counter`, routes.
+struct moe_router_gemv_args {
+  const void* x = nullptr;     ///< [hidden] of dt
+  const void* w = nullptr;     ///< [num_experts][hidden] of dt
+  int hidden = 0;
+  float* logits = nullptr;     ///< [num_experts]: written here, read back by the last block
+  int32_t* counter = nullptr;  ///< 0 before the launch; the kernel leaves it 0
+};
+/// `a` as moe_route takes it with n = 1; its logits are g.logits. hidden must be a multiple of 8
+/// and x, w 16-byte aligned (cudaErrorInvalidValue otherwise).
+int moe_route_gemv(act_dtype dt, const moe_router_gemv_args& g, const moe_route_args& a, cudaStream_t s);
+
 /// A stable counting sort of the (token, slot) pairs p = t * top_k + j by expert, as
 /// gpu/model/expert_permutation: experts ascending, pairs ascending within one expert.
 struct moe_permute_args {
@@ -48,8 +62,9 @@ int moe_permute(const moe_permute_args& a, cudaStream_t s);
 int moe_max_tiles(int num_pairs, int num_experts);
 
 /// Y[r, :N] = A[r, :K] * W_e[N, K]^T for each permuted row r of expert e, on tensor cores (16-bit
-/// operands, fp32 accumulation, K streamed through a multi-stage cp.async pipeline). Each CTA finds its expert and tile from tile_offsets on the
-/// device and returns when its tile is past the last one.
+/// operands, fp32 accumulation, K streamed through a multi-stage cp.async pipeline). Each CTA
+/// finds its expert and tile from tile_offsets on the device and returns when its tile is past
+/// the last one.
 struct grouped_gemm_args {
   const void* a = nullptr;           ///< [rows][K] of dt
   /// When set, permuted row r reads A row a_rows[r] / a_rows_div (sorted pairs -> tokens);
