@@ -273,6 +273,38 @@ TEST_F(CudaMoe, GroupedGemmMatchesTheProductOfItsRoundedOperands) {
   }
 }
 
+TEST_F(CudaMoe, GroupedGemmWithSiluIsBitIdenticalToGemmThenSiluAndMul) {
+  std::mt19937 rng(29);
+  for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
+    // (tokens, experts, top_k, inter, K): inter a multiple of a block's 64 outputs and not, below
+    // one block; K a multiple of 8 only; empty experts; several tiles per expert.
+    const std::vector<std::tuple<int, int, int, int, int>> shapes = {
+        {1, 8, 2, 64, 64}, {70, 8, 2, 96, 72}, {5, 64, 8, 40, 136}, {300, 4, 2, 200, 264}, {97, 24, 6, 128, 520}};
+    for (auto [n, E, k, inter, K] : shapes) {
+      const std::string what = shape_name(dt, n, E, k, inter, K);
+      const int P = n * k;
+      const auto routes = random_routes(n, E, k, rng);
+      device_permutation perm;
+      permute_and_check(routes, k, E, perm);
+      dev_vec<uint16_t> d_x(random_act_bits(dt, size_t(n) * K, rng()));
+      dev_vec<uint16_t> d_w(random_act_bits(dt, size_t(E) * 2 * inter * K, rng(), 0.25f));
+      dev_vec<uint16_t> gate_up(size_t(P) * 2 * inter), want(size_t(P) * inter), got(size_t(P) * inter);
+      cuda::grouped_gemm_args g{.a = d_x.get(), .a_rows = perm.sorted.get(), .a_rows_div = k, .w = d_w.get(),
+                                .offsets = perm.offsets.get(), .tile_offsets = perm.tiles.get(), .num_pairs = P,
+                                .num_experts = E, .n = 2 * inter, .k = K, .y = gate_up.get(), .y_act = true};
+      ASSERT_EQ(cuda::grouped_gemm(dt, g, nullptr), 0) << what;
+      ASSERT_EQ(cuda::silu_and_mul_act(dt, gate_up.get(), P, inter, want.get(), nullptr), 0) << what;
+      got.poison();
+      g.n = inter;
+      g.y = got.get();
+      g.y_act = false;
+      g.silu_and_mul = true;
+      ASSERT_EQ(cuda::grouped_gemm(dt, g, nullptr), 0) << what;
+      EXPECT_EQ(got.download(), want.download()) << what;
+    }
+  }
+}
+
 TEST_F(CudaMoe, ExpertGemvMatchesTheProductOfItsRoundedOperandsInPairOrder) {
   std::mt19937 rng(13);
   for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {

@@ -32,10 +32,12 @@ static_assert(BK == 64, "swz<BK> swizzles rows of 8 chunks");
 static_assert(BM % 16 == 0 && kNt % 2 == 0, "whole mma tiles, B loaded 16 columns at a time");
 static_assert((BM * kChunks) % kThreads == 0 && (BN * kChunks) % kThreads == 0, "whole copy rounds");
 
-/// Grid (moe_max_tiles, ceil(N / BN)): the tiles of one expert (same weights) are neighbours in
-/// launch order, so a second tile of an expert mostly finds its weight slices in L2.
-/// Out: float, or T for an output a SiLU kernel reads.
-template <class T, class Out>
+/// Grid (moe_max_tiles, ceil(N / BN), or ceil(N / (BN / 2)) with kSilu): the tiles of one expert
+/// (same weights) are neighbours in launch order, so a second tile of an expert mostly finds its
+/// weight slices in L2. Out: float, or T. kSilu (Out = T): the CTA's B rows are gate rows
+/// [j0, j0 + BN / 2) and the matching up rows N + j0 + ..., each warp 16 of each, so that a
+/// thread holds gate and up of the same outputs and writes SiLU(gate) * up.
+template <class T, class Out, bool kSilu>
 __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(grouped_gemm_args a) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int32_t a_row[BM];
@@ -50,12 +52,13 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(grouped_gemm_arg
   const int e = lo;
   const int m0 = a.offsets[e] + (tile - a.tile_offsets[e]) * BM;
   const int rows = min(BM, a.offsets[e + 1] - m0);
-  const int n0 = blockIdx.y * BN, N = a.n, K = a.k;
+  constexpr int kHalf = BN / 2;
+  const int n0 = blockIdx.y * (kSilu ? kHalf : BN), N = a.n, K = a.k;
   for (int r = threadIdx.x; r < BM; r += kThreads)
     a_row[r] = r < rows ? (a.a_rows ? a.a_rows[m0 + r] / a.a_rows_div : m0 + r) : -1;
   __syncthreads();
   const T* A = static_cast<const T*>(a.a);
-  const T* W = static_cast<const T*>(a.w) + size_t(e) * N * K;
+  const T* W = static_cast<const T*>(a.w) + size_t(e) * (kSilu ? 2 : 1) * N * K;
   const uint32_t s0 = smem_addr(smem);
   // Slice [k0, k0 + BK) into stage `st`; chunks past the rows, columns or K are zero-filled
   // (K % 8 == 0: a chunk is wholly in or out).
@@ -71,11 +74,13 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(grouped_gemm_arg
 #pragma unroll
     for (int i = 0; i < BN * kChunks / kThreads; ++i) {
       const int c = threadIdx.x + i * kThreads, r = c / kChunks, ch = c % kChunks, k = k0 + ch * 8;
-      const bool ok = n0 + r < N && k < K;
-      cp_async16(bs + swz<BK>(r, ch), ok ? W + size_t(n0 + r) * K + k : W, ok ? 16 : 0);
+      // B row r: weight row n0 + r, or with kSilu gate row n0 + r % kHalf / its up row.
+      const int col = kSilu ? n0 + r % kHalf : n0 + r, wrow = kSilu && r >= kHalf ? N + col : col;
+      const bool ok = col < N && k < K;
+      cp_async16(bs + swz<BK>(r, ch), ok ? W + size_t(wrow) * K + k : W, ok ? 16 : 0);
     }
   };
-  const int lane = threadIdx.x & 31, wn = (threadIdx.x >> 5) * kWarpN;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wn = warp * kWarpN;
   float acc[kMt][kNt][4] = {};
   const int nk = (K + BK - 1) / BK;
 #pragma unroll
@@ -98,9 +103,11 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(grouped_gemm_arg
       for (int i = 0; i < kMt; ++i)
         ldsm_x4(as + swz<BK>(16 * i + (lane & 15), ks * 2 + (lane >> 4)), af[i][0], af[i][1], af[i][2], af[i][3]);
 #pragma unroll
-      for (int nb = 0; nb < kNt / 2; ++nb) {  // columns wn + 16 nb + [0, 16): two n8 tiles
+      for (int nb = 0; nb < kNt / 2; ++nb) {  // B rows b + [0, 16): two n8 tiles
+        // kSilu: nb 0 the warp's 16 gate rows, nb 1 the matching up rows.
+        const int b = kSilu ? nb * kHalf + warp * 16 : wn + nb * 16;
         uint32_t b0, b1, b2, b3;
-        ldsm_x4(bs + swz<BK>(wn + nb * 16 + (lane >> 4) * 8 + (lane & 7), ks * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
+        ldsm_x4(bs + swz<BK>(b + (lane >> 4) * 8 + (lane & 7), ks * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
 #pragma unroll
         for (int i = 0; i < kMt; ++i) {
           elem<T>::mma(acc[i][2 * nb], af[i], b0, b1);
@@ -115,24 +122,41 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(grouped_gemm_arg
 #pragma unroll
   for (int i = 0; i < kMt; ++i)
 #pragma unroll
-    for (int j = 0; j < kNt; ++j)
+    for (int h = 0; h < 2; ++h) {
+      const int r = 16 * i + (lane >> 2) + 8 * h;
+      if (r >= rows) continue;
+      Out* y = Y + size_t(m0 + r) * N;
+      if constexpr (kSilu) {  // gate in n8 tiles 0, 1, up in 2, 3; each rounded to T as a stored gate_up
+        static_assert(kNt == 4, "two gate and two up n8 tiles a warp");
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 16 * i + (lane >> 2) + 8 * h, col = n0 + wn + 8 * j + 2 * (lane & 3);
-        if (r >= rows) continue;
-        Out* y = Y + size_t(m0 + r) * N + col;
-        if (col < N) store_out(y, acc[i][j][2 * h]);
-        if (col + 1 < N) store_out(y + 1, acc[i][j][2 * h + 1]);
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const int col = n0 + warp * 16 + 8 * j + 2 * (lane & 3) + q;
+            const float g = to_f32(from_f32<T>(acc[i][j][2 * h + q]));
+            const float u = to_f32(from_f32<T>(acc[i][j + 2][2 * h + q]));
+            if (col < N) y[col] = silu_mul<T>(g, u);
+          }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kNt; ++j)
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            const int col = n0 + wn + 8 * j + 2 * (lane & 3) + q;
+            if (col < N) store_out(y + col, acc[i][j][2 * h + q]);
+          }
       }
+    }
 }
 
-template <class T, class Out>
+template <class T, class Out, bool kSilu>
 cudaError_t launch(const grouped_gemm_args& a, cudaStream_t s) {
   static const cudaError_t configured =
-      cudaFuncSetAttribute(grouped_gemm_kernel<T, Out>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      cudaFuncSetAttribute(grouped_gemm_kernel<T, Out, kSilu>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (configured != cudaSuccess) return configured;
-  const dim3 grid(moe_max_tiles(a.num_pairs, a.num_experts), (a.n + BN - 1) / BN);
-  return launch_pdl_smem(grouped_gemm_kernel<T, Out>, grid, dim3(kThreads), size_t(kSmem), s, a);
+  const int cols = kSilu ? BN / 2 : BN;
+  const dim3 grid(moe_max_tiles(a.num_pairs, a.num_experts), (a.n + cols - 1) / cols);
+  return launch_pdl_smem(grouped_gemm_kernel<T, Out, kSilu>, grid, dim3(kThreads), size_t(kSmem), s, a);
 }
 
 }  // namespace
@@ -142,10 +166,12 @@ int grouped_gemm(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s) {
   if (a.k % 8 != 0 || reinterpret_cast<uintptr_t>(a.a) % 16 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0)
     return int(cudaErrorInvalidValue);
   cudaError_t e = cudaSuccess;
-  if (a.y_act)
-    AS_DISPATCH_ACT(dt, e = launch<T, T>(a, s));
+  if (a.silu_and_mul)
+    AS_DISPATCH_ACT(dt, e = launch<T, T, true>(a, s));
+  else if (a.y_act)
+    AS_DISPATCH_ACT(dt, e = launch<T, T, false>(a, s));
   else
-    AS_DISPATCH_ACT(dt, e = launch<T, float>(a, s));
+    AS_DISPATCH_ACT(dt, e = launch<T, float, false>(a, s));
   return int(e);
 }
 

@@ -4,7 +4,6 @@
 #include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/cuda/model/cuda_model.hpp"
 #include "gpu/cuda/moe/moe_kernels.hpp"
-#include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -28,7 +27,6 @@ status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_to
       {(E + 1) * 4, reinterpret_cast<void**>(&tile_offsets_)},
       {P * 4, reinterpret_cast<void**>(&sorted_pairs_)},
       {P * 4, reinterpret_cast<void**>(&pair_rows_)},
-      {P * 2 * inter_ * es, &gate_up_},
       {P * inter_ * es, &act_},
       {P * hidden_ * 4, reinterpret_cast<void**>(&y_)},
   };
@@ -68,14 +66,13 @@ status moe_ffn::run(gemm_runner& gemm, const device_experts& w, const void* x, i
   const moe_permute_args pa{.experts = experts_, .num_pairs = P, .num_experts = num_experts_, .offsets = offsets_,
                             .tile_offsets = tile_offsets_, .sorted_pairs = sorted_pairs_, .pair_rows = pair_rows_};
   AS_CUDA_TRY(moe_permute(pa, s));
-  // gate/up: permuted row r holds pair p = t * top_k + j and reads token p / top_k; its output is
-  // rounded to dt as HF's bf16/fp16 gate and up projections are.
+  // gate/up with SiLU-and-mul in its epilogue: permuted row r holds pair p = t * top_k + j and
+  // reads token p / top_k; gate and up are rounded to dt as HF's bf16/fp16 projections are.
   const grouped_gemm_args gate_up{.a = x, .a_rows = sorted_pairs_, .a_rows_div = top_k_, .w = w.gate_up,
                                   .offsets = offsets_, .tile_offsets = tile_offsets_, .num_pairs = P,
-                                  .num_experts = num_experts_, .n = 2 * inter_, .k = hidden_, .y = gate_up_,
-                                  .y_act = true};
+                                  .num_experts = num_experts_, .n = inter_, .k = hidden_, .y = act_,
+                                  .silu_and_mul = true};
   AS_CUDA_TRY(grouped_gemm(dt_, gate_up, s));
-  AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, P, inter_, act_, s));
   const grouped_gemm_args down{.a = act_, .w = w.down, .offsets = offsets_, .tile_offsets = tile_offsets_,
                                .num_pairs = P, .num_experts = num_experts_, .n = hidden_, .k = inter_, .y = y_};
   AS_CUDA_TRY(grouped_gemm(dt_, down, s));

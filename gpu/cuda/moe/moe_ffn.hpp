@@ -1,7 +1,8 @@
 #pragma once
 /// A sparse layer's FFN on the device: router logits (one GEMM), the router, the permutation, the
-/// grouped gate/up GEMM (or, at one token, the expert GEMV), SiLU-and-mul, the grouped down GEMM
-/// and the weighted combine into the residual stream (docs/moe.md). No host round trip: a decode step that runs it is capturable.
+/// grouped gate/up GEMM with SiLU-and-mul (or, at one token, the expert GEMV), the grouped down
+/// GEMM and the weighted combine into the residual stream (docs/moe.md). No host round trip: a
+/// decode step that runs it is capturable.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -51,7 +52,6 @@ class moe_ffn {
   int32_t* tile_offsets_ = nullptr;   ///< [E + 1]
   int32_t* sorted_pairs_ = nullptr;   ///< [tokens * top_k]
   int32_t* pair_rows_ = nullptr;      ///< [tokens * top_k]
-  void* gate_up_ = nullptr;           ///< [tokens * top_k][2 * inter] of dt
   void* act_ = nullptr;               ///< [tokens * top_k][inter] of dt
   float* y_ = nullptr;                ///< [tokens * top_k][hidden]
 };

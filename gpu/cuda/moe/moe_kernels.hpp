@@ -77,6 +77,9 @@ struct grouped_gemm_args {
   int num_pairs = 0, num_experts = 0, n = 0, k = 0;
   void* y = nullptr;                 ///< [num_pairs][N]: fp32, or dt when y_act
   bool y_act = false;
+  /// silu_and_mul_act fused in: W_e is [2N][K] (gate rows, then up rows) and y, of dt, gets
+  /// SiLU(gate) * up of the two products each rounded to dt, the product rounded to dt.
+  bool silu_and_mul = false;
 };
 /// K must be a multiple of 8 and a, w 16-byte aligned (cudaErrorInvalidValue otherwise).
 int grouped_gemm(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s);
