@@ -41,17 +41,23 @@ template <class T, class Out, bool kSilu>
 __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(grouped_gemm_args a) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int32_t a_row[BM];
+  __shared__ int s_e, s_m0, s_rows;
   pdl_begin();
   const int tile = blockIdx.x, E = a.num_experts;
   if (tile >= a.tile_offsets[E]) return;  // past the step's last tile
-  int lo = 0, hi = E - 1;                 // the expert: the last e with tile_offsets[e] <= tile
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (a.tile_offsets[mid] <= tile) lo = mid; else hi = mid - 1;
+  // The expert: the one e with tile_offsets[e] <= tile < tile_offsets[e + 1] (an empty expert has
+  // no such tile), found by all threads at once in one round of loads, not a chain of them.
+  for (int e = threadIdx.x; e < E; e += kThreads) {
+    const int t0 = a.tile_offsets[e], t1 = a.tile_offsets[e + 1];
+    if (t0 <= tile && tile < t1) {
+      const int m0 = a.offsets[e] + (tile - t0) * BM;
+      s_e = e;
+      s_m0 = m0;
+      s_rows = min(BM, a.offsets[e + 1] - m0);
+    }
   }
-  const int e = lo;
-  const int m0 = a.offsets[e] + (tile - a.tile_offsets[e]) * BM;
-  const int rows = min(BM, a.offsets[e + 1] - m0);
+  __syncthreads();
+  const int e = s_e, m0 = s_m0, rows = s_rows;
   constexpr int kHalf = BN / 2;
   const int n0 = blockIdx.y * (kSilu ? kHalf : BN), N = a.n, K = a.k;
   for (int r = threadIdx.x; r < BM; r += kThreads)
