@@ -1,6 +1,7 @@
 #pragma once
 // Device helpers of the expert kernels.
 #include "gpu/cuda/kernel_util.cuh"
+#include "gpu/cuda/linear/gemv_common.cuh"
 
 namespace actorserve::gpu::cuda::dev {
 
@@ -12,8 +13,9 @@ __device__ __forceinline__ void store_out(float* y, float v) { *y = v; }
 /// One lane's share of R dot products x[r] . w[r] over [0, K) (K % 8 == 0): the lane's 8-element
 /// chunks at lane * 8 + 256 m in ascending m, each added element by element into acc[r], so that
 /// warp_sum(acc[r]) is the same number whichever kernel asks. kUnroll chunks' 16-byte loads are
-/// issued before their first use and kept raw (4 registers a chunk) until then. x is one vector
-/// for all rows (RX = 1) or one a row (RX = R).
+/// issued before their first use and kept raw (4 registers a chunk) until then; the weights
+/// stream past L1 as the dense GEMV's do. x is one vector for all rows (RX = 1) or one a row
+/// (RX = R).
 template <class T, int RX, int R>
 __device__ __forceinline__ void lane_dots(const T* const (&x)[RX], const T* const (&w)[R], int K, int lane,
                                           float (&acc)[R]) {
@@ -28,7 +30,7 @@ __device__ __forceinline__ void lane_dots(const T* const (&x)[RX], const T* cons
 #pragma unroll
       for (int r = 0; r < RX; ++r) xr[u][r] = *reinterpret_cast<const uint4*>(x[r] + i);
 #pragma unroll
-      for (int r = 0; r < R; ++r) wr[u][r] = *reinterpret_cast<const uint4*>(w[r] + i);
+      for (int r = 0; r < R; ++r) wr[u][r] = gemv::load_stream(reinterpret_cast<const uint4*>(w[r] + i));
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
