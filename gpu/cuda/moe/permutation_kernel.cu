@@ -1,6 +1,7 @@
 // The token -> expert permutation on the device (moe_kernels.hpp): one block counts the pairs of
 // each expert, scans the counts into row and tile offsets, and one warp places the pairs in
-// order, so that within an expert they stay in ascending (token, slot) order.
+// order (their experts staged in shared memory by the block), so that within an expert they stay
+// in ascending (token, slot) order.
 #include <algorithm>
 
 #include "gpu/cuda/kernel_util.cuh"
@@ -36,22 +37,31 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(moe_permute_args a) {
     a.tile_offsets[E] = tiles;
   }
   __syncthreads();
-  if (threadIdx.x >= 32) return;
-  // 32 pairs at a time: lanes of one expert take consecutive rows in lane (= pair) order.
-  const int lane = threadIdx.x;
+  // kThreads pairs at a time: the block stages their experts in shared memory (one coalesced
+  // load), then one warp places them 32 at a time, lanes of one expert taking consecutive rows
+  // in lane (= pair) order, with no global load on its serial path.
+  __shared__ int32_t chunk[kThreads];
+  const int lane = threadIdx.x & 31;
   const unsigned lower = (1u << lane) - 1u;
-  for (int base = 0; base < P; base += 32) {
-    const int p = base + lane;
-    const int e = p < P ? a.experts[p] : -1;
-    const unsigned peers = __match_any_sync(0xffffffffu, e);
-    if (p < P) {
-      const int row = cursor[e] + __popc(peers & lower);
-      a.sorted_pairs[row] = p;
-      a.pair_rows[p] = row;
+  for (int base = 0; base < P; base += kThreads) {
+    chunk[threadIdx.x] = base + int(threadIdx.x) < P ? a.experts[base + threadIdx.x] : -1;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      for (int sub = 0; sub < kThreads && base + sub < P; sub += 32) {
+        const int p = base + sub + lane;
+        const int e = chunk[sub + lane];  // -1 past the last pair
+        const unsigned peers = __match_any_sync(0xffffffffu, e);
+        if (p < P) {
+          const int row = cursor[e] + __popc(peers & lower);
+          a.sorted_pairs[row] = p;
+          a.pair_rows[p] = row;
+        }
+        __syncwarp();
+        if (p < P && (peers & lower) == 0) cursor[e] += __popc(peers);
+        __syncwarp();
+      }
     }
-    __syncwarp();
-    if (p < P && (peers & lower) == 0) cursor[e] += __popc(peers);
-    __syncwarp();
+    __syncthreads();  // the chunk is rewritten next round
   }
 }
 
