@@ -24,17 +24,29 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(moe_permute_args a) {
   __syncthreads();
   for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&counts[a.experts[p]], 1);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t rows = 0, tiles = 0;
-    for (int e = 0; e < E; ++e) {
-      a.offsets[e] = rows;
-      a.tile_offsets[e] = tiles;
-      cursor[e] = rows;
-      rows += counts[e];
-      tiles += (counts[e] + moe_tile_rows - 1) / moe_tile_rows;
+  if (threadIdx.x < 32) {  // exclusive scans of rows and tiles, 32 experts a round
+    const int ln = threadIdx.x;
+    int32_t rows = 0, tiles = 0;  // the totals of the rounds before, in every lane
+    for (int e0 = 0; e0 < E; e0 += 32) {
+      const int e = e0 + ln;
+      const int32_t c = e < E ? counts[e] : 0, t = (c + moe_tile_rows - 1) / moe_tile_rows;
+      int32_t rc = c, tc = t;  // inclusive scans over the round's lanes
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int32_t ro = __shfl_up_sync(0xffffffffu, rc, o), to = __shfl_up_sync(0xffffffffu, tc, o);
+        if (ln >= o) rc += ro, tc += to;
+      }
+      if (e < E) {
+        a.offsets[e] = cursor[e] = rows + rc - c;
+        a.tile_offsets[e] = tiles + tc - t;
+      }
+      rows += __shfl_sync(0xffffffffu, rc, 31);
+      tiles += __shfl_sync(0xffffffffu, tc, 31);
     }
-    a.offsets[E] = rows;
-    a.tile_offsets[E] = tiles;
+    if (ln == 0) {
+      a.offsets[E] = rows;
+      a.tile_offsets[E] = tiles;
+    }
   }
   __syncthreads();
   // kThreads pairs at a time: the block stages their experts in shared memory (one coalesced
