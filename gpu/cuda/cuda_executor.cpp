@@ -84,6 +84,8 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   max_partials_ = attention_->max_partials();
   max_blocks_per_seq_ = static_cast<int>((max_len + opts.block_size - 1) / opts.block_size);
   qkv_width_ = static_cast<int>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
+  if (c.moe) shared_inter_ = static_cast<int>(c.moe->num_shared_experts * c.moe->expert_intermediate_size);
+  ffn_width_ = std::max(static_cast<int>(c.intermediate_size), shared_inter_);
   block_bytes_ = attention_->block_bytes();
   if (auto st = allocate_buffers(); !st) return st;
   for (host_slot& s : slots_) {
@@ -116,13 +118,13 @@ status cuda_executor::allocate_buffers() {
       {T * c.hidden_size * 4, reinterpret_cast<void**>(&residual_)},
       {T * qkv_width_ * 4, reinterpret_cast<void**>(&qkv_)},
       {T * c.hidden_size * 4, reinterpret_cast<void**>(&delta_)},
-      {T * 2 * c.intermediate_size * 4, reinterpret_cast<void**>(&gate_up_)},
+      {T * 2 * ffn_width_ * 4, reinterpret_cast<void**>(&gate_up_)},
       {size_t(max_rows_) * c.vocab_size * 4, reinterpret_cast<void**>(&logits_)},
       {size_t(max_partials_) * attn_tile_rows * c.head_dim * 4, reinterpret_cast<void**>(&partial_acc_)},
       {size_t(max_partials_) * attn_tile_rows * 2 * 4, reinterpret_cast<void**>(&partial_ml_)},
       {rows * c.hidden_size * es, &x_},
       {T * c.num_heads * c.head_dim * es, &attn_},
-      {T * c.intermediate_size * es, &act_},
+      {T * ffn_width_ * es, &act_},
       {size_t(max_rows_) * sizeof(sample_out), reinterpret_cast<void**>(&out_)},
       {size_t(max_rows_) * size_t(grammar_mask_words(info_.vocab_size)) * 4,
        reinterpret_cast<void**>(&grammar_masks_)},
@@ -137,7 +139,7 @@ status cuda_executor::allocate_buffers() {
     if (auto st = alloc(T * c.num_heads * c.head_dim * es, &p); !st) return st;
     q16_ = p;
     if (opts_.tuning.qkv_16bit) {  // gate_up_ is free while qkv is consumed
-      if (size_t(2) * c.intermediate_size * 4 >= size_t(qkv_width_) * es) {
+      if (size_t(2) * ffn_width_ * 4 >= size_t(qkv_width_) * es) {
         qkv16_ = gate_up_;
       } else {
         if (auto st = alloc(T * qkv_width_ * es, &p); !st) return st;

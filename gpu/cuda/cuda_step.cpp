@@ -263,7 +263,6 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     qkv16 = qkv16_ != nullptr && !gemm_.uses_gemv(n) && !qk_norm;
     if (qkv16) ra.qkv16 = qkv16_;
   }
-  const int rows_gate_up = gemm_.gemv_rows_for(2 * inter);
   // Batched rows (cuBLAS): o (without a bias) and down add into the residual in the epilogue.
   const bool add_in_gemm = !fused && !gemm_.uses_gemv(n) && tuning.residual_gemm;
   // What add_rmsnorm adds to the residual after the MLP (the down projection's output).
@@ -277,6 +276,27 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     use_plan(last_aa, meta_, last_layer_work(layout_), shape.last_attn);
   }
   const int32_t* sample_row_ids = at<int32_t>(meta_, layout_.sample_rows);
+  // A dense SwiGLU MLP of width `width` over `rows` rows of x_: out (+)= down(silu(gate) * up).
+  const auto dense_mlp = [&](const void* gate_up_w, const void* down_w, int width, int rows, float* out,
+                             bool add) -> status {
+    if (fused) {
+      mark(step_op::gate_up);
+      AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, gate_up_w, width, act_, gemm_.gemv_rows_for(2 * width), stream_,
+                                    tuning.bulk));
+    } else if (gemm_.uses_gemv(rows) || !tuning.gate_up_16bit) {
+      mark(step_op::gate_up);
+      if (auto st = gemm_.run(dt_, x_, rows, hidden, gate_up_w, 2 * width, gate_up_); !st) return st;
+      mark(step_op::silu);
+      AS_CUDA_TRY(silu_and_mul(dt_, gate_up_, rows, width, act_, stream_));
+    } else {  // cuBLAS writes gate_up in dt: half the bytes of fp32 (cuda_tuning::gate_up_16bit)
+      mark(step_op::gate_up);
+      if (auto st = gemm_.run_act(dt_, x_, rows, hidden, gate_up_w, 2 * width, gate_up_); !st) return st;
+      mark(step_op::silu);
+      AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, rows, width, act_, stream_));
+    }
+    mark(step_op::down);
+    return gemm_.run(dt_, act_, rows, width, down_w, hidden, out, add ? 1.0f : 0.0f);
+  };
   float* residual = residual_;  // the rows past attention: all, or the sampled ones gathered
   int rows_on = n;
   for (size_t l = 0; l < m.layers.size(); ++l) {
@@ -333,33 +353,20 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       mark(step_op::norm);
       AS_CUDA_TRY(add_rmsnorm(dt_, residual, delta_, w.o_bias, w.post_norm, eps, nullptr, rows_on, hidden, x_, stream_));
     }
+    // The FFN's output goes into the residual in the down GEMM's epilogue (add_in_gemm), else
+    // into delta_, which the next add_rmsnorm adds.
+    float* const ffn_out = add_in_gemm ? residual : delta_;
     if (w.experts.router) {  // a sparse layer: the experts' weighted sum goes where down's output would
       mark(step_op::gate_up);
-      if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, add_in_gemm ? residual : delta_, add_in_gemm, stream_);
-          !st)
-        return st;
+      if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, ffn_out, add_in_gemm, stream_); !st) return st;
+      // The shared experts: a dense MLP over every token, added after the routed sum.
+      if (w.experts.shared_gate_up)
+        if (auto st = dense_mlp(w.experts.shared_gate_up, w.experts.shared_down, shared_inter_, rows_on, ffn_out, true);
+            !st)
+          return st;
       continue;
     }
-    if (fused) {
-      mark(step_op::gate_up);
-      AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, w.gate_up, inter, act_, rows_gate_up, stream_, tuning.bulk));
-    } else if (gemm_.uses_gemv(rows_on) || !tuning.gate_up_16bit) {
-      mark(step_op::gate_up);
-      if (auto st = gemm_.run(dt_, x_, rows_on, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
-      mark(step_op::silu);
-      AS_CUDA_TRY(silu_and_mul(dt_, gate_up_, rows_on, inter, act_, stream_));
-    } else {  // cuBLAS writes gate_up in dt: half the bytes of fp32 (cuda_tuning::gate_up_16bit)
-      mark(step_op::gate_up);
-      if (auto st = gemm_.run_act(dt_, x_, rows_on, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
-      mark(step_op::silu);
-      AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, rows_on, inter, act_, stream_));
-    }
-    mark(step_op::down);
-    if (auto st = gemm_.run(dt_, act_, rows_on, inter, w.down, hidden, add_in_gemm ? residual : delta_,
-                            add_in_gemm ? 1.0f : 0.0f);
-        !st) {
-      return st;
-    }
+    if (auto st = dense_mlp(w.gate_up, w.down, inter, rows_on, ffn_out, add_in_gemm); !st) return st;
   }
   const int rows = shape.sample_rows;
   if (rows == 0) return {};

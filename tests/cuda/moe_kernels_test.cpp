@@ -1,7 +1,7 @@
-// The mixture-of-experts kernels against the host code the CPU executor runs: the router against
-// gpu/model/moe_router (ties included), the permutation against expert_permutation, the grouped
-// GEMM and the expert GEMV against fp32 products of the same rounded operands, the combine
-// against combine_rows.
+// The mixture-of-experts kernels against the host code the CPU executor runs: the router (greedy
+// and group-limited) against gpu/model/moe_router (ties included), the permutation against
+// expert_permutation, the grouped GEMM and the expert GEMV against fp32 products of the same
+// rounded operands, the combine against combine_rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -66,6 +66,7 @@ struct router_case {
   moe_scoring scoring;
   bool renormalize;
   double scaling;
+  int num_groups = 1, topk_groups = 1;   ///< group_limited_greedy when num_groups > 1
 };
 
 TEST_F(CudaMoe, RouterMatchesTheCpuRouterTiesIncluded) {
@@ -74,7 +75,11 @@ TEST_F(CudaMoe, RouterMatchesTheCpuRouterTiesIncluded) {
                                {128, 8, moe_scoring::softmax, false, 1.0},  // Qwen3-30B-A3B
                                {60, 4, moe_scoring::softmax, true, 1.0},
                                {16, 4, moe_scoring::sigmoid, false, 2.5},
-                               {1024, 32, moe_scoring::softmax, true, 1.0}};
+                               {1024, 32, moe_scoring::softmax, true, 1.0},
+                               {8, 2, moe_scoring::softmax, false, 2.5, 4, 2},      // deepseek-v2-qlora-yarn-bf16
+                               {160, 6, moe_scoring::softmax, false, 16.0, 8, 3},   // DeepSeek-V2
+                               {64, 6, moe_scoring::softmax, false, 1.0, 64, 6},    // one expert per group
+                               {48, 4, moe_scoring::softmax, false, 1.0, 12, 1}};       // top_k = one whole group
   std::mt19937 rng(5);
   for (const router_case& rc : cases) {
     moe_config cfg;
@@ -83,6 +88,11 @@ TEST_F(CudaMoe, RouterMatchesTheCpuRouterTiesIncluded) {
     cfg.scoring = rc.scoring;
     cfg.renormalize = rc.renormalize;
     cfg.routed_scaling_factor = rc.scaling;
+    if (rc.num_groups > 1) {
+      cfg.topk_method = moe_topk_method::group_limited_greedy;
+      cfg.num_groups = rc.num_groups;
+      cfg.topk_groups = rc.topk_groups;
+    }
     const int n = 300, k = rc.top_k;
     const auto logits = router_logits(n, rc.experts, rng);
     std::vector<int32_t> want_e(size_t(n) * k);
@@ -96,6 +106,8 @@ TEST_F(CudaMoe, RouterMatchesTheCpuRouterTiesIncluded) {
     a.n = n;
     a.num_experts = rc.experts;
     a.top_k = k;
+    a.num_groups = rc.num_groups;
+    a.topk_groups = rc.topk_groups;
     a.sigmoid = rc.scoring == moe_scoring::sigmoid;
     a.renormalize = rc.renormalize;
     a.scaling = float(rc.scaling);

@@ -101,7 +101,7 @@ class uploader {
 };
 
 /// A sparse layer's router and its experts stacked: gate/up as [E][2 * inter][hidden], down as
-/// [E][hidden][inter].
+/// [E][hidden][inter]; the shared experts, when present, as one dense MLP.
 status upload_experts(uploader& up, const moe_views& v, device_experts& out) {
   auto router = up.matrix({&v.router});
   if (!router) return router.err();
@@ -118,6 +118,14 @@ status upload_experts(uploader& up, const moe_views& v, device_experts& out) {
   auto d = up.matrix(down);
   if (!d) return d.err();
   out.down = *d;
+  if (v.shared) {
+    auto sgu = up.matrix({&v.shared->gate_proj, &v.shared->up_proj});
+    if (!sgu) return sgu.err();
+    out.shared_gate_up = *sgu;
+    auto sd = up.matrix({&v.shared->down_proj});
+    if (!sd) return sd.err();
+    out.shared_down = *sd;
+  }
   return {};
 }
 

@@ -19,10 +19,14 @@ inline constexpr int moe_max_experts = 1024;
 /// Rows of one grouped-GEMM tile: an expert's rows are cut into tiles of this many.
 inline constexpr int moe_tile_rows = 64;
 
-/// gpu/model/moe_router's greedy top-k for each of n tokens, in fp32.
+/// gpu/model/moe_router's greedy (num_groups 1) or group-limited greedy top-k for each of n
+/// tokens, in fp32.
 struct moe_route_args {
   const float* logits = nullptr;   ///< [n][num_experts]
   int n = 0, num_experts = 0, top_k = 0;
+  /// Group-limited greedy: experts in num_groups consecutive groups, the topk_groups groups with
+  /// the best top expert kept (ties: the lower group), the top_k chosen among their experts.
+  int num_groups = 1, topk_groups = 1;
   bool sigmoid = false;            ///< scores: sigmoid(logits), else softmax(logits)
   bool renormalize = false;        ///< divide the chosen scores by their sum
   float scaling = 1.0f;            ///< times routed_scaling_factor

@@ -1,5 +1,5 @@
 // The mixture-of-experts router on the device (moe_kernels.hpp): gpu/model/moe_router's greedy
-// top-k, one warp per token.
+// and group-limited greedy top-k, one warp per token.
 #include <cmath>
 
 #include "gpu/cuda/kernel_util.cuh"
@@ -17,7 +17,48 @@ __device__ __forceinline__ bool ranks_before(float va, int ia, float vb, int ib)
   return va > vb || (va == vb && ia < ib);
 }
 
-/// Grid ceil(n / kWarps) of kWarps warps; dynamic shared memory kWarps * num_experts floats.
+/// The warp-wide arg-max of v[0..n) under ranks_before (lane-strided reads); every lane gets it.
+__device__ __forceinline__ void warp_arg_max(const float* v, int n, float& bv, int& bi) {
+  bv = -INFINITY;
+  bi = n;
+  for (int e = threadIdx.x & 31; e < n; e += 32)
+    if (ranks_before(v[e], e, bv, bi)) bv = v[e], bi = e;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (ranks_before(ov, oi, bv, bi)) bv = ov, bi = oi;
+  }
+}
+
+/// Group-limited greedy's mask: the topk_groups groups with the best top expert (ties: the lower
+/// group) keep their experts' scores; every other expert's score becomes -inf, so the top-k
+/// rounds choose among the kept groups only. `group` is the warp's [num_groups] scratch.
+__device__ void mask_groups(const moe_route_args& a, float* scores, float* group) {
+  const int G = a.num_groups, per_group = a.num_experts / G;
+  for (int g = threadIdx.x & 31; g < G; g += 32) {
+    float best = -INFINITY;
+    for (int e = g * per_group; e < (g + 1) * per_group; ++e) best = fmaxf(best, scores[e]);
+    group[g] = best;
+  }
+  __syncwarp();
+  // topk_groups rounds of the arg-max over the groups; a kept group's score becomes -inf after
+  // its round (group scores are finite, so -inf marks exactly the kept groups afterwards).
+  for (int j = 0; j < a.topk_groups; ++j) {
+    float bv;
+    int bi;
+    warp_arg_max(group, G, bv, bi);
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) group[bi] = -INFINITY;
+    __syncwarp();
+  }
+  for (int e = threadIdx.x & 31; e < a.num_experts; e += 32)
+    if (group[e / per_group] != -INFINITY) scores[e] = -INFINITY;
+  __syncwarp();
+}
+
+/// Grid ceil(n / kWarps) of kWarps warps; dynamic shared memory kWarps * (num_experts +
+/// num_groups) floats.
 __global__ void __launch_bounds__(kWarps * 32) route_kernel(moe_route_args a) {
   extern __shared__ float scores_all[];
   pdl_begin();
@@ -25,7 +66,7 @@ __global__ void __launch_bounds__(kWarps * 32) route_kernel(moe_route_args a) {
   const int t = blockIdx.x * kWarps + warp;
   if (t >= a.n) return;
   const int E = a.num_experts, K = a.top_k;
-  float* scores = scores_all + size_t(warp) * E;
+  float* scores = scores_all + size_t(warp) * (E + a.num_groups);
   const float* logits = a.logits + size_t(t) * E;
   if (a.sigmoid) {
     for (int e = lane; e < E; e += 32) scores[e] = 1.0f / (1.0f + expf(-logits[e]));
@@ -43,20 +84,15 @@ __global__ void __launch_bounds__(kWarps * 32) route_kernel(moe_route_args a) {
     for (int e = lane; e < E; e += 32) scores[e] *= inv;
   }
   __syncwarp();
-  // k rounds of a warp-wide arg-max; a chosen expert's score becomes -inf (scores are >= 0).
+  if (a.num_groups > 1) mask_groups(a, scores, scores + E);
+  // k rounds of a warp-wide arg-max; a chosen expert's score becomes -inf (scores are >= 0, and
+  // the group limits leave at least k experts finite).
   float chosen_w = 0.0f, sum = 0.0f;
   int chosen_e = 0;
   for (int j = 0; j < K; ++j) {
-    float bv = -INFINITY;
-    int bi = E;
-    for (int e = lane; e < E; e += 32)
-      if (ranks_before(scores[e], e, bv, bi)) bv = scores[e], bi = e;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ranks_before(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
+    float bv;
+    int bi;
+    warp_arg_max(scores, E, bv, bi);
     if (lane == j) chosen_w = bv, chosen_e = bi;
     sum += bv;  // in slot order, as the CPU router sums them
     __syncwarp();
@@ -77,7 +113,10 @@ int moe_route(const moe_route_args& a, cudaStream_t s) {
   if (a.n == 0) return 0;
   if (a.top_k < 1 || a.top_k > moe_max_top_k || a.top_k > a.num_experts || a.num_experts > moe_max_experts)
     return int(cudaErrorInvalidValue);
-  const size_t smem = size_t(kWarps) * a.num_experts * sizeof(float);
+  if (a.num_groups < 1 || a.num_experts % a.num_groups != 0 || a.topk_groups < 1 || a.topk_groups > a.num_groups ||
+      a.top_k > a.topk_groups * (a.num_experts / a.num_groups))
+    return int(cudaErrorInvalidValue);
+  const size_t smem = size_t(kWarps) * (a.num_experts + a.num_groups) * sizeof(float);
   return int(launch_pdl_smem(route_kernel, dim3((a.n + kWarps - 1) / kWarps), dim3(kWarps * 32), smem, s, a));
 }
 
