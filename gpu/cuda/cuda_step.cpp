@@ -239,6 +239,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   ra.positions = at<int32_t>(meta_, layout_.positions);
   ra.slots = at<int32_t>(meta_, layout_.slots);
   ra.inv_freq = m.inv_freq;
+  ra.attention_factor = m.rope_attention_factor;
   ra.n = n;
   ra.num_heads = H;
   ra.num_kv_heads = KVH;

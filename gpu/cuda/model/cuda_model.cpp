@@ -271,6 +271,7 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   AS_CUDA_TRY(cudaMemcpyAsync(f, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
   AS_CUDA_TRY(cudaStreamSynchronize(stream));
   m->inv_freq = static_cast<float*>(f);
+  m->rope_attention_factor = static_cast<float>(rope_attention_factor(cfg.rope));
   progress.finish(fmt::format("read, {} MiB on the GPU", m->bytes >> 20));
   return m;
 }

@@ -46,6 +46,8 @@ class device_model {
   void* lm_head = nullptr;      ///< [vocab][hidden]; == embed when tied
   float* final_norm = nullptr;
   float* inv_freq = nullptr;    ///< [head_dim / 2]
+  /// What rope multiplies cos and sin with: YaRN's attention factor, 1 for the other rope kinds.
+  float rope_attention_factor = 1.0f;
   std::vector<device_layer> layers;
   size_t bytes = 0;             ///< device memory held
 
