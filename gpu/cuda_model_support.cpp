@@ -12,11 +12,6 @@ status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) 
                                   "it to fp32 (docs/fp8.md)",
                                   cfg.architecture, to_string(cfg.quantization->method),
                                   to_string(cfg.quantization->weights)));
-  if (cfg.mla)
-    return make_error(error_code::unsupported,
-                      fmt::format("{} uses multi-head latent attention (MLA: kv_lora_rank {}), which the CUDA "
-                                  "executor does not run yet; start with --device cpu",
-                                  cfg.architecture, cfg.mla->kv_lora_rank));
   const int64_t context = max_model_len > 0 ? max_model_len : cfg.max_position_embeddings;
   // NOTE: position p attends to keys p - window + 1 .. p, so a window of at least the context
   // never masks anything and full attention computes the same function.

@@ -119,6 +119,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   put(layout_.ids, st.ids);
   put(layout_.positions, st.positions);
   put(layout_.slots, st.slots);
+  put(layout_.token_seqs, st.token_seqs);
   put(layout_.q32, st.q32);
   put(layout_.block_tables, st.block_tables);
   put(layout_.seqs, st.seqs);
@@ -139,6 +140,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
       {layout_.ids, size_t(rows_tok) * 4},
       {layout_.positions, size_t(rows_tok) * 4},
       {layout_.slots, size_t(rows_tok) * 4},
+      {layout_.token_seqs, c.mla ? size_t(rows_tok) * 4 : 0},
       {layout_.q32, bucket ? 0 : size_t(rows_tok) * 4},
       {layout_.sample_rows, st.sample_rows.size() * 4},
       {layout_.seqs, st.seqs.size() * sizeof(attn_seq)},
@@ -164,7 +166,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
     if (len) AS_CUDA_TRY(cudaMemcpyAsync(meta_ + off, h + off, len, cudaMemcpyHostToDevice, stream_));
   if (num_copies > 0)
     AS_CUDA_TRY(copy_kv_blocks(kv_pool_, at<int32_t>(meta_, pairs_offset), num_copies,
-                               static_cast<int>(2 * c.num_layers), cache_stride_, block_bytes_, stream_));
+                               num_caches_, cache_stride_, block_bytes_, stream_));
   AS_CUDA_TRY(resolve_previous_tokens(at<int32_t>(meta_, layout_.ids), out_, at<int32_t>(meta_, layout_.previous),
                                       static_cast<int>(st.previous.size() / 2), stream_));
   launch_shape shape;
@@ -298,6 +300,12 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     mark(step_op::down);
     return gemm_.run(dt_, act_, rows, width, down_w, hidden, out, add ? 1.0f : 0.0f);
   };
+  // Latent attention's per-row metadata (DeepSeek-V2).
+  const mla_step mla_rows{.positions = ra.positions, .slots = ra.slots,
+                          .token_seqs = at<int32_t>(meta_, layout_.token_seqs), .block_tables = aa.block_tables,
+                          .seqs = at<attn_seq>(meta_, layout_.seqs)};
+  // o_proj's input width: H heads of head_dim, or of v_head_dim with latent attention.
+  const int attn_width = c.mla ? H * int(c.mla->v_head_dim) : H * D;
   float* residual = residual_;  // the rows past attention: all, or the sampled ones gathered
   int rows_on = n;
   for (size_t l = 0; l < m.layers.size(); ++l) {
@@ -316,41 +324,49 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     mark(step_op::norm);
     AS_CUDA_TRY(add_rmsnorm(dt_, residual_, l == 0 ? nullptr : delta, nullptr, w.input_norm, eps, nullptr, n, hidden,
                             x_, stream_));
-    if (fused_qkv) {
-      mark(step_op::qkv);
-      AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv, ra, stream_, tuning.bulk));
-    } else {
-      mark(step_op::qkv);
-      if (qkv16) {
-        if (auto st = gemm_.run_act(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv16_); !st) return st;
-      } else if (auto st = gemm_.run(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv_); !st) {
+    if (w.mla.kv_b_proj) {  // latent attention: one cache per layer, every row (no sampled_only)
+      mark(step_op::attention);
+      if (auto st = mla_.run(gemm_, w.mla, x_, n, mla_rows, static_cast<char*>(kv_pool_) + l * cache_stride_,
+                             info_.block_size, attn_, stream_);
+          !st)
         return st;
+    } else {
+      if (fused_qkv) {
+        mark(step_op::qkv);
+        AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv, ra, stream_, tuning.bulk));
+      } else {
+        mark(step_op::qkv);
+        if (qkv16) {
+          if (auto st = gemm_.run_act(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv16_); !st) return st;
+        } else if (auto st = gemm_.run(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv_); !st) {
+          return st;
+        }
+        mark(step_op::rope);
+        if (qk_norm) AS_CUDA_TRY(qk_rmsnorm(na, stream_));
+        AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
       }
-      mark(step_op::rope);
-      if (qk_norm) AS_CUDA_TRY(qk_rmsnorm(na, stream_));
-      AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
+      const bool last = l + 1 == m.layers.size();
+      if (last && shape.sampled_only) {
+        rows_on = shape.sample_rows;
+        if (rows_on == 0) break;  // the K/V writes were all this step needed of the last layer
+        mark(step_op::norm);
+        AS_CUDA_TRY(gather_rows(residual_, hidden, sample_row_ids, rows_on, hidden, rows_residual_, stream_));
+        AS_CUDA_TRY(gather_rows(qkv_, qkv_width_, sample_row_ids, rows_on, H * D, rows_q_, stream_));
+        residual = rows_residual_;
+        last_aa.k_cache = k_cache;
+        last_aa.v_cache = v_cache;
+      }
+      mark(step_op::attention);
+      AS_CUDA_TRY(run_attention(last && shape.sampled_only ? last_aa : aa));
     }
-    const bool last = l + 1 == m.layers.size();
-    if (last && shape.sampled_only) {
-      rows_on = shape.sample_rows;
-      if (rows_on == 0) break;  // the K/V writes were all this step needed of the last layer
-      mark(step_op::norm);
-      AS_CUDA_TRY(gather_rows(residual_, hidden, sample_row_ids, rows_on, hidden, rows_residual_, stream_));
-      AS_CUDA_TRY(gather_rows(qkv_, qkv_width_, sample_row_ids, rows_on, H * D, rows_q_, stream_));
-      residual = rows_residual_;
-      last_aa.k_cache = k_cache;
-      last_aa.v_cache = v_cache;
-    }
-    mark(step_op::attention);
-    AS_CUDA_TRY(run_attention(last && shape.sampled_only ? last_aa : aa));
     if (add_in_gemm && !w.o_bias) {
       mark(step_op::o);
-      if (auto st = gemm_.run(dt_, attn_, rows_on, H * D, w.o, hidden, residual, 1.0f); !st) return st;
+      if (auto st = gemm_.run(dt_, attn_, rows_on, attn_width, w.o, hidden, residual, 1.0f); !st) return st;
       mark(step_op::norm);
       AS_CUDA_TRY(add_rmsnorm(dt_, residual, nullptr, nullptr, w.post_norm, eps, nullptr, rows_on, hidden, x_, stream_));
     } else {
       mark(step_op::o);
-      if (auto st = gemm_.run(dt_, attn_, rows_on, H * D, w.o, hidden, delta_); !st) return st;
+      if (auto st = gemm_.run(dt_, attn_, rows_on, attn_width, w.o, hidden, delta_); !st) return st;
       mark(step_op::norm);
       AS_CUDA_TRY(add_rmsnorm(dt_, residual, delta_, w.o_bias, w.post_norm, eps, nullptr, rows_on, hidden, x_, stream_));
     }

@@ -78,7 +78,8 @@ TEST_P(CudaExecutorReference, LogitsAndGreedyTokensMatchReference) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaExecutorReference,
                          ::testing::Values("llama-tiny", "llama-hd128-bf16", "qwen2-tiny", "mistral-tiny", "qwen3-tiny",
                                            "qwen3-hd128-bf16", "mixtral-tiny", "mixtral-bf16", "qwen3-moe-tiny",
-                                           "qwen3-moe-bf16"),
+                                           "qwen3-moe-bf16", "deepseek-v2-tiny", "deepseek-v2-qlora-yarn-bf16",
+                                           "deepseek-v2-yarn-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');
