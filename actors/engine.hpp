@@ -107,6 +107,9 @@ struct engine_stats {
   /// timed steps.
   int64_t timed_steps = 0, timed_tokens = 0, step_busy_us = 0, step_idle_us = 0;
   int64_t decode_steps = 0, decode_seqs = 0, decode_busy_us = 0, decode_idle_us = 0;
+  /// Sequences whose attention over a prefix shared with others took one pass per group
+  /// (cascade attention), summed over the steps (gpu::step_result::cascade_seqs).
+  int64_t cascade_seqs = 0;
   /// Steps by tokens computed (prefix hits excluded), one count per bucket of
   /// iteration_tokens_bounds (not cumulative; the last is +Inf). Their sum is
   /// num_computed_tokens, their count num_steps.

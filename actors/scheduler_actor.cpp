@@ -201,6 +201,7 @@ void on_step_done(scheduler_self self, gpu::step_result& r) {
   }
   record_timing(self, st.in_flight.front(), r);
   st.stats->add_expert_tokens(r.expert_tokens);
+  st.stats->cascade_seqs.fetch_add(r.cascade_seqs, std::memory_order_relaxed);
   st.in_flight.pop_front();
   if (!st.in_flight.empty()) st.in_flight.front().started = std::chrono::steady_clock::now();
   auto outs = st.policy->on_step_done(r);

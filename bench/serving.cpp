@@ -1,7 +1,9 @@
 // bench_serving: an online serving benchmark against a running `actorserve serve` (or any
 // OpenAI-compatible server that takes token-id prompts and ignore_eos). Sends streamed
 // /v1/completions requests at a Poisson rate and/or under a concurrency cap, with fixed, uniform
-// or ShareGPT-like lengths, and prints vLLM benchmark_serving's result table.
+// or ShareGPT-like lengths, and prints vLLM benchmark_serving's result table. --random-prefix-len P
+// starts every prompt with the same P tokens; --preset shared-system-prompt is issue #37's
+// workload (256 requests behind one 4096-token prefix, 128 in / 512 out).
 //   bench_serving --port 8000 --model-dir DIR --num-prompts 1000 --request-rate 16
 //                 --length-distribution sharegpt
 #include <fmt/format.h>
@@ -15,6 +17,7 @@
 #include "bench/common/bench_cli.hpp"
 #include "bench/common/length_dist.hpp"
 #include "bench/common/serving_client.hpp"
+#include "bench/common/shared_prefix.hpp"
 #include "bench/common/stats.hpp"
 #include "config/model_config.hpp"
 
@@ -83,7 +86,8 @@ void print_table(const bench::serving_run& run, double rate, int64_t max_concurr
 int main(int argc, char** argv) {
   bench::serving_options so;
   std::string model_dir, dist_name = "fixed";
-  int64_t num_prompts = 1000, input_len = 1024, output_len = 128, vocab = 0, seed = 0, port = 8000;
+  int64_t num_prompts = 1000, input_len = 1024, output_len = 128, vocab = 0, seed = 0, port = 8000, prefix_len = 0;
+  std::string preset;
   double rate = std::numeric_limits<double>::infinity(), range_ratio = 0.0;
   int64_t max_concurrency = 0;
   std::vector<bench::bench_option> own{
@@ -99,9 +103,14 @@ int main(int argc, char** argv) {
       {"--max-concurrency", "requests in flight at most (0: no cap)", &max_concurrency},
       {"--length-distribution", "fixed | uniform | sharegpt", &dist_name},
       {"--input-len", "prompt tokens (fixed, uniform)", &input_len},
+      {"--random-prefix-len",
+       "tokens of one shared prefix every prompt starts with (the untimed test request caches it)", &prefix_len},
+      {"--preset", "shared-system-prompt: 256 prompts behind one 4096-token prefix, 128 in / 512 out (issue #37)",
+       &preset},
       {"--output-len", "max_tokens (fixed, uniform)", &output_len},
       {"--range-ratio", "uniform: lengths in [len*(1-r), len*(1+r)]", &range_ratio},
       {"--temperature", "sampling temperature", &so.temperature},
+      {"--extra-body", "a JSON object whose fields join every request, e.g. a response_format", &so.extra_body},
       {"--seed", "seed of lengths, prompts and arrivals", &seed},
       {"--wait-for-server", "seconds to wait for GET /health to answer 200", &so.wait_for_server_s},
       {"--server-pid", "stop waiting for the server when this process has exited", &so.server_pid},
@@ -113,6 +122,14 @@ int main(int argc, char** argv) {
                                             false, argc, argv);
   if (!cl) return fmt::print(stderr, "error: {}\n", cl.err().message), 2;
   if (cl->exit_now) return fmt::print("{}", cl->output), 0;
+  bench::workload_lengths w{num_prompts, prefix_len, input_len, output_len};
+  if (auto st = bench::apply_preset(preset, argc, argv, w); !st)
+    return fmt::print(stderr, "error: {}\n", st.err().message), 2;
+  num_prompts = w.num_prompts;
+  prefix_len = w.prefix_len;
+  input_len = w.input_len;
+  output_len = w.output_len;
+  if (prefix_len < 0) return fmt::print(stderr, "error: --random-prefix-len must not be negative\n"), 2;
   if (vocab <= 0 && !model_dir.empty()) {
     auto cfg = load_model_config(model_dir);
     if (!cfg) return fmt::print(stderr, "error: {}\n", cfg.err().message), 2;
@@ -136,16 +153,23 @@ int main(int argc, char** argv) {
   bench::length_spec spec{kind.value(), input_len, output_len, range_ratio};
   std::vector<bench::serving_request> reqs;
   std::vector<double> in_lens, out_lens;
+  // NOTE: the first request is also the untimed test request, which puts the shared prefix in
+  // the prefix cache before the clock starts, as a chat backend's system prompt is warm.
+  const std::vector<int32_t> prefix = bench::shared_prefix_ids(seed, prefix_len, vocab);
   for (auto [in, out] : bench::sample_lengths(spec, num_prompts, rng)) {
-    reqs.push_back({bench::random_token_ids(rng, in, vocab), out});
+    std::vector<int32_t> ids = prefix;
+    const auto own = bench::random_token_ids(rng, in, vocab);
+    ids.insert(ids.end(), own.begin(), own.end());
+    reqs.push_back({std::move(ids), out});
     in_lens.push_back(in);
     out_lens.push_back(out);
   }
   const auto il = bench::summarize(in_lens), ol = bench::summarize(out_lens);
   fmt::print("bench_serving: {}\n", bench::command_line_text(argc, argv));
-  fmt::print("{} requests, {} lengths: input mean {:.0f} / median {:.0f} / p99 {:.0f}, output mean {:.0f} / median "
-             "{:.0f} / p99 {:.0f}; request rate {}, max concurrency {}\n",
-             num_prompts, dist_name, il.mean, il.median, il.p99, ol.mean, ol.median, ol.p99,
+  fmt::print("{} requests, {} lengths: {}input mean {:.0f} / median {:.0f} / p99 {:.0f}, output mean {:.0f} / "
+             "median {:.0f} / p99 {:.0f}; request rate {}, max concurrency {}\n",
+             num_prompts, dist_name, prefix_len > 0 ? fmt::format("{} shared prefix tokens + ", prefix_len) : "",
+             il.mean, il.median, il.p99, ol.mean, ol.median, ol.p99,
              std::isfinite(rate) ? fmt::format("{:.2f}/s", rate) : "inf",
              max_concurrency > 0 ? std::to_string(max_concurrency) : "none");
   std::fflush(stdout);

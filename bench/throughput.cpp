@@ -2,6 +2,12 @@
 // random token ids (input length I, output length O, ignore_eos) are submitted at once through
 // the actor engine; prints `Throughput: X requests/s, Y total tokens/s, Z output tokens/s`.
 //
+// --random-prefix-len P: every prompt starts with the same P tokens (one system prompt), computed
+// once by an untimed request before the timed batch, so the batch finds them in the prefix cache.
+// --preset shared-system-prompt: issue #37's chat workload for cascade attention, 256 streams
+// behind one 4096-token system prompt with 128-token user turns and 512-token answers; A/B it
+// with --disable-cascade-attn.
+//
 // --verify-against-unconstrained (preemption stress): runs the prompts greedily under the given
 // (small) KV pool, then again on a second engine with ample blocks, and checks that every output
 // is identical; prints preemptions and recomputed tokens.
@@ -10,11 +16,11 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <random>
 
 #include "bench/common/bench_cli.hpp"
 #include "bench/common/engine_runner.hpp"
+#include "bench/common/shared_prefix.hpp"
 #include "actors/engine.hpp"
 #include "bench/common/stats.hpp"
 #include "config/model_config.hpp"
@@ -25,19 +31,23 @@ namespace {
 using namespace actorserve;
 
 struct options {
-  int64_t input_len = 1024, output_len = 128, num_prompts = 1000;
+  int64_t input_len = 1024, output_len = 128, num_prompts = 1000, prefix_len = 0;
   int64_t seed = 0, unconstrained_blocks = 0;
+  std::string preset;
   double temperature = 1.0, timeout_s = 3600;
   bool verify = false, one_by_one = false;
 };
 
 std::vector<actors::generation_request> make_requests(const options& o, int64_t vocab) {
   std::mt19937_64 rng(static_cast<uint64_t>(o.seed));
+  const std::vector<int32_t> prefix = bench::shared_prefix_ids(o.seed, o.prefix_len, vocab);
   std::vector<actors::generation_request> reqs;
   for (int64_t i = 0; i < o.num_prompts; ++i) {
     actors::generation_request r;
     r.request_id = fmt::format("bench-{}", i);
-    r.prompt_ids = bench::random_token_ids(rng, static_cast<int32_t>(o.input_len), vocab);
+    r.prompt_ids = prefix;
+    const auto own = bench::random_token_ids(rng, static_cast<int32_t>(o.input_len), vocab);
+    r.prompt_ids.insert(r.prompt_ids.end(), own.begin(), own.end());
     r.params.max_tokens = static_cast<int32_t>(o.output_len);
     r.params.ignore_eos = true;
     r.params.temperature = o.verify ? 0.0f : static_cast<float>(o.temperature);
@@ -55,18 +65,24 @@ std::vector<actors::generation_request> make_requests(const options& o, int64_t 
 /// limits").
 constexpr int64_t kOfflineMaxNumSeqs = 512, kOfflineMaxNumBatchedTokens = 65536;
 
-bool has_flag(int argc, char** argv, const char* flag) {
-  const size_t n = std::strlen(flag);
-  for (int i = 1; i < argc; ++i)
-    if (std::strncmp(argv[i], flag, n) == 0 && (argv[i][n] == 0 || argv[i][n] == '=')) return true;
-  return false;
-}
-
 /// Runs the requests on a fresh engine; prints the vLLM throughput line and engine counters.
 result<bench::run_report> run_once(const engine_config& cfg, const options& o, int64_t vocab, const char* label) {
   double start_s = 0;
   auto eng = bench::start_engine(cfg, start_s);
   if (!eng) return eng.err();
+  if (o.prefix_len > 0) {   // the system prompt, cached before the clock starts
+    actors::generation_request warm;
+    warm.request_id = "bench-prefix";
+    warm.prompt_ids = bench::shared_prefix_ids(o.seed, o.prefix_len, vocab);
+    warm.params.max_tokens = 1;
+    warm.params.ignore_eos = true;
+    std::vector<actors::generation_request> one;
+    one.push_back(std::move(warm));
+    auto w = bench::run_requests(*eng.value(), std::move(one), false, o.timeout_s);
+    if (!w) return w.err();
+    fmt::print("[{}] shared prefix: {} tokens computed by an untimed request in {:.2f} s\n", label, o.prefix_len,
+               w->elapsed_s);
+  }
   auto rep = bench::run_requests(*eng.value(), make_requests(o, vocab), o.verify, o.timeout_s, o.one_by_one);
   eng.value()->shutdown(std::chrono::milliseconds(0));
   if (!rep) return rep.err();
@@ -100,6 +116,8 @@ result<bench::run_report> run_once(const engine_config& cfg, const options& o, i
   fmt::print("Engine steps:             {} ({:.1f} output tokens/step, {:.2f} ms/step)\n", a.num_steps - b.num_steps,
              double(output_tokens) / double(std::max<int64_t>(a.num_steps - b.num_steps, 1)),
              1000.0 * t / double(std::max<int64_t>(a.num_steps - b.num_steps, 1)));
+  fmt::print("Cascade attention:        {} ({} sequence-steps through a shared-prefix pass)\n",
+             cfg.executor.cascade_attention ? "on" : "off (--disable-cascade-attn)", a.cascade_seqs - b.cascade_seqs);
   fmt::print("Async scheduling:         {}\n{}{}", cfg.scheduler.async_scheduling ? "on" : "off",
              bench::gpu_idle_lines(b, a), bench::step_phase_lines(b, a));
   std::fflush(stdout);
@@ -134,6 +152,10 @@ int main(int argc, char** argv) {
       {"--input-len", "prompt tokens per request", &o.input_len},
       {"--output-len", "generated tokens per request (ignore_eos)", &o.output_len},
       {"--num-prompts", "number of requests", &o.num_prompts},
+      {"--random-prefix-len", "tokens of one shared prefix every prompt starts with, cached by an untimed request first",
+       &o.prefix_len},
+      {"--preset", "shared-system-prompt: 256 prompts behind one 4096-token prefix, 128 in / 512 out (issue #37)",
+       &o.preset},
       {"--temperature", "sampling temperature (0: greedy)", &o.temperature},
       {"--bench-seed", "seed of the random prompts and of each request's sampler", &o.seed},
       {"--timeout", "give up after this many seconds", &o.timeout_s},
@@ -148,24 +170,35 @@ int main(int argc, char** argv) {
   if (!cl) return fmt::print(stderr, "error: {}\n", cl.err().message), 2;
   if (cl->exit_now) return fmt::print("{}", cl->output), 0;
   engine_config& cfg = cl->engine;
-  if (!has_flag(argc, argv, "--max-num-seqs")) cfg.scheduler.max_num_seqs = kOfflineMaxNumSeqs;
-  if (!has_flag(argc, argv, "--max-num-batched-tokens"))
+  bench::workload_lengths w{o.num_prompts, o.prefix_len, o.input_len, o.output_len};
+  if (auto st = bench::apply_preset(o.preset, argc, argv, w); !st)
+    return fmt::print(stderr, "error: {}\n", st.err().message), 2;
+  o.num_prompts = w.num_prompts;
+  o.prefix_len = w.prefix_len;
+  o.input_len = w.input_len;
+  o.output_len = w.output_len;
+  if (!bench::has_flag(argc, argv, "--max-num-seqs")) cfg.scheduler.max_num_seqs = kOfflineMaxNumSeqs;
+  if (!bench::has_flag(argc, argv, "--max-num-batched-tokens"))
     cfg.scheduler.max_num_batched_tokens = kOfflineMaxNumBatchedTokens;
   if (auto st = validate(cfg); !st) return fmt::print(stderr, "error: {}\n", st.err().message), 2;
-  if (o.input_len < 1 || o.output_len < 1 || o.num_prompts < 1)
-    return fmt::print(stderr, "error: --input-len, --output-len and --num-prompts must be positive\n"), 2;
+  if (o.input_len < 1 || o.output_len < 1 || o.num_prompts < 1 || o.prefix_len < 0)
+    return fmt::print(stderr, "error: --input-len, --output-len and --num-prompts must be positive, "
+                              "--random-prefix-len not negative\n"),
+           2;
   auto model = load_model_config(cfg.model.model_dir);
   if (!model) return fmt::print(stderr, "error: {}\n", model.err().message), 2;
   fmt::print("bench_throughput: {}\n", bench::command_line_text(argc, argv));
-  fmt::print("model {} ({} layers, hidden {}, vocab {}), device {}, {} prompts x {} in / {} out{}\n",
+  fmt::print("model {} ({} layers, hidden {}, vocab {}), device {}, {} prompts x {}{} in / {} out{}\n",
              cfg.model.model_dir, model->num_layers, model->hidden_size, model->vocab_size,
-             to_string(cfg.executor.device), o.num_prompts, o.input_len, o.output_len,
+             to_string(cfg.executor.device), o.num_prompts,
+             o.prefix_len > 0 ? fmt::format("{} shared + ", o.prefix_len) : std::string(), o.input_len,
+             o.output_len,
              o.verify ? ", greedy, verified against an unconstrained run" : "");
   fmt::print("engine limits: --max-num-seqs {} --max-num-batched-tokens {}\n", cfg.scheduler.max_num_seqs,
              cfg.scheduler.max_num_batched_tokens);
   if (o.verify && cfg.cache.num_gpu_blocks_override) {
     const int64_t bs = gpu::block_size_for(cfg);
-    const int64_t per_req = (o.input_len + o.output_len + bs - 1) / bs;
+    const int64_t per_req = (o.prefix_len + o.input_len + o.output_len + bs - 1) / bs;
     fmt::print("KV demand: {} blocks per request, {} for all at once; pool capped at {} blocks\n", per_req,
                per_req * o.num_prompts, *cfg.cache.num_gpu_blocks_override);
     if (per_req > *cfg.cache.num_gpu_blocks_override)

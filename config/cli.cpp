@@ -86,9 +86,16 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
   app.add_flag("--profile-steps", e.profile_steps,
                "CUDA: time each kernel class of the eager steps, print the table to stderr at shutdown");
   app.add_option("--cpu-threads", e.cpu_threads, "CPU executor threads (0: all cores)");
+  app.add_flag("!--disable-cascade-attn", e.cascade_attention,
+               "attend to every decode's shared prefix per sequence, never in one pass per group (cascade "
+               "attention; docs/attention.md)");
   app.add_option("--tensor-parallel-size", e.tensor_parallel_size,
                  "-tp N: split the model over N tensor-parallel shards (the CPU executor runs them in one process; "
                  "the CUDA executor drives one GPU: 1 only)");
+  app.add_flag("--enable-expert-parallel", e.enable_expert_parallel,
+               "mixture-of-experts models: each of the -tp N shards holds whole routed experts, shard i the "
+               "contiguous ids [i*E/N, (i+1)*E/N) of E, instead of a slice of every expert; attention, shared experts "
+               "and dense layers stay tensor parallel (CPU executor; docs/tensor-parallel.md)");
   app.add_option("--seed", e.seed, "seed for requests that bring none");
   app.add_option("--inject-step-failures", e.inject_step_failures,
                  "TEST ONLY: comma-separated step numbers (e.g. 5 or 5,6,7) whose step the executor reports as "
@@ -200,7 +207,8 @@ void warn_engine_flags_on_front_end(const CLI::App& serve, std::vector<std::stri
       "--async-scheduling", "--block-size", "--num-gpu-blocks-override", "--gpu-memory-utilization",
       "--cpu-kv-cache-space", "--enable-prefix-caching", "--paged-kv-cache-type", "--device",
       "--quantization", "--kv-cache-dtype", "--enforce-eager",
-      "--profile-steps", "--cpu-threads", "--tensor-parallel-size", "--inject-step-failures"};
+      "--profile-steps", "--cpu-threads", "--disable-cascade-attn", "--tensor-parallel-size",
+      "--inject-step-failures"};
   for (const char* flag : engine_only) {
     const CLI::Option* opt = serve.get_option_no_throw(flag);
     if (opt && opt->count() > 0)

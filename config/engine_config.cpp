@@ -77,6 +77,11 @@ std::string tensor_parallel_cuda_refusal(int64_t n) {
                      n, n);
 }
 
+std::string expert_parallel_cuda_refusal() {
+  return "expert parallelism spreads the experts over several GPUs, and this build drives one GPU (--device cpu "
+         "runs expert-parallel shards on the CPU)";
+}
+
 status validate(const engine_config& cfg) {
   if (cfg.model.model_dir.empty()) return bad_flag("--model", "a model directory is required");
   if (cfg.model.max_model_len < 0)
@@ -107,6 +112,8 @@ status validate(const engine_config& cfg) {
     return bad_flag("--tensor-parallel-size", fmt::format("must be >= 1, got {}", cfg.executor.tensor_parallel_size));
   if (cfg.executor.tensor_parallel_size > 1 && cfg.executor.device == device_kind::cuda)
     return bad_flag("--tensor-parallel-size", tensor_parallel_cuda_refusal(cfg.executor.tensor_parallel_size));
+  if (cfg.executor.enable_expert_parallel && cfg.executor.device == device_kind::cuda)
+    return bad_flag("--enable-expert-parallel", expert_parallel_cuda_refusal());
   for (int64_t step : cfg.executor.inject_step_failures) {
     if (step < 1) return bad_flag("--inject-step-failures", fmt::format("step numbers must be >= 1, got {}", step));
   }

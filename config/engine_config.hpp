@@ -72,9 +72,16 @@ struct executor_options {
   /// the table to stderr when it stops.
   bool profile_steps = false;
   int64_t cpu_threads = 0;                  ///< --cpu-threads (0: all cores)
+  /// !--disable-cascade-attn: decodes sharing prefix blocks attend to the prefix in one pass per
+  /// group where the planner finds it reads fewer bytes (docs/attention.md, "Cascade attention").
+  bool cascade_attention = true;
   /// --tensor-parallel-size / -tp: shards the model is split over (the CPU executor runs them in
   /// one process; the CUDA executor drives one GPU and takes only 1).
   int64_t tensor_parallel_size = 1;
+  /// --enable-expert-parallel: a mixture-of-experts model's shards hold whole routed experts
+  /// (contiguous ranges of expert ids) instead of a slice of every expert; attention, the shared
+  /// experts and dense layers stay tensor parallel. The CPU executor only.
+  bool enable_expert_parallel = false;
   uint64_t seed = 0;                        ///< --seed (default seed for unseeded requests)
   /// --inject-step-failures (test only): step numbers whose step_result reports a failure.
   std::vector<int64_t> inject_step_failures;
@@ -156,6 +163,8 @@ int64_t cpu_block_size(const cache_options& c);
 
 /// Why --tensor-parallel-size `n` > 1 is refused on the CUDA executor (after the flag's name).
 std::string tensor_parallel_cuda_refusal(int64_t n);
+/// Why --enable-expert-parallel is refused on the CUDA executor (after the flag's name).
+std::string expert_parallel_cuda_refusal();
 
 /// Checks ranges and combinations; the error names the flag and the bad value.
 status validate(const engine_config& cfg);

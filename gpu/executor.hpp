@@ -81,6 +81,9 @@ struct step_result {
   /// executor_info::moe_layers (a token counts once per expert of its top k); empty for a dense
   /// model or an executor that does not count.
   std::vector<int64_t> expert_tokens;
+  /// Sequences whose attention over a prefix shared with others took one pass per group
+  /// (cascade attention, docs/attention.md); 0 when none did.
+  int32_t cascade_seqs = 0;
 };
 
 /// What the engine needs to know about the loaded model and cache.

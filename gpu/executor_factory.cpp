@@ -25,8 +25,10 @@ cpu_executor_options cpu_options_from(const engine_config& cfg) {
   o.threads = static_cast<int32_t>(cfg.executor.cpu_threads);
   o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
   o.tensor_parallel_size = static_cast<int32_t>(cfg.executor.tensor_parallel_size);
+  o.expert_parallel = cfg.executor.enable_expert_parallel;
   o.quantize_weights_fp8 = cfg.model.quantization == quantization_choice::fp8;
   o.kv_cache_fp8 = cfg.cache.cache_dtype == kv_cache_dtype::fp8;
+  o.cascade_attention = cfg.executor.cascade_attention;
   return o;
 }
 
@@ -51,6 +53,8 @@ result<std::unique_ptr<executor>> make_device_executor(const engine_config& cfg)
   if (cfg.executor.tensor_parallel_size > 1 && (cfg.executor.device == device_kind::cuda || picks_cuda(cfg)))
     return make_error(error_code::unsupported,
                       "--tensor-parallel-size: " + tensor_parallel_cuda_refusal(cfg.executor.tensor_parallel_size));
+  if (cfg.executor.enable_expert_parallel && (cfg.executor.device == device_kind::cuda || picks_cuda(cfg)))
+    return make_error(error_code::unsupported, "--enable-expert-parallel: " + expert_parallel_cuda_refusal());
 #ifdef ACTORSERVE_HAS_CUDA
   if (picks_cuda(cfg)) {
     if (cuda::device_count() == 0) return make_error(error_code::unavailable, "--device cuda: no CUDA device is visible");

@@ -244,6 +244,7 @@ std::string metrics::render(const actors::engine_stats& s, std::string_view mode
   gauge(out, "actorserve:prompt_tokens_total", "Prompt tokens processed.", "counter", double(s.prompt_tokens));
   gauge(out, "actorserve:generation_tokens_total", "Tokens generated.", "counter", double(s.generation_tokens));
   gauge(out, "actorserve:num_steps_total", "Engine steps run.", "counter", double(s.num_steps));
+  gauge(out, "actorserve:cascade_seqs_total", "Decodes whose shared prefix took one pass per group (cascade attention).", "counter", double(s.cascade_seqs));
   gauge(out, "actorserve:executor_restarts_total", "Executor restarts.", "counter", double(s.executor_restarts));
   gauge(out, "actorserve:requests_finished_total", "Engine requests finished.", "counter", double(s.requests_finished));
   gauge(out, "actorserve:requests_cancelled_total", "Engine requests cancelled.", "counter", double(s.requests_cancelled));

@@ -12,6 +12,7 @@
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 #include <signal.h>
+#include <simdjson.h>
 
 #include <algorithm>
 #include <charconv>
@@ -35,6 +36,7 @@ constexpr size_t read_chunk = 16 * 1024;
 struct client {
   asio::io_context ioc;
   serving_options opts;
+  std::string extra_members;  ///< opts.extra_body as ",<members>" (see extra_body_members)
   tcp::resolver::results_type endpoints;
   clock_type::time_point start;
   std::vector<request_outcome> outcomes;
@@ -99,8 +101,8 @@ std::string completion_body(const client& c, const serving_request& r) {
   ids.reserve(r.prompt_ids.size() * 7);
   for (size_t i = 0; i < r.prompt_ids.size(); ++i) fmt::format_to(std::back_inserter(ids), "{}{}", i ? "," : "", r.prompt_ids[i]);
   return fmt::format(R"({{"model":"{}","prompt":[{}],"max_tokens":{},"temperature":{},"stream":true,)"
-                     R"("stream_options":{{"include_usage":true}},"ignore_eos":true}})",
-                     c.opts.model, ids, r.max_tokens, c.opts.temperature);
+                     R"("stream_options":{{"include_usage":true}},"ignore_eos":true{}}})",
+                     c.opts.model, ids, r.max_tokens, c.opts.temperature, c.extra_members);
 }
 
 /// Sends one streamed completion and times its chunks into `out`.
@@ -269,9 +271,30 @@ std::vector<std::string> sse_reader::feed(std::string_view bytes) {
   return out;
 }
 
+result<std::string> extra_body_members(std::string_view extra_body) {
+  const auto bad = [](std::string_view why) {
+    return make_error(error_code::invalid_argument, fmt::format("--extra-body: {}", why));
+  };
+  if (extra_body.find_first_not_of(" \t\r\n") == std::string_view::npos) return std::string();
+  simdjson::dom::parser parser;
+  simdjson::dom::object obj;
+  if (parser.parse(extra_body.data(), extra_body.size()).get(obj) != simdjson::SUCCESS)
+    return bad("expected one JSON object, e.g. '{\"response_format\": {\"type\": \"json_object\"}}'");
+  static constexpr std::string_view own[] = {"model", "prompt", "max_tokens", "temperature", "stream",
+                                             "stream_options", "ignore_eos"};
+  for (auto field : obj)
+    if (std::find(std::begin(own), std::end(own), field.key) != std::end(own))
+      return bad(fmt::format("'{}' is set by the benchmark itself (see its own options)", field.key));
+  const std::string text = simdjson::minify(obj);  // "{...}": its members go after the body's own
+  return text.size() > 2 ? "," + text.substr(1, text.size() - 2) : std::string();
+}
+
 result<serving_run> run_serving(const serving_options& opts, const std::vector<serving_request>& requests) {
   auto c = std::make_unique<client>();
   c->opts = opts;
+  auto extra = extra_body_members(opts.extra_body);
+  if (!extra) return extra.err();
+  c->extra_members = std::move(extra.value());
   c->slot_freed = std::make_unique<asio::steady_timer>(c->ioc);
   c->limit = std::make_unique<asio::steady_timer>(c->ioc);
   beast::error_code ec;

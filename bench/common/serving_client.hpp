@@ -27,6 +27,7 @@ struct serving_options {
   double burstiness = 1.0;               ///< gamma shape of the inter-arrival times (1: Poisson)
   int64_t max_concurrency = 0;           ///< 0: no cap
   double temperature = 0.0;
+  std::string extra_body;                ///< a JSON object whose members join every request body
   uint64_t seed = 0;                     ///< arrival times
   double idle_timeout_s = 600;           ///< per network operation
   double wait_for_server_s = 0;          ///< poll GET /health this long before starting
@@ -53,6 +54,12 @@ struct serving_run {
   int64_t peak_concurrency = 0;
   bool hit_duration_limit = false;
 };
+
+/// The members of `extra_body` (a JSON object's text, e.g. `{"response_format": {...}}`) as the
+/// text to splice into a request body after its own members: "" for "" or "{}", else ",<members>".
+/// An error names --extra-body when the text is not one JSON object or repeats a field the
+/// benchmark sets itself.
+result<std::string> extra_body_members(std::string_view extra_body);
 
 /// Waits for the server (if asked), sends one untimed test request, then runs all requests.
 result<serving_run> run_serving(const serving_options& opts, const std::vector<serving_request>& requests);

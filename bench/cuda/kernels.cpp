@@ -61,7 +61,7 @@ void bench_attention(int batch, int ctx, int q_len, int num_sms) {
   auto plan = cuda::plan_attention(seqs, H, KVH, 2 * num_sms, max_partials);
   std::vector<int32_t> counts = {int32_t(plan.items.size()), int32_t(plan.combines.size())};
   const int tokens = batch * q_len;
-  cuda::attention_args a;
+  cuda::attn_launch a;
   a.q = static_cast<float*>(dmalloc(size_t(tokens) * (H + 2 * KVH) * D * 4));
   a.q_stride = (H + 2 * KVH) * D;
   a.k_cache = kc;
@@ -71,10 +71,10 @@ void bench_attention(int batch, int ctx, int q_len, int num_sms) {
   a.items = upload(plan.items);
   a.combines = upload(plan.combines);
   a.counts = upload(counts);
-  a.item_grid = int(plan.items.size());
+  a.prefill_grid = int(plan.items.size());
   a.combine_grid = int(plan.combines.size());
-  a.partial_acc = static_cast<float*>(dmalloc(size_t(max_partials) * cuda::attn_tile_rows * D * 4));
-  a.partial_ml = static_cast<float*>(dmalloc(size_t(max_partials) * cuda::attn_tile_rows * 2 * 4));
+  a.partial_o = static_cast<float*>(dmalloc(size_t(max_partials) * cuda::attn_tile_rows * D * 4));
+  a.partial_lse = static_cast<float*>(dmalloc(size_t(max_partials) * cuda::attn_tile_rows * 2 * 4));
   a.out = dmalloc(size_t(tokens) * H * D * 2);
   a.num_heads = H;
   a.num_kv_heads = KVH;
@@ -91,7 +91,7 @@ void bench_attention(int batch, int ctx, int q_len, int num_sms) {
   for (const void* p : {static_cast<const void*>(a.q), a.k_cache, a.v_cache, static_cast<const void*>(a.block_tables),
                         static_cast<const void*>(a.seqs), static_cast<const void*>(a.items),
                         static_cast<const void*>(a.combines), static_cast<const void*>(a.counts),
-                        static_cast<const void*>(a.partial_acc), static_cast<const void*>(a.partial_ml),
+                        static_cast<const void*>(a.partial_o), static_cast<const void*>(a.partial_lse),
                         static_cast<const void*>(a.out)})
     cudaFree(const_cast<void*>(p));
 }

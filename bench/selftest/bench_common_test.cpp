@@ -13,6 +13,7 @@
 #include "bench/common/length_dist.hpp"
 #include "bench/common/random_model.hpp"
 #include "bench/common/serving_client.hpp"
+#include "bench/common/shared_prefix.hpp"
 #include "bench/common/stats.hpp"
 #include "config/model_config.hpp"
 #include "gpu/cpu/cpu_executor.hpp"
@@ -245,6 +246,21 @@ TEST(SseReader, JoinsEventsSplitAcrossReadsAndIgnoresCarriageReturns) {
   EXPECT_EQ(r.feed(": comment\nevent: e\ndata: y\n\n"), (std::vector<std::string>{"y"}));
 }
 
+TEST(ExtraBody, MembersJoinTheRequestAndTheBenchmarksOwnFieldsAreRefused) {
+  EXPECT_EQ(extra_body_members("").value(), "");
+  EXPECT_EQ(extra_body_members(" {} ").value(), "");
+  EXPECT_EQ(extra_body_members(R"({ "response_format": {"type": "json_object"}, "seed": 3 })").value(),
+            R"(,"response_format":{"type":"json_object"},"seed":3)");
+  for (const char* bad : {"[1]", "{", "3", R"({"a":1} x)"}) {
+    auto r = extra_body_members(bad);
+    ASSERT_FALSE(r) << bad;
+    EXPECT_NE(r.err().message.find("--extra-body: expected one JSON object"), std::string::npos) << r.err().message;
+  }
+  auto own = extra_body_members(R"({"max_tokens": 5})");
+  ASSERT_FALSE(own);
+  EXPECT_NE(own.err().message.find("'max_tokens' is set by the benchmark itself"), std::string::npos);
+}
+
 TEST(Stats, PercentilesInterpolateAsNumpyDoes) {
   EXPECT_DOUBLE_EQ(percentile({4, 1, 3, 2}, 50), 2.5);
   std::vector<double> v(100);
@@ -293,6 +309,25 @@ TEST(LengthDist, UniformAndFixed) {
   }
   EXPECT_FALSE(parse_length_kind("zipf").ok());
   EXPECT_EQ(parse_length_kind("random").value(), length_kind::uniform);
+}
+
+TEST(SharedPrefix, ThePresetFillsWhatTheFlagsLeaveAndThePrefixDependsOnItsSeedOnly) {
+  const char* argv[] = {"bench", "--preset", "shared-system-prompt", "--output-len=64"};
+  workload_lengths w{1000, 0, 1024, 64};
+  ASSERT_TRUE(apply_preset("shared-system-prompt", 4, argv, w).ok());
+  EXPECT_EQ(w.num_prompts, 256);
+  EXPECT_EQ(w.prefix_len, 4096);
+  EXPECT_EQ(w.input_len, 128);
+  EXPECT_EQ(w.output_len, 64) << "--output-len given: the preset leaves it";
+  EXPECT_FALSE(apply_preset("long-chat", 4, argv, w).ok());
+  workload_lengths none{10, 0, 20, 30};
+  ASSERT_TRUE(apply_preset("", 4, argv, none).ok());
+  EXPECT_EQ(none.num_prompts, 10);
+  const auto a = shared_prefix_ids(7, 4096, 1000);
+  EXPECT_EQ(a.size(), 4096u);
+  EXPECT_EQ(a, shared_prefix_ids(7, 4096, 1000));
+  EXPECT_NE(a, shared_prefix_ids(8, 4096, 1000));
+  for (int32_t id : a) ASSERT_LT(id, 1000);
 }
 
 }  // namespace

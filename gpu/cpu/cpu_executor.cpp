@@ -33,7 +33,8 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
     return make_error(error_code::invalid_argument,
                       fmt::format("max_model_len {} exceeds the model's max_position_embeddings {}", max_len,
                                   cfg.max_position_embeddings));
-  auto plan = shard_plan::make(cfg, opts.tensor_parallel_size);
+  auto plan = shard_plan::make(cfg, opts.tensor_parallel_size,
+                               opts.expert_parallel ? moe_parallelism::expert : moe_parallelism::tensor);
   if (!plan) return plan.err();
   const size_t per_block = cpu::tensor_parallel_model::bytes_per_block(plan.value(), opts.block_size);
   if (opts.kv_cache_fp8 && cfg.mla)
@@ -93,12 +94,20 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
     log::info("cpu executor: --quantization fp8: linear weights rounded to FP8 E4M3 per output channel");
   if (opts.kv_cache_fp8) log::info("cpu executor: --kv-cache-dtype fp8: K/V rounded to FP8 E4M3 as they are stored");
   ex->info_.moe_layers = ex->model_->moe_layers();
+  // NOTE: the shared-prefix pass assumes every query of a group sees the whole prefix, which a
+  // sliding window shorter than the context breaks; latent attention (DeepSeek-V2) keeps its own
+  // per-sequence forms.
+  const bool window_bites = cfg.sliding_window && *cfg.sliding_window < max_len;
+  ex->cascade_ = opts.cascade_attention && !cfg.mla && !window_bites;
+  const int64_t fp32 = sizeof(float);
+  ex->cascade_costs_ = {2 * cfg.num_kv_heads * cfg.head_dim * fp32, 2 * cfg.num_heads * (cfg.head_dim + 2) * fp32};
   int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
   ex->pool_ = std::make_unique<thread_pool>(std::max(1, threads));
   ex->worker_ = std::thread([p = ex.get()] { p->worker_loop(); });
-  log::info("cpu executor: {} ({} layers, hidden {}), {} tensor-parallel shard(s), {} KV blocks of {} tokens ({} "
+  log::info("cpu executor: {} ({} layers, hidden {}), {} tensor-parallel shard(s){}, {} KV blocks of {} tokens ({} "
             "layout, {} bytes a token over all shards), {} threads",
-            cfg.architecture, cfg.num_layers, cfg.hidden_size, opts.tensor_parallel_size, num_blocks, opts.block_size,
+            cfg.architecture, cfg.num_layers, cfg.hidden_size, opts.tensor_parallel_size,
+            opts.expert_parallel ? " holding whole experts (expert parallel)" : "", num_blocks, opts.block_size,
             ex->model_->cache_layout(0).is_latent() ? "latent" : "per-head",
             per_block / static_cast<size_t>(opts.block_size), ex->pool_->num_threads());
   return ex;
@@ -177,6 +186,15 @@ status cpu_executor::validate(const step_batch& batch) const {
   return {};
 }
 
+cascade_plan cpu_executor::plan_cascade_step(std::span<const cpu::forward_seq> seqs) const {
+  if (!cascade_) return {};
+  std::vector<cascade_input> in;
+  in.reserve(seqs.size());
+  for (const auto& s : seqs)
+    in.push_back({s.block_table, static_cast<int32_t>(s.num_computed), static_cast<int32_t>(s.tokens.size())});
+  return plan_cascade(in, info_.block_size, cascade_costs_);
+}
+
 step_result cpu_executor::run_step_sync(const step_batch& batch, std::vector<std::vector<float>>* last_logits) {
   std::lock_guard lock(compute_mu_);
   const auto t0 = std::chrono::steady_clock::now();
@@ -205,7 +223,9 @@ step_result cpu_executor::run_step_sync(const step_batch& batch, std::vector<std
       seqs.push_back({s.num_computed, toks, s.block_table, s.sample || last_logits != nullptr});
     }
     logits_.clear();
-    model_->forward(*pool_, seqs, logits_);
+    const cascade_plan cascade = plan_cascade_step(seqs);
+    model_->forward(*pool_, seqs, cascade, logits_);
+    r.cascade_seqs = cascade.num_grouped();
     r.expert_tokens = model_->expert_tokens();
     const size_t vocab = static_cast<size_t>(info_.vocab_size);
     size_t row = 0;

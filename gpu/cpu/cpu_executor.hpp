@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "config/error.hpp"
+#include "gpu/attention/cascade_plan.hpp"
 #include "gpu/cpu/tensor_parallel_model.hpp"
 #include "gpu/cpu/thread_pool.hpp"
 #include "gpu/executor.hpp"
@@ -31,12 +32,18 @@ struct cpu_executor_options {
   cpu::mla_form mla_form = cpu::mla_form::automatic;
   /// Tensor-parallel shards the model is split over (tensor_parallel_model); 1: no split.
   int32_t tensor_parallel_size = 1;
+  /// --enable-expert-parallel: the shards hold whole routed experts instead of a slice of each
+  /// (shard_plan, moe_parallelism::expert); a mixture-of-experts model only.
+  bool expert_parallel = false;
   /// --quantization fp8: a float checkpoint's linear weights are rounded to FP8 E4M3 at load, one
   /// scale per output channel (a checkpoint that is FP8 already loads as it is).
   bool quantize_weights_fp8 = false;
   /// --kv-cache-dtype fp8: K/V are stored rounded to E4M3 with the checkpoint's per-layer
   /// self_attn.k_scale / v_scale, else 1.0 (docs/fp8.md).
   bool kv_cache_fp8 = false;
+  /// Cascade attention: decodes sharing prefix blocks attend to the prefix in one pass per group
+  /// where gpu::plan_cascade finds it reads fewer bytes; --disable-cascade-attn turns it off.
+  bool cascade_attention = true;
 };
 
 class cpu_executor final : public executor {
@@ -59,11 +66,16 @@ class cpu_executor final : public executor {
  private:
   cpu_executor() = default;
   status validate(const step_batch& batch) const;
+  /// The step's cascade groups (none when cascade is off or the model cannot take it).
+  cascade_plan plan_cascade_step(std::span<const cpu::forward_seq> seqs) const;
   void worker_loop();
 
   executor_info info_;
   std::unique_ptr<cpu::tensor_parallel_model> model_;
   std::unique_ptr<thread_pool> pool_;
+  /// Whether steps are planned for cascade attention, and what its byte rule weighs.
+  bool cascade_ = false;
+  cascade_costs cascade_costs_;
   std::mutex compute_mu_;                   ///< one step computes at a time
   std::vector<float> logits_;               ///< scratch, guarded by compute_mu_
   /// Tokens sampled by the last step, by sequence (resolves gpu::previous_token); compute_mu_.

@@ -29,13 +29,28 @@ void cpu_model::set_fp8_kv_scales(std::vector<float> k_scales, std::vector<float
   v_scale_ = std::move(v_scales);
 }
 
-void cpu_model::begin_step(std::span<const forward_seq> seqs) {
+void cpu_model::begin_step(std::span<const forward_seq> seqs, const cascade_plan& cascade) {
   expert_tokens_.assign(moe_layers_.size() * (cfg_.moe ? static_cast<size_t>(cfg_.moe->num_experts) : 0), 0);
   const int64_t half = cfg_.head_dim / 2;
   tok_seq_.clear();
   tok_pos_.clear();
   seq_start_.clear();
   items_.clear();
+  prefix_groups_.clear();
+  prefix_items_.clear();
+  cascade_slot_.assign(seqs.size(), -1);
+  if (!mla_) {
+    int32_t slots = 0;
+    for (const cascade_group& g : cascade.groups) {
+      const auto& first = seqs[static_cast<size_t>(g.seqs.front())];
+      prefix_groups_.push_back({first.block_table.first(static_cast<size_t>(g.num_prefix_blocks)), g.seqs, slots});
+      for (int32_t s : g.seqs) cascade_slot_[static_cast<size_t>(s)] = slots++;
+      for (int32_t h = 0; h < cfg_.num_kv_heads; ++h)
+        prefix_items_.push_back({static_cast<int32_t>(prefix_groups_.size() - 1), h});
+    }
+    prefix_out_.resize(static_cast<size_t>(slots * cfg_.num_heads * cfg_.head_dim));
+    prefix_stats_.resize(static_cast<size_t>(slots * cfg_.num_heads));
+  }
   for (size_t s = 0; s < seqs.size(); ++s) {
     seq_start_.push_back(static_cast<int64_t>(tok_seq_.size()));
     for (size_t i = 0; i < seqs[s].tokens.size(); ++i) {
@@ -58,9 +73,12 @@ void cpu_model::begin_step(std::span<const forward_seq> seqs) {
     for (int64_t t = first; t < first + n; ++t)
       rope_cos_sin(*inv, tok_pos_[t], &cos_[t * half], &sin_[t * half], rope_scale_);
     if (mla_) continue;   // latent attention makes its own work items
+    // A grouped decode attends to its own suffix here; the prefix came from its group's pass.
+    const int64_t prefix =
+        cascade_slot_[s] < 0 ? 0 : cascade.groups[static_cast<size_t>(cascade.group_of[s])].num_prefix_blocks;
     for (int32_t h = 0; h < cfg_.num_heads; ++h)
       for (int64_t b = 0; b < n; b += attn_chunk)
-        items_.push_back({static_cast<int32_t>(s), h, first + b, first + std::min(n, b + attn_chunk)});
+        items_.push_back({static_cast<int32_t>(s), h, first + b, first + std::min(n, b + attn_chunk), prefix});
   }
   // Longest work first: a long prefill's late chunks attend to the most keys.
   std::stable_sort(items_.begin(), items_.end(),
@@ -89,12 +107,41 @@ void cpu_model::write_kv(paged_kv_cache& cache, int64_t layer, std::span<const f
   }
 }
 
+void cpu_model::shared_prefix_attention(thread_pool& pool, paged_kv_cache& cache, int64_t layer) {
+  const int64_t hd = cfg_.head_dim, nh = cfg_.num_heads, group = cfg_.num_heads / cfg_.num_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  pool.parallel_for(prefix_items_.size(), [&](size_t i0, size_t i1) {
+    std::vector<const float*> q;
+    std::vector<float> out;
+    std::vector<softmax_stats> stats;
+    for (size_t it = i0; it < i1; ++it) {
+      const prefix_item& item = prefix_items_[it];
+      const prefix_group& g = prefix_groups_[static_cast<size_t>(item.group)];
+      // Rows: every member's decode token under each query head of this KV head.
+      q.clear();
+      for (int32_t s : g.seqs)
+        for (int64_t h = item.kv_head * group; h < (item.kv_head + 1) * group; ++h)
+          q.push_back(&q_[(seq_start_[static_cast<size_t>(s)] * nh + h) * hd]);
+      out.resize(q.size() * static_cast<size_t>(hd));
+      stats.resize(q.size());
+      shared_prefix_pass(cache, layer, item.kv_head, g.blocks, q, scale, out.data(), stats.data());
+      for (size_t m = 0, r = 0; m < g.seqs.size(); ++m)
+        for (int64_t h = item.kv_head * group; h < (item.kv_head + 1) * group; ++h, ++r) {
+          const size_t row = (static_cast<size_t>(g.first_slot) + m) * static_cast<size_t>(nh) + static_cast<size_t>(h);
+          std::copy_n(&out[r * static_cast<size_t>(hd)], hd, &prefix_out_[row * static_cast<size_t>(hd)]);
+          prefix_stats_[row] = stats[r];
+        }
+    }
+  });
+}
+
 void cpu_model::attention_layer(thread_pool& pool, paged_kv_cache& cache, int64_t layer,
                                 std::span<const forward_seq> seqs) {
   const int64_t hd = cfg_.head_dim, nh = cfg_.num_heads, group = cfg_.num_heads / cfg_.num_kv_heads;
   const int64_t bs = cache.block_size();
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int64_t window = cfg_.sliding_window.value_or(0);
+  if (!prefix_items_.empty()) shared_prefix_attention(pool, cache, layer);
   pool.parallel_for(items_.size(), [&](size_t i0, size_t i1) {
     std::vector<float> scores;
     for (size_t it = i0; it < i1; ++it) {
@@ -103,13 +150,15 @@ void cpu_model::attention_layer(thread_pool& pool, paged_kv_cache& cache, int64_
       const int64_t kv_head = item.head / group;
       for (int64_t t = item.t_begin; t < item.t_end; ++t) {
         const int64_t pos = tok_pos_[t];
-        const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+        const int64_t lo = std::max(window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0, item.prefix_blocks * bs);
         const float* q = &q_[(t * nh + item.head) * hd];
         scores.resize(static_cast<size_t>(pos + 1 - lo));
         for (int64_t j = lo; j <= pos; ++j) {
           const float* kj = cache.k(layer, seq.block_table[j / bs], kv_head) + (j % bs) * hd;
           scores[j - lo] = dot(q, kj, static_cast<size_t>(hd)) * scale;
         }
+        // A grouped decode's suffix keeps its largest score for the merge.
+        const float suffix_max = item.prefix_blocks > 0 ? *std::max_element(scores.begin(), scores.end()) : 0.0f;
         const float inv_sum = exp_shifted(scores.data(), scores.size(), scores.data());
         float* out = &attn_[(t * nh + item.head) * hd];
         std::fill(out, out + hd, 0.0f);
@@ -117,6 +166,12 @@ void cpu_model::attention_layer(thread_pool& pool, paged_kv_cache& cache, int64_
           const float* vj = cache.v(layer, seq.block_table[j / bs], kv_head) + (j % bs) * hd;
           axpy(out, scores[j - lo] * inv_sum, vj, static_cast<size_t>(hd));
         }
+        if (item.prefix_blocks == 0) continue;
+        // Cascade: merge the group's prefix partial with this suffix by their log-sum-exp.
+        const size_t row = static_cast<size_t>(cascade_slot_[static_cast<size_t>(item.seq)] * nh + item.head);
+        softmax_stats merged{suffix_max, 1.0f / inv_sum};
+        merge_partial(out, merged, &prefix_out_[row * static_cast<size_t>(hd)], prefix_stats_[row],
+                      static_cast<size_t>(hd));
       }
     }
   });

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "config/model_config.hpp"
+#include "gpu/attention/cascade_plan.hpp"
+#include "gpu/cpu/cascade_attention.hpp"
 #include "gpu/cpu/kv_cache.hpp"
 #include "gpu/cpu/mla_attention.hpp"
 #include "gpu/cpu/moe_ffn.hpp"
@@ -37,7 +39,10 @@ class cpu_model {
   /// (value = e4m3(x / scale) x scale), as an FP8 cache holds them; the cache stays fp32 in memory.
   void set_fp8_kv_scales(std::vector<float> k_scales, std::vector<float> v_scales);
   /// Sets up a step: token positions, rope tables, attention work items. Call before the stages.
-  void begin_step(std::span<const forward_seq> seqs);
+  /// `cascade` groups decodes that share prefix blocks: their attention over the prefix is one
+  /// shared-prefix pass per group and KV head, merged with each one's suffix (cascade_attention).
+  /// Latent-attention models ignore it.
+  void begin_step(std::span<const forward_seq> seqs, const cascade_plan& cascade = {});
   /// Tokens in the step (T).
   size_t num_tokens() const { return tok_seq_.size(); }
   /// out [T][hidden]: the embedding rows of the step's tokens within the vocabulary slice, zeros
@@ -62,7 +67,21 @@ class cpu_model {
   struct attn_item {
     int32_t seq, head;
     int64_t t_begin, t_end;   ///< flat token range of the step
+    /// Keys of the first prefix_blocks blocks come from the group's shared-prefix pass.
+    int64_t prefix_blocks = 0;
   };
+  /// A cascade group as the step sees it: the shared blocks and the members' decode tokens.
+  struct prefix_group {
+    std::span<const int32_t> blocks;   ///< the shared prefix's blocks
+    std::vector<int32_t> seqs;         ///< members, in slot order
+    int32_t first_slot = 0;            ///< slot of seqs[0] in prefix_out_ / prefix_stats_
+  };
+  /// One shared-prefix pass: a group's queries of one KV head's query heads.
+  struct prefix_item {
+    int32_t group, kv_head;
+  };
+  /// The shared-prefix passes of the step's cascade groups (prefix_out_, prefix_stats_).
+  void shared_prefix_attention(thread_pool& pool, paged_kv_cache& cache, int64_t layer);
   /// Per-head attention of one layer: q/k/v projections, rope, K/V into the cache, attention.
   void dense_attention(thread_pool& pool, paged_kv_cache& cache, int64_t layer, std::span<const forward_seq> seqs);
   void attention_layer(thread_pool& pool, paged_kv_cache& cache, int64_t layer, std::span<const forward_seq> seqs);
@@ -85,6 +104,11 @@ class cpu_model {
   std::vector<float> cos_, sin_;         ///< [T][head_dim/2]
   std::vector<float> xn_, q_, k_, v_, attn_, gate_, up_;
   std::vector<attn_item> items_;
+  std::vector<prefix_group> prefix_groups_;
+  std::vector<prefix_item> prefix_items_;
+  std::vector<int32_t> cascade_slot_;          ///< [num_seqs] a grouped decode's slot, else -1
+  std::vector<float> prefix_out_;              ///< [slots][num_heads][head_dim] prefix partials
+  std::vector<softmax_stats> prefix_stats_;    ///< [slots][num_heads]
 };
 
 }  // namespace actorserve::gpu::cpu

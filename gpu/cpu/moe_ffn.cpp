@@ -31,22 +31,26 @@ void moe_ffn::forward(thread_pool& pool, const moe_weights_f32& w, const float* 
   permute_by_expert(experts_, k, num_experts_, perm_);
   if (routed)
     for (size_t e = 0; e < num_experts_; ++e) routed[e] += perm_.count(e);
-  xp_.resize(pairs * h);
-  yp_.resize(pairs * h);
-  gate_.resize(pairs * inter_);
-  up_.resize(pairs * inter_);
-  gather_rows(x, h, perm_, xp_.data());
+  // The experts held (all, or an expert-parallel shard's range) and the rows routed to them.
+  const size_t e_begin = static_cast<size_t>(w.first_expert), e_end = e_begin + w.experts.size();
+  const row_range held = perm_.rows_of(e_begin, e_end);
+  xp_.resize(held.size() * h);
+  yp_.resize(held.size() * h);
+  gate_.resize(held.size() * inter_);
+  up_.resize(held.size() * inter_);
+  gather_rows(x, h, perm_, held, xp_.data());
   // NOTE: one expert's rows at a time, each matmul spread over the pool by output rows: a row's
   // result does not depend on how many rows share its expert, so batching never changes a token.
-  for (size_t e = 0; e < num_experts_; ++e) {
-    const size_t n = static_cast<size_t>(perm_.count(e)), first = static_cast<size_t>(perm_.offsets[e]);
+  for (size_t e = e_begin; e < e_end; ++e) {
+    const size_t n = static_cast<size_t>(perm_.count(e)), first = static_cast<size_t>(perm_.offsets[e]) - held.begin;
     if (n == 0) continue;
-    const mlp_weights_f32& m = w.experts[e];
+    const mlp_weights_f32& m = w.experts[e - e_begin];
     swiglu_mlp(pool, &xp_[first * h], n, h, m.gate_proj.data(), m.up_proj.data(), m.down_proj.data(), inter_,
                &gate_[first * inter_], &up_[first * inter_], &yp_[first * h]);
   }
   pool.parallel_for(chunks, [&](size_t c0, size_t c1) {
-    combine_rows(yp_.data(), h, perm_, weights_.data(), k, c0 * route_grain, std::min(rows, c1 * route_grain), out);
+    combine_rows(yp_.data(), h, perm_, held, weights_.data(), k, c0 * route_grain, std::min(rows, c1 * route_grain),
+                 out);
   });
   if (w.shared.empty()) return;
   // The shared experts see every token: one dense MLP, added after the routed sum. Its width comes

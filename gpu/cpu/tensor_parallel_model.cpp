@@ -48,9 +48,10 @@ void tensor_parallel_model::reduce_partials(size_t n) {
   all_reduce_sum(partials_, n);
 }
 
-void tensor_parallel_model::forward(thread_pool& pool, std::span<const forward_seq> seqs, std::vector<float>& logits) {
+void tensor_parallel_model::forward(thread_pool& pool, std::span<const forward_seq> seqs, const cascade_plan& cascade,
+                                    std::vector<float>& logits) {
   const size_t h = static_cast<size_t>(config().hidden_size);
-  for (auto& sh : shards_) sh->model.begin_step(seqs);
+  for (auto& sh : shards_) sh->model.begin_step(seqs, cascade);
   const size_t T = shards_.front()->model.num_tokens(), n = T * h;
   for (auto& sh : shards_) {
     sh->x.resize(n);

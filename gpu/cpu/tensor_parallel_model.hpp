@@ -3,7 +3,9 @@
 /// process, each a cpu_model over its own weight slices (shard_plan, shard_weights_f32) with its
 /// own KV cache of its KV heads (DeepSeek-V2: a copy of the latent cache). Per layer every shard
 /// computes its partial attention output, the partials are all-reduced and added to each shard's
-/// copy of the residual stream, and the same for the MLP or experts; the embedding is a
+/// copy of the residual stream, and the same for the MLP or experts (a slice of every expert, or
+/// under expert parallelism the whole experts of the shard's range over the tokens routed to
+/// them: either way a partial sum, one all-reduce per layer); the embedding is a
 /// vocabulary-parallel partial summed the same way, and the logits are each shard's vocabulary
 /// slice, gathered. Those exchanges (shard_exchange) are the only data the shards share, as NCCL
 /// collectives would be between GPUs. The shards run one after another, each over the whole
@@ -42,13 +44,16 @@ class tensor_parallel_model {
 
   /// Computes the new tokens of every sequence, writing their K/V into each shard's cache;
   /// appends to `logits` one row of vocab_size floats per sequence with want_logits, in batch order.
-  void forward(thread_pool& pool, std::span<const forward_seq> seqs, std::vector<float>& logits);
+  /// `cascade`: the step's groups of decodes sharing prefix blocks (cpu_model::begin_step).
+  void forward(thread_pool& pool, std::span<const forward_seq> seqs, const cascade_plan& cascade,
+               std::vector<float>& logits);
   /// --kv-cache-dtype fp8: every shard stores K/V rounded to E4M3 with these per-layer scales.
   void set_fp8_kv_scales(const std::vector<float>& k_scales, const std::vector<float>& v_scales);
   /// Copies block `src` to `dst` in every shard's cache.
   void copy_block(int64_t src, int64_t dst);
   /// The decoder layers with a sparse FFN, and the tokens the last forward routed to each of
-  /// their experts ([layer][expert]); every shard routes alike, so shard 0's count is the model's.
+  /// their experts ([layer][expert]); every shard routes alike (the router is replicated, under
+  /// expert parallelism too), so shard 0's count is the model's, each routed token counted once.
   const std::vector<int32_t>& moe_layers() const { return shards_.front()->model.moe_layers(); }
   const std::vector<int64_t>& expert_tokens() const { return shards_.front()->model.expert_tokens(); }
 

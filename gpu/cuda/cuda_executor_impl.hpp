@@ -130,7 +130,7 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   // Device buffers.
   std::vector<void*> buffers_;
   float *residual_ = nullptr, *qkv_ = nullptr, *delta_ = nullptr, *gate_up_ = nullptr, *logits_ = nullptr;
-  float *partial_acc_ = nullptr, *partial_ml_ = nullptr, *kept_logits_ = nullptr;
+  float *partial_o_ = nullptr, *partial_lse_ = nullptr, *kept_logits_ = nullptr;
   void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
   void* q16_ = nullptr;              ///< rope's 16-bit scaled q, when the prefill kernel reads it
   moe_ffn moe_;                      ///< the sparse layers' FFN and its buffers (MoE models)

@@ -228,8 +228,8 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   aa.q_stride = qkv_width_;
   aa.block_tables = at<int32_t>(meta_, layout_.block_tables);
   use_plan(aa, meta_, step_work(layout_), shape.attn);
-  aa.partial_o = partial_acc_;
-  aa.partial_lse = partial_ml_;
+  aa.partial_o = partial_o_;
+  aa.partial_lse = partial_lse_;
   aa.out = attn_;
   aa.num_heads = H;
   aa.num_kv_heads = KVH;

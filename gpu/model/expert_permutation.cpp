@@ -27,13 +27,14 @@ void permute_by_expert(std::span<const int32_t> experts, size_t top_k, size_t nu
   }
 }
 
-void gather_rows(const float* x, size_t width, const expert_permutation& p, float* out) {
-  for (size_t r = 0; r < p.num_rows(); ++r)
-    std::memcpy(out + r * width, x + static_cast<size_t>(p.source_token[r]) * width, width * sizeof(float));
+void gather_rows(const float* x, size_t width, const expert_permutation& p, row_range rows, float* out) {
+  for (size_t r = rows.begin; r < rows.end; ++r)
+    std::memcpy(out + (r - rows.begin) * width, x + static_cast<size_t>(p.source_token[r]) * width,
+                width * sizeof(float));
 }
 
-void combine_rows(const float* y, size_t width, const expert_permutation& p, const float* weights, size_t top_k,
-                  size_t t_begin, size_t t_end, float* out) {
+void combine_rows(const float* y, size_t width, const expert_permutation& p, row_range rows, const float* weights,
+                  size_t top_k, size_t t_begin, size_t t_end, float* out) {
   // Rows are grouped by ascending expert, so ascending rows are ascending experts.
   std::vector<size_t> slots(top_k);
   for (size_t t = t_begin; t < t_end; ++t) {
@@ -42,8 +43,10 @@ void combine_rows(const float* y, size_t width, const expert_permutation& p, con
     float* o = out + t * width;
     std::fill(o, o + width, 0.0f);
     for (size_t s : slots) {
+      const size_t r = static_cast<size_t>(p.slot_row[s]);
+      if (!rows.contains(r)) continue;
       const float w = weights[s];
-      const float* row = y + static_cast<size_t>(p.slot_row[s]) * width;
+      const float* row = y + (r - rows.begin) * width;
       for (size_t i = 0; i < width; ++i) o[i] += w * row[i];
     }
   }

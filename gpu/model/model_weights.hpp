@@ -87,7 +87,10 @@ struct mlp_weights_f32 {
 /// A sparse layer's router and experts in fp32.
 struct moe_weights_f32 {
   std::vector<float> router;               ///< [num_experts][hidden]
+  /// The routed experts held, ids [first_expert, first_expert + experts.size()): every expert,
+  /// unless an expert-parallel shard holds only its range (shard_plan::experts).
   std::vector<mlp_weights_f32> experts;
+  int64_t first_expert = 0;
   mlp_weights_f32 shared;                  ///< empty without shared experts
 };
 

@@ -79,7 +79,10 @@ model_weights_f32 shard_weights_f32(const model_weight_views& v, const shard_pla
     if (l.moe) {
       moe_weights_f32 m;
       m.router = whole(l.moe->router);
-      for (const auto& e : l.moe->experts) m.experts.push_back(mlp_slice(e, plan.expert_intermediate(shard)));
+      const shard_slice held = plan.experts(shard);
+      m.first_expert = held.begin;
+      for (int64_t e = held.begin; e < held.end; ++e)
+        m.experts.push_back(mlp_slice(l.moe->experts[static_cast<size_t>(e)], plan.expert_intermediate(shard)));
       if (l.moe->shared) m.shared = mlp_slice(*l.moe->shared, plan.shared_expert_intermediate(shard));
       o.moe = std::move(m);
     } else {

@@ -1,7 +1,8 @@
 #pragma once
 /// One tensor-parallel shard's weights in fp32: the slices shard_plan assigns it, cut from the
 /// stored tensors (row slices are upcast alone; a column slice upcasts its tensor, keeps its
-/// columns and drops the rest), so a shard never holds more than its slice.
+/// columns and drops the rest), so a shard never holds more than its slice. Under expert
+/// parallelism a shard's routed experts are its range of whole experts; the others are not read.
 #include <cstdint>
 
 #include "gpu/model/model_weights.hpp"

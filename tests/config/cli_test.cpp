@@ -37,6 +37,15 @@ TEST(Cli, ProfileStepsIsAnEngineFlag) {
   EXPECT_TRUE(profiled->engine.executor.profile_steps);
 }
 
+TEST(Cli, CascadeAttentionIsOnUnlessDisabledByVllmsFlag) {
+  auto plain = parse({"serve", "--model", "m"});
+  ASSERT_TRUE(plain.ok()) << plain.err().message;
+  EXPECT_TRUE(plain->engine.executor.cascade_attention);
+  auto off = parse({"generate", "--model", "m", "--prompt", "hi", "--disable-cascade-attn"});
+  ASSERT_TRUE(off.ok()) << off.err().message;
+  EXPECT_FALSE(off->engine.executor.cascade_attention);
+}
+
 TEST(Cli, KvLayoutAndBlockSizeDefaultByExecutor) {
   // No flag: the CUDA executor takes flash-decoding with 64-token blocks, the CPU executor 16.
   auto cl = parse({"serve", "--model", "m"});
@@ -231,6 +240,28 @@ TEST(Cli, TensorParallelSizeTakesVllmsSpellingsAndIsRefusedOnCuda) {
   EXPECT_NE(cl.err().message.find("multi-GPU execution is not implemented"), std::string::npos) << cl.err().message;
   cl = parse({"serve", "m", "--device", "cuda", "-tp", "1"});
   EXPECT_TRUE(cl.ok()) << cl.err().message;
+}
+
+TEST(Cli, EnableExpertParallelIsAFlagOfEveryEngineCommandAndIsRefusedOnCuda) {
+  auto cl = parse({"serve", "m", "--device", "cpu", "-tp", "2"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_FALSE(cl->engine.executor.enable_expert_parallel);
+  for (auto args : {std::vector<const char*>{"serve", "m", "--device", "cpu", "-tp", "2", "--enable-expert-parallel"},
+                    std::vector<const char*>{"generate", "--model", "m", "--prompt", "x", "--enable-expert-parallel"},
+                    std::vector<const char*>{"engine", "--model", "m", "--listen", "127.0.0.1:7000",
+                                             "--enable-expert-parallel", "-tp", "4"}}) {
+    cl = parse(args);
+    ASSERT_TRUE(cl.ok()) << cl.err().message;
+    EXPECT_TRUE(cl->engine.executor.enable_expert_parallel) << args.front();
+    EXPECT_TRUE(cl->warnings.empty());
+  }
+  // On CUDA even one shard is refused: this build drives one GPU.
+  cl = parse({"serve", "m", "--device", "cuda", "--enable-expert-parallel"});
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.err().message.find("--enable-expert-parallel: expert parallelism spreads the experts over several GPUs"),
+            std::string::npos)
+      << cl.err().message;
+  EXPECT_NE(cl.err().message.find("--device cpu"), std::string::npos) << cl.err().message;
 }
 
 TEST(Cli, MetricsCompatPicksTheSeriesNames) {

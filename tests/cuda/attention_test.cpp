@@ -43,7 +43,7 @@ double run_case(act_dtype dt, const attention_case& c, int target_blocks, uint32
   dev_vec<uint16_t> d_out(size_t(n_tokens) * H * D);
   d_out.poison();
   d_pacc.poison();
-  cuda::attention_args a;
+  cuda::attn_launch a;
   a.q = d_q.get();
   a.q_stride = q_stride;
   a.k_cache = d_k.get();
@@ -53,10 +53,10 @@ double run_case(act_dtype dt, const attention_case& c, int target_blocks, uint32
   a.items = d_items.get();
   a.combines = d_comb.get();
   a.counts = d_counts.get();
-  a.item_grid = int(plan.items.size()) + 5;  // extra blocks must exit
+  a.prefill_grid = int(plan.items.size()) + 5;  // extra blocks must exit
   a.combine_grid = int(plan.combines.size());
-  a.partial_acc = d_pacc.get();
-  a.partial_ml = d_pml.get();
+  a.partial_o = d_pacc.get();
+  a.partial_lse = d_pml.get();
   a.out = d_out.get();
   a.num_heads = H;
   a.num_kv_heads = KVH;

@@ -1,6 +1,7 @@
 // The real engine (request/scheduler/block-manager/executor actors over the CPU executor) on
 // llama-tiny: preemption invariance, prefix caching and tensor-parallel shards (also on the MoE
-// fixtures and DeepSeek-V2, whose KV cache holds the latent), cancellation storms and n > 1.
+// fixtures and DeepSeek-V2, whose KV cache holds the latent; their experts also whole per shard),
+// cancellation storms and n > 1.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -80,8 +81,30 @@ TEST_P(engine_model_test, preemption_under_a_tiny_pool_keeps_greedy_outputs) {
               static_cast<long long>(s.num_steps));
 }
 
-TEST_P(engine_model_test, tensor_parallel_shards_keep_greedy_outputs_under_preemption) {
-  const std::string model = GetParam();
+/// Every token computed passes every sparse layer and goes to top_k experts there, counted once
+/// whatever the number of shards.
+void expect_each_token_routed_top_k_times(const engine_stats& s, const model_config& mc) {
+  std::vector<int32_t> sparse;
+  for (int32_t l = 0; l < static_cast<int32_t>(mc.num_layers); ++l)
+    if (mc.moe->is_sparse(l)) sparse.push_back(l);
+  EXPECT_EQ(s.moe_layers, sparse);
+  const auto experts = static_cast<size_t>(mc.moe->num_experts);
+  EXPECT_EQ(s.num_experts, static_cast<int32_t>(experts));
+  ASSERT_EQ(s.moe_expert_tokens.size(), sparse.size() * experts);
+  for (size_t l = 0; l < sparse.size(); ++l) {
+    int64_t routed = 0, hottest = 0;
+    for (size_t x = 0; x < experts; ++x) {
+      routed += s.moe_expert_tokens[l * experts + x];
+      hottest = std::max(hottest, s.moe_expert_tokens[l * experts + x]);
+    }
+    EXPECT_EQ(routed, s.num_computed_tokens * mc.moe->top_k) << "layer " << sparse[l];
+    EXPECT_LE(hottest, s.num_computed_tokens) << "an expert sees a token at most once";
+  }
+}
+
+/// 48 greedy requests over 2 and 4 shards with a tight pool (preemption and prefix hits over the
+/// shards' caches) give one shard's tokens; `expert_parallel` gives each shard whole experts.
+void expect_shards_keep_greedy_outputs_under_preemption(const std::string& model, bool expert_parallel) {
   std::mt19937 rng(5);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 48; ++i) prompts.push_back(random_prompt(rng, 4, 40));
@@ -90,19 +113,47 @@ TEST_P(engine_model_test, tensor_parallel_shards_keep_greedy_outputs_under_preem
   ASSERT_TRUE(one);
   const auto expected = run_all(*one, prompts, greedy(max_tokens));
   one->shutdown(std::chrono::milliseconds(0));
+  const char* mode = expert_parallel ? " ep" : "";
   for (int64_t tp : {2, 4}) {
-    auto cfg = tiny_config(24, true, model);   // a tight pool: preemption and prefix hits over the shards' caches
+    auto cfg = tiny_config(24, true, model);
     cfg.executor.tensor_parallel_size = tp;
+    cfg.executor.enable_expert_parallel = expert_parallel;
     auto split = start_engine(cfg);
     ASSERT_TRUE(split);
     const auto got = run_all(*split, prompts, greedy(max_tokens));
     ASSERT_EQ(got.size(), prompts.size());
     for (size_t i = 0; i < prompts.size(); ++i)
       EXPECT_EQ(got.at(static_cast<int>(i)).at(0).tokens, expected.at(static_cast<int>(i)).at(0).tokens)
-          << model << " tp " << tp << " request " << i;
-    EXPECT_GT(wait_idle(*split).num_preemptions, 0);
+          << model << " tp " << tp << mode << " request " << i;
+    const engine_stats s = wait_idle(*split);
+    EXPECT_GT(s.num_preemptions, 0);
+    if (expert_parallel) {
+      auto mc = load_model_config(actorserve::testing::model_dir(model));
+      ASSERT_TRUE(mc.ok()) << mc.err().message;
+      expect_each_token_routed_top_k_times(s, mc.value());
+    }
     split->shutdown(std::chrono::milliseconds(0));
   }
+}
+
+TEST_P(engine_model_test, tensor_parallel_shards_keep_greedy_outputs_under_preemption) {
+  expect_shards_keep_greedy_outputs_under_preemption(GetParam(), false);
+}
+
+TEST_P(engine_model_test, expert_parallel_shards_keep_greedy_outputs_and_expert_counts_under_preemption) {
+  const std::string model = GetParam();
+  auto mc = load_model_config(actorserve::testing::model_dir(model));
+  ASSERT_TRUE(mc.ok()) << mc.err().message;
+  if (!mc->moe) {
+    auto cfg = tiny_config(24, true, model);
+    cfg.executor.tensor_parallel_size = 2;
+    cfg.executor.enable_expert_parallel = true;
+    auto e = engine::start(cfg);
+    ASSERT_FALSE(e.ok());
+    EXPECT_NE(e.err().message.find("--enable-expert-parallel"), std::string::npos) << e.err().message;
+    return;
+  }
+  expect_shards_keep_greedy_outputs_under_preemption(model, true);
 }
 
 TEST_P(engine_model_test, prefix_cache_computes_only_uncached_tokens) {
@@ -150,23 +201,7 @@ TEST_P(engine_model_test, routed_expert_tokens_count_each_computed_token_top_k_t
     EXPECT_TRUE(s.moe_expert_tokens.empty());
     return;
   }
-  std::vector<int32_t> sparse;
-  for (int32_t l = 0; l < static_cast<int32_t>(mc->num_layers); ++l)
-    if (mc->moe->is_sparse(l)) sparse.push_back(l);
-  EXPECT_EQ(s.moe_layers, sparse);
-  const auto experts = static_cast<size_t>(mc->moe->num_experts);
-  EXPECT_EQ(s.num_experts, static_cast<int32_t>(experts));
-  ASSERT_EQ(s.moe_expert_tokens.size(), sparse.size() * experts);
-  // Every token computed passes every sparse layer and goes to top_k experts there.
-  for (size_t l = 0; l < sparse.size(); ++l) {
-    int64_t routed = 0, hottest = 0;
-    for (size_t x = 0; x < experts; ++x) {
-      routed += s.moe_expert_tokens[l * experts + x];
-      hottest = std::max(hottest, s.moe_expert_tokens[l * experts + x]);
-    }
-    EXPECT_EQ(routed, s.num_computed_tokens * mc->moe->top_k) << "layer " << sparse[l];
-    EXPECT_LE(hottest, s.num_computed_tokens) << "an expert sees a token at most once";
-  }
+  expect_each_token_routed_top_k_times(s, mc.value());
 }
 
 INSTANTIATE_TEST_SUITE_P(models, engine_model_test,

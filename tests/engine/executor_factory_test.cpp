@@ -1,5 +1,6 @@
 // The executor factory's CUDA refusals read the model from --model and the context from
-// --max-model-len, and name the model directory (checked without a GPU).
+// --max-model-len, and name the model directory (checked without a GPU); tensor- and
+// expert-parallel shards run on the CPU only.
 #include <gtest/gtest.h>
 
 #include "engine_harness.hpp"
@@ -53,6 +54,30 @@ TEST(executor_factory, tensor_parallel_shards_run_on_the_cpu_and_are_refused_on_
   ASSERT_FALSE(ex.ok());
   EXPECT_NE(ex.err().message.find("--tensor-parallel-size"), std::string::npos) << ex.err().message;
   EXPECT_NE(ex.err().message.find("multi-GPU execution is not implemented"), std::string::npos) << ex.err().message;
+}
+
+TEST(executor_factory, expert_parallel_shards_run_on_the_cpu_for_moe_models_only) {
+  auto cfg = tiny_config(std::nullopt, true, "mixtral-tiny");
+  cfg.executor.device = device_kind::cpu;
+  cfg.executor.tensor_parallel_size = 2;
+  cfg.executor.enable_expert_parallel = true;
+  auto ex = gpu::make_executor(cfg);
+  ASSERT_TRUE(ex.ok()) << ex.err().message;
+  EXPECT_EQ(ex.value()->info().num_experts, 4);
+  cfg.model.model_dir = actorserve::testing::model_dir("llama-tiny");
+  ex = gpu::make_executor(cfg);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_NE(ex.err().message.find("--enable-expert-parallel: LlamaForCausalLM has no routed experts"),
+            std::string::npos)
+      << ex.err().message;
+  cfg.model.model_dir = actorserve::testing::model_dir("mixtral-tiny");
+  cfg.executor.device = device_kind::cuda;
+  cfg.executor.tensor_parallel_size = 1;
+  ex = gpu::make_executor(cfg);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_NE(ex.err().message.find("--enable-expert-parallel: expert parallelism spreads the experts over several GPUs"),
+            std::string::npos)
+      << ex.err().message;
 }
 
 }  // namespace

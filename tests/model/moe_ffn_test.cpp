@@ -1,5 +1,6 @@
 // The CPU MoE FFN against a literal per-token loop (router, top-k, experts, weighted sum, shared
-// experts), and a token's output independent of the rest of its step.
+// experts), a token's output independent of the rest of its step, and the layer split into
+// contiguous ranges of whole experts (expert parallel) summing to the whole.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,10 +82,7 @@ struct moe_case {
   double scaling;
 };
 
-class moe_ffn_test : public ::testing::TestWithParam<moe_case> {};
-
-TEST_P(moe_ffn_test, matches_a_literal_per_token_loop) {
-  const moe_case& mc = GetParam();
+moe_config config_of(const moe_case& mc) {
   moe_config c;
   c.num_experts = mc.experts;
   c.top_k = mc.top_k;
@@ -92,11 +90,24 @@ TEST_P(moe_ffn_test, matches_a_literal_per_token_loop) {
   c.num_shared_experts = mc.shared;
   c.renormalize = mc.renormalize;
   c.routed_scaling_factor = mc.scaling;
-  std::mt19937 rng(17);
+  return c;
+}
+
+gpu::moe_weights_f32 random_weights(const moe_config& c, std::mt19937& rng) {
   gpu::moe_weights_f32 w;
   w.router = random_vector(rng, static_cast<size_t>(c.num_experts) * hidden, 0.5f);
   for (int64_t e = 0; e < c.num_experts; ++e) w.experts.push_back(random_mlp(rng, 10));
   if (c.num_shared_experts > 0) w.shared = random_mlp(rng, static_cast<size_t>(10 * c.num_shared_experts));
+  return w;
+}
+
+class moe_ffn_test : public ::testing::TestWithParam<moe_case> {};
+
+TEST_P(moe_ffn_test, matches_a_literal_per_token_loop) {
+  const moe_case& mc = GetParam();
+  const moe_config c = config_of(mc);
+  std::mt19937 rng(17);
+  const gpu::moe_weights_f32 w = random_weights(c, rng);
   const size_t rows = 41;
   const auto x = random_vector(rng, rows * hidden, 1.0f);
   gpu::thread_pool pool(2);
@@ -119,6 +130,44 @@ TEST_P(moe_ffn_test, matches_a_literal_per_token_loop) {
     EXPECT_EQ(one, std::vector<float>(out.begin() + static_cast<std::ptrdiff_t>(t * hidden),
                                       out.begin() + static_cast<std::ptrdiff_t>((t + 1) * hidden)))
         << mc.name << " token " << t;
+  }
+}
+
+TEST_P(moe_ffn_test, shards_of_whole_experts_sum_to_the_whole_layer) {
+  const moe_case& mc = GetParam();
+  const moe_config c = config_of(mc);
+  std::mt19937 rng(23);
+  const gpu::moe_weights_f32 w = random_weights(c, rng);
+  const size_t rows = 29, n = rows * hidden, num_experts = static_cast<size_t>(c.num_experts);
+  const auto x = random_vector(rng, n, 1.0f);
+  gpu::thread_pool pool(2);
+  gpu::cpu::moe_ffn ffn(c, static_cast<int64_t>(hidden));
+  std::vector<float> whole(n);
+  std::vector<int64_t> whole_routed(num_experts, 0);
+  ffn.forward(pool, w, x.data(), rows, whole.data(), whole_routed.data());
+  for (size_t shards : {size_t(2), size_t(3)}) {
+    std::vector<float> sum(n, 0.0f), part(n);
+    for (size_t s = 0; s < shards; ++s) {
+      // Shard s: experts [s*E/N, (s+1)*E/N) whole; the shared experts on shard 0 (the model splits
+      // their columns instead, which shard_plan_test covers).
+      gpu::moe_weights_f32 mine;
+      mine.router = w.router;
+      const size_t first = s * num_experts / shards, end = (s + 1) * num_experts / shards;
+      mine.first_expert = static_cast<int64_t>(first);
+      for (size_t e = first; e < end; ++e) mine.experts.push_back(w.experts[e]);
+      if (s == 0) mine.shared = w.shared;
+      std::vector<int64_t> routed(num_experts, 0);
+      gpu::cpu::moe_ffn own(c, static_cast<int64_t>(hidden));
+      own.forward(pool, mine, x.data(), rows, part.data(), routed.data());
+      EXPECT_EQ(routed, whole_routed) << mc.name << " shard " << s << ": every shard counts every routed token";
+      for (size_t i = 0; i < n; ++i) sum[i] += part[i];
+    }
+    double max_diff = 0, max_ref = 0;
+    for (size_t i = 0; i < n; ++i) {
+      max_diff = std::max(max_diff, std::abs(static_cast<double>(sum[i]) - whole[i]));
+      max_ref = std::max(max_ref, std::abs(static_cast<double>(whole[i])));
+    }
+    EXPECT_LT(max_diff / max_ref, 1e-6) << mc.name << " over " << shards << " shards";
   }
 }
 

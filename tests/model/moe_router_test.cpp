@@ -1,5 +1,6 @@
 // The router's maths and the token -> expert permutation, directly: scores, top-k, ties, group
-// limits, renormalisation, scaling, sigmoid; the permutation's order, inverse and round trip.
+// limits, renormalisation, scaling, sigmoid; the permutation's order, inverse and round trip, and
+// its rows split by contiguous expert ranges (expert parallel).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -208,6 +209,38 @@ TEST(expert_permutation, groups_pairs_by_expert_in_token_order) {
   gpu::permute_by_expert({}, 2, 4, p);
   EXPECT_EQ(p.offsets, (std::vector<int32_t>(5, 0)));
   EXPECT_EQ(p.num_rows(), 0u);
+}
+
+TEST(expert_permutation, a_range_of_experts_gathers_and_combines_only_its_rows) {
+  // As above: token 0 -> {2, 0}, token 1 -> {0, 1}, token 2 -> {2, 1}; two shards of experts
+  // [0, 2) and [2, 4). The second holds rows [4, 6): token 0's and token 2's pair with expert 2.
+  const std::vector<int32_t> experts = {2, 0, 0, 1, 2, 1};
+  gpu::expert_permutation p;
+  gpu::permute_by_expert(experts, 2, 4, p);
+  const gpu::row_range low = p.rows_of(0, 2), high = p.rows_of(2, 4);
+  EXPECT_EQ(low.begin, 0u);
+  EXPECT_EQ(low.end, 4u);
+  EXPECT_EQ(high.begin, 4u);
+  EXPECT_EQ(high.end, 6u);
+  const std::vector<float> x = {10.0f, 20.0f, 30.0f};   // one float per token
+  std::vector<float> gathered(high.size());
+  gpu::gather_rows(x.data(), 1, p, high, gathered.data());
+  EXPECT_EQ(gathered, (std::vector<float>{10.0f, 30.0f}));
+  // Each shard's combine sums its own slots; token 1 routed to neither of expert 2's rows gets 0,
+  // and the two shards' outputs add up to the whole combine.
+  const std::vector<float> y = {1.0f, 2.0f, 4.0f, 8.0f, 16.0f, 32.0f};   // row r's expert output
+  const std::vector<float> w = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f};
+  std::vector<float> whole(3), lo(3), hi(3, -1.0f);
+  gpu::combine_rows(y.data(), 1, p, w.data(), 2, 0, 3, whole.data());
+  gpu::combine_rows(y.data(), 1, p, low, w.data(), 2, 0, 3, lo.data());
+  gpu::combine_rows(y.data() + high.begin, 1, p, high, w.data(), 2, 0, 3, hi.data());
+  EXPECT_EQ(hi, (std::vector<float>{16.0f, 0.0f, 32.0f}));
+  for (size_t t = 0; t < 3; ++t) EXPECT_EQ(lo[t] + hi[t], whole[t]) << "token " << t;
+  // A range with no rows: nothing gathered, every token's output zero.
+  const gpu::row_range none = p.rows_of(3, 4);
+  EXPECT_EQ(none.size(), 0u);
+  gpu::combine_rows(nullptr, 1, p, none, w.data(), 2, 0, 3, hi.data());
+  EXPECT_EQ(hi, (std::vector<float>(3, 0.0f)));
 }
 
 TEST(expert_permutation, round_trip_brings_every_row_back) {

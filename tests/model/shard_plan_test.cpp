@@ -1,5 +1,8 @@
-// The tensor-parallel slice plan (shard_plan) and the weight slices cut by it (shard_weights_f32).
+// The tensor-parallel slice plan (shard_plan) and the weight slices cut by it (shard_weights_f32),
+// with experts split by columns (tensor parallel) or whole (expert parallel).
 #include <gtest/gtest.h>
+
+#include <optional>
 
 #include "gpu/model/model_weights.hpp"
 #include "gpu/model/shard_plan.hpp"
@@ -9,6 +12,7 @@
 namespace actorserve::testing {
 namespace {
 
+using gpu::moe_parallelism;
 using gpu::shard_plan;
 using gpu::shard_slice;
 
@@ -89,6 +93,82 @@ TEST(shard_plan, splits_each_experts_intermediate) {
   EXPECT_EQ(plan->shard_config(1).moe->num_experts, 6);   // every shard holds a slice of every expert
 }
 
+model_config moe_like(int64_t experts, int64_t shared) {
+  model_config c = llama_like(4, 4);
+  c.architecture = "DeepseekV2ForCausalLM";
+  c.moe = moe_config{};
+  c.moe->num_experts = experts;
+  c.moe->top_k = 2;
+  c.moe->expert_intermediate_size = 30;
+  c.moe->num_shared_experts = shared;
+  return c;
+}
+
+TEST(shard_plan, expert_parallel_shards_hold_whole_experts_in_contiguous_ranges) {
+  const model_config c = moe_like(6, 2);
+  auto plan = shard_plan::make(c, 4, moe_parallelism::expert);
+  ASSERT_TRUE(plan.ok()) << plan.err().message;
+  EXPECT_EQ(plan->moe(), moe_parallelism::expert);
+  // 6 experts over 4 shards: [s*6/4, (s+1)*6/4), every expert held by exactly one shard.
+  const std::vector<shard_slice> want = {{0, 1}, {1, 3}, {3, 4}, {4, 6}};
+  int64_t elements = 0;
+  for (int64_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(plan->experts(s), want[static_cast<size_t>(s)]) << "shard " << s;
+    EXPECT_EQ(plan->expert_intermediate(s), (shard_slice{0, 30}));   // whole experts
+    // The routed experts' weights on the shard: its experts x (gate + up + down) x hidden x 30.
+    EXPECT_EQ(plan->expert_elements(s), want[static_cast<size_t>(s)].size() * 3 * c.hidden_size * 30);
+    elements += plan->expert_elements(s);
+    const model_config sc = plan->shard_config(s);
+    EXPECT_EQ(sc.moe->expert_intermediate_size, 30);
+    EXPECT_EQ(sc.moe->num_experts, 6);   // the router is replicated: it scores every expert
+    EXPECT_EQ(sc.num_heads, 1);          // attention stays tensor parallel
+    EXPECT_EQ(sc.intermediate_size, 250);
+  }
+  EXPECT_EQ(elements, 6 * 3 * c.hidden_size * 30);   // together exactly the model's experts
+  // The shared experts (2 x 30 columns) stay tensor parallel.
+  EXPECT_EQ(plan->shared_expert_intermediate(1), (shard_slice{15, 30}));
+}
+
+TEST(shard_plan, tensor_parallel_shards_hold_a_slice_of_every_expert) {
+  const model_config c = moe_like(6, 0);
+  auto plan = shard_plan::make(c, 4);
+  ASSERT_TRUE(plan.ok()) << plan.err().message;
+  EXPECT_EQ(plan->moe(), moe_parallelism::tensor);
+  int64_t elements = 0;
+  for (int64_t s = 0; s < 4; ++s) {
+    EXPECT_EQ(plan->experts(s), (shard_slice{0, 6}));
+    elements += plan->expert_elements(s);
+  }
+  EXPECT_EQ(elements, 6 * 3 * c.hidden_size * 30);
+  EXPECT_EQ(plan->expert_elements(1), 6 * 3 * c.hidden_size * 8);   // columns [7, 15)
+}
+
+TEST(shard_plan, expert_parallel_refusals_name_the_flag) {
+  auto dense = shard_plan::make(llama_like(4, 4), 2, moe_parallelism::expert);
+  ASSERT_FALSE(dense.ok());
+  EXPECT_NE(dense.err().message.find("--enable-expert-parallel"), std::string::npos) << dense.err().message;
+  EXPECT_NE(dense.err().message.find("no routed experts"), std::string::npos) << dense.err().message;
+  model_config two = moe_like(2, 0);
+  auto over = shard_plan::make(two, 4, moe_parallelism::expert);
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.err().message.find("--enable-expert-parallel"), std::string::npos) << over.err().message;
+  EXPECT_NE(over.err().message.find("--tensor-parallel-size 4 exceeds the model's 2 routed experts"),
+            std::string::npos)
+      << over.err().message;
+  // Whole experts need no split of their columns: 3 columns over 4 shards is tensor parallel's
+  // refusal only.
+  model_config narrow = moe_like(8, 0);
+  narrow.moe->expert_intermediate_size = 3;
+  EXPECT_TRUE(shard_plan::make(narrow, 4, moe_parallelism::expert).ok());
+  auto tp = shard_plan::make(narrow, 4);
+  ASSERT_FALSE(tp.ok());
+  EXPECT_NE(tp.err().message.find("experts' intermediate size 3"), std::string::npos) << tp.err().message;
+  // The heads are checked first, as without the flag.
+  auto heads = shard_plan::make(moe_like(8, 0), 3, moe_parallelism::expert);
+  ASSERT_FALSE(heads.ok());
+  EXPECT_NE(heads.err().message.find("--tensor-parallel-size 3"), std::string::npos) << heads.err().message;
+}
+
 TEST(shard_plan, refuses_sizes_that_do_not_split_the_heads_naming_the_flag) {
   struct bad {
     model_config cfg;
@@ -163,14 +243,31 @@ TEST(shard_weights, each_shard_holds_only_its_slices_and_together_they_are_the_m
   }
 }
 
-TEST(shard_weights, experts_and_latent_attention_are_cut_per_expert_column_and_per_head) {
+/// deepseek-v2-tiny (latent attention, a dense first layer, 4 routed experts and a shared one)
+/// whole and cut over two shards.
+struct two_shards {
+  gpu::model_weights_f32 full, a, b;
+  std::optional<shard_plan> plan;
+};
+
+two_shards cut_deepseek_v2_tiny(moe_parallelism moe) {
+  two_shards out;
   auto files = gpu::open_model_files(model_dir("deepseek-v2-tiny"));
-  ASSERT_TRUE(files.ok()) << files.err().message;
-  const gpu::model_weights_f32 full = gpu::upcast_weights(files->views);
-  auto plan = shard_plan::make(files->config, 2);
-  ASSERT_TRUE(plan.ok()) << plan.err().message;
-  const auto a = gpu::shard_weights_f32(files->views, plan.value(), 0);
-  const auto b = gpu::shard_weights_f32(files->views, plan.value(), 1);
+  EXPECT_TRUE(files.ok()) << files.err().message;
+  if (!files.ok()) return out;
+  auto plan = shard_plan::make(files->config, 2, moe);
+  EXPECT_TRUE(plan.ok()) << plan.err().message;
+  if (!plan.ok()) return out;
+  out.full = gpu::upcast_weights(files->views);
+  out.a = gpu::shard_weights_f32(files->views, plan.value(), 0);
+  out.b = gpu::shard_weights_f32(files->views, plan.value(), 1);
+  out.plan = plan.value();
+  return out;
+}
+
+TEST(shard_weights, experts_and_latent_attention_are_cut_per_expert_column_and_per_head) {
+  const auto [full, a, b, plan] = cut_deepseek_v2_tiny(moe_parallelism::tensor);
+  ASSERT_TRUE(plan);
   size_t sparse = 0;
   for (size_t l = 0; l < full.layers.size(); ++l) {
     const auto& F = full.layers[l];
@@ -187,6 +284,41 @@ TEST(shard_weights, experts_and_latent_attention_are_cut_per_expert_column_and_p
     }
     EXPECT_EQ(concat({a.layers[l].moe->shared.gate_proj, b.layers[l].moe->shared.gate_proj}),
               F.moe->shared.gate_proj);
+  }
+  EXPECT_GT(sparse, 0u);
+}
+
+TEST(shard_weights, expert_parallel_shards_hold_their_experts_whole_and_nothing_else) {
+  // 2 shards hold experts [0, 2) and [2, 4).
+  const auto [full, a, b, plan] = cut_deepseek_v2_tiny(moe_parallelism::expert);
+  ASSERT_TRUE(plan);
+  size_t sparse = 0;
+  for (size_t l = 0; l < full.layers.size(); ++l) {
+    const auto& F = full.layers[l];
+    if (!F.moe) {   // a dense layer stays tensor parallel
+      EXPECT_EQ(concat({a.layers[l].gate_proj, b.layers[l].gate_proj}), F.gate_proj);
+      continue;
+    }
+    ++sparse;
+    int64_t s = 0;
+    for (const auto* w : {&a, &b}) {
+      const auto& M = *w->layers[l].moe;
+      EXPECT_EQ(M.router, F.moe->router);   // replicated
+      EXPECT_EQ(M.first_expert, plan->experts(s).begin);
+      ASSERT_EQ(static_cast<int64_t>(M.experts.size()), plan->experts(s).size());
+      size_t floats = 0;
+      for (size_t e = 0; e < M.experts.size(); ++e) {
+        const auto& want = F.moe->experts[static_cast<size_t>(M.first_expert) + e];
+        EXPECT_EQ(M.experts[e].gate_proj, want.gate_proj);
+        EXPECT_EQ(M.experts[e].up_proj, want.up_proj);
+        EXPECT_EQ(M.experts[e].down_proj, want.down_proj);
+        floats += M.experts[e].gate_proj.size() + M.experts[e].up_proj.size() + M.experts[e].down_proj.size();
+      }
+      EXPECT_EQ(static_cast<int64_t>(floats), plan->expert_elements(s));
+      ++s;
+    }
+    EXPECT_EQ(concat({a.layers[l].moe->shared.gate_proj, b.layers[l].moe->shared.gate_proj}),
+              F.moe->shared.gate_proj);   // the shared expert stays tensor parallel
   }
   EXPECT_GT(sparse, 0u);
 }

@@ -1,6 +1,7 @@
 // Tensor parallelism on the CPU executor: every fixture model split over 2 and 4 shards gives the
 // same greedy tokens as one shard and logits within fp32 summation-order tolerance, with the
-// reference prompts batched together, prefilled whole and in chunks.
+// reference prompts batched together, prefilled whole and in chunks; the mixture-of-experts
+// fixtures also with whole experts per shard (expert parallel).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,14 +18,15 @@ constexpr double logits_tolerance = 1e-4;   // max |diff| / max |one shard's|, a
 constexpr double margin_noise = 1e-3;       // argmaxes with a smaller top-2 margin may flip
 constexpr int32_t block_size = 16;
 
-std::unique_ptr<gpu::cpu_executor> make(const std::string& model, int32_t tp) {
+std::unique_ptr<gpu::cpu_executor> make(const std::string& model, int32_t tp, bool expert_parallel = false) {
   gpu::cpu_executor_options opts;
   opts.block_size = block_size;
   opts.num_blocks = 256;
   opts.threads = 2;
   opts.tensor_parallel_size = tp;
+  opts.expert_parallel = expert_parallel;
   auto ex = gpu::cpu_executor::create(model_dir(model), opts);
-  EXPECT_TRUE(ex.ok()) << model << " tp " << tp << ": " << ex.err().message;
+  EXPECT_TRUE(ex.ok()) << model << " tp " << tp << (expert_parallel ? " ep" : "") << ": " << ex.err().message;
   return ex.ok() ? std::move(ex).value() : nullptr;
 }
 
@@ -94,17 +96,21 @@ std::pair<size_t, double> top(const std::vector<float>& l) {
 struct tp_param {
   std::string model;
   int32_t tp;
+  bool expert_parallel = false;   ///< whole experts per shard (--enable-expert-parallel)
 };
-void PrintTo(const tp_param& p, std::ostream* os) { *os << p.model << " tp " << p.tp; }
+void PrintTo(const tp_param& p, std::ostream* os) {
+  *os << p.model << " tp " << p.tp << (p.expert_parallel ? " expert parallel" : "");
+}
 
 class tensor_parallel_test : public ::testing::TestWithParam<tp_param> {};
 
 TEST_P(tensor_parallel_test, matches_one_shard) {
-  const auto [model, tp] = GetParam();
+  const auto [model, tp, expert_parallel] = GetParam();
+  const char* mode = expert_parallel ? " ep" : "";
   auto cases = load_reference(model);
   ASSERT_EQ(cases.size(), 8u);
   auto one = make(model, 1);
-  auto split = make(model, tp);
+  auto split = make(model, tp, expert_parallel);
   ASSERT_TRUE(one && split);
   double worst_abs = 0, worst_rel = 0;
   size_t steps = 0, compared = 0, matched = 0;
@@ -121,20 +127,21 @@ TEST_P(tensor_parallel_test, matches_one_shard) {
           abs = std::max(abs, std::fabs(static_cast<double>(got[c][s][i]) - want[c][s][i]));
         worst_abs = std::max(worst_abs, abs);
         worst_rel = std::max(worst_rel, rel);
-        EXPECT_LT(rel, logits_tolerance) << model << " tp " << tp << " case " << c << " step " << s;
+        EXPECT_LT(rel, logits_tolerance) << model << " tp " << tp << mode << " case " << c << " step " << s;
         ++steps;
         const auto [want_id, margin] = top(want[c][s]);
         if (margin < margin_noise) continue;
         ++compared;
         const bool same = top(got[c][s]).first == want_id;
         matched += same;
-        EXPECT_TRUE(same) << model << " tp " << tp << " case " << c << " step " << s << ": greedy token differs";
+        EXPECT_TRUE(same) << model << " tp " << tp << mode << " case " << c << " step " << s
+                          << ": greedy token differs";
       }
     }
   }
-  std::printf("[ %s tp %d ] %zu steps: max |logit diff| %.3e, max rel err %.3e, greedy tokens %zu/%zu equal "
+  std::printf("[ %s tp %d%s ] %zu steps: max |logit diff| %.3e, max rel err %.3e, greedy tokens %zu/%zu equal "
               "(steps with a top-2 margin >= %.0e)\n",
-              model.c_str(), tp, steps, worst_abs, worst_rel, matched, compared, margin_noise);
+              model.c_str(), tp, mode, steps, worst_abs, worst_rel, matched, compared, margin_noise);
 }
 
 std::vector<tp_param> params() {
@@ -143,11 +150,16 @@ std::vector<tp_param> params() {
                         "qwen3-tiny", "qwen3-hd128-bf16", "qwen3-moe-tiny", "qwen3-moe-bf16", "mixtral-tiny",
                         "mixtral-bf16", "deepseek-v2-tiny", "deepseek-v2-qlora-yarn-bf16", "deepseek-v2-yarn-tiny"})
     for (int32_t tp : {2, 4}) out.push_back({m, tp});
+  // Whole experts per shard: 4, 8 and 16 experts split evenly, deepseek-v2-yarn-tiny's 6 over 4
+  // shards unevenly (1, 2, 1, 2).
+  for (const char* m : {"qwen3-moe-tiny", "qwen3-moe-bf16", "mixtral-tiny", "mixtral-bf16", "deepseek-v2-tiny",
+                        "deepseek-v2-qlora-yarn-bf16", "deepseek-v2-yarn-tiny"})
+    for (int32_t tp : {2, 4}) out.push_back({m, tp, true});
   return out;
 }
 
 std::string param_name(const ::testing::TestParamInfo<tp_param>& info) {
-  std::string n = info.param.model + "_tp" + std::to_string(info.param.tp);
+  std::string n = info.param.model + "_tp" + std::to_string(info.param.tp) + (info.param.expert_parallel ? "_ep" : "");
   std::replace(n.begin(), n.end(), '-', '_');
   return n;
 }
@@ -166,6 +178,28 @@ TEST(tensor_parallel, sizes_that_do_not_divide_the_heads_are_refused_naming_the_
     EXPECT_NE(ex.err().message.find("--tensor-parallel-size 3"), std::string::npos) << ex.err().message;
     EXPECT_NE(ex.err().message.find("4 attention heads"), std::string::npos) << ex.err().message;
   }
+}
+
+TEST(expert_parallel, is_refused_for_a_model_without_experts_naming_the_flag) {
+  for (int32_t tp : {1, 2}) {
+    gpu::cpu_executor_options opts;
+    opts.num_blocks = 16;
+    opts.threads = 1;
+    opts.tensor_parallel_size = tp;
+    opts.expert_parallel = true;
+    auto ex = gpu::cpu_executor::create(model_dir("llama-tiny"), opts);
+    ASSERT_FALSE(ex.ok()) << "tp " << tp;
+    EXPECT_NE(ex.err().message.find("--enable-expert-parallel"), std::string::npos) << ex.err().message;
+    EXPECT_NE(ex.err().message.find("LlamaForCausalLM has no routed experts"), std::string::npos) << ex.err().message;
+  }
+}
+
+TEST(expert_parallel, kv_cache_bytes_are_tensor_parallels) {
+  // Attention stays tensor parallel: the KV cache is split by heads exactly as without the flag.
+  auto tp = make("mixtral-tiny", 2), ep = make("mixtral-tiny", 2, true);
+  ASSERT_TRUE(tp && ep);
+  EXPECT_EQ(ep->info().host_kv_cache_bytes, tp->info().host_kv_cache_bytes);
+  EXPECT_EQ(ep->info().num_experts, 4);
 }
 
 TEST(tensor_parallel, kv_cache_bytes_count_every_shard) {

@@ -307,6 +307,7 @@ TEST_F(ServerFake, MetricsExposeEngineAndLatency) {
                            "actorserve:prefix_cache_hit_rate{model_name=\"tiny\"}",
                            "actorserve:num_preemptions_total{model_name=\"tiny\"}",
                            "actorserve:prompt_tokens_total{model_name=\"tiny\"}",
+                           "actorserve:cascade_seqs_total{model_name=\"tiny\"} 0",
                            "actorserve:request_success_total{model_name=\"tiny\",finished_reason=\"length\"}",
                            "actorserve:time_to_first_token_seconds_bucket{model_name=\"tiny\",le=\"+Inf\"} 1",
                            "actorserve:time_to_first_token_seconds_count{model_name=\"tiny\"} 1",

@@ -24,7 +24,7 @@ size_t attention_smem_bytes(int D) {
 }
 
 template <class T>
-__global__ void __launch_bounds__(kThreads) attention_kernel(attention_args a) {
+__global__ void __launch_bounds__(kThreads) attention_kernel(attn_launch a) {
   if (int(blockIdx.x) >= a.counts[0]) return;
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -122,8 +122,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(attention_args a) {
       out[size_t(tok) * a.num_heads * D + head * D + d] = from_f32<T>(l > 0.0f ? acc_s[idx] / l : 0.0f);
     }
   } else {
-    float* pa = a.partial_acc + size_t(it.partial) * kRows * D;
-    float* pml = a.partial_ml + size_t(it.partial) * kRows * 2;
+    float* pa = a.partial_o + size_t(it.partial) * kRows * D;
+    float* pml = a.partial_lse + size_t(it.partial) * kRows * 2;
     for (int idx = threadIdx.x; idx < rows * D; idx += kThreads) pa[idx] = acc_s[idx];
     for (int r = threadIdx.x; r < rows; r += kThreads) {
       pml[2 * r] = m_s[r];
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(attention_args a) {
 }
 
 template <class T>
-__global__ void __launch_bounds__(kThreads) combine_kernel(attention_args a) {
+__global__ void __launch_bounds__(kThreads) combine_kernel(attn_launch a) {
   if (int(blockIdx.x) >= a.counts[1]) return;
   const attn_combine cb = a.combines[blockIdx.x];
   const int D = a.head_dim, G = a.num_heads / a.num_kv_heads;
@@ -142,16 +142,16 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(attention_args a) {
   for (int idx = threadIdx.x; idx < rows * D; idx += kThreads) {
     const int r = idx / D, d = idx % D;
     float m = -INFINITY;
-    for (int s = 0; s < cb.num_splits; ++s) m = fmaxf(m, a.partial_ml[(size_t(cb.first_partial + s) * kRows + r) * 2]);
+    for (int s = 0; s < cb.num_splits; ++s) m = fmaxf(m, a.partial_lse[(size_t(cb.first_partial + s) * kRows + r) * 2]);
     float l = 0.0f, acc = 0.0f;
     if (m != -INFINITY) {
       for (int s = 0; s < cb.num_splits; ++s) {
         const size_t slot = size_t(cb.first_partial + s) * kRows + r;
-        const float ms = a.partial_ml[slot * 2];
+        const float ms = a.partial_lse[slot * 2];
         if (ms == -INFINITY) continue;
         const float w = exp2f(ms - m);
-        l += a.partial_ml[slot * 2 + 1] * w;
-        acc += a.partial_acc[slot * D + d] * w;
+        l += a.partial_lse[slot * 2 + 1] * w;
+        acc += a.partial_o[slot * D + d] * w;
       }
     }
     const int tok = cb.q_begin + r / G, head = cb.kv_head * G + r % G;
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(attention_args a) {
 }
 
 template <class T>
-int launch_attention(const attention_args& a, cudaStream_t s) {
+int launch_attention(const attn_launch& a, cudaStream_t s) {
   const size_t smem = attention_smem_bytes(a.head_dim);
   static bool configured = false;  // the attribute is per function, set once
   if (!configured) {
@@ -170,14 +170,14 @@ int launch_attention(const attention_args& a, cudaStream_t s) {
       return e;
     configured = true;
   }
-  if (a.item_grid > 0) attention_kernel<T><<<a.item_grid, kThreads, smem, s>>>(a);
+  if (a.prefill_grid > 0) attention_kernel<T><<<a.prefill_grid, kThreads, smem, s>>>(a);
   if (a.combine_grid > 0) combine_kernel<T><<<a.combine_grid, kThreads, 0, s>>>(a);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-int paged_attention(act_dtype dt, const attention_args& a, cudaStream_t s) {
+int paged_attention(act_dtype dt, const attn_launch& a, cudaStream_t s) {
   if (a.head_dim % 8 != 0 || a.head_dim > 256) return cudaErrorInvalidValue;
   if (dt == act_dtype::bf16) return launch_attention<__nv_bfloat16>(a, s);
   return launch_attention<__half>(a, s);

@@ -167,29 +167,7 @@ class generic_backend : public attention_backend {
     return {batch * shape_.num_kv_heads + max_partials_, 0, max_partials_};
   }
 
-  int run(const attn_launch& a, cudaStream_t s) const override {
-    attention_args g;
-    g.q = a.q;
-    g.q_stride = a.q_stride;
-    g.k_cache = a.k_cache;
-    g.v_cache = a.v_cache;
-    g.block_tables = a.block_tables;
-    g.seqs = a.seqs;
-    g.items = a.items;
-    g.combines = a.combines;
-    g.counts = a.counts;
-    g.item_grid = a.prefill_grid;
-    g.combine_grid = a.combine_grid;
-    g.partial_acc = a.partial_o;
-    g.partial_ml = a.partial_lse;
-    g.out = a.out;
-    g.num_heads = a.num_heads;
-    g.num_kv_heads = a.num_kv_heads;
-    g.head_dim = a.head_dim;
-    g.block_size = a.block_size;
-    g.scale = a.scale;
-    return paged_attention(shape_.dt, g, s);
-  }
+  int run(const attn_launch& a, cudaStream_t s) const override { return paged_attention(shape_.dt, a, s); }
 };
 
 error bad(const std::string& what) { return make_error(error_code::invalid_argument, what); }

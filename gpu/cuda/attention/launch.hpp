@@ -20,33 +20,6 @@ namespace actorserve::gpu::cuda {
 /// keep scores in log2 units, as their own staging of fp32 q does).
 inline float prefill_q_scale(float scale) { return scale * 1.4426950408889634f; }
 
-/// One attention call (one layer). Items [0, counts[0]) are prefill tiles, items
-/// [counts[0], counts[0] + counts[2]) decode pieces; counts[1] combines merge split decode pieces.
-struct attn_launch {
-  const float* q = nullptr;          ///< token t, head h at q[t * q_stride + h * D] (fp32)
-  int q_stride = 0;
-  /// Optional, for the persistent prefill kernel: the rotated queries as the activation dtype,
-  /// already times scale * log2(e) ([tokens, num_heads, head_dim]; rope_kv_args::q16). It
-  /// copies them in asynchronously instead of converting q itself.
-  const void* q16 = nullptr;
-  const void* k_cache = nullptr;
-  const void* v_cache = nullptr;
-  const int32_t* block_tables = nullptr;
-  const attn_seq* seqs = nullptr;
-  const attn_item* items = nullptr;
-  const attn_combine* combines = nullptr;
-  const int32_t* counts = nullptr;   ///< device: [0] prefill items, [1] combines, [2] decode items
-  int prefill_grid = 0, decode_grid = 0, combine_grid = 0;  ///< launch sizes (upper bounds)
-  float* partial_o = nullptr;        ///< [slots, attn_tile_rows, D]: normalised partial outputs
-  float* partial_lse = nullptr;      ///< [slots, attn_tile_rows, 2]: [0] = log2-sum-exp of the piece
-  void* out = nullptr;               ///< [tokens, H * D] of the activation dtype
-  int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
-  float scale = 1.0f;                ///< softmax scale (1/sqrt(D))
-  /// Filled by the backend in run(), not by callers: one zeroed counter per combine. When set,
-  /// the last decode piece of each split (sequence, KV head) merges the pieces itself (a split
-  /// piece's attn_item::pad holds its combine index) and no merge kernel is launched.
-  int32_t* split_counters = nullptr;
-};
 
 /// KV tokens per pipeline stage of the flash-decoding decode kernel (split chunks are multiples).
 inline constexpr int fd_kv_tile = 64;

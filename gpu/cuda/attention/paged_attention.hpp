@@ -1,6 +1,7 @@
 #pragma once
 /// The attention work description shared by every attention kernel (sequences, work items,
-/// split merges) and the generic CUDA-core paged attention (`attention_kernels.cu`).
+/// split merges, and `attn_launch`, the arguments of one attention call) and the generic
+/// CUDA-core paged attention (`attention_kernels.cu`).
 /// Launchers are plain C++ (no device code): callable from .cpp files. Each enqueues on `stream`
 /// and returns the launch's cudaError_t as an int (0 = success).
 #include <cuda_runtime_api.h>
@@ -42,26 +43,39 @@ struct attn_combine {
 /// Query rows (tokens x heads of one KV group) a thread block handles.
 inline constexpr int attn_tile_rows = 32;
 
-struct attention_args {
-  const float* q = nullptr;          ///< token t, head h at q[t * q_stride + h * D]
+/// One attention call (one layer). Items [0, counts[0]) are prefill tiles, items
+/// [counts[0], counts[0] + counts[2]) decode pieces; counts[1] combines merge split decode pieces.
+struct attn_launch {
+  const float* q = nullptr;          ///< token t, head h at q[t * q_stride + h * D] (fp32)
   int q_stride = 0;
+  /// Optional, for the persistent prefill kernel: the rotated queries as the activation dtype,
+  /// already times scale * log2(e) ([tokens, num_heads, head_dim]; rope_kv_args::q16). It
+  /// copies them in asynchronously instead of converting q itself.
+  const void* q16 = nullptr;
   const void* k_cache = nullptr;
   const void* v_cache = nullptr;
   const int32_t* block_tables = nullptr;
   const attn_seq* seqs = nullptr;
   const attn_item* items = nullptr;
   const attn_combine* combines = nullptr;
-  const int32_t* counts = nullptr;   ///< device: [0] items, [1] combines (grids may be larger)
-  int item_grid = 0, combine_grid = 0;
-  float* partial_acc = nullptr;      ///< [slots, attn_tile_rows, D]
-  float* partial_ml = nullptr;       ///< [slots, attn_tile_rows, 2] (max in log2 units, sum)
-  void* out = nullptr;               ///< [tokens, H * D] of dt
+  const int32_t* counts = nullptr;   ///< device: [0] prefill items, [1] combines, [2] decode items
+  int prefill_grid = 0, decode_grid = 0, combine_grid = 0;  ///< launch sizes (upper bounds)
+  /// Split pieces' scratch, [slots, attn_tile_rows, D] and [slots, attn_tile_rows, 2]. The
+  /// tensor-core kernels store normalised outputs and [0] = the piece's log2-sum-exp; the generic
+  /// kernel unnormalised sums and (max in log2 units, sum of exponentials).
+  float* partial_o = nullptr;
+  float* partial_lse = nullptr;
+  void* out = nullptr;               ///< [tokens, H * D] of the activation dtype
   int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;                ///< softmax scale (1/sqrt(D))
+  /// Filled by the backend in run(), not by callers: one zeroed counter per combine. When set,
+  /// the last decode piece of each split (sequence, KV head) merges the pieces itself (a split
+  /// piece's attn_item::pad holds its combine index) and no merge kernel is launched.
+  int32_t* split_counters = nullptr;
 };
 
 /// Causal paged attention for prefill chunks and decode alike: each query token at position p
 /// attends to cached keys [0, p]. Head dims: multiples of 8 up to 256.
-int paged_attention(act_dtype dt, const attention_args& a, cudaStream_t s);
+int paged_attention(act_dtype dt, const attn_launch& a, cudaStream_t s);
 
 }  // namespace actorserve::gpu::cuda

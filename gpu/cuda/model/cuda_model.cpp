@@ -42,44 +42,44 @@ class uploader {
 
   /// Converts `views`, concatenated along rows, into one new act-dtype matrix.
   result<void*> matrix(const std::vector<const tensor_view*>& views) {
+    return concatenated(views, act_size(m_.dt), [&](const void* src, src_dtype sd, void* dst, size_t n) {
+      return convert_to_act(m_.dt, src, sd, dst, n, s_);
+    });
+  }
+
+  /// Converts `views` (concatenated) into one new fp32 vector.
+  result<float*> vector(std::initializer_list<const tensor_view*> views) {
+    auto dst = concatenated(std::vector<const tensor_view*>(views), sizeof(float),
+                            [&](const void* src, src_dtype sd, void* out, size_t n) {
+                              return convert_to_f32(src, sd, static_cast<float*>(out), n, s_);
+                            });
+    if (!dst) return dst.err();
+    return static_cast<float*>(*dst);
+  }
+
+ private:
+  /// Allocates elements of `elem_bytes` for all of `views` and fills them in order with
+  /// `convert(src, src_dtype, dst, n)` (a launcher's cudaError_t as an int), one staged view at a
+  /// time.
+  template <class Convert>
+  result<void*> concatenated(const std::vector<const tensor_view*>& views, size_t elem_bytes, Convert convert) {
     size_t total = 0;
     for (auto* v : views) total += v->num_elements();
     void* dst = nullptr;
-    if (auto st = m_.alloc(&dst, total * act_size(m_.dt)); !st) return st.err();
+    if (auto st = m_.alloc(&dst, total * elem_bytes); !st) return st.err();
     size_t offset = 0;
     for (auto* v : views) {
       auto sd = source_dtype(*v);
       if (!sd) return sd.err();
       auto src = stage(*v);
       if (!src) return src.err();
-      AS_CUDA_TRY(convert_to_act(m_.dt, *src, *sd, static_cast<char*>(dst) + offset * act_size(m_.dt),
-                                 v->num_elements(), s_));
+      AS_CUDA_TRY(convert(*src, *sd, static_cast<char*>(dst) + offset * elem_bytes, v->num_elements()));
       AS_CUDA_TRY(cudaStreamSynchronize(s_));  // start-up only: the staging buffer is reused
       offset += v->num_elements();
     }
     return dst;
   }
 
-  /// Converts `views` (concatenated) into one new fp32 vector.
-  result<float*> vector(std::initializer_list<const tensor_view*> views) {
-    size_t total = 0;
-    for (auto* v : views) total += v->num_elements();
-    void* dst = nullptr;
-    if (auto st = m_.alloc(&dst, total * sizeof(float)); !st) return st.err();
-    size_t offset = 0;
-    for (auto* v : views) {
-      auto sd = source_dtype(*v);
-      if (!sd) return sd.err();
-      auto src = stage(*v);
-      if (!src) return src.err();
-      AS_CUDA_TRY(convert_to_f32(*src, *sd, static_cast<float*>(dst) + offset, v->num_elements(), s_));
-      AS_CUDA_TRY(cudaStreamSynchronize(s_));
-      offset += v->num_elements();
-    }
-    return static_cast<float*>(dst);
-  }
-
- private:
   result<const void*> stage(const tensor_view& v) {
     if (v.num_bytes() > staging_bytes_) {
       if (staging_) cudaFree(staging_);

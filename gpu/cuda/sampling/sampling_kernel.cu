@@ -94,31 +94,18 @@ __device__ unsigned long long next_best(const float* row, int vocab, unsigned lo
   return block_max_u(best, sh);
 }
 
-/// The smallest key level t with F(t) < bound, F(t) = sum of w(i) over i with key(i) > t
-/// (nonincreasing in t). Requires F(0xffffffff) = 0 < bound.
+/// The smallest key level t with F(t) < bound (`strict`) or F(t) <= bound, F(t) = sum of w(i)
+/// over i with key(i) > t (nonincreasing in t). Requires F(0xffffffff) = 0 < bound.
 template <class W>
-__device__ uint32_t smallest_level_below(const float* row, int vocab, W w, double bound, block_scratch& sh) {
+__device__ uint32_t smallest_level(const float* row, int vocab, W w, double bound, bool strict, block_scratch& sh) {
   uint32_t lo = 0, hi = 0xffffffffu;
   while (lo < hi) {
     const uint32_t mid = lo + (hi - lo) / 2;
     double part = 0.0;
     for (int i = threadIdx.x; i < vocab; i += kThreads)
       if (order_key(row[i]) > mid) part += w(i);
-    if (block_sum_d(part, sh) < bound) hi = mid; else lo = mid + 1;
-  }
-  return lo;
-}
-
-/// The smallest key level t with F(t) <= bound (same F).
-template <class W>
-__device__ uint32_t smallest_level_at_most(const float* row, int vocab, W w, double bound, block_scratch& sh) {
-  uint32_t lo = 0, hi = 0xffffffffu;
-  while (lo < hi) {
-    const uint32_t mid = lo + (hi - lo) / 2;
-    double part = 0.0;
-    for (int i = threadIdx.x; i < vocab; i += kThreads)
-      if (order_key(row[i]) > mid) part += w(i);
-    if (block_sum_d(part, sh) <= bound) hi = mid; else lo = mid + 1;
+    const double f = block_sum_d(part, sh);
+    if (strict ? f < bound : f <= bound) hi = mid; else lo = mid + 1;
   }
   return lo;
 }
@@ -333,8 +320,7 @@ __device__ unsigned long long find_crossing(const float* row, int vocab, W w, bu
   if (n > kCap) {  // a crowded bucket: bisect its order keys, then scan its ties in id order
     auto wb = [&](int i) { const float l = row[i]; return bk(l) == bucket ? w(i, l) : 0.0; };
     const double rest = bound - base;
-    const uint32_t level = inclusive ? smallest_level_below(row, vocab, wb, rest, sh)
-                                     : smallest_level_at_most(row, vocab, wb, rest, sh);
+    const uint32_t level = smallest_level(row, vocab, wb, rest, /*strict=*/inclusive, sh);
     double above = 0.0;
     for (int i = threadIdx.x; i < vocab; i += kThreads) above += order_key(row[i]) > level ? wb(i) : 0.0;
     above = block_sum_d(above, sh);
