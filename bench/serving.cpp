@@ -86,7 +86,8 @@ void print_table(const bench::serving_run& run, double rate, int64_t max_concurr
 int main(int argc, char** argv) {
   bench::serving_options so;
   std::string model_dir, dist_name = "fixed";
-  int64_t num_prompts = 1000, input_len = 1024, output_len = 128, vocab = 0, seed = 0, port = 8000, prefix_len = 0;
+  int64_t vocab = 0, seed = 0, port = 8000;
+  bench::workload_lengths w{1000, 0, 1024, 128};
   std::string preset;
   double rate = std::numeric_limits<double>::infinity(), range_ratio = 0.0;
   int64_t max_concurrency = 0;
@@ -97,17 +98,17 @@ int main(int argc, char** argv) {
       {"--model-dir", "model directory whose config.json gives the vocabulary size", &model_dir},
       {"--vocab-size", "prompt token ids are drawn below this (instead of --model-dir)", &vocab},
       {"--api-key", "Bearer token", &so.api_key},
-      {"--num-prompts", "number of requests", &num_prompts},
+      {"--num-prompts", "number of requests", &w.num_prompts},
       {"--request-rate", "requests per second, Poisson arrivals (inf: all at once)", &rate},
       {"--burstiness", "gamma shape of inter-arrival times (1: Poisson)", &so.burstiness},
       {"--max-concurrency", "requests in flight at most (0: no cap)", &max_concurrency},
       {"--length-distribution", "fixed | uniform | sharegpt", &dist_name},
-      {"--input-len", "prompt tokens (fixed, uniform)", &input_len},
+      {"--input-len", "prompt tokens (fixed, uniform)", &w.input_len},
       {"--random-prefix-len",
-       "tokens of one shared prefix every prompt starts with (the untimed test request caches it)", &prefix_len},
+       "tokens of one shared prefix every prompt starts with (the untimed test request caches it)", &w.prefix_len},
       {"--preset", "shared-system-prompt: 256 prompts behind one 4096-token prefix, 128 in / 512 out (issue #37)",
        &preset},
-      {"--output-len", "max_tokens (fixed, uniform)", &output_len},
+      {"--output-len", "max_tokens (fixed, uniform)", &w.output_len},
       {"--range-ratio", "uniform: lengths in [len*(1-r), len*(1+r)]", &range_ratio},
       {"--temperature", "sampling temperature", &so.temperature},
       {"--extra-body", "a JSON object whose fields join every request, e.g. a response_format", &so.extra_body},
@@ -122,13 +123,9 @@ int main(int argc, char** argv) {
                                             false, argc, argv);
   if (!cl) return fmt::print(stderr, "error: {}\n", cl.err().message), 2;
   if (cl->exit_now) return fmt::print("{}", cl->output), 0;
-  bench::workload_lengths w{num_prompts, prefix_len, input_len, output_len};
   if (auto st = bench::apply_preset(preset, argc, argv, w); !st)
     return fmt::print(stderr, "error: {}\n", st.err().message), 2;
-  num_prompts = w.num_prompts;
-  prefix_len = w.prefix_len;
-  input_len = w.input_len;
-  output_len = w.output_len;
+  const int64_t num_prompts = w.num_prompts, prefix_len = w.prefix_len;
   if (prefix_len < 0) return fmt::print(stderr, "error: --random-prefix-len must not be negative\n"), 2;
   if (vocab <= 0 && !model_dir.empty()) {
     auto cfg = load_model_config(model_dir);
@@ -150,17 +147,14 @@ int main(int argc, char** argv) {
   so.seed = static_cast<uint64_t>(seed);
 
   std::mt19937_64 rng(static_cast<uint64_t>(seed));
-  bench::length_spec spec{kind.value(), input_len, output_len, range_ratio};
+  bench::length_spec spec{kind.value(), w.input_len, w.output_len, range_ratio};
   std::vector<bench::serving_request> reqs;
   std::vector<double> in_lens, out_lens;
   // NOTE: the first request is also the untimed test request, which puts the shared prefix in
   // the prefix cache before the clock starts, as a chat backend's system prompt is warm.
   const std::vector<int32_t> prefix = bench::shared_prefix_ids(seed, prefix_len, vocab);
   for (auto [in, out] : bench::sample_lengths(spec, num_prompts, rng)) {
-    std::vector<int32_t> ids = prefix;
-    const auto own = bench::random_token_ids(rng, in, vocab);
-    ids.insert(ids.end(), own.begin(), own.end());
-    reqs.push_back({std::move(ids), out});
+    reqs.push_back({bench::prefixed_prompt(prefix, rng, in, vocab), out});
     in_lens.push_back(in);
     out_lens.push_back(out);
   }

@@ -31,7 +31,7 @@ namespace {
 using namespace actorserve;
 
 struct options {
-  int64_t input_len = 1024, output_len = 128, num_prompts = 1000, prefix_len = 0;
+  bench::workload_lengths w{1000, 0, 1024, 128};
   int64_t seed = 0, unconstrained_blocks = 0;
   std::string preset;
   double temperature = 1.0, timeout_s = 3600;
@@ -40,15 +40,13 @@ struct options {
 
 std::vector<actors::generation_request> make_requests(const options& o, int64_t vocab) {
   std::mt19937_64 rng(static_cast<uint64_t>(o.seed));
-  const std::vector<int32_t> prefix = bench::shared_prefix_ids(o.seed, o.prefix_len, vocab);
+  const std::vector<int32_t> prefix = bench::shared_prefix_ids(o.seed, o.w.prefix_len, vocab);
   std::vector<actors::generation_request> reqs;
-  for (int64_t i = 0; i < o.num_prompts; ++i) {
+  for (int64_t i = 0; i < o.w.num_prompts; ++i) {
     actors::generation_request r;
     r.request_id = fmt::format("bench-{}", i);
-    r.prompt_ids = prefix;
-    const auto own = bench::random_token_ids(rng, static_cast<int32_t>(o.input_len), vocab);
-    r.prompt_ids.insert(r.prompt_ids.end(), own.begin(), own.end());
-    r.params.max_tokens = static_cast<int32_t>(o.output_len);
+    r.prompt_ids = bench::prefixed_prompt(prefix, rng, static_cast<int32_t>(o.w.input_len), vocab);
+    r.params.max_tokens = static_cast<int32_t>(o.w.output_len);
     r.params.ignore_eos = true;
     r.params.temperature = o.verify ? 0.0f : static_cast<float>(o.temperature);
     r.params.seed = static_cast<uint64_t>(o.seed + i);
@@ -70,17 +68,17 @@ result<bench::run_report> run_once(const engine_config& cfg, const options& o, i
   double start_s = 0;
   auto eng = bench::start_engine(cfg, start_s);
   if (!eng) return eng.err();
-  if (o.prefix_len > 0) {   // the system prompt, cached before the clock starts
+  if (o.w.prefix_len > 0) {   // the system prompt, cached before the clock starts
     actors::generation_request warm;
     warm.request_id = "bench-prefix";
-    warm.prompt_ids = bench::shared_prefix_ids(o.seed, o.prefix_len, vocab);
+    warm.prompt_ids = bench::shared_prefix_ids(o.seed, o.w.prefix_len, vocab);
     warm.params.max_tokens = 1;
     warm.params.ignore_eos = true;
     std::vector<actors::generation_request> one;
     one.push_back(std::move(warm));
     auto w = bench::run_requests(*eng.value(), std::move(one), false, o.timeout_s);
     if (!w) return w.err();
-    fmt::print("[{}] shared prefix: {} tokens computed by an untimed request in {:.2f} s\n", label, o.prefix_len,
+    fmt::print("[{}] shared prefix: {} tokens computed by an untimed request in {:.2f} s\n", label, o.w.prefix_len,
                w->elapsed_s);
   }
   auto rep = bench::run_requests(*eng.value(), make_requests(o, vocab), o.verify, o.timeout_s, o.one_by_one);
@@ -149,11 +147,11 @@ int compare_outputs(const bench::run_report& small, const bench::run_report& amp
 int main(int argc, char** argv) {
   options o;
   std::vector<bench::bench_option> own{
-      {"--input-len", "prompt tokens per request", &o.input_len},
-      {"--output-len", "generated tokens per request (ignore_eos)", &o.output_len},
-      {"--num-prompts", "number of requests", &o.num_prompts},
+      {"--input-len", "prompt tokens per request", &o.w.input_len},
+      {"--output-len", "generated tokens per request (ignore_eos)", &o.w.output_len},
+      {"--num-prompts", "number of requests", &o.w.num_prompts},
       {"--random-prefix-len", "tokens of one shared prefix every prompt starts with, cached by an untimed request first",
-       &o.prefix_len},
+       &o.w.prefix_len},
       {"--preset", "shared-system-prompt: 256 prompts behind one 4096-token prefix, 128 in / 512 out (issue #37)",
        &o.preset},
       {"--temperature", "sampling temperature (0: greedy)", &o.temperature},
@@ -170,18 +168,13 @@ int main(int argc, char** argv) {
   if (!cl) return fmt::print(stderr, "error: {}\n", cl.err().message), 2;
   if (cl->exit_now) return fmt::print("{}", cl->output), 0;
   engine_config& cfg = cl->engine;
-  bench::workload_lengths w{o.num_prompts, o.prefix_len, o.input_len, o.output_len};
-  if (auto st = bench::apply_preset(o.preset, argc, argv, w); !st)
+  if (auto st = bench::apply_preset(o.preset, argc, argv, o.w); !st)
     return fmt::print(stderr, "error: {}\n", st.err().message), 2;
-  o.num_prompts = w.num_prompts;
-  o.prefix_len = w.prefix_len;
-  o.input_len = w.input_len;
-  o.output_len = w.output_len;
   if (!bench::has_flag(argc, argv, "--max-num-seqs")) cfg.scheduler.max_num_seqs = kOfflineMaxNumSeqs;
   if (!bench::has_flag(argc, argv, "--max-num-batched-tokens"))
     cfg.scheduler.max_num_batched_tokens = kOfflineMaxNumBatchedTokens;
   if (auto st = validate(cfg); !st) return fmt::print(stderr, "error: {}\n", st.err().message), 2;
-  if (o.input_len < 1 || o.output_len < 1 || o.num_prompts < 1 || o.prefix_len < 0)
+  if (o.w.input_len < 1 || o.w.output_len < 1 || o.w.num_prompts < 1 || o.w.prefix_len < 0)
     return fmt::print(stderr, "error: --input-len, --output-len and --num-prompts must be positive, "
                               "--random-prefix-len not negative\n"),
            2;
@@ -190,17 +183,17 @@ int main(int argc, char** argv) {
   fmt::print("bench_throughput: {}\n", bench::command_line_text(argc, argv));
   fmt::print("model {} ({} layers, hidden {}, vocab {}), device {}, {} prompts x {}{} in / {} out{}\n",
              cfg.model.model_dir, model->num_layers, model->hidden_size, model->vocab_size,
-             to_string(cfg.executor.device), o.num_prompts,
-             o.prefix_len > 0 ? fmt::format("{} shared + ", o.prefix_len) : std::string(), o.input_len,
-             o.output_len,
+             to_string(cfg.executor.device), o.w.num_prompts,
+             o.w.prefix_len > 0 ? fmt::format("{} shared + ", o.w.prefix_len) : std::string(), o.w.input_len,
+             o.w.output_len,
              o.verify ? ", greedy, verified against an unconstrained run" : "");
   fmt::print("engine limits: --max-num-seqs {} --max-num-batched-tokens {}\n", cfg.scheduler.max_num_seqs,
              cfg.scheduler.max_num_batched_tokens);
   if (o.verify && cfg.cache.num_gpu_blocks_override) {
     const int64_t bs = gpu::block_size_for(cfg);
-    const int64_t per_req = (o.prefix_len + o.input_len + o.output_len + bs - 1) / bs;
+    const int64_t per_req = (o.w.prefix_len + o.w.input_len + o.w.output_len + bs - 1) / bs;
     fmt::print("KV demand: {} blocks per request, {} for all at once; pool capped at {} blocks\n", per_req,
-               per_req * o.num_prompts, *cfg.cache.num_gpu_blocks_override);
+               per_req * o.w.num_prompts, *cfg.cache.num_gpu_blocks_override);
     if (per_req > *cfg.cache.num_gpu_blocks_override)
       fmt::print("warning: one request needs more blocks than the pool holds\n");
   }
@@ -220,7 +213,7 @@ int main(int argc, char** argv) {
              "{:.2f} unconstrained\n",
              small->after.num_preemptions - small->before.num_preemptions,
              small->after.num_recomputed_tokens - small->before.num_recomputed_tokens,
-             double(o.num_prompts * o.output_len) / std::max(small->elapsed_s, 1e-9),
-             double(o.num_prompts * o.output_len) / std::max(big->elapsed_s, 1e-9));
+             double(o.w.num_prompts * o.w.output_len) / std::max(small->elapsed_s, 1e-9),
+             double(o.w.num_prompts * o.w.output_len) / std::max(big->elapsed_s, 1e-9));
   return rc != 0 || small->num_failed > 0 || big->num_failed > 0 || small->timed_out || big->timed_out ? 1 : 0;
 }

@@ -14,6 +14,14 @@ std::vector<int32_t> shared_prefix_ids(int64_t seed, int64_t len, int64_t vocab)
   return random_token_ids(rng, static_cast<int32_t>(len), vocab);
 }
 
+std::vector<int32_t> prefixed_prompt(const std::vector<int32_t>& prefix, std::mt19937_64& rng, int32_t len,
+                                     int64_t vocab) {
+  std::vector<int32_t> ids = prefix;
+  const std::vector<int32_t> own = random_token_ids(rng, len, vocab);
+  ids.insert(ids.end(), own.begin(), own.end());
+  return ids;
+}
+
 bool has_flag(int argc, const char* const* argv, const char* flag) {
   const size_t n = std::strlen(flag);
   for (int i = 1; i < argc; ++i)

@@ -3,6 +3,7 @@
 /// attention (issue #37): the prefix's tokens and --preset shared-system-prompt, used by
 /// bench_throughput and bench_serving alike.
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ inline constexpr workload_lengths shared_system_prompt{256, 4096, 128, 512};
 /// The prefix every prompt starts with: `len` random ids below `vocab`, from a generator of its
 /// own seeded by `seed`, so that the prompts' own tokens do not depend on it.
 std::vector<int32_t> shared_prefix_ids(int64_t seed, int64_t len, int64_t vocab);
+
+/// `prefix` followed by `len` random ids below `vocab` drawn from `rng`: one prompt of the workload.
+std::vector<int32_t> prefixed_prompt(const std::vector<int32_t>& prefix, std::mt19937_64& rng, int32_t len,
+                                     int64_t vocab);
 
 /// Whether `argv` holds `flag`, alone or as flag=value.
 bool has_flag(int argc, const char* const* argv, const char* flag);

@@ -1,5 +1,9 @@
 // The same random prompts through the CPU (fp32 reference) and CUDA executors: batched chunked
 // prefill over shuffled block tables, then batched decode, logits compared at every sampled row.
+// A mixture-of-experts row may route a token differently where two experts' router scores nearly
+// tie (bf16 activations against fp32): its logits then differ beyond the dense bound, so a few
+// such rows (at most one in 20) are allowed a looser bound; greedy tokens must agree wherever the
+// CPU's top-2 margin is clear, on every model.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +12,7 @@
 
 #include "cuda_test_util.hpp"
 #include "executor_test_util.hpp"
+#include "config/model_config.hpp"
 #include "gpu/cpu/cpu_executor.hpp"
 #include "test_data.hpp"
 
@@ -30,6 +35,10 @@ TEST_P(CudaVsCpu, ChunkedPrefillAndDecodeAgree) {
   gpu::executor& cu = *made.value();
   auto* probe = dynamic_cast<gpu::cuda_executor_probe*>(&cu);
   const int vocab = cu.info().vocab_size;
+  auto cfg = load_model_config(dir);
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  const bool routed = cfg->moe.has_value();
+  constexpr double dense_bound = 2e-2, rerouted_bound = 0.5;
   std::mt19937 rng(21);
   const std::vector<int> lens = {5, 40, 130, 300, 17};
   const int chunk = 48, decode_steps = 10;
@@ -48,7 +57,7 @@ TEST_P(CudaVsCpu, ChunkedPrefillAndDecodeAgree) {
   }
   std::vector<int32_t> done_len(lens.size(), 0), last_token(lens.size(), 0);
   double worst = 0;
-  int compared = 0, agreed = 0;
+  int compared = 0, agreed = 0, rows = 0, over = 0;
   auto compare = [&](const gpu::step_batch& b, const char* phase) {
     std::vector<std::vector<float>> cpu_logits;
     auto rc = cpu.value()->run_step_sync(b, &cpu_logits);
@@ -62,7 +71,9 @@ TEST_P(CudaVsCpu, ChunkedPrefillAndDecodeAgree) {
       ASSERT_LT(row, gl.size());
       const double err = rel_max_err(gl[row], cpu_logits[i]);
       worst = std::max(worst, err);
-      EXPECT_LT(err, 2e-2) << GetParam() << " " << phase << " seq " << b.seqs[i].seq_id;
+      ++rows;
+      over += err >= dense_bound;
+      EXPECT_LT(err, routed ? rerouted_bound : dense_bound) << GetParam() << " " << phase << " seq " << b.seqs[i].seq_id;
       const size_t s = b.seqs[i].seq_id;
       if (top2_margin(cpu_logits[i]) >= 5e-2) {
         ++compared;
@@ -93,8 +104,10 @@ TEST_P(CudaVsCpu, ChunkedPrefillAndDecodeAgree) {
     for (size_t s = 0; s < lens.size(); ++s) b.seqs.push_back(greedy(s, lens[s] + k, {last_token[s]}, blocks[s]));
     compare(b, "decode");
   }
-  std::printf("%s CPU vs CUDA: logits max abs err / max abs ref %.3g (worst over all rows); tokens agreed %d/%d "
-              "where the CPU margin >= 5e-2\n", GetParam().c_str(), worst, agreed, compared);
+  EXPECT_LE(over, routed ? rows / 20 : 0) << GetParam() << ": rows beyond " << dense_bound;
+  std::printf("%s CPU vs CUDA: logits max abs err / max abs ref %.3g (worst over all rows; %d of %d rows beyond %g); "
+              "tokens agreed %d/%d where the CPU margin >= 5e-2\n",
+              GetParam().c_str(), worst, over, rows, dense_bound, agreed, compared);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpu,
