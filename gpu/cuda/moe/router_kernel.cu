@@ -1,8 +1,10 @@
 // The mixture-of-experts router on the device (moe_kernels.hpp): gpu/model/moe_router's greedy
-// and group-limited greedy top-k, one warp per token.
+// and group-limited greedy top-k, one warp per token; and, for one token, the router GEMV with the
+// routing (either top-k) in one launch.
 #include <cmath>
 
 #include "gpu/cuda/kernel_util.cuh"
+#include "gpu/cuda/linear/gemv_common.cuh"
 #include "gpu/cuda/moe/moe_kernels.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -57,26 +59,25 @@ __device__ void mask_groups(const moe_route_args& a, float* scores, float* group
   __syncwarp();
 }
 
-/// Grid ceil(n / kWarps) of kWarps warps; dynamic shared memory kWarps * (num_experts +
-/// num_groups) floats.
-__global__ void __launch_bounds__(kWarps * 32) route_kernel(moe_route_args a) {
-  extern __shared__ float scores_all[];
-  pdl_begin();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int t = blockIdx.x * kWarps + warp;
-  if (t >= a.n) return;
+/// Floats of one warp's routing scratch: the experts' scores, then the groups' (route_token).
+__host__ __device__ inline int route_scratch_floats(const moe_route_args& a) { return a.num_experts + a.num_groups; }
+
+/// Routes token t with one warp (lane = its lane): scores into `scores` (route_scratch_floats:
+/// num_experts, then num_groups for group-limited greedy's mask), then k rounds of a warp-wide
+/// arg-max. Logits are read through L2 (__ldcg): in the fused router another block has just
+/// written them.
+__device__ void route_token(const moe_route_args& a, int t, float* scores, int lane) {
   const int E = a.num_experts, K = a.top_k;
-  float* scores = scores_all + size_t(warp) * (E + a.num_groups);
   const float* logits = a.logits + size_t(t) * E;
   if (a.sigmoid) {
-    for (int e = lane; e < E; e += 32) scores[e] = 1.0f / (1.0f + expf(-logits[e]));
+    for (int e = lane; e < E; e += 32) scores[e] = 1.0f / (1.0f + expf(-__ldcg(logits + e)));
   } else {
     float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, logits[e]);
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, __ldcg(logits + e));
     mx = warp_max(mx);
     float sum = 0.0f;
     for (int e = lane; e < E; e += 32) {
-      const float x = expf(logits[e] - mx);
+      const float x = expf(__ldcg(logits + e) - mx);
       scores[e] = x;
       sum += x;
     }
@@ -107,17 +108,73 @@ __global__ void __launch_bounds__(kWarps * 32) route_kernel(moe_route_args a) {
   }
 }
 
+/// Grid ceil(n / kWarps) of kWarps warps; dynamic shared memory kWarps * route_scratch_floats.
+__global__ void __launch_bounds__(kWarps * 32) route_kernel(moe_route_args a) {
+  extern __shared__ float scores_all[];
+  pdl_begin();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int t = blockIdx.x * kWarps + warp;
+  if (t >= a.n) return;
+  route_token(a, t, scores_all + size_t(warp) * route_scratch_floats(a), lane);
+}
+
+constexpr int kGemvRows = 2;  ///< router rows a block: 64 blocks at 128 experts
+
+/// Grid ceil(E / kGemvRows) of gemv::kThreads; dynamic shared memory route_scratch_floats. Each
+/// block takes kGemvRows logits with the dense GEMV's main loop (gemv_common.cuh: the same
+/// numbers as gemv(), weights streaming before the previous kernel ends); the last block to
+/// finish, told by the counter, routes the token and sets the counter back to 0.
+template <class T>
+__global__ void __launch_bounds__(gemv::kThreads) route_gemv_kernel(moe_router_gemv_args g, moe_route_args a) {
+  extern __shared__ float scores[];
+  __shared__ gemv::partials<1, kGemvRows> red;
+  __shared__ bool last;
+  const int row0 = blockIdx.x * kGemvRows, E = a.num_experts;
+  const T* w = static_cast<const T*>(g.w);
+  const uint4* wp[kGemvRows];
+#pragma unroll
+  for (int r = 0; r < kGemvRows; ++r)
+    wp[r] = reinterpret_cast<const uint4*>(w + size_t(min(row0 + r, E - 1)) * g.hidden);
+  gemv::accumulate<T, 1, kGemvRows>(static_cast<const T*>(g.x), 1, g.hidden, wp, red);
+  if (threadIdx.x < kGemvRows && row0 + int(threadIdx.x) < E) g.logits[row0 + threadIdx.x] = red.total(threadIdx.x, 0);
+  __threadfence();  // the logits reach L2 before the block counts itself done
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(g.counter, 1) == int(gridDim.x) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x < 32) route_token(a, 0, scores, threadIdx.x);
+  if (threadIdx.x == 0) *g.counter = 0;
+}
+
+/// Whether moe_route and moe_route_gemv take `a`: top_k in [1, moe_max_top_k] and at most the
+/// experts, at most moe_max_experts, and group limits that leave at least top_k experts.
+bool route_args_valid(const moe_route_args& a) {
+  return a.top_k >= 1 && a.top_k <= moe_max_top_k && a.top_k <= a.num_experts && a.num_experts <= moe_max_experts &&
+         a.num_groups >= 1 && a.num_experts % a.num_groups == 0 && a.topk_groups >= 1 &&
+         a.topk_groups <= a.num_groups && a.top_k <= a.topk_groups * (a.num_experts / a.num_groups);
+}
+
 }  // namespace
 
 int moe_route(const moe_route_args& a, cudaStream_t s) {
   if (a.n == 0) return 0;
-  if (a.top_k < 1 || a.top_k > moe_max_top_k || a.top_k > a.num_experts || a.num_experts > moe_max_experts)
-    return int(cudaErrorInvalidValue);
-  if (a.num_groups < 1 || a.num_experts % a.num_groups != 0 || a.topk_groups < 1 || a.topk_groups > a.num_groups ||
-      a.top_k > a.topk_groups * (a.num_experts / a.num_groups))
-    return int(cudaErrorInvalidValue);
-  const size_t smem = size_t(kWarps) * (a.num_experts + a.num_groups) * sizeof(float);
+  if (!route_args_valid(a)) return int(cudaErrorInvalidValue);
+  const size_t smem = size_t(kWarps) * route_scratch_floats(a) * sizeof(float);
   return int(launch_pdl_smem(route_kernel, dim3((a.n + kWarps - 1) / kWarps), dim3(kWarps * 32), smem, s, a));
+}
+
+int moe_route_gemv(act_dtype dt, const moe_router_gemv_args& g, const moe_route_args& a, cudaStream_t s) {
+  if (a.n != 1 || !route_args_valid(a) || g.hidden % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(g.w) % 16 != 0)
+    return int(cudaErrorInvalidValue);
+  moe_route_args ra = a;
+  ra.logits = g.logits;
+  const size_t smem = size_t(route_scratch_floats(a)) * sizeof(float);
+  const dim3 grid((a.num_experts + kGemvRows - 1) / kGemvRows);
+  cudaError_t e = cudaSuccess;
+  AS_DISPATCH_ACT(dt, e = launch_pdl_smem(route_gemv_kernel<T>, grid, dim3(gemv::kThreads), smem, s, g, ra));
+  return int(e);
 }
 
 }  // namespace actorserve::gpu::cuda
