@@ -12,28 +12,6 @@ status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) 
                                   "it to fp32 (docs/fp8.md)",
                                   cfg.architecture, to_string(cfg.quantization->method),
                                   to_string(cfg.quantization->weights)));
-  if (cfg.mla)
-    return make_error(error_code::unsupported,
-                      fmt::format("{} uses multi-head latent attention (MLA: kv_lora_rank {}), which the CUDA "
-                                  "executor does not run yet; start with --device cpu",
-                                  cfg.architecture, cfg.mla->kv_lora_rank));
-  // The CUDA router takes the greedy top-k of Mixtral and Qwen3-MoE; DeepSeek-V2's group limits
-  // and shared experts (refused above with its latent attention) have no kernels yet.
-  if (cfg.moe && cfg.moe->topk_method != moe_topk_method::greedy)
-    return make_error(error_code::unsupported,
-                      fmt::format("{}: topk_method {} is not run by the CUDA executor's router (greedy only); start "
-                                  "with --device cpu",
-                                  cfg.architecture, to_string(cfg.moe->topk_method)));
-  if (cfg.moe && cfg.moe->num_shared_experts > 0)
-    return make_error(error_code::unsupported,
-                      fmt::format("{}: shared experts (n_shared_experts {}) are not run by the CUDA executor yet; "
-                                  "start with --device cpu",
-                                  cfg.architecture, cfg.moe->num_shared_experts));
-  if (cfg.rope.kind == rope_kind::yarn)
-    return make_error(error_code::unsupported,
-                      fmt::format("{} uses YaRN rope scaling (rope_type yarn), which the CUDA executor does not apply "
-                                  "yet; start with --device cpu",
-                                  cfg.architecture));
   const int64_t context = max_model_len > 0 ? max_model_len : cfg.max_position_embeddings;
   // NOTE: position p attends to keys p - window + 1 .. p, so a window of at least the context
   // never masks anything and full attention computes the same function.

@@ -9,11 +9,9 @@
 namespace actorserve::gpu {
 
 /// Ok when the CUDA executor computes `cfg` as transformers does at contexts up to
-/// `max_model_len` tokens (0: the model's max_position_embeddings). Refused: multi-head latent
-/// attention (DeepSeek-V2), FP8 checkpoints, group-limited routing and shared experts
-/// (DeepSeek-V2's), YaRN rope (no CUDA kernels yet: --device cpu runs them), and a sliding_window
-/// smaller than the context (its attention has no window: --max-model-len at most the window
-/// keeps every position inside it).
+/// `max_model_len` tokens (0: the model's max_position_embeddings). Refused: FP8 checkpoints (no
+/// CUDA kernels yet: --device cpu runs them), and a sliding_window smaller than the context (its
+/// attention has no window: --max-model-len at most the window keeps every position inside it).
 status check_cuda_model_support(const model_config& cfg, int64_t max_model_len);
 
 /// Ok unless an FP8 option is asked of the CUDA executor (--quantization fp8, --kv-cache-dtype

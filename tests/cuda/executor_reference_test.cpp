@@ -1,12 +1,18 @@
 // The whole CUDA executor against the fixtures' reference.json (HF transformers fp32): logits at
 // the last prompt position within 2e-2 relative, greedy tokens identical up to the first step
-// whose reference margin is under 5e-2 (bf16/fp16 noise).
+// whose reference margin is under 5e-2 (bf16/fp16 noise). A mixture-of-experts model may have a
+// prompt whose logits are beyond 2e-2 (below 0.5) as CudaVsCpu allows (executor_test_util.hpp):
+// a near-tie in its routing taken the other way under 16-bit activations. DeepSeek-V2's
+// qlora-yarn fixture has one: at the last row of its 7-token prompt the first sparse layer's second
+// and third groups differ by 3.3e-4 in router score (1.9e-3 in logit), and taking the third
+// group on the CPU executor moves its logits by 0.040 from transformers'.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 #include <random>
 
+#include "config/model_config.hpp"
 #include "cuda_test_util.hpp"
 #include "executor_test_util.hpp"
 #include "reference_json.hpp"
@@ -27,13 +33,16 @@ TEST_P(CudaExecutorReference, LogitsAndGreedyTokensMatchReference) {
   auto made = gpu::make_cuda_executor(dir, test_options());
   ASSERT_TRUE(made.ok()) << made.err().message;
   gpu::executor& ex = *made.value();
+  auto cfg = load_model_config(dir);
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  const bool routed = cfg->moe.has_value();
   auto* probe = dynamic_cast<gpu::cuda_executor_probe*>(&ex);
   ASSERT_NE(probe, nullptr);
   std::vector<int32_t> perm(size_t(ex.info().num_blocks));
   std::iota(perm.begin(), perm.end(), 0);
   std::mt19937 rng(7);
   double worst = 0;
-  int matched_total = 0, compared_total = 0;
+  int matched_total = 0, compared_total = 0, over = 0;
   for (const ref_case& c : cases) {
     std::shuffle(perm.begin(), perm.end(), rng);
     const int len = int(c.prompt_ids.size()), steps = int(c.greedy_ids.size());
@@ -47,7 +56,8 @@ TEST_P(CudaExecutorReference, LogitsAndGreedyTokensMatchReference) {
     ASSERT_EQ(logits.size(), 1u);
     const double err = rel_max_err(logits[0], c.last_logits);
     worst = std::max(worst, err);
-    EXPECT_LT(err, 2e-2) << GetParam() << " prompt length " << len;
+    over += err >= logits_bound;
+    EXPECT_LT(err, routed ? rerouted_logits_bound : logits_bound) << GetParam() << " prompt length " << len;
     std::vector<int32_t> gen = {r.tokens[0].token_id};
     for (int k = 1; k < steps; ++k) {
       gpu::step_batch d;
@@ -70,15 +80,20 @@ TEST_P(CudaExecutorReference, LogitsAndGreedyTokensMatchReference) {
     std::printf("%s prompt %4d: logits max abs err / max abs ref %.3g; greedy %d/%d steps matched "
                 "(%d before the first margin < 5e-2)\n", GetParam().c_str(), len, err, matched, steps, comparable);
   }
-  std::printf("%s: worst logits error %.3g, greedy steps matched %d of %d comparable; graph replays %lld\n",
-              GetParam().c_str(), worst, matched_total, compared_total, (long long)probe->graph_replays());
+  std::printf("%s: worst logits error %.3g (%d of %zu prompts beyond %g), greedy steps matched %d of %d "
+              "comparable; graph replays %lld\n",
+              GetParam().c_str(), worst, over, cases.size(), logits_bound, matched_total, compared_total,
+              (long long)probe->graph_replays());
+  EXPECT_LE(over, routed ? rerouted_rows_allowed(int(cases.size())) : 0)
+      << GetParam() << ": prompts beyond " << logits_bound;
   EXPECT_GT(probe->graph_replays(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaExecutorReference,
                          ::testing::Values("llama-tiny", "llama-hd128-bf16", "qwen2-tiny", "mistral-tiny", "qwen3-tiny",
                                            "qwen3-hd128-bf16", "mixtral-tiny", "mixtral-bf16", "qwen3-moe-tiny",
-                                           "qwen3-moe-bf16"),
+                                           "qwen3-moe-bf16", "deepseek-v2-tiny", "deepseek-v2-qlora-yarn-bf16",
+                                           "deepseek-v2-yarn-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');

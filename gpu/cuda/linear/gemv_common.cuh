@@ -153,7 +153,7 @@ __device__ __forceinline__ void qkv_rope_store(const rope_kv_args& a, int h, int
   const int kvd = KVH * D;
   if (h < H + KVH) {
     const float ang = float(a.positions[0]) * a.inv_freq[i];
-    const float c = cosf(ang), s = sinf(ang);
+    const float c = cosf(ang) * a.attention_factor, s = sinf(ang) * a.attention_factor;
     const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
     if (h < H) {
       a.qkv[c0] = y1;

@@ -101,7 +101,7 @@ class uploader {
 };
 
 /// A sparse layer's router and its experts stacked: gate/up as [E][2 * inter][hidden], down as
-/// [E][hidden][inter].
+/// [E][hidden][inter]; the shared experts, when present, as one dense MLP.
 status upload_experts(uploader& up, const moe_views& v, device_experts& out) {
   auto router = up.matrix({&v.router});
   if (!router) return router.err();
@@ -118,7 +118,45 @@ status upload_experts(uploader& up, const moe_views& v, device_experts& out) {
   auto d = up.matrix(down);
   if (!d) return d.err();
   out.down = *d;
+  if (v.shared) {
+    auto sgu = up.matrix({&v.shared->gate_proj, &v.shared->up_proj});
+    if (!sgu) return sgu.err();
+    out.shared_gate_up = *sgu;
+    auto sd = up.matrix({&v.shared->down_proj});
+    if (!sd) return sd.err();
+    out.shared_down = *sd;
+  }
   return {};
+}
+
+/// A latent-attention layer's projections (DeepSeek-V2), as stored; norms and biases in fp32.
+status upload_mla(uploader& up, const mla_views& v, device_mla& out) {
+  const auto matrix = [&](const tensor_view& t, void*& dst) -> status {
+    auto m = up.matrix({&t});
+    if (!m) return m.err();
+    dst = *m;
+    return {};
+  };
+  const auto vector = [&](const tensor_view& t, float*& dst) -> status {
+    auto m = up.vector({&t});
+    if (!m) return m.err();
+    dst = *m;
+    return {};
+  };
+  if (v.q_proj) {
+    if (auto st = matrix(*v.q_proj, out.q_proj); !st) return st;
+  } else {
+    if (auto st = matrix(*v.q_a_proj, out.q_a_proj); !st) return st;
+    if (v.q_a_bias)
+      if (auto st = vector(*v.q_a_bias, out.q_a_bias); !st) return st;
+    if (auto st = vector(*v.q_a_norm, out.q_a_norm); !st) return st;
+    if (auto st = matrix(*v.q_b_proj, out.q_b_proj); !st) return st;
+  }
+  if (auto st = matrix(v.kv_a_proj, out.kv_a_proj); !st) return st;
+  if (v.kv_a_bias)
+    if (auto st = vector(*v.kv_a_bias, out.kv_a_bias); !st) return st;
+  if (auto st = vector(v.kv_a_norm, out.kv_a_norm); !st) return st;
+  return matrix(v.kv_b_proj, out.kv_b_proj);
 }
 
 }  // namespace
@@ -210,9 +248,13 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   for (size_t i = 0; i < v.layers.size(); ++i) {
     const layer_views& lv = v.layers[i];
     device_layer d;
-    auto qkv = up.matrix({&lv.q_proj, &lv.k_proj, &lv.v_proj});
-    if (!qkv) return qkv.err();
-    d.qkv = *qkv;
+    if (lv.mla) {
+      if (auto st = upload_mla(up, *lv.mla, d.mla); !st) return st.err();
+    } else {
+      auto qkv = up.matrix({&lv.q_proj, &lv.k_proj, &lv.v_proj});
+      if (!qkv) return qkv.err();
+      d.qkv = *qkv;
+    }
     if (lv.q_bias && lv.k_bias && lv.v_bias) {
       auto b = up.vector({&*lv.q_bias, &*lv.k_bias, &*lv.v_bias});
       if (!b) return b.err();
@@ -263,6 +305,7 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   AS_CUDA_TRY(cudaMemcpyAsync(f, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
   AS_CUDA_TRY(cudaStreamSynchronize(stream));
   m->inv_freq = static_cast<float*>(f);
+  m->rope_attention_factor = static_cast<float>(rope_attention_factor(cfg.rope));
   progress.finish(fmt::format("read, {} MiB on the GPU", m->bytes >> 20));
   return m;
 }
@@ -313,6 +356,21 @@ status gemm_runner::run_act(act_dtype dt, const void* x, int m, int k, const voi
   const cudaDataType_t t = dt == act_dtype::bf16 ? CUDA_R_16BF : CUDA_R_16F;
   AS_CUBLAS_TRY(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, t, k, x, t, k, &beta, y, t, n,
                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return {};
+}
+
+status gemm_runner::run_batched(act_dtype dt, int batch, int m, int n, int k, const void* a, int lda,
+                                long long stride_a, const void* b, bool b_rows_are_n, int ldb, long long stride_b,
+                                void* c, bool c_f32, int ldc, long long stride_c) {
+  if (m == 0 || batch == 0) return {};
+  const float alpha = 1.0f, beta = 0.0f;
+  const cudaDataType_t t = dt == act_dtype::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  // Column-major, C_i^T[n][m] = B_i^T[n][k] * A_i^T[k][m]: A_i as stored is A_i^T, and so is a
+  // [k][n] B_i; an [n][k] B_i is B_i^T only transposed (op T).
+  AS_CUBLAS_TRY(cublasGemmStridedBatchedEx(handle_, b_rows_are_n ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k,
+                                           &alpha, b, t, ldb, stride_b, a, t, lda, stride_a, &beta, c,
+                                           c_f32 ? CUDA_R_32F : t, ldc, stride_c, batch, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT));
   return {};
 }
 

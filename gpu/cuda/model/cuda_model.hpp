@@ -13,16 +13,19 @@
 #include "config/error.hpp"
 #include "config/model_config.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/mla/mla_attention.hpp"
 #include "gpu/cuda/moe/moe_ffn.hpp"
 #include "gpu/cuda/tuning.hpp"
 
 namespace actorserve::gpu::cuda {
 
-/// One decoder layer. A sparse layer has `experts` (its router set) in place of gate_up / down.
+/// One decoder layer. A sparse layer has `experts` (its router set) in place of gate_up / down; a
+/// latent-attention layer (DeepSeek-V2) has `mla` (its kv_b_proj set) in place of qkv.
 struct device_layer {
   void* qkv = nullptr;          ///< [(H + 2*KVH) * D][hidden]
+  device_mla mla;               ///< a latent-attention layer's projections
   float* qkv_bias = nullptr;    ///< [(H + 2*KVH) * D] or null
-  void* o = nullptr;            ///< [hidden][H * D]
+  void* o = nullptr;            ///< [hidden][H * D] (latent attention: [hidden][H * v_head_dim])
   float* o_bias = nullptr;      ///< [hidden] or null
   void* gate_up = nullptr;      ///< [2 * inter][hidden], gate rows first; null in a sparse layer
   void* down = nullptr;         ///< [hidden][inter]; null in a sparse layer
@@ -45,7 +48,9 @@ class device_model {
   void* embed = nullptr;        ///< [vocab][hidden]
   void* lm_head = nullptr;      ///< [vocab][hidden]; == embed when tied
   float* final_norm = nullptr;
-  float* inv_freq = nullptr;    ///< [head_dim / 2]
+  float* inv_freq = nullptr;    ///< [head_dim / 2] (MLA: [qk_rope_head_dim / 2])
+  /// What rope multiplies cos and sin with: YaRN's attention factor, 1 for the other rope kinds.
+  float rope_attention_factor = 1.0f;
   std::vector<device_layer> layers;
   size_t bytes = 0;             ///< device memory held
 
@@ -82,6 +87,13 @@ class gemm_runner {
   /// Y[m, n] (dt) = X * W^T, fp32 accumulation rounded once to dt; always cuBLAS. For outputs an
   /// element-wise kernel consumes (gate_up -> SiLU): half the bytes written and read of fp32.
   status run_act(act_dtype dt, const void* x, int m, int k, const void* w, int n, void* y);
+  /// For each of `batch` products (row-major, 16-bit operands, fp32 accumulation; strides in
+  /// elements): C_i[m][n] = A_i[m][k] * B_i, A_i at a + i * stride_a with rows lda apart, B_i
+  /// [k][n] (b_rows_are_n false) or [n][k] (true: B_i^T is used) with rows ldb apart, C_i fp32
+  /// (c_f32) or dt with rows ldc apart. Always cuBLAS (strided-batched).
+  status run_batched(act_dtype dt, int batch, int m, int n, int k, const void* a, int lda, long long stride_a,
+                     const void* b, bool b_rows_are_n, int ldb, long long stride_b, void* c, bool c_f32, int ldc,
+                     long long stride_c);
   /// Whether run() takes the GEMV for m rows (its output then stays fp32 for the fused paths).
   bool uses_gemv(int m) const { return m <= gemv_max_rows_; }
   /// Uses the GEMV for m <= rows (0: always cuBLAS); for benchmarks and tests.

@@ -377,8 +377,8 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
   const int slot = a.slots[t];
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const float ang = pos * a.inv_freq[i];
-    cos_s[i] = cosf(ang);
-    sin_s[i] = sinf(ang);
+    cos_s[i] = cosf(ang) * a.attention_factor;
+    sin_s[i] = sinf(ang) * a.attention_factor;
   }
   __syncthreads();
   const int first = blockIdx.y * blockDim.x + threadIdx.x, stride = gridDim.y * blockDim.x;
