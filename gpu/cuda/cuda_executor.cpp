@@ -88,7 +88,8 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
     // planner still sizes the step metadata, its kernels do not run.
     block_bytes_ = size_t(opts.block_size) * size_t(c.mla->cache_dim()) * act_size(dt_);
     num_caches_ = static_cast<int>(c.num_layers);
-    log::info("attention: multi-head latent attention (absorbed), {} values per token and layer, block size {}",
+    log::info("attention: multi-head latent attention (decode absorbed, prefill up-projected), {} values per token "
+              "and layer, block size {}",
               c.mla->cache_dim(), opts.block_size);
   } else {
     block_bytes_ = attention_->block_bytes();
@@ -166,8 +167,8 @@ status cuda_executor::allocate_buffers() {
   }
   if (c.mla) {
     const mla_attention::alloc_fn mla_alloc = [&](size_t bytes, void** out) { return alloc(bytes, out); };
-    if (auto st = mla_.init(c, dt_, model_->inv_freq, model_->rope_attention_factor, static_cast<int>(rows), num_sms_,
-                            mla_alloc);
+    if (auto st = mla_.init(c, dt_, model_->inv_freq, model_->rope_attention_factor, static_cast<int>(rows),
+                            info_.max_model_len, num_sms_, mla_alloc);
         !st)
       return st;
   }
@@ -258,6 +259,7 @@ step_limits cuda_executor::limits(int64_t num_blocks) const {
   l.last_item_capacity = layout_.last_item_capacity;
   l.enforce_eager = opts_.enforce_eager;
   l.last_layer_all_rows = opts_.tuning.last_layer_all_rows || model_->cfg.mla.has_value();
+  l.latent_attention = model_->cfg.mla.has_value();
   l.eos_token_ids = info_.eos_token_ids;
   return l;
 }

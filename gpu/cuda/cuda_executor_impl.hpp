@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -74,6 +75,9 @@ struct launch_shape {
   /// and rows_q_), its attention as a decode of one query per sampled sequence (last_attn).
   bool sampled_only = false;
   attention_grids last_attn;
+  /// Latent attention: the sequences computed in the up-projected form (staged_step's; none in a
+  /// decode graph).
+  std::span<const attn_seq> up_projected;
   int block_copies = 0;
   size_t pairs_offset = 0;
   /// The sampler ends the forward pass; false when the step has grammar masks, which are copied

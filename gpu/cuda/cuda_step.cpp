@@ -181,6 +181,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
     if (auto st = launch_decode_graph(bucket, shape); !st) return st;
   } else {
     shape.attn = attention_->grids(st.plan);
+    shape.up_projected = st.up_projected;
     if (auto st = enqueue_forward(shape); !st) return st;
     if (sampled_only) sampled_only_steps_.fetch_add(1);
   }
@@ -326,8 +327,8 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
                             x_, stream_));
     if (w.mla.kv_b_proj) {  // latent attention: one cache per layer, every row (no sampled_only)
       mark(step_op::attention);
-      if (auto st = mla_.run(gemm_, w.mla, x_, n, mla_rows, static_cast<char*>(kv_pool_) + l * cache_stride_,
-                             info_.block_size, attn_, stream_);
+      if (auto st = mla_.run(gemm_, w.mla, x_, n, mla_rows, shape.up_projected,
+                             static_cast<char*>(kv_pool_) + l * cache_stride_, info_.block_size, attn_, stream_);
           !st)
         return st;
     } else {

@@ -2,7 +2,10 @@
 // the latent norm, interleaved rope (with YaRN's attention factor) and cache write against
 // gpu/model/rope's apply_rope_interleaved, and the absorbed attention over a shuffled paged cache
 // at awkward sizes (1, 17, 97 keys, a block size that does not divide them, padding rows, heads
-// that are not a multiple of 16) in one piece and split over the context.
+// that are not a multiple of 16) in one piece and split over the context; and the up-projected
+// prefill (gather, kv_b_proj's expansion, scores, causal softmax, P V) against the same attention
+// computed per head in fp64: several sequences of one step, chunks after a cached prefix, one
+// tile and many.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +16,9 @@
 #include <vector>
 
 #include "cuda_test_util.hpp"
+#include "gpu/cuda/mla/mla_attention.hpp"
 #include "gpu/cuda/mla/mla_kernels.hpp"
+#include "gpu/cuda/model/cuda_model.hpp"
 #include "gpu/model/rope.hpp"
 
 namespace actorserve::testing {
@@ -146,6 +151,7 @@ TEST_P(CudaMla, LatentWriteNormalisesRotatesAndWritesItsSlot) {
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const auto cache = download_act(dt, d_cache);
   const auto q_abs = d_q_abs.download();
+  const auto q_after = download_act(dt, d_q);
   std::vector<float> cs(dr / 2), sn(dr / 2);
   for (int t = 0; t < n; ++t) {
     gpu::rope_cos_sin(inv_freq, positions[t], cs.data(), sn.data(), factor);
@@ -166,8 +172,134 @@ TEST_P(CudaMla, LatentWriteNormalisesRotatesAndWritesItsSlot) {
       gpu::apply_rope_interleaved(pe.data(), cs.data(), sn.data(), dr / 2);
       for (int i = 0; i < dr; ++i)
         EXPECT_NEAR(q_abs[(size_t(t) * H + h) * W + r + i], pe[i], 1e-5f) << "token " << t << " head " << h;
+      // The query keeps q_nope and gets the rotated q_pe in place, rounded (the up-projected query).
+      for (int i = 0; i < qk; ++i) {
+        const size_t at = (size_t(t) * H + h) * qk + i;
+        const float want = i < dn ? from_act_bits(dt, q_bits[at]) : round_act(dt, pe[i - dn]);
+        EXPECT_NEAR(q_after[at], want, 1e-2f * std::max(1.0f, std::abs(want))) << "token " << t << " head " << h;
+      }
     }
   }
+}
+
+struct prefill_seq {
+  int q_len, context;
+};
+
+TEST_P(CudaMla, UpProjectedPrefillMatchesAnFp64LoopPerHead) {
+  const act_dtype dt = GetParam();
+  struct shape {
+    int heads, rank, nope, rope, v, block_size;
+    std::vector<prefill_seq> seqs;  ///< one step's sequences, in row order
+  };
+  const shape shapes[] = {
+      {3, 32, 16, 8, 24, 7, {{5, 5}, {13, 40}, {2, 2}, {1, 9}}},            // odd heads, dv != dn, a cached prefix
+      {16, 512, 128, 64, 128, 16, {{70, 70}, {33, 129}, {100, 100}}},       // DeepSeek-V2-Lite's widths
+  };
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cuda::gemm_runner g;
+  ASSERT_TRUE(g.init(stream, 1 << 22).ok());
+  for (const shape& sh : shapes) {
+    const int H = sh.heads, r = sh.rank, dn = sh.nope, dr = sh.rope, dv = sh.v, W = r + dr, qk = dn + dr;
+    const int bs = sh.block_size;
+    int rows = 0, max_ctx = 0, total_blocks = 0;
+    for (const prefill_seq& q : sh.seqs) {
+      rows += q.q_len;
+      max_ctx = std::max(max_ctx, q.context);
+      total_blocks += (q.context + bs - 1) / bs;
+    }
+    std::vector<int32_t> perm(size_t(total_blocks) + 2);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::mt19937 rng(uint32_t(H * 31 + r));
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> tables;
+    std::vector<cuda::attn_seq> seqs;
+    for (int i = 0, row = 0; i < int(sh.seqs.size()); ++i) {
+      cuda::attn_seq a;
+      a.q_start = row;
+      a.q_len = sh.seqs[i].q_len;
+      a.context_len = sh.seqs[i].context;
+      a.bt_offset = int32_t(tables.size());
+      for (int b = 0; b < (a.context_len + bs - 1) / bs; ++b) tables.push_back(perm[tables.size()]);
+      seqs.push_back(a);
+      row += a.q_len;
+    }
+    const size_t slots = perm.size() * size_t(bs);
+    const std::vector<uint16_t> cache = random_act_bits(dt, slots * W, 21);
+    const std::vector<uint16_t> kv_b = random_act_bits(dt, size_t(H) * (dn + dv) * r, 22, 1.0f / std::sqrt(float(r)));
+    const std::vector<uint16_t> q = random_act_bits(dt, size_t(rows) * H * qk, 23);
+    const float scale = 1.0f / std::sqrt(float(qk));
+    const auto c_at = [&](const cuda::attn_seq& a, int j, int k) {
+      const size_t slot = size_t(tables[size_t(a.bt_offset + j / bs)]) * bs + j % bs;
+      return double(from_act_bits(dt, cache[slot * W + k]));
+    };
+    // fp64 over the rounded operands; k_nope and v rounded to dt as the GEMMs write them.
+    std::vector<float> want(size_t(rows) * H * dv);
+    for (const cuda::attn_seq& a : seqs) {
+      const int c = a.context_len, first = c - a.q_len;
+      for (int h = 0; h < H; ++h) {
+        std::vector<double> kn(size_t(c) * dn), vv(size_t(c) * dv);
+        for (int j = 0; j < c; ++j)
+          for (int e = 0; e < dn + dv; ++e) {
+            double acc = 0.0;
+            for (int k = 0; k < r; ++k)
+              acc += double(from_act_bits(dt, kv_b[(size_t(h) * (dn + dv) + e) * r + k])) * c_at(a, j, k);
+            const double rounded = round_act(dt, float(acc));
+            (e < dn ? kn[size_t(j) * dn + e] : vv[size_t(j) * dv + e - dn]) = rounded;
+          }
+        for (int i = 0; i < a.q_len; ++i) {
+          const uint16_t* qh = &q[(size_t(a.q_start + i) * H + h) * qk];
+          const int keys = first + i + 1;
+          std::vector<double> p(static_cast<size_t>(keys));
+          double mx = -INFINITY, sum = 0.0;
+          for (int j = 0; j < keys; ++j) {
+            double d = 0.0;
+            for (int e = 0; e < dn; ++e) d += double(from_act_bits(dt, qh[e])) * kn[size_t(j) * dn + e];
+            for (int e = 0; e < dr; ++e) d += double(from_act_bits(dt, qh[dn + e])) * c_at(a, j, r + e);
+            p[size_t(j)] = d * scale;
+            mx = std::max(mx, p[size_t(j)]);
+          }
+          for (auto& x : p) sum += (x = std::exp(x - mx));
+          for (int e = 0; e < dv; ++e) {
+            double o = 0.0;
+            for (int j = 0; j < keys; ++j) o += p[size_t(j)] / sum * vv[size_t(j) * dv + e];
+            want[(size_t(a.q_start + i) * H + h) * dv + e] = float(o);
+          }
+        }
+      }
+    }
+    dev_vec<uint16_t> d_cache(cache), d_kv_b(kv_b), d_q(q), d_out(size_t(rows) * H * dv);
+    dev_vec<int32_t> d_tables(tables);
+    // The workspace: one tile per chunk, then tiles of 3 queries.
+    for (const int tile : {rows, 3}) {
+      cuda::mla_prefill_workspace ws;
+      ws.max_context = max_ctx;
+      ws.score_elems = cuda::mla_score_elems(H, max_ctx, tile, size_t(1) << 30);
+      ASSERT_EQ(ws.score_elems, size_t(H) * ((max_ctx + 7) / 8 * 8) * tile);
+      dev_vec<uint16_t> lat(size_t(max_ctx) * r), k(size_t(max_ctx) * H * qk), v(size_t(max_ctx) * H * dv),
+          probs(ws.score_elems);
+      dev_vec<float> scores(ws.score_elems);
+      for (auto* b : {&lat, &k, &v, &probs}) b->poison();
+      scores.poison();
+      ws.latents = lat.get();
+      ws.k = k.get();
+      ws.v = v.get();
+      ws.scores = scores.get();
+      ws.probs = probs.get();
+      d_out.poison();
+      const cuda::mla_dims d{.heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr, .v_dim = dv};
+      for (const cuda::attn_seq& a : seqs)
+        ASSERT_TRUE(cuda::mla_prefill(g, dt, d, ws, d_kv_b.get(), d_q.get(), a, d_tables.get(), d_cache.get(), bs,
+                                      scale, d_out.get(), stream)
+                        .ok());
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      const auto got = download_act(dt, d_out);
+      EXPECT_LT(rel_max_err(got, want), dt == act_dtype::bf16 ? 2e-2 : 4e-3)
+          << H << " heads, rank " << r << ", tiles of " << tile;
+    }
+  }
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaMla, ::testing::Values(act_dtype::bf16, act_dtype::fp16),

@@ -115,6 +115,38 @@ TEST_F(StepBuilder, AMixedStepStagesTokensBlocksAndSampledRows) {
   EXPECT_EQ(s.last_plan.num_decode_items, int32_t(s.last_plan.items.size()));
 }
 
+TEST_F(StepBuilder, LatentAttentionComputesPrefillChunksUpProjectedAndDecodeRowsAbsorbed) {
+  step_limits l = test_limits();
+  l.latent_attention = true;
+  l.last_layer_all_rows = true;
+  const step_builder builder(l, *attention_);
+  gpu::step_batch b;
+  // A decode, a chunk of 3 after 14 cached tokens, another decode, a whole prompt of 2.
+  b.seqs.push_back(greedy(3, 20, {7}, {5, 6}, true));
+  b.seqs.push_back(greedy(7, 14, {11, 12, 13}, {4, 9}, false));
+  b.seqs.push_back(greedy(9, 0, {8}, {1}, true));
+  b.seqs.push_back(greedy(5, 0, {21, 22}, {2}, true));
+  ASSERT_TRUE(builder.build(b, {}, staged_).ok());
+  const staged_step& s = staged_;
+  EXPECT_EQ(s.rows, 7);
+  EXPECT_EQ(s.token_seqs, (std::vector<int32_t>{0, -1, -1, -1, 2, -1, -1}));  // the absorbed kernel's rows
+  // (q_start, q_len, context_len, bt_offset) of each up-projected sequence.
+  std::vector<int32_t> up;
+  for (const cuda::attn_seq& a : s.up_projected) up.insert(up.end(), {a.q_start, a.q_len, a.context_len, a.bt_offset});
+  EXPECT_EQ(up, (std::vector<int32_t>{1, 3, 17, 2, 5, 2, 2, 5}));
+  // An all-decode step has none, and its graph padding rows are -1.
+  gpu::step_batch d;
+  d.seqs.push_back(greedy(3, 21, {7}, {5, 6}, true));
+  d.seqs.push_back(greedy(9, 1, {8}, {1}, true));
+  d.seqs.push_back(greedy(5, 2, {23}, {2}, true));
+  ASSERT_TRUE(builder.build(d, {}, staged_).ok());
+  EXPECT_GT(s.bucket, 3);
+  EXPECT_TRUE(s.up_projected.empty());
+  EXPECT_EQ(s.token_seqs[0], 0);
+  EXPECT_EQ(s.token_seqs[2], 2);
+  EXPECT_EQ(s.token_seqs[3], -1);
+}
+
 TEST_F(StepBuilder, PenaltiesAndSuppressedEosStageTheirRanges) {
   gpu::step_batch b;
   b.seqs.push_back(greedy(1, 3, {7}, {0}, true));

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "gpu/cuda/cuda_status.hpp"
@@ -20,10 +21,69 @@ constexpr float latent_norm_eps = 1e-6f;
 /// kPartialRows / n ways (mla_num_splits), so decode batches up to this size can split.
 constexpr int kPartialRows = 256;
 
+/// Elements of the up-projected score tile beyond one query's: 32 Mi (128 MiB of fp32 scores and
+/// 64 MiB of 16-bit probabilities), a 1,000-token V2-Lite chunk in one tile.
+constexpr size_t kScoreBudget = size_t(32) << 20;
+
+int round8(int x) { return (x + 7) & ~7; }
+
 }  // namespace
 
+size_t mla_score_elems(int heads, int max_context, int queries, size_t budget) {
+  const size_t row = size_t(heads) * size_t(round8(max_context));
+  return row * std::clamp<size_t>(budget / std::max<size_t>(row, 1), 1, size_t(std::max(queries, 1)));
+}
+
+status mla_prefill(gemm_runner& gemm, act_dtype dt, const mla_dims& d, const mla_prefill_workspace& ws,
+                   const void* kv_b_proj, const void* q, const attn_seq& seq, const int32_t* block_tables,
+                   const void* cache, int block_size, float scale, void* out, cudaStream_t s) {
+  const int H = d.heads, r = d.rank, dn = d.nope_dim, dr = d.rope_dim, dv = d.v_dim, qk = dn + dr;
+  const int c = seq.context_len, n = seq.q_len, first = c - n;
+  if (n <= 0) return {};
+  if (c > ws.max_context || first < 0)
+    return make_error(error_code::internal, fmt::format("latent prefill of {} tokens at {}: the workspace holds {}",
+                                                        n, first, ws.max_context));
+  const size_t es = act_size(dt);
+  const mla_gather_args ga{.cache = cache, .block_table = block_tables + seq.bt_offset, .latents = ws.latents,
+                           .k = ws.k, .context = c, .num_heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr,
+                           .block_size = block_size};
+  AS_CUDA_TRY(mla_gather_latents(dt, ga, s));
+  // k_nope of head h = latents [c][r] times W_UK_h^T (kv_b_proj's key rows of head h, [dn][r])
+  // into k[.][h][0, dn); v of head h likewise from its value rows into v[.][h].
+  const long long kv_b_head = static_cast<long long>(dn + dv) * r;
+  if (auto st = gemm.run_batched(dt, H, c, dn, r, ws.latents, r, 0, kv_b_proj, true, r, kv_b_head, ws.k, false,
+                                 H * qk, qk);
+      !st)
+    return st;
+  const char* w_uv = static_cast<const char*>(kv_b_proj) + size_t(dn) * r * es;
+  if (auto st = gemm.run_batched(dt, H, c, dv, r, ws.latents, r, 0, w_uv, true, r, kv_b_head, ws.v, false, H * dv, dv);
+      !st)
+    return st;
+  // Tiles of queries as many as the score buffer holds at the full context; each tile's keys end
+  // at its last query's position (the causal bound), its scores [H][tile][keys] rows ld apart.
+  const int tile = static_cast<int>(std::min<size_t>(size_t(n), ws.score_elems / (size_t(H) * round8(c))));
+  if (tile < 1) return make_error(error_code::internal, "latent prefill: the score buffer holds no query");
+  for (int i0 = 0; i0 < n; i0 += tile) {
+    const int rows = std::min(tile, n - i0), keys = first + i0 + rows, ld = round8(keys);
+    const char* q_tile = static_cast<const char*>(q) + size_t(seq.q_start + i0) * H * qk * es;
+    if (auto st = gemm.run_batched(dt, H, rows, keys, qk, q_tile, H * qk, qk, ws.k, true, H * qk, qk, ws.scores,
+                                   true, ld, static_cast<long long>(rows) * ld);
+        !st)
+      return st;
+    const mla_softmax_args sa{.scores = ws.scores, .probs = ws.probs, .num_heads = H, .rows = rows, .keys = keys,
+                              .ld = ld, .first_position = first + i0, .scale = scale};
+    AS_CUDA_TRY(mla_causal_softmax(dt, sa, s));
+    char* o_tile = static_cast<char*>(out) + size_t(seq.q_start + i0) * H * dv * es;
+    if (auto st = gemm.run_batched(dt, H, rows, dv, keys, ws.probs, ld, static_cast<long long>(rows) * ld, ws.v,
+                                   false, H * dv, dv, o_tile, false, H * dv, dv);
+        !st)
+      return st;
+  }
+  return {};
+}
+
 status mla_attention::init(const model_config& cfg, act_dtype dt, const float* inv_freq, float attention_factor,
-                           int max_tokens, int num_sms, const alloc_fn& alloc) {
+                           int max_tokens, int max_context, int num_sms, const alloc_fn& alloc) {
   const mla_config& m = *cfg.mla;
   dt_ = dt;
   hidden_ = static_cast<int>(cfg.hidden_size);
@@ -46,6 +106,9 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
                                   rank_, rope_dim_, mla_max_rank, mla_max_rope_dim));
   const size_t T = size_t(max_tokens), H = size_t(heads_), W = size_t(rank_ + rope_dim_), es = act_size(dt);
   const size_t qk = size_t(nope_dim_ + rope_dim_), P = size_t(kPartialRows);
+  prefill_.max_context = max_context;
+  prefill_.score_elems = mla_score_elems(heads_, max_context, max_tokens, kScoreBudget);
+  const size_t C = size_t(max_context), S = prefill_.score_elems;
   struct want { size_t bytes; void** where; };
   const want wants[] = {
       {T * size_t(q_lora_) * 4, reinterpret_cast<void**>(&q_a_)},
@@ -56,6 +119,11 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
       {T * H * size_t(rank_) * es, &o_lat_},
       {P * H * size_t(rank_) * 4, reinterpret_cast<void**>(&partial_o_)},
       {P * H * 2 * 4, reinterpret_cast<void**>(&partial_ml_)},
+      {C * size_t(rank_) * es, &prefill_.latents},
+      {C * H * qk * es, &prefill_.k},
+      {C * H * size_t(v_dim_) * es, &prefill_.v},
+      {S * 4, reinterpret_cast<void**>(&prefill_.scores)},
+      {S * es, &prefill_.probs},
   };
   for (const want& w : wants)
     if (auto st = alloc(w.bytes, w.where); !st) return st;
@@ -63,9 +131,12 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
 }
 
 status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x, int rows, const mla_step& step,
-                          void* cache, int block_size, void* out, cudaStream_t s) {
+                          std::span<const attn_seq> prefill, void* cache, int block_size, void* out, cudaStream_t s) {
   if (rows == 0) return {};
   const int H = heads_, r = rank_, dn = nope_dim_, dr = rope_dim_, dv = v_dim_, qk = dn + dr, W = r + dr;
+  int prefill_rows = 0;
+  for (const attn_seq& q : prefill) prefill_rows += q.q_len;
+  const bool absorbed = prefill_rows < rows;  // some row is a decode row (or a graph's padding)
   // The queries, rounded to dt as HF's bf16/fp16 q_proj (or q_b_proj) output is.
   if (w.q_a_proj) {
     if (auto st = gemm.run(dt_, x, rows, hidden_, w.q_a_proj, q_lora_, q_a_); !st) return st;
@@ -78,15 +149,27 @@ status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x,
   // q_lat of head h = W_UK_h^T q_nope_h: [rows][dn] (in q_) times W_UK_h [dn][r] (kv_b_proj's key
   // rows of head h) into q_abs_[.][h][0, r).
   const long long kv_b_head = static_cast<long long>(dn + dv) * r;
-  if (auto st = gemm.run_batched(dt_, H, rows, r, dn, q_, H * qk, qk, w.kv_b_proj, false, r, kv_b_head, q_abs_, true,
-                                 H * W, W);
-      !st)
-    return st;
+  if (absorbed)
+    if (auto st = gemm.run_batched(dt_, H, rows, r, dn, q_, H * qk, qk, w.kv_b_proj, false, r, kv_b_head, q_abs_,
+                                   true, H * W, W);
+        !st)
+      return st;
   const mla_latent_args la{.kv_a = kv_a_, .kv_a_bias = w.kv_a_bias, .kv_a_norm = w.kv_a_norm,
                            .eps = latent_norm_eps, .q = q_, .q_abs = q_abs_, .positions = step.positions,
                            .slots = step.slots, .inv_freq = inv_freq_, .attention_factor = attention_factor_,
                            .cache = cache, .n = rows, .num_heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr};
   AS_CUDA_TRY(mla_latent_write(dt_, la, s));
+  // The prefill chunks, up-projected (their rows of `out` are written after the absorbed rows').
+  const auto up_projected = [&]() -> status {
+    const mla_dims d{.heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr, .v_dim = dv};
+    for (const attn_seq& q : prefill)
+      if (auto st = mla_prefill(gemm, dt_, d, prefill_, w.kv_b_proj, q_, q, step.block_tables, cache, block_size,
+                                scale_, out, s);
+          !st)
+        return st;
+    return {};
+  };
+  if (!absorbed) return up_projected();
   const latent_attention_args aa{.q_abs = q_abs_, .cache = cache, .block_tables = step.block_tables,
                                  .seqs = step.seqs, .token_seqs = step.token_seqs, .positions = step.positions,
                                  .n = rows, .num_heads = H, .rank = r, .rope_dim = dr, .block_size = block_size,
@@ -97,7 +180,11 @@ status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x,
   // Head h's output = W_UV_h o_lat_h: [rows][r] times W_UV_h^T (kv_b_proj's value rows of head h,
   // [dv][r]) into out[.][h * dv, (h + 1) * dv).
   const char* w_uv = static_cast<const char*>(w.kv_b_proj) + size_t(dn) * r * act_size(dt_);
-  return gemm.run_batched(dt_, H, rows, dv, r, o_lat_, H * r, r, w_uv, true, r, kv_b_head, out, false, H * dv, dv);
+  if (auto st = gemm.run_batched(dt_, H, rows, dv, r, o_lat_, H * r, r, w_uv, true, r, kv_b_head, out, false, H * dv,
+                                 dv);
+      !st)
+    return st;
+  return up_projected();
 }
 
 }  // namespace actorserve::gpu::cuda

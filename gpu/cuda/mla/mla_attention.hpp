@@ -1,13 +1,16 @@
 #pragma once
-/// DeepSeek-V2's multi-head latent attention on the device, in the absorbed form for every token
-/// (docs/mla.md): the query and latent projections, W_UK applied to each head's q_nope (one
-/// strided-batched GEMM), the latent norm, rope and cache write, the attention over the latent
-/// cache (mla_kernels.hpp), and W_UV applied to each head's latent output (a second one). No host
-/// round trip: a decode step that runs it is capturable in a CUDA graph.
+/// DeepSeek-V2's multi-head latent attention on the device (docs/mla.md): the query and latent
+/// projections and the latent norm, rope and cache write for every row; then a decode row (its
+/// sequence brings one token) in the absorbed form: W_UK applied to each head's q_nope (one
+/// strided-batched GEMM), the attention over the latent cache (mla_kernels.hpp) and W_UV applied
+/// to each head's latent output (a second one), with no host round trip, so that a decode step is
+/// capturable in a CUDA graph; and a prefill chunk in the up-projected form on tensor cores
+/// (mla_prefill), launched per sequence from the host.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <functional>
+#include <span>
 
 #include "config/error.hpp"
 #include "config/model_config.hpp"
@@ -43,6 +46,37 @@ struct mla_step {
   const attn_seq* seqs = nullptr;
 };
 
+/// The latent attention's widths: H, r, dn, dr, dv.
+struct mla_dims {
+  int heads = 0, rank = 0, nope_dim = 0, rope_dim = 0, v_dim = 0;
+};
+
+/// The up-projected form's buffers, planned once for the longest context (max_context tokens).
+struct mla_prefill_workspace {
+  int max_context = 0;
+  void* latents = nullptr;     ///< [max_context][r] of dt: the context's latents, gathered
+  void* k = nullptr;           ///< [max_context][H][dn + dr] of dt: k_nope (kv_b_proj), then k_pe
+  void* v = nullptr;           ///< [max_context][H][dv] of dt
+  float* scores = nullptr;     ///< [score_elems]: one query tile's [H][queries][keys]
+  void* probs = nullptr;       ///< [score_elems] of dt: its causal softmax
+  size_t score_elems = 0;      ///< at least H x max_context rounded up to 8 (one query a tile)
+};
+
+/// Elements of an up-projected score tile for H heads: room for `queries` queries over
+/// `max_context` keys (rounded up to 8), at least one query, at most `budget` elements beyond that.
+size_t mla_score_elems(int heads, int max_context, int queries, size_t budget);
+
+/// One sequence's prefill chunk in the up-projected form: its context's latents (`seq`'s blocks
+/// of `cache`, the chunk's own written already) gathered and expanded by kv_b_proj into each
+/// head's k_nope and v (two strided-batched GEMMs), the shared k_pe appended to every head's key,
+/// then per tile of queries the scores Q K^T (a strided-batched GEMM over the heads, keys up to
+/// the tile's last query), the causal softmax with `scale`, and P V into `out`'s rows of the
+/// chunk ([rows][H][dv] of dt). `q` holds the step's queries, [rows][H][dn + dr] of dt with q_pe
+/// rotated; the chunk's queries are at positions context_len - q_len .. context_len - 1.
+status mla_prefill(gemm_runner& gemm, act_dtype dt, const mla_dims& d, const mla_prefill_workspace& ws,
+                   const void* kv_b_proj, const void* q, const attn_seq& seq, const int32_t* block_tables,
+                   const void* cache, int block_size, float scale, void* out, cudaStream_t s);
+
 class mla_attention {
  public:
   using alloc_fn = std::function<status(size_t bytes, void** out)>;
@@ -50,14 +84,17 @@ class mla_attention {
   /// Keeps the shapes, the softmax scale (qk_head_dim^-0.5 times YaRN's mscale correction) and
   /// the rope's frequencies on the device (`inv_freq`, [dr / 2]) and attention factor, and sizes
   /// the buffers for up to `max_tokens` rows a step through `alloc` (memory the caller owns).
+  /// The up-projected prefill's workspace is sized for contexts of up to `max_context` tokens.
   status init(const model_config& cfg, act_dtype dt, const float* inv_freq, float attention_factor, int max_tokens,
-              int num_sms, const alloc_fn& alloc);
+              int max_context, int num_sms, const alloc_fn& alloc);
 
   /// One layer for `rows` rows of x ([rows][hidden] of dt, the normalised input): writes the
   /// rows' latents into `cache` ([num_blocks * block_size][r + dr] of dt) and the heads'
-  /// outputs into `out` ([rows][H * dv] of dt, o_proj's input).
-  status run(gemm_runner& gemm, const device_mla& w, const void* x, int rows, const mla_step& step, void* cache,
-             int block_size, void* out, cudaStream_t s);
+  /// outputs into `out` ([rows][H * dv] of dt, o_proj's input). `prefill` (host copies of the
+  /// step's attn_seq) lists the sequences computed in the up-projected form; their rows' token_seqs
+  /// are negative, so the absorbed kernel leaves them. Empty in a captured decode step.
+  status run(gemm_runner& gemm, const device_mla& w, const void* x, int rows, const mla_step& step,
+             std::span<const attn_seq> prefill, void* cache, int block_size, void* out, cudaStream_t s);
 
   /// Values one token caches per layer: kv_lora_rank + qk_rope_head_dim.
   int cache_width() const { return rank_ + rope_dim_; }
@@ -76,6 +113,7 @@ class mla_attention {
   void* o_lat_ = nullptr;       ///< [tokens][H][r] of dt: each head's attention-weighted latent
   float* partial_o_ = nullptr;  ///< [partial rows][H][r]
   float* partial_ml_ = nullptr; ///< [partial rows][H][2]
+  mla_prefill_workspace prefill_;
 };
 
 }  // namespace actorserve::gpu::cuda

@@ -63,15 +63,18 @@ __global__ void __launch_bounds__(kNormThreads) latent_write_kernel(mla_latent_a
       dst[r + 2 * i + 1] = from_f32<T>(re * sin_s[i] + im * cos_s[i]);
     }
   }
-  const T* q = static_cast<const T*>(a.q) + size_t(t) * H * qk;
+  T* q = static_cast<T*>(a.q) + size_t(t) * H * qk;
   float* q_abs = a.q_abs + size_t(t) * H * W;
   for (int idx = threadIdx.x; idx < H * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
-    const T* pe = q + size_t(h) * qk + a.nope_dim;
+    T* pe = q + size_t(h) * qk + a.nope_dim;
     const float re = to_f32(pe[2 * i]), im = to_f32(pe[2 * i + 1]);
+    const float x = re * cos_s[i] - im * sin_s[i], y = re * sin_s[i] + im * cos_s[i];
     float* dst = q_abs + size_t(h) * W + r;
-    dst[2 * i] = re * cos_s[i] - im * sin_s[i];
-    dst[2 * i + 1] = re * sin_s[i] + im * cos_s[i];
+    dst[2 * i] = x;
+    dst[2 * i + 1] = y;
+    pe[2 * i] = from_f32<T>(x);
+    pe[2 * i + 1] = from_f32<T>(y);
   }
 }
 
@@ -198,6 +201,48 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
   }
 }
 
+constexpr int kGatherThreads = 128;
+
+/// Grid context of kGatherThreads: one key each.
+template <class T>
+__global__ void __launch_bounds__(kGatherThreads) gather_kernel(mla_gather_args a) {
+  pdl_begin();
+  const int j = blockIdx.x, r = a.rank, dr = a.rope_dim, W = r + dr, H = a.num_heads, qk = a.nope_dim + dr;
+  const size_t slot = size_t(a.block_table[j / a.block_size]) * a.block_size + j % a.block_size;
+  const T* src = static_cast<const T*>(a.cache) + slot * W;
+  T* lat = static_cast<T*>(a.latents) + size_t(j) * r;
+  for (int i = threadIdx.x; i < r; i += blockDim.x) lat[i] = src[i];
+  T* k = static_cast<T*>(a.k) + size_t(j) * H * qk + a.nope_dim;
+  for (int i = threadIdx.x; i < H * dr; i += blockDim.x) k[size_t(i / dr) * qk + i % dr] = src[r + i % dr];
+}
+
+constexpr int kSoftmaxThreads = 256;
+
+/// Grid (rows, H) of kSoftmaxThreads: one row of one head each.
+template <class T>
+__global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_kernel(mla_softmax_args a) {
+  __shared__ float scratch[32];
+  pdl_begin();
+  const int i = blockIdx.x, h = blockIdx.y;
+  const size_t row = (size_t(h) * a.rows + i) * a.ld;
+  const float* s = a.scores + row;
+  T* p = static_cast<T*>(a.probs) + row;
+  const int valid = min(a.keys, a.first_position + i + 1);
+  float mx = -INFINITY;
+  for (int j = threadIdx.x; j < valid; j += blockDim.x) mx = fmaxf(mx, s[j]);
+  // The block's maximum: warp maxima through shared memory.
+  mx = warp_max(mx);
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = mx;
+  __syncthreads();
+  mx = (threadIdx.x & 31) < (blockDim.x >> 5) ? scratch[threadIdx.x & 31] : -INFINITY;
+  mx = warp_max(mx) * a.scale;
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < valid; j += blockDim.x) sum += expf(s[j] * a.scale - mx);
+  const float inv = 1.0f / block_sum(sum, scratch);
+  for (int j = threadIdx.x; j < a.keys; j += blockDim.x)
+    p[j] = from_f32<T>(j < valid ? expf(s[j] * a.scale - mx) * inv : 0.0f);
+}
+
 constexpr int kCombineThreads = 128;
 
 /// Grid (n, H) of kCombineThreads: the splits of one (token, head) merged and normalised.
@@ -260,6 +305,18 @@ int latent_attention(act_dtype dt, const latent_attention_args& a, cudaStream_t 
       return int(launch_pdl(combine_kernel<T>, dim3(a.n, a.num_heads), dim3(kCombineThreads), s, a));
     return 0;
   });
+}
+
+int mla_gather_latents(act_dtype dt, const mla_gather_args& a, cudaStream_t s) {
+  if (a.context == 0) return 0;
+  AS_DISPATCH_ACT(dt, return int(launch_pdl(gather_kernel<T>, dim3(a.context), dim3(kGatherThreads), s, a)));
+}
+
+int mla_causal_softmax(act_dtype dt, const mla_softmax_args& a, cudaStream_t s) {
+  if (a.rows == 0 || a.num_heads == 0) return 0;
+  if (a.keys > a.ld || a.first_position + a.rows > a.keys) return int(cudaErrorInvalidValue);
+  AS_DISPATCH_ACT(dt, return int(launch_pdl(causal_softmax_kernel<T>, dim3(a.rows, a.num_heads),
+                                            dim3(kSoftmaxThreads), s, a)));
 }
 
 int mla_num_splits(int n, int num_heads, int num_sms, int max_partial_rows) {

@@ -35,7 +35,9 @@ struct mla_latent_args {
   const float* kv_a_bias = nullptr;  ///< [r + dr] or null
   const float* kv_a_norm = nullptr;  ///< [r]: kv_a_layernorm's weights
   float eps = 1e-6f;
-  const void* q = nullptr;           ///< [n][H][dn + dr] of dt: the query projection's output
+  /// [n][H][dn + dr] of dt: the query projection's output; each head's q_pe is rotated in place
+  /// (the up-projected prefill's query)
+  void* q = nullptr;
   float* q_abs = nullptr;            ///< [n][H][r + dr]: receives each head's rotated q_pe at r
   const int32_t* positions = nullptr;  ///< [n]
   const int32_t* slots = nullptr;    ///< [n]: block * block_size + offset; negative: no cache write
@@ -68,6 +70,30 @@ struct latent_attention_args {
 /// rank at most mla_max_rank, rope_dim at most mla_max_rope_dim, r + dr a multiple of 8,
 /// num_splits in [1, mla_max_splits] (cudaErrorInvalidValue otherwise).
 int latent_attention(act_dtype dt, const latent_attention_args& a, cudaStream_t s);
+
+/// The up-projected form's operands for one sequence's context of c tokens (mla_prefill):
+/// its latents gathered from the paged cache into [c][r] of dt (kv_b_proj's input), and its rope
+/// key copied into every head's key, k[j][h][dn, dn + dr) of the [c][H][dn + dr] keys.
+struct mla_gather_args {
+  const void* cache = nullptr;         ///< one layer: [num_blocks * block_size][r + dr] of dt
+  const int32_t* block_table = nullptr;  ///< the sequence's blocks
+  void* latents = nullptr;             ///< [c][r] of dt
+  void* k = nullptr;                   ///< [c][H][dn + dr] of dt
+  int context = 0, num_heads = 0, rank = 0, nope_dim = 0, rope_dim = 0, block_size = 0;
+};
+int mla_gather_latents(act_dtype dt, const mla_gather_args& a, cudaStream_t s);
+
+/// Causal softmax over one tile of up-projected scores: row i of head h (query position
+/// first_position + i) takes keys 0 .. first_position + i, probs[h][i][j] = softmax_j(scores *
+/// scale) there and 0 for the other keys up to `keys`. Rows are `ld` elements apart, heads
+/// `rows * ld`; keys <= ld.
+struct mla_softmax_args {
+  const float* scores = nullptr;       ///< [H][rows][ld]
+  void* probs = nullptr;               ///< [H][rows][ld] of dt
+  int num_heads = 0, rows = 0, keys = 0, ld = 0, first_position = 0;
+  float scale = 1.0f;
+};
+int mla_causal_softmax(act_dtype dt, const mla_softmax_args& a, cudaStream_t s);
 
 /// How many context splits latent_attention takes for n rows of num_heads heads on num_sms SMs:
 /// enough CTAs to fill the GPU once, at most mla_max_splits and max_partial_rows / n.

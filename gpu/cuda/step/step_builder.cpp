@@ -136,6 +136,7 @@ status step_builder::stage_tokens(const step_batch& b, std::span<const std::pair
   out.q32.assign(size_t(rows), 1);  // graph padding rows: computed, never written to the cache
   out.block_tables.clear();
   out.seqs.clear();
+  out.up_projected.clear();
   out.sample_rows.clear();
   out.previous.clear();
   out.seq_ids.clear();
@@ -166,6 +167,8 @@ status step_builder::stage_tokens(const step_batch& b, std::span<const std::pair
     a.context_len = static_cast<int32_t>(ctx);
     a.bt_offset = static_cast<int32_t>(bt_used);
     out.seqs.push_back(a);
+    const bool up_projected = L.latent_attention && q > 1;
+    if (up_projected) out.up_projected.push_back(a);
     for (int k = 0; k < q; ++k, ++tok) {
       int32_t id = s.new_tokens[k];
       if (id == previous_token && q == 1) {
@@ -182,7 +185,7 @@ status step_builder::stage_tokens(const step_batch& b, std::span<const std::pair
         return bad_step(fmt::format("sequence {}: token id {} outside the vocabulary", s.seq_id, id));
       const int32_t position = s.num_computed + k;
       out.ids[tok] = id;
-      out.token_seqs[tok] = i;
+      out.token_seqs[tok] = up_projected ? -1 : i;
       out.positions[tok] = position;
       out.slots[tok] = s.block_table[position / bs] * bs + position % bs;
       // A decode token's attention reads the fp32 q, and so does the last layer's of a sampled

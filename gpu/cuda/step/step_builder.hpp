@@ -40,6 +40,9 @@ struct step_limits {
   /// The last layer runs on every row (cuda_tuning::last_layer_all_rows, and latent attention,
   /// which has no sampled-rows path).
   bool last_layer_all_rows = false;
+  /// Latent attention (DeepSeek-V2): a sequence of more than one new token is a prefill chunk in
+  /// the up-projected form (staged_step::up_projected), the others decode in the absorbed form.
+  bool latent_attention = false;
   std::vector<int32_t> eos_token_ids;   ///< masked with the stop ids while suppress_eos
 };
 
@@ -54,7 +57,11 @@ struct staged_step {
   /// The last layer runs past its K/V writes on the sampled rows only (last_seqs, last_plan).
   bool sampled_only = false;
   std::vector<int32_t> ids, positions, slots;  ///< per row; padding rows: 0, 0, -1
-  std::vector<int32_t> token_seqs;      ///< per row: index of its sequence in seqs; padding rows: -1
+  /// Per row: index of its sequence in seqs; padding rows and the rows of up_projected: -1.
+  std::vector<int32_t> token_seqs;
+  /// Latent attention: the sequences (copies of seqs' entries) whose chunk is computed in the
+  /// up-projected form, those of more than one new token.
+  std::vector<attn_seq> up_projected;
   std::vector<int32_t> q32;             ///< per row: whether rope writes its fp32 q
   std::vector<int32_t> block_tables;    ///< every sequence's blocks, attn_seq::bt_offset into them
   std::vector<attn_seq> seqs;
