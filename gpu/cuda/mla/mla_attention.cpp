@@ -21,10 +21,6 @@ constexpr float latent_norm_eps = 1e-6f;
 /// kPartialRows / n ways (mla_num_splits), so decode batches up to this size can split.
 constexpr int kPartialRows = 256;
 
-/// Elements of the up-projected score tile beyond one query's: 32 Mi (128 MiB of fp32 scores and
-/// 64 MiB of 16-bit probabilities), a 1,000-token V2-Lite chunk in one tile.
-constexpr size_t kScoreBudget = size_t(32) << 20;
-
 int round8(int x) { return (x + 7) & ~7; }
 
 }  // namespace
@@ -107,7 +103,7 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
   const size_t T = size_t(max_tokens), H = size_t(heads_), W = size_t(rank_ + rope_dim_), es = act_size(dt);
   const size_t qk = size_t(nope_dim_ + rope_dim_), P = size_t(kPartialRows);
   prefill_.max_context = max_context;
-  prefill_.score_elems = mla_score_elems(heads_, max_context, max_tokens, kScoreBudget);
+  prefill_.score_elems = mla_score_elems(heads_, max_context, max_tokens, mla_score_budget);
   const size_t C = size_t(max_context), S = prefill_.score_elems;
   struct want { size_t bytes; void** where; };
   const want wants[] = {

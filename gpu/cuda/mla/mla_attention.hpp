@@ -8,6 +8,7 @@
 /// (mla_prefill), launched per sequence from the host.
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -61,6 +62,11 @@ struct mla_prefill_workspace {
   void* probs = nullptr;       ///< [score_elems] of dt: its causal softmax
   size_t score_elems = 0;      ///< at least H x max_context rounded up to 8 (one query a tile)
 };
+
+/// Elements of the up-projected score tile beyond one query's that the executor plans: 32 Mi
+/// (128 MiB of fp32 scores and 64 MiB of 16-bit probabilities), a 1,000-token V2-Lite chunk in one
+/// tile.
+inline constexpr size_t mla_score_budget = size_t(32) << 20;
 
 /// Elements of an up-projected score tile for H heads: room for `queries` queries over
 /// `max_context` keys (rounded up to 8), at least one query, at most `budget` elements beyond that.

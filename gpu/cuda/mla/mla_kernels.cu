@@ -301,10 +301,13 @@ int latent_attention(act_dtype dt, const latent_attention_args& a, cudaStream_t 
     if (attr != cudaSuccess) return int(attr);
     if (const cudaError_t e = launch_pdl_smem(attention_kernel<T>, grid, dim3(kThreads), smem, s, a); e != cudaSuccess)
       return int(e);
-    if (a.num_splits > 1)
-      return int(launch_pdl(combine_kernel<T>, dim3(a.n, a.num_heads), dim3(kCombineThreads), s, a));
-    return 0;
+    return a.num_splits > 1 ? latent_attention_merge(dt, a, s) : 0;
   });
+}
+
+int latent_attention_merge(act_dtype dt, const latent_attention_args& a, cudaStream_t s) {
+  if (a.n == 0 || a.num_splits < 2) return 0;
+  AS_DISPATCH_ACT(dt, return int(launch_pdl(combine_kernel<T>, dim3(a.n, a.num_heads), dim3(kCombineThreads), s, a)));
 }
 
 int mla_gather_latents(act_dtype dt, const mla_gather_args& a, cudaStream_t s) {

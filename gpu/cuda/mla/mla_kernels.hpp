@@ -70,6 +70,9 @@ struct latent_attention_args {
 /// rank at most mla_max_rank, rope_dim at most mla_max_rope_dim, r + dr a multiple of 8,
 /// num_splits in [1, mla_max_splits] (cudaErrorInvalidValue otherwise).
 int latent_attention(act_dtype dt, const latent_attention_args& a, cudaStream_t s);
+/// The merge of latent_attention's splits alone (num_splits > 1), which latent_attention launches
+/// after its pieces: for timing it apart.
+int latent_attention_merge(act_dtype dt, const latent_attention_args& a, cudaStream_t s);
 
 /// The up-projected form's operands for one sequence's context of c tokens (mla_prefill):
 /// its latents gathered from the paged cache into [c][r] of dt (kv_b_proj's input), and its rope

@@ -1,0 +1,307 @@
+// DeepSeek-V2-Lite's latent attention on the device, one layer stage by stage (random bf16
+// weights, gpu/cuda/mla): the projections, the absorbed form's W_UK, latent write, attention
+// kernel, split merge and W_UV for decode batches of 1, 32 and 196 at context 1,100 (each stage
+// replayed as a CUDA graph, as decode steps run); and a 45,000-token prefill step of 1,000-token
+// sequences in both forms (eager, as prefill steps run): the absorbed kernel over every row, and
+// the up-projected one per sequence (gather, kv_b_proj's expansion, scores, causal softmax, P V).
+// Each table gives ms per layer, ms over the 27 layers, and the whole of mla_attention::run plus
+// o_proj as the executor launches it.
+//   bench_cuda_mla [--out DIR]
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench_timing.hpp"
+#include "gpu/cuda/device_info.hpp"
+#include "gpu/cuda/mla/mla_attention.hpp"
+#include "gpu/cuda/mla/mla_kernels.hpp"
+#include "gpu/cuda/model/cuda_model.hpp"
+
+namespace cuda = actorserve::gpu::cuda;
+using namespace actorserve::bench_cuda;
+
+namespace {
+
+constexpr int kHidden = 2048, kHeads = 16, kRank = 512, kNope = 128, kRope = 64, kV = 128, kLayers = 27;
+constexpr int kQk = kNope + kRope, kW = kRank + kRope, kBlock = 16;
+constexpr cuda::act_dtype kDt = cuda::act_dtype::bf16;
+constexpr long long kKvbHead = static_cast<long long>(kNope + kV) * kRank;
+
+void check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "%s failed: %s\n", what, cudaGetErrorString(cudaGetLastError()));
+    std::exit(1);
+  }
+}
+
+/// Device memory freed at the end of a scenario.
+struct arena {
+  std::vector<void*> blocks;
+  void* get(size_t bytes) {
+    blocks.push_back(dmalloc(bytes));
+    return blocks.back();
+  }
+  ~arena() {
+    for (void* p : blocks) cudaFree(p);
+  }
+};
+
+/// `num_seqs` sequences of `q_len` new tokens at the end of `context`, each over its own blocks;
+/// up_projected: their rows are left to the up-projected form (token_seqs -1).
+struct scenario {
+  int rows = 0, context = 0;
+  std::vector<cuda::attn_seq> seqs;
+  std::vector<int32_t> tables, positions, slots, token_seqs;
+};
+
+scenario make_scenario(int num_seqs, int q_len, int context, bool up_projected) {
+  scenario sc;
+  sc.context = context;
+  const int blocks = (context + kBlock - 1) / kBlock;
+  for (int i = 0; i < num_seqs; ++i) {
+    cuda::attn_seq a;
+    a.q_start = sc.rows;
+    a.q_len = q_len;
+    a.context_len = context;
+    a.bt_offset = static_cast<int32_t>(sc.tables.size());
+    for (int b = 0; b < blocks; ++b) sc.tables.push_back(i * blocks + b);
+    for (int k = 0; k < q_len; ++k) {
+      const int pos = context - q_len + k;
+      sc.positions.push_back(pos);
+      sc.slots.push_back(sc.tables[size_t(a.bt_offset + pos / kBlock)] * kBlock + pos % kBlock);
+      sc.token_seqs.push_back(up_projected ? -1 : i);
+    }
+    sc.seqs.push_back(a);
+    sc.rows += q_len;
+  }
+  return sc;
+}
+
+struct stage {
+  std::string name;
+  double ms;
+};
+
+void print_table(const char* title, const std::vector<stage>& stages, const stage& whole) {
+  double sum = 0.0;
+  for (const stage& st : stages) sum += st.ms;
+  report("\n%s\n", title);
+  report("| stage | ms per layer | ms x %d layers | share |\n|---|---|---|---|\n", kLayers);
+  for (const stage& st : stages)
+    report("| %s | %.3f | %.2f | %.1f %% |\n", st.name.c_str(), st.ms, st.ms * kLayers, 100.0 * st.ms / sum);
+  report("| sum of the stages | %.3f | %.2f | |\n", sum, sum * kLayers);
+  report("| %s | %.3f | %.2f | |\n", whole.name.c_str(), whole.ms, whole.ms * kLayers);
+}
+
+/// One layer's weights, shared by the scenarios.
+struct layer {
+  cuda::device_mla w;
+  void* o_proj = nullptr;
+  float* inv_freq = nullptr;
+};
+
+layer make_layer() {
+  layer l;
+  l.w.q_proj = upload(normal_bf16(size_t(kHeads) * kQk * kHidden, 0.02f, 1));
+  l.w.kv_a_proj = upload(normal_bf16(size_t(kW) * kHidden, 0.02f, 2));
+  l.w.kv_a_norm = upload(std::vector<float>(kRank, 1.0f));
+  l.w.kv_b_proj = upload(normal_bf16(size_t(kHeads) * (kNope + kV) * kRank, 0.05f, 3));
+  l.o_proj = upload(normal_bf16(size_t(kHidden) * kHeads * kV, 0.02f, 4));
+  std::vector<float> inv(kRope / 2);
+  for (int i = 0; i < kRope / 2; ++i) inv[i] = 1.0f / std::pow(10000.0f, 2.0f * i / kRope);
+  l.inv_freq = upload(inv);
+  return l;
+}
+
+actorserve::model_config lite_config() {
+  actorserve::model_config c;
+  c.hidden_size = kHidden;
+  c.num_heads = kHeads;
+  c.num_kv_heads = kHeads;
+  c.mla = actorserve::mla_config{.q_lora_rank = 0, .kv_lora_rank = kRank, .qk_nope_head_dim = kNope,
+                                 .qk_rope_head_dim = kRope, .v_head_dim = kV};
+  return c;
+}
+
+/// One scenario: its stages, then mla_attention::run and o_proj as the executor launches them.
+void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int num_sms, const char* title,
+                    int num_seqs, int q_len, int context, bool up_projected) {
+  const bool decode = q_len == 1;
+  const scenario sc = make_scenario(num_seqs, q_len, context, up_projected);
+  const int n = sc.rows, H = kHeads;
+  arena mem;
+  const auto act = [&](size_t elems) { return mem.get(elems * 2); };
+  const auto f32 = [&](size_t elems) { return static_cast<float*>(mem.get(elems * 4)); };
+  void* x = upload(normal_bf16(size_t(n) * kHidden, 1.0f, 5));
+  mem.blocks.push_back(x);
+  void* q = act(size_t(n) * H * kQk);
+  float* kv_a = f32(size_t(n) * kW);
+  float* q_abs = f32(size_t(n) * H * kW);
+  void* o_lat = act(size_t(n) * H * kRank);
+  void* attn = act(size_t(n) * H * kV);
+  float* residual = f32(size_t(n) * kHidden);
+  const int splits = cuda::mla_num_splits(n, H, num_sms, 256);
+  float* partial_o = splits > 1 ? f32(size_t(splits) * n * H * kRank) : nullptr;
+  float* partial_ml = splits > 1 ? f32(size_t(splits) * n * H * 2) : nullptr;
+  // Every context token's latent: random values (the timed latent write rewrites the new ones).
+  void* cache = upload(normal_bf16(sc.tables.size() * kBlock * kW, 1.0f, 6));
+  mem.blocks.push_back(cache);
+  const auto dev = [&](const auto& v) {
+    void* p = upload(v);
+    mem.blocks.push_back(p);
+    return p;
+  };
+  const auto* positions = static_cast<const int32_t*>(dev(sc.positions));
+  const auto* slots = static_cast<const int32_t*>(dev(sc.slots));
+  const auto* token_seqs = static_cast<const int32_t*>(dev(sc.token_seqs));
+  const auto* tables = static_cast<const int32_t*>(dev(sc.tables));
+  const auto* seqs = static_cast<const cuda::attn_seq*>(dev(sc.seqs));
+  const float scale = 1.0f / std::sqrt(float(kQk));
+  // Decode stages replay as graphs; prefill stages run eagerly, 3 times after 3 warm-ups.
+  const auto timed = [&](const std::function<void()>& f) { return decode ? graph_ms(s, f) : time_ms(f, 3); };
+  const auto ok = [](const auto& st, const char* what) { check(bool(st), what); };
+  const cuda::mla_latent_args la{.kv_a = kv_a, .kv_a_bias = nullptr, .kv_a_norm = l.w.kv_a_norm, .eps = 1e-6f,
+                                 .q = q, .q_abs = q_abs, .positions = positions, .slots = slots,
+                                 .inv_freq = l.inv_freq, .attention_factor = 1.0f, .cache = cache, .n = n,
+                                 .num_heads = H, .rank = kRank, .nope_dim = kNope, .rope_dim = kRope};
+  const cuda::latent_attention_args aa{.q_abs = q_abs, .cache = cache, .block_tables = tables, .seqs = seqs,
+                                       .token_seqs = token_seqs, .positions = positions, .n = n, .num_heads = H,
+                                       .rank = kRank, .rope_dim = kRope, .block_size = kBlock,
+                                       .num_splits = splits, .scale = scale, .partial_o = partial_o,
+                                       .partial_ml = partial_ml, .out = o_lat};
+  const char* w_uv = static_cast<const char*>(l.w.kv_b_proj) + size_t(kNope) * kRank * 2;
+  std::vector<stage> stages;
+  stages.push_back({"q_proj", timed([&] { ok(gemm.run_act(kDt, x, n, kHidden, l.w.q_proj, H * kQk, q), "q_proj"); })});
+  stages.push_back({"kv_a_proj_with_mqa", timed([&] {
+                      ok(gemm.run(kDt, x, n, kHidden, l.w.kv_a_proj, kW, kv_a), "kv_a_proj");
+                    })});
+  if (!up_projected)
+    stages.push_back({"W_UK absorb (q_lat)", timed([&] {
+                        ok(gemm.run_batched(kDt, H, n, kRank, kNope, q, H * kQk, kQk, l.w.kv_b_proj, false, kRank,
+                                            kKvbHead, q_abs, true, H * kW, kW),
+                           "W_UK");
+                      })});
+  stages.push_back({"latent write (norm, rope, cache)",
+                    timed([&] { check(cuda::mla_latent_write(kDt, la, s) == 0, "latent write"); })});
+  if (!up_projected) {
+    const double merge = splits > 1 ? timed([&] { check(cuda::latent_attention_merge(kDt, aa, s) == 0, "merge"); })
+                                    : 0.0;
+    const double both = timed([&] { check(cuda::latent_attention(kDt, aa, s) == 0, "latent attention"); });
+    stages.push_back({"absorbed attention kernel (" + std::to_string(splits) + " splits)", both - merge});
+    stages.push_back({"split merge", merge});
+    stages.push_back({"W_UV (o_lat to heads)", timed([&] {
+                        ok(gemm.run_batched(kDt, H, n, kV, kRank, o_lat, H * kRank, kRank, w_uv, true, kRank,
+                                            kKvbHead, attn, false, H * kV, kV),
+                           "W_UV");
+                      })});
+  } else {
+    // The up-projected pieces, per sequence as mla_prefill launches them (one tile a sequence).
+    cuda::mla_prefill_workspace ws;
+    ws.max_context = context;
+    ws.score_elems = cuda::mla_score_elems(H, context, q_len, cuda::mla_score_budget);
+    check(ws.score_elems >= size_t(H) * q_len * ((context + 7) / 8 * 8), "one tile a sequence");
+    ws.latents = act(size_t(context) * kRank);
+    ws.k = act(size_t(context) * H * kQk);
+    ws.v = act(size_t(context) * H * kV);
+    ws.scores = f32(ws.score_elems);
+    ws.probs = act(ws.score_elems);
+    const int ld = (context + 7) / 8 * 8, first = context - q_len;
+    const auto per_seq = [&](const std::function<void(const cuda::attn_seq&)>& f) {
+      return timed([&] {
+        for (const cuda::attn_seq& a : sc.seqs) f(a);
+      });
+    };
+    stages.push_back({"gather latents", per_seq([&](const cuda::attn_seq& a) {
+                        const cuda::mla_gather_args ga{.cache = cache, .block_table = tables + a.bt_offset,
+                                                       .latents = ws.latents, .k = ws.k, .context = context,
+                                                       .num_heads = H, .rank = kRank, .nope_dim = kNope,
+                                                       .rope_dim = kRope, .block_size = kBlock};
+                        check(cuda::mla_gather_latents(kDt, ga, s) == 0, "gather");
+                      })});
+    stages.push_back({"expand k_nope, v (kv_b_proj)", per_seq([&](const cuda::attn_seq&) {
+                        ok(gemm.run_batched(kDt, H, context, kNope, kRank, ws.latents, kRank, 0, l.w.kv_b_proj, true,
+                                            kRank, kKvbHead, ws.k, false, H * kQk, kQk),
+                           "k_nope");
+                        ok(gemm.run_batched(kDt, H, context, kV, kRank, ws.latents, kRank, 0, w_uv, true, kRank,
+                                            kKvbHead, ws.v, false, H * kV, kV),
+                           "v");
+                      })});
+    stages.push_back({"scores Q K^T", per_seq([&](const cuda::attn_seq& a) {
+                        const char* qa = static_cast<const char*>(q) + size_t(a.q_start) * H * kQk * 2;
+                        ok(gemm.run_batched(kDt, H, q_len, context, kQk, qa, H * kQk, kQk, ws.k, true, H * kQk, kQk,
+                                            ws.scores, true, ld, static_cast<long long>(q_len) * ld),
+                           "scores");
+                      })});
+    stages.push_back({"causal softmax", per_seq([&](const cuda::attn_seq&) {
+                        const cuda::mla_softmax_args sa{.scores = ws.scores, .probs = ws.probs, .num_heads = H,
+                                                        .rows = q_len, .keys = context, .ld = ld,
+                                                        .first_position = first, .scale = scale};
+                        check(cuda::mla_causal_softmax(kDt, sa, s) == 0, "softmax");
+                      })});
+    stages.push_back({"P V", per_seq([&](const cuda::attn_seq& a) {
+                        char* oa = static_cast<char*>(attn) + size_t(a.q_start) * H * kV * 2;
+                        ok(gemm.run_batched(kDt, H, q_len, kV, context, ws.probs, ld,
+                                            static_cast<long long>(q_len) * ld, ws.v, false, H * kV, kV, oa, false,
+                                            H * kV, kV),
+                           "P V");
+                      })});
+  }
+  stages.push_back({"o_proj", timed([&] {
+                      ok(gemm.run(kDt, attn, n, H * kV, l.o_proj, kHidden, residual, 1.0f), "o_proj");
+                    })});
+  // The whole, as the executor launches it.
+  cuda::mla_attention mla;
+  const auto alloc = [&](size_t bytes, void** out) -> actorserve::status {
+    *out = mem.get(bytes);
+    return {};
+  };
+  ok(mla.init(lite_config(), kDt, l.inv_freq, 1.0f, n, context, num_sms, alloc), "mla init");
+  const cuda::mla_step step{.positions = positions, .slots = slots, .token_seqs = token_seqs,
+                            .block_tables = tables, .seqs = seqs};
+  const std::span<const cuda::attn_seq> prefill =
+      up_projected ? std::span<const cuda::attn_seq>(sc.seqs) : std::span<const cuda::attn_seq>();
+  const stage whole{"whole: mla_attention::run + o_proj", timed([&] {
+                      ok(mla.run(gemm, l.w, x, n, step, prefill, cache, kBlock, attn, s), "mla run");
+                      ok(gemm.run(kDt, attn, n, H * kV, l.o_proj, kHidden, residual, 1.0f), "o_proj");
+                    })};
+  check(cudaStreamSynchronize(s) == cudaSuccess, "the scenario");
+  print_table(title, stages, whole);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out_dir;
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], "--out") == 0) out_dir = argv[i + 1];
+  if (cuda::device_count() == 0) {
+    std::printf("no CUDA device: nothing to measure\n");
+    return 0;
+  }
+  if (!out_dir.empty()) g_out = std::fopen((out_dir + "/bench_cuda_mla.txt").c_str(), "w");
+  const auto p = cuda::properties(0);
+  report("device: %s, %d SMs; DeepSeek-V2-Lite's attention (hidden %d, %d heads, kv_lora_rank %d, qk %d + %d, "
+         "v %d, bf16), one layer\n",
+         p.name.c_str(), p.num_sms, kHidden, kHeads, kRank, kNope, kRope, kV);
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreate(&s) == cudaSuccess, "stream");
+  cuda::gemm_runner gemm;
+  check(bool(gemm.init(s, size_t(32) << 20)), "cuBLAS");
+  const layer l = make_layer();
+  for (int batch : {1, 32, 196}) {
+    const std::string title = "decode batch " + std::to_string(batch) + ", context 1100 (absorbed; CUDA graphs)";
+    bench_scenario(gemm, l, s, p.num_sms, title.c_str(), batch, 1, 1100, false);
+  }
+  bench_scenario(gemm, l, s, p.num_sms, "prefill 45 x 1000 tokens, absorbed (eager)", 45, 1000, 1000, false);
+  bench_scenario(gemm, l, s, p.num_sms, "prefill 45 x 1000 tokens, up-projected (eager)", 45, 1000, 1000, true);
+  if (g_out) std::fclose(g_out);
+  return 0;
+}
