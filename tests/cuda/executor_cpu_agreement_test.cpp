@@ -1,5 +1,6 @@
 // The same random prompts through the CPU (fp32 reference) and CUDA executors: batched chunked
-// prefill over shuffled block tables, then batched decode, logits compared at every sampled row.
+// prefill over shuffled block tables, each prompt decoding once its own chunks are done (steps that
+// mix chunks and decode tokens, then decode only), logits compared at every sampled row.
 // A mixture-of-experts row may route a token differently where two experts' router scores nearly
 // tie (bf16 activations against fp32): its logits then differ beyond the dense bound, so a few
 // such rows (at most one in 20) are allowed a looser bound; greedy tokens must agree wherever the
@@ -83,25 +84,28 @@ TEST_P(CudaVsCpu, ChunkedPrefillAndDecodeAgree) {
       ++row;
     }
   };
-  // Chunked prefill: every unfinished prompt contributes its next chunk to each step.
-  for (bool more = true; more;) {
+  // Chunked prefill: every unfinished prompt contributes its next chunk to each step, and a prompt
+  // done decodes in the same steps (mixed steps: DeepSeek-V2's chunks up-projected beside absorbed
+  // decode rows), until every sequence has decoded decode_steps tokens.
+  std::vector<int> decoded(lens.size(), 0);
+  for (;;) {
     gpu::step_batch b;
-    more = false;
+    bool chunks = false;
     for (size_t s = 0; s < lens.size(); ++s) {
-      if (done_len[s] >= lens[s]) continue;
-      const int take = std::min(chunk, lens[s] - done_len[s]);
-      std::vector<int32_t> toks(prompts[s].begin() + done_len[s], prompts[s].begin() + done_len[s] + take);
-      const bool last = done_len[s] + take == lens[s];
-      b.seqs.push_back(greedy(s, done_len[s], toks, blocks[s], last));
-      done_len[s] += take;
-      more = more || done_len[s] < lens[s];
+      if (done_len[s] < lens[s]) {
+        const int take = std::min(chunk, lens[s] - done_len[s]);
+        std::vector<int32_t> toks(prompts[s].begin() + done_len[s], prompts[s].begin() + done_len[s] + take);
+        const bool last = done_len[s] + take == lens[s];
+        b.seqs.push_back(greedy(s, done_len[s], toks, blocks[s], last));
+        done_len[s] += take;
+        chunks = true;
+      } else if (decoded[s] < decode_steps) {
+        b.seqs.push_back(greedy(s, lens[s] + decoded[s], {last_token[s]}, blocks[s]));
+        ++decoded[s];
+      }
     }
-    compare(b, "prefill");
-  }
-  for (int k = 0; k < decode_steps; ++k) {
-    gpu::step_batch b;
-    for (size_t s = 0; s < lens.size(); ++s) b.seqs.push_back(greedy(s, lens[s] + k, {last_token[s]}, blocks[s]));
-    compare(b, "decode");
+    if (b.seqs.empty()) break;
+    compare(b, chunks ? "prefill" : "decode");
   }
   EXPECT_LE(over, routed ? rerouted_rows_allowed(rows) : 0) << GetParam() << ": rows beyond " << logits_bound;
   std::printf("%s CPU vs CUDA: logits max abs err / max abs ref %.3g (worst over all rows; %d of %d rows beyond %g); "
