@@ -5,7 +5,7 @@
 // that are not a multiple of 16) in one piece and split over the context; and the up-projected
 // prefill (gather, kv_b_proj's expansion, scores, causal softmax, P V) against the same attention
 // computed per head in fp64: several sequences of one step, chunks after a cached prefix, one
-// tile and many.
+// tile and many, rows of up to 4,096 keys and longer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -193,7 +193,8 @@ TEST_P(CudaMla, UpProjectedPrefillMatchesAnFp64LoopPerHead) {
     std::vector<prefill_seq> seqs;  ///< one step's sequences, in row order
   };
   const shape shapes[] = {
-      {3, 32, 16, 8, 24, 7, {{5, 5}, {13, 40}, {2, 2}, {1, 9}}},            // odd heads, dv != dn, a cached prefix
+      // Odd heads, dv != dn, chunks after a cached prefix, a row longer than the softmax holds in registers.
+      {3, 32, 16, 8, 24, 7, {{5, 5}, {13, 40}, {2, 2}, {1, 9}, {3, 4200}}},
       {16, 512, 128, 64, 128, 16, {{70, 70}, {33, 129}, {100, 100}}},       // DeepSeek-V2-Lite's widths
   };
   cudaStream_t stream = nullptr;

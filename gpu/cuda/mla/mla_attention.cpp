@@ -130,9 +130,12 @@ status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x,
                           std::span<const attn_seq> prefill, void* cache, int block_size, void* out, cudaStream_t s) {
   if (rows == 0) return {};
   const int H = heads_, r = rank_, dn = nope_dim_, dr = rope_dim_, dv = v_dim_, qk = dn + dr, W = r + dr;
-  int prefill_rows = 0;
-  for (const attn_seq& q : prefill) prefill_rows += q.q_len;
-  const bool absorbed = prefill_rows < rows;  // some row is a decode row (or a graph's padding)
+  // The absorbed form runs on rows [0, n): every row but the up-projected sequences' at the end of
+  // the step (those in between leave zeros that mla_prefill overwrites). The scheduler lists
+  // running sequences first, so a step's new prompts are usually all after its decode rows.
+  int n = rows;
+  for (auto it = prefill.rbegin(); it != prefill.rend() && it->q_start + it->q_len == n; ++it) n = it->q_start;
+  const bool absorbed = n > 0;
   // The queries, rounded to dt as HF's bf16/fp16 q_proj (or q_b_proj) output is.
   if (w.q_a_proj) {
     if (auto st = gemm.run(dt_, x, rows, hidden_, w.q_a_proj, q_lora_, q_a_); !st) return st;
@@ -142,12 +145,12 @@ status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x,
     return st;
   }
   if (auto st = gemm.run(dt_, x, rows, hidden_, w.kv_a_proj, W, kv_a_); !st) return st;
-  // q_lat of head h = W_UK_h^T q_nope_h: [rows][dn] (in q_) times W_UK_h [dn][r] (kv_b_proj's key
+  // q_lat of head h = W_UK_h^T q_nope_h: [n][dn] (in q_) times W_UK_h [dn][r] (kv_b_proj's key
   // rows of head h) into q_abs_[.][h][0, r).
   const long long kv_b_head = static_cast<long long>(dn + dv) * r;
   if (absorbed)
-    if (auto st = gemm.run_batched(dt_, H, rows, r, dn, q_, H * qk, qk, w.kv_b_proj, false, r, kv_b_head, q_abs_,
-                                   true, H * W, W);
+    if (auto st = gemm.run_batched(dt_, H, n, r, dn, q_, H * qk, qk, w.kv_b_proj, false, r, kv_b_head, q_abs_, true,
+                                   H * W, W);
         !st)
       return st;
   const mla_latent_args la{.kv_a = kv_a_, .kv_a_bias = w.kv_a_bias, .kv_a_norm = w.kv_a_norm,
@@ -168,16 +171,15 @@ status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x,
   if (!absorbed) return up_projected();
   const latent_attention_args aa{.q_abs = q_abs_, .cache = cache, .block_tables = step.block_tables,
                                  .seqs = step.seqs, .token_seqs = step.token_seqs, .positions = step.positions,
-                                 .n = rows, .num_heads = H, .rank = r, .rope_dim = dr, .block_size = block_size,
-                                 .num_splits = mla_num_splits(rows, H, num_sms_, max_partial_rows_),
+                                 .n = n, .num_heads = H, .rank = r, .rope_dim = dr, .block_size = block_size,
+                                 .num_splits = mla_num_splits(n, H, num_sms_, max_partial_rows_),
                                  .scale = scale_, .partial_o = partial_o_, .partial_ml = partial_ml_,
                                  .out = o_lat_};
   AS_CUDA_TRY(latent_attention(dt_, aa, s));
   // Head h's output = W_UV_h o_lat_h: [rows][r] times W_UV_h^T (kv_b_proj's value rows of head h,
   // [dv][r]) into out[.][h * dv, (h + 1) * dv).
   const char* w_uv = static_cast<const char*>(w.kv_b_proj) + size_t(dn) * r * act_size(dt_);
-  if (auto st = gemm.run_batched(dt_, H, rows, dv, r, o_lat_, H * r, r, w_uv, true, r, kv_b_head, out, false, H * dv,
-                                 dv);
+  if (auto st = gemm.run_batched(dt_, H, n, dv, r, o_lat_, H * r, r, w_uv, true, r, kv_b_head, out, false, H * dv, dv);
       !st)
     return st;
   return up_projected();

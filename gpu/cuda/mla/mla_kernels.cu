@@ -217,8 +217,20 @@ __global__ void __launch_bounds__(kGatherThreads) gather_kernel(mla_gather_args 
 }
 
 constexpr int kSoftmaxThreads = 256;
+constexpr int kSoftmaxHeld = 16;  ///< scores a thread holds in registers: rows of up to 4,096 keys are read once
 
-/// Grid (rows, H) of kSoftmaxThreads: one row of one head each.
+/// The block's maximum; `scratch` holds 32 floats. Every thread gets the result.
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  v = warp_max(v);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = (threadIdx.x & 31) < (blockDim.x >> 5) ? scratch[threadIdx.x & 31] : -INFINITY;
+  return warp_max(v);
+}
+
+/// Grid (rows, H) of kSoftmaxThreads: one row of one head each. A row of up to
+/// kSoftmaxThreads x kSoftmaxHeld keys is read once into registers; a longer one three times.
 template <class T>
 __global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_kernel(mla_softmax_args a) {
   __shared__ float scratch[32];
@@ -228,14 +240,33 @@ __global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_kernel(mla_sof
   const float* s = a.scores + row;
   T* p = static_cast<T*>(a.probs) + row;
   const int valid = min(a.keys, a.first_position + i + 1);
+  if (a.keys <= kSoftmaxThreads * kSoftmaxHeld) {
+    float v[kSoftmaxHeld];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kSoftmaxHeld; ++k) {
+      const int j = threadIdx.x + k * kSoftmaxThreads;
+      v[k] = j < valid ? s[j] * a.scale : -INFINITY;
+      mx = fmaxf(mx, v[k]);
+    }
+    mx = block_max(mx, scratch);
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kSoftmaxHeld; ++k) {
+      v[k] = expf(v[k] - mx);  // exp(-inf) = 0 past the causal bound
+      sum += v[k];
+    }
+    const float inv = 1.0f / block_sum(sum, scratch);
+#pragma unroll
+    for (int k = 0; k < kSoftmaxHeld; ++k) {
+      const int j = threadIdx.x + k * kSoftmaxThreads;
+      if (j < a.keys) p[j] = from_f32<T>(v[k] * inv);
+    }
+    return;
+  }
   float mx = -INFINITY;
-  for (int j = threadIdx.x; j < valid; j += blockDim.x) mx = fmaxf(mx, s[j]);
-  // The block's maximum: warp maxima through shared memory.
-  mx = warp_max(mx);
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = mx;
-  __syncthreads();
-  mx = (threadIdx.x & 31) < (blockDim.x >> 5) ? scratch[threadIdx.x & 31] : -INFINITY;
-  mx = warp_max(mx) * a.scale;
+  for (int j = threadIdx.x; j < valid; j += blockDim.x) mx = fmaxf(mx, s[j] * a.scale);
+  mx = block_max(mx, scratch);
   float sum = 0.0f;
   for (int j = threadIdx.x; j < valid; j += blockDim.x) sum += expf(s[j] * a.scale - mx);
   const float inv = 1.0f / block_sum(sum, scratch);
