@@ -264,12 +264,12 @@ void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int
     return {};
   };
   ok(mla.init(lite_config(), kDt, l.inv_freq, 1.0f, n, context, num_sms, alloc), "mla init");
-  const cuda::mla_step step{.positions = positions, .slots = slots, .token_seqs = token_seqs,
-                            .block_tables = tables, .seqs = seqs};
-  const std::span<const cuda::attn_seq> prefill =
-      up_projected ? std::span<const cuda::attn_seq>(sc.seqs) : std::span<const cuda::attn_seq>();
+  cuda::mla_step step{.positions = positions, .slots = slots, .token_seqs = token_seqs, .block_tables = tables,
+                      .seqs = seqs};
+  if (up_projected) step.up_projected = sc.seqs;
+  step.absorbed_rows = up_projected ? 0 : n;
   const stage whole{"whole: mla_attention::run + o_proj", timed([&] {
-                      ok(mla.run(gemm, l.w, x, n, step, prefill, cache, kBlock, attn, s), "mla run");
+                      ok(mla.run(gemm, l.w, x, n, step, cache, kBlock, attn, s), "mla run");
                       ok(gemm.run(kDt, attn, n, H * kV, l.o_proj, kHidden, residual, 1.0f), "o_proj");
                     })};
   check(cudaStreamSynchronize(s) == cudaSuccess, "the scenario");

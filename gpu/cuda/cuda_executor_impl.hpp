@@ -75,9 +75,10 @@ struct launch_shape {
   /// and rows_q_), its attention as a decode of one query per sampled sequence (last_attn).
   bool sampled_only = false;
   attention_grids last_attn;
-  /// Latent attention: the sequences computed in the up-projected form (staged_step's; none in a
-  /// decode graph).
+  /// Latent attention: the sequences computed in the up-projected form (none in a decode graph)
+  /// and the rows of the absorbed form (staged_step's).
   std::span<const attn_seq> up_projected;
+  int absorbed_rows = 0;
   int block_copies = 0;
   size_t pairs_offset = 0;
   /// The sampler ends the forward pass; false when the step has grammar masks, which are copied

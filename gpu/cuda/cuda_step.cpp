@@ -172,6 +172,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   launch_shape shape;
   shape.sampler = st.grammar.empty();
   shape.tokens = rows_tok;
+  shape.absorbed_rows = st.absorbed_rows;
   shape.sample_rows = static_cast<int>(st.sample_rows.size());
   shape.sampled_only = sampled_only;
   if (sampled_only) shape.last_attn = attention_->grids(st.last_plan);
@@ -304,7 +305,8 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   // Latent attention's per-row metadata (DeepSeek-V2).
   const mla_step mla_rows{.positions = ra.positions, .slots = ra.slots,
                           .token_seqs = at<int32_t>(meta_, layout_.token_seqs), .block_tables = aa.block_tables,
-                          .seqs = at<attn_seq>(meta_, layout_.seqs)};
+                          .seqs = at<attn_seq>(meta_, layout_.seqs), .up_projected = shape.up_projected,
+                          .absorbed_rows = shape.absorbed_rows};
   // o_proj's input width: H heads of head_dim, or of v_head_dim with latent attention.
   const int attn_width = c.mla ? H * int(c.mla->v_head_dim) : H * D;
   float* residual = residual_;  // the rows past attention: all, or the sampled ones gathered
@@ -327,8 +329,8 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
                             x_, stream_));
     if (w.mla.kv_b_proj) {  // latent attention: one cache per layer, every row (no sampled_only)
       mark(step_op::attention);
-      if (auto st = mla_.run(gemm_, w.mla, x_, n, mla_rows, shape.up_projected,
-                             static_cast<char*>(kv_pool_) + l * cache_stride_, info_.block_size, attn_, stream_);
+      if (auto st = mla_.run(gemm_, w.mla, x_, n, mla_rows, static_cast<char*>(kv_pool_) + l * cache_stride_,
+                             info_.block_size, attn_, stream_);
           !st)
         return st;
     } else {

@@ -134,6 +134,7 @@ TEST_F(StepBuilder, LatentAttentionComputesPrefillChunksUpProjectedAndDecodeRows
   std::vector<int32_t> up;
   for (const cuda::attn_seq& a : s.up_projected) up.insert(up.end(), {a.q_start, a.q_len, a.context_len, a.bt_offset});
   EXPECT_EQ(up, (std::vector<int32_t>{1, 3, 17, 2, 5, 2, 2, 5}));
+  EXPECT_EQ(s.absorbed_rows, 5);  // through the second decode row; the prompt at the end skips the absorbed form
   // An all-decode step has none, and its graph padding rows are -1.
   gpu::step_batch d;
   d.seqs.push_back(greedy(3, 21, {7}, {5, 6}, true));
@@ -142,6 +143,7 @@ TEST_F(StepBuilder, LatentAttentionComputesPrefillChunksUpProjectedAndDecodeRows
   ASSERT_TRUE(builder.build(d, {}, staged_).ok());
   EXPECT_GT(s.bucket, 3);
   EXPECT_TRUE(s.up_projected.empty());
+  EXPECT_EQ(s.absorbed_rows, s.bucket);
   EXPECT_EQ(s.token_seqs[0], 0);
   EXPECT_EQ(s.token_seqs[2], 2);
   EXPECT_EQ(s.token_seqs[3], -1);

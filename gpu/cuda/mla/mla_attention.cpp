@@ -127,14 +127,12 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
 }
 
 status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x, int rows, const mla_step& step,
-                          std::span<const attn_seq> prefill, void* cache, int block_size, void* out, cudaStream_t s) {
+                          void* cache, int block_size, void* out, cudaStream_t s) {
   if (rows == 0) return {};
   const int H = heads_, r = rank_, dn = nope_dim_, dr = rope_dim_, dv = v_dim_, qk = dn + dr, W = r + dr;
-  // The absorbed form runs on rows [0, n): every row but the up-projected sequences' at the end of
-  // the step (those in between leave zeros that mla_prefill overwrites). The scheduler lists
-  // running sequences first, so a step's new prompts are usually all after its decode rows.
-  int n = rows;
-  for (auto it = prefill.rbegin(); it != prefill.rend() && it->q_start + it->q_len == n; ++it) n = it->q_start;
+  // The absorbed form's rows: an up-projected sequence among them gets zeros, which mla_prefill
+  // overwrites.
+  const int n = step.absorbed_rows;
   const bool absorbed = n > 0;
   // The queries, rounded to dt as HF's bf16/fp16 q_proj (or q_b_proj) output is.
   if (w.q_a_proj) {
@@ -161,7 +159,7 @@ status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x,
   // The prefill chunks, up-projected (their rows of `out` are written after the absorbed rows').
   const auto up_projected = [&]() -> status {
     const mla_dims d{.heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr, .v_dim = dv};
-    for (const attn_seq& q : prefill)
+    for (const attn_seq& q : step.up_projected)
       if (auto st = mla_prefill(gemm, dt_, d, prefill_, w.kv_b_proj, q_, q, step.block_tables, cache, block_size,
                                 scale_, out, s);
           !st)

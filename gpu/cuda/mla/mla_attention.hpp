@@ -38,13 +38,20 @@ struct device_mla {
   void* kv_b_proj = nullptr;
 };
 
-/// Where one step's per-row metadata sits on the device.
+/// Where one step's per-row metadata sits on the device, and how its rows divide between the
+/// forms (staged by the step builder: staged_step::up_projected, absorbed_rows).
 struct mla_step {
   const int32_t* positions = nullptr;     ///< [rows]
   const int32_t* slots = nullptr;         ///< [rows]: latent cache slot; negative: none
-  const int32_t* token_seqs = nullptr;    ///< [rows]: the row's sequence; negative: a padding row
+  /// [rows]: the row's sequence; negative: a padding row or a row of up_projected
+  const int32_t* token_seqs = nullptr;
   const int32_t* block_tables = nullptr;
   const attn_seq* seqs = nullptr;
+  /// Host copies of the sequences computed in the up-projected form, in row order; empty in a
+  /// captured decode step.
+  std::span<const attn_seq> up_projected;
+  /// The absorbed form runs on rows [0, absorbed_rows): up to the last row not in up_projected.
+  int absorbed_rows = 0;
 };
 
 /// The latent attention's widths: H, r, dn, dr, dv.
@@ -96,11 +103,10 @@ class mla_attention {
 
   /// One layer for `rows` rows of x ([rows][hidden] of dt, the normalised input): writes the
   /// rows' latents into `cache` ([num_blocks * block_size][r + dr] of dt) and the heads'
-  /// outputs into `out` ([rows][H * dv] of dt, o_proj's input). `prefill` (host copies of the
-  /// step's attn_seq) lists the sequences computed in the up-projected form; their rows' token_seqs
-  /// are negative, so the absorbed kernel leaves them. Empty in a captured decode step.
-  status run(gemm_runner& gemm, const device_mla& w, const void* x, int rows, const mla_step& step,
-             std::span<const attn_seq> prefill, void* cache, int block_size, void* out, cudaStream_t s);
+  /// outputs into `out` ([rows][H * dv] of dt, o_proj's input): the absorbed form for rows
+  /// [0, step.absorbed_rows), then mla_prefill for each of step.up_projected.
+  status run(gemm_runner& gemm, const device_mla& w, const void* x, int rows, const mla_step& step, void* cache,
+             int block_size, void* out, cudaStream_t s);
 
   /// Values one token caches per layer: kv_lora_rank + qk_rope_head_dim.
   int cache_width() const { return rank_ + rope_dim_; }

@@ -208,6 +208,9 @@ status step_builder::stage_tokens(const step_batch& b, std::span<const std::pair
       out.num_top.push_back(num_top);
     }
   }
+  out.absorbed_rows = rows;
+  for (auto it = out.up_projected.rbegin(); it != out.up_projected.rend(); ++it)
+    if (it->q_start + it->q_len == out.absorbed_rows) out.absorbed_rows = it->q_start;
   for (int i = out.num_seqs; i < out.bucket; ++i) {
     out.sample_rows.push_back(i);
     out.sample_seqs.push_back(sample_seq{});

@@ -62,6 +62,10 @@ struct staged_step {
   /// Latent attention: the sequences (copies of seqs' entries) whose chunk is computed in the
   /// up-projected form, those of more than one new token.
   std::vector<attn_seq> up_projected;
+  /// Latent attention: the absorbed form runs on rows [0, absorbed_rows), up to the last row not
+  /// in up_projected (the scheduler lists running sequences first, so a step's new prompts are
+  /// usually all after its decode rows); rows otherwise.
+  int absorbed_rows = 0;
   std::vector<int32_t> q32;             ///< per row: whether rope writes its fp32 q
   std::vector<int32_t> block_tables;    ///< every sequence's blocks, attn_seq::bt_offset into them
   std::vector<attn_seq> seqs;
