@@ -144,21 +144,21 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
       if (lane == 0) s_s[hh * kKeys + j] = j < nk ? s * a.scale : -INFINITY;
     }
     __syncthreads();
-    // Online softmax: one thread per head.
-    if (threadIdx.x < kHeads) {
-      float* s = s_s + threadIdx.x * kKeys;
-      float mx = m_s[threadIdx.x];
-      for (int j = 0; j < nk; ++j) mx = fmaxf(mx, s[j]);
-      const float alpha = expf(m_s[threadIdx.x] - mx);  // exp(-inf) = 0 on the first tile
-      float sum = 0.0f;
-      for (int j = 0; j < kKeys; ++j) {
-        const float e = j < nk ? expf(s[j] - mx) : 0.0f;
-        s[j] = e;
-        sum += e;
+    // Online softmax: a warp per head, a lane per key (scores past nk are -inf: exp gives 0).
+    static_assert(kKeys == 32, "a lane per key");
+    for (int hh = warp; hh < kHeads; hh += kThreads / 32) {
+      float* s = s_s + hh * kKeys;
+      const float m_old = m_s[hh];
+      const float mx = fmaxf(m_old, warp_max(s[lane]));
+      const float e = expf(s[lane] - mx);
+      s[lane] = e;
+      const float sum = warp_sum(e);
+      if (lane == 0) {
+        const float alpha = expf(m_old - mx);  // exp(-inf) = 0 on the first tile
+        m_s[hh] = mx;
+        l_s[hh] = l_s[hh] * alpha + sum;
+        alpha_s[hh] = alpha;
       }
-      m_s[threadIdx.x] = mx;
-      l_s[threadIdx.x] = l_s[threadIdx.x] * alpha + sum;
-      alpha_s[threadIdx.x] = alpha;
     }
     __syncthreads();
     const float alpha = alpha_s[g];
