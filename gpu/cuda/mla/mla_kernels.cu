@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "gpu/cuda/attention/tile_ops.cuh"
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/mla/mla_kernels.hpp"
 
@@ -83,10 +84,16 @@ constexpr int kKeys = 32;                   ///< keys per tile
 constexpr int kThreads = 256;               ///< kHeads x 16 threads: 16 per head over the latent
 constexpr int kAcc = mla_max_rank / 16;     ///< latent values each thread accumulates
 
-/// Dynamic shared memory: q [kHeads][W] fp32, keys [kKeys][W] of T, scores [kHeads][kKeys].
+/// Row stride (elements) of the query and key tiles in shared memory: W rounded up to the mma's k
+/// of 16, plus 8, so that a warp's 32-bit fragment loads meet no bank conflict at V2's 576.
+__host__ __device__ constexpr int tile_stride(int W) { return (W + 15) / 16 * 16 + 8; }
+
+/// Dynamic shared memory: q [kHeads][stride] and keys [kKeys][stride] of T, scores [kHeads][kKeys].
 size_t attention_smem(int W) {
-  return size_t(kHeads) * W * sizeof(float) + size_t(kKeys) * W * 2 + size_t(kHeads) * kKeys * sizeof(float);
+  return size_t(kHeads + kKeys) * tile_stride(W) * 2 + size_t(kHeads) * kKeys * sizeof(float);
 }
+
+__device__ __forceinline__ uint32_t ld32(const void* p) { return *static_cast<const uint32_t*>(p); }
 
 /// Grid (n, ceil(H / kHeads), num_splits) of kThreads. Thread i owns head i / 16 of the CTA's and
 /// the latent values d = i % 16 + 16 j.
@@ -99,9 +106,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
   const int r = a.rank, W = r + a.rope_dim, H = a.num_heads;
   const int g = threadIdx.x / 16, sub = threadIdx.x % 16, h = h0 + g;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  float* q_s = smem;                                                  // [kHeads][W]
-  T* k_s = reinterpret_cast<T*>(q_s + size_t(kHeads) * W);            // [kKeys][W]
-  float* s_s = reinterpret_cast<float*>(k_s + size_t(kKeys) * W);     // [kHeads][kKeys]
+  const int Ws = tile_stride(W), K16 = (W + 15) / 16 * 16;
+  T* q_s = reinterpret_cast<T*>(smem);                                // [kHeads][Ws]
+  T* k_s = q_s + size_t(kHeads) * Ws;                                 // [kKeys][Ws]
+  float* s_s = reinterpret_cast<float*>(k_s + size_t(kKeys) * Ws);    // [kHeads][kKeys]
   const int seq = a.token_seqs[t];
   // This CTA's piece of the context: keys [kb, ke).
   int kb = 0, ke = 0;
@@ -111,10 +119,14 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
     kb = min(context, split * piece);
     ke = min(context, kb + piece);
   }
-  for (int i = threadIdx.x; i < kHeads * W; i += kThreads) {
-    const int hh = h0 + i / W;
-    q_s[i] = hh < H && seq >= 0 ? a.q_abs[(size_t(t) * H + hh) * W + i % W] : 0.0f;
+  // The query rounded to T for the tensor cores; its columns past W are zeros, and so are the
+  // keys' (the tile loads write [0, W) only).
+  for (int i = threadIdx.x; i < kHeads * Ws; i += kThreads) {
+    const int hh = h0 + i / Ws, d = i % Ws;
+    q_s[i] = from_f32<T>(hh < H && seq >= 0 && d < W ? a.q_abs[(size_t(t) * H + hh) * W + d] : 0.0f);
   }
+  for (int i = threadIdx.x; i < kKeys * (Ws - W); i += kThreads)
+    k_s[size_t(i / (Ws - W)) * Ws + W + i % (Ws - W)] = from_f32<T>(0.0f);
   if (threadIdx.x < kHeads) {
     m_s[threadIdx.x] = -INFINITY;
     l_s[threadIdx.x] = 0.0f;
@@ -131,17 +143,27 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
     for (int i = threadIdx.x; i < nk * vecs; i += kThreads) {
       const int j = i / vecs, v = i % vecs, key = k0 + j;
       const size_t slot = size_t(table[key / a.block_size]) * a.block_size + key % a.block_size;
-      reinterpret_cast<uint4*>(k_s + size_t(j) * W)[v] = reinterpret_cast<const uint4*>(cache + slot * W)[v];
+      reinterpret_cast<uint4*>(k_s + size_t(j) * Ws)[v] = reinterpret_cast<const uint4*>(cache + slot * W)[v];
     }
     __syncthreads();
-    // Scores: each warp takes (head, key) pairs, its lanes split the W dimensions.
-    for (int p = warp; p < kHeads * kKeys; p += kThreads / 32) {
-      const int hh = p / kKeys, j = p % kKeys;
-      float s = 0.0f;
-      if (j < nk)
-        for (int d = lane; d < W; d += 32) s += q_s[hh * W + d] * to_f32(k_s[size_t(j) * W + d]);
-      s = warp_sum(s);
-      if (lane == 0) s_s[hh * kKeys + j] = j < nk ? s * a.scale : -INFINITY;
+    // Scores on tensor cores: warp w < kKeys / 8 takes keys [8w, 8w + 8) of the 16 heads, one
+    // mma.sync m16n8k16 per 16 dimensions (A: the query tile's rows, B: the keys' rows).
+    static_assert(kHeads == 16, "the mma's 16 rows");
+    if (warp < kKeys / 8) {
+      const int grp = lane >> 2, c2 = (lane & 3) * 2;
+      const T* qa = q_s + size_t(grp) * Ws + c2;
+      const T* kr = k_s + size_t(warp * 8 + grp) * Ws + c2;
+      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+      for (int k0 = 0; k0 < K16; k0 += 16) {
+        const uint32_t af[4] = {ld32(qa + k0), ld32(qa + 8 * Ws + k0), ld32(qa + k0 + 8), ld32(qa + 8 * Ws + k0 + 8)};
+        attn_dev::elem<T>::mma(c, af, ld32(kr + k0), ld32(kr + k0 + 8));
+      }
+      const int j = warp * 8 + c2;
+      s_s[grp * kKeys + j] = j < nk ? c[0] * a.scale : -INFINITY;
+      s_s[grp * kKeys + j + 1] = j + 1 < nk ? c[1] * a.scale : -INFINITY;
+      s_s[(grp + 8) * kKeys + j] = j < nk ? c[2] * a.scale : -INFINITY;
+      s_s[(grp + 8) * kKeys + j + 1] = j + 1 < nk ? c[3] * a.scale : -INFINITY;
     }
     __syncthreads();
     // Online softmax: a warp per head, a lane per key (scores past nk are -inf: exp gives 0).
@@ -165,9 +187,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
     const float* pr = s_s + g * kKeys;
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) acc[j] *= alpha;
+#pragma unroll 2
     for (int key = 0; key < nk; ++key) {
       const float pk = pr[key];
-      const T* kr = k_s + size_t(key) * W;
+      const T* kr = k_s + size_t(key) * Ws;
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) {
         const int d = sub + 16 * j;
