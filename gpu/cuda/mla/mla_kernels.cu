@@ -81,8 +81,8 @@ __global__ void __launch_bounds__(kNormThreads) latent_write_kernel(mla_latent_a
 
 constexpr int kHeads = 16;                  ///< heads per CTA
 constexpr int kKeys = 32;                   ///< keys per tile
-constexpr int kThreads = 256;               ///< kHeads x 16 threads: 16 per head over the latent
-constexpr int kAcc = mla_max_rank / 16;     ///< latent values each thread accumulates
+constexpr int kThreads = 256;               ///< 8 warps, each 64 latent values of every head
+constexpr int kTiles = mla_max_rank / 64;   ///< mma n-tiles of 8 latent values a warp accumulates
 
 /// Row stride (elements) of the query and key tiles in shared memory: W rounded up to the mma's k
 /// of 16, plus 8, so that a warp's 32-bit fragment loads meet no bank conflict at V2's 576.
@@ -95,8 +95,10 @@ size_t attention_smem(int W) {
 
 __device__ __forceinline__ uint32_t ld32(const void* p) { return *static_cast<const uint32_t*>(p); }
 
-/// Grid (n, ceil(H / kHeads), num_splits) of kThreads. Thread i owns head i / 16 of the CTA's and
-/// the latent values d = i % 16 + 16 j.
+/// Grid (n, ceil(H / kHeads), num_splits) of kThreads. Scores and the weighted sum on tensor cores
+/// (mma.sync m16n8k16, the CTA's 16 heads its rows): warp w accumulates latent values [64 w,
+/// 64 w + 64) of every head in the mma's C layout (rows lane / 4 and lane / 4 + 8, values
+/// 8 i + 2 (lane % 4) and the next of n-tile i).
 template <class T>
 __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_args a) {
   extern __shared__ float smem[];
@@ -104,8 +106,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
   pdl_begin();
   const int t = blockIdx.x, h0 = blockIdx.y * kHeads, split = blockIdx.z;
   const int r = a.rank, W = r + a.rope_dim, H = a.num_heads;
-  const int g = threadIdx.x / 16, sub = threadIdx.x % 16, h = h0 + g;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = lane >> 2, c2 = (lane & 3) * 2;
   const int Ws = tile_stride(W), K16 = (W + 15) / 16 * 16;
   T* q_s = reinterpret_cast<T*>(smem);                                // [kHeads][Ws]
   T* k_s = q_s + size_t(kHeads) * Ws;                                 // [kKeys][Ws]
@@ -119,21 +120,19 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
     kb = min(context, split * piece);
     ke = min(context, kb + piece);
   }
-  // The query rounded to T for the tensor cores; its columns past W are zeros, and so are the
-  // keys' (the tile loads write [0, W) only).
+  // The query rounded to T for the tensor cores, its columns past W zeros; the key tile all zeros
+  // first (the tile loads write [0, W) of nk rows: the others must hold no NaN, whose product with
+  // a zero probability would still be NaN).
   for (int i = threadIdx.x; i < kHeads * Ws; i += kThreads) {
     const int hh = h0 + i / Ws, d = i % Ws;
     q_s[i] = from_f32<T>(hh < H && seq >= 0 && d < W ? a.q_abs[(size_t(t) * H + hh) * W + d] : 0.0f);
   }
-  for (int i = threadIdx.x; i < kKeys * (Ws - W); i += kThreads)
-    k_s[size_t(i / (Ws - W)) * Ws + W + i % (Ws - W)] = from_f32<T>(0.0f);
+  for (int i = threadIdx.x; i < kKeys * Ws / 8; i += kThreads) reinterpret_cast<uint4*>(k_s)[i] = make_uint4(0, 0, 0, 0);
   if (threadIdx.x < kHeads) {
     m_s[threadIdx.x] = -INFINITY;
     l_s[threadIdx.x] = 0.0f;
   }
-  float acc[kAcc];
-#pragma unroll
-  for (int j = 0; j < kAcc; ++j) acc[j] = 0.0f;
+  float acc[kTiles][4] = {};
   const int32_t* table = seq >= 0 ? a.block_tables + a.seqs[seq].bt_offset : nullptr;
   const T* cache = static_cast<const T*>(a.cache);
   const int vecs = W / 8;  // 16-byte pieces of one key row
@@ -150,14 +149,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
     // mma.sync m16n8k16 per 16 dimensions (A: the query tile's rows, B: the keys' rows).
     static_assert(kHeads == 16, "the mma's 16 rows");
     if (warp < kKeys / 8) {
-      const int grp = lane >> 2, c2 = (lane & 3) * 2;
       const T* qa = q_s + size_t(grp) * Ws + c2;
       const T* kr = k_s + size_t(warp * 8 + grp) * Ws + c2;
       float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 4
-      for (int k0 = 0; k0 < K16; k0 += 16) {
-        const uint32_t af[4] = {ld32(qa + k0), ld32(qa + 8 * Ws + k0), ld32(qa + k0 + 8), ld32(qa + 8 * Ws + k0 + 8)};
-        attn_dev::elem<T>::mma(c, af, ld32(kr + k0), ld32(kr + k0 + 8));
+      for (int kd = 0; kd < K16; kd += 16) {
+        const uint32_t af[4] = {ld32(qa + kd), ld32(qa + 8 * Ws + kd), ld32(qa + kd + 8), ld32(qa + 8 * Ws + kd + 8)};
+        attn_dev::elem<T>::mma(c, af, ld32(kr + kd), ld32(kr + kd + 8));
       }
       const int j = warp * 8 + c2;
       s_s[grp * kKeys + j] = j < nk ? c[0] * a.scale : -INFINITY;
@@ -183,44 +181,66 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
       }
     }
     __syncthreads();
-    const float alpha = alpha_s[g];
-    const float* pr = s_s + g * kKeys;
+    // The weighted sum of the keys' first r values: A the probabilities [16 heads][16 keys]
+    // rounded to T, B the key rows by transposed 8 x 8 loads (keys past nk weigh 0).
+    const float lo = alpha_s[grp], hi = alpha_s[grp + 8];
 #pragma unroll
-    for (int j = 0; j < kAcc; ++j) acc[j] *= alpha;
-#pragma unroll 2
-    for (int key = 0; key < nk; ++key) {
-      const float pk = pr[key];
-      const T* kr = k_s + size_t(key) * Ws;
+    for (int i = 0; i < kTiles; ++i) {
+      acc[i][0] *= lo;
+      acc[i][1] *= lo;
+      acc[i][2] *= hi;
+      acc[i][3] *= hi;
+    }
 #pragma unroll
-      for (int j = 0; j < kAcc; ++j) {
-        const int d = sub + 16 * j;
-        if (d < r) acc[j] += pk * to_f32(kr[d]);
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const float* p0 = s_s + grp * kKeys + kk * 16 + c2;
+      const float* p1 = p0 + 8 * kKeys;
+      const uint32_t pf[4] = {attn_dev::elem<T>::pack(p0[0], p0[1]), attn_dev::elem<T>::pack(p1[0], p1[1]),
+                              attn_dev::elem<T>::pack(p0[8], p0[9]), attn_dev::elem<T>::pack(p1[8], p1[9])};
+      const int key = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
+#pragma unroll
+      for (int i = 0; i < kTiles; i += 2) {
+        const int d0 = (warp * kTiles + i) * 8;  // n-tiles i and i + 1: values [d0, d0 + 16)
+        if (d0 >= r) break;
+        uint32_t b0, b1, b2, b3;
+        attn_dev::ldsm_x4_t(attn_dev::smem_addr(k_s + size_t(key) * Ws + d0 + (lane >> 4) * 8), b0, b1, b2, b3);
+        attn_dev::elem<T>::mma(acc[i], pf, b0, b1);
+        attn_dev::elem<T>::mma(acc[i + 1], pf, b2, b3);
       }
     }
   }
   __syncthreads();
-  if (h >= H) return;
-  const size_t row = size_t(t) * H + h;
-  if (a.num_splits == 1) {
-    const float l = l_s[g], inv = l > 0.0f ? 1.0f / l : 0.0f;  // a padding row has no keys: zeros
-    T* out = static_cast<T*>(a.out) + row * r;
+  // This thread's two rows of the C layout: heads grp and grp + 8 of the CTA's.
 #pragma unroll
-    for (int j = 0; j < kAcc; ++j) {
-      const int d = sub + 16 * j;
-      if (d < r) out[d] = from_f32<T>(acc[j] * inv);
+  for (int half = 0; half < 2; ++half) {
+    const int hl = grp + 8 * half, h = h0 + hl;
+    if (h >= H) continue;
+    const size_t row = size_t(t) * H + h;
+    if (a.num_splits == 1) {
+      const float l = l_s[hl], inv = l > 0.0f ? 1.0f / l : 0.0f;  // a padding row has no keys: zeros
+      T* out = static_cast<T*>(a.out) + row * r;
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) {
+        const int d = (warp * kTiles + i) * 8 + c2;
+        if (d >= r) break;
+        out[d] = from_f32<T>(acc[i][2 * half] * inv);
+        out[d + 1] = from_f32<T>(acc[i][2 * half + 1] * inv);
+      }
+      continue;
     }
-    return;
-  }
-  const size_t prow = size_t(split) * a.n * H + row;
-  float* po = a.partial_o + prow * r;
+    const size_t prow = size_t(split) * a.n * H + row;
+    float* po = a.partial_o + prow * r;
 #pragma unroll
-  for (int j = 0; j < kAcc; ++j) {
-    const int d = sub + 16 * j;
-    if (d < r) po[d] = acc[j];
-  }
-  if (sub == 0) {
-    a.partial_ml[prow * 2] = m_s[g];
-    a.partial_ml[prow * 2 + 1] = l_s[g];
+    for (int i = 0; i < kTiles; ++i) {
+      const int d = (warp * kTiles + i) * 8 + c2;
+      if (d >= r) break;
+      po[d] = acc[i][2 * half];
+      po[d + 1] = acc[i][2 * half + 1];
+    }
+    if (warp == 0 && (lane & 3) == 0) {
+      a.partial_ml[prow * 2] = m_s[hl];
+      a.partial_ml[prow * 2 + 1] = l_s[hl];
+    }
   }
 }
 
