@@ -83,6 +83,13 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
       {"auto", device_kind::auto_detect}, {"cpu", device_kind::cpu}, {"cuda", device_kind::cuda}};
   app.add_option("--device", e.device, "auto | cuda | cpu")->transform(named_choices(devices));
   app.add_flag("--enforce-eager", e.enforce_eager, "disable CUDA graphs");
+  static const std::map<std::string, kernel_choice> kernel_choices{{"auto", kernel_choice::automatic},
+                                                                   {"portable", kernel_choice::portable}};
+  app.add_option("--kernels", e.kernels,
+                 "auto | portable: the CUDA executor's kernels; auto takes the fastest the GPU runs (wgmma/TMA "
+                 "on Hopper), portable the cp.async/mma.sync ones every GPU from compute capability 8.0 runs "
+                 "(docs/gpus.md)")
+      ->transform(named_choices(kernel_choices));
   app.add_flag("--profile-steps", e.profile_steps,
                "CUDA: time each kernel class of the eager steps, print the table to stderr at shutdown");
   app.add_option("--cpu-threads", e.cpu_threads, "CPU executor threads (0: all cores)");
@@ -206,7 +213,7 @@ void warn_engine_flags_on_front_end(const CLI::App& serve, std::vector<std::stri
       "--max-model-len", "--dtype", "--max-num-seqs", "--max-num-batched-tokens", "--enable-chunked-prefill",
       "--async-scheduling", "--block-size", "--num-gpu-blocks-override", "--gpu-memory-utilization",
       "--cpu-kv-cache-space", "--enable-prefix-caching", "--paged-kv-cache-type", "--device",
-      "--quantization", "--kv-cache-dtype", "--enforce-eager",
+      "--quantization", "--kv-cache-dtype", "--enforce-eager", "--kernels",
       "--profile-steps", "--cpu-threads", "--disable-cascade-attn", "--tensor-parallel-size",
       "--inject-step-failures"};
   for (const char* flag : engine_only) {

@@ -13,6 +13,9 @@ namespace actorserve {
 enum class device_kind { auto_detect, cpu, cuda };
 enum class dtype_choice { auto_detect, float32, bfloat16, float16 };
 enum class kv_cache_layout { vllm, flash_decoding };
+/// --kernels: automatic = the fastest kernels the GPU runs (the wgmma/TMA ones on Hopper);
+/// portable = the kernels every GPU from compute capability 8.0 runs, on any GPU.
+enum class kernel_choice { automatic, portable };
 /// --quantization (vLLM's name): none keeps the checkpoint's weights; fp8 quantizes a float
 /// checkpoint's linear weights to FP8 E4M3 at load (one scale per output channel).
 enum class quantization_choice { none, fp8 };
@@ -68,6 +71,7 @@ struct cache_options {
 struct executor_options {
   device_kind device = device_kind::auto_detect;  ///< --device
   bool enforce_eager = false;               ///< --enforce-eager (no CUDA graphs)
+  kernel_choice kernels = kernel_choice::automatic;  ///< --kernels auto|portable (CUDA executor)
   /// --profile-steps: the CUDA executor times each kernel class of its eager steps and prints
   /// the table to stderr when it stops.
   bool profile_steps = false;

@@ -45,6 +45,7 @@ cuda_executor_options cuda_options_from(const engine_config& cfg) {
   o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
   o.enforce_eager = cfg.executor.enforce_eager;
   o.profile_steps = cfg.executor.profile_steps;
+  o.kernels = cfg.executor.kernels;
   return o;
 }
 #endif

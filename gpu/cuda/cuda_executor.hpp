@@ -32,6 +32,9 @@ struct cuda_executor_options {
   /// stderr when the executor stops (step_profile.hpp).
   bool profile_steps = false;
   cuda_tuning tuning;                               ///< kernel and path choices (tuning.hpp)
+  /// --kernels: the choices of `tuning` the GPU cannot run are replaced by portable ones at
+  /// start (cuda_tuning_for), and under portable every Hopper choice is.
+  kernel_choice kernels = kernel_choice::automatic;
 };
 
 /// Opens `model_dir`, uploads the weights, plans memory and starts the completion thread.

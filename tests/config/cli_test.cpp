@@ -46,6 +46,21 @@ TEST(Cli, CascadeAttentionIsOnUnlessDisabledByVllmsFlag) {
   EXPECT_FALSE(off->engine.executor.cascade_attention);
 }
 
+TEST(Cli, KernelsAreAutomaticUnlessPortable) {
+  auto plain = parse({"serve", "--model", "m"});
+  ASSERT_TRUE(plain.ok()) << plain.err().message;
+  EXPECT_EQ(plain->engine.executor.kernels, kernel_choice::automatic);
+  auto portable = parse({"generate", "--model", "m", "--prompt", "hi", "--kernels", "portable"});
+  ASSERT_TRUE(portable.ok()) << portable.err().message;
+  EXPECT_EQ(portable->engine.executor.kernels, kernel_choice::portable);
+  auto autom = parse({"serve", "--model", "m", "--kernels", "auto"});
+  ASSERT_TRUE(autom.ok()) << autom.err().message;
+  EXPECT_EQ(autom->engine.executor.kernels, kernel_choice::automatic);
+  auto bad = parse({"serve", "--model", "m", "--kernels", "hopper"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.err().message.find("--kernels"), std::string::npos) << bad.err().message;
+}
+
 TEST(Cli, KvLayoutAndBlockSizeDefaultByExecutor) {
   // No flag: the CUDA executor takes flash-decoding with 64-token blocks, the CPU executor 16.
   auto cl = parse({"serve", "--model", "m"});
