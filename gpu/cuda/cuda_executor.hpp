@@ -13,6 +13,7 @@
 #include "config/error.hpp"
 #include "gpu/cuda/tuning.hpp"
 #include "gpu/executor.hpp"
+#include "gpu/model/dummy_weights.hpp"
 
 namespace actorserve::gpu {
 
@@ -32,6 +33,7 @@ struct cuda_executor_options {
   /// stderr when the executor stops (step_profile.hpp).
   bool profile_steps = false;
   cuda_tuning tuning;                               ///< kernel and path choices (tuning.hpp)
+  weight_source weights;                            ///< --load-format dummy: filled on the device
 };
 
 /// Opens `model_dir`, uploads the weights, plans memory and starts the completion thread.
