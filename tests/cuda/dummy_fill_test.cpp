@@ -79,7 +79,7 @@ TEST_P(DummyCudaVsCpu, PrefillLogitsAgree) {
   auto rg = run_step(*made.value(), b);
   ASSERT_TRUE(rg.outcome.ok()) << rg.outcome.err().message;
   const std::vector<float>& want = cpu_logits.at(0);
-  const std::vector<float>& got = probe->last_logits().at(0);
+  const std::vector<float> got = probe->last_logits().at(0);  // last_logits() returns a copy
   ASSERT_EQ(got.size(), want.size());
   double scale = 0, worst = 0;
   for (size_t i = 0; i < want.size(); ++i) {
