@@ -63,7 +63,7 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   AS_CUDA_TRY(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, opts.device));
   AS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (opts.profile_steps) profile_.enable();
-  auto model = load_device_model(model_dir, opts.dtype, stream_);
+  auto model = load_device_model(model_dir, opts.dtype, stream_, opts.weights);
   if (!model) return model.err();
   model_ = std::move(model.value());
   dt_ = model_->dt;

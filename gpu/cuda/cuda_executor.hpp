@@ -13,6 +13,7 @@
 #include "config/error.hpp"
 #include "gpu/cuda/tuning.hpp"
 #include "gpu/executor.hpp"
+#include "gpu/model/dummy_weights.hpp"
 
 namespace actorserve::gpu {
 
@@ -35,6 +36,7 @@ struct cuda_executor_options {
   /// --kernels: the choices of `tuning` the GPU cannot run are replaced by portable ones at
   /// start (cuda_tuning_for), and under portable every Hopper choice is.
   kernel_choice kernels = kernel_choice::automatic;
+  weight_source weights;                            ///< --load-format dummy: filled on the device
 };
 
 /// Opens `model_dir`, uploads the weights, plans memory and starts the completion thread.

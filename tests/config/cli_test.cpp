@@ -392,3 +392,26 @@ TEST(Cli, ClusterFlagErrorsNameTheFlag) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Cli, LoadFormatTakesVllmsNamesAndRefusesOthersByName) {
+  auto cl = parse({"serve", "m"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->engine.model.load, load_format::auto_detect);
+  const std::pair<const char*, load_format> names[] = {
+      {"auto", load_format::auto_detect}, {"safetensors", load_format::safetensors}, {"dummy", load_format::dummy}};
+  for (const auto& [name, want] : names) {
+    cl = parse({"serve", "m", "--load-format", name, "--seed", "4"});
+    ASSERT_TRUE(cl.ok()) << name << ": " << cl.err().message;
+    EXPECT_EQ(cl->engine.model.load, want) << name;
+    EXPECT_TRUE(cl->warnings.empty()) << name;
+    EXPECT_EQ(cl->engine.executor.seed, 4u);
+  }
+  cl = parse({"serve", "m", "--load-format", "pt"});
+  ASSERT_FALSE(cl.ok());
+  for (const char* word : {"--load-format", "pt", "auto", "safetensors", "dummy"})
+    EXPECT_NE(cl.err().message.find(word), std::string::npos) << word << ": " << cl.err().message;
+}
+
+}  // namespace
