@@ -174,7 +174,7 @@ class tc_backend : public attention_backend {
 
   int run_marked(const attn_launch& in, cudaStream_t s, const std::function<void()>& after_prefill) const override {
     attn_launch a = in;
-    // A cascade call merges every combine in the separate kernel, after the prefix pieces.
+    // A layer with prefix pieces merges every combine in the separate kernel, after them.
     const bool cascade = a.prefix_grid > 0;
     const bool fused = counters_ != nullptr && tuning_.merge == split_merge::last_piece && !cascade;
     a.split_counters = fused ? counters_ : nullptr;
@@ -285,7 +285,7 @@ attention_grids attention_backend::grids(const attention_plan& p) const {
 attention_grids attention_backend::decode_graph_grids(int batch, bool cascade) const {
   // The decode kernels and the prefix kernel stride over their items, so any grid is correct;
   // this one covers every flash-decoding plan (at most max(B x KVH, one wave of slots)) without
-  // looping. A cascade call has at most one combine per sequence and KV head.
+  // looping. With prefix pieces there is at most one combine per sequence and KV head.
   const int base = batch * shape_.num_kv_heads;
   return {0, std::max(base, resident_slots_), cascade ? base : std::min(base, max_partials_),
           cascade ? resident_slots_ : 0};

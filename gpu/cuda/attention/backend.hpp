@@ -30,7 +30,7 @@ struct attention_shape {
 /// Grid sizes of one attention launch (upper bounds when a CUDA graph replays them).
 struct attention_grids {
   int prefill = 0, decode = 0, combine = 0;
-  int prefix = 0;   ///< cascade prefix pieces (0: the call has none)
+  int prefix = 0;   ///< cascade prefix pieces (0: none)
 };
 
 class attention_backend {

@@ -68,7 +68,7 @@ struct attn_launch {
   const attn_combine* combines = nullptr;
   const int32_t* counts = nullptr;   ///< device: [0] prefill items, [1] combines, [2] decode items
   int prefill_grid = 0, decode_grid = 0, combine_grid = 0;  ///< launch sizes (upper bounds)
-  /// Cascade: the prefix pieces' member rows, and their kernel's grid (0: no cascade this call).
+  /// Cascade: the prefix pieces' member rows, and their kernel's grid (0: no cascade in this layer).
   const attn_prefix_row* prefix_rows = nullptr;
   int prefix_grid = 0;
   /// Split pieces' scratch, [slots, rows, D] and [slots, rows, 2] with rows = the backend's
