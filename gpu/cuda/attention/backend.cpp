@@ -144,11 +144,21 @@ class tc_backend : public attention_backend {
       if (counters_) (void)cudaFree(counters_);
       counters_ = nullptr;
     }
+    // The cascade prefix pieces' stream and its fork / join events; without them the prefix
+    // pieces run on the step's stream.
+    if (!vllm_ && tuning_.cascade_overlap &&
+        (cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking) != cudaSuccess ||
+         cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming) != cudaSuccess ||
+         cudaEventCreateWithFlags(&join_, cudaEventDisableTiming) != cudaSuccess)) {
+      (void)cudaGetLastError();
+      release_side_stream();
+    }
   }
   tc_backend(const tc_backend&) = delete;
   tc_backend& operator=(const tc_backend&) = delete;
   ~tc_backend() override {
     if (counters_) (void)cudaFree(counters_);
+    release_side_stream();
   }
 
   using attention_backend::plan;
@@ -180,10 +190,20 @@ class tc_backend : public attention_backend {
     a.split_counters = fused ? counters_ : nullptr;
     if (int e = launch_tc_prefill(shape_.dt, a, tuning_.prefill, s)) return e;
     after_prefill();
+    const bool beside = cascade && side_ != nullptr;
+    if (beside) {  // the prefix pieces on the side stream, once Q is written
+      if (int e = cudaEventRecord(fork_, s)) return e;
+      if (int e = cudaStreamWaitEvent(side_, fork_, 0)) return e;
+      if (int e = launch_cascade_prefix(shape_.dt, a, side_)) return e;
+      if (int e = cudaEventRecord(join_, side_)) return e;
+    }
     if (int e = vllm_ ? launch_vllm_decode(shape_.dt, a, s) : launch_fd_decode(shape_.dt, a, tuning_.decode, s))
       return e;
-    if (cascade)
+    if (beside) {
+      if (int e = cudaStreamWaitEvent(s, join_, 0)) return e;
+    } else if (cascade) {
       if (int e = launch_cascade_prefix(shape_.dt, a, s)) return e;
+    }
     return fused ? 0 : launch_lse_combine(shape_.dt, a, s);
   }
 
@@ -236,10 +256,20 @@ class tc_backend : public attention_backend {
     return choose_kv_chunk(lens, in);
   }
 
+  void release_side_stream() {
+    if (join_) (void)cudaEventDestroy(join_);
+    if (fork_) (void)cudaEventDestroy(fork_);
+    if (side_) (void)cudaStreamDestroy(side_);
+    side_ = nullptr;
+    fork_ = join_ = nullptr;
+  }
+
   bool vllm_ = false;
   attention_tuning tuning_;
   int ctas_per_sm_ = 1;
   int32_t* counters_ = nullptr;
+  cudaStream_t side_ = nullptr;   ///< cascade prefix pieces beside the decode pieces (cascade_overlap)
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
 };
 
 /// Head dims without a tensor-core build: the generic CUDA-core kernel (attention_kernels.cu).
