@@ -229,7 +229,10 @@ class tc_backend : public attention_backend {
     int64_t tiles = 0;  // prefix items with one piece per group and KV head
     for (const cascade_group& g : cascade.groups) tiles += (int64_t(g.seqs.size()) + per_item - 1) / per_item;
     tiles *= shape_.num_kv_heads;
-    const int64_t fill = std::clamp<int64_t>(resident_slots_ / std::max<int64_t>(1, tiles), 1, cascade_max_prefix_pieces);
+    // Prefix CTAs for a wave: one per SM beside the decode pieces (80 KiB of shared memory each,
+    // leaving room for a decode CTA), else as many as decode CTAs fit.
+    const int64_t wave = side_ ? shape_.num_sms : resident_slots_;
+    const int64_t fill = std::clamp<int64_t>(wave / std::max<int64_t>(1, tiles), 1, cascade_max_prefix_pieces);
     for (const cascade_group& g : cascade.groups) {
       const int32_t P = g.num_prefix_blocks * shape_.block_size;
       bool decodes = P > 0 && !g.seqs.empty();
