@@ -101,7 +101,8 @@ void plan_prefix_pieces(std::span<const attn_seq> seqs, const cascade_plan& casc
     if (pieces == 0) continue;
     const int32_t n = static_cast<int32_t>(g.seqs.size());
     const int32_t n_items = (n + per_item - 1) / per_item, members = (n + n_items - 1) / n_items;
-    const int32_t piece_len = (P + pieces - 1) / pieces;
+    // Whole 64-key tiles a piece (the last one takes the rest; P >= 512 per piece keeps it non-empty).
+    const int32_t piece_len = ((P + pieces - 1) / pieces + fd_kv_tile - 1) / fd_kv_tile * fd_kv_tile;
     for (int h = 0; h < num_kv_heads; ++h)
       for (int32_t c = 0; c < pieces; ++c)
         for (int32_t m0 = 0; m0 < n; m0 += members) {
