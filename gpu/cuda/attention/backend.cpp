@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/log.hpp"
+#include "gpu/attention/prefix_tiles.hpp"
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
 #include "gpu/cuda/attention/split_heuristic.hpp"
 #include "gpu/cuda/act_dtype.hpp"
@@ -89,40 +90,31 @@ std::vector<int32_t> decode_lengths(std::span<const attn_seq> seqs, std::span<co
 constexpr int32_t cascade_max_prefix_pieces = 4;
 constexpr int32_t cascade_min_piece_tokens = 512;
 
-/// The prefix pieces of a cascade step: for each group, KV head and piece of the prefix, its
-/// members in items of at most cascade_prefix_rows / G members (spread evenly), each member's row
-/// naming the slot its combine reserved for that piece (first_slot, plan_decode).
-void plan_prefix_pieces(std::span<const attn_seq> seqs, const cascade_plan& cascade, std::span<const int32_t> kv_start,
-                        std::span<const int32_t> prefix_pieces, std::span<const int32_t> first_slot, int G,
-                        int num_kv_heads, attention_plan& plan) {
-  const int per_item = std::max(1, cascade_prefix_rows / G);
-  for (const cascade_group& g : cascade.groups) {
-    const int32_t lead = g.seqs.front(), P = kv_start[size_t(lead)], pieces = prefix_pieces[size_t(lead)];
-    if (pieces == 0) continue;
-    const int32_t n = static_cast<int32_t>(g.seqs.size());
-    const int32_t n_items = (n + per_item - 1) / per_item, members = (n + n_items - 1) / n_items;
-    // Whole 64-key tiles a piece (the last one takes the rest; P >= 512 per piece keeps it non-empty).
-    const int32_t piece_len = ((P + pieces - 1) / pieces + fd_kv_tile - 1) / fd_kv_tile * fd_kv_tile;
-    for (int h = 0; h < num_kv_heads; ++h)
-      for (int32_t c = 0; c < pieces; ++c)
-        for (int32_t m0 = 0; m0 < n; m0 += members) {
-          attn_item it;
-          it.seq = lead;
-          it.bt_offset = seqs[size_t(lead)].bt_offset;  // the prefix blocks are the same in every member's table
-          it.context_len = P;
-          it.q_begin = static_cast<int32_t>(plan.prefix_rows.size());
-          it.q_len = std::min(members, n - m0);
-          it.kv_head = h;
-          it.kv_begin = c * piece_len;
-          it.kv_end = std::min(P, (c + 1) * piece_len);
-          for (int32_t m = m0; m < m0 + it.q_len; ++m) {
-            const size_t s = size_t(g.seqs[size_t(m)]);
-            plan.prefix_rows.push_back({seqs[s].q_start, first_slot[s * size_t(num_kv_heads) + size_t(h)] + c});
-          }
-          plan.prefix_items.push_back(it);
-        }
-    plan.cascade_seqs += n;
+/// The prefix pieces' work items: one per tile (prefix_tiles), its members' rows naming the
+/// slots their combines reserved for that piece (first_slot, plan_decode).
+void plan_prefix_pieces(std::span<const attn_seq> seqs, const cascade_plan& cascade, std::span<const int32_t> pieces,
+                        std::span<const int32_t> first_slot, const prefix_tiling& tiling, int block_size,
+                        attention_plan& plan) {
+  for (const prefix_tile& t : prefix_tiles(cascade, block_size, pieces, tiling)) {
+    const cascade_group& g = cascade.groups[size_t(t.group)];
+    const size_t lead = size_t(g.seqs.front());
+    attn_item it;
+    it.seq = static_cast<int32_t>(lead);
+    it.bt_offset = seqs[lead].bt_offset;  // the prefix blocks are the same in every member's table
+    it.context_len = g.num_prefix_blocks * block_size;
+    it.q_begin = static_cast<int32_t>(plan.prefix_rows.size());
+    it.q_len = t.member_count;
+    it.kv_head = t.kv_head;
+    it.kv_begin = t.kv_begin;
+    it.kv_end = t.kv_end;
+    for (int32_t m = t.member_begin; m < t.member_begin + t.member_count; ++m) {
+      const size_t s = size_t(g.seqs[size_t(m)]);
+      plan.prefix_rows.push_back({seqs[s].q_start, first_slot[s * size_t(tiling.num_kv_heads) + size_t(t.kv_head)] + t.piece});
+    }
+    plan.prefix_items.push_back(it);
   }
+  for (size_t gi = 0; gi < cascade.groups.size(); ++gi)
+    if (pieces[gi] > 0) plan.cascade_seqs += static_cast<int32_t>(cascade.groups[gi].seqs.size());
 }
 
 /// Tensor-core backends: prefill tiles, then decode pieces for one of the decode kernels.
@@ -167,11 +159,12 @@ class tc_backend : public attention_backend {
     attention_plan p;
     const int KVH = shape_.num_kv_heads, G = shape_.num_heads / KVH;
     plan_prefill(seqs, G, KVH, prefill_rows(), p);
-    std::vector<int32_t> kv_start, pieces, first_slot;
-    if (takes_cascade() && !cascade.empty()) cascade_members(seqs, cascade, kv_start, pieces);
+    std::vector<int32_t> group_pieces, kv_start, pieces, first_slot;
+    if (takes_cascade() && !cascade.empty()) cascade_members(seqs, cascade, group_pieces, kv_start, pieces);
     const std::vector<int32_t> lens = decode_lengths(seqs, kv_start);
     plan_decode(seqs, KVH, lens.empty() ? 0 : decode_chunk(lens), kv_start, pieces, first_slot, p);
-    if (!kv_start.empty()) plan_prefix_pieces(seqs, cascade, kv_start, pieces, first_slot, G, KVH, p);
+    if (!kv_start.empty())
+      plan_prefix_pieces(seqs, cascade, group_pieces, first_slot, tiling(), shape_.block_size, p);
     return p;
   }
 
@@ -220,32 +213,41 @@ class tc_backend : public attention_backend {
     return prefill_runs() == prefill_kernel::mma_sync ? tc_prefill_rows : wgmma_pair_rows;
   }
 
-  /// Per sequence of the step: the first key of its own pieces (its group's prefix length, 0
-  /// outside a group) and the pieces its group's prefix is cut into (0 outside a group).
-  void cascade_members(std::span<const attn_seq> seqs, const cascade_plan& cascade, std::vector<int32_t>& kv_start,
-                       std::vector<int32_t>& pieces) const {
+  /// How the prefix pass is tiled: one prefix CTA per SM for a wave beside the decode pieces
+  /// (80 KiB of shared memory each, leaving room for a decode CTA), else as many as decode CTAs fit.
+  prefix_tiling tiling() const {
+    prefix_tiling t;
+    t.query_rows = cascade_prefix_rows;
+    t.group_heads = shape_.num_heads / shape_.num_kv_heads;
+    t.num_kv_heads = shape_.num_kv_heads;
+    t.key_tile = fd_kv_tile;
+    t.wave = side_ ? shape_.num_sms : resident_slots_;
+    t.max_pieces = cascade_max_prefix_pieces;
+    t.min_piece_keys = cascade_min_piece_tokens;
+    return t;
+  }
+
+  /// Per group, the pieces of its prefix (0 for a group that is not all decodes that hold the
+  /// prefix: left on the per-sequence path); per sequence of the step, the first key of its own
+  /// pieces (its group's prefix length, 0 outside a group) and its group's prefix pieces.
+  void cascade_members(std::span<const attn_seq> seqs, const cascade_plan& cascade, std::vector<int32_t>& group_pieces,
+                       std::vector<int32_t>& kv_start, std::vector<int32_t>& pieces) const {
+    group_pieces = prefix_pieces(cascade, shape_.block_size, tiling());
     kv_start.assign(seqs.size(), 0);
     pieces.assign(seqs.size(), 0);
-    const int G = shape_.num_heads / shape_.num_kv_heads, per_item = std::max(1, cascade_prefix_rows / G);
-    int64_t tiles = 0;  // prefix items with one piece per group and KV head
-    for (const cascade_group& g : cascade.groups) tiles += (int64_t(g.seqs.size()) + per_item - 1) / per_item;
-    tiles *= shape_.num_kv_heads;
-    // Prefix CTAs for a wave: one per SM beside the decode pieces (80 KiB of shared memory each,
-    // leaving room for a decode CTA), else as many as decode CTAs fit.
-    const int64_t wave = side_ ? shape_.num_sms : resident_slots_;
-    const int64_t fill = std::clamp<int64_t>(wave / std::max<int64_t>(1, tiles), 1, cascade_max_prefix_pieces);
-    for (const cascade_group& g : cascade.groups) {
+    for (size_t gi = 0; gi < cascade.groups.size(); ++gi) {
+      const cascade_group& g = cascade.groups[gi];
       const int32_t P = g.num_prefix_blocks * shape_.block_size;
       bool decodes = P > 0 && !g.seqs.empty();
       for (int32_t s : g.seqs)
         decodes = decodes && s >= 0 && size_t(s) < seqs.size() && seqs[size_t(s)].q_len == 1 &&
                   seqs[size_t(s)].context_len >= P;
-      if (!decodes) continue;
-      const int32_t n = static_cast<int32_t>(std::min<int64_t>(fill, std::max(1, P / cascade_min_piece_tokens)));
-      for (int32_t s : g.seqs) {
-        kv_start[size_t(s)] = P;
-        pieces[size_t(s)] = n;
-      }
+      if (!decodes) group_pieces[gi] = 0;
+      for (int32_t s : g.seqs)
+        if (decodes) {
+          kv_start[size_t(s)] = P;
+          pieces[size_t(s)] = group_pieces[gi];
+        }
     }
   }
 
