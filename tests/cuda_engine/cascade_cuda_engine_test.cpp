@@ -101,19 +101,20 @@ TEST_F(CudaCascadeEngine, ParallelSamplesSharingTheirPromptKeepTheirOutputs) {
 TEST_F(CudaCascadeEngine, PreemptionAndPrefixEvictionInATightPoolKeepTheOutputs) {
   // Three waves over two system prompts, A, B, then A again, each 16 requests behind a warm-up
   // that caches its prompt; 16 blocks of 64 hold neither a wave (5 shared blocks and one of its
-  // own per request: 21) nor both prompts' cached blocks alongside one: requests are preempted
-  // and B's wave evicts A's prefix.
+  // own per request: 21, and a second one each as 64 answer tokens cross a block boundary) nor
+  // both prompts' cached blocks alongside one: running requests are preempted as they grow and
+  // B's wave evicts A's prefix.
   std::mt19937 rng(53);
   const auto a = random_prompt(rng, 320, 320), b = random_prompt(rng, 320, 320);
   const std::vector<prompt_wave> waves{
       {a, chat_prompts(rng, a, 16)}, {b, chat_prompts(rng, b, 16)}, {a, chat_prompts(rng, a, 16)}};
   auto ample = start_engine(cascade_config(4096, false));
   ASSERT_TRUE(ample);
-  const auto want = run_waves(*ample, waves, greedy_top(24));
+  const auto want = run_waves(*ample, waves, greedy_top(64));
   ample->shutdown(std::chrono::milliseconds(0));
   auto tight = start_engine(cascade_config(16, true));
   ASSERT_TRUE(tight);
-  const auto got = run_waves(*tight, waves, greedy(24));
+  const auto got = run_waves(*tight, waves, greedy(64));
   expect_same_but_near_ties(got, want);
   const auto s = wait_idle(*tight);
   EXPECT_GT(s.num_preemptions, 0);
