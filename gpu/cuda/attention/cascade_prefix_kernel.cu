@@ -24,21 +24,31 @@ template <int D>
 constexpr int prefix_smem_bytes() { return kStages * 2 * kTile * D * 2 + NW * 16 * D * 2; }
 
 /// Writes the item's gathered query rows into a swizzled [rows, D] tile as T, scaled into log2
-/// units; rows >= valid are zeros.
+/// units; rows >= valid are zeros. Every load is issued before the first store, so the member
+/// rows' two dependent loads (its token, then its queries) are waited for once, not per chunk.
 template <class T, int D, int NT>
 __device__ __forceinline__ void stage_member_q(const attn_launch& a, const attn_item& it, int G, int valid,
                                                uint32_t q_s, int tid) {
+  constexpr int kChunks = NW * 16 * (D / 8), kPer = kChunks / NT;
+  static_assert(kChunks % NT == 0, "the Q tile's chunks divide over the threads");
   const float sc = a.scale * 1.4426950408889634f;
-  for (int idx = tid; idx < NW * 16 * (D / 8); idx += NT) {
-    const int r = idx / (D / 8), c = idx % (D / 8);
-    uint4 v = make_uint4(0, 0, 0, 0);
+  float4 x[kPer][2];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int idx = i * NT + tid, r = idx / (D / 8), c = idx % (D / 8);
+    x[i][0] = x[i][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (r < valid) {
-      const int token = a.prefix_rows[it.q_begin + r / G].token;
+      const int token = __ldg(&a.prefix_rows[it.q_begin + r / G].token);
       const float4* src =
           reinterpret_cast<const float4*>(a.q + size_t(token) * a.q_stride + (it.kv_head * G + r % G) * D + c * 8);
-      v = pack8<T>(src[0], src[1], sc);
+      x[i][0] = __ldg(src);
+      x[i][1] = __ldg(src + 1);
     }
-    st_shared16(q_s + swz<D>(r, c), v);
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int idx = i * NT + tid;
+    st_shared16(q_s + swz<D>(idx / (D / 8), idx % (D / 8)), pack8<T>(x[i][0], x[i][1], sc));
   }
 }
 
