@@ -11,6 +11,8 @@
 #include "gpu/cuda/cuda_executor_impl.hpp"
 #include "gpu/cuda/cuda_status.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/device_info.hpp"
+#include "gpu/cuda/programmatic_launch.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
 #include "gpu/cuda/sampling/sampler.hpp"
 #include "gpu/cuda_model_support.hpp"
@@ -48,16 +50,26 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
     return make_error(error_code::unavailable, fmt::format("no CUDA device {} (found {})", opts.device, count));
   }
   AS_CUDA_TRY(cudaSetDevice(opts.device));
+  // The kernels this GPU and the loaded code run: the Hopper ones on 9.x unless --kernels portable.
+  auto target = current_gpu_target();
+  if (!target) return target.err();
+  const gpu_target& t = target.value();
+  opts_.tuning = cuda_tuning_for(opts.tuning, t, opts.kernels);
+  set_programmatic_launch(opts_.tuning.programmatic_launch);
+  log::info("CUDA device {}: compute capability {}.{}, kernel code compiled for sm_{}{}; kernels ({}): {}",
+            opts.device, t.sm_major, t.sm_minor, t.code_arch, t.code_sm90a ? "a" : "",
+            opts.kernels == kernel_choice::portable ? "--kernels portable" : "--kernels auto",
+            describe_kernels(opts_.tuning));
   AS_CUDA_TRY(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, opts.device));
   AS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (opts.profile_steps) profile_.enable();
-  auto model = load_device_model(model_dir, opts.dtype, stream_);
+  auto model = load_device_model(model_dir, opts.dtype, stream_, opts.weights);
   if (!model) return model.err();
   model_ = std::move(model.value());
   dt_ = model_->dt;
   const model_config& c = model_->cfg;
   if (auto st = gemm_.init(stream_, kCublasWorkspace); !st) return st;
-  gemm_.set_bulk_gemv(opts.tuning.bulk);
+  gemm_.set_bulk_gemv(opts_.tuning.bulk);
   const int64_t max_len = opts.max_model_len > 0 ? opts.max_model_len : c.max_position_embeddings;
   if (max_len <= 0)
     return make_error(error_code::invalid_argument, "--max-model-len: the model gives no max_position_embeddings");
@@ -77,7 +89,7 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   ashape.head_dim = static_cast<int>(c.head_dim);
   ashape.block_size = opts.block_size;
   ashape.num_sms = num_sms_;
-  auto backend = make_attention_backend(opts.kv_layout, ashape, opts.tuning.attention);
+  auto backend = make_attention_backend(opts.kv_layout, ashape, opts_.tuning.attention);
   if (!backend) return backend.err();
   attention_ = std::move(backend.value());
   // Split pieces, and cascade members' prefix and suffix slots for a batch of max_num_seqs.

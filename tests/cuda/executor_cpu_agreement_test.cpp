@@ -109,16 +109,7 @@ TEST_P(CudaVsCpu, ChunkedPrefillAndDecodeAgree) {
               GetParam().c_str(), worst, over, rows, logits_bound, agreed, compared);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpu,
-                         ::testing::Values("llama-tiny", "llama-hd128-bf16", "qwen2-tiny", "mistral-tiny", "qwen3-tiny",
-                                           "qwen3-hd128-bf16", "mixtral-tiny", "mixtral-bf16", "qwen3-moe-tiny",
-                                           "qwen3-moe-bf16", "deepseek-v2-tiny", "deepseek-v2-qlora-yarn-bf16",
-                                           "deepseek-v2-yarn-tiny"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpu, ::testing::ValuesIn(executor_fixtures()), model_param_name);
 
 }  // namespace
 }  // namespace actorserve::testing

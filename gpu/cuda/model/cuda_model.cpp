@@ -15,6 +15,7 @@
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/cuda/model/dummy_fill.hpp"
 #include "gpu/cuda/moe/moe_kernels.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -42,17 +43,22 @@ class uploader {
 
   /// Converts `views`, concatenated along rows, into one new act-dtype matrix.
   result<void*> matrix(const std::vector<const tensor_view*>& views) {
-    return concatenated(views, act_size(m_.dt), [&](const void* src, src_dtype sd, void* dst, size_t n) {
-      return convert_to_act(m_.dt, src, sd, dst, n, s_);
-    });
+    return concatenated(
+        views, act_size(m_.dt),
+        [&](const void* src, src_dtype sd, void* dst, size_t n) { return convert_to_act(m_.dt, src, sd, dst, n, s_); },
+        [&](const dummy_fill& f, void* dst, size_t n) { return fill_dummy_act(f, m_.dt, dst, n, s_); });
   }
 
   /// Converts `views` (concatenated) into one new fp32 vector.
   result<float*> vector(std::initializer_list<const tensor_view*> views) {
-    auto dst = concatenated(std::vector<const tensor_view*>(views), sizeof(float),
-                            [&](const void* src, src_dtype sd, void* out, size_t n) {
-                              return convert_to_f32(src, sd, static_cast<float*>(out), n, s_);
-                            });
+    auto dst = concatenated(
+        std::vector<const tensor_view*>(views), sizeof(float),
+        [&](const void* src, src_dtype sd, void* out, size_t n) {
+          return convert_to_f32(src, sd, static_cast<float*>(out), n, s_);
+        },
+        [&](const dummy_fill& f, void* out, size_t n) {
+          return fill_dummy_f32_device(f, static_cast<float*>(out), n, s_);
+        });
     if (!dst) return dst.err();
     return static_cast<float*>(*dst);
   }
@@ -60,15 +66,23 @@ class uploader {
  private:
   /// Allocates elements of `elem_bytes` for all of `views` and fills them in order with
   /// `convert(src, src_dtype, dst, n)` (a launcher's cudaError_t as an int), one staged view at a
-  /// time.
-  template <class Convert>
-  result<void*> concatenated(const std::vector<const tensor_view*>& views, size_t elem_bytes, Convert convert) {
+  /// time; a generated view (--load-format dummy) is written by `fill(dummy_fill, dst, n)` on the
+  /// device instead, with nothing staged.
+  template <class Convert, class Fill>
+  result<void*> concatenated(const std::vector<const tensor_view*>& views, size_t elem_bytes, Convert convert,
+                             Fill fill) {
     size_t total = 0;
     for (auto* v : views) total += v->num_elements();
     void* dst = nullptr;
     if (auto st = m_.alloc(&dst, total * elem_bytes); !st) return st.err();
     size_t offset = 0;
     for (auto* v : views) {
+      if (v->dummy) {
+        AS_CUDA_TRY(fill(*v->dummy, static_cast<char*>(dst) + offset * elem_bytes, v->num_elements()));
+        progress_.advance(v->num_bytes());
+        offset += v->num_elements();
+        continue;
+      }
       auto sd = source_dtype(*v);
       if (!sd) return sd.err();
       auto src = stage(*v);
@@ -192,8 +206,8 @@ result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dt
 }
 
 result<std::unique_ptr<device_model>> load_device_model(const std::string& model_dir, dtype_choice choice,
-                                                        cudaStream_t stream) {
-  auto files = open_model_files(model_dir);
+                                                        cudaStream_t stream, const weight_source& source) {
+  auto files = open_model_files(model_dir, source);
   if (!files) return files.err();
   const model_config& cfg = files->config;
   auto dt = resolve_dtype(choice, cfg.torch_dtype);
@@ -306,7 +320,8 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   AS_CUDA_TRY(cudaStreamSynchronize(stream));
   m->inv_freq = static_cast<float*>(f);
   m->rope_attention_factor = static_cast<float>(rope_attention_factor(cfg.rope));
-  progress.finish(fmt::format("read, {} MiB on the GPU", m->bytes >> 20));
+  AS_CUDA_TRY(cudaStreamSynchronize(stream));
+  progress.finish(fmt::format("{}, {} MiB on the GPU", source.dummy ? "generated" : "read", m->bytes >> 20));
   return m;
 }
 

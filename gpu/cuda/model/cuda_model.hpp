@@ -16,6 +16,7 @@
 #include "gpu/cuda/mla/mla_attention.hpp"
 #include "gpu/cuda/moe/moe_ffn.hpp"
 #include "gpu/cuda/tuning.hpp"
+#include "gpu/model/dummy_weights.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -67,7 +68,7 @@ result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dt
 /// Maps the checkpoint, converts and uploads every weight (synchronously, at start-up), logging
 /// progress. Sparse layers' experts are stacked into one matrix each (device_experts).
 result<std::unique_ptr<device_model>> load_device_model(const std::string& model_dir, dtype_choice choice,
-                                                        cudaStream_t stream);
+                                                        cudaStream_t stream, const weight_source& source = {});
 
 /// Row counts up to which gemm_runner uses the hand-written GEMV (gemv_kernel.hpp) rather than
 /// cuBLAS by default: at m = 1 the GEMV launched programmatically ties or beats cuBLAS on every
