@@ -51,6 +51,7 @@ cuda_executor_options cuda_options_from(const engine_config& cfg) {
   o.max_num_seqs = static_cast<int32_t>(cfg.scheduler.max_num_seqs);
   o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
   o.enforce_eager = cfg.executor.enforce_eager;
+  o.cascade_attention = cfg.executor.cascade_attention;
   o.profile_steps = cfg.executor.profile_steps;
   o.kernels = cfg.executor.kernels;
   o.weights = weights_from(cfg);

@@ -92,7 +92,8 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   auto backend = make_attention_backend(opts.kv_layout, ashape, opts_.tuning.attention);
   if (!backend) return backend.err();
   attention_ = std::move(backend.value());
-  max_partials_ = attention_->max_partials();
+  // Split pieces, and cascade members' prefix and suffix slots for a batch of max_num_seqs.
+  max_partials_ = attention_->partial_capacity(opts.max_num_seqs);
   max_blocks_per_seq_ = static_cast<int>((max_len + opts.block_size - 1) / opts.block_size);
   qkv_width_ = static_cast<int>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
   if (c.mla) {
@@ -144,8 +145,8 @@ status cuda_executor::allocate_buffers() {
       {T * c.hidden_size * 4, reinterpret_cast<void**>(&delta_)},
       {T * 2 * ffn_width_ * 4, reinterpret_cast<void**>(&gate_up_)},
       {size_t(max_rows_) * c.vocab_size * 4, reinterpret_cast<void**>(&logits_)},
-      {size_t(max_partials_) * attn_tile_rows * c.head_dim * 4, reinterpret_cast<void**>(&partial_o_)},
-      {size_t(max_partials_) * attn_tile_rows * 2 * 4, reinterpret_cast<void**>(&partial_lse_)},
+      {size_t(max_partials_) * attention_->partial_rows() * c.head_dim * 4, reinterpret_cast<void**>(&partial_o_)},
+      {size_t(max_partials_) * attention_->partial_rows() * 2 * 4, reinterpret_cast<void**>(&partial_lse_)},
       {rows * c.hidden_size * es, &x_},
       {T * attn_width * es, &attn_},
       {T * ffn_width_ * es, &act_},
@@ -189,7 +190,8 @@ status cuda_executor::allocate_buffers() {
   }
   // Metadata layout: fixed-capacity arrays first, then the growable tail.
   meta_layout& L = layout_;
-  L.item_capacity = size_t(max_tokens_) * c.num_kv_heads + max_partials_;
+  L.prefix_row_capacity = size_t(attention_->prefix_row_capacity(max_rows_));
+  L.item_capacity = size_t(max_tokens_) * c.num_kv_heads + max_partials_ + L.prefix_row_capacity;
   L.last_item_capacity = size_t(max_rows_) * c.num_kv_heads + max_partials_;
   L.block_table_capacity = size_t(max_rows_) * max_blocks_per_seq_;
   L.mask_capacity = size_t(max_rows_) * kMasksPerSeq;
@@ -205,6 +207,7 @@ status cuda_executor::allocate_buffers() {
   L.counts = take(16);
   L.items = take(L.item_capacity * sizeof(attn_item));
   L.combines = take(size_t(max_partials_) * sizeof(attn_combine));
+  L.prefix_rows = take(std::max<size_t>(L.prefix_row_capacity, 1) * sizeof(attn_prefix_row));
   L.last_seqs = take(size_t(max_rows_) * sizeof(attn_seq));
   L.last_counts = take(16);
   L.last_items = take(L.last_item_capacity * sizeof(attn_item));
@@ -268,6 +271,12 @@ step_limits cuda_executor::limits(int64_t num_blocks) const {
   l.mask_capacity = layout_.mask_capacity;
   l.item_capacity = layout_.item_capacity;
   l.last_item_capacity = layout_.last_item_capacity;
+  l.prefix_row_capacity = layout_.prefix_row_capacity;
+  // Cascade: reading a shared prefix once per group against once per member, in bytes per layer.
+  const model_config& c = model_->cfg;
+  const int64_t es = int64_t(act_size(dt_));
+  l.cascade = opts_.cascade_attention && !c.mla;  // latent attention runs its own kernels (docs/mla.md)
+  l.cascade_costs = {2 * c.num_kv_heads * c.head_dim * es, 2 * c.num_heads * (c.head_dim + 2) * 4};
   l.enforce_eager = opts_.enforce_eager;
   l.last_layer_all_rows = opts_.tuning.last_layer_all_rows || model_->cfg.mla.has_value();
   l.eos_token_ids = info_.eos_token_ids;
@@ -389,6 +398,7 @@ void cuda_executor::finish(pending_step& p) {
   step_result r;
   r.step_id = p.step_id;
   r.outcome = p.outcome;
+  r.cascade_seqs = p.cascade_seqs;
   host_slot& slot = slots_[p.slot];
   if (p.outcome.ok()) {
     float ms = 0.0f;

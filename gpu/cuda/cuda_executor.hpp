@@ -27,6 +27,9 @@ struct cuda_executor_options {
   int32_t max_num_seqs = 256;                       ///< sequences per step at most
   int32_t max_model_len = 0;                        ///< 0: max_position_embeddings of the model
   bool enforce_eager = false;                       ///< no CUDA graphs
+  /// !--disable-cascade-attn: decodes sharing prefix blocks read the prefix once per group
+  /// where gpu::plan_cascade finds it reads fewer bytes (flash-decoding backend only).
+  bool cascade_attention = true;
   int device = 0;                                   ///< CUDA device ordinal
   bool keep_logits = false;                         ///< tests: keep each step's sampled-row logits
   /// --profile-steps: GPU and host-enqueue time per kernel class of the eager steps, printed to

@@ -24,20 +24,27 @@ namespace {
 template <class T>
 T* at(char* base, size_t offset) { return reinterpret_cast<T*>(base + offset); }
 
-/// Where one attention work list sits in the metadata: the step's, or the last layer's.
+/// Where one attention work list sits in the metadata: the step's, or the last layer's (which
+/// has no cascade prefix pieces: prefix_rows 0).
 struct work_list_at {
-  size_t seqs, items, combines, counts;
+  size_t seqs, items, combines, counts, prefix_rows;
 };
 
-/// Copies `plan` into the staging area `h` at `w` (the sequences are copied by the caller).
+/// Copies `plan` into the staging area `h` at `w` (the sequences are copied by the caller): the
+/// items, then the cascade prefix pieces after them.
 void stage_plan(char* h, const work_list_at& w, const attention_plan& plan) {
   std::memcpy(h + w.items, plan.items.data(), plan.items.size() * sizeof(attn_item));
+  if (!plan.prefix_items.empty()) {
+    std::memcpy(h + w.items + plan.items.size() * sizeof(attn_item), plan.prefix_items.data(),
+                plan.prefix_items.size() * sizeof(attn_item));
+    std::memcpy(h + w.prefix_rows, plan.prefix_rows.data(), plan.prefix_rows.size() * sizeof(attn_prefix_row));
+  }
   std::memcpy(h + w.combines, plan.combines.data(), plan.combines.size() * sizeof(attn_combine));
   int32_t* counts = at<int32_t>(h, w.counts);
   counts[0] = static_cast<int32_t>(plan.items.size()) - plan.num_decode_items;
   counts[1] = static_cast<int32_t>(plan.combines.size());
   counts[2] = plan.num_decode_items;
-  counts[3] = 0;
+  counts[3] = static_cast<int32_t>(plan.prefix_items.size());
 }
 
 /// Points `a` at a staged work list on the device and sizes its launches.
@@ -49,10 +56,14 @@ void use_plan(attn_launch& a, char* meta, const work_list_at& w, const attention
   a.prefill_grid = g.prefill;
   a.decode_grid = g.decode;
   a.combine_grid = g.combine;
+  a.prefix_rows = w.prefix_rows ? at<attn_prefix_row>(meta, w.prefix_rows) : nullptr;
+  a.prefix_grid = w.prefix_rows ? g.prefix : 0;
 }
 
-work_list_at step_work(const meta_layout& L) { return {L.seqs, L.items, L.combines, L.counts}; }
-work_list_at last_layer_work(const meta_layout& L) { return {L.last_seqs, L.last_items, L.last_combines, L.last_counts}; }
+work_list_at step_work(const meta_layout& L) { return {L.seqs, L.items, L.combines, L.counts, L.prefix_rows}; }
+work_list_at last_layer_work(const meta_layout& L) {
+  return {L.last_seqs, L.last_items, L.last_combines, L.last_counts, 0};
+}
 
 }  // namespace
 
@@ -102,6 +113,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   p.seq_ids = st.seq_ids;
   p.out_rows = st.out_rows;
   p.num_top = st.num_top;
+  p.cascade_seqs = st.plan.cascade_seqs;
   const size_t pairs_offset = (layout_.penalties + st.penalties.size() * sizeof(penalty_token) + 15) & ~size_t(15);
   const size_t total = pairs_offset + st.copy_pairs.size() * sizeof(int32_t);
   if (auto s = ensure_meta_capacity(slot, total); !s) return s;
@@ -145,7 +157,8 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
       {layout_.sample_rows, st.sample_rows.size() * 4},
       {layout_.seqs, st.seqs.size() * sizeof(attn_seq)},
       {layout_.counts, 16},
-      {layout_.items, st.plan.items.size() * sizeof(attn_item)},
+      {layout_.items, (st.plan.items.size() + st.plan.prefix_items.size()) * sizeof(attn_item)},
+      {layout_.prefix_rows, st.plan.prefix_rows.size() * sizeof(attn_prefix_row)},
       {layout_.combines, st.plan.combines.size() * sizeof(attn_combine)},
       {layout_.last_seqs, st.last_seqs.size() * sizeof(attn_seq)},
       {layout_.last_counts, sampled_only ? 16u : 0u},
@@ -176,7 +189,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   shape.sampled_only = sampled_only;
   if (sampled_only) shape.last_attn = attention_->grids(st.last_plan);
   if (bucket) {
-    shape.attn = attention_->decode_graph_grids(bucket);
+    shape.attn = attention_->decode_graph_grids(bucket, st.cascade);
     profile_.disarm();
     if (auto st = launch_decode_graph(bucket, shape); !st) return st;
   } else {
@@ -433,7 +446,9 @@ status cuda_executor::enqueue_grammar_sampling(const staged_step& st, host_slot&
 }
 
 status cuda_executor::launch_decode_graph(int bucket, const launch_shape& shape) {
-  const int key = 2 * bucket + (shape.sampler ? 0 : 1);
+  // A graph per bucket, sampler or not, and cascade or not (a cascade graph launches the prefix
+  // pieces and the separate merge; with no prefix pieces staged they find no work).
+  const int key = 4 * bucket + (shape.attn.prefix > 0 ? 2 : 0) + (shape.sampler ? 0 : 1);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     AS_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -450,7 +465,8 @@ status cuda_executor::launch_decode_graph(int bucket, const launch_shape& shape)
     cudaGraphDestroy(graph);
     AS_CUDA_TRY(inst);
     it = graphs_.emplace(key, exec).first;
-    log::debug("captured a CUDA graph for decode batch {}{}", bucket, shape.sampler ? "" : " without the sampler");
+    log::debug("captured a CUDA graph for decode batch {}{}{}", bucket, shape.sampler ? "" : " without the sampler",
+               shape.attn.prefix > 0 ? " with cascade attention" : "");
   }
   AS_CUDA_TRY(cudaGraphLaunch(it->second, stream_));
   graph_replays_.fetch_add(1);

@@ -50,6 +50,11 @@ struct attention_tuning {
   /// Whether rope writes the queries of prefill tokens as 16-bit, pre-scaled values that the
   /// persistent wgmma prefill copies in (it converts fp32 q itself otherwise).
   bool prefill_q16 = true;
+  /// A layer with cascade prefix pieces runs them on a second stream of the flash-decoding
+  /// backend beside the decode pieces (forked and joined by events; a decode graph captures the
+  /// two branches): the prefix pass is bound by tensor-core math, the suffix pieces by memory
+  /// bandwidth. Off: the prefix pieces run after the decode pieces on the step's stream.
+  bool cascade_overlap = true;
 };
 
 /// Which one-token GEMVs stream their weights through the bulk-copy engine into a shared-memory

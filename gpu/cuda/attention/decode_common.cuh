@@ -74,7 +74,7 @@ __device__ __forceinline__ void merge_warps_and_store(const attn_launch& a, cons
       v.y = elem<T>::pack(acc.z, acc.w);
       *reinterpret_cast<uint2*>(out) = v;
     } else {
-      const size_t row = size_t(it.partial) * attn_tile_rows + r;
+      const size_t row = size_t(it.partial) * tc_partial_rows + r;
       *reinterpret_cast<float4*>(a.partial_o + row * D + c) = acc;
       if (c == 0) a.partial_lse[row * 2] = L > 0.0f ? M + log2f(L) : -INFINITY;
     }
@@ -83,7 +83,7 @@ __device__ __forceinline__ void merge_warps_and_store(const attn_launch& a, cons
 
 /// Log2-sum-exp of piece `s`, row `r` of combine `cb` (L2: written by other CTAs of this grid).
 __device__ __forceinline__ float piece_lse(const attn_launch& a, const attn_combine& cb, int s, int r) {
-  return __ldcg(a.partial_lse + (size_t(cb.first_partial + s) * attn_tile_rows + r) * 2);
+  return __ldcg(a.partial_lse + (size_t(cb.first_partial + s) * tc_partial_rows + r) * 2);
 }
 
 /// Reads the pieces' log2-sum-exp values into sm[s * rows + r], then turns them in place into
@@ -149,7 +149,7 @@ __device__ __forceinline__ void sum_pieces(const attn_launch& a, const attn_comb
 #pragma unroll
       for (int j = 0; j < kP; ++j)
         x[k][j] = s0 + j < S ? __ldcg(reinterpret_cast<const float4*>(
-                                   a.partial_o + (size_t(cb.first_partial + s0 + j) * attn_tile_rows + r[k]) * D + c[k]))
+                                   a.partial_o + (size_t(cb.first_partial + s0 + j) * tc_partial_rows + r[k]) * D + c[k]))
                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int k = 0; k < kK; ++k)
