@@ -170,10 +170,10 @@ void bench_gemm_sweep(decode_sim& sim) {
           for (int l = 0; l < calls; ++l) {
             const cuda::device_layer& w = sim.layer(l);
             const void* wt = !p.per_layer ? sim.lm_head()
-                             : p.k == kInter ? w.down
-                             : p.n == kQkvWidth ? w.qkv
-                             : p.n == kHidden ? w.o
-                                              : w.gate_up;
+                             : p.k == kInter ? w.down.data
+                             : p.n == kQkvWidth ? w.qkv.data
+                             : p.n == kHidden ? w.o.data
+                                              : w.gate_up.data;
             (void)sim.gemm().run(cuda::act_dtype::bf16, p.k == kInter ? sim.act() : sim.x(), m, p.k, wt, p.n,
                                  sim.out_f32());
           }

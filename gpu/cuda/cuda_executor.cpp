@@ -51,12 +51,13 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   AS_CUDA_TRY(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, opts.device));
   AS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (opts.profile_steps) profile_.enable();
-  auto model = load_device_model(model_dir, opts.dtype, stream_);
+  auto model = load_device_model(model_dir, opts.dtype, opts.quantize_fp8, stream_);
   if (!model) return model.err();
   model_ = std::move(model.value());
   dt_ = model_->dt;
   const model_config& c = model_->cfg;
   if (auto st = gemm_.init(stream_, kCublasWorkspace); !st) return st;
+  if (auto st = gemm_.reserve_fp8_scratch(dt_, model_->fp8_max_elements); !st) return st;
   gemm_.set_bulk_gemv(opts.tuning.bulk);
   const int64_t max_len = opts.max_model_len > 0 ? opts.max_model_len : c.max_position_embeddings;
   if (max_len <= 0)

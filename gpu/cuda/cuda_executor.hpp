@@ -26,6 +26,7 @@ struct cuda_executor_options {
   int32_t max_num_seqs = 256;                       ///< sequences per step at most
   int32_t max_model_len = 0;                        ///< 0: max_position_embeddings of the model
   bool enforce_eager = false;                       ///< no CUDA graphs
+  bool quantize_fp8 = false;                        ///< --quantization fp8: dense linear weights as E4M3
   int device = 0;                                   ///< CUDA device ordinal
   bool keep_logits = false;                         ///< tests: keep each step's sampled-row logits
   /// --profile-steps: GPU and host-enqueue time per kernel class of the eager steps, printed to

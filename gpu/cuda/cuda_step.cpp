@@ -247,7 +247,8 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   // One token: the qkv and gate/up projections fuse the element-wise kernel after them. Qwen3's
   // q/k norm sits between the QKV projection and rope, so its qkv takes the unfused path: the
   // projection into fp32 qkv_, qk_rmsnorm in place (with the bias), then rope_kv_write.
-  const bool fused = n == 1 && tuning.fused_decode && hidden % 8 == 0;
+  // FP8 weights take the plain projections (the FP8 GEMV) and the element-wise kernels after them.
+  const bool fused = n == 1 && tuning.fused_decode && hidden % 8 == 0 && !m.has_fp8();
   const bool qk_norm = c.qk_norm;
   const bool fused_qkv = fused && !qk_norm;
   qk_norm_args na{.qkv = qkv_, .eps = eps, .n = n, .num_heads = H, .num_kv_heads = KVH, .head_dim = D};
@@ -297,7 +298,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
                             x_, stream_));
     if (fused_qkv) {
       mark(step_op::qkv);
-      AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv, ra, stream_, tuning.bulk));
+      AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv.data, ra, stream_, tuning.bulk));
     } else {
       mark(step_op::qkv);
       if (qkv16) {
@@ -342,7 +343,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     }
     if (fused) {
       mark(step_op::gate_up);
-      AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, w.gate_up, inter, act_, rows_gate_up, stream_, tuning.bulk));
+      AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, w.gate_up.data, inter, act_, rows_gate_up, stream_, tuning.bulk));
     } else if (gemm_.uses_gemv(rows_on) || !tuning.gate_up_16bit) {
       mark(step_op::gate_up);
       if (auto st = gemm_.run(dt_, x_, rows_on, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;

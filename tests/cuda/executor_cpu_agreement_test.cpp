@@ -3,7 +3,10 @@
 // A mixture-of-experts row may route a token differently where two experts' router scores nearly
 // tie (bf16 activations against fp32): its logits then differ beyond the dense bound, so a few
 // such rows (at most one in 20) are allowed a looser bound; greedy tokens must agree wherever the
-// CPU's top-2 margin is clear, on every model.
+// CPU's top-2 margin is clear, on every model. FP8 checkpoints run on both (the CPU dequantizes
+// them to fp32), and so does --quantization fp8 of the dense bf16 models (both round each output
+// row to E4M3 with the same scale): the same bounds hold, since the CUDA executor's FP8 GEMV uses
+// the exact E4M3 values and its batched path rounds the dequantized weights to bf16 once.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,13 +27,24 @@ class CudaVsCpu : public ::testing::TestWithParam<std::string> {
   void SetUp() override { AS_REQUIRE_CUDA(); }
 };
 
-TEST_P(CudaVsCpu, ChunkedPrefillAndDecodeAgree) {
-  const std::string dir = model_dir(GetParam());
+std::string fixture_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+}
+
+/// Runs `model` through both executors (`quantize_fp8`: --quantization fp8 on both) and compares.
+void expect_cuda_agrees_with_cpu(const std::string& model, bool quantize_fp8) {
+  const std::string dir = model_dir(model);
+  const std::string name = quantize_fp8 ? model + " --quantization fp8" : model;
   gpu::cpu_executor_options co;
   co.num_blocks = 512;
+  co.quantize_weights_fp8 = quantize_fp8;
   auto cpu = gpu::cpu_executor::create(dir, co);
   ASSERT_TRUE(cpu.ok()) << cpu.err().message;
-  auto made = gpu::make_cuda_executor(dir, test_options());
+  gpu::cuda_executor_options go = test_options();
+  go.quantize_fp8 = quantize_fp8;
+  auto made = gpu::make_cuda_executor(dir, go);
   ASSERT_TRUE(made.ok()) << made.err().message;
   gpu::executor& cu = *made.value();
   auto* probe = dynamic_cast<gpu::cuda_executor_probe*>(&cu);
@@ -73,12 +87,12 @@ TEST_P(CudaVsCpu, ChunkedPrefillAndDecodeAgree) {
       worst = std::max(worst, err);
       ++rows;
       over += err >= dense_bound;
-      EXPECT_LT(err, routed ? rerouted_bound : dense_bound) << GetParam() << " " << phase << " seq " << b.seqs[i].seq_id;
+      EXPECT_LT(err, routed ? rerouted_bound : dense_bound) << name << " " << phase << " seq " << b.seqs[i].seq_id;
       const size_t s = b.seqs[i].seq_id;
       if (top2_margin(cpu_logits[i]) >= 5e-2) {
         ++compared;
         agreed += rg.tokens[row].token_id == rc.tokens[row].token_id;
-        EXPECT_EQ(rg.tokens[row].token_id, rc.tokens[row].token_id) << GetParam() << " " << phase << " seq " << s;
+        EXPECT_EQ(rg.tokens[row].token_id, rc.tokens[row].token_id) << name << " " << phase << " seq " << s;
       }
       last_token[s] = rc.tokens[row].token_id;  // both continue from the reference's token
       ++row;
@@ -104,21 +118,27 @@ TEST_P(CudaVsCpu, ChunkedPrefillAndDecodeAgree) {
     for (size_t s = 0; s < lens.size(); ++s) b.seqs.push_back(greedy(s, lens[s] + k, {last_token[s]}, blocks[s]));
     compare(b, "decode");
   }
-  EXPECT_LE(over, routed ? rows / 20 : 0) << GetParam() << ": rows beyond " << dense_bound;
+  EXPECT_LE(over, routed ? rows / 20 : 0) << name << ": rows beyond " << dense_bound;
   std::printf("%s CPU vs CUDA: logits max abs err / max abs ref %.3g (worst over all rows; %d of %d rows beyond %g); "
               "tokens agreed %d/%d where the CPU margin >= 5e-2\n",
-              GetParam().c_str(), worst, over, rows, dense_bound, agreed, compared);
+              name.c_str(), worst, over, rows, dense_bound, agreed, compared);
 }
+
+TEST_P(CudaVsCpu, ChunkedPrefillAndDecodeAgree) { expect_cuda_agrees_with_cpu(GetParam(), false); }
+
+class CudaVsCpuQuantizedFp8 : public CudaVsCpu {};
+
+TEST_P(CudaVsCpuQuantizedFp8, ChunkedPrefillAndDecodeAgree) { expect_cuda_agrees_with_cpu(GetParam(), true); }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpu,
                          ::testing::Values("llama-tiny", "llama-hd128-bf16", "qwen2-tiny", "mistral-tiny", "qwen3-tiny",
                                            "qwen3-hd128-bf16", "mixtral-tiny", "mixtral-bf16", "qwen3-moe-tiny",
-                                           "qwen3-moe-bf16"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+                                           "qwen3-moe-bf16", "qwen3-hd128-fp8", "qwen3-hd128-fp8-channel",
+                                           "mixtral-fp8-block"),
+                         fixture_name);
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpuQuantizedFp8,
+                         ::testing::Values("llama-hd128-bf16", "qwen3-hd128-bf16", "qwen2-tiny"), fixture_name);
 
 }  // namespace
 }  // namespace actorserve::testing

@@ -4,11 +4,15 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_status.hpp"
+#include "gpu/cuda/linear/fp8_linear.hpp"
 #include "gpu/cuda/linear/gemv_kernel.hpp"
+#include "gpu/model/dtype_convert.hpp"
+#include "gpu/model/fp8.hpp"
 #include "gpu/model/load_progress.hpp"
 #include "gpu/model/model_weights.hpp"
 #include "gpu/model/rope.hpp"
@@ -25,6 +29,7 @@ result<src_dtype> source_dtype(const tensor_view& v) {
     case st_dtype::f32: return src_dtype::f32;
     case st_dtype::bf16: return src_dtype::bf16;
     case st_dtype::f16: return src_dtype::f16;
+    case st_dtype::f8_e4m3: return src_dtype::f32;  // uploader::stage dequantizes it on the host
     default:
       return make_error(error_code::unsupported,
                         fmt::format("{}: tensor '{}' has dtype {}; the CUDA executor reads F32, BF16 and F16",
@@ -40,11 +45,60 @@ class uploader {
   uploader& operator=(const uploader&) = delete;
   ~uploader() { if (staging_) cudaFree(staging_); }
 
-  /// Converts `views`, concatenated along rows, into one new act-dtype matrix.
+  /// Converts `views`, concatenated along rows, into one new act-dtype matrix (F8_E4M3 views
+  /// dequantized on the host first).
   result<void*> matrix(const std::vector<const tensor_view*>& views) {
     return concatenated(views, act_size(m_.dt), [&](const void* src, src_dtype sd, void* dst, size_t n) {
       return convert_to_act(m_.dt, src, sd, dst, n, s_);
     });
+  }
+
+  /// A dense layer's weight from `views` (concatenated along rows): E4M3 bytes with per-row scales
+  /// when every view is a per-tensor or per-channel F8_E4M3 weight, or when `quantize` and none
+  /// is F8_E4M3 (rounded as quantize_rows_e4m3 does); else an act-dtype matrix().
+  result<device_weight> weight(const std::vector<const tensor_view*>& views, bool quantize) {
+    size_t fp8_views = 0, rows = 0, cols = 0;
+    for (auto* v : views) {
+      if (v->dtype == st_dtype::f8_e4m3 && v->scale && v->scale->kind != fp8_scale_kind::block) ++fp8_views;
+      rows += size_t(v->shape[0]);
+      cols = size_t(v->shape[1]);
+    }
+    const bool any_fp8 = std::any_of(views.begin(), views.end(),
+                                     [](const tensor_view* v) { return v->dtype == st_dtype::f8_e4m3; });
+    if (fp8_views != views.size() && (any_fp8 || !quantize)) {
+      auto m = matrix(views);
+      if (!m) return m.err();
+      return device_weight{*m, nullptr};
+    }
+    std::vector<uint8_t> codes;
+    std::vector<float> scales;
+    scales.reserve(rows);
+    void* dst = nullptr;
+    if (auto st = m_.alloc(&dst, rows * cols); !st) return st.err();
+    size_t offset = 0;
+    for (auto* v : views) {
+      const size_t r = size_t(v->shape[0]);
+      const void* src = v->data;
+      if (v->dtype == st_dtype::f8_e4m3) {
+        for (size_t i = 0; i < r; ++i) scales.push_back(row_scale(*v->scale, i));
+      } else {
+        std::vector<float> w = weight_store::to_f32(*v);
+        codes.resize(w.size());
+        quantize_rows_e4m3_codes(w.data(), r, cols, codes.data(), scales);
+        src = codes.data();
+      }
+      // Pageable copy: it completes before the host buffer is reused (synchronised below).
+      AS_CUDA_TRY(cudaMemcpyAsync(static_cast<char*>(dst) + offset, src, r * cols, cudaMemcpyHostToDevice, s_));
+      AS_CUDA_TRY(cudaStreamSynchronize(s_));
+      progress_.advance(v->num_bytes());
+      offset += r * cols;
+    }
+    void* scale = nullptr;
+    if (auto st = m_.alloc(&scale, rows * sizeof(float)); !st) return st.err();
+    AS_CUDA_TRY(cudaMemcpyAsync(scale, scales.data(), rows * sizeof(float), cudaMemcpyHostToDevice, s_));
+    AS_CUDA_TRY(cudaStreamSynchronize(s_));
+    m_.fp8_max_elements = std::max(m_.fp8_max_elements, rows * cols);
+    return device_weight{dst, static_cast<float*>(scale)};
   }
 
   /// Converts `views` (concatenated) into one new fp32 vector.
@@ -80,15 +134,46 @@ class uploader {
     return dst;
   }
 
+  /// Row `i`'s scale of a per-tensor or per-channel E4M3 weight.
+  static float row_scale(const fp8_scale_view& s, size_t i) {
+    float v = 0;
+    const size_t index = s.kind == fp8_scale_kind::per_channel ? i : 0;
+    upcast_to_f32(s.data + index * dtype_size(s.dtype), s.dtype, 1, &v);
+    return v;
+  }
+
+  /// `rows` x `cols` fp32 weights as E4M3 codes with one scale per row, appended to `scales`:
+  /// the values quantize_rows_e4m3 rounds them to, code x scale.
+  static void quantize_rows_e4m3_codes(const float* w, size_t rows, size_t cols, uint8_t* codes,
+                                       std::vector<float>& scales) {
+    for (size_t r = 0; r < rows; ++r) {
+      const float* row = w + r * cols;
+      float amax = 0;
+      for (size_t c = 0; c < cols; ++c) amax = std::fmax(amax, std::fabs(row[c]));
+      const float s = amax / e4m3_max;
+      scales.push_back(s);
+      for (size_t c = 0; c < cols; ++c) codes[r * cols + c] = amax == 0 ? 0 : e4m3_encode(row[c] / s);
+    }
+  }
+
+  /// Stages `v` on the device: as stored, or dequantized to fp32 for F8_E4M3 (src_dtype f32).
   result<const void*> stage(const tensor_view& v) {
-    if (v.num_bytes() > staging_bytes_) {
+    if (v.dtype != st_dtype::f8_e4m3) return stage_bytes(v, v.data, v.num_bytes());
+    const std::vector<float> w = weight_store::to_f32(v);
+    return stage_bytes(v, w.data(), w.size() * sizeof(float));
+  }
+
+  result<const void*> stage_bytes(const tensor_view& v, const void* data, size_t bytes) {
+    if (bytes > staging_bytes_) {
       if (staging_) cudaFree(staging_);
       staging_ = nullptr;
-      staging_bytes_ = v.num_bytes();
+      staging_bytes_ = bytes;
       AS_CUDA_TRY(cudaMalloc(&staging_, staging_bytes_));
     }
     // Same stream as the conversion: a pageable copy may return before its DMA lands.
-    AS_CUDA_TRY(cudaMemcpyAsync(staging_, v.data, v.num_bytes(), cudaMemcpyHostToDevice, s_));
+    AS_CUDA_TRY(cudaMemcpyAsync(staging_, data, bytes, cudaMemcpyHostToDevice, s_));
+    // The host copy of a dequantized view dies on return: the copy must have landed by then.
+    if (data != v.data) AS_CUDA_TRY(cudaStreamSynchronize(s_));
     progress_.advance(v.num_bytes());
     return static_cast<const void*>(staging_);
   }
@@ -154,7 +239,7 @@ result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dt
 }
 
 result<std::unique_ptr<device_model>> load_device_model(const std::string& model_dir, dtype_choice choice,
-                                                        cudaStream_t stream) {
+                                                        bool quantize_fp8, cudaStream_t stream) {
   auto files = open_model_files(model_dir);
   if (!files) return files.err();
   const model_config& cfg = files->config;
@@ -183,6 +268,13 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
                                     "routes at most {} of at most {}", model_dir, moe.top_k, moe.num_experts,
                                     moe_max_top_k, moe_max_experts));
   }
+  // An FP8 checkpoint loads as it is under --quantization fp8, as on the CPU.
+  quantize_fp8 = quantize_fp8 && !cfg.quantization;
+  if (quantize_fp8 && cfg.moe)
+    return make_error(error_code::unsupported,
+                      fmt::format("{}: --quantization fp8 rounds the dense layers only on the CUDA executor, and this "
+                                  "is a mixture-of-experts model; start without it, or with --device cpu (docs/fp8.md)",
+                                  model_dir));
   if (rope_depends_on_length(cfg.rope))
     return make_error(error_code::unsupported,
                       fmt::format("{}/config.json: rope_type dynamic is not supported by the CUDA executor", model_dir));
@@ -210,7 +302,7 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   for (size_t i = 0; i < v.layers.size(); ++i) {
     const layer_views& lv = v.layers[i];
     device_layer d;
-    auto qkv = up.matrix({&lv.q_proj, &lv.k_proj, &lv.v_proj});
+    auto qkv = up.weight({&lv.q_proj, &lv.k_proj, &lv.v_proj}, quantize_fp8);
     if (!qkv) return qkv.err();
     d.qkv = *qkv;
     if (lv.q_bias && lv.k_bias && lv.v_bias) {
@@ -218,7 +310,7 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
       if (!b) return b.err();
       d.qkv_bias = *b;
     }
-    auto o = up.matrix({&lv.o_proj});
+    auto o = up.weight({&lv.o_proj}, quantize_fp8);
     if (!o) return o.err();
     d.o = *o;
     if (lv.o_bias) {
@@ -229,10 +321,10 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
     if (lv.moe) {
       if (auto st = upload_experts(up, *lv.moe, d.experts); !st) return st.err();
     } else {
-      auto gu = up.matrix({&lv.gate_proj, &lv.up_proj});
+      auto gu = up.weight({&lv.gate_proj, &lv.up_proj}, quantize_fp8);
       if (!gu) return gu.err();
       d.gate_up = *gu;
-      auto down = up.matrix({&lv.down_proj});
+      auto down = up.weight({&lv.down_proj}, quantize_fp8);
       if (!down) return down.err();
       d.down = *down;
     }
@@ -256,6 +348,16 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
     }
     m->layers.push_back(d);
   }
+  if (cfg.quantization || quantize_fp8) {
+    size_t fp8 = 0, dense = 0;
+    for (const device_layer& d : m->layers)
+      for (const device_weight* w : {&d.qkv, &d.o, &d.gate_up, &d.down}) {
+        fp8 += w->fp8();
+        dense += w->data != nullptr;
+      }
+    log::info("{} of {} dense-layer weight matrices are FP8 E4M3 with per-row scales; the rest (block-scaled, "
+              "experts, unquantized) are {}", fp8, dense, *dt == act_dtype::bf16 ? "bfloat16" : "float16");
+  }
   // The checkpoint dtype rounds HF's inv_freq buffer; match it (see gpu/model/rope.hpp).
   const std::vector<float> inv_freq = model_rope_inv_freq(cfg);
   void* f = nullptr;
@@ -270,6 +372,47 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
 gemm_runner::~gemm_runner() {
   if (handle_) cublasDestroy(handle_);
   if (workspace_) cudaFree(workspace_);
+  if (fp8_scratch_) cudaFree(fp8_scratch_);
+}
+
+status gemm_runner::reserve_fp8_scratch(act_dtype dt, size_t elements) {
+  if (elements <= fp8_scratch_elements_) return {};
+  if (fp8_scratch_) cudaFree(fp8_scratch_);
+  fp8_scratch_ = nullptr;
+  fp8_scratch_elements_ = 0;
+  AS_CUDA_TRY(cudaMalloc(&fp8_scratch_, elements * act_size(dt)));
+  fp8_scratch_elements_ = elements;
+  return {};
+}
+
+result<const void*> gemm_runner::dequantized(act_dtype dt, const device_weight& w, int n, int k) {
+  if (size_t(n) * size_t(k) > fp8_scratch_elements_)
+    return make_error(error_code::internal,
+                      fmt::format("an FP8 weight of {} x {} is larger than the dequantization scratch of {} elements",
+                                  n, k, fp8_scratch_elements_));
+  AS_CUDA_TRY(fp8_dequantize(dt, static_cast<const uint8_t*>(w.data), w.row_scale, n, k, fp8_scratch_, stream_));
+  return static_cast<const void*>(fp8_scratch_);
+}
+
+status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, float* y,
+                        float beta) {
+  if (!w.fp8()) return run(dt, x, m, k, static_cast<const void*>(w.data), n, y, beta);
+  if (m == 0) return {};
+  if (fp8_gemv_supported(x, m, k, w.data)) {
+    AS_CUDA_TRY(fp8_gemv(dt, x, m, k, static_cast<const uint8_t*>(w.data), w.row_scale, n, y, beta, stream_));
+    return {};
+  }
+  auto dense = dequantized(dt, w, n, k);
+  if (!dense) return dense.err();
+  return cublas(dt, x, m, k, *dense, n, y, beta);
+}
+
+status gemm_runner::run_act(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, void* y) {
+  if (!w.fp8()) return run_act(dt, x, m, k, static_cast<const void*>(w.data), n, y);
+  if (m == 0) return {};
+  auto dense = dequantized(dt, w, n, k);
+  if (!dense) return dense.err();
+  return run_act(dt, x, m, k, *dense, n, y);
 }
 
 status gemm_runner::init(cudaStream_t stream, size_t workspace_bytes) {
@@ -299,6 +442,10 @@ status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const void* w
     AS_CUDA_TRY(gemv(dt, x, m, k, w, n, y, beta, stream_, rows, bulk_));
     return {};
   }
+  return cublas(dt, x, m, k, w, n, y, beta);
+}
+
+status gemm_runner::cublas(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta) {
   const float alpha = 1.0f;
   const cudaDataType_t t = dt == act_dtype::bf16 ? CUDA_R_16BF : CUDA_R_16F;
   // Row-major Y[m,n] = X[m,k] W[n,k]^T is column-major Y^T[n,m] = W^T... : op(W) = T over W (k x n).

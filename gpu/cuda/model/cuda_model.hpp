@@ -1,6 +1,7 @@
 #pragma once
 /// The model on the device: weights converted once to bf16/fp16 (Q/K/V and gate/up fused into
-/// one matrix each), norms, biases and rope frequencies in fp32; and the cuBLAS GEMM runner.
+/// one matrix each), or kept as FP8 E4M3 with per-row scales where the checkpoint stores the dense
+/// layers so; norms, biases and rope frequencies in fp32; and the GEMM runner.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -18,14 +19,22 @@
 
 namespace actorserve::gpu::cuda {
 
+/// A linear layer's weight [n][k]: act-dtype elements, or FP8 E4M3 bytes with one fp32 scale per
+/// output row (a per-tensor scale repeated on its rows).
+struct device_weight {
+  void* data = nullptr;
+  float* row_scale = nullptr;  ///< [n]; non-null: `data` holds E4M3 bytes
+  bool fp8() const { return row_scale != nullptr; }
+};
+
 /// One decoder layer. A sparse layer has `experts` (its router set) in place of gate_up / down.
 struct device_layer {
-  void* qkv = nullptr;          ///< [(H + 2*KVH) * D][hidden]
+  device_weight qkv;            ///< [(H + 2*KVH) * D][hidden]
   float* qkv_bias = nullptr;    ///< [(H + 2*KVH) * D] or null
-  void* o = nullptr;            ///< [hidden][H * D]
+  device_weight o;              ///< [hidden][H * D]
   float* o_bias = nullptr;      ///< [hidden] or null
-  void* gate_up = nullptr;      ///< [2 * inter][hidden], gate rows first; null in a sparse layer
-  void* down = nullptr;         ///< [hidden][inter]; null in a sparse layer
+  device_weight gate_up;        ///< [2 * inter][hidden], gate rows first; null in a sparse layer
+  device_weight down;           ///< [hidden][inter]; null in a sparse layer
   device_experts experts;       ///< a sparse layer's router and experts
   float* input_norm = nullptr;  ///< [hidden]
   float* post_norm = nullptr;   ///< [hidden]
@@ -48,6 +57,10 @@ class device_model {
   float* inv_freq = nullptr;    ///< [head_dim / 2]
   std::vector<device_layer> layers;
   size_t bytes = 0;             ///< device memory held
+  /// Elements of the largest FP8 weight (0: none): the act-dtype scratch gemm_runner dequantizes
+  /// an FP8 weight into for batches past the FP8 GEMV.
+  size_t fp8_max_elements = 0;
+  bool has_fp8() const { return fp8_max_elements > 0; }
 
   /// cudaMalloc tracked for release; counts `bytes`.
   status alloc(void** ptr, size_t n);
@@ -60,9 +73,14 @@ class device_model {
 result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dtype);
 
 /// Maps the checkpoint, converts and uploads every weight (synchronously, at start-up), logging
-/// progress. Sparse layers' experts are stacked into one matrix each (device_experts).
+/// progress. Sparse layers' experts are stacked into one matrix each (device_experts). FP8
+/// checkpoints: dense layers' per-tensor and per-channel E4M3 weights stay E4M3 on the device
+/// (device_weight); block-scaled weights, experts and any matrix mixing FP8 and float parts are
+/// dequantized on the host and stored in the activation dtype. `quantize_fp8` (--quantization
+/// fp8): dense layers' float weights are rounded to E4M3 with one scale per output row as
+/// quantize_rows_e4m3 does, and stored so.
 result<std::unique_ptr<device_model>> load_device_model(const std::string& model_dir, dtype_choice choice,
-                                                        cudaStream_t stream);
+                                                        bool quantize_fp8, cudaStream_t stream);
 
 /// Row counts up to which gemm_runner uses the hand-written GEMV (gemv_kernel.hpp) rather than
 /// cuBLAS by default: at m = 1 the GEMV launched programmatically ties or beats cuBLAS on every
@@ -82,6 +100,13 @@ class gemm_runner {
   /// Y[m, n] (dt) = X * W^T, fp32 accumulation rounded once to dt; always cuBLAS. For outputs an
   /// element-wise kernel consumes (gate_up -> SiLU): half the bytes written and read of fp32.
   status run_act(act_dtype dt, const void* x, int m, int k, const void* w, int n, void* y);
+  /// run() and run_act() for a layer's weight: an act-dtype one as above; an FP8 one through the
+  /// FP8 GEMV (fp8_linear.hpp) for up to fp8_gemv_max_m rows where it supports the operands (run
+  /// only), else dequantized into the scratch reserved by reserve_fp8_scratch and through cuBLAS.
+  status run(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, float* y, float beta = 0.0f);
+  status run_act(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, void* y);
+  /// Allocates the dequantization scratch for FP8 weights of up to `elements` (none for 0).
+  status reserve_fp8_scratch(act_dtype dt, size_t elements);
   /// Whether run() takes the GEMV for m rows (its output then stays fp32 for the fused paths).
   bool uses_gemv(int m) const { return m <= gemv_max_rows_; }
   /// Uses the GEMV for m <= rows (0: always cuBLAS); for benchmarks and tests.
@@ -103,6 +128,12 @@ class gemm_runner {
   bulk_gemv_tuning bulk_;
   int num_sms_ = 132;
   void* workspace_ = nullptr;
+  void* fp8_scratch_ = nullptr;
+  size_t fp8_scratch_elements_ = 0;
+  /// Y = X W^T + beta * Y through cuBLAS.
+  status cublas(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta);
+  /// The FP8 weight `w` [n][k] dequantized into the scratch (on the stream).
+  result<const void*> dequantized(act_dtype dt, const device_weight& w, int n, int k);
 };
 
 }  // namespace actorserve::gpu::cuda

@@ -1,0 +1,30 @@
+#pragma once
+/// Linear layers with FP8 E4M3 weights (one byte per element) and one fp32 scale per output row:
+/// W[n][k] = e4m3(Q[n][k]) x scale[n]. Decode rows take a GEMV that converts the bytes in
+/// registers; larger batches dequantize the weight into an act-dtype scratch for cuBLAS.
+/// Plain C++ interface (no device code).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gpu/cuda/act_dtype.hpp"
+
+namespace actorserve::gpu::cuda {
+
+/// The most activation rows one fp8_gemv call takes.
+inline constexpr int fp8_gemv_max_m = 8;
+
+/// Whether fp8_gemv can run these operands: 1 <= m <= fp8_gemv_max_m, k a positive multiple of 16,
+/// x and q 16-byte aligned (each weight row then starts on a 16-byte boundary).
+bool fp8_gemv_supported(const void* x, int m, int k, const void* q);
+
+/// Y[m, n] (fp32) = X[m, k] (dt) * (e4m3(Q) x scale)^T + beta * Y: each weight row's dot product
+/// is accumulated in fp32 over the exact E4M3 values and multiplied by its scale once. Requires
+/// fp8_gemv_supported. Returns the launch's cudaError_t.
+int fp8_gemv(act_dtype dt, const void* x, int m, int k, const uint8_t* q, const float* scale, int n, float* y,
+             float beta, cudaStream_t s);
+
+/// out[n][k] (dt) = e4m3(Q[n][k]) x scale[n], rounded once to dt. Returns the launch's cudaError_t.
+int fp8_dequantize(act_dtype dt, const uint8_t* q, const float* scale, int n, int k, void* out, cudaStream_t s);
+
+}  // namespace actorserve::gpu::cuda

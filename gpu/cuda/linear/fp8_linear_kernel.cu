@@ -1,0 +1,152 @@
+// FP8 E4M3 weights with per-row scales (fp8_linear.hpp). The GEMV streams 16 weights per 16-byte
+// load, converts them pairwise to fp16 (exact: every E4M3 value is an fp16 value) and then to
+// fp32, accumulates each row's dot product in fp32 and applies the row's scale once. Partial
+// sums reduce in a fixed order, as in gemv_kernel.cu.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "gpu/cuda/linear/fp8_linear.hpp"
+#include "gpu/cuda/linear/gemv_common.cuh"
+
+namespace actorserve::gpu::cuda {
+namespace {
+
+using namespace dev;
+using namespace dev::gemv;
+
+inline constexpr int kFp8Rows = 4;    // weight rows per block
+inline constexpr int kFp8Unroll = 2;  // 16-byte weight loads per row per thread in flight
+
+/// Two E4M3 values (low byte first) as floats.
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
+  return __half22float2(__half2(h));
+}
+
+/// The 16 E4M3 values of a 16-byte load, in memory order.
+__device__ __forceinline__ void unpack_e4m3x16(const uint4& raw, float* out) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 lo = e4m3x2_to_float2(words[i]), hi = e4m3x2_to_float2(words[i] >> 16);
+    out[4 * i] = lo.x;
+    out[4 * i + 1] = lo.y;
+    out[4 * i + 2] = hi.x;
+    out[4 * i + 3] = hi.y;
+  }
+}
+
+/// kFp8Rows weight rows per block against m (<= M) activation rows.
+template <class T, int M>
+__global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const T* x, int m, int k, const uint8_t* q,
+                                                             const float* scale, int n, float* y, float beta) {
+  __shared__ partials<M, kFp8Rows> red;
+  const int row0 = blockIdx.x * kFp8Rows;
+  const uint4* wp[kFp8Rows];
+#pragma unroll
+  for (int r = 0; r < kFp8Rows; ++r) wp[r] = reinterpret_cast<const uint4*>(q + size_t(min(row0 + r, n - 1)) * k);
+  const int chunks = k / 16, x_chunks = k / 8;  // 16 weights per chunk; x rows in 8-element loads
+  const uint4* xp = reinterpret_cast<const uint4*>(x);
+  float acc[kFp8Rows][M];
+#pragma unroll
+  for (int r = 0; r < kFp8Rows; ++r)
+#pragma unroll
+    for (int i = 0; i < M; ++i) acc[r][i] = 0.0f;
+  for (int c0 = threadIdx.x; c0 < chunks; c0 += kThreads * kFp8Unroll) {
+    uint4 wv[kFp8Unroll][kFp8Rows];
+#pragma unroll
+    for (int u = 0; u < kFp8Unroll; ++u) {
+      const int c = c0 + u * kThreads;
+#pragma unroll
+      for (int r = 0; r < kFp8Rows; ++r) wv[u][r] = c < chunks ? load_stream(wp[r] + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kFp8Unroll; ++u) {
+      const int c = c0 + u * kThreads;
+      if (c >= chunks) break;
+      float wf[kFp8Rows][16];
+#pragma unroll
+      for (int r = 0; r < kFp8Rows; ++r) unpack_e4m3x16(wv[u][r], wf[r]);
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+        if (i >= m) break;
+        float xf[16];
+        const uint4* xr = xp + size_t(i) * x_chunks + 2 * c;
+        unpack8<T>(__ldg(xr), xf);
+        unpack8<T>(__ldg(xr + 1), xf + 8);
+#pragma unroll
+        for (int r = 0; r < kFp8Rows; ++r)
+#pragma unroll
+          for (int e = 0; e < 16; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
+      }
+    }
+  }
+  reduce_warps<M, kFp8Rows>(acc, red);
+  __syncthreads();
+  for (int t = threadIdx.x; t < kFp8Rows * M; t += kThreads) {
+    const int r = t / M, i = t % M, row = row0 + r;
+    if (i >= m || row >= n) continue;
+    const float v = red.total(r, i) * scale[row];
+    float* dst = y + size_t(i) * n + row;
+    *dst = beta == 0.0f ? v : v + beta * *dst;
+  }
+}
+
+template <class T, int M>
+void launch_fp8(const T* x, int m, int k, const uint8_t* q, const float* scale, int n, float* y, float beta,
+                cudaStream_t s) {
+  fp8_gemv_kernel<T, M><<<(n + kFp8Rows - 1) / kFp8Rows, kThreads, 0, s>>>(x, m, k, q, scale, n, y, beta);
+}
+
+/// One thread per 4 weights of a row (k % 4 == 0) or per weight (any k).
+template <class T, int kPer>
+__global__ void fp8_dequantize_kernel(const uint8_t* q, const float* scale, int n, int k, T* out) {
+  const size_t groups = size_t(n) * (k / kPer);
+  for (size_t g = blockIdx.x * size_t(blockDim.x) + threadIdx.x; g < groups; g += size_t(gridDim.x) * blockDim.x) {
+    const size_t i = g * kPer;
+    const float s = scale[i / k];
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const __half_raw h = __nv_cvt_fp8_to_halfraw(q[i + e], __NV_E4M3);
+      out[i + e] = from_f32<T>(__half2float(__half(h)) * s);
+    }
+  }
+}
+
+}  // namespace
+
+bool fp8_gemv_supported(const void* x, int m, int k, const void* q) {
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  return m >= 1 && m <= fp8_gemv_max_m && k > 0 && k % 16 == 0 && aligned(x) && aligned(q);
+}
+
+int fp8_gemv(act_dtype dt, const void* x, int m, int k, const uint8_t* q, const float* scale, int n, float* y,
+             float beta, cudaStream_t s) {
+  if (n <= 0) return 0;
+  AS_DISPATCH_ACT(dt, {
+    const T* xt = static_cast<const T*>(x);
+    if (m == 1) launch_fp8<T, 1>(xt, m, k, q, scale, n, y, beta, s);
+    else if (m == 2) launch_fp8<T, 2>(xt, m, k, q, scale, n, y, beta, s);
+    else if (m <= 4) launch_fp8<T, 4>(xt, m, k, q, scale, n, y, beta, s);
+    else launch_fp8<T, 8>(xt, m, k, q, scale, n, y, beta, s);
+  });
+  return cudaGetLastError();
+}
+
+int fp8_dequantize(act_dtype dt, const uint8_t* q, const float* scale, int n, int k, void* out, cudaStream_t s) {
+  if (n <= 0 || k <= 0) return 0;
+  constexpr int kBlock = 256;
+  const size_t per = k % 4 == 0 ? 4 : 1;
+  const size_t groups = size_t(n) * k / per;
+  const int blocks = int(std::min<size_t>((groups + kBlock - 1) / kBlock, 65535));
+  AS_DISPATCH_ACT(dt, {
+    if (per == 4) fp8_dequantize_kernel<T, 4><<<blocks, kBlock, 0, s>>>(q, scale, n, k, static_cast<T*>(out));
+    else fp8_dequantize_kernel<T, 1><<<blocks, kBlock, 0, s>>>(q, scale, n, k, static_cast<T*>(out));
+  });
+  return cudaGetLastError();
+}
+
+}  // namespace actorserve::gpu::cuda
