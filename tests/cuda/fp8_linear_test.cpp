@@ -29,7 +29,7 @@ struct fp8_operands {
   std::vector<uint16_t> x;     ///< act-dtype bits, with `x_offset` leading pad elements
   std::vector<uint8_t> q;      ///< E4M3 codes [n][k], no NaN
   std::vector<float> scale;    ///< [n]
-  std::vector<float> y0;       ///< Y before the call (beta's input)
+  std::vector<float> y0;       ///< Y beforehand (beta's input)
 };
 
 fp8_operands make_fp8_operands(const fp8_case& c, int x_offset, uint32_t seed) {

@@ -11,7 +11,7 @@
 
 namespace actorserve::gpu::cuda {
 
-/// The most activation rows one fp8_gemv call takes.
+/// The most activation rows fp8_gemv takes at once.
 inline constexpr int fp8_gemv_max_m = 8;
 
 /// Whether fp8_gemv can run these operands: 1 <= m <= fp8_gemv_max_m, k a positive multiple of 16,
