@@ -82,9 +82,7 @@ bool picks_cuda(const engine_config& cfg) {
 }
 
 status check_cuda_support(const engine_config& cfg) {
-  if (auto st = check_cuda_fp8_options(cfg.cache.cache_dtype == kv_cache_dtype::fp8);
-      !st)
-    return st.err();
+  if (auto st = check_cuda_fp8_options(cfg.cache.cache_dtype == kv_cache_dtype::fp8); !st) return st.err();
   auto model = load_model_config(cfg.model.model_dir);
   if (!model) return model.err();
   if (auto st = check_cuda_model_support(model.value(), cfg.model.max_model_len); !st)
