@@ -3,10 +3,10 @@
 // cuBLAS against the decode GEMV per projection and row count, paged attention (decode and
 // prefill), the device sampler, and the executor's prefill and decode steps (eager and graph) on
 // the llama-hd128-bf16 fixture.
-//   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor|offline|bulk]
+//   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor|offline|bulk|fp8]
 //                      [TUNING FLAGS]
-// (offline, bulk: only with --only; offline: the offline workloads' decode and mixed prefill
-// steps; bulk: batch-1 step variants). TUNING FLAGS (tuning_flags.hpp, e.g. --gate-up-16bit 0)
+// (offline, bulk, fp8: only with --only; offline: the offline workloads' decode and mixed prefill
+// steps; bulk: batch-1 step variants; fp8: the projections with FP8 E4M3 weights against bf16). TUNING FLAGS (tuning_flags.hpp, e.g. --gate-up-16bit 0)
 // set the paths of the simulated step and of the executor for an A/B run.
 #include <cuda_runtime.h>
 
@@ -31,6 +31,7 @@
 #include "gpu/cuda/cuda_executor.hpp"
 #include "gpu/cuda/model/cuda_model.hpp"
 #include "gpu/cuda/device_info.hpp"
+#include "gpu/cuda/linear/fp8_linear.hpp"
 #include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/programmatic_launch.hpp"
@@ -208,6 +209,52 @@ void bench_gemm_sweep(decode_sim& sim) {
   }
   sim.gemm().set_gemv_max_rows(cuda::default_gemv_max_rows);
   sim.gemm().set_gemv_rows_per_block(0);
+}
+
+/// FP8 E4M3 weights (one scale per row) against the bf16 weights of the same projections, per row
+/// count, both through gemm_runner at its default dispatch: FP8 takes the FP8 GEMV up to
+/// cuda::fp8_gemv_max_m rows and dequantize + cuBLAS past them. Each projection is replayed over
+/// 32 layers' copies of its weights (nothing stays in L2); GB/s counts 1 byte per FP8 weight.
+void bench_fp8_sweep(decode_sim& sim) {
+  const projection projs[] = {{"qkv", kQkvWidth, kHidden, true},
+                              {"o", kHidden, kHeads * kHeadDim, true},
+                              {"gate_up", 2 * kInter, kHidden, true},
+                              {"down", kHidden, kInter, true}};
+  std::mt19937 rng(3);
+  report("\n## FP8 weights vs bf16 (bf16 activations in, fp32 out; weight GB/s vs %.0f GB/s copy)\n", kCopyGBs);
+  report("| proj | n x k | m | bf16 us | bf16 GB/s | fp8 us | fp8 GB/s | fp8/bf16 |\n|---|---|---|---|---|---|---|---|\n");
+  if (!sim.gemm().reserve_fp8_scratch(cuda::act_dtype::bf16, size_t(2) * kInter * kHidden).ok()) return;
+  for (const projection& p : projs) {
+    const size_t elems = size_t(p.n) * p.k;
+    std::vector<uint8_t> codes(elems);
+    for (auto& c : codes) c = uint8_t(rng() % 0x7e) | uint8_t(rng() & 0x80u);  // finite codes of either sign
+    const std::vector<float> scales(size_t(p.n), 0.05f / 448.0f);
+    std::vector<cuda::device_weight> fp8(kLayers);
+    for (auto& w : fp8) {
+      w.data = upload(codes);
+      w.row_scale = upload(scales);
+    }
+    for (int m : {1, 2, 4, 8, 16, 64, 256}) {
+      const auto time_weights = [&](bool use_fp8) {
+        return graph_ms(sim.stream(), [&] {
+          for (int l = 0; l < kLayers; ++l) {
+            const cuda::device_layer& w = sim.layer(l);
+            const cuda::device_weight& bf = p.k == kInter ? w.down : p.n == kQkvWidth ? w.qkv
+                                            : p.n == kHidden ? w.o : w.gate_up;
+            (void)sim.gemm().run(cuda::act_dtype::bf16, p.k == kInter ? sim.act() : sim.x(), m, p.k,
+                                 use_fp8 ? fp8[size_t(l)] : bf, p.n, sim.out_f32());
+          }
+        }) * 1000.0 / kLayers;
+      };
+      const double bf16_us = time_weights(false), fp8_us = time_weights(true);
+      report("| %s | %d x %d | %d | %.1f | %.0f | %.1f | %.0f | %.2f |\n", p.name, p.n, p.k, m, bf16_us,
+             double(elems) * 2 / bf16_us / 1e3, fp8_us, double(elems) / fp8_us / 1e3, fp8_us / bf16_us);
+    }
+    for (auto& w : fp8) {
+      cudaFree(w.data);
+      cudaFree(w.row_scale);
+    }
+  }
 }
 
 /// Decode batch and the range its sequences' contexts spread over; prefill sequences running
@@ -451,6 +498,11 @@ int main(int argc, char** argv) {
   if (only == "offline") {
     decode_sim sim(tuning);
     bench_offline_steps(sim);
+  }
+  if (only == "fp8") {
+    decode_sim sim(tuning);
+    cuda::set_programmatic_launch(false);
+    bench_fp8_sweep(sim);
   }
   if (only == "bulk") {
     decode_sim sim(tuning);
