@@ -1,7 +1,7 @@
 // The mixture-of-experts kernels against the host code the CPU executor runs: the router against
 // gpu/model/moe_router (ties included), the permutation against expert_permutation, the grouped
 // GEMM and the expert GEMV against fp32 products of the same rounded operands, the combine
-// against combine_rows.
+// against combine_rows; the fused one-token kernels bit for bit against the kernels they replace.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +14,9 @@
 
 #include "config/moe_config.hpp"
 #include "cuda_test_util.hpp"
+#include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/cuda/moe/moe_kernels.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/model/expert_permutation.hpp"
 #include "gpu/model/moe_router.hpp"
 
@@ -110,6 +112,48 @@ TEST_F(CudaMoe, RouterMatchesTheCpuRouterTiesIncluded) {
   }
 }
 
+TEST_F(CudaMoe, RouterGemvIsBitIdenticalToGemvThenRoute) {
+  struct gemv_case {
+    router_case r;
+    int hidden;
+  };
+  const gemv_case cases[] = {{{128, 8, moe_scoring::softmax, false, 1.0}, 2048},  // Qwen3-30B-A3B
+                             {{8, 2, moe_scoring::softmax, true, 1.0}, 64},
+                             {{60, 4, moe_scoring::sigmoid, true, 2.5}, 264},
+                             {{1024, 32, moe_scoring::softmax, true, 1.0}, 520}};
+  std::mt19937 rng(23);
+  for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
+    for (const gemv_case& gc : cases) {
+      const router_case& rc = gc.r;
+      const std::string what = std::string(dt == act_dtype::bf16 ? "bf16, " : "fp16, ") +
+                               std::to_string(rc.experts) + " experts, top " + std::to_string(rc.top_k);
+      const int E = rc.experts, k = rc.top_k, H = gc.hidden;
+      dev_vec<uint16_t> d_x(random_act_bits(dt, size_t(H), rng())), d_w(random_act_bits(dt, size_t(E) * H, rng()));
+      const size_t ne = static_cast<size_t>(E), nk = static_cast<size_t>(k);
+      dev_vec<float> want_logits(ne), got_logits(ne), want_w(nk), got_w(nk);
+      dev_vec<int32_t> want_e(nk), got_e(nk), counter(std::vector<int32_t>{0});
+      ASSERT_EQ(cuda::gemv(dt, d_x.get(), 1, H, d_w.get(), E, want_logits.get(), 0.0f, nullptr), 0) << what;
+      cuda::moe_route_args a{.logits = want_logits.get(), .n = 1, .num_experts = E, .top_k = k,
+                             .sigmoid = rc.scoring == moe_scoring::sigmoid, .renormalize = rc.renormalize,
+                             .scaling = float(rc.scaling), .experts = want_e.get(), .weights = want_w.get()};
+      ASSERT_EQ(cuda::moe_route(a, nullptr), 0) << what;
+      a.experts = got_e.get();
+      a.weights = got_w.get();
+      const cuda::moe_router_gemv_args g{.x = d_x.get(), .w = d_w.get(), .hidden = H, .logits = got_logits.get(),
+                                         .counter = counter.get()};
+      for (int launch = 0; launch < 2; ++launch) {  // the second finds the counter back at 0
+        got_e.poison();
+        got_logits.poison();
+        ASSERT_EQ(cuda::moe_route_gemv(dt, g, a, nullptr), 0) << what;
+        EXPECT_EQ(got_logits.download(), want_logits.download()) << what;
+        EXPECT_EQ(got_e.download(), want_e.download()) << what;
+        EXPECT_EQ(got_w.download(), want_w.download()) << what;
+        EXPECT_EQ(counter.download(), std::vector<int32_t>{0}) << what;
+      }
+    }
+  }
+}
+
 /// The device permutation of `routes`, checked against permute_by_expert; returns its arrays.
 struct device_permutation {
   dev_vec<int32_t> offsets, tiles, sorted, pair_rows;
@@ -202,9 +246,12 @@ std::string shape_name(act_dtype dt, int n, int E, int k, int N, int K) {
 TEST_F(CudaMoe, GroupedGemmMatchesTheProductOfItsRoundedOperands) {
   std::mt19937 rng(3);
   for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
-    // One row; partial column tiles and K past a whole 32; several tiles per expert; many experts.
+    // One row; partial column blocks and K past a whole slice (a multiple of 8, not of the 64 of
+    // a slice; shorter than one slice); several tiles per expert with a partial last one; many
+    // experts, some empty; ragged sizes around one tile; more slices than pipeline stages.
     const std::vector<std::tuple<int, int, int, int, int>> shapes = {
-        {1, 8, 2, 64, 64}, {70, 8, 2, 96, 72}, {500, 4, 2, 200, 136}, {33, 16, 4, 128, 256}};
+        {1, 8, 2, 64, 64},     {70, 8, 2, 96, 72},    {500, 4, 2, 200, 136}, {33, 16, 4, 128, 256},
+        {3, 16, 2, 136, 40},   {5, 64, 8, 130, 8},    {200, 64, 4, 256, 520}, {97, 24, 6, 384, 328}};
     for (auto [n, E, k, N, K] : shapes) {
       const auto routes = random_routes(n, E, k, rng);
       device_permutation perm;
@@ -226,6 +273,38 @@ TEST_F(CudaMoe, GroupedGemmMatchesTheProductOfItsRoundedOperands) {
   }
 }
 
+TEST_F(CudaMoe, GroupedGemmWithSiluIsBitIdenticalToGemmThenSiluAndMul) {
+  std::mt19937 rng(29);
+  for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
+    // (tokens, experts, top_k, inter, K): inter a multiple of a block's 64 outputs and not, below
+    // one block; K a multiple of 8 only; empty experts; several tiles per expert.
+    const std::vector<std::tuple<int, int, int, int, int>> shapes = {
+        {1, 8, 2, 64, 64}, {70, 8, 2, 96, 72}, {5, 64, 8, 40, 136}, {300, 4, 2, 200, 264}, {97, 24, 6, 128, 520}};
+    for (auto [n, E, k, inter, K] : shapes) {
+      const std::string what = shape_name(dt, n, E, k, inter, K);
+      const int P = n * k;
+      const auto routes = random_routes(n, E, k, rng);
+      device_permutation perm;
+      permute_and_check(routes, k, E, perm);
+      dev_vec<uint16_t> d_x(random_act_bits(dt, size_t(n) * K, rng()));
+      dev_vec<uint16_t> d_w(random_act_bits(dt, size_t(E) * 2 * inter * K, rng(), 0.25f));
+      dev_vec<uint16_t> gate_up(size_t(P) * 2 * inter), want(size_t(P) * inter), got(size_t(P) * inter);
+      cuda::grouped_gemm_args g{.a = d_x.get(), .a_rows = perm.sorted.get(), .a_rows_div = k, .w = d_w.get(),
+                                .offsets = perm.offsets.get(), .tile_offsets = perm.tiles.get(), .num_pairs = P,
+                                .num_experts = E, .n = 2 * inter, .k = K, .y = gate_up.get(), .y_act = true};
+      ASSERT_EQ(cuda::grouped_gemm(dt, g, nullptr), 0) << what;
+      ASSERT_EQ(cuda::silu_and_mul_act(dt, gate_up.get(), P, inter, want.get(), nullptr), 0) << what;
+      got.poison();
+      g.n = inter;
+      g.y = got.get();
+      g.y_act = false;
+      g.silu_and_mul = true;
+      ASSERT_EQ(cuda::grouped_gemm(dt, g, nullptr), 0) << what;
+      EXPECT_EQ(got.download(), want.download()) << what;
+    }
+  }
+}
+
 TEST_F(CudaMoe, ExpertGemvMatchesTheProductOfItsRoundedOperandsInPairOrder) {
   std::mt19937 rng(13);
   for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
@@ -243,6 +322,89 @@ TEST_F(CudaMoe, ExpertGemvMatchesTheProductOfItsRoundedOperandsInPairOrder) {
       const auto want = expert_product(dt, xb, wb, n * k, N, K,
                                        [&](int p) { return std::pair{p / kk, int(routes[size_t(p)])}; });
       expect_both_outputs(dt, g, cuda::expert_gemv, want, shape_name(dt, n, E, k, N, K));
+    }
+  }
+}
+
+/// One-token shapes (tokens, experts, top_k, hidden, inter): Qwen3-30B-A3B's sizes over 16
+/// experts; a few tokens with inter a multiple of 8 but not of 256; an odd hidden (the down
+/// kernel's last warp has one column; the gate/up GEMV, whose K it is, takes it rounded up to 8);
+/// inter 8.
+const std::vector<std::tuple<int, int, int, int, int>> one_token_shapes = {
+    {1, 16, 8, 2048, 768}, {3, 8, 2, 200, 264}, {2, 16, 4, 101, 72}, {4, 4, 2, 64, 8}};
+
+TEST_F(CudaMoe, ExpertGemvWithSiluIsBitIdenticalToGemvThenSiluAndMul) {
+  std::mt19937 rng(17);
+  for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
+    for (auto [n, E, k, h, inter] : one_token_shapes) {
+      const int hidden = (h + 7) / 8 * 8;
+      const std::string what = shape_name(dt, n, E, k, inter, hidden);
+      const int P = n * k;
+      const auto routes = random_routes(n, E, k, rng);
+      const auto xb = random_act_bits(dt, size_t(n) * hidden, rng());
+      const auto wb = random_act_bits(dt, size_t(E) * 2 * inter * hidden, rng(), 0.25f);
+      dev_vec<uint16_t> d_x(xb), d_w(wb), gate_up(size_t(P) * 2 * inter), want(size_t(P) * inter),
+          got(size_t(P) * inter);
+      dev_vec<int32_t> d_e(routes);
+      cuda::expert_gemv_args g{.a = d_x.get(), .a_rows_div = k, .experts = d_e.get(), .w = d_w.get(),
+                               .num_pairs = P, .n = 2 * inter, .k = hidden, .y = gate_up.get(), .y_act = true};
+      ASSERT_EQ(cuda::expert_gemv(dt, g, nullptr), 0) << what;
+      ASSERT_EQ(cuda::silu_and_mul_act(dt, gate_up.get(), P, inter, want.get(), nullptr), 0) << what;
+      got.poison();
+      g.n = inter;
+      g.y = got.get();
+      g.y_act = false;
+      g.silu_and_mul = true;
+      ASSERT_EQ(cuda::expert_gemv(dt, g, nullptr), 0) << what;
+      EXPECT_EQ(got.download(), want.download()) << what;
+    }
+  }
+}
+
+TEST_F(CudaMoe, DownCombineIsBitIdenticalToGemvThenCombine) {
+  std::mt19937 rng(19);
+  for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
+    for (auto [n, E, k, hidden, inter] : one_token_shapes) {
+      const std::string what = shape_name(dt, n, E, k, hidden, inter);
+      const int P = n * k;
+      const auto routes = random_routes(n, E, k, rng);
+      const auto ab = random_act_bits(dt, size_t(P) * inter, rng());
+      const auto wb = random_act_bits(dt, size_t(E) * hidden * inter, rng(), 0.25f);
+      const auto weights = randn(size_t(P), rng);
+      const auto residual = randn(size_t(n) * hidden, rng);
+      dev_vec<uint16_t> d_a(ab), d_w(wb);
+      dev_vec<int32_t> d_e(routes);
+      dev_vec<float> d_weights(weights), y(size_t(P) * hidden), want(size_t(n) * hidden), got(size_t(n) * hidden);
+      const cuda::expert_gemv_args g{.a = d_a.get(), .experts = d_e.get(), .w = d_w.get(), .num_pairs = P,
+                                     .n = hidden, .k = inter, .y = y.get()};
+      ASSERT_EQ(cuda::expert_gemv(dt, g, nullptr), 0) << what;
+      cuda::moe_combine_args c{.y = y.get(), .experts = d_e.get(), .weights = d_weights.get(), .n = n, .top_k = k,
+                               .hidden = hidden, .out = want.get()};
+      cuda::moe_down_combine_args d{.act = d_a.get(), .experts = d_e.get(), .weights = d_weights.get(),
+                                    .w = d_w.get(), .n = n, .top_k = k, .hidden = hidden, .k = inter,
+                                    .out = got.get()};
+      for (bool accumulate : {false, true}) {
+        want.upload(residual);
+        got.upload(residual);
+        if (!accumulate) got.poison();
+        c.accumulate = d.accumulate = accumulate;
+        ASSERT_EQ(cuda::moe_combine(c, nullptr), 0) << what;
+        ASSERT_EQ(cuda::moe_down_combine(dt, d, nullptr), 0) << what;
+        EXPECT_EQ(got.download(), want.download()) << what << (accumulate ? ", accumulated" : "");
+      }
+      // And against the host: the fp32 products of the rounded operands, combined as combine_rows.
+      gpu::expert_permutation host;
+      gpu::permute_by_expert(routes, size_t(k), size_t(E), host);
+      const int kk = k;
+      const auto prod = expert_product(dt, ab, wb, P, hidden, inter,
+                                       [&](int p) { return std::pair{p, int(routes[size_t(p)])}; });
+      std::vector<float> permuted(prod.size()), ref(size_t(n) * hidden);
+      for (int p = 0; p < P; ++p)
+        std::copy_n(&prod[size_t(p) * hidden], hidden, &permuted[size_t(host.slot_row[size_t(p)]) * hidden]);
+      gpu::combine_rows(permuted.data(), size_t(hidden), host, weights.data(), size_t(kk), 0, size_t(n), ref.data());
+      d.accumulate = false;
+      ASSERT_EQ(cuda::moe_down_combine(dt, d, nullptr), 0) << what;
+      EXPECT_LT(rel_max_err(got.download(), ref), 1e-4) << what << " against the host";
     }
   }
 }

@@ -1,5 +1,6 @@
 // The expert GEMV of one-token steps (moe_kernels.hpp): each (token, slot) pair against its own
-// expert's weight rows, one warp per output row, 16-byte loads, fp32 accumulation.
+// expert's weight rows, one warp per output row (or gate/up row pair), 16-byte loads, fp32
+// accumulation.
 #include "gpu/cuda/moe/moe_common.cuh"
 #include "gpu/cuda/moe/moe_kernels.hpp"
 
@@ -9,27 +10,41 @@ namespace {
 using namespace dev;
 
 constexpr int kWarps = 8;
+constexpr int kMinBlocks = 4;  ///< at most 64 registers: 32 warps an SM keep their loads in flight
 
-/// Grid (ceil(N / kWarps), num_pairs).
+/// Grid (ceil(N / kWarps), num_pairs). Out: float, or T for an output a SiLU kernel reads.
 template <class T, class Out>
-__global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(expert_gemv_args a) {
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) expert_gemv_kernel(expert_gemv_args a) {
   pdl_begin();
   const int p = blockIdx.y, lane = threadIdx.x & 31;
   const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (row >= a.n) return;
   const int e = a.experts[p];
-  const T* x = static_cast<const T*>(a.a) + size_t(p / a.a_rows_div) * a.k;
-  const T* w = static_cast<const T*>(a.w) + (size_t(e) * a.n + row) * a.k;
-  float acc = 0.0f;
-  for (int i = lane * 8; i < a.k; i += 32 * 8) {
-    float xv[8], wv[8];
-    load8(x + i, xv);
-    load8(w + i, wv);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc += xv[j] * wv[j];
-  }
-  acc = warp_sum(acc);
-  if (lane == 0) store_out(static_cast<Out*>(a.y) + size_t(p) * a.n + row, acc);
+  const T* const x[1] = {static_cast<const T*>(a.a) + size_t(p / a.a_rows_div) * a.k};
+  const T* const w[1] = {static_cast<const T*>(a.w) + (size_t(e) * a.n + row) * a.k};
+  float acc[1] = {0.0f};
+  lane_dots<T, 1, 1>(x, w, a.k, lane, acc);
+  const float v = warp_sum(acc[0]);
+  if (lane == 0) store_out(static_cast<Out*>(a.y) + size_t(p) * a.n + row, v);
+}
+
+/// silu_and_mul fused: warp `row` takes gate row `row` and up row N + row of the expert; both
+/// dots are rounded to T as the 16-bit gate_up output would be, then SiLU(gate) * up rounded
+/// to T, the numbers expert_gemv with y_act followed by silu_and_mul_act gives.
+template <class T>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) expert_gemv_silu_kernel(expert_gemv_args a) {
+  pdl_begin();
+  const int p = blockIdx.y, lane = threadIdx.x & 31;
+  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (row >= a.n) return;
+  const int e = a.experts[p];
+  const T* const x[1] = {static_cast<const T*>(a.a) + size_t(p / a.a_rows_div) * a.k};
+  const T* gate = static_cast<const T*>(a.w) + (size_t(e) * 2 * a.n + row) * a.k;
+  const T* const w[2] = {gate, gate + size_t(a.n) * a.k};
+  float acc[2] = {0.0f, 0.0f};
+  lane_dots<T, 1, 2>(x, w, a.k, lane, acc);
+  const float g = to_f32(from_f32<T>(warp_sum(acc[0]))), u = to_f32(from_f32<T>(warp_sum(acc[1])));
+  if (lane == 0) static_cast<T*>(a.y)[size_t(p) * a.n + row] = silu_mul<T>(g, u);
 }
 
 }  // namespace
@@ -40,7 +55,9 @@ int expert_gemv(act_dtype dt, const expert_gemv_args& a, cudaStream_t s) {
     return int(cudaErrorInvalidValue);
   const dim3 grid((a.n + kWarps - 1) / kWarps, a.num_pairs);
   cudaError_t e = cudaSuccess;
-  if (a.y_act)
+  if (a.silu_and_mul)
+    AS_DISPATCH_ACT(dt, e = launch_pdl(expert_gemv_silu_kernel<T>, grid, dim3(kWarps * 32), s, a));
+  else if (a.y_act)
     AS_DISPATCH_ACT(dt, e = launch_pdl(expert_gemv_kernel<T, T>, grid, dim3(kWarps * 32), s, a));
   else
     AS_DISPATCH_ACT(dt, e = launch_pdl(expert_gemv_kernel<T, float>, grid, dim3(kWarps * 32), s, a));

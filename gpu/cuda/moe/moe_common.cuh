@@ -1,6 +1,7 @@
 #pragma once
 // Device helpers of the expert kernels.
 #include "gpu/cuda/kernel_util.cuh"
+#include "gpu/cuda/linear/gemv_common.cuh"
 
 namespace actorserve::gpu::cuda::dev {
 
@@ -8,5 +9,48 @@ namespace actorserve::gpu::cuda::dev {
 template <class T>
 __device__ __forceinline__ void store_out(T* y, float v) { *y = from_f32<T>(v); }
 __device__ __forceinline__ void store_out(float* y, float v) { *y = v; }
+
+/// One lane's share of R dot products x[r] . w[r] over [0, K) (K % 8 == 0): the lane's 8-element
+/// chunks at lane * 8 + 256 m in ascending m, each added element by element into acc[r], so that
+/// warp_sum(acc[r]) is the same number whichever kernel asks. kUnroll chunks' 16-byte loads are
+/// issued before their first use and kept raw (4 registers a chunk) until then; the weights
+/// stream past L1 as the dense GEMV's do. x is one vector for all rows (RX = 1) or one a row
+/// (RX = R).
+template <class T, int RX, int R>
+__device__ __forceinline__ void lane_dots(const T* const (&x)[RX], const T* const (&w)[R], int K, int lane,
+                                          float (&acc)[R]) {
+  static_assert(RX == 1 || RX == R, "one x for all rows, or one a row");
+  constexpr int kUnroll = 4;
+  for (int i0 = lane * 8; i0 < K; i0 += 32 * 8 * kUnroll) {
+    uint4 xr[kUnroll][RX], wr[kUnroll][R];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = i0 + u * 32 * 8;
+      if (i >= K) continue;
+#pragma unroll
+      for (int r = 0; r < RX; ++r) xr[u][r] = *reinterpret_cast<const uint4*>(x[r] + i);
+#pragma unroll
+      for (int r = 0; r < R; ++r) wr[u][r] = gemv::load_stream(reinterpret_cast<const uint4*>(w[r] + i));
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (i0 + u * 32 * 8 >= K) continue;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const T* xe = reinterpret_cast<const T*>(&xr[u][RX == 1 ? 0 : r]);
+        const T* we = reinterpret_cast<const T*>(&wr[u][r]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r] += to_f32(xe[j]) * to_f32(we[j]);
+      }
+    }
+  }
+}
+
+/// SiLU(g) * u rounded to T, from gate and up values already rounded to T: what
+/// silu_and_mul_act computes from a 16-bit gate_up row.
+template <class T>
+__device__ __forceinline__ T silu_mul(float g, float u) {
+  return from_f32<T>(g / (1.0f + expf(-g)) * u);
+}
 
 }  // namespace actorserve::gpu::cuda::dev

@@ -1,9 +1,9 @@
 #include "gpu/cuda/moe/moe_ffn.hpp"
 
 #include "gpu/cuda/cuda_status.hpp"
+#include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/cuda/model/cuda_model.hpp"
 #include "gpu/cuda/moe/moe_kernels.hpp"
-#include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -20,18 +20,19 @@ status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_to
   struct want { size_t bytes; void** where; };
   const want wants[] = {
       {T * E * 4, reinterpret_cast<void**>(&logits_)},
+      {4, reinterpret_cast<void**>(&route_counter_)},
       {P * 4, reinterpret_cast<void**>(&experts_)},
       {P * 4, reinterpret_cast<void**>(&weights_)},
       {(E + 1) * 4, reinterpret_cast<void**>(&offsets_)},
       {(E + 1) * 4, reinterpret_cast<void**>(&tile_offsets_)},
       {P * 4, reinterpret_cast<void**>(&sorted_pairs_)},
       {P * 4, reinterpret_cast<void**>(&pair_rows_)},
-      {P * 2 * inter_ * es, &gate_up_},
       {P * inter_ * es, &act_},
       {P * hidden_ * 4, reinterpret_cast<void**>(&y_)},
   };
   for (const want& w : wants)
     if (auto st = alloc(w.bytes, w.where); !st) return st;
+  AS_CUDA_TRY(cudaMemset(route_counter_, 0, sizeof(int32_t)));
   return {};
 }
 
@@ -39,35 +40,39 @@ status moe_ffn::run(gemm_runner& gemm, const device_experts& w, const void* x, i
                     cudaStream_t s) {
   if (rows == 0) return {};
   const int P = rows * top_k_;
-  if (auto st = gemm.run(dt_, x, rows, hidden_, w.router, num_experts_, logits_); !st) return st;
   const moe_route_args ra{.logits = logits_, .n = rows, .num_experts = num_experts_, .top_k = top_k_,
                           .sigmoid = sigmoid_, .renormalize = renormalize_, .scaling = scaling_,
                           .experts = experts_, .weights = weights_};
-  AS_CUDA_TRY(moe_route(ra, s));
-  if (gemm.uses_gemv(rows)) {  // the rows the dense layers give the GEMV: each pair reads its expert
+  const bool gemv = gemm.uses_gemv(rows);
+  if (gemv && rows == 1 && gemv_supported(x, 1, hidden_, w.router)) {  // the logits gemm.run would give
+    const moe_router_gemv_args rg{.x = x, .w = w.router, .hidden = hidden_, .logits = logits_,
+                                  .counter = route_counter_};
+    AS_CUDA_TRY(moe_route_gemv(dt_, rg, ra, s));
+  } else {
+    if (auto st = gemm.run(dt_, x, rows, hidden_, w.router, num_experts_, logits_); !st) return st;
+    AS_CUDA_TRY(moe_route(ra, s));
+  }
+  if (gemv) {  // the rows the dense layers give the GEMV: each pair reads its expert
+    // gate/up with SiLU-and-mul in its epilogue, then down with the combine in its epilogue.
     const expert_gemv_args gate_up{.a = x, .a_rows_div = top_k_, .experts = experts_, .w = w.gate_up,
-                                   .num_pairs = P, .n = 2 * inter_, .k = hidden_, .y = gate_up_, .y_act = true};
+                                   .num_pairs = P, .n = inter_, .k = hidden_, .y = act_, .silu_and_mul = true};
     AS_CUDA_TRY(expert_gemv(dt_, gate_up, s));
-    AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, P, inter_, act_, s));
-    const expert_gemv_args down{.a = act_, .experts = experts_, .w = w.down, .num_pairs = P, .n = hidden_,
-                                .k = inter_, .y = y_};
-    AS_CUDA_TRY(expert_gemv(dt_, down, s));
-    const moe_combine_args ca{.y = y_, .experts = experts_, .weights = weights_, .n = rows, .top_k = top_k_,
-                              .hidden = hidden_, .out = out, .accumulate = accumulate};
-    AS_CUDA_TRY(moe_combine(ca, s));
+    const moe_down_combine_args down{.act = act_, .experts = experts_, .weights = weights_, .w = w.down,
+                                     .n = rows, .top_k = top_k_, .hidden = hidden_, .k = inter_, .out = out,
+                                     .accumulate = accumulate};
+    AS_CUDA_TRY(moe_down_combine(dt_, down, s));
     return {};
   }
   const moe_permute_args pa{.experts = experts_, .num_pairs = P, .num_experts = num_experts_, .offsets = offsets_,
                             .tile_offsets = tile_offsets_, .sorted_pairs = sorted_pairs_, .pair_rows = pair_rows_};
   AS_CUDA_TRY(moe_permute(pa, s));
-  // gate/up: permuted row r holds pair p = t * top_k + j and reads token p / top_k; its output is
-  // rounded to dt as HF's bf16/fp16 gate and up projections are.
+  // gate/up with SiLU-and-mul in its epilogue: permuted row r holds pair p = t * top_k + j and
+  // reads token p / top_k; gate and up are rounded to dt as HF's bf16/fp16 projections are.
   const grouped_gemm_args gate_up{.a = x, .a_rows = sorted_pairs_, .a_rows_div = top_k_, .w = w.gate_up,
                                   .offsets = offsets_, .tile_offsets = tile_offsets_, .num_pairs = P,
-                                  .num_experts = num_experts_, .n = 2 * inter_, .k = hidden_, .y = gate_up_,
-                                  .y_act = true};
+                                  .num_experts = num_experts_, .n = inter_, .k = hidden_, .y = act_,
+                                  .silu_and_mul = true};
   AS_CUDA_TRY(grouped_gemm(dt_, gate_up, s));
-  AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, P, inter_, act_, s));
   const grouped_gemm_args down{.a = act_, .w = w.down, .offsets = offsets_, .tile_offsets = tile_offsets_,
                                .num_pairs = P, .num_experts = num_experts_, .n = hidden_, .k = inter_, .y = y_};
   AS_CUDA_TRY(grouped_gemm(dt_, down, s));

@@ -1,7 +1,8 @@
 #pragma once
 /// A sparse layer's FFN on the device: router logits (one GEMM), the router, the permutation, the
-/// grouped gate/up GEMM (or, at one token, the expert GEMV), SiLU-and-mul, the grouped down GEMM
-/// and the weighted combine into the residual stream (docs/moe.md). No host round trip: a decode step that runs it is capturable.
+/// grouped gate/up GEMM with SiLU-and-mul (or, at one token, the expert GEMV), the grouped down
+/// GEMM and the weighted combine into the residual stream (docs/moe.md). No host round trip: a
+/// decode step that runs it is capturable.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -32,8 +33,9 @@ class moe_ffn {
 
   /// out[t] (+)= the experts' weighted sum for each of `rows` tokens of x ([rows][hidden] of dt):
   /// added into out when `accumulate` (the residual), else written (a delta added later). Rows
-  /// that `gemm` gives its GEMV (one token) take expert_gemv over the (token, slot) pairs; more
-  /// take the permutation and the grouped GEMM.
+  /// that `gemm` gives its GEMV (one token) take expert_gemv with SiLU-and-mul fused over the
+  /// (token, slot) pairs, then moe_down_combine; more take the permutation and the grouped GEMM.
+  /// One such token also takes the router GEMV and the routing in one launch (moe_route_gemv).
   status run(gemm_runner& gemm, const device_experts& w, const void* x, int rows, float* out, bool accumulate,
              cudaStream_t s);
 
@@ -43,13 +45,13 @@ class moe_ffn {
   bool sigmoid_ = false, renormalize_ = false;
   float scaling_ = 1.0f;
   float* logits_ = nullptr;           ///< [tokens][E]
+  int32_t* route_counter_ = nullptr;  ///< moe_route_gemv's count of finished blocks (0 between launches)
   int32_t* experts_ = nullptr;        ///< [tokens][top_k]
   float* weights_ = nullptr;          ///< [tokens][top_k]
   int32_t* offsets_ = nullptr;        ///< [E + 1]
   int32_t* tile_offsets_ = nullptr;   ///< [E + 1]
   int32_t* sorted_pairs_ = nullptr;   ///< [tokens * top_k]
   int32_t* pair_rows_ = nullptr;      ///< [tokens * top_k]
-  void* gate_up_ = nullptr;           ///< [tokens * top_k][2 * inter] of dt
   void* act_ = nullptr;               ///< [tokens * top_k][inter] of dt
   float* y_ = nullptr;                ///< [tokens * top_k][hidden]
 };

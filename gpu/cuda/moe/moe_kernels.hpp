@@ -16,8 +16,9 @@ namespace actorserve::gpu::cuda {
 inline constexpr int moe_max_top_k = 32;
 /// Most routed experts the router kernel takes (their scores sit in shared memory).
 inline constexpr int moe_max_experts = 1024;
-/// Rows of one grouped-GEMM tile: an expert's rows are cut into tiles of this many.
-inline constexpr int moe_tile_rows = 64;
+/// Rows of one grouped-GEMM tile: an expert's rows are cut into tiles of this many (decode
+/// batches give ~30 rows an expert at top-8 of 128, so a small tile wastes little).
+inline constexpr int moe_tile_rows = 32;
 
 /// gpu/model/moe_router's greedy top-k for each of n tokens, in fp32.
 struct moe_route_args {
@@ -30,6 +31,20 @@ struct moe_route_args {
   float* weights = nullptr;        ///< [n][top_k]
 };
 int moe_route(const moe_route_args& a, cudaStream_t s);
+
+/// The router of one token in one launch: logits = W_router x (the numbers gemv() gives, either
+/// path of it), then moe_route on them. The GEMV's blocks write the logits; the last one to
+/// finish, counted on `counter`, routes.
+struct moe_router_gemv_args {
+  const void* x = nullptr;     ///< [hidden] of dt
+  const void* w = nullptr;     ///< [num_experts][hidden] of dt
+  int hidden = 0;
+  float* logits = nullptr;     ///< [num_experts]: written here, read back by the last block
+  int32_t* counter = nullptr;  ///< 0 before the launch; the kernel leaves it 0
+};
+/// `a` as moe_route takes it with n = 1; its logits are g.logits. hidden must be a multiple of 8
+/// and x, w 16-byte aligned (cudaErrorInvalidValue otherwise).
+int moe_route_gemv(act_dtype dt, const moe_router_gemv_args& g, const moe_route_args& a, cudaStream_t s);
 
 /// A stable counting sort of the (token, slot) pairs p = t * top_k + j by expert, as
 /// gpu/model/expert_permutation: experts ascending, pairs ascending within one expert.
@@ -47,8 +62,9 @@ int moe_permute(const moe_permute_args& a, cudaStream_t s);
 int moe_max_tiles(int num_pairs, int num_experts);
 
 /// Y[r, :N] = A[r, :K] * W_e[N, K]^T for each permuted row r of expert e, on tensor cores (16-bit
-/// operands, fp32 accumulation). Each CTA finds its expert and tile from tile_offsets on the
-/// device and returns when its tile is past the last one.
+/// operands, fp32 accumulation, K streamed through a multi-stage cp.async pipeline). Each CTA
+/// finds its expert and tile from tile_offsets on the device and returns when its tile is past
+/// the last one.
 struct grouped_gemm_args {
   const void* a = nullptr;           ///< [rows][K] of dt
   /// When set, permuted row r reads A row a_rows[r] / a_rows_div (sorted pairs -> tokens);
@@ -61,6 +77,9 @@ struct grouped_gemm_args {
   int num_pairs = 0, num_experts = 0, n = 0, k = 0;
   void* y = nullptr;                 ///< [num_pairs][N]: fp32, or dt when y_act
   bool y_act = false;
+  /// silu_and_mul_act fused in: W_e is [2N][K] (gate rows, then up rows) and y, of dt, gets
+  /// SiLU(gate) * up of the two products each rounded to dt, the product rounded to dt.
+  bool silu_and_mul = false;
 };
 /// K must be a multiple of 8 and a, w 16-byte aligned (cudaErrorInvalidValue otherwise).
 int grouped_gemm(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s);
@@ -75,9 +94,27 @@ struct expert_gemv_args {
   int num_pairs = 0, n = 0, k = 0;
   void* y = nullptr;                 ///< [num_pairs][N]: fp32, or dt when y_act
   bool y_act = false;
+  /// silu_and_mul_act fused in: W_e is [2N][K] (gate rows, then up rows) and y, of dt, gets
+  /// SiLU(gate) * up of the two products each rounded to dt, the product rounded to dt.
+  bool silu_and_mul = false;
 };
 /// K must be a multiple of 8 and a, w 16-byte aligned (cudaErrorInvalidValue otherwise).
 int expert_gemv(act_dtype dt, const expert_gemv_args& a, cudaStream_t s);
+
+/// The one-token down projection and combine in one: out[t, c] (+)= sum over slots j, in ascending
+/// expert order, of weights[t, j] * (act[t * top_k + j, :K] . Wdown_e[c, :K]) with e = experts[t, j]:
+/// the numbers expert_gemv (fp32 y) then moe_combine (no pair_rows) give, without y.
+struct moe_down_combine_args {
+  const void* act = nullptr;         ///< [n * top_k][K] of dt, pair order
+  const int32_t* experts = nullptr;  ///< [n][top_k]
+  const float* weights = nullptr;    ///< [n][top_k]
+  const void* w = nullptr;           ///< [num_experts][hidden][K] of dt
+  int n = 0, top_k = 0, hidden = 0, k = 0;
+  float* out = nullptr;              ///< [n][hidden]
+  bool accumulate = false;           ///< add into out (the residual) instead of overwriting it
+};
+/// K must be a multiple of 8, act and w 16-byte aligned, top_k in [1, moe_max_top_k].
+int moe_down_combine(act_dtype dt, const moe_down_combine_args& a, cudaStream_t s);
 
 /// out[t] (+)= sum over slots j of weights[t, j] * y[pair_rows[t * top_k + j]], the slots summed
 /// in ascending expert order (expert_permutation's combine_rows).

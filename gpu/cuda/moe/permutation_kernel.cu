@@ -1,6 +1,7 @@
 // The token -> expert permutation on the device (moe_kernels.hpp): one block counts the pairs of
 // each expert, scans the counts into row and tile offsets, and one warp places the pairs in
-// order, so that within an expert they stay in ascending (token, slot) order.
+// order (their experts staged in shared memory by the block), so that within an expert they stay
+// in ascending (token, slot) order.
 #include <algorithm>
 
 #include "gpu/cuda/kernel_util.cuh"
@@ -23,35 +24,56 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(moe_permute_args a) {
   __syncthreads();
   for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&counts[a.experts[p]], 1);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t rows = 0, tiles = 0;
-    for (int e = 0; e < E; ++e) {
-      a.offsets[e] = rows;
-      a.tile_offsets[e] = tiles;
-      cursor[e] = rows;
-      rows += counts[e];
-      tiles += (counts[e] + moe_tile_rows - 1) / moe_tile_rows;
+  if (threadIdx.x < 32) {  // exclusive scans of rows and tiles, 32 experts a round
+    const int ln = threadIdx.x;
+    int32_t rows = 0, tiles = 0;  // the totals of the rounds before, in every lane
+    for (int e0 = 0; e0 < E; e0 += 32) {
+      const int e = e0 + ln;
+      const int32_t c = e < E ? counts[e] : 0, t = (c + moe_tile_rows - 1) / moe_tile_rows;
+      int32_t rc = c, tc = t;  // inclusive scans over the round's lanes
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int32_t ro = __shfl_up_sync(0xffffffffu, rc, o), to = __shfl_up_sync(0xffffffffu, tc, o);
+        if (ln >= o) rc += ro, tc += to;
+      }
+      if (e < E) {
+        a.offsets[e] = cursor[e] = rows + rc - c;
+        a.tile_offsets[e] = tiles + tc - t;
+      }
+      rows += __shfl_sync(0xffffffffu, rc, 31);
+      tiles += __shfl_sync(0xffffffffu, tc, 31);
     }
-    a.offsets[E] = rows;
-    a.tile_offsets[E] = tiles;
+    if (ln == 0) {
+      a.offsets[E] = rows;
+      a.tile_offsets[E] = tiles;
+    }
   }
   __syncthreads();
-  if (threadIdx.x >= 32) return;
-  // 32 pairs at a time: lanes of one expert take consecutive rows in lane (= pair) order.
-  const int lane = threadIdx.x;
+  // kThreads pairs at a time: the block stages their experts in shared memory (one coalesced
+  // load), then one warp places them 32 at a time, lanes of one expert taking consecutive rows
+  // in lane (= pair) order, with no global load on its serial path.
+  __shared__ int32_t chunk[kThreads];
+  const int lane = threadIdx.x & 31;
   const unsigned lower = (1u << lane) - 1u;
-  for (int base = 0; base < P; base += 32) {
-    const int p = base + lane;
-    const int e = p < P ? a.experts[p] : -1;
-    const unsigned peers = __match_any_sync(0xffffffffu, e);
-    if (p < P) {
-      const int row = cursor[e] + __popc(peers & lower);
-      a.sorted_pairs[row] = p;
-      a.pair_rows[p] = row;
+  for (int base = 0; base < P; base += kThreads) {
+    chunk[threadIdx.x] = base + int(threadIdx.x) < P ? a.experts[base + threadIdx.x] : -1;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      for (int sub = 0; sub < kThreads && base + sub < P; sub += 32) {
+        const int p = base + sub + lane;
+        const int e = chunk[sub + lane];  // -1 past the last pair
+        const unsigned peers = __match_any_sync(0xffffffffu, e);
+        if (p < P) {
+          const int row = cursor[e] + __popc(peers & lower);
+          a.sorted_pairs[row] = p;
+          a.pair_rows[p] = row;
+        }
+        __syncwarp();
+        if (p < P && (peers & lower) == 0) cursor[e] += __popc(peers);
+        __syncwarp();
+      }
     }
-    __syncwarp();
-    if (p < P && (peers & lower) == 0) cursor[e] += __popc(peers);
-    __syncwarp();
+    __syncthreads();  // the chunk is rewritten next round
   }
 }
 

@@ -1,8 +1,9 @@
 // The mixture-of-experts router on the device (moe_kernels.hpp): gpu/model/moe_router's greedy
-// top-k, one warp per token.
+// top-k, one warp per token; and, for one token, the router GEMV with the routing in one launch.
 #include <cmath>
 
 #include "gpu/cuda/kernel_util.cuh"
+#include "gpu/cuda/linear/gemv_common.cuh"
 #include "gpu/cuda/moe/moe_kernels.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -17,25 +18,21 @@ __device__ __forceinline__ bool ranks_before(float va, int ia, float vb, int ib)
   return va > vb || (va == vb && ia < ib);
 }
 
-/// Grid ceil(n / kWarps) of kWarps warps; dynamic shared memory kWarps * num_experts floats.
-__global__ void __launch_bounds__(kWarps * 32) route_kernel(moe_route_args a) {
-  extern __shared__ float scores_all[];
-  pdl_begin();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int t = blockIdx.x * kWarps + warp;
-  if (t >= a.n) return;
+/// Routes token t with one warp (lane = its lane): scores into `scores` (num_experts floats),
+/// then k rounds of a warp-wide arg-max. Logits are read through L2 (__ldcg): in the fused
+/// router another block has just written them.
+__device__ void route_token(const moe_route_args& a, int t, float* scores, int lane) {
   const int E = a.num_experts, K = a.top_k;
-  float* scores = scores_all + size_t(warp) * E;
   const float* logits = a.logits + size_t(t) * E;
   if (a.sigmoid) {
-    for (int e = lane; e < E; e += 32) scores[e] = 1.0f / (1.0f + expf(-logits[e]));
+    for (int e = lane; e < E; e += 32) scores[e] = 1.0f / (1.0f + expf(-__ldcg(logits + e)));
   } else {
     float mx = -INFINITY;
-    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, logits[e]);
+    for (int e = lane; e < E; e += 32) mx = fmaxf(mx, __ldcg(logits + e));
     mx = warp_max(mx);
     float sum = 0.0f;
     for (int e = lane; e < E; e += 32) {
-      const float x = expf(logits[e] - mx);
+      const float x = expf(__ldcg(logits + e) - mx);
       scores[e] = x;
       sum += x;
     }
@@ -71,6 +68,45 @@ __global__ void __launch_bounds__(kWarps * 32) route_kernel(moe_route_args a) {
   }
 }
 
+/// Grid ceil(n / kWarps) of kWarps warps; dynamic shared memory kWarps * num_experts floats.
+__global__ void __launch_bounds__(kWarps * 32) route_kernel(moe_route_args a) {
+  extern __shared__ float scores_all[];
+  pdl_begin();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int t = blockIdx.x * kWarps + warp;
+  if (t >= a.n) return;
+  route_token(a, t, scores_all + size_t(warp) * a.num_experts, lane);
+}
+
+constexpr int kGemvRows = 2;  ///< router rows a block: 64 blocks at 128 experts
+
+/// Grid ceil(E / kGemvRows) of gemv::kThreads; dynamic shared memory num_experts floats. Each
+/// block takes kGemvRows logits with the dense GEMV's main loop (gemv_common.cuh: the same
+/// numbers as gemv(), weights streaming before the previous kernel ends); the last block to
+/// finish, told by the counter, routes the token and sets the counter back to 0.
+template <class T>
+__global__ void __launch_bounds__(gemv::kThreads) route_gemv_kernel(moe_router_gemv_args g, moe_route_args a) {
+  extern __shared__ float scores[];
+  __shared__ gemv::partials<1, kGemvRows> red;
+  __shared__ bool last;
+  const int row0 = blockIdx.x * kGemvRows, E = a.num_experts;
+  const T* w = static_cast<const T*>(g.w);
+  const uint4* wp[kGemvRows];
+#pragma unroll
+  for (int r = 0; r < kGemvRows; ++r)
+    wp[r] = reinterpret_cast<const uint4*>(w + size_t(min(row0 + r, E - 1)) * g.hidden);
+  gemv::accumulate<T, 1, kGemvRows>(static_cast<const T*>(g.x), 1, g.hidden, wp, red);
+  if (threadIdx.x < kGemvRows && row0 + int(threadIdx.x) < E) g.logits[row0 + threadIdx.x] = red.total(threadIdx.x, 0);
+  __threadfence();  // the logits reach L2 before the block counts itself done
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(g.counter, 1) == int(gridDim.x) - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  if (threadIdx.x < 32) route_token(a, 0, scores, threadIdx.x);
+  if (threadIdx.x == 0) *g.counter = 0;
+}
+
 }  // namespace
 
 int moe_route(const moe_route_args& a, cudaStream_t s) {
@@ -79,6 +115,20 @@ int moe_route(const moe_route_args& a, cudaStream_t s) {
     return int(cudaErrorInvalidValue);
   const size_t smem = size_t(kWarps) * a.num_experts * sizeof(float);
   return int(launch_pdl_smem(route_kernel, dim3((a.n + kWarps - 1) / kWarps), dim3(kWarps * 32), smem, s, a));
+}
+
+int moe_route_gemv(act_dtype dt, const moe_router_gemv_args& g, const moe_route_args& a, cudaStream_t s) {
+  if (a.n != 1 || a.top_k < 1 || a.top_k > moe_max_top_k || a.top_k > a.num_experts ||
+      a.num_experts > moe_max_experts || g.hidden % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(g.w) % 16 != 0)
+    return int(cudaErrorInvalidValue);
+  moe_route_args ra = a;
+  ra.logits = g.logits;
+  const size_t smem = size_t(a.num_experts) * sizeof(float);
+  const dim3 grid((a.num_experts + kGemvRows - 1) / kGemvRows);
+  cudaError_t e = cudaSuccess;
+  AS_DISPATCH_ACT(dt, e = launch_pdl_smem(route_gemv_kernel<T>, grid, dim3(gemv::kThreads), smem, s, g, ra));
+  return int(e);
 }
 
 }  // namespace actorserve::gpu::cuda
