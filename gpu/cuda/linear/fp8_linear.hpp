@@ -2,6 +2,7 @@
 /// Linear layers with FP8 E4M3 weights (one byte per element) and one fp32 scale per output row:
 /// W[n][k] = e4m3(Q[n][k]) x scale[n]. Decode rows take a GEMV that converts the bytes in
 /// registers; larger batches dequantize the weight into an act-dtype scratch for cuBLAS.
+/// --quantization fp8 rounds float weights to this form on the device at load.
 /// Plain C++ interface (no device code).
 #include <cuda_runtime_api.h>
 
@@ -26,5 +27,13 @@ int fp8_gemv(act_dtype dt, const void* x, int m, int k, const uint8_t* q, const 
 
 /// out[n][k] (dt) = e4m3(Q[n][k]) x scale[n], rounded once to dt. Returns the launch's cudaError_t.
 int fp8_dequantize(act_dtype dt, const uint8_t* q, const float* scale, int n, int k, void* out, cudaStream_t s);
+
+/// Rounds the [rows][cols] weights at `src` (f32, bf16 or f16) to E4M3 codes `q` [rows][cols]
+/// with one scale per row, bit for bit as the CPU executor's quantize_rows_e4m3 (gpu/model/fp8.hpp)
+/// rounds them for --quantization fp8: scale[r] = amax_r / 448 (NaN elements skipped, as
+/// std::fmax skips them) and q[r][c] = e4m3_encode(src[r][c] / scale[r]) (IEEE division, ties to
+/// even, subnormal E4M3 results, saturation to +-448, NaN -> 0x7f); a row whose amax is 0 gets
+/// scale 0 and codes 0. One warp per row. Returns the launch's cudaError_t.
+int fp8_quantize_rows(const void* src, src_dtype sd, int rows, int cols, uint8_t* q, float* scale, cudaStream_t s);
 
 }  // namespace actorserve::gpu::cuda

@@ -1,7 +1,10 @@
 // FP8 E4M3 weights with per-row scales (fp8_linear.hpp). The GEMV streams 16 weights per 16-byte
 // load, converts them pairwise to fp16 (exact: every E4M3 value is an fp16 value) and then to
 // fp32, accumulates each row's dot product in fp32 and applies the row's scale once. Partial
-// sums reduce in a fixed order, as in gemv_kernel.cu.
+// sums reduce in a fixed order, as in gemv_kernel.cu. The quantizer (--quantization fp8) works on
+// the fp32 bits with integer arithmetic and one explicit IEEE division, so that no floating-point
+// compiler flag (-ftz, -prec-div, --use_fast_math) changes its codes.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -116,6 +119,80 @@ __global__ void fp8_dequantize_kernel(const uint8_t* q, const float* scale, int 
   }
 }
 
+/// The E4M3 code of the fp32 value with bits `u`, as gpu::e4m3_encode (host) gives it: round to
+/// nearest, ties to even; below 2^-6 in subnormal steps of 2^-9; |x| >= 448 (infinity included)
+/// saturates to +-448 (0x7e / 0xfe); NaN of either sign is 0x7f; -0 and negative values that round
+/// to zero are 0x80. Built for the host too: there it matches e4m3_encode on all 2^32 fp32 bit patterns.
+__host__ __device__ __forceinline__ uint8_t e4m3_code(uint32_t u) {
+  const uint32_t sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0x7f;                    // NaN
+  if (a >= 0x43e00000u) return uint8_t(sign | 0x7eu);  // 448 = 1.75 x 2^8 and above
+  uint32_t code;
+  if (a >= 0x3c800000u) {
+    // Normal (2^-6 <= |x| < 448): keep 3 of the 23 mantissa bits, rounding the 20 dropped ones to
+    // nearest even (a carry moves into the exponent), and rebias the exponent from 127 to 7.
+    const uint32_t kept = a >> 20, rest = a & 0xfffffu;
+    code = kept + uint32_t(rest > 0x80000u || (rest == 0x80000u && (kept & 1u))) - (120u << 3);
+  } else {
+    // Subnormal: |x| / 2^-9 rounded to an integer 0..8, which is the code (8 is 0x08 = 2^-6).
+    // |x| = m x 2^(e - 150) with the implicit bit in m (e = 1 for fp32 subnormals), so
+    // |x| / 2^-9 = m / 2^shift with shift = 141 - e >= 21; from shift 25 on it is below 1/2.
+    const uint32_t e = a >> 23;
+    const uint32_t m = e ? (a & 0x7fffffu) | 0x800000u : a;
+    const uint32_t shift = 141u - (e ? e : 1u);
+    if (shift >= 25u) {
+      code = 0;
+    } else {
+      const uint32_t kept = m >> shift, rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+      code = kept + uint32_t(rest > half || (rest == half && (kept & 1u)));
+    }
+  }
+  return uint8_t(sign | code);
+}
+
+/// a / b rounded to nearest even with subnormals kept, whatever -ftz / -prec-div say.
+__device__ __forceinline__ float div_rn_ieee(float a, float b) {
+  float r;
+  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+/// The fp32 bits of a source element (every conversion exact).
+__device__ __forceinline__ uint32_t f32_bits(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ uint32_t f32_bits(__nv_bfloat16 v) {
+  return uint32_t(__bfloat16_as_ushort(v)) << 16;
+}
+__device__ __forceinline__ uint32_t f32_bits(__half v) { return __float_as_uint(__half2float(v)); }
+
+inline constexpr int kQuantWarps = 8;  // rows per block of the quantizer
+
+/// One warp per row: the row's amax over the |x| bits (for non-NaN floats their order is the
+/// order of the values), then each element's code of x / scale.
+template <class T>
+__global__ void __launch_bounds__(kQuantWarps * 32) fp8_quantize_rows_kernel(const T* w, int rows, int cols,
+                                                                              uint8_t* q, float* scale) {
+  const int row = blockIdx.x * kQuantWarps + int(threadIdx.x / 32), lane = int(threadIdx.x % 32);
+  if (row >= rows) return;  // the whole warp
+  const T* src = w + size_t(row) * cols;
+  uint32_t amax = 0;
+  for (int c = lane; c < cols; c += 32) {
+    const uint32_t a = f32_bits(src[c]) & 0x7fffffffu;
+    if (a <= 0x7f800000u) amax = max(amax, a);
+  }
+  amax = __reduce_max_sync(0xffffffffu, amax);
+  const float s = div_rn_ieee(__uint_as_float(amax), 448.0f);
+  if (lane == 0) scale[row] = s;
+  uint8_t* out = q + size_t(row) * cols;
+  for (int c = lane; c < cols; c += 32)
+    out[c] = amax == 0 ? 0 : e4m3_code(__float_as_uint(div_rn_ieee(__uint_as_float(f32_bits(src[c])), s)));
+}
+
+template <class T>
+void launch_quantize(const void* src, int rows, int cols, uint8_t* q, float* scale, cudaStream_t s) {
+  fp8_quantize_rows_kernel<T><<<(rows + kQuantWarps - 1) / kQuantWarps, kQuantWarps * 32, 0, s>>>(
+      static_cast<const T*>(src), rows, cols, q, scale);
+}
+
 }  // namespace
 
 bool fp8_gemv_supported(const void* x, int m, int k, const void* q) {
@@ -146,6 +223,16 @@ int fp8_dequantize(act_dtype dt, const uint8_t* q, const float* scale, int n, in
     if (per == 4) fp8_dequantize_kernel<T, 4><<<blocks, kBlock, 0, s>>>(q, scale, n, k, static_cast<T*>(out));
     else fp8_dequantize_kernel<T, 1><<<blocks, kBlock, 0, s>>>(q, scale, n, k, static_cast<T*>(out));
   });
+  return cudaGetLastError();
+}
+
+int fp8_quantize_rows(const void* src, src_dtype sd, int rows, int cols, uint8_t* q, float* scale, cudaStream_t s) {
+  if (rows <= 0) return 0;
+  switch (sd) {
+    case src_dtype::f32: launch_quantize<float>(src, rows, cols, q, scale, s); break;
+    case src_dtype::bf16: launch_quantize<__nv_bfloat16>(src, rows, cols, q, scale, s); break;
+    case src_dtype::f16: launch_quantize<__half>(src, rows, cols, q, scale, s); break;
+  }
   return cudaGetLastError();
 }
 

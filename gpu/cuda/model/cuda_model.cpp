@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 
 #include "config/log.hpp"
@@ -55,7 +54,8 @@ class uploader {
 
   /// A dense layer's weight from `views` (concatenated along rows): E4M3 bytes with per-row scales
   /// when every view is a per-tensor or per-channel F8_E4M3 weight, or when `quantize` and none
-  /// is F8_E4M3 (rounded as quantize_rows_e4m3 does); else an act-dtype matrix().
+  /// is F8_E4M3 (rounded on the device by fp8_quantize_rows as quantize_rows_e4m3 rounds on the
+  /// CPU); else an act-dtype matrix().
   result<device_weight> weight(const std::vector<const tensor_view*>& views, bool quantize) {
     size_t fp8_views = 0, rows = 0, cols = 0;
     for (auto* v : views) {
@@ -70,33 +70,33 @@ class uploader {
       if (!m) return m.err();
       return device_weight{*m, nullptr};
     }
-    std::vector<uint8_t> codes;
-    std::vector<float> scales;
-    scales.reserve(rows);
     void* dst = nullptr;
     if (auto st = m_.alloc(&dst, rows * cols); !st) return st.err();
-    size_t offset = 0;
-    for (auto* v : views) {
-      const size_t r = size_t(v->shape[0]);
-      const void* src = v->data;
-      if (v->dtype == st_dtype::f8_e4m3) {
-        for (size_t i = 0; i < r; ++i) scales.push_back(row_scale(*v->scale, i));
-      } else {
-        std::vector<float> w = weight_store::to_f32(*v);
-        codes.resize(w.size());
-        quantize_rows_e4m3_codes(w.data(), r, cols, codes.data(), scales);
-        src = codes.data();
-      }
-      // Pageable copy: it completes before the host buffer is reused (synchronised below).
-      AS_CUDA_TRY(cudaMemcpyAsync(static_cast<char*>(dst) + offset, src, r * cols, cudaMemcpyHostToDevice, s_));
-      AS_CUDA_TRY(cudaStreamSynchronize(s_));
-      progress_.advance(v->num_bytes());
-      offset += r * cols;
-    }
     void* scale = nullptr;
     if (auto st = m_.alloc(&scale, rows * sizeof(float)); !st) return st.err();
-    AS_CUDA_TRY(cudaMemcpyAsync(scale, scales.data(), rows * sizeof(float), cudaMemcpyHostToDevice, s_));
-    AS_CUDA_TRY(cudaStreamSynchronize(s_));
+    size_t row = 0;
+    for (auto* v : views) {
+      const size_t r = size_t(v->shape[0]);
+      uint8_t* codes = static_cast<uint8_t*>(dst) + row * cols;
+      float* scales = static_cast<float*>(scale) + row;
+      if (v->dtype == st_dtype::f8_e4m3) {
+        std::vector<float> s(r);
+        for (size_t i = 0; i < r; ++i) s[i] = row_scale(*v->scale, i);
+        // Pageable copies: they complete before the host buffer `s` dies.
+        AS_CUDA_TRY(cudaMemcpyAsync(codes, v->data, r * cols, cudaMemcpyHostToDevice, s_));
+        AS_CUDA_TRY(cudaMemcpyAsync(scales, s.data(), r * sizeof(float), cudaMemcpyHostToDevice, s_));
+        AS_CUDA_TRY(cudaStreamSynchronize(s_));
+        progress_.advance(v->num_bytes());
+      } else {
+        auto sd = source_dtype(*v);
+        if (!sd) return sd.err();
+        auto src = stage(*v);
+        if (!src) return src.err();
+        AS_CUDA_TRY(fp8_quantize_rows(*src, *sd, int(r), int(cols), codes, scales, s_));
+        AS_CUDA_TRY(cudaStreamSynchronize(s_));  // start-up only: the staging buffer is reused
+      }
+      row += r;
+    }
     m_.fp8_max_elements = std::max(m_.fp8_max_elements, rows * cols);
     return device_weight{dst, static_cast<float*>(scale)};
   }
@@ -140,20 +140,6 @@ class uploader {
     const size_t index = s.kind == fp8_scale_kind::per_channel ? i : 0;
     upcast_to_f32(s.data + index * dtype_size(s.dtype), s.dtype, 1, &v);
     return v;
-  }
-
-  /// `rows` x `cols` fp32 weights as E4M3 codes with one scale per row, appended to `scales`:
-  /// the values quantize_rows_e4m3 rounds them to, code x scale.
-  static void quantize_rows_e4m3_codes(const float* w, size_t rows, size_t cols, uint8_t* codes,
-                                       std::vector<float>& scales) {
-    for (size_t r = 0; r < rows; ++r) {
-      const float* row = w + r * cols;
-      float amax = 0;
-      for (size_t c = 0; c < cols; ++c) amax = std::fmax(amax, std::fabs(row[c]));
-      const float s = amax / e4m3_max;
-      scales.push_back(s);
-      for (size_t c = 0; c < cols; ++c) codes[r * cols + c] = amax == 0 ? 0 : e4m3_encode(row[c] / s);
-    }
   }
 
   /// Stages `v` on the device: as stored, or dequantized to fp32 for F8_E4M3 (src_dtype f32).

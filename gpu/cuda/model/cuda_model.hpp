@@ -77,8 +77,8 @@ result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dt
 /// checkpoints: dense layers' per-tensor and per-channel E4M3 weights stay E4M3 on the device
 /// (device_weight); block-scaled weights, experts and any matrix mixing FP8 and float parts are
 /// dequantized on the host and stored in the activation dtype. `quantize_fp8` (--quantization
-/// fp8): dense layers' float weights are rounded to E4M3 with one scale per output row as
-/// quantize_rows_e4m3 does, and stored so.
+/// fp8): dense layers' float weights are rounded to E4M3 with one scale per output row on the
+/// device (fp8_quantize_rows), as quantize_rows_e4m3 rounds them on the CPU, and stored so.
 result<std::unique_ptr<device_model>> load_device_model(const std::string& model_dir, dtype_choice choice,
                                                         bool quantize_fp8, cudaStream_t stream);
 
