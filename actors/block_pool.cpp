@@ -65,12 +65,12 @@ kv_answer block_pool::reserve(const kv_reservation& r) {
 
   // Pass 1: what each item needs from the free list; required items all or nothing.
   ++epoch_;
-  std::vector<item_plan> plans;
-  plans.reserve(r.items.size());
+  std::vector<item_plan> plans(r.items.size());
   int64_t required = 0;
   for (size_t i = 0; i < r.items.size(); ++i) {
-    plans.push_back(plan_item(r.items[i], states[i]));
-    if (!r.items[i].optional) required += plans.back().need;
+    if (r.items[i].optional) continue;
+    plans[i] = plan_item(r.items[i], states[i], r.items[i].num_new);
+    required += plans[i].need;
   }
   if (required > num_free_) {
     ans.granted = false;
@@ -78,12 +78,25 @@ kv_answer block_pool::reserve(const kv_reservation& r) {
     ans.counts = counts();
     return ans;
   }
+  // Optional items in order, each after its prefix lookup: it is charged only its new tokens
+  // against admit_tokens, and the first that misses (blocks or tokens) ends the grants.
   int64_t left = num_free_ - required;
+  int32_t tokens_left = std::max(0, r.admit_tokens);
+  bool step_busy = false;  // an earlier item computes tokens in this step
   size_t granted = 0;
   for (; granted < r.items.size(); ++granted) {
-    if (!r.items[granted].optional) continue;
-    if (plans[granted].need > left) break;
-    left -= plans[granted].need;
+    const auto& it = r.items[granted];
+    auto& p = plans[granted];
+    if (!it.optional) {
+      step_busy |= p.num_new > 0;
+      continue;
+    }
+    p = plan_item(it, states[granted], tokens_left);
+    if (p.num_new < p.wanted && (p.num_new == 0 || (!r.admit_chunked && step_busy))) break;
+    if (p.need > left) break;
+    left -= p.need;
+    tokens_left -= p.num_new;
+    step_busy |= p.num_new > 0;
   }
 
   // Pass 2: take prefix hits out of the free list first (allocation must not evict them), then
@@ -135,7 +148,7 @@ kv_answer block_pool::reserve(const kv_reservation& r) {
   return ans;
 }
 
-block_pool::item_plan block_pool::plan_item(const kv_item& it, const seq_state* s) {
+block_pool::item_plan block_pool::plan_item(const kv_item& it, const seq_state* s, int32_t max_new) {
   item_plan p;
   int32_t have = s ? static_cast<int32_t>(s->table.size()) : 0;
   p.computed = it.num_computed;
@@ -156,6 +169,8 @@ block_pool::item_plan block_pool::plan_item(const kv_item& it, const seq_state* 
     p.computed = p.hits * block_size_;
     p.num_new = std::min(it.num_new, it.num_tokens - p.computed);
   }
+  p.wanted = p.num_new;
+  p.num_new = std::min(p.num_new, std::max(0, max_new));
   const int32_t blocks_needed = (p.computed + p.num_new + block_size_ - 1) / block_size_;
   p.new_blocks = std::max(0, blocks_needed - have);
   p.need += p.new_blocks;

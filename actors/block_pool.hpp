@@ -50,9 +50,11 @@ class block_pool {
   };
   struct item_plan {
     int32_t hits = 0, computed = 0, num_new = 0, new_blocks = 0, need = 0;
+    int32_t wanted = 0;  ///< num_new before the token cap
   };
 
-  item_plan plan_item(const kv_item& it, const seq_state* s);
+  /// What `it` needs: its prefix hits, then at most `max_new` new tokens and their blocks.
+  item_plan plan_item(const kv_item& it, const seq_state* s, int32_t max_new);
   void register_computed(seq_state& s, int32_t num_computed);
   void release(seq_state& s);
   int32_t allocate();

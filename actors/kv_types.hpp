@@ -3,6 +3,7 @@
 /// reservation per step, answered by one grant (or a shortfall). The scheduler never touches pool
 /// internals; the block pool never sees sequences, only these values.
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -13,7 +14,9 @@ struct kv_item {
   uint64_t seq_id = 0;
   int32_t num_computed = 0;   ///< tokens already in the cache (the pool trusts this count)
   int32_t num_tokens = 0;     ///< tokens the sequence has now (prompt + generated)
-  int32_t num_new = 0;        ///< tokens to compute this step (counted after prefix hits)
+  /// Tokens to compute this step, at most (counted after prefix hits). An optional item asks
+  /// for its whole uncomputed prompt: the pool cuts it to kv_reservation::admit_tokens.
+  int32_t num_new = 0;
   bool lookup = false;        ///< the sequence holds no blocks yet: try the prefix cache first
   bool optional = false;      ///< admission from waiting: may be left out (FCFS cut-off)
   /// Full-block hashes of the sequence not yet reported to the pool, in block order.
@@ -35,11 +38,20 @@ struct kv_fork {
 
 /// Everything one step asks of the pool. `forks` then `frees` apply unconditionally, then the
 /// items: required items all or nothing, optional items in order until the first that misses.
+/// An optional item misses when its blocks do not fit or when the token budget it is charged
+/// against does not: after its prefix lookup it costs only its new tokens, so cached prompts
+/// leave the budget to the items behind them.
 struct kv_reservation {
   uint64_t step_id = 0;
   std::vector<kv_fork> forks;
   std::vector<kv_free> frees;
   std::vector<kv_item> items;
+  /// New tokens the optional items may compute together (the step's budget left after the
+  /// required items).
+  int32_t admit_tokens = std::numeric_limits<int32_t>::max();
+  /// An optional item larger than what is left of admit_tokens is cut to it (chunked prefill);
+  /// otherwise it misses, unless no earlier item computes anything in the step (then it is cut).
+  bool admit_chunked = true;
 };
 
 /// A granted item: where the sequence's computation starts (after prefix hits) and how its
@@ -48,7 +60,7 @@ struct kv_reservation {
 struct kv_grant_item {
   uint64_t seq_id = 0;
   int32_t num_computed = 0;   ///< after prefix-cache hits (>= the item's num_computed)
-  int32_t num_new = 0;        ///< tokens to compute now (<= the item's num_new)
+  int32_t num_new = 0;        ///< tokens to compute now (<= the item's num_new; optional: <= admit_tokens left)
   int32_t num_cached = 0;     ///< tokens found in the prefix cache (lookup items)
   int32_t table_from = 0;
   int32_t blocks_offset = 0, blocks_count = 0;

@@ -260,6 +260,14 @@ kv_item scheduler_policy::make_item(sequence& s, int32_t num_new, bool from_wait
   return it;
 }
 
+int32_t scheduler_policy::least_new_tokens(const sequence& s) const {
+  const int32_t n = s.target();
+  if (!cfg_.enable_prefix_caching) return n;
+  // The pool serves at most the full blocks it has hashes for, and never the last token.
+  const int32_t cacheable = std::min<int32_t>((n - 1) / cfg_.block_size, static_cast<int32_t>(s.block_hashes.size()));
+  return std::max(1, n - cacheable * cfg_.block_size);
+}
+
 std::optional<kv_reservation> scheduler_policy::plan_impl(bool admit) {
   kv_reservation r;
   r.step_id = next_step_id_;
@@ -281,16 +289,28 @@ std::optional<kv_reservation> scheduler_policy::plan_impl(bool admit) {
     planned_.push_back({s, false});
     budget -= n;
   }
+  const size_t running_planned = planned_.size();
+  // Admission: the pool charges each waiting candidate only the tokens left after its prefix
+  // lookup (kv_reservation::admit_tokens), so the candidates ask for their whole prompt. They are
+  // listed while the least each could cost (its prompt past the blocks the cache could serve)
+  // fits the budget, within the sequence cap and max_admission_candidates.
+  r.admit_tokens = budget;
+  r.admit_chunked = chunked;
   if (admit) {
     size_t num_seqs = running_.size();
+    int32_t least = 0;
+    bool busy = !planned_.empty();
     for (sequence* s : waiting_) {
-      if (budget == 0 || num_seqs + static_cast<size_t>(s->fork_n) > static_cast<size_t>(cfg_.max_num_seqs)) break;
-      int32_t n = s->num_uncomputed();
-      if (!chunked && n > budget && !planned_.empty()) break;
-      n = std::min(n, budget);
+      if (least >= budget || planned_.size() - running_planned >= max_admission_candidates ||
+          num_seqs + static_cast<size_t>(s->fork_n) > static_cast<size_t>(cfg_.max_num_seqs))
+        break;
+      const int32_t n = s->num_uncomputed();
+      const int32_t cheapest = std::min(n, least_new_tokens(*s));
+      if (!chunked && busy && least + cheapest > budget) break;
       r.items.push_back(make_item(*s, n, true));
       planned_.push_back({s, true});
-      budget -= n;
+      least += cheapest;
+      busy = true;
       num_seqs += static_cast<size_t>(s->fork_n);
     }
   }

@@ -150,7 +150,13 @@ class scheduler_policy {
     std::vector<in_flight> seqs;
   };
 
+  /// The most waiting sequences one reservation lists as admission candidates: each carries its
+  /// block hashes, so a long queue of cache-heavy prompts costs a bounded copy per step.
+  static constexpr size_t max_admission_candidates = 512;
+
   std::optional<kv_reservation> plan_impl(bool admit);
+  /// The fewest new tokens the pool can grant waiting sequence `s` (all its cacheable blocks hit).
+  int32_t least_new_tokens(const sequence& s) const;
   bool may_plan_ahead(const sequence& s) const;
   kv_item make_item(sequence& s, int32_t num_new, bool from_waiting);
   void preempt(sequence& s);

@@ -6,30 +6,10 @@ namespace actorserve::gpu {
 
 status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) {
   // FP8 checkpoints load (cuda_model.hpp: per-tensor and per-channel E4M3 weights of dense layers
-  // stay E4M3; block-scaled ones and experts are dequantized at load). A static input_scale is
-  // checked by the loader and not applied: activations stay bf16/fp16, as the CPU's stay fp32.
-  if (cfg.mla)
-    return make_error(error_code::unsupported,
-                      fmt::format("{} uses multi-head latent attention (MLA: kv_lora_rank {}), which the CUDA "
-                                  "executor does not run yet; start with --device cpu",
-                                  cfg.architecture, cfg.mla->kv_lora_rank));
-  // The CUDA router takes the greedy top-k of Mixtral and Qwen3-MoE; DeepSeek-V2's group limits
-  // and shared experts (refused above with its latent attention) have no kernels yet.
-  if (cfg.moe && cfg.moe->topk_method != moe_topk_method::greedy)
-    return make_error(error_code::unsupported,
-                      fmt::format("{}: topk_method {} is not run by the CUDA executor's router (greedy only); start "
-                                  "with --device cpu",
-                                  cfg.architecture, to_string(cfg.moe->topk_method)));
-  if (cfg.moe && cfg.moe->num_shared_experts > 0)
-    return make_error(error_code::unsupported,
-                      fmt::format("{}: shared experts (n_shared_experts {}) are not run by the CUDA executor yet; "
-                                  "start with --device cpu",
-                                  cfg.architecture, cfg.moe->num_shared_experts));
-  if (cfg.rope.kind == rope_kind::yarn)
-    return make_error(error_code::unsupported,
-                      fmt::format("{} uses YaRN rope scaling (rope_type yarn), which the CUDA executor does not apply "
-                                  "yet; start with --device cpu",
-                                  cfg.architecture));
+  // stay E4M3; block-scaled ones, experts and latent-attention projections are dequantized at
+  // load). A static input_scale is checked by the loader and not applied: activations stay
+  // bf16/fp16, as the CPU's stay fp32. DeepSeek-V2's latent attention, group-limited routing,
+  // shared experts and YaRN rope run on the CUDA executor (gpu/cuda/mla/, gpu/cuda/moe/).
   const int64_t context = max_model_len > 0 ? max_model_len : cfg.max_position_embeddings;
   // NOTE: position p attends to keys p - window + 1 .. p, so a window of at least the context
   // never masks anything and full attention computes the same function.

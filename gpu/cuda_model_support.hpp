@@ -9,11 +9,10 @@
 namespace actorserve::gpu {
 
 /// Ok when the CUDA executor computes `cfg` as transformers does at contexts up to
-/// `max_model_len` tokens (0: the model's max_position_embeddings). Refused: multi-head latent
-/// attention (DeepSeek-V2), group-limited routing and shared experts (DeepSeek-V2's), YaRN rope
-/// (no CUDA kernels yet: --device cpu runs them), and a sliding_window
+/// `max_model_len` tokens (0: the model's max_position_embeddings). Refused: a sliding_window
 /// smaller than the context (its attention has no window: --max-model-len at most the window
-/// keeps every position inside it).
+/// keeps every position inside it). FP8 checkpoints and DeepSeek-V2 (latent attention, YaRN,
+/// group-limited routing, shared experts) are accepted, together too.
 status check_cuda_model_support(const model_config& cfg, int64_t max_model_len);
 
 /// Ok unless --kv-cache-dtype fp8 is asked of the CUDA executor: its attention has no FP8 KV cache

@@ -11,6 +11,8 @@
 #include "gpu/cuda/cuda_executor_impl.hpp"
 #include "gpu/cuda/cuda_status.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/device_info.hpp"
+#include "gpu/cuda/programmatic_launch.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
 #include "gpu/cuda/sampling/sampler.hpp"
 #include "gpu/cuda_model_support.hpp"
@@ -48,17 +50,27 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
     return make_error(error_code::unavailable, fmt::format("no CUDA device {} (found {})", opts.device, count));
   }
   AS_CUDA_TRY(cudaSetDevice(opts.device));
+  // The kernels this GPU and the loaded code run: the Hopper ones on 9.x unless --kernels portable.
+  auto target = current_gpu_target();
+  if (!target) return target.err();
+  const gpu_target& t = target.value();
+  opts_.tuning = cuda_tuning_for(opts.tuning, t, opts.kernels);
+  set_programmatic_launch(opts_.tuning.programmatic_launch);
+  log::info("CUDA device {}: compute capability {}.{}, kernel code compiled for sm_{}{}; kernels ({}): {}",
+            opts.device, t.sm_major, t.sm_minor, t.code_arch, t.code_sm90a ? "a" : "",
+            opts.kernels == kernel_choice::portable ? "--kernels portable" : "--kernels auto",
+            describe_kernels(opts_.tuning));
   AS_CUDA_TRY(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, opts.device));
   AS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (opts.profile_steps) profile_.enable();
-  auto model = load_device_model(model_dir, opts.dtype, opts.quantize_fp8, stream_);
+  auto model = load_device_model(model_dir, opts.dtype, opts.quantize_fp8, stream_, opts.weights);
   if (!model) return model.err();
   model_ = std::move(model.value());
   dt_ = model_->dt;
   const model_config& c = model_->cfg;
   if (auto st = gemm_.init(stream_, kCublasWorkspace); !st) return st;
   if (auto st = gemm_.reserve_fp8_scratch(dt_, model_->fp8_max_elements); !st) return st;
-  gemm_.set_bulk_gemv(opts.tuning.bulk);
+  gemm_.set_bulk_gemv(opts_.tuning.bulk);
   const int64_t max_len = opts.max_model_len > 0 ? opts.max_model_len : c.max_position_embeddings;
   if (max_len <= 0)
     return make_error(error_code::invalid_argument, "--max-model-len: the model gives no max_position_embeddings");
@@ -78,14 +90,26 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   ashape.head_dim = static_cast<int>(c.head_dim);
   ashape.block_size = opts.block_size;
   ashape.num_sms = num_sms_;
-  auto backend = make_attention_backend(opts.kv_layout, ashape, opts.tuning.attention);
+  auto backend = make_attention_backend(opts.kv_layout, ashape, opts_.tuning.attention);
   if (!backend) return backend.err();
   attention_ = std::move(backend.value());
-  log::info("attention backend: {}, block size {}", attention_->name(), attention_->block_size());
   max_partials_ = attention_->max_partials();
   max_blocks_per_seq_ = static_cast<int>((max_len + opts.block_size - 1) / opts.block_size);
   qkv_width_ = static_cast<int>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
-  block_bytes_ = attention_->block_bytes();
+  if (c.mla) {
+    // One cache per layer of (kv_lora_rank + qk_rope_head_dim)-wide latent rows; the backend's
+    // planner still sizes the step metadata, its kernels do not run.
+    block_bytes_ = size_t(opts.block_size) * size_t(c.mla->cache_dim()) * act_size(dt_);
+    num_caches_ = static_cast<int>(c.num_layers);
+    log::info("attention: multi-head latent attention (absorbed), {} values per token and layer, block size {}",
+              c.mla->cache_dim(), opts.block_size);
+  } else {
+    block_bytes_ = attention_->block_bytes();
+    num_caches_ = static_cast<int>(2 * c.num_layers);
+    log::info("attention backend: {}, block size {}", attention_->name(), attention_->block_size());
+  }
+  if (c.moe) shared_inter_ = static_cast<int>(c.moe->num_shared_experts * c.moe->expert_intermediate_size);
+  ffn_width_ = std::max(static_cast<int>(c.intermediate_size), shared_inter_);
   if (auto st = allocate_buffers(); !st) return st;
   for (host_slot& s : slots_) {
     AS_CUDA_TRY(cudaEventCreate(&s.start));
@@ -101,6 +125,8 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
 status cuda_executor::allocate_buffers() {
   const model_config& c = model_->cfg;
   const size_t T = max_tokens_, rows = std::max(max_rows_, max_tokens_), es = act_size(dt_);
+  // o_proj's input: H heads of head_dim, or of v_head_dim with latent attention.
+  const size_t attn_width = c.num_heads * (c.mla ? c.mla->v_head_dim : c.head_dim);
   auto alloc = [&](size_t bytes, void** out) -> status {
     if (auto e = cudaMalloc(out, std::max<size_t>(bytes, 16)); e != cudaSuccess) {
       (void)cudaGetLastError();
@@ -117,13 +143,13 @@ status cuda_executor::allocate_buffers() {
       {T * c.hidden_size * 4, reinterpret_cast<void**>(&residual_)},
       {T * qkv_width_ * 4, reinterpret_cast<void**>(&qkv_)},
       {T * c.hidden_size * 4, reinterpret_cast<void**>(&delta_)},
-      {T * 2 * c.intermediate_size * 4, reinterpret_cast<void**>(&gate_up_)},
+      {T * 2 * ffn_width_ * 4, reinterpret_cast<void**>(&gate_up_)},
       {size_t(max_rows_) * c.vocab_size * 4, reinterpret_cast<void**>(&logits_)},
       {size_t(max_partials_) * attn_tile_rows * c.head_dim * 4, reinterpret_cast<void**>(&partial_o_)},
       {size_t(max_partials_) * attn_tile_rows * 2 * 4, reinterpret_cast<void**>(&partial_lse_)},
       {rows * c.hidden_size * es, &x_},
-      {T * c.num_heads * c.head_dim * es, &attn_},
-      {T * c.intermediate_size * es, &act_},
+      {T * attn_width * es, &attn_},
+      {T * ffn_width_ * es, &act_},
       {size_t(max_rows_) * sizeof(sample_out), reinterpret_cast<void**>(&out_)},
       {size_t(max_rows_) * size_t(grammar_mask_words(info_.vocab_size)) * 4,
        reinterpret_cast<void**>(&grammar_masks_)},
@@ -138,7 +164,7 @@ status cuda_executor::allocate_buffers() {
     if (auto st = alloc(T * c.num_heads * c.head_dim * es, &p); !st) return st;
     q16_ = p;
     if (opts_.tuning.qkv_16bit) {  // gate_up_ is free while qkv is consumed
-      if (size_t(2) * c.intermediate_size * 4 >= size_t(qkv_width_) * es) {
+      if (size_t(2) * ffn_width_ * 4 >= size_t(qkv_width_) * es) {
         qkv16_ = gate_up_;
       } else {
         if (auto st = alloc(T * qkv_width_ * es, &p); !st) return st;
@@ -149,6 +175,13 @@ status cuda_executor::allocate_buffers() {
   if (c.moe) {
     const moe_ffn::alloc_fn moe_alloc = [&](size_t bytes, void** out) { return alloc(bytes, out); };
     if (auto st = moe_.init(*c.moe, static_cast<int>(c.hidden_size), dt_, static_cast<int>(rows), moe_alloc); !st)
+      return st;
+  }
+  if (c.mla) {
+    const mla_attention::alloc_fn mla_alloc = [&](size_t bytes, void** out) { return alloc(bytes, out); };
+    if (auto st = mla_.init(c, dt_, model_->inv_freq, model_->rope_attention_factor, static_cast<int>(rows), num_sms_,
+                            mla_alloc);
+        !st)
       return st;
   }
   if (opts_.keep_logits) {
@@ -166,6 +199,7 @@ status cuda_executor::allocate_buffers() {
   L.ids = take(T * 4);
   L.positions = take(T * 4);
   L.slots = take(T * 4);
+  L.token_seqs = take(T * 4);
   L.q32 = take(T * 4);
   L.sample_rows = take(size_t(max_rows_) * 4);
   L.seqs = take(size_t(max_rows_) * sizeof(attn_seq));
@@ -209,7 +243,7 @@ status cuda_executor::ensure_meta_capacity(host_slot& slot, size_t bytes) {
 status cuda_executor::allocate_kv_pool(int64_t num_blocks) {
   if (kv_pool_) cudaFree(kv_pool_);
   kv_pool_ = nullptr;
-  const size_t caches = size_t(2) * model_->cfg.num_layers;
+  const size_t caches = size_t(num_caches_);
   cache_stride_ = size_t(num_blocks) * block_bytes_;
   if (auto e = cudaMalloc(&kv_pool_, std::max<size_t>(caches * cache_stride_, 16)); e != cudaSuccess) {
     (void)cudaGetLastError();
@@ -236,7 +270,7 @@ step_limits cuda_executor::limits(int64_t num_blocks) const {
   l.item_capacity = layout_.item_capacity;
   l.last_item_capacity = layout_.last_item_capacity;
   l.enforce_eager = opts_.enforce_eager;
-  l.last_layer_all_rows = opts_.tuning.last_layer_all_rows;
+  l.last_layer_all_rows = opts_.tuning.last_layer_all_rows || model_->cfg.mla.has_value();
   l.eos_token_ids = info_.eos_token_ids;
   return l;
 }
@@ -269,11 +303,11 @@ status cuda_executor::plan_memory() {
   }
   size_t free_b = 0, total_b = 0;
   AS_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
-  const size_t probe_pool = size_t(2) * model_->cfg.num_layers * cache_stride_;
+  const size_t probe_pool = size_t(num_caches_) * cache_stride_;
   cudaFree(kv_pool_);
   kv_pool_ = nullptr;
   const double used = double(total_b - free_b) - double(probe_pool);
-  const size_t per_block = size_t(2) * model_->cfg.num_layers * block_bytes_;
+  const size_t per_block = size_t(num_caches_) * block_bytes_;
   int64_t num_blocks = 0;
   if (opts_.num_blocks_override) {
     num_blocks = *opts_.num_blocks_override;

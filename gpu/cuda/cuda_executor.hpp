@@ -13,6 +13,7 @@
 #include "config/error.hpp"
 #include "gpu/cuda/tuning.hpp"
 #include "gpu/executor.hpp"
+#include "gpu/model/dummy_weights.hpp"
 
 namespace actorserve::gpu {
 
@@ -33,6 +34,10 @@ struct cuda_executor_options {
   /// stderr when the executor stops (step_profile.hpp).
   bool profile_steps = false;
   cuda_tuning tuning;                               ///< kernel and path choices (tuning.hpp)
+  /// --kernels: the choices of `tuning` the GPU cannot run are replaced by portable ones at
+  /// start (cuda_tuning_for), and under portable every Hopper choice is.
+  kernel_choice kernels = kernel_choice::automatic;
+  weight_source weights;                            ///< --load-format dummy: filled on the device
 };
 
 /// Opens `model_dir`, uploads the weights, plans memory and starts the completion thread.

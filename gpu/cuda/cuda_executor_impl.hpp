@@ -27,7 +27,7 @@ namespace actorserve::gpu::cuda {
 /// Byte offsets of the step metadata inside the staging buffers (the same on host and device).
 /// Everything up to `penalties` sits at fixed offsets so captured graphs stay valid.
 struct meta_layout {
-  size_t ids = 0, positions = 0, slots = 0, q32 = 0, sample_rows = 0, seqs = 0, counts = 0, items = 0, combines = 0,
+  size_t ids = 0, positions = 0, slots = 0, token_seqs = 0, q32 = 0, sample_rows = 0, seqs = 0, counts = 0, items = 0, combines = 0,
          sample_seqs = 0, block_tables = 0, masks = 0, previous = 0, penalties = 0;
   /// The last layer's attention over the sampled rows only (launch_shape::sampled_only).
   size_t last_seqs = 0, last_counts = 0, last_items = 0, last_combines = 0;
@@ -125,6 +125,8 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   int num_sms_ = 0;
   int max_tokens_ = 0, max_rows_ = 0, max_partials_ = 0, max_blocks_per_seq_ = 0;
   int qkv_width_ = 0;
+  int shared_inter_ = 0;             ///< the shared experts' MLP width (DeepSeek-V2); 0 without
+  int ffn_width_ = 0;                ///< the widest dense MLP: intermediate_size or shared_inter_
   // Device buffers.
   std::vector<void*> buffers_;
   float *residual_ = nullptr, *qkv_ = nullptr, *delta_ = nullptr, *gate_up_ = nullptr, *logits_ = nullptr;
@@ -132,6 +134,7 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
   void* q16_ = nullptr;              ///< rope's 16-bit scaled q, when the prefill kernel reads it
   moe_ffn moe_;                      ///< the sparse layers' FFN and its buffers (MoE models)
+  mla_attention mla_;                ///< latent attention and its buffers (DeepSeek-V2)
   /// The sampled rows' residual and fp32 q in the last layer of a prefill-carrying step
   /// ([max_rows, hidden] and [max_rows, H * D]); unused with cuda_tuning::last_layer_all_rows.
   float *rows_residual_ = nullptr, *rows_q_ = nullptr;
@@ -144,8 +147,10 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   size_t meta_capacity_ = 0;
   meta_layout layout_;
   void* kv_pool_ = nullptr;
-  size_t block_bytes_ = 0;           ///< one block of one cache (K or V of one layer)
+  /// One block of one cache: K or V of one layer, or one layer's latents (latent attention).
+  size_t block_bytes_ = 0;
   size_t cache_stride_ = 0;          ///< one whole cache
+  int num_caches_ = 0;               ///< caches in the pool: 2 per layer (K, V), or 1 (latent)
   // Staging and completion.
   host_slot slots_[2];
   int next_slot_ = 0;

@@ -119,6 +119,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   put(layout_.ids, st.ids);
   put(layout_.positions, st.positions);
   put(layout_.slots, st.slots);
+  put(layout_.token_seqs, st.token_seqs);
   put(layout_.q32, st.q32);
   put(layout_.block_tables, st.block_tables);
   put(layout_.seqs, st.seqs);
@@ -139,6 +140,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
       {layout_.ids, size_t(rows_tok) * 4},
       {layout_.positions, size_t(rows_tok) * 4},
       {layout_.slots, size_t(rows_tok) * 4},
+      {layout_.token_seqs, c.mla ? size_t(rows_tok) * 4 : 0},
       {layout_.q32, bucket ? 0 : size_t(rows_tok) * 4},
       {layout_.sample_rows, st.sample_rows.size() * 4},
       {layout_.seqs, st.seqs.size() * sizeof(attn_seq)},
@@ -164,7 +166,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
     if (len) AS_CUDA_TRY(cudaMemcpyAsync(meta_ + off, h + off, len, cudaMemcpyHostToDevice, stream_));
   if (num_copies > 0)
     AS_CUDA_TRY(copy_kv_blocks(kv_pool_, at<int32_t>(meta_, pairs_offset), num_copies,
-                               static_cast<int>(2 * c.num_layers), cache_stride_, block_bytes_, stream_));
+                               num_caches_, cache_stride_, block_bytes_, stream_));
   AS_CUDA_TRY(resolve_previous_tokens(at<int32_t>(meta_, layout_.ids), out_, at<int32_t>(meta_, layout_.previous),
                                       static_cast<int>(st.previous.size() / 2), stream_));
   launch_shape shape;
@@ -239,6 +241,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   ra.positions = at<int32_t>(meta_, layout_.positions);
   ra.slots = at<int32_t>(meta_, layout_.slots);
   ra.inv_freq = m.inv_freq;
+  ra.attention_factor = m.rope_attention_factor;
   ra.n = n;
   ra.num_heads = H;
   ra.num_kv_heads = KVH;
@@ -264,7 +267,6 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     qkv16 = qkv16_ != nullptr && !gemm_.uses_gemv(n) && !qk_norm;
     if (qkv16) ra.qkv16 = qkv16_;
   }
-  const int rows_gate_up = gemm_.gemv_rows_for(2 * inter);
   // Batched rows (cuBLAS): o (without a bias) and down add into the residual in the epilogue.
   const bool add_in_gemm = !fused && !gemm_.uses_gemv(n) && tuning.residual_gemm;
   // What add_rmsnorm adds to the residual after the MLP (the down projection's output).
@@ -278,6 +280,34 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     use_plan(last_aa, meta_, last_layer_work(layout_), shape.last_attn);
   }
   const int32_t* sample_row_ids = at<int32_t>(meta_, layout_.sample_rows);
+  // A dense SwiGLU MLP of width `width` over `rows` rows of x_: out (+)= down(silu(gate) * up).
+  // An FP8 weight never takes the fused path (`fused` is off for a model with FP8 weights).
+  const auto dense_mlp = [&](const device_weight& gate_up_w, const device_weight& down_w, int width, int rows,
+                             float* out, bool add) -> status {
+    if (fused) {
+      mark(step_op::gate_up);
+      AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, gate_up_w.data, width, act_, gemm_.gemv_rows_for(2 * width),
+                                    stream_, tuning.bulk));
+    } else if (gemm_.uses_gemv(rows) || !tuning.gate_up_16bit) {
+      mark(step_op::gate_up);
+      if (auto st = gemm_.run(dt_, x_, rows, hidden, gate_up_w, 2 * width, gate_up_); !st) return st;
+      mark(step_op::silu);
+      AS_CUDA_TRY(silu_and_mul(dt_, gate_up_, rows, width, act_, stream_));
+    } else {  // cuBLAS writes gate_up in dt: half the bytes of fp32 (cuda_tuning::gate_up_16bit)
+      mark(step_op::gate_up);
+      if (auto st = gemm_.run_act(dt_, x_, rows, hidden, gate_up_w, 2 * width, gate_up_); !st) return st;
+      mark(step_op::silu);
+      AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, rows, width, act_, stream_));
+    }
+    mark(step_op::down);
+    return gemm_.run(dt_, act_, rows, width, down_w, hidden, out, add ? 1.0f : 0.0f);
+  };
+  // Latent attention's per-row metadata (DeepSeek-V2).
+  const mla_step mla_rows{.positions = ra.positions, .slots = ra.slots,
+                          .token_seqs = at<int32_t>(meta_, layout_.token_seqs), .block_tables = aa.block_tables,
+                          .seqs = at<attn_seq>(meta_, layout_.seqs)};
+  // o_proj's input width: H heads of head_dim, or of v_head_dim with latent attention.
+  const int attn_width = c.mla ? H * int(c.mla->v_head_dim) : H * D;
   float* residual = residual_;  // the rows past attention: all, or the sampled ones gathered
   int rows_on = n;
   for (size_t l = 0; l < m.layers.size(); ++l) {
@@ -296,71 +326,67 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     mark(step_op::norm);
     AS_CUDA_TRY(add_rmsnorm(dt_, residual_, l == 0 ? nullptr : delta, nullptr, w.input_norm, eps, nullptr, n, hidden,
                             x_, stream_));
-    if (fused_qkv) {
-      mark(step_op::qkv);
-      AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv.data, ra, stream_, tuning.bulk));
-    } else {
-      mark(step_op::qkv);
-      if (qkv16) {
-        if (auto st = gemm_.run_act(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv16_); !st) return st;
-      } else if (auto st = gemm_.run(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv_); !st) {
+    if (w.mla.kv_b_proj) {  // latent attention: one cache per layer, every row (no sampled_only)
+      mark(step_op::attention);
+      if (auto st = mla_.run(gemm_, w.mla, x_, n, mla_rows, static_cast<char*>(kv_pool_) + l * cache_stride_,
+                             info_.block_size, attn_, stream_);
+          !st)
         return st;
+    } else {
+      if (fused_qkv) {
+        mark(step_op::qkv);
+        AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv.data, ra, stream_, tuning.bulk));
+      } else {
+        mark(step_op::qkv);
+        if (qkv16) {
+          if (auto st = gemm_.run_act(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv16_); !st) return st;
+        } else if (auto st = gemm_.run(dt_, x_, n, hidden, w.qkv, qkv_width_, qkv_); !st) {
+          return st;
+        }
+        mark(step_op::rope);
+        if (qk_norm) AS_CUDA_TRY(qk_rmsnorm(na, stream_));
+        AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
       }
-      mark(step_op::rope);
-      if (qk_norm) AS_CUDA_TRY(qk_rmsnorm(na, stream_));
-      AS_CUDA_TRY(rope_kv_write(dt_, ra, stream_));
+      const bool last = l + 1 == m.layers.size();
+      if (last && shape.sampled_only) {
+        rows_on = shape.sample_rows;
+        if (rows_on == 0) break;  // the K/V writes were all this step needed of the last layer
+        mark(step_op::norm);
+        AS_CUDA_TRY(gather_rows(residual_, hidden, sample_row_ids, rows_on, hidden, rows_residual_, stream_));
+        AS_CUDA_TRY(gather_rows(qkv_, qkv_width_, sample_row_ids, rows_on, H * D, rows_q_, stream_));
+        residual = rows_residual_;
+        last_aa.k_cache = k_cache;
+        last_aa.v_cache = v_cache;
+      }
+      mark(step_op::attention);
+      AS_CUDA_TRY(run_attention(last && shape.sampled_only ? last_aa : aa));
     }
-    const bool last = l + 1 == m.layers.size();
-    if (last && shape.sampled_only) {
-      rows_on = shape.sample_rows;
-      if (rows_on == 0) break;  // the K/V writes were all this step needed of the last layer
-      mark(step_op::norm);
-      AS_CUDA_TRY(gather_rows(residual_, hidden, sample_row_ids, rows_on, hidden, rows_residual_, stream_));
-      AS_CUDA_TRY(gather_rows(qkv_, qkv_width_, sample_row_ids, rows_on, H * D, rows_q_, stream_));
-      residual = rows_residual_;
-      last_aa.k_cache = k_cache;
-      last_aa.v_cache = v_cache;
-    }
-    mark(step_op::attention);
-    AS_CUDA_TRY(run_attention(last && shape.sampled_only ? last_aa : aa));
     if (add_in_gemm && !w.o_bias) {
       mark(step_op::o);
-      if (auto st = gemm_.run(dt_, attn_, rows_on, H * D, w.o, hidden, residual, 1.0f); !st) return st;
+      if (auto st = gemm_.run(dt_, attn_, rows_on, attn_width, w.o, hidden, residual, 1.0f); !st) return st;
       mark(step_op::norm);
       AS_CUDA_TRY(add_rmsnorm(dt_, residual, nullptr, nullptr, w.post_norm, eps, nullptr, rows_on, hidden, x_, stream_));
     } else {
       mark(step_op::o);
-      if (auto st = gemm_.run(dt_, attn_, rows_on, H * D, w.o, hidden, delta_); !st) return st;
+      if (auto st = gemm_.run(dt_, attn_, rows_on, attn_width, w.o, hidden, delta_); !st) return st;
       mark(step_op::norm);
       AS_CUDA_TRY(add_rmsnorm(dt_, residual, delta_, w.o_bias, w.post_norm, eps, nullptr, rows_on, hidden, x_, stream_));
     }
+    // The FFN's output goes into the residual in the down GEMM's epilogue (add_in_gemm), else
+    // into delta_, which the next add_rmsnorm adds.
+    float* const ffn_out = add_in_gemm ? residual : delta_;
     if (w.experts.router) {  // a sparse layer: the experts' weighted sum goes where down's output would
       mark(step_op::gate_up);
-      if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, add_in_gemm ? residual : delta_, add_in_gemm, stream_);
-          !st)
-        return st;
+      if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, ffn_out, add_in_gemm, stream_); !st) return st;
+      // The shared experts: a dense MLP over every token, added after the routed sum.
+      if (w.experts.shared_gate_up)
+        if (auto st = dense_mlp(device_weight{w.experts.shared_gate_up}, device_weight{w.experts.shared_down},
+                                shared_inter_, rows_on, ffn_out, true);
+            !st)
+          return st;
       continue;
     }
-    if (fused) {
-      mark(step_op::gate_up);
-      AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, w.gate_up.data, inter, act_, rows_gate_up, stream_, tuning.bulk));
-    } else if (gemm_.uses_gemv(rows_on) || !tuning.gate_up_16bit) {
-      mark(step_op::gate_up);
-      if (auto st = gemm_.run(dt_, x_, rows_on, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
-      mark(step_op::silu);
-      AS_CUDA_TRY(silu_and_mul(dt_, gate_up_, rows_on, inter, act_, stream_));
-    } else {  // cuBLAS writes gate_up in dt: half the bytes of fp32 (cuda_tuning::gate_up_16bit)
-      mark(step_op::gate_up);
-      if (auto st = gemm_.run_act(dt_, x_, rows_on, hidden, w.gate_up, 2 * inter, gate_up_); !st) return st;
-      mark(step_op::silu);
-      AS_CUDA_TRY(silu_and_mul_act(dt_, gate_up_, rows_on, inter, act_, stream_));
-    }
-    mark(step_op::down);
-    if (auto st = gemm_.run(dt_, act_, rows_on, inter, w.down, hidden, add_in_gemm ? residual : delta_,
-                            add_in_gemm ? 1.0f : 0.0f);
-        !st) {
-      return st;
-    }
+    if (auto st = dense_mlp(w.gate_up, w.down, inter, rows_on, ffn_out, add_in_gemm); !st) return st;
   }
   const int rows = shape.sample_rows;
   if (rows == 0) return {};

@@ -1,7 +1,8 @@
 // What load_device_model puts on the device for FP8: a per-channel and a per-tensor checkpoint's
 // dense weights as their stored E4M3 bytes with one scale per row (layer 1's unquantized
 // down_proj as bf16), a block-scaled checkpoint dequantized to bf16, and --quantization fp8 as
-// the codes and scales of the CPU's per-row rounding.
+// the codes and scales of the CPU's per-row rounding, of read and of generated (--load-format
+// dummy) weights.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -60,8 +61,9 @@ class CudaFp8Load : public ::testing::Test {
   void TearDown() override {
     if (s_) cudaStreamDestroy(s_);
   }
-  std::unique_ptr<cuda::device_model> load(const std::string& model, bool quantize) {
-    auto m = cuda::load_device_model(model_dir(model), dtype_choice::auto_detect, quantize, s_);
+  std::unique_ptr<cuda::device_model> load(const std::string& model, bool quantize,
+                                           const gpu::weight_source& source = {}) {
+    auto m = cuda::load_device_model(model_dir(model), dtype_choice::auto_detect, quantize, s_, source);
     EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.err().message);
     return m.ok() ? std::move(m.value()) : nullptr;
   }
@@ -130,6 +132,42 @@ TEST_F(CudaFp8Load, QuantizationFlagStoresTheCpuRounding) {
   for (const cuda::device_layer& d : m->layers)
     EXPECT_TRUE(d.qkv.fp8() && d.o.fp8() && d.gate_up.fp8() && d.down.fp8());
   EXPECT_EQ(m->lm_head == m->embed, files->views.lm_head_tied);
+}
+
+TEST_F(CudaFp8Load, QuantizationFlagRoundsGeneratedWeightsAsTheCpu) {
+  // --load-format dummy with --quantization fp8: each dense weight is generated on the device,
+  // then rounded per row as the CPU rounds the same generated values.
+  const gpu::weight_source dummy{true, 11};
+  auto files = gpu::open_model_files(model_dir("qwen3-hd128-bf16"), dummy);
+  ASSERT_TRUE(files.ok()) << files.err().message;
+  auto m = load("qwen3-hd128-bf16", true, dummy);
+  ASSERT_NE(m, nullptr);
+  for (const cuda::device_layer& d : m->layers)
+    EXPECT_TRUE(d.qkv.fp8() && d.o.fp8() && d.gate_up.fp8() && d.down.fp8());
+  const gpu::layer_views& v = files->views.layers[0];
+  const std::vector<const gpu::tensor_view*> gate_up = {&v.gate_proj, &v.up_proj};
+  size_t rows = 0;
+  for (auto* t : gate_up) rows += size_t(t->shape[0]);
+  const size_t cols = size_t(v.gate_proj.shape[1]);
+  const cuda::device_weight& w = m->layers[0].gate_up;
+  ASSERT_TRUE(w.fp8());
+  const auto codes = download<uint8_t>(w.data, rows * cols);
+  const auto scales = download<float>(w.row_scale, rows);
+  size_t offset = 0;
+  for (auto* t : gate_up) {
+    ASSERT_TRUE(t->dummy.has_value()) << t->name;
+    const size_t r = size_t(t->shape[0]);
+    std::vector<float> want(r * cols);
+    gpu::fill_dummy_f32(*t->dummy, want.size(), want.data());
+    gpu::quantize_rows_e4m3(want.data(), int64_t(r), int64_t(cols));
+    for (size_t i = 0; i < r; ++i) {
+      ASSERT_GT(scales[offset + i], 0.0f) << t->name << " row " << i;
+      for (size_t c = 0; c < cols; ++c)
+        ASSERT_EQ(gpu::e4m3_to_f32(codes[(offset + i) * cols + c]) * scales[offset + i], want[i * cols + c])
+            << t->name << " " << i << ", " << c;
+    }
+    offset += r;
+  }
 }
 
 }  // namespace

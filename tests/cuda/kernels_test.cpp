@@ -177,13 +177,15 @@ TEST_P(CudaKernels, RopeKvWriteMatchesCpu) {
   const act_dtype dt = GetParam();
   struct shape { int H, KVH, D; rope_kind kind; };
   for (const shape& sh : {shape{4, 2, 16, rope_kind::default_rope}, shape{32, 8, 128, rope_kind::llama3},
-                          shape{4, 1, 32, rope_kind::linear}}) {
+                          shape{4, 1, 32, rope_kind::linear}, shape{8, 2, 64, rope_kind::yarn}}) {
     rope_config rc;
     rc.theta = sh.kind == rope_kind::llama3 ? 500000.0 : 10000.0;
     rc.kind = sh.kind;
     rc.factor = sh.kind == rope_kind::default_rope ? 1.0 : 8.0;
     rc.original_max_position_embeddings = 256;
+    rc.mscale = 1.0;  // YaRN: an attention factor of 1.2079 on cos and sin (factor 8)
     const auto inv_freq = gpu::rope_inv_freq(rc, sh.D);
+    const float attention_factor = static_cast<float>(gpu::rope_attention_factor(rc));
     const int n = 257, block_size = 16, num_blocks = 40;
     const int width = (sh.H + 2 * sh.KVH) * sh.D;
     auto qkv = randn(size_t(n) * width, 8), bias = randn(width, 9, 0.1f);
@@ -208,6 +210,7 @@ TEST_P(CudaKernels, RopeKvWriteMatchesCpu) {
     d_q16.poison();
     a.q16 = d_q16.get();
     a.q16_scale = cuda::prefill_q_scale(1.0f / std::sqrt(float(sh.D)));
+    a.attention_factor = attention_factor;
     ASSERT_EQ(cuda::rope_kv_write(dt, a, nullptr), 0);
     auto q_out = d_qkv.download();
     {  // every token's rotated q, scaled and rounded, beside the fp32 q written back
@@ -224,7 +227,7 @@ TEST_P(CudaKernels, RopeKvWriteMatchesCpu) {
     for (int t = 0; t < n; ++t) {
       std::vector<float> row(qkv.begin() + size_t(t) * width, qkv.begin() + size_t(t + 1) * width);
       for (int c = 0; c < width; ++c) row[c] += bias[c];
-      gpu::rope_cos_sin(inv_freq, pos[t], cs.data(), sn.data());
+      gpu::rope_cos_sin(inv_freq, pos[t], cs.data(), sn.data(), attention_factor);
       for (int h = 0; h < sh.H + sh.KVH; ++h) gpu::apply_rope(row.data() + h * sh.D, cs.data(), sn.data(), sh.D / 2);
       for (int c = 0; c < sh.H * sh.D; ++c) {
         q_ref.push_back(row[c]);

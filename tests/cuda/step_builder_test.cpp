@@ -80,6 +80,7 @@ TEST_F(StepBuilder, AMixedStepStagesTokensBlocksAndSampledRows) {
   EXPECT_TRUE(s.sampled_only);
   EXPECT_EQ(s.ids, (std::vector<int32_t>{11, 12, 13, 14, 15, 0}));
   EXPECT_EQ(s.positions, (std::vector<int32_t>{14, 15, 16, 17, 18, 20}));
+  EXPECT_EQ(s.token_seqs, (std::vector<int32_t>{0, 0, 0, 0, 0, 1}));  // what latent attention reads
   EXPECT_EQ(s.slots, (std::vector<int32_t>{4 * kBlock + 14, 4 * kBlock + 15, 9 * kBlock, 9 * kBlock + 1,
                                            9 * kBlock + 2, 6 * kBlock + 4}));
   // fp32 q: the decode token, and the sampled prompt's last token (the last layer's query).
@@ -175,6 +176,7 @@ TEST_F(StepBuilder, ADecodeBatchPadsToItsGraphBucket) {
   EXPECT_EQ(s.bucket, 4);
   EXPECT_EQ(s.rows, 4);
   EXPECT_EQ(s.slots[3], -1);  // the padding row writes nothing to the cache
+  EXPECT_EQ(s.token_seqs, (std::vector<int32_t>{0, 1, 2, -1}));  // and attends to nothing
   EXPECT_EQ(s.sample_rows, (std::vector<int32_t>{0, 1, 2, 3}));  // every row through the sampler
   EXPECT_EQ(s.sample_seqs.size(), 4u);
   EXPECT_EQ(s.out_rows, (std::vector<int32_t>{0, 2}));  // what the two sampling sequences read

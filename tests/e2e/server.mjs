@@ -20,8 +20,10 @@ export async function startServer(extraArgs = [], {
   const device = process.env.ACTORSERVE_E2E_DEVICE ?? 'cpu';
   // On a GPU a fixed, small KV pool: a test file may run two servers at once, and each would
   // otherwise size its pool from the memory the other one already holds.
+  // A test's own --num-gpu-blocks-override replaces that pool (the flag may be given once).
+  const ownPool = extraArgs.includes('--num-gpu-blocks-override');
   const deviceArgs = device === 'cpu' ? ['--device', 'cpu', '--cpu-threads', '1']
-    : ['--device', device, '--num-gpu-blocks-override', '512'];
+    : ['--device', device, ...(ownPool ? [] : ['--num-gpu-blocks-override', '512'])];
   const args = ['serve', '--model', modelDir, ...deviceArgs, '--port', '0',
     '--served-model-name', servedName,
     '--chat-template', path.join(dataDir, chatTemplate), ...extraArgs];

@@ -205,6 +205,109 @@ TEST(block_pool, optional_items_stop_at_the_first_that_misses) {
   EXPECT_EQ(pool.num_sequences(), 1u);
 }
 
+/// Four prompts of 72 tokens behind one 64-token prefix that is in the cache: each computes only
+/// its last 8 tokens.
+struct warm_prefix {
+  block_pool pool{32, bs, true};
+  std::vector<std::vector<int32_t>> prompts;
+  warm_prefix() {
+    const auto prefix = iota_tokens(64);
+    EXPECT_TRUE(reserve(pool, {admit(100, prefix)}).granted);
+    reserve(pool, {}, {{100, 64}});
+    for (int32_t i = 0; i < 4; ++i) {
+      auto t = prefix;
+      for (int32_t k = 0; k < 8; ++k) t.push_back(5000 + i * 10 + k);
+      prompts.push_back(t);
+    }
+  }
+  /// The four prompts as admission candidates asking for their whole prompt.
+  kv_answer admit_all(int32_t admit_tokens, bool chunked, std::vector<kv_item> before = {}) {
+    kv_reservation r;
+    r.items = std::move(before);
+    for (size_t i = 0; i < prompts.size(); ++i) r.items.push_back(admit(static_cast<uint64_t>(i + 1), prompts[i]));
+    r.admit_tokens = admit_tokens;
+    r.admit_chunked = chunked;
+    return pool.reserve(r);
+  }
+};
+
+TEST(block_pool, admission_charges_only_the_tokens_left_after_prefix_hits) {
+  warm_prefix w;
+  // 4 x 72 prompt tokens, but only 4 x 8 new ones: a budget of 32 admits all four.
+  const auto ans = w.admit_all(32, true);
+  ASSERT_TRUE(ans.granted);
+  ASSERT_EQ(ans.items.size(), 4u);
+  for (const auto& g : ans.items) {
+    EXPECT_EQ(g.num_computed, 64);
+    EXPECT_EQ(g.num_cached, 64);
+    EXPECT_EQ(g.num_new, 8);
+  }
+  EXPECT_EQ(ans.prefix_cache_queries, 4 * 72);
+  EXPECT_EQ(ans.prefix_cache_hits, 4 * 64);
+}
+
+TEST(block_pool, chunked_admission_cuts_the_item_that_reaches_the_budget) {
+  warm_prefix w;
+  const auto ans = w.admit_all(29, true);
+  ASSERT_TRUE(ans.granted);
+  ASSERT_EQ(ans.items.size(), 4u);
+  EXPECT_EQ(ans.items[2].num_new, 8);
+  EXPECT_EQ(ans.items[3].num_new, 5) << "the last candidate computes what is left of the budget";
+  int32_t total = 0;
+  for (const auto& g : ans.items) total += g.num_new;
+  EXPECT_EQ(total, 29);
+}
+
+TEST(block_pool, admission_stops_when_the_budget_is_spent_and_leaves_the_rest_untouched) {
+  warm_prefix w;
+  const auto used_before = w.pool.counts().used;
+  auto ans = w.admit_all(24, true);
+  ASSERT_TRUE(ans.granted);
+  ASSERT_EQ(ans.items.size(), 3u) << "the fourth candidate would compute nothing";
+  EXPECT_EQ(w.pool.num_sequences(), 3u);
+  EXPECT_TRUE(w.pool.table(4).empty());
+  EXPECT_EQ(w.pool.counts().used, used_before + 4 + 3) << "the shared prefix plus one block each";
+  EXPECT_EQ(ans.prefix_cache_queries, 3 * 72) << "a candidate left out is not counted";
+  // The candidate left out is admitted later with its hashes intact.
+  kv_reservation r;
+  r.items.push_back(admit(4, w.prompts[3]));
+  r.admit_tokens = 8;
+  ans = w.pool.reserve(r);
+  ASSERT_EQ(ans.items.size(), 1u);
+  EXPECT_EQ(ans.items[0].num_cached, 64);
+  EXPECT_EQ(ans.items[0].num_new, 8);
+}
+
+TEST(block_pool, admission_without_chunking_leaves_out_what_does_not_fit) {
+  warm_prefix w;
+  auto ans = w.admit_all(29, false);
+  ASSERT_TRUE(ans.granted);
+  ASSERT_EQ(ans.items.size(), 3u) << "the fourth would be cut: it waits instead";
+  for (const auto& g : ans.items) EXPECT_EQ(g.num_new, 8);
+  EXPECT_EQ(w.pool.num_sequences(), 3u);
+}
+
+TEST(block_pool, admission_without_chunking_cuts_the_first_item_of_an_empty_step) {
+  warm_prefix w;
+  auto ans = w.admit_all(5, false);
+  ASSERT_TRUE(ans.granted);
+  ASSERT_EQ(ans.items.size(), 1u);
+  EXPECT_EQ(ans.items[0].num_new, 5);
+
+  // Behind a running sequence that computes a token, the same candidate waits.
+  warm_prefix v;
+  ASSERT_TRUE(reserve(v.pool, {admit(9, iota_tokens(20, 7000))}).granted);
+  kv_item decode;
+  decode.seq_id = 9;
+  decode.num_computed = 20;
+  decode.num_tokens = 21;
+  decode.num_new = 1;
+  ans = v.admit_all(5, false, {decode});
+  ASSERT_TRUE(ans.granted);
+  ASSERT_EQ(ans.items.size(), 1u) << "only the running sequence";
+  EXPECT_EQ(ans.items[0].seq_id, 9u);
+}
+
 TEST(block_pool, random_churn_leaks_nothing) {
   block_pool pool(64, bs, true);
   std::mt19937 rng(7);

@@ -197,6 +197,55 @@ TEST(scheduler, prefix_hits_skip_computation) {
   EXPECT_EQ(h.out(2, 0), reference(second, 4, 0));
 }
 
+struct cached_admission_case {
+  const char* name;
+  int32_t budget;
+  bool chunked;
+  int32_t first_tokens, first_seqs;  ///< the step that admits the batch
+};
+
+class cached_admission : public ::testing::TestWithParam<cached_admission_case> {};
+
+// 16 prompts of 4224 tokens behind a 4096-token prefix already in the cache: each computes only
+// its own 128 tokens, and only those count against the budget when it is admitted.
+TEST_P(cached_admission, prefix_hits_do_not_count_against_the_budget) {
+  const auto& c = GetParam();
+  harness h(config(c.budget, 64, c.chunked), 512);
+  const auto prefix = prompt_of(4096, 77);
+  h.sched.add({100, prefix, params(1), 0, 0});  // the warm prefix
+  h.run();
+  const size_t warm_steps = h.step_tokens.size();
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < 16; ++i) {
+    auto t = prefix;
+    const auto own = prompt_of(128, i);
+    t.insert(t.end(), own.begin(), own.end());
+    prompts.push_back(t);
+    h.sched.add({static_cast<uint64_t>(i), t, params(3), 0, 0});
+  }
+  h.run();
+  ASSERT_GT(h.step_tokens.size(), warm_steps);
+  EXPECT_EQ(h.step_tokens[warm_steps], c.first_tokens);
+  EXPECT_EQ(h.step_seqs[warm_steps], c.first_seqs);
+  for (size_t s = 0; s < h.step_tokens.size(); ++s) EXPECT_LE(h.step_tokens[s], c.budget) << "step " << s;
+  EXPECT_EQ(h.sched.counters().prefix_cache_hits, 16 * 4096);
+  EXPECT_EQ(h.sched.counters().num_computed_tokens, 4096 + 16 * (128 + 2));
+  EXPECT_TRUE(h.failed.empty());
+  for (int32_t i = 0; i < 16; ++i) {
+    EXPECT_EQ(h.out(static_cast<uint64_t>(i), 0), reference(prompts[static_cast<size_t>(i)], 3, 0)) << "request " << i;
+    const auto key = std::make_pair(static_cast<uint64_t>(i), 0);
+    EXPECT_EQ(h.last_output[key].num_cached, 4096);
+  }
+  expect_idle_pool(h.pool);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    scheduler, cached_admission,
+    ::testing::Values(cached_admission_case{"all_in_one_step", 4096, true, 16 * 128, 16},
+                      cached_admission_case{"chunked_cut", 1000, true, 1000, 8},
+                      cached_admission_case{"unchunked_cut", 1000, false, 7 * 128, 7}),
+    [](const auto& info) { return std::string(info.param.name); });
+
 TEST(scheduler, parallel_samples_share_the_prompt_and_diverge) {
   harness h(config(512, 8), 64);
   const auto prompt = prompt_of(37, 9);  // 2 full blocks + a partial one

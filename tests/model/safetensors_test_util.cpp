@@ -1,6 +1,7 @@
 #include "model/safetensors_test_util.hpp"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -36,7 +37,8 @@ void write_file(const std::filesystem::path& p, const std::string& bytes) {
 
 std::filesystem::path copy_model(const std::string& name, const std::string& tag) {
   namespace fs = std::filesystem;
-  const fs::path dst = fs::path(::testing::TempDir()) / ("actorserve_model_" + tag);
+  // The process id keeps test runs of several checkouts at once from editing one copy.
+  const fs::path dst = fs::path(::testing::TempDir()) / ("actorserve_model_" + tag + "_" + std::to_string(::getpid()));
   fs::remove_all(dst);
   fs::create_directories(dst);
   for (const auto& e : fs::directory_iterator(model_dir(name))) {

@@ -2,6 +2,7 @@
 // greedy tokens equal to the Hugging Face reference of the llama-tiny fixture.
 #include <gtest/gtest.h>
 #include <simdjson.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -45,7 +46,8 @@ std::vector<int64_t> ids_of(simdjson::dom::element e) {
 TEST(offline_generate, batches_prompts_and_prints_results_in_input_order) {
   const auto cases = load_reference(3);
   ASSERT_EQ(cases.size(), 3u);
-  const auto file = std::filesystem::temp_directory_path() / "actorserve_engine_requests.jsonl";
+  const auto file =
+      std::filesystem::temp_directory_path() / ("actorserve_engine_requests_" + std::to_string(::getpid()) + ".jsonl");
   {
     std::ofstream out(file);
     out << "{\"prompt_ids\": [" << join(cases[1].prompt) << "], \"max_tokens\": 24}\n";
@@ -91,7 +93,8 @@ TEST(offline_generate, batches_prompts_and_prints_results_in_input_order) {
 }
 
 TEST(offline_generate, a_bad_requests_line_names_the_file_line_and_field) {
-  const auto file = std::filesystem::temp_directory_path() / "actorserve_engine_bad.jsonl";
+  const auto file =
+      std::filesystem::temp_directory_path() / ("actorserve_engine_bad_" + std::to_string(::getpid()) + ".jsonl");
   {
     std::ofstream out(file);
     out << "{\"prompt_ids\": [1, 2]}\n{\"prompt\": \"x\", \"top_p\": \"high\"}\n";

@@ -10,6 +10,7 @@
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
 #include "gpu/cuda/attention/split_heuristic.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/device_info.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -75,11 +76,12 @@ class tc_backend : public attention_backend {
   tc_backend(const attention_shape& shape, bool vllm, const attention_tuning& tuning) : vllm_(vllm), tuning_(tuning) {
     shape_ = shape;
     name_ = vllm ? "vllm" : "flash-decoding";
-    ctas_per_sm_ = std::max(1, decode_ctas_per_sm(shape.dt, shape.head_dim, vllm));
+    const bool tma = tuning.decode == decode_kernel::tma && runs_tma(loaded_gpu_target());
+    ctas_per_sm_ = std::max(1, decode_ctas_per_sm(shape.dt, shape.head_dim, vllm, tma));
     // Both backends split at most one wave of resident decode CTAs (split_heuristic.hpp).
     resident_slots_ = shape.num_sms * ctas_per_sm_;
-    // The in-kernel merge keeps rows x pieces weights in the decode kernels' 96 KiB of stages
-    // (launch.hpp: max_split_pieces, max_merge_rows).
+    // The in-kernel merge keeps rows x pieces weights in the decode kernels' stages (96 KiB, or
+    // 64 KiB where two stages run; launch.hpp: max_split_pieces, max_merge_rows).
     max_partials_ = std::min(2 * resident_slots_, max_split_pieces);
     // One counter per combine (at most one per two partials) for the in-kernel merge; without
     // a device the separate merge kernel stays the fallback.

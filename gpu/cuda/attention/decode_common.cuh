@@ -6,16 +6,17 @@
 
 #include "gpu/cuda/attention/tile_ops.cuh"
 #include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/cuda/kernel_util.cuh"
 
 namespace actorserve::gpu::cuda::attn_dev {
 
 /// Programmatic dependent launch, start of a decode kernel: lets the next kernel (launched with
 /// the PDL attribute) begin its own prologue; a no-op when nothing depends programmatically.
-__device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void allow_dependents() { dev::pdl_launch_dependents(); }
 
 /// Waits until the previous kernel (this step's rope_kv_write: Q and the newest K/V row) has
 /// finished and its writes are visible; returns at once when not launched as a dependent.
-__device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void wait_for_previous_kernel() { dev::pdl_wait(); }
 
 /// Whether the rows [k0, min(k0 + n, kv_end)) of a decode piece precede its sequence's newest
 /// key (context_len - 1, written by this step's rope_kv_write), so may be copied before

@@ -50,7 +50,8 @@ int launch_tc_prefill(act_dtype dt, const attn_launch& a, prefill_kernel k, cuda
 /// Log-sum-exp merge of split decode pieces (counts[1] combines).
 int launch_lse_combine(act_dtype dt, const attn_launch& a, cudaStream_t s);
 
-/// Resident CTAs per SM of a decode kernel (0 on error); `vllm` picks the vLLM-style kernel.
-int decode_ctas_per_sm(act_dtype dt, int head_dim, bool vllm);
+/// Resident CTAs per SM of a decode kernel (0 on error); `vllm` picks the vLLM-style kernel, else
+/// `tma` the TMA flash-decoding kernel over the cp.async one.
+int decode_ctas_per_sm(act_dtype dt, int head_dim, bool vllm, bool tma);
 
 }  // namespace actorserve::gpu::cuda

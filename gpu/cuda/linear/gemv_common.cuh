@@ -25,8 +25,8 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
 
 /// Programmatic dependent launch (sm_90, see launch_pdl): let the next kernel start launching;
 /// wait until the previous one has finished and its writes are visible.
-__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
-__device__ __forceinline__ void wait_for_previous_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void launch_dependents() { pdl_launch_dependents(); }
+__device__ __forceinline__ void wait_for_previous_grid() { pdl_wait(); }
 
 template <class T>
 __device__ __forceinline__ void unpack8(const uint4& raw, float* out) {
@@ -153,7 +153,7 @@ __device__ __forceinline__ void qkv_rope_store(const rope_kv_args& a, int h, int
   const int kvd = KVH * D;
   if (h < H + KVH) {
     const float ang = float(a.positions[0]) * a.inv_freq[i];
-    const float c = cosf(ang), s = sinf(ang);
+    const float c = cosf(ang) * a.attention_factor, s = sinf(ang) * a.attention_factor;
     const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
     if (h < H) {
       a.qkv[c0] = y1;

@@ -18,6 +18,7 @@
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/cuda/model/dummy_fill.hpp"
 #include "gpu/cuda/moe/moe_kernels.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -47,15 +48,17 @@ class uploader {
   /// Converts `views`, concatenated along rows, into one new act-dtype matrix (F8_E4M3 views
   /// dequantized on the host first).
   result<void*> matrix(const std::vector<const tensor_view*>& views) {
-    return concatenated(views, act_size(m_.dt), [&](const void* src, src_dtype sd, void* dst, size_t n) {
-      return convert_to_act(m_.dt, src, sd, dst, n, s_);
-    });
+    return concatenated(
+        views, act_size(m_.dt),
+        [&](const void* src, src_dtype sd, void* dst, size_t n) { return convert_to_act(m_.dt, src, sd, dst, n, s_); },
+        [&](const dummy_fill& f, void* dst, size_t n) { return fill_dummy_act(f, m_.dt, dst, n, s_); });
   }
 
   /// A dense layer's weight from `views` (concatenated along rows): E4M3 bytes with per-row scales
   /// when every view is a per-tensor or per-channel F8_E4M3 weight, or when `quantize` and none
   /// is F8_E4M3 (rounded on the device by fp8_quantize_rows as quantize_rows_e4m3 rounds on the
-  /// CPU); else an act-dtype matrix().
+  /// CPU; a generated view, --load-format dummy, is filled on the device first); else an act-dtype
+  /// matrix().
   result<device_weight> weight(const std::vector<const tensor_view*>& views, bool quantize) {
     size_t fp8_views = 0, rows = 0, cols = 0;
     for (auto* v : views) {
@@ -87,6 +90,15 @@ class uploader {
         AS_CUDA_TRY(cudaMemcpyAsync(scales, s.data(), r * sizeof(float), cudaMemcpyHostToDevice, s_));
         AS_CUDA_TRY(cudaStreamSynchronize(s_));
         progress_.advance(v->num_bytes());
+      } else if (v->dummy) {
+        // Generated (--load-format dummy): filled as bf16 (its values are bf16-exact) into the
+        // staging buffer on the device, then rounded as a read bf16 view is.
+        auto buf = staging(r * cols * act_size(act_dtype::bf16));
+        if (!buf) return buf.err();
+        AS_CUDA_TRY(fill_dummy_act(*v->dummy, act_dtype::bf16, *buf, r * cols, s_));
+        progress_.advance(v->num_bytes());
+        AS_CUDA_TRY(fp8_quantize_rows(*buf, src_dtype::bf16, int(r), int(cols), codes, scales, s_));
+        AS_CUDA_TRY(cudaStreamSynchronize(s_));  // start-up only: the staging buffer is reused
       } else {
         auto sd = source_dtype(*v);
         if (!sd) return sd.err();
@@ -103,10 +115,14 @@ class uploader {
 
   /// Converts `views` (concatenated) into one new fp32 vector.
   result<float*> vector(std::initializer_list<const tensor_view*> views) {
-    auto dst = concatenated(std::vector<const tensor_view*>(views), sizeof(float),
-                            [&](const void* src, src_dtype sd, void* out, size_t n) {
-                              return convert_to_f32(src, sd, static_cast<float*>(out), n, s_);
-                            });
+    auto dst = concatenated(
+        std::vector<const tensor_view*>(views), sizeof(float),
+        [&](const void* src, src_dtype sd, void* out, size_t n) {
+          return convert_to_f32(src, sd, static_cast<float*>(out), n, s_);
+        },
+        [&](const dummy_fill& f, void* out, size_t n) {
+          return fill_dummy_f32_device(f, static_cast<float*>(out), n, s_);
+        });
     if (!dst) return dst.err();
     return static_cast<float*>(*dst);
   }
@@ -114,15 +130,23 @@ class uploader {
  private:
   /// Allocates elements of `elem_bytes` for all of `views` and fills them in order with
   /// `convert(src, src_dtype, dst, n)` (a launcher's cudaError_t as an int), one staged view at a
-  /// time.
-  template <class Convert>
-  result<void*> concatenated(const std::vector<const tensor_view*>& views, size_t elem_bytes, Convert convert) {
+  /// time; a generated view (--load-format dummy) is written by `fill(dummy_fill, dst, n)` on the
+  /// device instead, with nothing staged.
+  template <class Convert, class Fill>
+  result<void*> concatenated(const std::vector<const tensor_view*>& views, size_t elem_bytes, Convert convert,
+                             Fill fill) {
     size_t total = 0;
     for (auto* v : views) total += v->num_elements();
     void* dst = nullptr;
     if (auto st = m_.alloc(&dst, total * elem_bytes); !st) return st.err();
     size_t offset = 0;
     for (auto* v : views) {
+      if (v->dummy) {
+        AS_CUDA_TRY(fill(*v->dummy, static_cast<char*>(dst) + offset * elem_bytes, v->num_elements()));
+        progress_.advance(v->num_bytes());
+        offset += v->num_elements();
+        continue;
+      }
       auto sd = source_dtype(*v);
       if (!sd) return sd.err();
       auto src = stage(*v);
@@ -149,13 +173,21 @@ class uploader {
     return stage_bytes(v, w.data(), w.size() * sizeof(float));
   }
 
-  result<const void*> stage_bytes(const tensor_view& v, const void* data, size_t bytes) {
+  /// The device staging buffer, grown to at least `bytes`.
+  result<void*> staging(size_t bytes) {
     if (bytes > staging_bytes_) {
       if (staging_) cudaFree(staging_);
       staging_ = nullptr;
+      staging_bytes_ = 0;
+      AS_CUDA_TRY(cudaMalloc(&staging_, bytes));
       staging_bytes_ = bytes;
-      AS_CUDA_TRY(cudaMalloc(&staging_, staging_bytes_));
     }
+    return staging_;
+  }
+
+  result<const void*> stage_bytes(const tensor_view& v, const void* data, size_t bytes) {
+    auto buf = staging(bytes);
+    if (!buf) return buf.err();
     // Same stream as the conversion: a pageable copy may return before its DMA lands.
     AS_CUDA_TRY(cudaMemcpyAsync(staging_, data, bytes, cudaMemcpyHostToDevice, s_));
     // The host copy of a dequantized view dies on return: the copy must have landed by then.
@@ -172,7 +204,7 @@ class uploader {
 };
 
 /// A sparse layer's router and its experts stacked: gate/up as [E][2 * inter][hidden], down as
-/// [E][hidden][inter].
+/// [E][hidden][inter]; the shared experts, when present, as one dense MLP.
 status upload_experts(uploader& up, const moe_views& v, device_experts& out) {
   auto router = up.matrix({&v.router});
   if (!router) return router.err();
@@ -189,7 +221,45 @@ status upload_experts(uploader& up, const moe_views& v, device_experts& out) {
   auto d = up.matrix(down);
   if (!d) return d.err();
   out.down = *d;
+  if (v.shared) {
+    auto sgu = up.matrix({&v.shared->gate_proj, &v.shared->up_proj});
+    if (!sgu) return sgu.err();
+    out.shared_gate_up = *sgu;
+    auto sd = up.matrix({&v.shared->down_proj});
+    if (!sd) return sd.err();
+    out.shared_down = *sd;
+  }
   return {};
+}
+
+/// A latent-attention layer's projections (DeepSeek-V2), as stored; norms and biases in fp32.
+status upload_mla(uploader& up, const mla_views& v, device_mla& out) {
+  const auto matrix = [&](const tensor_view& t, void*& dst) -> status {
+    auto m = up.matrix({&t});
+    if (!m) return m.err();
+    dst = *m;
+    return {};
+  };
+  const auto vector = [&](const tensor_view& t, float*& dst) -> status {
+    auto m = up.vector({&t});
+    if (!m) return m.err();
+    dst = *m;
+    return {};
+  };
+  if (v.q_proj) {
+    if (auto st = matrix(*v.q_proj, out.q_proj); !st) return st;
+  } else {
+    if (auto st = matrix(*v.q_a_proj, out.q_a_proj); !st) return st;
+    if (v.q_a_bias)
+      if (auto st = vector(*v.q_a_bias, out.q_a_bias); !st) return st;
+    if (auto st = vector(*v.q_a_norm, out.q_a_norm); !st) return st;
+    if (auto st = matrix(*v.q_b_proj, out.q_b_proj); !st) return st;
+  }
+  if (auto st = matrix(v.kv_a_proj, out.kv_a_proj); !st) return st;
+  if (v.kv_a_bias)
+    if (auto st = vector(*v.kv_a_bias, out.kv_a_bias); !st) return st;
+  if (auto st = vector(v.kv_a_norm, out.kv_a_norm); !st) return st;
+  return matrix(v.kv_b_proj, out.kv_b_proj);
 }
 
 }  // namespace
@@ -225,8 +295,9 @@ result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dt
 }
 
 result<std::unique_ptr<device_model>> load_device_model(const std::string& model_dir, dtype_choice choice,
-                                                        bool quantize_fp8, cudaStream_t stream) {
-  auto files = open_model_files(model_dir);
+                                                        bool quantize_fp8, cudaStream_t stream,
+                                                        const weight_source& source) {
+  auto files = open_model_files(model_dir, source);
   if (!files) return files.err();
   const model_config& cfg = files->config;
   auto dt = resolve_dtype(choice, cfg.torch_dtype);
@@ -288,9 +359,13 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   for (size_t i = 0; i < v.layers.size(); ++i) {
     const layer_views& lv = v.layers[i];
     device_layer d;
-    auto qkv = up.weight({&lv.q_proj, &lv.k_proj, &lv.v_proj}, quantize_fp8);
-    if (!qkv) return qkv.err();
-    d.qkv = *qkv;
+    if (lv.mla) {  // its projections in the act dtype (an FP8 checkpoint's dequantized by matrix())
+      if (auto st = upload_mla(up, *lv.mla, d.mla); !st) return st.err();
+    } else {
+      auto qkv = up.weight({&lv.q_proj, &lv.k_proj, &lv.v_proj}, quantize_fp8);
+      if (!qkv) return qkv.err();
+      d.qkv = *qkv;
+    }
     if (lv.q_bias && lv.k_bias && lv.v_bias) {
       auto b = up.vector({&*lv.q_bias, &*lv.k_bias, &*lv.v_bias});
       if (!b) return b.err();
@@ -351,7 +426,9 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   AS_CUDA_TRY(cudaMemcpyAsync(f, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice, stream));
   AS_CUDA_TRY(cudaStreamSynchronize(stream));
   m->inv_freq = static_cast<float*>(f);
-  progress.finish(fmt::format("read, {} MiB on the GPU", m->bytes >> 20));
+  m->rope_attention_factor = static_cast<float>(rope_attention_factor(cfg.rope));
+  AS_CUDA_TRY(cudaStreamSynchronize(stream));
+  progress.finish(fmt::format("{}, {} MiB on the GPU", source.dummy ? "generated" : "read", m->bytes >> 20));
   return m;
 }
 
@@ -446,6 +523,21 @@ status gemm_runner::run_act(act_dtype dt, const void* x, int m, int k, const voi
   const cudaDataType_t t = dt == act_dtype::bf16 ? CUDA_R_16BF : CUDA_R_16F;
   AS_CUBLAS_TRY(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w, t, k, x, t, k, &beta, y, t, n,
                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return {};
+}
+
+status gemm_runner::run_batched(act_dtype dt, int batch, int m, int n, int k, const void* a, int lda,
+                                long long stride_a, const void* b, bool b_rows_are_n, int ldb, long long stride_b,
+                                void* c, bool c_f32, int ldc, long long stride_c) {
+  if (m == 0 || batch == 0) return {};
+  const float alpha = 1.0f, beta = 0.0f;
+  const cudaDataType_t t = dt == act_dtype::bf16 ? CUDA_R_16BF : CUDA_R_16F;
+  // Column-major, C_i^T[n][m] = B_i^T[n][k] * A_i^T[k][m]: A_i as stored is A_i^T, and so is a
+  // [k][n] B_i; an [n][k] B_i is B_i^T only transposed (op T).
+  AS_CUBLAS_TRY(cublasGemmStridedBatchedEx(handle_, b_rows_are_n ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, m, k,
+                                           &alpha, b, t, ldb, stride_b, a, t, lda, stride_a, &beta, c,
+                                           c_f32 ? CUDA_R_32F : t, ldc, stride_c, batch, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT));
   return {};
 }
 

@@ -14,8 +14,10 @@
 #include "config/error.hpp"
 #include "config/model_config.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/mla/mla_attention.hpp"
 #include "gpu/cuda/moe/moe_ffn.hpp"
 #include "gpu/cuda/tuning.hpp"
+#include "gpu/model/dummy_weights.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -27,11 +29,13 @@ struct device_weight {
   bool fp8() const { return row_scale != nullptr; }
 };
 
-/// One decoder layer. A sparse layer has `experts` (its router set) in place of gate_up / down.
+/// One decoder layer. A sparse layer has `experts` (its router set) in place of gate_up / down; a
+/// latent-attention layer (DeepSeek-V2) has `mla` (its kv_b_proj set) in place of qkv.
 struct device_layer {
   device_weight qkv;            ///< [(H + 2*KVH) * D][hidden]
+  device_mla mla;               ///< a latent-attention layer's projections (act dtype)
   float* qkv_bias = nullptr;    ///< [(H + 2*KVH) * D] or null
-  device_weight o;              ///< [hidden][H * D]
+  device_weight o;              ///< [hidden][H * D] (latent attention: [hidden][H * v_head_dim])
   float* o_bias = nullptr;      ///< [hidden] or null
   device_weight gate_up;        ///< [2 * inter][hidden], gate rows first; null in a sparse layer
   device_weight down;           ///< [hidden][inter]; null in a sparse layer
@@ -54,7 +58,9 @@ class device_model {
   void* embed = nullptr;        ///< [vocab][hidden]
   void* lm_head = nullptr;      ///< [vocab][hidden]; == embed when tied
   float* final_norm = nullptr;
-  float* inv_freq = nullptr;    ///< [head_dim / 2]
+  float* inv_freq = nullptr;    ///< [head_dim / 2] (MLA: [qk_rope_head_dim / 2])
+  /// What rope multiplies cos and sin with: YaRN's attention factor, 1 for the other rope kinds.
+  float rope_attention_factor = 1.0f;
   std::vector<device_layer> layers;
   size_t bytes = 0;             ///< device memory held
   /// Elements of the largest FP8 weight (0: none): the act-dtype scratch gemm_runner dequantizes
@@ -75,12 +81,15 @@ result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dt
 /// Maps the checkpoint, converts and uploads every weight (synchronously, at start-up), logging
 /// progress. Sparse layers' experts are stacked into one matrix each (device_experts). FP8
 /// checkpoints: dense layers' per-tensor and per-channel E4M3 weights stay E4M3 on the device
-/// (device_weight); block-scaled weights, experts and any matrix mixing FP8 and float parts are
-/// dequantized on the host and stored in the activation dtype. `quantize_fp8` (--quantization
-/// fp8): dense layers' float weights are rounded to E4M3 with one scale per output row on the
-/// device (fp8_quantize_rows), as quantize_rows_e4m3 rounds them on the CPU, and stored so.
+/// (device_weight); block-scaled weights, experts, latent-attention projections (device_mla) and
+/// any matrix mixing FP8 and float parts are dequantized on the host and stored in the activation
+/// dtype. `quantize_fp8` (--quantization fp8): dense layers' float weights are rounded to E4M3
+/// with one scale per output row on the device (fp8_quantize_rows), as quantize_rows_e4m3 rounds
+/// them on the CPU, and stored so; generated ones (`source`, --load-format dummy) are filled on
+/// the device first and rounded the same way.
 result<std::unique_ptr<device_model>> load_device_model(const std::string& model_dir, dtype_choice choice,
-                                                        bool quantize_fp8, cudaStream_t stream);
+                                                        bool quantize_fp8, cudaStream_t stream,
+                                                        const weight_source& source = {});
 
 /// Row counts up to which gemm_runner uses the hand-written GEMV (gemv_kernel.hpp) rather than
 /// cuBLAS by default: at m = 1 the GEMV launched programmatically ties or beats cuBLAS on every
@@ -107,6 +116,13 @@ class gemm_runner {
   status run_act(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, void* y);
   /// Allocates the dequantization scratch for FP8 weights of up to `elements` (none for 0).
   status reserve_fp8_scratch(act_dtype dt, size_t elements);
+  /// For each of `batch` products (row-major, 16-bit operands, fp32 accumulation; strides in
+  /// elements): C_i[m][n] = A_i[m][k] * B_i, A_i at a + i * stride_a with rows lda apart, B_i
+  /// [k][n] (b_rows_are_n false) or [n][k] (true: B_i^T is used) with rows ldb apart, C_i fp32
+  /// (c_f32) or dt with rows ldc apart. Always cuBLAS (strided-batched).
+  status run_batched(act_dtype dt, int batch, int m, int n, int k, const void* a, int lda, long long stride_a,
+                     const void* b, bool b_rows_are_n, int ldb, long long stride_b, void* c, bool c_f32, int ldc,
+                     long long stride_c);
   /// Whether run() takes the GEMV for m rows (its output then stays fp32 for the fused paths).
   bool uses_gemv(int m) const { return m <= gemv_max_rows_; }
   /// Uses the GEMV for m <= rows (0: always cuBLAS); for benchmarks and tests.

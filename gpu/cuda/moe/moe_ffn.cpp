@@ -13,6 +13,10 @@ status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_to
   inter_ = static_cast<int>(cfg.expert_intermediate_size);
   num_experts_ = static_cast<int>(cfg.num_experts);
   top_k_ = static_cast<int>(cfg.top_k);
+  if (cfg.topk_method == moe_topk_method::group_limited_greedy) {
+    num_groups_ = static_cast<int>(cfg.num_groups);
+    topk_groups_ = static_cast<int>(cfg.topk_groups);
+  }
   sigmoid_ = cfg.scoring == moe_scoring::sigmoid;
   renormalize_ = cfg.renormalize;
   scaling_ = static_cast<float>(cfg.routed_scaling_factor);
@@ -41,7 +45,8 @@ status moe_ffn::run(gemm_runner& gemm, const device_experts& w, const void* x, i
   if (rows == 0) return {};
   const int P = rows * top_k_;
   const moe_route_args ra{.logits = logits_, .n = rows, .num_experts = num_experts_, .top_k = top_k_,
-                          .sigmoid = sigmoid_, .renormalize = renormalize_, .scaling = scaling_,
+                          .num_groups = num_groups_, .topk_groups = topk_groups_, .sigmoid = sigmoid_,
+                          .renormalize = renormalize_, .scaling = scaling_,
                           .experts = experts_, .weights = weights_};
   const bool gemv = gemm.uses_gemv(rows);
   if (gemv && rows == 1 && gemv_supported(x, 1, hidden_, w.router)) {  // the logits gemm.run would give

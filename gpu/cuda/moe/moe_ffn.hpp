@@ -21,6 +21,10 @@ struct device_experts {
   void* router = nullptr;    ///< [E][hidden]
   void* gate_up = nullptr;   ///< [E][2 * inter][hidden]: each expert's gate rows, then its up rows
   void* down = nullptr;      ///< [E][hidden][inter]
+  /// DeepSeek-V2's shared experts as one dense SwiGLU MLP of shared_inter = n_shared_experts x
+  /// the experts' intermediate size, added after the routed sum; null without them.
+  void* shared_gate_up = nullptr;   ///< [2 * shared_inter][hidden], gate rows first
+  void* shared_down = nullptr;      ///< [hidden][shared_inter]
 };
 
 class moe_ffn {
@@ -42,6 +46,7 @@ class moe_ffn {
  private:
   act_dtype dt_ = act_dtype::bf16;
   int hidden_ = 0, inter_ = 0, num_experts_ = 0, top_k_ = 0;
+  int num_groups_ = 1, topk_groups_ = 1;   ///< group_limited_greedy's limits; 1, 1 for greedy
   bool sigmoid_ = false, renormalize_ = false;
   float scaling_ = 1.0f;
   float* logits_ = nullptr;           ///< [tokens][E]

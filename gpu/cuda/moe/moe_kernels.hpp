@@ -20,10 +20,14 @@ inline constexpr int moe_max_experts = 1024;
 /// batches give ~30 rows an expert at top-8 of 128, so a small tile wastes little).
 inline constexpr int moe_tile_rows = 32;
 
-/// gpu/model/moe_router's greedy top-k for each of n tokens, in fp32.
+/// gpu/model/moe_router's greedy (num_groups 1) or group-limited greedy top-k for each of n
+/// tokens, in fp32.
 struct moe_route_args {
   const float* logits = nullptr;   ///< [n][num_experts]
   int n = 0, num_experts = 0, top_k = 0;
+  /// Group-limited greedy: experts in num_groups consecutive groups, the topk_groups groups with
+  /// the best top expert kept (ties: the lower group), the top_k chosen among their experts.
+  int num_groups = 1, topk_groups = 1;
   bool sigmoid = false;            ///< scores: sigmoid(logits), else softmax(logits)
   bool renormalize = false;        ///< divide the chosen scores by their sum
   float scaling = 1.0f;            ///< times routed_scaling_factor
@@ -33,8 +37,9 @@ struct moe_route_args {
 int moe_route(const moe_route_args& a, cudaStream_t s);
 
 /// The router of one token in one launch: logits = W_router x (the numbers gemv() gives, either
-/// path of it), then moe_route on them. The GEMV's blocks write the logits; the last one to
-/// finish, counted on `counter`, routes.
+/// path of it), then moe_route on them (greedy or group-limited, either scoring, with the same
+/// warp code). The GEMV's blocks write the logits; the last one to finish, counted on `counter`,
+/// routes.
 struct moe_router_gemv_args {
   const void* x = nullptr;     ///< [hidden] of dt
   const void* w = nullptr;     ///< [num_experts][hidden] of dt
@@ -107,7 +112,7 @@ int expert_gemv(act_dtype dt, const expert_gemv_args& a, cudaStream_t s);
 struct moe_down_combine_args {
   const void* act = nullptr;         ///< [n * top_k][K] of dt, pair order
   const int32_t* experts = nullptr;  ///< [n][top_k]
-  const float* weights = nullptr;    ///< [n][top_k]
+  const float* weights = nullptr;    ///< [n][top_k]: moe_route's, renormalised and scaled already
   const void* w = nullptr;           ///< [num_experts][hidden][K] of dt
   int n = 0, top_k = 0, hidden = 0, k = 0;
   float* out = nullptr;              ///< [n][hidden]

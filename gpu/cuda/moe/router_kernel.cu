@@ -1,5 +1,6 @@
 // The mixture-of-experts router on the device (moe_kernels.hpp): gpu/model/moe_router's greedy
-// top-k, one warp per token; and, for one token, the router GEMV with the routing in one launch.
+// and group-limited greedy top-k, one warp per token; and, for one token, the router GEMV with the
+// routing (either top-k) in one launch.
 #include <cmath>
 
 #include "gpu/cuda/kernel_util.cuh"
@@ -18,9 +19,53 @@ __device__ __forceinline__ bool ranks_before(float va, int ia, float vb, int ib)
   return va > vb || (va == vb && ia < ib);
 }
 
-/// Routes token t with one warp (lane = its lane): scores into `scores` (num_experts floats),
-/// then k rounds of a warp-wide arg-max. Logits are read through L2 (__ldcg): in the fused
-/// router another block has just written them.
+/// The warp-wide arg-max of v[0..n) under ranks_before (lane-strided reads); every lane gets it.
+__device__ __forceinline__ void warp_arg_max(const float* v, int n, float& bv, int& bi) {
+  bv = -INFINITY;
+  bi = n;
+  for (int e = threadIdx.x & 31; e < n; e += 32)
+    if (ranks_before(v[e], e, bv, bi)) bv = v[e], bi = e;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (ranks_before(ov, oi, bv, bi)) bv = ov, bi = oi;
+  }
+}
+
+/// Group-limited greedy's mask: the topk_groups groups with the best top expert (ties: the lower
+/// group) keep their experts' scores; every other expert's score becomes -inf, so the top-k
+/// rounds choose among the kept groups only. `group` is the warp's [num_groups] scratch.
+__device__ void mask_groups(const moe_route_args& a, float* scores, float* group) {
+  const int G = a.num_groups, per_group = a.num_experts / G;
+  for (int g = threadIdx.x & 31; g < G; g += 32) {
+    float best = -INFINITY;
+    for (int e = g * per_group; e < (g + 1) * per_group; ++e) best = fmaxf(best, scores[e]);
+    group[g] = best;
+  }
+  __syncwarp();
+  // topk_groups rounds of the arg-max over the groups; a kept group's score becomes -inf after
+  // its round (group scores are finite, so -inf marks exactly the kept groups afterwards).
+  for (int j = 0; j < a.topk_groups; ++j) {
+    float bv;
+    int bi;
+    warp_arg_max(group, G, bv, bi);
+    __syncwarp();
+    if ((threadIdx.x & 31) == 0) group[bi] = -INFINITY;
+    __syncwarp();
+  }
+  for (int e = threadIdx.x & 31; e < a.num_experts; e += 32)
+    if (group[e / per_group] != -INFINITY) scores[e] = -INFINITY;
+  __syncwarp();
+}
+
+/// Floats of one warp's routing scratch: the experts' scores, then the groups' (route_token).
+__host__ __device__ inline int route_scratch_floats(const moe_route_args& a) { return a.num_experts + a.num_groups; }
+
+/// Routes token t with one warp (lane = its lane): scores into `scores` (route_scratch_floats:
+/// num_experts, then num_groups for group-limited greedy's mask), then k rounds of a warp-wide
+/// arg-max. Logits are read through L2 (__ldcg): in the fused router another block has just
+/// written them.
 __device__ void route_token(const moe_route_args& a, int t, float* scores, int lane) {
   const int E = a.num_experts, K = a.top_k;
   const float* logits = a.logits + size_t(t) * E;
@@ -40,20 +85,15 @@ __device__ void route_token(const moe_route_args& a, int t, float* scores, int l
     for (int e = lane; e < E; e += 32) scores[e] *= inv;
   }
   __syncwarp();
-  // k rounds of a warp-wide arg-max; a chosen expert's score becomes -inf (scores are >= 0).
+  if (a.num_groups > 1) mask_groups(a, scores, scores + E);
+  // k rounds of a warp-wide arg-max; a chosen expert's score becomes -inf (scores are >= 0, and
+  // the group limits leave at least k experts finite).
   float chosen_w = 0.0f, sum = 0.0f;
   int chosen_e = 0;
   for (int j = 0; j < K; ++j) {
-    float bv = -INFINITY;
-    int bi = E;
-    for (int e = lane; e < E; e += 32)
-      if (ranks_before(scores[e], e, bv, bi)) bv = scores[e], bi = e;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (ranks_before(ov, oi, bv, bi)) bv = ov, bi = oi;
-    }
+    float bv;
+    int bi;
+    warp_arg_max(scores, E, bv, bi);
     if (lane == j) chosen_w = bv, chosen_e = bi;
     sum += bv;  // in slot order, as the CPU router sums them
     __syncwarp();
@@ -68,19 +108,19 @@ __device__ void route_token(const moe_route_args& a, int t, float* scores, int l
   }
 }
 
-/// Grid ceil(n / kWarps) of kWarps warps; dynamic shared memory kWarps * num_experts floats.
+/// Grid ceil(n / kWarps) of kWarps warps; dynamic shared memory kWarps * route_scratch_floats.
 __global__ void __launch_bounds__(kWarps * 32) route_kernel(moe_route_args a) {
   extern __shared__ float scores_all[];
   pdl_begin();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int t = blockIdx.x * kWarps + warp;
   if (t >= a.n) return;
-  route_token(a, t, scores_all + size_t(warp) * a.num_experts, lane);
+  route_token(a, t, scores_all + size_t(warp) * route_scratch_floats(a), lane);
 }
 
 constexpr int kGemvRows = 2;  ///< router rows a block: 64 blocks at 128 experts
 
-/// Grid ceil(E / kGemvRows) of gemv::kThreads; dynamic shared memory num_experts floats. Each
+/// Grid ceil(E / kGemvRows) of gemv::kThreads; dynamic shared memory route_scratch_floats. Each
 /// block takes kGemvRows logits with the dense GEMV's main loop (gemv_common.cuh: the same
 /// numbers as gemv(), weights streaming before the previous kernel ends); the last block to
 /// finish, told by the counter, routes the token and sets the counter back to 0.
@@ -107,24 +147,30 @@ __global__ void __launch_bounds__(gemv::kThreads) route_gemv_kernel(moe_router_g
   if (threadIdx.x == 0) *g.counter = 0;
 }
 
+/// Whether moe_route and moe_route_gemv take `a`: top_k in [1, moe_max_top_k] and at most the
+/// experts, at most moe_max_experts, and group limits that leave at least top_k experts.
+bool route_args_valid(const moe_route_args& a) {
+  return a.top_k >= 1 && a.top_k <= moe_max_top_k && a.top_k <= a.num_experts && a.num_experts <= moe_max_experts &&
+         a.num_groups >= 1 && a.num_experts % a.num_groups == 0 && a.topk_groups >= 1 &&
+         a.topk_groups <= a.num_groups && a.top_k <= a.topk_groups * (a.num_experts / a.num_groups);
+}
+
 }  // namespace
 
 int moe_route(const moe_route_args& a, cudaStream_t s) {
   if (a.n == 0) return 0;
-  if (a.top_k < 1 || a.top_k > moe_max_top_k || a.top_k > a.num_experts || a.num_experts > moe_max_experts)
-    return int(cudaErrorInvalidValue);
-  const size_t smem = size_t(kWarps) * a.num_experts * sizeof(float);
+  if (!route_args_valid(a)) return int(cudaErrorInvalidValue);
+  const size_t smem = size_t(kWarps) * route_scratch_floats(a) * sizeof(float);
   return int(launch_pdl_smem(route_kernel, dim3((a.n + kWarps - 1) / kWarps), dim3(kWarps * 32), smem, s, a));
 }
 
 int moe_route_gemv(act_dtype dt, const moe_router_gemv_args& g, const moe_route_args& a, cudaStream_t s) {
-  if (a.n != 1 || a.top_k < 1 || a.top_k > moe_max_top_k || a.top_k > a.num_experts ||
-      a.num_experts > moe_max_experts || g.hidden % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0 ||
+  if (a.n != 1 || !route_args_valid(a) || g.hidden % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(g.w) % 16 != 0)
     return int(cudaErrorInvalidValue);
   moe_route_args ra = a;
   ra.logits = g.logits;
-  const size_t smem = size_t(a.num_experts) * sizeof(float);
+  const size_t smem = size_t(route_scratch_floats(a)) * sizeof(float);
   const dim3 grid((a.num_experts + kGemvRows - 1) / kGemvRows);
   cudaError_t e = cudaSuccess;
   AS_DISPATCH_ACT(dt, e = launch_pdl_smem(route_gemv_kernel<T>, grid, dim3(gemv::kThreads), smem, s, g, ra));

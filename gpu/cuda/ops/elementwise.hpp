@@ -54,6 +54,8 @@ struct rope_kv_args {
   const int32_t* positions = nullptr;
   const int32_t* slots = nullptr;
   const float* inv_freq = nullptr;   ///< [D/2]
+  /// cos and sin are multiplied with it: YaRN's attention factor (rope_attention_factor), 1 else.
+  float attention_factor = 1.0f;
   void* k_cache = nullptr;
   void* v_cache = nullptr;
   int n = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;

@@ -132,6 +132,7 @@ status step_builder::stage_tokens(const step_batch& b, std::span<const std::pair
   out.ids.assign(size_t(rows), 0);
   out.positions.assign(size_t(rows), 0);
   out.slots.assign(size_t(rows), -1);
+  out.token_seqs.assign(size_t(rows), -1);
   out.q32.assign(size_t(rows), 1);  // graph padding rows: computed, never written to the cache
   out.block_tables.clear();
   out.seqs.clear();
@@ -181,6 +182,7 @@ status step_builder::stage_tokens(const step_batch& b, std::span<const std::pair
         return bad_step(fmt::format("sequence {}: token id {} outside the vocabulary", s.seq_id, id));
       const int32_t position = s.num_computed + k;
       out.ids[tok] = id;
+      out.token_seqs[tok] = i;
       out.positions[tok] = position;
       out.slots[tok] = s.block_table[position / bs] * bs + position % bs;
       // A decode token's attention reads the fp32 q, and so does the last layer's of a sampled

@@ -37,7 +37,9 @@ struct step_limits {
   size_t item_capacity = 0;             ///< attention work items of a step
   size_t last_item_capacity = 0;        ///< work items of the last layer's sampled-rows attention
   bool enforce_eager = false;           ///< no decode graphs
-  bool last_layer_all_rows = false;     ///< cuda_tuning::last_layer_all_rows
+  /// The last layer runs on every row (cuda_tuning::last_layer_all_rows, and latent attention,
+  /// which has no sampled-rows path).
+  bool last_layer_all_rows = false;
   std::vector<int32_t> eos_token_ids;   ///< masked with the stop ids while suppress_eos
 };
 
@@ -52,6 +54,7 @@ struct staged_step {
   /// The last layer runs past its K/V writes on the sampled rows only (last_seqs, last_plan).
   bool sampled_only = false;
   std::vector<int32_t> ids, positions, slots;  ///< per row; padding rows: 0, 0, -1
+  std::vector<int32_t> token_seqs;      ///< per row: index of its sequence in seqs; padding rows: -1
   std::vector<int32_t> q32;             ///< per row: whether rope writes its fp32 q
   std::vector<int32_t> block_tables;    ///< every sequence's blocks, attn_seq::bt_offset into them
   std::vector<attn_seq> seqs;

@@ -1,0 +1,76 @@
+#pragma once
+/// The kernels of DeepSeek-V2's multi-head latent attention on the device (docs/mla.md): the
+/// latent norm, rope and cache write, and the absorbed attention over the latent cache, in which
+/// every head of a token reads the same stream of (r + dr)-wide keys whose first r values are
+/// also the values (an MQA shape). Every launch size depends on host-known counts only (tokens,
+/// heads, splits), so a decode step that runs them is capturable in a CUDA graph. Launchers are
+/// plain C++; each returns its cudaError_t as an int.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/attention/paged_attention.hpp"
+
+namespace actorserve::gpu::cuda {
+
+/// Widest latent (kv_lora_rank) latent_attention takes: its per-thread accumulators.
+inline constexpr int mla_max_rank = 512;
+/// Widest rope part (qk_rope_head_dim) the kernels take.
+inline constexpr int mla_max_rope_dim = 128;
+/// Most context splits of one token's attention (the partial buffers' depth).
+inline constexpr int mla_max_splits = 16;
+
+/// out[t] = rmsnorm(x[t] + bias) * weight rounded to dt, in fp32 (q_a_layernorm over q_a_proj's
+/// output, bias from attention_bias or null).
+int mla_rmsnorm(act_dtype dt, const float* x, const float* bias, const float* weight, float eps, int n, int width,
+                void* out, cudaStream_t s);
+
+/// Per token: the latent and rope key (kv_a_proj_with_mqa's output) normalised, rotated and
+/// written into the latent cache, and each head's q_pe rotated into the absorbed query. The rope
+/// is DeepSeek's interleaved one ((x[2i], x[2i+1]) times cos_i + i sin_i), its cos and sin times
+/// attention_factor (YaRN), as gpu/model/rope's apply_rope_interleaved.
+struct mla_latent_args {
+  const float* kv_a = nullptr;       ///< [n][r + dr]: c_kv before kv_a_layernorm, then k_pe before rope
+  const float* kv_a_bias = nullptr;  ///< [r + dr] or null
+  const float* kv_a_norm = nullptr;  ///< [r]: kv_a_layernorm's weights
+  float eps = 1e-6f;
+  const void* q = nullptr;           ///< [n][H][dn + dr] of dt: the query projection's output
+  float* q_abs = nullptr;            ///< [n][H][r + dr]: receives each head's rotated q_pe at r
+  const int32_t* positions = nullptr;  ///< [n]
+  const int32_t* slots = nullptr;    ///< [n]: block * block_size + offset; negative: no cache write
+  const float* inv_freq = nullptr;   ///< [dr / 2]
+  float attention_factor = 1.0f;
+  void* cache = nullptr;             ///< one layer: [num_blocks * block_size][r + dr] of dt
+  int n = 0, num_heads = 0, rank = 0, nope_dim = 0, rope_dim = 0;
+};
+int mla_latent_write(act_dtype dt, const mla_latent_args& a, cudaStream_t s);
+
+/// Causal absorbed attention over the latent cache: for token t at position p and head h,
+///   score(j) = (q_abs[t][h][:r] . c_kv(j) + q_abs[t][h][r:] . k_pe(j)) * scale,   j = 0 .. p
+///   out[t][h] = sum_j softmax(score)(j) c_kv(j)                                   (r wide)
+/// Grid (n, ceil(H / 16), num_splits): each CTA takes 16 heads of one token over one contiguous
+/// piece of its context, so the heads share each key read; with num_splits > 1 the pieces'
+/// unnormalised sums and (max, sum) go to the partial buffers and the combine kernel merges them.
+struct latent_attention_args {
+  const float* q_abs = nullptr;        ///< [n][H][r + dr]: q_lat = W_UK^T q_nope, then the rotated q_pe
+  const void* cache = nullptr;         ///< one layer: [num_blocks * block_size][r + dr] of dt
+  const int32_t* block_tables = nullptr;
+  const attn_seq* seqs = nullptr;
+  const int32_t* token_seqs = nullptr; ///< [n]: each row's sequence; negative: a padding row (zeros out)
+  const int32_t* positions = nullptr;  ///< [n]: a row attends to keys 0 .. its position
+  int n = 0, num_heads = 0, rank = 0, rope_dim = 0, block_size = 0, num_splits = 1;
+  float scale = 1.0f;                  ///< softmax scale (YaRN's mscale correction included)
+  float* partial_o = nullptr;          ///< [num_splits][n][H][r] (num_splits > 1)
+  float* partial_ml = nullptr;         ///< [num_splits][n][H][2]: running max and sum
+  void* out = nullptr;                 ///< [n][H][r] of dt: the normalised latent output
+};
+/// rank at most mla_max_rank, rope_dim at most mla_max_rope_dim, r + dr a multiple of 8,
+/// num_splits in [1, mla_max_splits] (cudaErrorInvalidValue otherwise).
+int latent_attention(act_dtype dt, const latent_attention_args& a, cudaStream_t s);
+
+/// How many context splits latent_attention takes for n rows of num_heads heads on num_sms SMs:
+/// enough CTAs to fill the GPU once, at most mla_max_splits and max_partial_rows / n.
+int mla_num_splits(int n, int num_heads, int num_sms, int max_partial_rows);
+
+}  // namespace actorserve::gpu::cuda
