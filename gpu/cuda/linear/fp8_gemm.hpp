@@ -5,7 +5,7 @@
 /// scale vectors in its epilogue (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F on A and B):
 ///   Y[i][j] = sx[i] x sw[j] x sum_c e4m3(Xq[i][c]) e4m3(Q[j][c]) + beta Y[i][j].
 /// Each shape's descriptors and algorithm are made once (one heuristic query per shape and
-/// power-of-two bucket of m; the rows of a call are set on the cached layouts), so a call
+/// power-of-two bucket of m; each run sets its row count on the cached layouts), so a run
 /// allocates nothing and can be captured in a CUDA graph.
 /// Plain C++ interface (no device code, no cuBLASLt types).
 #include <cuda_runtime_api.h>
@@ -40,9 +40,9 @@ class fp8_gemm {
   bool supported(const void* x, int m, int k, const uint8_t* q, const float* w_scale, int n, const void* y) const;
   /// Y[m][n] = (per-token e4m3(X) x sx) * (e4m3(Q) x sw)^T + beta * Y, fp32 accumulation; Y is fp32
   /// (`y_f32`, beta allowed) or dt (beta must be 0). Requires supported(). Returns true when cuBLASLt
-  /// ran it, false when cuBLASLt has no algorithm for the shape (remembered: later calls of the
-  /// shape return false at once, nothing enqueued but the activation quantization), an error when
-  /// a launch fails.
+  /// ran it, false when cuBLASLt has no algorithm for the shape (remembered: later runs of the
+  /// shape return false at once and enqueue nothing; the run that finds it out leaves its
+  /// activation quantization enqueued), an error when a launch fails.
   result<bool> run(act_dtype dt, const void* x, int m, int k, const uint8_t* q, const float* w_scale, int n, void* y,
                    bool y_f32, float beta);
   /// GEMMs cuBLASLt has run (counted on the host when enqueued, so also while a graph is captured).
