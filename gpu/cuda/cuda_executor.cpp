@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "config/log.hpp"
 #include "config/model_config.hpp"
@@ -71,6 +72,7 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   if (auto st = gemm_.init(stream_, kCublasWorkspace); !st) return st;
   if (auto st = gemm_.reserve_fp8_scratch(dt_, model_->fp8_max_elements); !st) return st;
   gemm_.set_bulk_gemv(opts_.tuning.bulk);
+  if (!opts_.tuning.fp8_activations) gemm_.set_fp8_paths(fp8_gemv_max_m, std::numeric_limits<int>::max());
   const int64_t max_len = opts.max_model_len > 0 ? opts.max_model_len : c.max_position_embeddings;
   if (max_len <= 0)
     return make_error(error_code::invalid_argument, "--max-model-len: the model gives no max_position_embeddings");
@@ -83,6 +85,9 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   info_.eos_token_ids = c.eos_token_ids;
   max_tokens_ = opts.max_num_batched_tokens;
   max_rows_ = opts.max_num_seqs;
+  // The FP8 GEMM's per-token activation codes: up to the step's rows, of the longest FP8 weight row.
+  if (auto st = gemm_.reserve_fp8_activations(std::max(max_rows_, max_tokens_), int(model_->fp8_max_cols)); !st)
+    return st;
   attention_shape ashape;
   ashape.dt = dt_;
   ashape.num_heads = static_cast<int>(c.num_heads);

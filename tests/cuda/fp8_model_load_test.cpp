@@ -78,6 +78,8 @@ TEST_F(CudaFp8Load, CheckpointWeightsStayE4m3WithTheirRowScales) {
     ASSERT_NE(m, nullptr);
     const auto& cfg = files->config;
     EXPECT_EQ(m->fp8_max_elements, size_t(2 * cfg.intermediate_size * cfg.hidden_size)) << model;
+    // The FP8 GEMM's activation rows: down_proj's input (layer 0's is E4M3 in both checkpoints).
+    EXPECT_EQ(m->fp8_max_cols, size_t(cfg.intermediate_size)) << model;
     for (size_t l = 0; l < m->layers.size(); ++l) {
       const gpu::layer_views& v = files->views.layers[l];
       const cuda::device_layer& d = m->layers[l];

@@ -1,7 +1,9 @@
 #pragma once
 /// Linear layers with FP8 E4M3 weights (one byte per element) and one fp32 scale per output row:
 /// W[n][k] = e4m3(Q[n][k]) x scale[n]. Decode rows take a GEMV that converts the bytes in
-/// registers; larger batches dequantize the weight into an act-dtype scratch for cuBLAS.
+/// registers; larger batches quantize the activations per token (fp8_quantize_activations) for
+/// the FP8 tensor-core GEMM (fp8_gemm.hpp), or, where that cannot run, dequantize the weight into
+/// an act-dtype scratch for cuBLAS.
 /// --quantization fp8 rounds float weights to this form on the device at load.
 /// Plain C++ interface (no device code).
 #include <cuda_runtime_api.h>
@@ -27,6 +29,17 @@ int fp8_gemv(act_dtype dt, const void* x, int m, int k, const uint8_t* q, const 
 
 /// out[n][k] (dt) = e4m3(Q[n][k]) x scale[n], rounded once to dt. Returns the launch's cudaError_t.
 int fp8_dequantize(act_dtype dt, const uint8_t* q, const float* scale, int n, int k, void* out, cudaStream_t s);
+
+/// Whether fp8_quantize_activations can run on x: k a positive multiple of 8, x 16-byte aligned.
+bool fp8_quantize_activations_supported(const void* x, int k);
+
+/// Dynamic per-token activation quantization (vLLM's dynamic per-token scheme): each of the m rows
+/// of X[m][k] (dt) gets scale[i] = amax_i / 448 and codes q[i][c] = e4m3(X[i][c] / scale[i]), with
+/// the rounding of fp8_quantize_rows (IEEE division, ties to even, saturation, NaN -> 0x7f; NaN
+/// skipped in the amax; an all-zero row gets scale 0 and codes 0), so X[i][c] ~ e4m3(q) x scale[i].
+/// q must be 8-byte aligned. Requires fp8_quantize_activations_supported. One block per row.
+/// Returns the launch's cudaError_t.
+int fp8_quantize_activations(act_dtype dt, const void* x, int m, int k, uint8_t* q, float* scale, cudaStream_t s);
 
 /// Rounds the [rows][cols] weights at `src` (f32, bf16 or f16) to E4M3 codes `q` [rows][cols]
 /// with one scale per row, bit for bit as the CPU executor's quantize_rows_e4m3 (gpu/model/fp8.hpp)

@@ -193,6 +193,48 @@ void launch_quantize(const void* src, int rows, int cols, uint8_t* q, float* sca
       static_cast<const T*>(src), rows, cols, q, scale);
 }
 
+inline constexpr int kActThreads = 128;  // threads per activation row of the per-token quantizer
+
+/// The per-token quantizer: one block per activation row, 8 elements per 16-byte load. The row's
+/// amax over the |x| bits (NaN skipped), then each element's code of x / scale, as
+/// fp8_quantize_rows_kernel rounds a weight row; the row is read twice (the second time from L1/L2).
+template <class T>
+__global__ void __launch_bounds__(kActThreads) fp8_quantize_act_kernel(const T* x, int k, uint8_t* q, float* scale) {
+  __shared__ uint32_t warp_max[kActThreads / 32];
+  const int row = blockIdx.x, chunks = k / 8;
+  const uint4* src = reinterpret_cast<const uint4*>(x + size_t(row) * k);
+  uint32_t amax = 0;
+  for (int c = threadIdx.x; c < chunks; c += kActThreads) {
+    const uint4 raw = __ldg(src + c);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t a = f32_bits(e[i]) & 0x7fffffffu;
+      if (a <= 0x7f800000u) amax = max(amax, a);
+    }
+  }
+  amax = __reduce_max_sync(0xffffffffu, amax);
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kActThreads / 32; ++w) amax = max(amax, warp_max[w]);
+  const float s = div_rn_ieee(__uint_as_float(amax), 448.0f);
+  if (threadIdx.x == 0) scale[row] = s;
+  uint2* out = reinterpret_cast<uint2*>(q + size_t(row) * k);
+  for (int c = threadIdx.x; c < chunks; c += kActThreads) {
+    const uint4 raw = __ldg(src + c);
+    const T* e = reinterpret_cast<const T*>(&raw);
+    uint32_t word[2] = {0, 0};
+    if (amax != 0) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        word[i / 4] |= uint32_t(e4m3_code(__float_as_uint(div_rn_ieee(__uint_as_float(f32_bits(e[i])), s))))
+                       << (8 * (i % 4));
+    }
+    out[c] = make_uint2(word[0], word[1]);
+  }
+}
+
 }  // namespace
 
 bool fp8_gemv_supported(const void* x, int m, int k, const void* q) {
@@ -223,6 +265,16 @@ int fp8_dequantize(act_dtype dt, const uint8_t* q, const float* scale, int n, in
     if (per == 4) fp8_dequantize_kernel<T, 4><<<blocks, kBlock, 0, s>>>(q, scale, n, k, static_cast<T*>(out));
     else fp8_dequantize_kernel<T, 1><<<blocks, kBlock, 0, s>>>(q, scale, n, k, static_cast<T*>(out));
   });
+  return cudaGetLastError();
+}
+
+bool fp8_quantize_activations_supported(const void* x, int k) {
+  return k > 0 && k % 8 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
+}
+
+int fp8_quantize_activations(act_dtype dt, const void* x, int m, int k, uint8_t* q, float* scale, cudaStream_t s) {
+  if (m <= 0) return 0;
+  AS_DISPATCH_ACT(dt, fp8_quantize_act_kernel<T><<<m, kActThreads, 0, s>>>(static_cast<const T*>(x), k, q, scale));
   return cudaGetLastError();
 }
 

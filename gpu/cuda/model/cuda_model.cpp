@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_status.hpp"
@@ -110,6 +111,7 @@ class uploader {
       row += r;
     }
     m_.fp8_max_elements = std::max(m_.fp8_max_elements, rows * cols);
+    m_.fp8_max_cols = std::max(m_.fp8_max_cols, cols);
     return device_weight{dst, static_cast<float*>(scale)};
   }
 
@@ -461,9 +463,15 @@ status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const device_
                         float beta) {
   if (!w.fp8()) return run(dt, x, m, k, static_cast<const void*>(w.data), n, y, beta);
   if (m == 0) return {};
-  if (fp8_gemv_supported(x, m, k, w.data)) {
-    AS_CUDA_TRY(fp8_gemv(dt, x, m, k, static_cast<const uint8_t*>(w.data), w.row_scale, n, y, beta, stream_));
+  const auto* q = static_cast<const uint8_t*>(w.data);
+  if (m < fp8_gemm_min_rows_ && m <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, m, k, q)) {
+    AS_CUDA_TRY(fp8_gemv(dt, x, m, k, q, w.row_scale, n, y, beta, stream_));
     return {};
+  }
+  if (m >= fp8_gemm_min_rows_ && fp8_gemm_.supported(x, m, k, q, w.row_scale, n, y)) {
+    auto ran = fp8_gemm_.run(dt, x, m, k, q, w.row_scale, n, y, true, beta);
+    if (!ran) return ran.err();
+    if (*ran) return {};
   }
   auto dense = dequantized(dt, w, n, k);
   if (!dense) return dense.err();
@@ -473,6 +481,13 @@ status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const device_
 status gemm_runner::run_act(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, void* y) {
   if (!w.fp8()) return run_act(dt, x, m, k, static_cast<const void*>(w.data), n, y);
   if (m == 0) return {};
+  const auto* q = static_cast<const uint8_t*>(w.data);
+  // No GEMV writes dt, so every m the FP8 GEMM supports takes it unless it is switched off.
+  if (fp8_gemm_min_rows_ != std::numeric_limits<int>::max() && fp8_gemm_.supported(x, m, k, q, w.row_scale, n, y)) {
+    auto ran = fp8_gemm_.run(dt, x, m, k, q, w.row_scale, n, y, false, 0.0f);
+    if (!ran) return ran.err();
+    if (*ran) return {};
+  }
   auto dense = dequantized(dt, w, n, k);
   if (!dense) return dense.err();
   return run_act(dt, x, m, k, *dense, n, y);
@@ -488,7 +503,8 @@ status gemm_runner::init(cudaStream_t stream, size_t workspace_bytes) {
   AS_CUDA_TRY(cudaMalloc(&workspace_, workspace_bytes));
   AS_CUBLAS_TRY(cublasSetWorkspace(handle_, workspace_, workspace_bytes));
   AS_CUBLAS_TRY(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
-  return {};
+  // The two libraries share the workspace: both enqueue on this one stream only.
+  return fp8_gemm_.init(stream, workspace_, workspace_bytes);
 }
 
 int gemm_runner::gemv_rows_for(int n) const {

@@ -14,6 +14,8 @@
 #include "config/error.hpp"
 #include "config/model_config.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/linear/fp8_gemm.hpp"
+#include "gpu/cuda/linear/fp8_linear.hpp"
 #include "gpu/cuda/mla/mla_attention.hpp"
 #include "gpu/cuda/moe/moe_ffn.hpp"
 #include "gpu/cuda/tuning.hpp"
@@ -66,6 +68,8 @@ class device_model {
   /// Elements of the largest FP8 weight (0: none): the act-dtype scratch gemm_runner dequantizes
   /// an FP8 weight into for batches past the FP8 GEMV.
   size_t fp8_max_elements = 0;
+  /// The longest FP8 weight row (its k): the width of the FP8 GEMM's activation codes.
+  size_t fp8_max_cols = 0;
   bool has_fp8() const { return fp8_max_elements > 0; }
 
   /// cudaMalloc tracked for release; counts `bytes`.
@@ -96,6 +100,13 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
 /// Llama-3-8B projection; from m = 2 cuBLAS is as fast or faster (docs/attention.md, Decisions).
 inline constexpr int default_gemv_max_rows = 1;
 
+/// Row count from which gemm_runner::run multiplies an FP8 weight with the FP8 tensor-core GEMM
+/// (fp8_gemm.hpp) rather than the FP8 GEMV. The GEMV's range ends at fp8_gemv_max_m; past it the
+/// alternative was dequantize + cuBLAS at about 4x the bf16 GEMM's time on an H100, which the FP8
+/// GEMM replaces, so the GEMM starts where the GEMV stops. Whether the GEMM also beats the GEMV at
+/// 2 to 8 rows is what `bench_cuda_kernels --only fp8` measures (its "fp8 gemv" and "fp8 gemm" columns).
+inline constexpr int default_fp8_gemm_min_rows = 9;
+
 /// Y[m, n] (fp32) = X[m, k] (dt) * W[n, k]^T (dt) + beta * Y, fp32 accumulation, on one stream.
 /// Small m goes to the bandwidth-bound GEMV where it supports the operands, the rest to cuBLAS.
 class gemm_runner {
@@ -109,9 +120,14 @@ class gemm_runner {
   /// Y[m, n] (dt) = X * W^T, fp32 accumulation rounded once to dt; always cuBLAS. For outputs an
   /// element-wise kernel consumes (gate_up -> SiLU): half the bytes written and read of fp32.
   status run_act(act_dtype dt, const void* x, int m, int k, const void* w, int n, void* y);
-  /// run() and run_act() for a layer's weight: an act-dtype one as above; an FP8 one through the
-  /// FP8 GEMV (fp8_linear.hpp) for up to fp8_gemv_max_m rows where it supports the operands (run
-  /// only), else dequantized into the scratch reserved by reserve_fp8_scratch and through cuBLAS.
+  /// run() and run_act() for a layer's weight: an act-dtype one as above. An FP8 one: run() takes
+  /// the FP8 GEMV (fp8_linear.hpp) for m below the FP8 GEMM's first row count and up to
+  /// fp8_gemv_max_m rows where the GEMV supports the operands; run() from that row count and
+  /// run_act() at every m take the FP8 GEMM (fp8_gemm.hpp: the activations quantized per token,
+  /// cuBLASLt on the tensor cores) where it supports the operands; the rest (k or n not a multiple
+  /// of 16, misaligned pointers, more rows than reserve_fp8_activations reserved, or a shape
+  /// cuBLASLt has no FP8 algorithm for) dequantize the weight into the scratch reserved by
+  /// reserve_fp8_scratch and run cuBLAS on it.
   status run(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, float* y, float beta = 0.0f);
   status run_act(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, void* y);
   /// Allocates the dequantization scratch for FP8 weights of up to `elements` (none for 0).
@@ -123,6 +139,17 @@ class gemm_runner {
   status run_batched(act_dtype dt, int batch, int m, int n, int k, const void* a, int lda, long long stride_a,
                      const void* b, bool b_rows_are_n, int ldb, long long stride_b, void* c, bool c_f32, int ldc,
                      long long stride_c);
+  /// Allocates the FP8 GEMM's per-token activation codes and scales for up to `rows` rows of up to
+  /// `cols` elements (none for 0). Needs init() first.
+  status reserve_fp8_activations(int rows, int cols) { return fp8_gemm_.reserve(rows, cols); }
+  /// FP8 weights: the GEMV for m <= rows (capped at fp8_gemv_max_m; 0: never) and the FP8 GEMM
+  /// from `gemm_min_rows` (INT_MAX: never, leaving dequantize + cuBLAS); for benchmarks and tests.
+  void set_fp8_paths(int gemv_max_rows, int gemm_min_rows) {
+    fp8_gemv_max_rows_ = gemv_max_rows;
+    fp8_gemm_min_rows_ = gemm_min_rows;
+  }
+  /// FP8 GEMMs run through cuBLASLt so far (counted when enqueued, also while capturing a graph).
+  int64_t fp8_gemm_runs() const { return fp8_gemm_.runs(); }
   /// Whether run() takes the GEMV for m rows (its output then stays fp32 for the fused paths).
   bool uses_gemv(int m) const { return m <= gemv_max_rows_; }
   /// Uses the GEMV for m <= rows (0: always cuBLAS); for benchmarks and tests.
@@ -146,6 +173,9 @@ class gemm_runner {
   void* workspace_ = nullptr;
   void* fp8_scratch_ = nullptr;
   size_t fp8_scratch_elements_ = 0;
+  fp8_gemm fp8_gemm_;
+  int fp8_gemv_max_rows_ = fp8_gemv_max_m;
+  int fp8_gemm_min_rows_ = default_fp8_gemm_min_rows;
   /// Y = X W^T + beta * Y through cuBLAS.
   status cublas(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta);
   /// The FP8 weight `w` [n][k] dequantized into the scratch (on the stream).
