@@ -52,6 +52,7 @@ cuda_executor_options cuda_options_from(const engine_config& cfg) {
   o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
   o.enforce_eager = cfg.executor.enforce_eager;
   o.cascade_attention = cfg.executor.cascade_attention;
+  o.quantize_fp8 = cfg.model.quantization == quantization_choice::fp8;
   o.profile_steps = cfg.executor.profile_steps;
   o.kernels = cfg.executor.kernels;
   o.weights = weights_from(cfg);
@@ -91,10 +92,7 @@ bool picks_cuda(const engine_config& cfg) {
 }
 
 status check_cuda_support(const engine_config& cfg) {
-  if (auto st = check_cuda_fp8_options(cfg.model.quantization == quantization_choice::fp8,
-                                       cfg.cache.cache_dtype == kv_cache_dtype::fp8);
-      !st)
-    return st.err();
+  if (auto st = check_cuda_fp8_options(cfg.cache.cache_dtype == kv_cache_dtype::fp8); !st) return st.err();
   auto model = load_model_config(cfg.model.model_dir);
   if (!model) return model.err();
   if (auto st = check_cuda_model_support(model.value(), cfg.model.max_model_len); !st)

@@ -74,6 +74,8 @@ inline bool parse_tuning_flag(int& i, int argc, char** argv, gpu::cuda_tuning& t
     t.qkv_16bit = on();
   } else if (flag_is("--last-layer-all-rows")) {
     t.last_layer_all_rows = on();
+  } else if (flag_is("--fp8-activations")) {
+    t.fp8_activations = on();
   } else if (flag_is("--bulk-gemv")) {
     t.bulk.plain = v.find("plain") != std::string::npos;
     t.bulk.qkv = v.find("qkv") != std::string::npos;

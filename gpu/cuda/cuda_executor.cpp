@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "config/log.hpp"
 #include "config/model_config.hpp"
@@ -63,13 +64,15 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   AS_CUDA_TRY(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, opts.device));
   AS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (opts.profile_steps) profile_.enable();
-  auto model = load_device_model(model_dir, opts.dtype, stream_, opts.weights);
+  auto model = load_device_model(model_dir, opts.dtype, opts.quantize_fp8, stream_, opts.weights);
   if (!model) return model.err();
   model_ = std::move(model.value());
   dt_ = model_->dt;
   const model_config& c = model_->cfg;
   if (auto st = gemm_.init(stream_, kCublasWorkspace); !st) return st;
+  if (auto st = gemm_.reserve_fp8_scratch(dt_, model_->fp8_max_elements); !st) return st;
   gemm_.set_bulk_gemv(opts_.tuning.bulk);
+  if (!opts_.tuning.fp8_activations) gemm_.set_fp8_paths(fp8_gemv_max_m, std::numeric_limits<int>::max());
   const int64_t max_len = opts.max_model_len > 0 ? opts.max_model_len : c.max_position_embeddings;
   if (max_len <= 0)
     return make_error(error_code::invalid_argument, "--max-model-len: the model gives no max_position_embeddings");
@@ -82,6 +85,9 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   info_.eos_token_ids = c.eos_token_ids;
   max_tokens_ = opts.max_num_batched_tokens;
   max_rows_ = opts.max_num_seqs;
+  // The FP8 GEMM's per-token activation codes: up to the step's rows, of the longest FP8 weight row.
+  if (auto st = gemm_.reserve_fp8_activations(std::max(max_rows_, max_tokens_), int(model_->fp8_max_cols)); !st)
+    return st;
   attention_shape ashape;
   ashape.dt = dt_;
   ashape.num_heads = static_cast<int>(c.num_heads);

@@ -30,6 +30,7 @@ struct cuda_executor_options {
   /// !--disable-cascade-attn: decodes sharing prefix blocks read the prefix once per group
   /// where gpu::plan_cascade finds it reads fewer bytes (flash-decoding backend only).
   bool cascade_attention = true;
+  bool quantize_fp8 = false;                        ///< --quantization fp8: dense linear weights as E4M3
   int device = 0;                                   ///< CUDA device ordinal
   bool keep_logits = false;                         ///< tests: keep each step's sampled-row logits
   /// --profile-steps: GPU and host-enqueue time per kernel class of the eager steps, printed to

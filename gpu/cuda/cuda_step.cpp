@@ -263,7 +263,8 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   // One token: the qkv and gate/up projections fuse the element-wise kernel after them. Qwen3's
   // q/k norm sits between the QKV projection and rope, so its qkv takes the unfused path: the
   // projection into fp32 qkv_, qk_rmsnorm in place (with the bias), then rope_kv_write.
-  const bool fused = n == 1 && tuning.fused_decode && hidden % 8 == 0;
+  // FP8 weights take the plain projections (the FP8 GEMV) and the element-wise kernels after them.
+  const bool fused = n == 1 && tuning.fused_decode && hidden % 8 == 0 && !m.has_fp8();
   const bool qk_norm = c.qk_norm;
   const bool fused_qkv = fused && !qk_norm;
   qk_norm_args na{.qkv = qkv_, .eps = eps, .n = n, .num_heads = H, .num_kv_heads = KVH, .head_dim = D};
@@ -293,12 +294,13 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   }
   const int32_t* sample_row_ids = at<int32_t>(meta_, layout_.sample_rows);
   // A dense SwiGLU MLP of width `width` over `rows` rows of x_: out (+)= down(silu(gate) * up).
-  const auto dense_mlp = [&](const void* gate_up_w, const void* down_w, int width, int rows, float* out,
-                             bool add) -> status {
+  // An FP8 weight never takes the fused path (`fused` is off for a model with FP8 weights).
+  const auto dense_mlp = [&](const device_weight& gate_up_w, const device_weight& down_w, int width, int rows,
+                             float* out, bool add) -> status {
     if (fused) {
       mark(step_op::gate_up);
-      AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, gate_up_w, width, act_, gemm_.gemv_rows_for(2 * width), stream_,
-                                    tuning.bulk));
+      AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, gate_up_w.data, width, act_, gemm_.gemv_rows_for(2 * width),
+                                    stream_, tuning.bulk));
     } else if (gemm_.uses_gemv(rows) || !tuning.gate_up_16bit) {
       mark(step_op::gate_up);
       if (auto st = gemm_.run(dt_, x_, rows, hidden, gate_up_w, 2 * width, gate_up_); !st) return st;
@@ -346,7 +348,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     } else {
       if (fused_qkv) {
         mark(step_op::qkv);
-        AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv, ra, stream_, tuning.bulk));
+        AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv.data, ra, stream_, tuning.bulk));
       } else {
         mark(step_op::qkv);
         if (qkv16) {
@@ -391,7 +393,8 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, ffn_out, add_in_gemm, stream_); !st) return st;
       // The shared experts: a dense MLP over every token, added after the routed sum.
       if (w.experts.shared_gate_up)
-        if (auto st = dense_mlp(w.experts.shared_gate_up, w.experts.shared_down, shared_inter_, rows_on, ffn_out, true);
+        if (auto st = dense_mlp(device_weight{w.experts.shared_gate_up}, device_weight{w.experts.shared_down},
+                                shared_inter_, rows_on, ffn_out, true);
             !st)
           return st;
       continue;

@@ -90,6 +90,11 @@ struct cuda_tuning {
   bool q32_decode_only = true;
   /// In such a step the QKV GEMM writes the activation dtype (rope reads half the bytes).
   bool qkv_16bit = false;
+  /// FP8 weights past the FP8 GEMV's rows multiply on the tensor cores in FP8, the activations
+  /// quantized per token (gemm_runner, fp8_gemm.hpp); false dequantizes the weight to the
+  /// activation dtype for cuBLAS instead (bf16/fp16 activations, about 4x the bf16 GEMM's time),
+  /// the path the CPU comparisons of weight loading and scales use.
+  bool fp8_activations = true;
   /// A prefill-carrying step's last layer runs on every row past its K/V writes, not only on
   /// the sampled rows (the same logits; for comparisons).
   bool last_layer_all_rows = false;
