@@ -3,6 +3,7 @@
 // values, or explicit sizes), for benchmarks that need a real-sized model without downloading one.
 //   bench_make_random_model --preset llama-3-8b --output /tmp/llama3-8b
 //   bench_make_random_model --preset mixtral-8x7b --output /tmp/mixtral-8x7b
+//   bench_make_random_model --preset mixtral-8x7b --config-only --output /tmp/mixtral   (then --load-format dummy)
 //   bench_make_random_model --preset deepseek-v2-lite --output /tmp/deepseek-v2-lite
 //   bench_make_random_model --preset tiny --layers 4 --hidden-size 256 --output /tmp/tiny --verify
 //   bench_make_random_model --preset tiny-moe --num-experts 32 --output /tmp/moe --verify
@@ -38,10 +39,10 @@ std::string default_tokenizer() {
 
 /// Loads what was written: config.json, the weights bound by name and shape, and (for small
 /// models) a CPU executor that runs one greedy step with finite logits.
-int verify(const std::string& dir, const bench::model_shape& shape) {
+int verify(const std::string& dir, const bench::model_shape& shape, bool config_only) {
   auto cfg = load_model_config(dir);
   if (!cfg) return fmt::print(stderr, "verify: {}\n", cfg.err().message), 1;
-  auto files = gpu::open_model_files(dir);
+  auto files = gpu::open_model_files(dir, gpu::weight_source{config_only, 0});
   if (!files) return fmt::print(stderr, "verify: {}\n", files.err().message), 1;
   fmt::print("verify: config.json loads ({} layers, hidden {}, vocab {}); every weight bound by name and shape\n",
              cfg->num_layers, cfg->hidden_size, cfg->vocab_size);
@@ -56,6 +57,7 @@ int verify(const std::string& dir, const bench::model_shape& shape) {
   }
   gpu::cpu_executor_options o;
   o.num_blocks = 8;
+  o.weights.dummy = config_only;
   auto ex = gpu::cpu_executor::create(dir, o);
   if (!ex) return fmt::print(stderr, "verify: {}\n", ex.err().message), 1;
   gpu::step_batch batch;
@@ -117,6 +119,8 @@ int main(int argc, char** argv) {
   app.add_option("--std", opts.std, "weight standard deviation")->capture_default_str();
   app.add_option("--threads", opts.threads, "writer threads (0: all cores)");
   app.add_option("--shard-size-gb", shard_gb, "safetensors shard size limit (GB)")->capture_default_str();
+  app.add_flag("--config-only", opts.config_only,
+               "write config.json and the tokenizer but no weights; load with --load-format dummy");
   app.add_flag("--verify", do_verify, "load the result (config, weights; one CPU step for small models)");
   CLI11_PARSE(app, argc, argv);
 
@@ -177,7 +181,11 @@ int main(int argc, char** argv) {
                s.deepseek->first_k_dense_replace);
   auto rep = bench::write_random_model(s, opts);
   if (!rep) return fmt::print(stderr, "error: {}\n", rep.err().message), 1;
-  fmt::print("wrote {:.3f} GB in {} shard(s) in {:.2f} s ({:.2f} GB/s); tokenizer vocab {} ({} synthetic tokens added)\n",
+  if (opts.config_only)
+    fmt::print("wrote config.json and the tokenizer (vocab {}), no weights: load with --load-format dummy\n",
+               rep->tokenizer_vocab);
+  else
+    fmt::print("wrote {:.3f} GB in {} shard(s) in {:.2f} s ({:.2f} GB/s); tokenizer vocab {} ({} synthetic tokens added)\n",
              double(rep->bytes_written) / 1e9, rep->num_shards, rep->seconds,
              double(rep->bytes_written) / 1e9 / std::max(rep->seconds, 1e-9), rep->tokenizer_vocab, rep->added_tokens);
   if (s.is_moe())
@@ -185,5 +193,5 @@ int main(int argc, char** argv) {
                "at batch 1)\n",
                s.num_experts, s.num_experts_per_tok, double(s.num_active_parameters()) / 1e6,
                double(s.num_active_parameters()) * 2 / 1e9);
-  return do_verify ? verify(opts.output_dir, s) : 0;
+  return do_verify ? verify(opts.output_dir, s, opts.config_only) : 0;
 }

@@ -40,6 +40,18 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
                  "fp8: quantize a bf16/fp16/fp32 checkpoint's linear weights to FP8 E4M3 at load (per output "
                  "channel); an FP8 checkpoint needs no flag (docs/fp8.md)")
       ->transform(named_choices(quantizations));
+  app.add_option_function<std::string>(
+      "--load-format",
+      [&m](const std::string& v) {
+        static const std::map<std::string, load_format> formats{
+            {"auto", load_format::auto_detect}, {"safetensors", load_format::safetensors}, {"dummy", load_format::dummy}};
+        auto it = formats.find(v);
+        if (it == formats.end())
+          throw CLI::ValidationError("--load-format", fmt::format("'{}' is not auto, safetensors or dummy", v));
+        m.load = it->second;
+      },
+      "auto | safetensors: read the weights from the model's safetensors; dummy: read only config.json (and the "
+      "tokenizer) and fill every weight with pseudo-random values seeded by --seed (benchmarks)");
 
   static const std::map<std::string, generation_config_source> gen_sources{
       {"auto", generation_config_source::auto_detect}, {"vllm", generation_config_source::vllm}};
@@ -83,6 +95,13 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
       {"auto", device_kind::auto_detect}, {"cpu", device_kind::cpu}, {"cuda", device_kind::cuda}};
   app.add_option("--device", e.device, "auto | cuda | cpu")->transform(named_choices(devices));
   app.add_flag("--enforce-eager", e.enforce_eager, "disable CUDA graphs");
+  static const std::map<std::string, kernel_choice> kernel_choices{{"auto", kernel_choice::automatic},
+                                                                   {"portable", kernel_choice::portable}};
+  app.add_option("--kernels", e.kernels,
+                 "auto | portable: the CUDA executor's kernels; auto takes the fastest the GPU runs (wgmma/TMA "
+                 "on Hopper), portable the cp.async/mma.sync ones every GPU from compute capability 8.0 runs "
+                 "(docs/gpus.md)")
+      ->transform(named_choices(kernel_choices));
   app.add_flag("--profile-steps", e.profile_steps,
                "CUDA: time each kernel class of the eager steps, print the table to stderr at shutdown");
   app.add_option("--cpu-threads", e.cpu_threads, "CPU executor threads (0: all cores)");
@@ -203,10 +222,10 @@ void add_generate_flags(CLI::App& app, generate_options& g, std::vector<std::str
 /// A front end of --engines runs no engine: the engine's own flags belong to `actorserve engine`.
 void warn_engine_flags_on_front_end(const CLI::App& serve, std::vector<std::string>& warnings) {
   static const char* const engine_only[] = {
-      "--max-model-len", "--dtype", "--max-num-seqs", "--max-num-batched-tokens", "--enable-chunked-prefill",
+      "--max-model-len", "--dtype", "--load-format", "--max-num-seqs", "--max-num-batched-tokens", "--enable-chunked-prefill",
       "--async-scheduling", "--block-size", "--num-gpu-blocks-override", "--gpu-memory-utilization",
       "--cpu-kv-cache-space", "--enable-prefix-caching", "--paged-kv-cache-type", "--device",
-      "--quantization", "--kv-cache-dtype", "--enforce-eager",
+      "--quantization", "--kv-cache-dtype", "--enforce-eager", "--kernels",
       "--profile-steps", "--cpu-threads", "--disable-cascade-attn", "--tensor-parallel-size",
       "--inject-step-failures"};
   for (const char* flag : engine_only) {

@@ -172,6 +172,15 @@ const char* to_string(quantization_choice q) { return q == quantization_choice::
 
 const char* to_string(kv_cache_dtype d) { return d == kv_cache_dtype::fp8 ? "fp8" : "auto"; }
 
+const char* to_string(load_format f) {
+  switch (f) {
+    case load_format::auto_detect: return "auto";
+    case load_format::safetensors: return "safetensors";
+    case load_format::dummy: return "dummy";
+  }
+  return "?";
+}
+
 const char* to_string(kv_cache_layout l) {
   return l == kv_cache_layout::vllm ? "vllm" : "flash-decoding";
 }

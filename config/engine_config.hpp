@@ -13,9 +13,16 @@ namespace actorserve {
 enum class device_kind { auto_detect, cpu, cuda };
 enum class dtype_choice { auto_detect, float32, bfloat16, float16 };
 enum class kv_cache_layout { vllm, flash_decoding };
+/// --kernels: automatic = the fastest kernels the GPU runs (the wgmma/TMA ones on Hopper);
+/// portable = the kernels every GPU from compute capability 8.0 runs, on any GPU.
+enum class kernel_choice { automatic, portable };
 /// --quantization (vLLM's name): none keeps the checkpoint's weights; fp8 quantizes a float
 /// checkpoint's linear weights to FP8 E4M3 at load (one scale per output channel).
 enum class quantization_choice { none, fp8 };
+/// --load-format (vLLM's name): auto and safetensors read the model directory's safetensors;
+/// dummy reads only config.json and fills every weight with seeded pseudo-random values
+/// (benchmarks of models whose weights are not on disk).
+enum class load_format { auto_detect, safetensors, dummy };
 /// --kv-cache-dtype (vLLM's name): auto = the model's dtype; fp8 = E4M3 with per-layer scales.
 enum class kv_cache_dtype { auto_detect, fp8 };
 /// --generation-config: auto = generation_config.json's sampling defaults apply; vllm = ignored.
@@ -34,6 +41,7 @@ struct model_options {
   int64_t max_model_len = 0;                ///< --max-model-len (0: from config.json)
   dtype_choice dtype = dtype_choice::auto_detect;  ///< --dtype
   quantization_choice quantization = quantization_choice::none;  ///< --quantization
+  load_format load = load_format::auto_detect;  ///< --load-format (dummy: seeded by --seed)
   generation_config_source generation_config = generation_config_source::auto_detect;  ///< --generation-config
 };
 
@@ -68,6 +76,7 @@ struct cache_options {
 struct executor_options {
   device_kind device = device_kind::auto_detect;  ///< --device
   bool enforce_eager = false;               ///< --enforce-eager (no CUDA graphs)
+  kernel_choice kernels = kernel_choice::automatic;  ///< --kernels auto|portable (CUDA executor)
   /// --profile-steps: the CUDA executor times each kernel class of its eager steps and prints
   /// the table to stderr when it stops.
   bool profile_steps = false;
@@ -174,6 +183,7 @@ const char* to_string(dtype_choice d);
 const char* to_string(kv_cache_layout l);
 const char* to_string(quantization_choice q);
 const char* to_string(kv_cache_dtype d);
+const char* to_string(load_format f);
 const char* to_string(tool_parser_kind k);
 const char* to_string(reasoning_parser_kind k);
 const char* to_string(routing_kind k);

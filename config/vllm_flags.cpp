@@ -19,14 +19,13 @@ struct vllm_flag {
   std::string_view why;
 };
 
-constexpr std::array<vllm_flag, 13> kFlags{{
+constexpr std::array<vllm_flag, 12> kFlags{{
     {"--trust-remote-code", false, {}, "models run on this server's own code; no remote code is loaded"},
     {"--disable-log-requests", false, {}, "requests are logged only with --enable-log-requests"},
     {"--disable-frontend-multiprocessing", false, {}, "the API server and the engine share one process"},
     {"--disable-custom-all-reduce", false, {}, "the CPU executor's shards sum in memory; no GPU all-reduce exists"},
     {"--disable-uvicorn-access-log", false, {}, "the access log is --enable-log-requests"},
     {"--tokenizer-mode", true, {"auto", "hf"}, "the model's tokenizer.json is always used"},
-    {"--load-format", true, {"auto", "safetensors"}, "weights always load from safetensors"},
     {"--pipeline-parallel-size", true, {"1"}, "one GPU per server"},
     {"--swap-space", true, {}, "preemption recomputes; nothing is swapped to host memory"},
     {"--distributed-executor-backend", true, {}, "one process per server"},

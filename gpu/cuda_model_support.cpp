@@ -5,13 +5,11 @@
 namespace actorserve::gpu {
 
 status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) {
-  if (cfg.quantization)
-    return make_error(error_code::unsupported,
-                      fmt::format("{} is an FP8 checkpoint (quantization_config: quant_method {}, {} weights), and the "
-                                  "CUDA executor has no FP8 kernels yet; start with --device cpu, which dequantizes "
-                                  "it to fp32 (docs/fp8.md)",
-                                  cfg.architecture, to_string(cfg.quantization->method),
-                                  to_string(cfg.quantization->weights)));
+  // FP8 checkpoints load (cuda_model.hpp: per-tensor and per-channel E4M3 weights of dense layers
+  // stay E4M3; block-scaled ones, experts and latent-attention projections are dequantized at
+  // load). A static input_scale is checked by the loader and not applied: activations stay
+  // bf16/fp16, as the CPU's stay fp32. DeepSeek-V2's latent attention, group-limited routing,
+  // shared experts and YaRN rope run on the CUDA executor (gpu/cuda/mla/, gpu/cuda/moe/).
   const int64_t context = max_model_len > 0 ? max_model_len : cfg.max_position_embeddings;
   // NOTE: position p attends to keys p - window + 1 .. p, so a window of at least the context
   // never masks anything and full attention computes the same function.
@@ -24,11 +22,7 @@ status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) 
   return {};
 }
 
-status check_cuda_fp8_options(bool quantize_fp8, bool kv_cache_fp8) {
-  if (quantize_fp8)
-    return make_error(error_code::unsupported,
-                      "--quantization fp8: the CUDA executor has no FP8 GEMM kernels yet; start without it, or with "
-                      "--device cpu (docs/fp8.md)");
+status check_cuda_fp8_options(bool kv_cache_fp8) {
   if (kv_cache_fp8)
     return make_error(error_code::unsupported,
                       "--kv-cache-dtype fp8: the CUDA executor's attention has no FP8 KV cache yet; start with "

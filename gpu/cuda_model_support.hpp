@@ -9,14 +9,14 @@
 namespace actorserve::gpu {
 
 /// Ok when the CUDA executor computes `cfg` as transformers does at contexts up to
-/// `max_model_len` tokens (0: the model's max_position_embeddings). Refused: FP8 checkpoints (no
-/// CUDA kernels yet: --device cpu runs them), and a sliding_window smaller than the context (its
-/// attention has no window: --max-model-len at most the window keeps every position inside it).
+/// `max_model_len` tokens (0: the model's max_position_embeddings). Refused: a sliding_window
+/// smaller than the context (its attention has no window: --max-model-len at most the window
+/// keeps every position inside it). FP8 checkpoints and DeepSeek-V2 (latent attention, YaRN,
+/// group-limited routing, shared experts) are accepted, together too.
 status check_cuda_model_support(const model_config& cfg, int64_t max_model_len);
 
-/// Ok unless an FP8 option is asked of the CUDA executor (--quantization fp8, --kv-cache-dtype
-/// fp8): its FP8 kernels are not written yet. An FP8 checkpoint (quantization_config) is refused
-/// by check_cuda_model_support.
-status check_cuda_fp8_options(bool quantize_fp8, bool kv_cache_fp8);
+/// Ok unless --kv-cache-dtype fp8 is asked of the CUDA executor: its attention has no FP8 KV cache
+/// yet. FP8 checkpoints and --quantization fp8 load (FP8 E4M3 weights, cuda_model.hpp).
+status check_cuda_fp8_options(bool kv_cache_fp8);
 
 }  // namespace actorserve::gpu

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "config/log.hpp"
 #include "config/model_config.hpp"
 #include "gpu/cpu/cpu_executor.hpp"
 #include "gpu/cuda_model_support.hpp"
@@ -17,6 +18,11 @@ namespace actorserve::gpu {
 
 namespace {
 
+/// --load-format dummy generates the weights, seeded by --seed.
+weight_source weights_from(const engine_config& cfg) {
+  return {cfg.model.load == load_format::dummy, cfg.executor.seed};
+}
+
 cpu_executor_options cpu_options_from(const engine_config& cfg) {
   cpu_executor_options o;
   o.block_size = static_cast<int32_t>(cpu_block_size(cfg.cache));
@@ -29,6 +35,7 @@ cpu_executor_options cpu_options_from(const engine_config& cfg) {
   o.quantize_weights_fp8 = cfg.model.quantization == quantization_choice::fp8;
   o.kv_cache_fp8 = cfg.cache.cache_dtype == kv_cache_dtype::fp8;
   o.cascade_attention = cfg.executor.cascade_attention;
+  o.weights = weights_from(cfg);
   return o;
 }
 
@@ -44,7 +51,11 @@ cuda_executor_options cuda_options_from(const engine_config& cfg) {
   o.max_num_seqs = static_cast<int32_t>(cfg.scheduler.max_num_seqs);
   o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
   o.enforce_eager = cfg.executor.enforce_eager;
+  o.cascade_attention = cfg.executor.cascade_attention;
+  o.quantize_fp8 = cfg.model.quantization == quantization_choice::fp8;
   o.profile_steps = cfg.executor.profile_steps;
+  o.kernels = cfg.executor.kernels;
+  o.weights = weights_from(cfg);
   return o;
 }
 #endif
@@ -81,10 +92,7 @@ bool picks_cuda(const engine_config& cfg) {
 }
 
 status check_cuda_support(const engine_config& cfg) {
-  if (auto st = check_cuda_fp8_options(cfg.model.quantization == quantization_choice::fp8,
-                                       cfg.cache.cache_dtype == kv_cache_dtype::fp8);
-      !st)
-    return st.err();
+  if (auto st = check_cuda_fp8_options(cfg.cache.cache_dtype == kv_cache_dtype::fp8); !st) return st.err();
   auto model = load_model_config(cfg.model.model_dir);
   if (!model) return model.err();
   if (auto st = check_cuda_model_support(model.value(), cfg.model.max_model_len); !st)
@@ -97,6 +105,9 @@ int64_t block_size_for(const engine_config& cfg) {
 }
 
 result<std::unique_ptr<executor>> make_executor(const engine_config& cfg) {
+  if (cfg.model.load == load_format::dummy)
+    log::warn("--load-format dummy: every weight is pseudo-random (seed {}); outputs are meaningless, timings are "
+              "the real shapes'", cfg.executor.seed);
   auto ex = make_device_executor(cfg);
   if (!ex) return ex.err();
   return inject_step_failures(std::move(ex.value()), cfg.executor.inject_step_failures);

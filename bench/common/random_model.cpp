@@ -433,6 +433,11 @@ result<random_model_report> write_random_model(const model_shape& shape, const r
   // Weights: remove shards of an earlier model first, so the index names every file present.
   for (const auto& entry : fs::directory_iterator(opts.output_dir, ec))
     if (entry.path().extension() == ".safetensors") fs::remove(entry.path(), ec);
+  if (opts.config_only) {
+    fs::remove(opts.output_dir + "/model.safetensors.index.json", ec);
+    rep.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return rep;
+  }
   const auto shards = plan_shards(tensor_list(shape), opts.shard_bytes);
   if (auto st = write_file(opts.output_dir + "/model.safetensors.index.json", index_json(shards)); !st) return st.err();
   auto bytes = write_shards(opts.output_dir, shards, opts.seed, opts.std, opts.threads);

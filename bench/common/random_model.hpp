@@ -86,6 +86,9 @@ struct random_model_options {
   double std = 0.02;                     ///< weights ~ N(0, std); norms are 1
   int32_t threads = 0;                   ///< 0: hardware concurrency
   double shard_bytes = 5e9;              ///< safetensors shard size limit
+  /// config.json, generation_config.json and the tokenizer only: the weights are generated at
+  /// load by `--load-format dummy` (models larger than the disk).
+  bool config_only = false;
 };
 
 /// What was written.

@@ -7,6 +7,9 @@
 //   bench_cuda_attention --kernels           the shipping kernels side by side (A/B by name)
 //   bench_cuda_attention --stream            streaming-read ceiling at the grid's byte counts
 //   bench_cuda_attention --pdl               decode after a 4 µs predecessor, PDL off / on
+//   bench_cuda_attention --cascade           the cascade point alone: 256 decodes sharing a
+//                                            4096-token prefix, 256 private tokens each, 32/8,
+//                                            flash-decoding / 64, cascade against per-sequence
 //   bench_cuda_attention --one vllm|fd decode|prefill H BATCH KV   one configuration (for ncu)
 //   bench_cuda_attention --reps N --one ...                         its median of N runs (default 1)
 // KERNEL FLAGS (tuning_flags.hpp) pick the kernels of the grid and of --one: --prefill-kernel
@@ -160,7 +163,7 @@ struct prepared {
   ~prepared() {
     for (const void* p : {static_cast<const void*>(a.block_tables), static_cast<const void*>(a.seqs),
                           static_cast<const void*>(a.items), static_cast<const void*>(a.combines),
-                          static_cast<const void*>(a.counts)})
+                          static_cast<const void*>(a.counts), static_cast<const void*>(a.prefix_rows)})
       if (p) (void)cudaFree(const_cast<void*>(p));
   }
   void run() const {
@@ -173,8 +176,10 @@ struct prepared {
 
 /// Sequences of KV lengths `lens` (decode: one query each; prefill: q_len = the length) over
 /// block tables shuffled across the cache, through a backend with the kernels `tuning` picks.
+/// `shared_prefix` > 0 (decode): every table starts with the first sequence's blocks over that
+/// many keys; `cascade`: the sequences are planned as one cascade group over them.
 void prepare(device_state& st, prepared& p, kv_cache_layout layout, int H, const std::vector<int>& lens,
-             bool prefill, const gpu::attention_tuning& tuning) {
+             bool prefill, const gpu::attention_tuning& tuning, int shared_prefix = 0, bool cascade = false) {
   cuda::attention_shape shape;
   shape.dt = cuda::act_dtype::bf16;
   shape.num_heads = H;
@@ -203,7 +208,16 @@ void prepare(device_state& st, prepared& p, kv_cache_layout layout, int H, const
   std::vector<int32_t> bt(total_blocks);
   std::iota(bt.begin(), bt.end(), 0);
   std::shuffle(bt.begin(), bt.end(), std::mt19937(uint32_t(batch * 31 + lens[0])));
-  p.plan = p.be->plan(seqs);
+  gpu::cascade_plan groups;
+  if (shared_prefix > 0) {
+    const int nb = shared_prefix / bs;
+    for (int s = 1; s < batch; ++s) std::copy_n(bt.begin(), nb, bt.begin() + seqs[s].bt_offset);
+    if (cascade) {
+      groups.groups.push_back({nb, {}});
+      for (int s = 0; s < batch; ++s) groups.groups[0].seqs.push_back(s);
+    }
+  }
+  p.plan = p.be->plan(seqs, groups);
   if (size_t(p.plan.num_partials) > st.max_partials) {
     std::fprintf(stderr, "too many partials\n");
     std::exit(1);
@@ -211,7 +225,10 @@ void prepare(device_state& st, prepared& p, kv_cache_layout layout, int H, const
   p.g = p.be->grids(p.plan);
   const int32_t n_prefill = int32_t(p.plan.items.size()) - p.plan.num_decode_items;
   cuda::set_first_blocks(p.plan, bt, bs);  // as the executor stages them
-  std::vector<int32_t> counts = {n_prefill, int32_t(p.plan.combines.size()), p.plan.num_decode_items, 0};
+  std::vector<int32_t> counts = {n_prefill, int32_t(p.plan.combines.size()), p.plan.num_decode_items,
+                                 int32_t(p.plan.prefix_items.size())};
+  std::vector<cuda::attn_item> items = p.plan.items;  // as the executor stages them: prefix pieces last
+  items.insert(items.end(), p.plan.prefix_items.begin(), p.plan.prefix_items.end());
   cuda::attn_launch& a = p.a;
   a.q = st.q;
   if (prefill && p.be->prefill_reads_q16()) a.q16 = st.q16;  // as the executor sets it
@@ -220,7 +237,9 @@ void prepare(device_state& st, prepared& p, kv_cache_layout layout, int H, const
   a.v_cache = st.v;
   a.block_tables = upload(bt);
   a.seqs = upload(seqs);
-  a.items = upload(p.plan.items);
+  a.items = upload(items);
+  a.prefix_rows = upload(p.plan.prefix_rows);
+  a.prefix_grid = p.g.prefix;
   a.combines = upload(p.plan.combines);
   a.counts = upload(counts);
   a.prefill_grid = p.g.prefill;
@@ -238,13 +257,14 @@ void prepare(device_state& st, prepared& p, kv_cache_layout layout, int H, const
 
 /// Both timings of one configuration, with its effective GB/s (decode) or TFLOP/s (prefill).
 result_row run_lens(device_state& st, kv_cache_layout layout, int H, const std::vector<int>& lens, bool prefill,
-                    int reps, const gpu::attention_tuning& tuning, const std::string& kv_label = {}) {
+                    int reps, const gpu::attention_tuning& tuning, const std::string& kv_label = {},
+                    int shared_prefix = 0, bool cascade = false) {
   prepared p;
-  prepare(st, p, layout, H, lens, prefill, tuning);
+  prepare(st, p, layout, H, lens, prefill, tuning, shared_prefix, cascade);
   const auto [us, us_held] = measure(st, reps, [&] { p.run(); });
   result_row row;
   row.backend = p.be->name();
-  row.kind = prefill ? "prefill" : "decode";
+  row.kind = prefill ? "prefill" : cascade ? "decode cascade" : shared_prefix > 0 ? "decode shared prefix" : "decode";
   row.H = H;
   row.batch = int(lens.size());
   row.kv = lens[0];
@@ -272,6 +292,25 @@ result_row run_lens(device_state& st, kv_cache_layout layout, int H, const std::
 result_row run_config(device_state& st, kv_cache_layout layout, int H, int batch, int kv, bool prefill, int reps,
                       const gpu::attention_tuning& tuning) {
   return run_lens(st, layout, H, std::vector<int>(size_t(batch), kv), prefill, reps, tuning);
+}
+
+/// The cascade point of issue #37: 256 decodes sharing a 4096-token prefix (the same blocks),
+/// 256 private tokens each, 32/8, flash-decoding / 64: {per-sequence, cascade}.
+std::pair<result_row, result_row> run_cascade_point(device_state& st, int reps, const gpu::attention_tuning& tuning) {
+  const std::vector<int> lens(256, 4096 + 256);
+  const std::string label = "4096 shared + 256";
+  return {run_lens(st, kv_cache_layout::flash_decoding, 32, lens, false, reps, tuning, label, 4096, false),
+          run_lens(st, kv_cache_layout::flash_decoding, 32, lens, false, reps, tuning, label, 4096, true)};
+}
+
+std::string cascade_summary(const std::pair<result_row, result_row>& c) {
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "cascade, 256 x (4096 shared + 256), 32/8: per-sequence %.1f us (held %.1f), cascade %.1f us "
+                "(held %.1f): %.2fx, held %.2fx (target >= 8)\n",
+                c.first.us, c.first.us_held, c.second.us, c.second.us_held, c.first.us / c.second.us,
+                c.first.us_held / c.second.us_held);
+  return line;
 }
 
 /// The offline workload of issue #8 (1000 x 128 in / 1024 out at ~250 running): 250 decode
@@ -405,7 +444,7 @@ void run_pdl(device_state& st) {
 
 int main(int argc, char** argv) {
   std::string out_dir;
-  bool quick = false, kernels = false, stream = false, pdl = false;
+  bool quick = false, kernels = false, stream = false, pdl = false, cascade = false;
   gpu::cuda_tuning tuning;
   int one_reps = 1;
   std::vector<std::string> one;
@@ -415,6 +454,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--kernels")) kernels = true;
     else if (!std::strcmp(argv[i], "--stream")) stream = true;
     else if (!std::strcmp(argv[i], "--pdl")) pdl = true;
+    else if (!std::strcmp(argv[i], "--cascade")) cascade = true;
     else if (bench_cuda::parse_tuning_flag(i, argc, argv, tuning)) continue;
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) one_reps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc) {
@@ -459,7 +499,7 @@ int main(int argc, char** argv) {
   // q times its scale
   fill_random(st.q16, st.max_tokens * 64 * D * 2, 4, cuda::prefill_q_scale(1.0f / std::sqrt(float(D))));
   CK(cudaMalloc(&st.out, st.max_tokens * 64 * D * 2));
-  st.max_partials = 32 * size_t(prop.multiProcessorCount) * 2;
+  st.max_partials = 16384;  // split pieces, and the cascade point's 256 members x 8 KV heads x (prefix + suffix)
   CK(cudaMalloc(reinterpret_cast<void**>(&st.part_o), st.max_partials * cuda::attn_tile_rows * D * 4));
   CK(cudaMalloc(reinterpret_cast<void**>(&st.part_lse), st.max_partials * cuda::attn_tile_rows * 2 * 4));
   CK(cudaEventCreate(&st.a));
@@ -473,6 +513,10 @@ int main(int argc, char** argv) {
     if (kernels) run_kernels(st, copy_gbs(st));
     if (stream) run_stream(st, prop.multiProcessorCount);
     if (pdl) run_pdl(st);
+    return 0;
+  }
+  if (cascade) {
+    std::printf("%s", cascade_summary(run_cascade_point(st, one_reps > 1 ? one_reps : 15, tuning.attention)).c_str());
     return 0;
   }
   if (!one.empty()) {
@@ -497,6 +541,9 @@ int main(int argc, char** argv) {
     const std::pair<int, int> prefills[] = {{1, 4096}, {4, 4096}, {1, 16384}, {16, 1024}};
     for (auto [b, n] : prefills) rows.push_back(run_config(st, layout, 32, b, n, true, quick ? 3 : 7, tuning.attention));
   }
+  const auto cascade_rows = run_cascade_point(st, reps, tuning.attention);
+  rows.push_back(cascade_rows.first);
+  rows.push_back(cascade_rows.second);
   // Issue #8's decode steps: single stream at context 256, the offline batch of mixed lengths.
   for (kv_cache_layout layout : {kv_cache_layout::flash_decoding, kv_cache_layout::vllm})
     for (int H : {32, 64}) {
@@ -564,6 +611,7 @@ int main(int argc, char** argv) {
       std::snprintf(line, sizeof line, "%s prefill 4 x 4096 causal: %.1f TFLOP/s (target 450)\n", be, r->tflops);
       summary += line;
     }
+  summary += cascade_summary(cascade_rows);
   std::printf("%s\n%s", table.c_str(), summary.c_str());
   if (!out_dir.empty()) {
     const std::string path = out_dir + "/attention_grid.md";

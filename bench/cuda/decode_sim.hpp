@@ -54,10 +54,10 @@ class decode_sim {
     noise_ = upload(noise);
     for (int l = 0; l < kLayers; ++l) {
       cuda::device_layer d;
-      d.qkv = weights(size_t(kQkvWidth) * kHidden);
-      d.o = weights(size_t(kHidden) * kHeads * kHeadDim);
-      d.gate_up = weights(size_t(2) * kInter * kHidden);
-      d.down = weights(size_t(kHidden) * kInter);
+      d.qkv.data = weights(size_t(kQkvWidth) * kHidden);
+      d.o.data = weights(size_t(kHidden) * kHeads * kHeadDim);
+      d.gate_up.data = weights(size_t(2) * kInter * kHidden);
+      d.down.data = weights(size_t(kHidden) * kInter);
       layers_.push_back(d);
       k_cache_.push_back(dmalloc(cache_bytes()));
       v_cache_.push_back(dmalloc(cache_bytes()));
@@ -258,12 +258,12 @@ class decode_sim {
       rope_.v_cache = v_cache_[size_t(l)];
       launch_.k_cache = rope_.k_cache;
       launch_.v_cache = rope_.v_cache;
-      if (on(op_qkv)) cuda::gemv_qkv_rope(dt, x_, kHidden, w.qkv, rope_, s_, tuning_.bulk);
+      if (on(op_qkv)) cuda::gemv_qkv_rope(dt, x_, kHidden, w.qkv.data, rope_, s_, tuning_.bulk);
       if (on(op_attn)) attention_->run(launch_, s_);
       if (on(op_o)) (void)gemm_.run(dt, attn_, 1, kHeads * kHeadDim, w.o, kHidden, delta_);
       if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta, nullptr, norm_w_, eps, nullptr, 1, kHidden, x_, s_);
       if (on(op_gate_up))
-        cuda::gemv_gate_up_silu(dt, x_, kHidden, w.gate_up, kInter, act_, rows_gate_up, s_, tuning_.bulk);
+        cuda::gemv_gate_up_silu(dt, x_, kHidden, w.gate_up.data, kInter, act_, rows_gate_up, s_, tuning_.bulk);
       if (on(op_down)) (void)gemm_.run(dt, act_, 1, kInter, w.down, kHidden, delta_);
     }
     if (on(op_norm)) cuda::add_rmsnorm(dt, residual_, delta, nullptr, norm_w_, eps, nullptr, 1, kHidden, x_, s_);

@@ -6,7 +6,7 @@
 //   --prefill-q16 0|1   --fused-decode 0|1   --gate-up-16bit 0|1   --residual-gemm 0|1
 //   --q32-decode-only 0|1   --qkv-16bit 0|1   --last-layer-all-rows 0|1
 //   --bulk-gemv plain,qkv,gate_up|none   --bulk-blocks N   --bulk-stages N   --bulk-qkv-pairs 1|2
-//   --bulk-evict-first 0|1
+//   --bulk-evict-first 0|1   --cascade-overlap 0|1
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -60,6 +60,8 @@ inline bool parse_tuning_flag(int& i, int argc, char** argv, gpu::cuda_tuning& t
     t.attention.merge = gpu::split_merge(pick(flag.c_str(), v, {"last_piece", "separate_kernel"}));
   } else if (flag_is("--prefill-q16")) {
     t.attention.prefill_q16 = on();
+  } else if (flag_is("--cascade-overlap")) {
+    t.attention.cascade_overlap = on();
   } else if (flag_is("--fused-decode")) {
     t.fused_decode = on();
   } else if (flag_is("--gate-up-16bit")) {
@@ -72,6 +74,8 @@ inline bool parse_tuning_flag(int& i, int argc, char** argv, gpu::cuda_tuning& t
     t.qkv_16bit = on();
   } else if (flag_is("--last-layer-all-rows")) {
     t.last_layer_all_rows = on();
+  } else if (flag_is("--fp8-activations")) {
+    t.fp8_activations = on();
   } else if (flag_is("--bulk-gemv")) {
     t.bulk.plain = v.find("plain") != std::string::npos;
     t.bulk.qkv = v.find("qkv") != std::string::npos;

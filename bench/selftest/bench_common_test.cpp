@@ -238,6 +238,27 @@ TEST(RandomModel, WeightsAreNormalWithUnitNormsAndIndependentOfThreadCount) {
   for (float v : gpu::weight_store::to_f32(files->views.layers.at(1).post_norm)) ASSERT_EQ(v, 1.0f);
 }
 
+TEST(RandomModel, ConfigOnlyWritesNoWeightsAndLoadsWithDummyWeights) {
+  temp_dir dir("config_only");
+  random_model_options o;
+  o.tokenizer_json = fixture_tokenizer();
+  o.output_dir = dir.path.string();
+  const model_shape shape = preset_shape("tiny-mixtral").value();
+  ASSERT_TRUE(write_random_model(shape, o).ok());
+  ASSERT_TRUE(fs::exists(dir.path / "model.safetensors.index.json"));
+  o.config_only = true;
+  auto rep = write_random_model(shape, o);
+  ASSERT_TRUE(rep.ok()) << rep.err().message;
+  EXPECT_EQ(rep->bytes_written, 0);
+  for (const auto& entry : fs::directory_iterator(dir.path))
+    EXPECT_NE(entry.path().extension(), ".safetensors") << entry.path();
+  EXPECT_FALSE(fs::exists(dir.path / "model.safetensors.index.json"));
+  EXPECT_FALSE(gpu::open_model_files(dir.path.string()).ok());
+  auto files = gpu::open_model_files(dir.path.string(), gpu::weight_source{true, 0});
+  ASSERT_TRUE(files.ok()) << files.err().message;
+  EXPECT_EQ(files->store.total_bytes(), static_cast<uint64_t>(shape.num_parameters()) * 2);
+}
+
 TEST(SseReader, JoinsEventsSplitAcrossReadsAndIgnoresCarriageReturns) {
   sse_reader r;
   EXPECT_TRUE(r.feed("data: {\"a\":").empty());

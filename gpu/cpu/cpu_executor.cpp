@@ -25,7 +25,7 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
     return make_error(error_code::invalid_argument, fmt::format("block_size {} is out of range", opts.block_size));
   if (opts.num_blocks < 0 || opts.threads < 0 || opts.max_model_len < 0)
     return make_error(error_code::invalid_argument, "num_blocks, threads and max_model_len must not be negative");
-  auto files = open_model_files(model_dir);
+  auto files = open_model_files(model_dir, opts.weights);
   if (!files) return files.err();
   const model_config& cfg = files->config;
   const int64_t max_len = opts.max_model_len > 0 ? opts.max_model_len : cfg.max_position_embeddings;

@@ -17,6 +17,7 @@
 #include "gpu/attention/cascade_plan.hpp"
 #include "gpu/cpu/tensor_parallel_model.hpp"
 #include "gpu/cpu/thread_pool.hpp"
+#include "gpu/model/dummy_weights.hpp"
 #include "gpu/executor.hpp"
 
 namespace actorserve::gpu {
@@ -44,6 +45,7 @@ struct cpu_executor_options {
   /// Cascade attention: decodes sharing prefix blocks attend to the prefix in one pass per group
   /// where gpu::plan_cascade finds it reads fewer bytes; --disable-cascade-attn turns it off.
   bool cascade_attention = true;
+  weight_source weights;                    ///< --load-format dummy: generated, not read
 };
 
 class cpu_executor final : public executor {

@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "config/log.hpp"
 #include "config/model_config.hpp"
 #include "gpu/cuda/cuda_executor_impl.hpp"
 #include "gpu/cuda/cuda_status.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/device_info.hpp"
+#include "gpu/cuda/programmatic_launch.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
 #include "gpu/cuda/sampling/sampler.hpp"
 #include "gpu/cuda_model_support.hpp"
@@ -48,16 +51,28 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
     return make_error(error_code::unavailable, fmt::format("no CUDA device {} (found {})", opts.device, count));
   }
   AS_CUDA_TRY(cudaSetDevice(opts.device));
+  // The kernels this GPU and the loaded code run: the Hopper ones on 9.x unless --kernels portable.
+  auto target = current_gpu_target();
+  if (!target) return target.err();
+  const gpu_target& t = target.value();
+  opts_.tuning = cuda_tuning_for(opts.tuning, t, opts.kernels);
+  set_programmatic_launch(opts_.tuning.programmatic_launch);
+  log::info("CUDA device {}: compute capability {}.{}, kernel code compiled for sm_{}{}; kernels ({}): {}",
+            opts.device, t.sm_major, t.sm_minor, t.code_arch, t.code_sm90a ? "a" : "",
+            opts.kernels == kernel_choice::portable ? "--kernels portable" : "--kernels auto",
+            describe_kernels(opts_.tuning));
   AS_CUDA_TRY(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, opts.device));
   AS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (opts.profile_steps) profile_.enable();
-  auto model = load_device_model(model_dir, opts.dtype, stream_);
+  auto model = load_device_model(model_dir, opts.dtype, opts.quantize_fp8, stream_, opts.weights);
   if (!model) return model.err();
   model_ = std::move(model.value());
   dt_ = model_->dt;
   const model_config& c = model_->cfg;
   if (auto st = gemm_.init(stream_, kCublasWorkspace); !st) return st;
-  gemm_.set_bulk_gemv(opts.tuning.bulk);
+  if (auto st = gemm_.reserve_fp8_scratch(dt_, model_->fp8_max_elements); !st) return st;
+  gemm_.set_bulk_gemv(opts_.tuning.bulk);
+  if (!opts_.tuning.fp8_activations) gemm_.set_fp8_paths(fp8_gemv_max_m, std::numeric_limits<int>::max());
   const int64_t max_len = opts.max_model_len > 0 ? opts.max_model_len : c.max_position_embeddings;
   if (max_len <= 0)
     return make_error(error_code::invalid_argument, "--max-model-len: the model gives no max_position_embeddings");
@@ -70,6 +85,9 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   info_.eos_token_ids = c.eos_token_ids;
   max_tokens_ = opts.max_num_batched_tokens;
   max_rows_ = opts.max_num_seqs;
+  // The FP8 GEMM's per-token activation codes: up to the step's rows, of the longest FP8 weight row.
+  if (auto st = gemm_.reserve_fp8_activations(std::max(max_rows_, max_tokens_), int(model_->fp8_max_cols)); !st)
+    return st;
   attention_shape ashape;
   ashape.dt = dt_;
   ashape.num_heads = static_cast<int>(c.num_heads);
@@ -77,10 +95,11 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   ashape.head_dim = static_cast<int>(c.head_dim);
   ashape.block_size = opts.block_size;
   ashape.num_sms = num_sms_;
-  auto backend = make_attention_backend(opts.kv_layout, ashape, opts.tuning.attention);
+  auto backend = make_attention_backend(opts.kv_layout, ashape, opts_.tuning.attention);
   if (!backend) return backend.err();
   attention_ = std::move(backend.value());
-  max_partials_ = attention_->max_partials();
+  // Split pieces, and cascade members' prefix and suffix slots for a batch of max_num_seqs.
+  max_partials_ = attention_->partial_capacity(opts.max_num_seqs);
   max_blocks_per_seq_ = static_cast<int>((max_len + opts.block_size - 1) / opts.block_size);
   qkv_width_ = static_cast<int>((c.num_heads + 2 * c.num_kv_heads) * c.head_dim);
   if (c.mla) {
@@ -133,8 +152,8 @@ status cuda_executor::allocate_buffers() {
       {T * c.hidden_size * 4, reinterpret_cast<void**>(&delta_)},
       {T * 2 * ffn_width_ * 4, reinterpret_cast<void**>(&gate_up_)},
       {size_t(max_rows_) * c.vocab_size * 4, reinterpret_cast<void**>(&logits_)},
-      {size_t(max_partials_) * attn_tile_rows * c.head_dim * 4, reinterpret_cast<void**>(&partial_o_)},
-      {size_t(max_partials_) * attn_tile_rows * 2 * 4, reinterpret_cast<void**>(&partial_lse_)},
+      {size_t(max_partials_) * attention_->partial_rows() * c.head_dim * 4, reinterpret_cast<void**>(&partial_o_)},
+      {size_t(max_partials_) * attention_->partial_rows() * 2 * 4, reinterpret_cast<void**>(&partial_lse_)},
       {rows * c.hidden_size * es, &x_},
       {T * attn_width * es, &attn_},
       {T * ffn_width_ * es, &act_},
@@ -178,7 +197,8 @@ status cuda_executor::allocate_buffers() {
   }
   // Metadata layout: fixed-capacity arrays first, then the growable tail.
   meta_layout& L = layout_;
-  L.item_capacity = size_t(max_tokens_) * c.num_kv_heads + max_partials_;
+  L.prefix_row_capacity = size_t(attention_->prefix_row_capacity(max_rows_));
+  L.item_capacity = size_t(max_tokens_) * c.num_kv_heads + max_partials_ + L.prefix_row_capacity;
   L.last_item_capacity = size_t(max_rows_) * c.num_kv_heads + max_partials_;
   L.block_table_capacity = size_t(max_rows_) * max_blocks_per_seq_;
   L.mask_capacity = size_t(max_rows_) * kMasksPerSeq;
@@ -194,6 +214,7 @@ status cuda_executor::allocate_buffers() {
   L.counts = take(16);
   L.items = take(L.item_capacity * sizeof(attn_item));
   L.combines = take(size_t(max_partials_) * sizeof(attn_combine));
+  L.prefix_rows = take(std::max<size_t>(L.prefix_row_capacity, 1) * sizeof(attn_prefix_row));
   L.last_seqs = take(size_t(max_rows_) * sizeof(attn_seq));
   L.last_counts = take(16);
   L.last_items = take(L.last_item_capacity * sizeof(attn_item));
@@ -257,6 +278,12 @@ step_limits cuda_executor::limits(int64_t num_blocks) const {
   l.mask_capacity = layout_.mask_capacity;
   l.item_capacity = layout_.item_capacity;
   l.last_item_capacity = layout_.last_item_capacity;
+  l.prefix_row_capacity = layout_.prefix_row_capacity;
+  // Cascade: reading a shared prefix once per group against once per member, in bytes per layer.
+  const model_config& c = model_->cfg;
+  const int64_t es = int64_t(act_size(dt_));
+  l.cascade = opts_.cascade_attention && !c.mla;  // latent attention runs its own kernels (docs/mla.md)
+  l.cascade_costs = {2 * c.num_kv_heads * c.head_dim * es, 2 * c.num_heads * (c.head_dim + 2) * 4};
   l.enforce_eager = opts_.enforce_eager;
   l.last_layer_all_rows = opts_.tuning.last_layer_all_rows || model_->cfg.mla.has_value();
   l.latent_attention = model_->cfg.mla.has_value();
@@ -379,6 +406,7 @@ void cuda_executor::finish(pending_step& p) {
   step_result r;
   r.step_id = p.step_id;
   r.outcome = p.outcome;
+  r.cascade_seqs = p.cascade_seqs;
   host_slot& slot = slots_[p.slot];
   if (p.outcome.ok()) {
     float ms = 0.0f;

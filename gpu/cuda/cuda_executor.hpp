@@ -13,6 +13,7 @@
 #include "config/error.hpp"
 #include "gpu/cuda/tuning.hpp"
 #include "gpu/executor.hpp"
+#include "gpu/model/dummy_weights.hpp"
 
 namespace actorserve::gpu {
 
@@ -26,12 +27,20 @@ struct cuda_executor_options {
   int32_t max_num_seqs = 256;                       ///< sequences per step at most
   int32_t max_model_len = 0;                        ///< 0: max_position_embeddings of the model
   bool enforce_eager = false;                       ///< no CUDA graphs
+  /// !--disable-cascade-attn: decodes sharing prefix blocks read the prefix once per group
+  /// where gpu::plan_cascade finds it reads fewer bytes (flash-decoding backend only).
+  bool cascade_attention = true;
+  bool quantize_fp8 = false;                        ///< --quantization fp8: dense linear weights as E4M3
   int device = 0;                                   ///< CUDA device ordinal
   bool keep_logits = false;                         ///< tests: keep each step's sampled-row logits
   /// --profile-steps: GPU and host-enqueue time per kernel class of the eager steps, printed to
   /// stderr when the executor stops (step_profile.hpp).
   bool profile_steps = false;
   cuda_tuning tuning;                               ///< kernel and path choices (tuning.hpp)
+  /// --kernels: the choices of `tuning` the GPU cannot run are replaced by portable ones at
+  /// start (cuda_tuning_for), and under portable every Hopper choice is.
+  kernel_choice kernels = kernel_choice::automatic;
+  weight_source weights;                            ///< --load-format dummy: filled on the device
 };
 
 /// Opens `model_dir`, uploads the weights, plans memory and starts the completion thread.

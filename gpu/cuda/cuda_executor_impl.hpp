@@ -32,6 +32,8 @@ struct meta_layout {
          sample_seqs = 0, block_tables = 0, masks = 0, previous = 0, penalties = 0;
   /// The last layer's attention over the sampled rows only (launch_shape::sampled_only).
   size_t last_seqs = 0, last_counts = 0, last_items = 0, last_combines = 0;
+  /// Cascade prefix pieces' member rows (their items follow the step's items).
+  size_t prefix_rows = 0, prefix_row_capacity = 0;
   size_t item_capacity = 0, last_item_capacity = 0, block_table_capacity = 0, mask_capacity = 0;
 };
 
@@ -64,6 +66,7 @@ struct pending_step {
   std::vector<int32_t> num_top;      ///< top logprobs each asked for
   int32_t logit_rows = 0;            ///< rows of logits copied (keep_logits)
   int mark = -1, prev_mark = -1;     ///< end_marks_ of this step and of the step launched before it
+  int32_t cascade_seqs = 0;          ///< sequences whose decode took a shared-prefix pass
 };
 
 /// Sizes of one launch of the forward pass.

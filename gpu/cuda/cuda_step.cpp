@@ -24,20 +24,27 @@ namespace {
 template <class T>
 T* at(char* base, size_t offset) { return reinterpret_cast<T*>(base + offset); }
 
-/// Where one attention work list sits in the metadata: the step's, or the last layer's.
+/// Where one attention work list sits in the metadata: the step's, or the last layer's (which
+/// has no cascade prefix pieces: prefix_rows 0).
 struct work_list_at {
-  size_t seqs, items, combines, counts;
+  size_t seqs, items, combines, counts, prefix_rows;
 };
 
-/// Copies `plan` into the staging area `h` at `w` (the sequences are copied by the caller).
+/// Copies `plan` into the staging area `h` at `w` (the sequences are copied by the caller): the
+/// items, then the cascade prefix pieces after them.
 void stage_plan(char* h, const work_list_at& w, const attention_plan& plan) {
   std::memcpy(h + w.items, plan.items.data(), plan.items.size() * sizeof(attn_item));
+  if (!plan.prefix_items.empty()) {
+    std::memcpy(h + w.items + plan.items.size() * sizeof(attn_item), plan.prefix_items.data(),
+                plan.prefix_items.size() * sizeof(attn_item));
+    std::memcpy(h + w.prefix_rows, plan.prefix_rows.data(), plan.prefix_rows.size() * sizeof(attn_prefix_row));
+  }
   std::memcpy(h + w.combines, plan.combines.data(), plan.combines.size() * sizeof(attn_combine));
   int32_t* counts = at<int32_t>(h, w.counts);
   counts[0] = static_cast<int32_t>(plan.items.size()) - plan.num_decode_items;
   counts[1] = static_cast<int32_t>(plan.combines.size());
   counts[2] = plan.num_decode_items;
-  counts[3] = 0;
+  counts[3] = static_cast<int32_t>(plan.prefix_items.size());
 }
 
 /// Points `a` at a staged work list on the device and sizes its launches.
@@ -49,10 +56,14 @@ void use_plan(attn_launch& a, char* meta, const work_list_at& w, const attention
   a.prefill_grid = g.prefill;
   a.decode_grid = g.decode;
   a.combine_grid = g.combine;
+  a.prefix_rows = w.prefix_rows ? at<attn_prefix_row>(meta, w.prefix_rows) : nullptr;
+  a.prefix_grid = w.prefix_rows ? g.prefix : 0;
 }
 
-work_list_at step_work(const meta_layout& L) { return {L.seqs, L.items, L.combines, L.counts}; }
-work_list_at last_layer_work(const meta_layout& L) { return {L.last_seqs, L.last_items, L.last_combines, L.last_counts}; }
+work_list_at step_work(const meta_layout& L) { return {L.seqs, L.items, L.combines, L.counts, L.prefix_rows}; }
+work_list_at last_layer_work(const meta_layout& L) {
+  return {L.last_seqs, L.last_items, L.last_combines, L.last_counts, 0};
+}
 
 }  // namespace
 
@@ -102,6 +113,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   p.seq_ids = st.seq_ids;
   p.out_rows = st.out_rows;
   p.num_top = st.num_top;
+  p.cascade_seqs = st.plan.cascade_seqs;
   const size_t pairs_offset = (layout_.penalties + st.penalties.size() * sizeof(penalty_token) + 15) & ~size_t(15);
   const size_t total = pairs_offset + st.copy_pairs.size() * sizeof(int32_t);
   if (auto s = ensure_meta_capacity(slot, total); !s) return s;
@@ -145,7 +157,8 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
       {layout_.sample_rows, st.sample_rows.size() * 4},
       {layout_.seqs, st.seqs.size() * sizeof(attn_seq)},
       {layout_.counts, 16},
-      {layout_.items, st.plan.items.size() * sizeof(attn_item)},
+      {layout_.items, (st.plan.items.size() + st.plan.prefix_items.size()) * sizeof(attn_item)},
+      {layout_.prefix_rows, st.plan.prefix_rows.size() * sizeof(attn_prefix_row)},
       {layout_.combines, st.plan.combines.size() * sizeof(attn_combine)},
       {layout_.last_seqs, st.last_seqs.size() * sizeof(attn_seq)},
       {layout_.last_counts, sampled_only ? 16u : 0u},
@@ -177,7 +190,7 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
   shape.sampled_only = sampled_only;
   if (sampled_only) shape.last_attn = attention_->grids(st.last_plan);
   if (bucket) {
-    shape.attn = attention_->decode_graph_grids(bucket);
+    shape.attn = attention_->decode_graph_grids(bucket, st.cascade);
     profile_.disarm();
     if (auto st = launch_decode_graph(bucket, shape); !st) return st;
   } else {
@@ -252,7 +265,8 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   // One token: the qkv and gate/up projections fuse the element-wise kernel after them. Qwen3's
   // q/k norm sits between the QKV projection and rope, so its qkv takes the unfused path: the
   // projection into fp32 qkv_, qk_rmsnorm in place (with the bias), then rope_kv_write.
-  const bool fused = n == 1 && tuning.fused_decode && hidden % 8 == 0;
+  // FP8 weights take the plain projections (the FP8 GEMV) and the element-wise kernels after them.
+  const bool fused = n == 1 && tuning.fused_decode && hidden % 8 == 0 && !m.has_fp8();
   const bool qk_norm = c.qk_norm;
   const bool fused_qkv = fused && !qk_norm;
   qk_norm_args na{.qkv = qkv_, .eps = eps, .n = n, .num_heads = H, .num_kv_heads = KVH, .head_dim = D};
@@ -282,12 +296,13 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   }
   const int32_t* sample_row_ids = at<int32_t>(meta_, layout_.sample_rows);
   // A dense SwiGLU MLP of width `width` over `rows` rows of x_: out (+)= down(silu(gate) * up).
-  const auto dense_mlp = [&](const void* gate_up_w, const void* down_w, int width, int rows, float* out,
-                             bool add) -> status {
+  // An FP8 weight never takes the fused path (`fused` is off for a model with FP8 weights).
+  const auto dense_mlp = [&](const device_weight& gate_up_w, const device_weight& down_w, int width, int rows,
+                             float* out, bool add) -> status {
     if (fused) {
       mark(step_op::gate_up);
-      AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, gate_up_w, width, act_, gemm_.gemv_rows_for(2 * width), stream_,
-                                    tuning.bulk));
+      AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, gate_up_w.data, width, act_, gemm_.gemv_rows_for(2 * width),
+                                    stream_, tuning.bulk));
     } else if (gemm_.uses_gemv(rows) || !tuning.gate_up_16bit) {
       mark(step_op::gate_up);
       if (auto st = gemm_.run(dt_, x_, rows, hidden, gate_up_w, 2 * width, gate_up_); !st) return st;
@@ -336,7 +351,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     } else {
       if (fused_qkv) {
         mark(step_op::qkv);
-        AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv, ra, stream_, tuning.bulk));
+        AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv.data, ra, stream_, tuning.bulk));
       } else {
         mark(step_op::qkv);
         if (qkv16) {
@@ -381,7 +396,8 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, ffn_out, add_in_gemm, stream_); !st) return st;
       // The shared experts: a dense MLP over every token, added after the routed sum.
       if (w.experts.shared_gate_up)
-        if (auto st = dense_mlp(w.experts.shared_gate_up, w.experts.shared_down, shared_inter_, rows_on, ffn_out, true);
+        if (auto st = dense_mlp(device_weight{w.experts.shared_gate_up}, device_weight{w.experts.shared_down},
+                                shared_inter_, rows_on, ffn_out, true);
             !st)
           return st;
       continue;
@@ -436,7 +452,9 @@ status cuda_executor::enqueue_grammar_sampling(const staged_step& st, host_slot&
 }
 
 status cuda_executor::launch_decode_graph(int bucket, const launch_shape& shape) {
-  const int key = 2 * bucket + (shape.sampler ? 0 : 1);
+  // A graph per bucket, sampler or not, and cascade or not (a cascade graph launches the prefix
+  // pieces and the separate merge; with no prefix pieces staged they find no work).
+  const int key = 4 * bucket + (shape.attn.prefix > 0 ? 2 : 0) + (shape.sampler ? 0 : 1);
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     AS_CUDA_TRY(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -453,7 +471,8 @@ status cuda_executor::launch_decode_graph(int bucket, const launch_shape& shape)
     cudaGraphDestroy(graph);
     AS_CUDA_TRY(inst);
     it = graphs_.emplace(key, exec).first;
-    log::debug("captured a CUDA graph for decode batch {}{}", bucket, shape.sampler ? "" : " without the sampler");
+    log::debug("captured a CUDA graph for decode batch {}{}{}", bucket, shape.sampler ? "" : " without the sampler",
+               shape.attn.prefix > 0 ? " with cascade attention" : "");
   }
   AS_CUDA_TRY(cudaGraphLaunch(it->second, stream_));
   graph_replays_.fetch_add(1);

@@ -60,15 +60,31 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
+/// Programmatic dependent launch (compute capability 9.0 on): lets the next kernel start
+/// launching. Compiled to nothing for older targets, where launch_pdl_smem launches plainly.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+/// Waits until the previous kernel has finished and its writes are visible (returns at once when
+/// not launched as a programmatic dependent; nothing for targets below sm_90).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /// First statement of a kernel launched by launch_pdl: lets the next kernel start launching, then
 /// waits until the previous one has finished and its writes are visible (no-ops without PDL).
 __device__ __forceinline__ void pdl_begin() {
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  pdl_launch_dependents();
+  pdl_wait();
 }
 
 /// Launches `kernel` with `smem` bytes of dynamic shared memory on `s`, as a programmatic
-/// dependent of the previous kernel when programmatic_launch() is on; the kernel must start
+/// dependent of the previous kernel when programmatic_launch() is on (set_programmatic_launch:
+/// off on a device below compute capability 9.0); the kernel must start
 /// with pdl_begin() (or wait before it reads or writes anything the previous kernels touch).
 /// Returns the launch's cudaError_t.
 template <class... P, class... A>

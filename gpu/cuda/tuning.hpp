@@ -1,9 +1,13 @@
 #pragma once
 /// The CUDA executor's tuning choices, each a field with its default here: the defaults are what
-/// ships. The executor takes them in cuda_executor_options::tuning; bench_cuda_attention and
-/// bench_cuda_kernels set them from their flags for A/B runs (bench/README.md). Plain C++ (no
-/// CUDA headers): included by the executor's public header.
+/// ships on Hopper, and cuda_tuning_for (below) replaces the choices a GPU cannot run with the
+/// portable kernels. The executor takes them in cuda_executor_options::tuning; bench_cuda_attention
+/// and bench_cuda_kernels set them from their flags for A/B runs (bench/README.md). Plain C++ (no
+/// CUDA headers): included by the executor's public header and by the CPU tests.
 #include <cstdint>
+#include <string>
+
+#include "config/engine_config.hpp"
 
 namespace actorserve::gpu {
 
@@ -46,6 +50,11 @@ struct attention_tuning {
   /// Whether rope writes the queries of prefill tokens as 16-bit, pre-scaled values that the
   /// persistent wgmma prefill copies in (it converts fp32 q itself otherwise).
   bool prefill_q16 = true;
+  /// A layer with cascade prefix pieces runs them on a second stream of the flash-decoding
+  /// backend beside the decode pieces (forked and joined by events; a decode graph captures the
+  /// two branches): the prefix pass is bound by tensor-core math, the suffix pieces by memory
+  /// bandwidth. Off: the prefix pieces run after the decode pieces on the step's stream.
+  bool cascade_overlap = true;
 };
 
 /// Which one-token GEMVs stream their weights through the bulk-copy engine into a shared-memory
@@ -81,9 +90,70 @@ struct cuda_tuning {
   bool q32_decode_only = true;
   /// In such a step the QKV GEMM writes the activation dtype (rope reads half the bytes).
   bool qkv_16bit = false;
+  /// FP8 weights past the FP8 GEMV's rows multiply on the tensor cores in FP8, the activations
+  /// quantized per token (gemm_runner, fp8_gemm.hpp); false dequantizes the weight to the
+  /// activation dtype for cuBLAS instead (bf16/fp16 activations, about 4x the bf16 GEMM's time),
+  /// the path the CPU comparisons of weight loading and scales use.
+  bool fp8_activations = true;
   /// A prefill-carrying step's last layer runs on every row past its K/V writes, not only on
   /// the sampled rows (the same logits; for comparisons).
   bool last_layer_all_rows = false;
+  /// The step's kernels launch as programmatic dependents of the kernel before them
+  /// (set_programmatic_launch; compute capability 9.0 on).
+  bool programmatic_launch = true;
 };
+
+/// What a GPU offers the kernels: its compute capability and the target of the kernel code the
+/// driver loaded for it (gpu/cuda/device_info.hpp reads both at start).
+struct gpu_target {
+  int sm_major = 9, sm_minor = 0;
+  /// __CUDA_ARCH__ / 10 of the loaded code: 90 for the sm_90a machine code, 80 where the driver
+  /// compiled compute_80 PTX for the GPU.
+  int code_arch = 90;
+  /// That code is sm_90a's (the wgmma and setmaxnreg kernels are built only there).
+  bool code_sm90a = true;
+};
+
+/// The oldest compute capability the kernels run on (cp.async, mma.sync bf16, ldmatrix: Ampere).
+inline constexpr int kMinSmMajor = 8;
+
+/// The Hopper (compute capability 9.x) kernels' requirements: wgmma needs sm_90a code on a 9.x
+/// GPU; TMA, the bulk-copy engine and programmatic dependent launch need sm_90 code on a GPU of
+/// 9.0 on. Only 9.x takes TMA and the bulk-copy GEMVs (their shared-memory rings are sized for
+/// Hopper's 228 KiB an SM); newer GPUs run the portable kernels from the compute_90 PTX, with PDL.
+inline bool runs_wgmma(const gpu_target& t) { return t.sm_major == 9 && t.code_arch >= 90 && t.code_sm90a; }
+inline bool runs_tma(const gpu_target& t) { return t.sm_major == 9 && t.code_arch >= 90; }
+inline bool runs_pdl(const gpu_target& t) { return t.sm_major >= 9 && t.code_arch >= 90; }
+
+/// `requested` with every choice `t` cannot run replaced by the portable one, and every Hopper
+/// choice replaced under kernel_choice::portable (--kernels portable): the cp.async decode
+/// kernel, the mma.sync prefill, the register GEMVs instead of the bulk-copy ones, plain
+/// launches instead of PDL. The MoE kernels, cuBLAS and the element-wise kernels run everywhere.
+inline cuda_tuning cuda_tuning_for(cuda_tuning requested, const gpu_target& t, kernel_choice kernels) {
+  const bool hopper = kernels == kernel_choice::automatic;
+  cuda_tuning out = requested;
+  if (!hopper || !runs_wgmma(t)) out.attention.prefill = prefill_kernel::mma_sync;
+  if (!hopper || !runs_tma(t)) {
+    out.attention.decode = decode_kernel::cp_async;
+    out.bulk.plain = out.bulk.qkv = out.bulk.gate_up = false;
+  }
+  if (!hopper || !runs_pdl(t)) out.programmatic_launch = false;
+  return out;
+}
+
+/// The kernel choices of `t` in a line for the start-up log.
+inline std::string describe_kernels(const cuda_tuning& t) {
+  std::string s = "prefill ";
+  switch (t.attention.prefill) {
+    case prefill_kernel::automatic: s += "wgmma (TMA persistent where it applies)"; break;
+    case prefill_kernel::wgmma_tma_persistent: s += "wgmma TMA persistent"; break;
+    case prefill_kernel::wgmma_cp_async: s += "wgmma cp.async"; break;
+    case prefill_kernel::mma_sync: s += "mma.sync"; break;
+  }
+  s += t.attention.decode == decode_kernel::tma ? ", flash-decoding TMA" : ", flash-decoding cp.async";
+  s += t.bulk.plain || t.bulk.qkv || t.bulk.gate_up ? ", one-token GEMVs bulk-copy" : ", one-token GEMVs register";
+  s += t.programmatic_launch ? ", programmatic dependent launch" : ", plain launches";
+  return s;
+}
 
 }  // namespace actorserve::gpu

@@ -83,6 +83,21 @@ status dequantize_e4m3(const std::byte* src, int64_t rows, int64_t cols, const f
   return {};
 }
 
+uint8_t e4m3_encode(float x) {
+  const float r = round_to_e4m3(x);
+  if (std::isnan(r)) return 0x7f;
+  const uint8_t sign = std::signbit(r) ? 0x80 : 0x00;
+  const float a = std::fabs(r);
+  // The finite non-negative codes 0x00..0x7e increase with their values: search them.
+  uint8_t lo = 0, hi = 0x7e;
+  while (lo < hi) {
+    const uint8_t mid = uint8_t((lo + hi) / 2);
+    if (e4m3_to_f32(mid) < a) lo = uint8_t(mid + 1);
+    else hi = mid;
+  }
+  return uint8_t(sign | lo);
+}
+
 void quantize_rows_e4m3(float* w, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = w + r * cols;

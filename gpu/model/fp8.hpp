@@ -27,6 +27,9 @@ float e4m3_to_f32(uint8_t bits);
 /// clamp before the cast; NaN stays NaN.
 float round_to_e4m3(float x);
 
+/// The E4M3 code of round_to_e4m3(x) (e4m3_to_f32 of it gives that value back); NaN -> 0x7f.
+uint8_t e4m3_encode(float x);
+
 /// How a weight's scale broadcasts over its [rows][cols] (out x in) elements.
 enum class fp8_scale_kind { per_tensor, per_channel, block };
 

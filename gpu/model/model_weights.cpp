@@ -163,10 +163,10 @@ result<model_weight_views> bind_weight_views(const weight_store& store, const mo
   return w;
 }
 
-result<model_files> open_model_files(const std::string& model_dir) {
+result<model_files> open_model_files(const std::string& model_dir, const weight_source& source) {
   auto cfg = load_model_config(model_dir);
   if (!cfg) return cfg.err();
-  auto store = weight_store::open_dir(model_dir);
+  auto store = source.dummy ? result<weight_store>(weight_store::dummy(source.seed)) : weight_store::open_dir(model_dir);
   if (!store) return store.err();
   auto views = bind_weight_views(store.value(), cfg.value());
   if (!views) return views.err();

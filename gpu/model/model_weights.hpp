@@ -75,8 +75,9 @@ struct model_files {
 /// Binds every tensor the config needs; a missing or mis-shaped tensor names its file and name.
 result<model_weight_views> bind_weight_views(const weight_store& store, const model_config& cfg);
 
-/// Loads config.json (+ generation_config.json), maps the safetensors and binds the weights.
-result<model_files> open_model_files(const std::string& model_dir);
+/// Loads config.json (+ generation_config.json), maps the safetensors and binds the weights; a
+/// dummy source reads no safetensors file and binds generated tensors of the same shapes.
+result<model_files> open_model_files(const std::string& model_dir, const weight_source& source = {});
 
 /// One SwiGLU MLP in fp32.
 struct mlp_weights_f32 {

@@ -19,7 +19,11 @@ std::vector<float> rows(const tensor_view& t, shard_slice s, int64_t unit) {
     return std::vector<float>(first, first + s.size() * unit * row_len);
   }
   tensor_view sub = t;
-  sub.data = t.data + static_cast<size_t>(s.begin * unit * row_len) * dtype_size(t.dtype);
+  const size_t first = static_cast<size_t>(s.begin * unit * row_len);
+  if (sub.dummy)
+    sub.dummy->first += first;   // generated: the element index moves, `data` is only a marker
+  else
+    sub.data = t.data + first * dtype_size(t.dtype);
   sub.shape[0] = s.size() * unit;
   return weight_store::to_f32(sub);
 }

@@ -87,13 +87,38 @@ error weight_store::missing(const std::string& name) const {
   return make_error(error_code::not_found, fmt::format("{}: missing tensor '{}'", files, name));
 }
 
+weight_store weight_store::dummy(uint64_t seed) {
+  weight_store store;
+  store.dummy_seed_ = seed;
+  return store;
+}
+
 uint64_t weight_store::total_bytes() const {
   uint64_t total = 0;
   for (const auto& [name, view] : tensors_) total += view.num_bytes();
+  for (const auto& [name, view] : generated_) total += view.num_bytes();
   return total;
 }
 
 result<tensor_view> weight_store::get(const std::string& name, const std::vector<int64_t>& expected_shape) const {
+  if (dummy_seed_) {
+    static const std::byte marker{};
+    auto [it, inserted] = generated_.try_emplace(name);
+    tensor_view& v = it->second;
+    if (inserted) {
+      v.data = &marker;
+      v.dtype = st_dtype::bf16;
+      v.shape = expected_shape;
+      v.name = name;
+      v.file = "--load-format dummy";
+      v.dummy = dummy_fill{*dummy_seed_, dummy_tensor_id(name), 0, dummy_is_norm(name)};
+    }
+    if (v.shape != expected_shape)
+      return make_error(error_code::invalid_argument,
+                        fmt::format("--load-format dummy: tensor '{}' is bound as {} and as {}", name,
+                                    shape_string(v.shape), shape_string(expected_shape)));
+    return v;
+  }
   auto it = tensors_.find(name);
   if (it == tensors_.end()) return missing(name);
   const tensor_view& v = it->second;
@@ -111,6 +136,12 @@ result<tensor_view> weight_store::get(const std::string& name, const std::vector
 result<tensor_view> weight_store::get_fp8(const std::string& weight_name, const std::vector<int64_t>& shape,
                                           const std::string& scale_name, fp8_scale_kind kind, int64_t block_rows,
                                           int64_t block_cols) const {
+  if (dummy_seed_)
+    return make_error(error_code::unsupported,
+                      fmt::format("--load-format dummy: tensor '{}' is FP8 in config.json's quantization_config, "
+                                  "which dummy weights do not generate; remove quantization_config (and pass "
+                                  "--quantization fp8 to quantize the dummy weights at load)",
+                                  weight_name));
   auto it = tensors_.find(weight_name);
   if (it == tensors_.end()) return get(weight_name, shape);
   tensor_view v = it->second;
@@ -166,6 +197,10 @@ result<float> weight_store::get_scalar(const std::string& name) const {
 
 std::vector<float> weight_store::to_f32(const tensor_view& view) {
   std::vector<float> out(view.num_elements());
+  if (view.dummy) {
+    fill_dummy_f32(*view.dummy, out.size(), out.data());
+    return out;
+  }
   if (view.dtype == st_dtype::f8_e4m3) {
     AS_CHECK(view.scale && view.shape.size() == 2, "to_f32: an F8_E4M3 view is bound by get_fp8");
     const status st = dequantize_e4m3(view.data, view.shape[0], view.shape[1], *view.scale, view.name, out.data());

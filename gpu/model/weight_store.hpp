@@ -1,7 +1,8 @@
 #pragma once
 /// The tensors of a model directory's safetensors file(s), memory-mapped. Lookup by name with a
 /// shape check; raw host views (pointer + dtype + shape, as stored) for a device uploader, and
-/// exact fp32 copies for the CPU executor.
+/// exact fp32 copies for the CPU executor. A dummy store (`--load-format dummy`) opens no file:
+/// it hands out a bf16 view of any requested name and shape whose elements are generated.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "config/error.hpp"
 #include "config/safetensors_header.hpp"
+#include "gpu/model/dummy_weights.hpp"
 #include "gpu/model/fp8.hpp"
 #include "gpu/model/mapped_file.hpp"
 
@@ -25,6 +27,8 @@ struct tensor_view {
   std::string name;
   std::string file;                  ///< the safetensors file it lives in
   std::optional<fp8_scale_view> scale;   ///< F8_E4M3 weights: how to dequantize them
+  /// A dummy store's tensor: generated, never read (`data` is a non-null marker, not memory).
+  std::optional<dummy_fill> dummy;
 
   size_t num_elements() const;
   size_t num_bytes() const { return num_elements() * dtype_size(dtype); }
@@ -36,10 +40,13 @@ class weight_store {
   static result<weight_store> open_dir(const std::string& model_dir);
   /// Opens the given safetensors files; a tensor name present in two files is an error.
   static result<weight_store> open_files(const std::vector<std::string>& paths);
+  /// A store that reads nothing: get() returns a generated bf16 tensor of the expected shape.
+  static weight_store dummy(uint64_t seed);
 
   bool contains(const std::string& name) const { return tensors_.count(name) != 0; }
   size_t size() const { return tensors_.size(); }
-  /// Bytes of all tensors as stored (what a full load reads).
+  bool is_dummy() const { return dummy_seed_.has_value(); }
+  /// Bytes of all tensors as stored (what a full load reads); a dummy store's bound tensors.
   uint64_t total_bytes() const;
   /// The tensor, checked against `expected_shape`; missing or mis-shaped -> error naming the
   /// file and tensor. F32/F16/BF16 only.
@@ -62,6 +69,9 @@ class weight_store {
   error missing(const std::string& name) const;
   std::vector<std::unique_ptr<mapped_file>> files_;
   std::unordered_map<std::string, tensor_view> tensors_;
+  std::optional<uint64_t> dummy_seed_;
+  /// A dummy store's tensors handed out so far; get() stays const, as a lookup.
+  mutable std::unordered_map<std::string, tensor_view> generated_;
 };
 
 }  // namespace actorserve::gpu

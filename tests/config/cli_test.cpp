@@ -46,6 +46,21 @@ TEST(Cli, CascadeAttentionIsOnUnlessDisabledByVllmsFlag) {
   EXPECT_FALSE(off->engine.executor.cascade_attention);
 }
 
+TEST(Cli, KernelsAreAutomaticUnlessPortable) {
+  auto plain = parse({"serve", "--model", "m"});
+  ASSERT_TRUE(plain.ok()) << plain.err().message;
+  EXPECT_EQ(plain->engine.executor.kernels, kernel_choice::automatic);
+  auto portable = parse({"generate", "--model", "m", "--prompt", "hi", "--kernels", "portable"});
+  ASSERT_TRUE(portable.ok()) << portable.err().message;
+  EXPECT_EQ(portable->engine.executor.kernels, kernel_choice::portable);
+  auto autom = parse({"serve", "--model", "m", "--kernels", "auto"});
+  ASSERT_TRUE(autom.ok()) << autom.err().message;
+  EXPECT_EQ(autom->engine.executor.kernels, kernel_choice::automatic);
+  auto bad = parse({"serve", "--model", "m", "--kernels", "hopper"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.err().message.find("--kernels"), std::string::npos) << bad.err().message;
+}
+
 TEST(Cli, KvLayoutAndBlockSizeDefaultByExecutor) {
   // No flag: the CUDA executor takes flash-decoding with 64-token blocks, the CPU executor 16.
   auto cl = parse({"serve", "--model", "m"});
@@ -374,6 +389,29 @@ TEST(Cli, ClusterFlagErrorsNameTheFlag) {
                 "/nonexistent/k.pem", "--tls-ca", "/nonexistent/ca.pem"},
                "--tls-cert");
   expect_error({"serve", "--model", "m", "--tls-cert", "c", "--tls-key", "k", "--tls-ca", "a"}, "--tls-cert");
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Cli, LoadFormatTakesVllmsNamesAndRefusesOthersByName) {
+  auto cl = parse({"serve", "m"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->engine.model.load, load_format::auto_detect);
+  const std::pair<const char*, load_format> names[] = {
+      {"auto", load_format::auto_detect}, {"safetensors", load_format::safetensors}, {"dummy", load_format::dummy}};
+  for (const auto& [name, want] : names) {
+    cl = parse({"serve", "m", "--load-format", name, "--seed", "4"});
+    ASSERT_TRUE(cl.ok()) << name << ": " << cl.err().message;
+    EXPECT_EQ(cl->engine.model.load, want) << name;
+    EXPECT_TRUE(cl->warnings.empty()) << name;
+    EXPECT_EQ(cl->engine.executor.seed, 4u);
+  }
+  cl = parse({"serve", "m", "--load-format", "pt"});
+  ASSERT_FALSE(cl.ok());
+  for (const char* word : {"--load-format", "pt", "auto", "safetensors", "dummy"})
+    EXPECT_NE(cl.err().message.find(word), std::string::npos) << word << ": " << cl.err().message;
 }
 
 }  // namespace

@@ -21,9 +21,16 @@ namespace {
 
 using cuda::act_dtype;
 
+/// Cascade: sequences (decodes) whose block tables start with the same `prefix_blocks` blocks.
+struct shared_prefix {
+  int32_t prefix_blocks;
+  std::vector<int32_t> seqs;
+};
+
 struct backend_case {
   int H, KVH, D, block_size;
   std::vector<seq_spec> seqs;
+  std::vector<shared_prefix> groups = {};  ///< planned as cascade groups, when given
 };
 
 /// Runs `c` through `backend` (decode grid forced to `decode_grid` when > 0, which makes the
@@ -45,13 +52,23 @@ double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case
   const cuda::attention_backend& backend = **made;
   EXPECT_EQ(backend.name().find("generic"), std::string::npos);
   std::mt19937 rng(seed);
-  const paged_inputs in = make_paged_inputs(dt, c.H, c.KVH, c.D, c.block_size, c.seqs, rng);
+  paged_inputs in = make_paged_inputs(dt, c.H, c.KVH, c.D, c.block_size, c.seqs, rng);
   const int H = c.H, KVH = c.KVH, D = c.D, bs = c.block_size, n_tokens = in.n_tokens, q_stride = in.q_stride;
   const std::vector<cuda::attn_seq>& seqs = in.seqs;
-  cuda::attention_plan plan = backend.plan(seqs);
-  EXPECT_LE(plan.num_partials, backend.max_partials());
+  gpu::cascade_plan cascade;
+  for (const shared_prefix& g : c.groups) {  // the members' tables start with the first member's blocks
+    for (int32_t s : g.seqs)
+      std::copy_n(in.block_tables.begin() + seqs[size_t(g.seqs[0])].bt_offset, g.prefix_blocks,
+                  in.block_tables.begin() + seqs[size_t(s)].bt_offset);
+    cascade.groups.push_back({g.prefix_blocks, g.seqs});
+  }
+  cuda::attention_plan plan = backend.plan(seqs, cascade);
+  EXPECT_EQ(plan.prefix_items.empty(), c.groups.empty() || !backend.takes_cascade());
+  EXPECT_LE(plan.num_partials, backend.partial_capacity(int(seqs.size())));
+  EXPECT_LE(plan.prefix_rows.size(), size_t(backend.prefix_row_capacity(int(seqs.size()))));
   cuda::attention_grids grids = backend.grids(plan);
   if (decode_grid > 0) grids.decode = decode_grid;
+  if (decode_grid > 0 && grids.prefix > 0) grids.prefix = 3;  // the prefix kernel strides too
   const int32_t n_prefill = int32_t(plan.items.size()) - plan.num_decode_items;
   // As the executor stages them: decode pieces carry the block of their first key.
   cuda::set_first_blocks(plan, in.block_tables, bs);
@@ -68,9 +85,14 @@ double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case
   if (late) d_q.poison();
   dev_vec<int32_t> d_bt(in.block_tables);
   dev_vec<cuda::attn_seq> d_seqs(seqs);
-  dev_vec<cuda::attn_item> d_items(plan.items.empty() ? std::vector<cuda::attn_item>(1) : plan.items);
+  std::vector<cuda::attn_item> items = plan.items;  // staged as the executor does: prefix pieces last
+  items.insert(items.end(), plan.prefix_items.begin(), plan.prefix_items.end());
+  dev_vec<cuda::attn_item> d_items(items.empty() ? std::vector<cuda::attn_item>(1) : items);
+  dev_vec<cuda::attn_prefix_row> d_rows(plan.prefix_rows.empty() ? std::vector<cuda::attn_prefix_row>(1)
+                                                                  : plan.prefix_rows);
   dev_vec<cuda::attn_combine> d_comb(plan.combines.empty() ? std::vector<cuda::attn_combine>(1) : plan.combines);
-  dev_vec<int32_t> d_counts(std::vector<int32_t>{n_prefill, int32_t(plan.combines.size()), plan.num_decode_items, 0});
+  dev_vec<int32_t> d_counts(std::vector<int32_t>{n_prefill, int32_t(plan.combines.size()), plan.num_decode_items,
+                                                 int32_t(plan.prefix_items.size())});
   const size_t slots = size_t(std::max(1, plan.num_partials));
   dev_vec<float> d_po(slots * cuda::attn_tile_rows * D), d_pl(slots * cuda::attn_tile_rows * 2);
   dev_vec<uint16_t> d_out(size_t(n_tokens) * H * D);
@@ -90,6 +112,8 @@ double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case
   a.prefill_grid = late ? 0 : grids.prefill + 3;  // extra CTAs must exit
   a.decode_grid = grids.decode;
   a.combine_grid = grids.combine;
+  a.prefix_rows = d_rows.get();
+  a.prefix_grid = grids.prefix;
   a.partial_o = d_po.get();
   a.partial_lse = d_pl.get();
   a.out = d_out.get();
@@ -230,6 +254,54 @@ TEST_P(AttentionBackend, DecodeWaitsForLateQueryAndNewestKv) {
     std::printf("backend %s late Q/KV%s: max abs err / max abs ref %.3g\n", to_string(layout),
                 split ? " (split)" : "", err);
     EXPECT_LT(err, 1e-2) << split;
+  }
+}
+
+TEST_P(AttentionBackend, CascadeMatchesReference) {
+  const auto [dt, layout] = GetParam();
+  if (layout != kv_cache_layout::flash_decoding) GTEST_SKIP() << "cascade runs on the flash-decoding backend";
+  // Groups of decodes read their shared prefix in prefix pieces (members x query heads as the
+  // rows of one tile) and merge it with their own suffix pieces: groups of 2 and of many, GQA
+  // 32/8 and 64/8, prefixes that are not a multiple of the 64-key tile (80- and 96-token
+  // blocks), a member whose keys end with the prefix (no suffix piece), members with long split
+  // suffixes, other decodes and a prefill chunk in the same step, and grids that stride.
+  std::vector<seq_spec> many;
+  for (int i = 0; i < 40; ++i) many.push_back({400 + 7 * i + 1, 1});
+  many.push_back({400, 1});  // nothing beyond the prefix
+  many.push_back({1000, 1});
+  std::vector<int32_t> many_ids(41);
+  std::iota(many_ids.begin(), many_ids.end(), 0);
+  std::vector<seq_spec> two_groups = {{300, 20}};
+  for (int i = 0; i < 10; ++i) two_groups.push_back({290 + i, 1});
+  for (int i = 0; i < 3; ++i) two_groups.push_back({1920 + 5000 * (i + 1), 1});
+  struct config {
+    const char* what;
+    backend_case c;
+    int grid;
+  };
+  const config configs[] = {
+      {"pair over 4096, 32/8, block 64", {32, 8, 128, 64, {{4096 + 256, 1}, {4096 + 3, 1}, {1000, 1}, {300, 20}},
+                                         {{64, {0, 1}}}}, 0},
+      {"pair over 4096, 64/8, block 128, strided", {64, 8, 128, 128, {{4096 + 256, 1}, {4096 + 1, 1}},
+                                                    {{32, {0, 1}}}}, 7},
+      {"41 over 400, 64/8, block 80", {64, 8, 128, 80, many, {{5, many_ids}}}, 0},
+      {"41 over 400, 32/8, block 80, strided", {32, 8, 128, 80, many, {{5, many_ids}}}, 7},
+      {"two groups, 32/8, block 96", {32, 8, 128, 96, two_groups,
+                                      {{3, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}, {20, {11, 12, 13}}}}, 0},
+      {"two groups, 64/8, D 64, block 96", {64, 8, 64, 96, two_groups,
+                                            {{3, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}, {20, {11, 12, 13}}}}, 0},
+  };
+  // The prefix pieces beside the decode pieces on the backend's second stream (the default),
+  // and after them on the same stream.
+  for (bool overlap : {true, false}) {
+    gpu::attention_tuning tuning;
+    tuning.cascade_overlap = overlap;
+    for (const config& k : configs) {
+      const double err = run_backend_case(dt, layout, k.c, 77, k.grid, false, tuning);
+      std::printf("backend %s cascade%s, %s: max abs err / max abs ref %.3g\n", to_string(layout),
+                  overlap ? "" : " (one stream)", k.what, err);
+      EXPECT_LT(err, 1e-2) << k.what << (overlap ? "" : ", one stream");
+    }
   }
 }
 

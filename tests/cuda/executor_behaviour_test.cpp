@@ -178,10 +178,10 @@ TEST_F(CudaExecutor, RefusesAtStartWhatItWouldComputeWrongly) {
   // DeepSeek-V2 (latent attention, group-limited routing, shared experts) runs on the device.
   auto latent = gpu::make_cuda_executor(model_dir("deepseek-v2-tiny"), test_options());
   EXPECT_TRUE(latent.ok()) << latent.err().message;
+  // FP8 checkpoints run too (dense layers in E4M3; docs/fp8.md); the FP8 KV cache is refused by
+  // the model-support check (tests/model/cuda_model_support_test.cpp).
   auto fp8 = gpu::make_cuda_executor(model_dir("qwen3-hd128-fp8"), test_options());
-  ASSERT_FALSE(fp8.ok());
-  EXPECT_EQ(fp8.err().code, error_code::unsupported);
-  EXPECT_NE(fp8.err().message.find("--device cpu"), std::string::npos) << fp8.err().message;
+  EXPECT_TRUE(fp8.ok()) << fp8.err().message;
   auto windowed = gpu::make_cuda_executor(model_dir("mistral-sliding-window"), test_options());
   ASSERT_FALSE(windowed.ok());
   EXPECT_NE(windowed.err().message.find("--max-model-len 48"), std::string::npos) << windowed.err().message;

@@ -6,11 +6,14 @@
 // qlora-yarn fixture has one: at the last row of its 7-token prompt the first sparse layer's second
 // and third groups differ by 3.3e-4 in router score (1.9e-3 in logit), and taking the third
 // group on the CPU executor moves its logits by 0.040 from transformers'.
+// CudaExecutorReferencePortable runs the same comparison with --kernels portable (the kernels of
+// GPUs before Hopper) on both KV layouts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 #include <random>
+#include <utility>
 
 #include "config/model_config.hpp"
 #include "cuda_test_util.hpp"
@@ -26,11 +29,12 @@ class CudaExecutorReference : public ::testing::TestWithParam<std::string> {
   void SetUp() override { AS_REQUIRE_CUDA(); }
 };
 
-TEST_P(CudaExecutorReference, LogitsAndGreedyTokensMatchReference) {
-  const std::string dir = model_dir(GetParam());
+/// The fixture's reference cases through an executor made with `opts`.
+void expect_reference(const std::string& model, const gpu::cuda_executor_options& opts) {
+  const std::string dir = model_dir(model);
   const auto cases = read_reference(dir);
   ASSERT_EQ(cases.size(), 8u) << dir;
-  auto made = gpu::make_cuda_executor(dir, test_options());
+  auto made = gpu::make_cuda_executor(dir, opts);
   ASSERT_TRUE(made.ok()) << made.err().message;
   gpu::executor& ex = *made.value();
   auto cfg = load_model_config(dir);
@@ -57,7 +61,7 @@ TEST_P(CudaExecutorReference, LogitsAndGreedyTokensMatchReference) {
     const double err = rel_max_err(logits[0], c.last_logits);
     worst = std::max(worst, err);
     over += err >= logits_bound;
-    EXPECT_LT(err, routed ? rerouted_logits_bound : logits_bound) << GetParam() << " prompt length " << len;
+    EXPECT_LT(err, routed ? rerouted_logits_bound : logits_bound) << model << " prompt length " << len;
     std::vector<int32_t> gen = {r.tokens[0].token_id};
     for (int k = 1; k < steps; ++k) {
       gpu::step_batch d;
@@ -69,7 +73,7 @@ TEST_P(CudaExecutorReference, LogitsAndGreedyTokensMatchReference) {
     }
     int matched = 0;
     for (int k = 0; k < steps && c.margins[k] >= 5e-2; ++k) {
-      EXPECT_EQ(gen[k], c.greedy_ids[k]) << GetParam() << " prompt length " << len << " step " << k;
+      EXPECT_EQ(gen[k], c.greedy_ids[k]) << model << " prompt length " << len << " step " << k;
       if (gen[k] != c.greedy_ids[k]) break;
       ++matched;
     }
@@ -78,27 +82,38 @@ TEST_P(CudaExecutorReference, LogitsAndGreedyTokensMatchReference) {
     matched_total += matched;
     compared_total += comparable;
     std::printf("%s prompt %4d: logits max abs err / max abs ref %.3g; greedy %d/%d steps matched "
-                "(%d before the first margin < 5e-2)\n", GetParam().c_str(), len, err, matched, steps, comparable);
+                "(%d before the first margin < 5e-2)\n", model.c_str(), len, err, matched, steps, comparable);
   }
   std::printf("%s: worst logits error %.3g (%d of %zu prompts beyond %g), greedy steps matched %d of %d "
               "comparable; graph replays %lld\n",
-              GetParam().c_str(), worst, over, cases.size(), logits_bound, matched_total, compared_total,
+              model.c_str(), worst, over, cases.size(), logits_bound, matched_total, compared_total,
               (long long)probe->graph_replays());
   EXPECT_LE(over, routed ? rerouted_rows_allowed(int(cases.size())) : 0)
-      << GetParam() << ": prompts beyond " << logits_bound;
+      << model << ": prompts beyond " << logits_bound;
   EXPECT_GT(probe->graph_replays(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaExecutorReference,
-                         ::testing::Values("llama-tiny", "llama-hd128-bf16", "qwen2-tiny", "mistral-tiny", "qwen3-tiny",
-                                           "qwen3-hd128-bf16", "mixtral-tiny", "mixtral-bf16", "qwen3-moe-tiny",
-                                           "qwen3-moe-bf16", "deepseek-v2-tiny", "deepseek-v2-qlora-yarn-bf16",
-                                           "deepseek-v2-yarn-tiny"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           std::replace(n.begin(), n.end(), '-', '_');
-                           return n;
-                         });
+TEST_P(CudaExecutorReference, LogitsAndGreedyTokensMatchReference) { expect_reference(GetParam(), test_options()); }
+
+class CudaExecutorReferencePortable : public CudaExecutorReference {};
+
+/// --kernels portable: the cp.async decode kernels, the mma.sync prefill, the register GEMVs and
+/// plain launches, on the vllm layout (16-token blocks) and flash-decoding (64-token blocks).
+TEST_P(CudaExecutorReferencePortable, LogitsAndGreedyTokensMatchReference) {
+  for (const auto& [layout, block] :
+       {std::pair{kv_cache_layout::vllm, 16}, std::pair{kv_cache_layout::flash_decoding, 64}}) {
+    SCOPED_TRACE(block == 16 ? "vllm layout" : "flash-decoding layout");
+    gpu::cuda_executor_options o = test_options();
+    o.kernels = kernel_choice::portable;
+    o.kv_layout = layout;
+    o.block_size = block;
+    expect_reference(GetParam(), o);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaExecutorReference, ::testing::ValuesIn(executor_fixtures()), model_param_name);
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaExecutorReferencePortable, ::testing::ValuesIn(executor_fixtures()),
+                         model_param_name);
 
 }  // namespace
 }  // namespace actorserve::testing

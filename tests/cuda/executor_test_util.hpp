@@ -15,6 +15,16 @@
 
 namespace actorserve::testing {
 
+/// The fixtures with a reference.json that the CUDA executor runs, dense and MoE, fp32 and bf16.
+inline const std::vector<std::string>& executor_fixtures() {
+  static const std::vector<std::string> models = {"llama-tiny",       "llama-hd128-bf16", "qwen2-tiny",
+                                                  "mistral-tiny",     "qwen3-tiny",       "qwen3-hd128-bf16",
+                                                  "mixtral-tiny",     "mixtral-bf16",     "qwen3-moe-tiny",
+                                                  "qwen3-moe-bf16",   "deepseek-v2-tiny", "deepseek-v2-qlora-yarn-bf16",
+                                                  "deepseek-v2-yarn-tiny"};
+  return models;
+}
+
 /// A fixture name as a test-name suffix ('-' is not allowed there): for INSTANTIATE_TEST_SUITE_P.
 inline std::string model_param_name(const ::testing::TestParamInfo<std::string>& info) {
   std::string s = info.param;

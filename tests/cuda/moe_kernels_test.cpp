@@ -268,6 +268,26 @@ std::string shape_name(act_dtype dt, int n, int E, int k, int N, int K) {
          std::to_string(K);
 }
 
+/// Runs `launch(dt, g, stream)` unfused, g's 2 * inter gate/up columns into a 16-bit gate_up then
+/// silu_and_mul_act, and fused (silu_and_mul, inter columns), and checks that both give the same
+/// bits. g holds the operands of P pairs; its output fields are set here.
+template <class Args, class Launch>
+void expect_silu_fused_bit_identical(act_dtype dt, Args g, int P, int inter, Launch launch, const std::string& what) {
+  dev_vec<uint16_t> gate_up(size_t(P) * 2 * inter), want(size_t(P) * inter), got(size_t(P) * inter);
+  g.n = 2 * inter;
+  g.y = gate_up.get();
+  g.y_act = true;
+  ASSERT_EQ(launch(dt, g, nullptr), 0) << what;
+  ASSERT_EQ(cuda::silu_and_mul_act(dt, gate_up.get(), P, inter, want.get(), nullptr), 0) << what;
+  got.poison();
+  g.n = inter;
+  g.y = got.get();
+  g.y_act = false;
+  g.silu_and_mul = true;
+  ASSERT_EQ(launch(dt, g, nullptr), 0) << what;
+  EXPECT_EQ(got.download(), want.download()) << what;
+}
+
 TEST_F(CudaMoe, GroupedGemmMatchesTheProductOfItsRoundedOperands) {
   std::mt19937 rng(3);
   for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
@@ -313,19 +333,10 @@ TEST_F(CudaMoe, GroupedGemmWithSiluIsBitIdenticalToGemmThenSiluAndMul) {
       permute_and_check(routes, k, E, perm);
       dev_vec<uint16_t> d_x(random_act_bits(dt, size_t(n) * K, rng()));
       dev_vec<uint16_t> d_w(random_act_bits(dt, size_t(E) * 2 * inter * K, rng(), 0.25f));
-      dev_vec<uint16_t> gate_up(size_t(P) * 2 * inter), want(size_t(P) * inter), got(size_t(P) * inter);
-      cuda::grouped_gemm_args g{.a = d_x.get(), .a_rows = perm.sorted.get(), .a_rows_div = k, .w = d_w.get(),
-                                .offsets = perm.offsets.get(), .tile_offsets = perm.tiles.get(), .num_pairs = P,
-                                .num_experts = E, .n = 2 * inter, .k = K, .y = gate_up.get(), .y_act = true};
-      ASSERT_EQ(cuda::grouped_gemm(dt, g, nullptr), 0) << what;
-      ASSERT_EQ(cuda::silu_and_mul_act(dt, gate_up.get(), P, inter, want.get(), nullptr), 0) << what;
-      got.poison();
-      g.n = inter;
-      g.y = got.get();
-      g.y_act = false;
-      g.silu_and_mul = true;
-      ASSERT_EQ(cuda::grouped_gemm(dt, g, nullptr), 0) << what;
-      EXPECT_EQ(got.download(), want.download()) << what;
+      const cuda::grouped_gemm_args g{.a = d_x.get(), .a_rows = perm.sorted.get(), .a_rows_div = k, .w = d_w.get(),
+                                      .offsets = perm.offsets.get(), .tile_offsets = perm.tiles.get(),
+                                      .num_pairs = P, .num_experts = E, .k = K};
+      expect_silu_fused_bit_identical(dt, g, P, inter, cuda::grouped_gemm, what);
     }
   }
 }
@@ -366,22 +377,12 @@ TEST_F(CudaMoe, ExpertGemvWithSiluIsBitIdenticalToGemvThenSiluAndMul) {
       const std::string what = shape_name(dt, n, E, k, inter, hidden);
       const int P = n * k;
       const auto routes = random_routes(n, E, k, rng);
-      const auto xb = random_act_bits(dt, size_t(n) * hidden, rng());
-      const auto wb = random_act_bits(dt, size_t(E) * 2 * inter * hidden, rng(), 0.25f);
-      dev_vec<uint16_t> d_x(xb), d_w(wb), gate_up(size_t(P) * 2 * inter), want(size_t(P) * inter),
-          got(size_t(P) * inter);
+      dev_vec<uint16_t> d_x(random_act_bits(dt, size_t(n) * hidden, rng()));
+      dev_vec<uint16_t> d_w(random_act_bits(dt, size_t(E) * 2 * inter * hidden, rng(), 0.25f));
       dev_vec<int32_t> d_e(routes);
-      cuda::expert_gemv_args g{.a = d_x.get(), .a_rows_div = k, .experts = d_e.get(), .w = d_w.get(),
-                               .num_pairs = P, .n = 2 * inter, .k = hidden, .y = gate_up.get(), .y_act = true};
-      ASSERT_EQ(cuda::expert_gemv(dt, g, nullptr), 0) << what;
-      ASSERT_EQ(cuda::silu_and_mul_act(dt, gate_up.get(), P, inter, want.get(), nullptr), 0) << what;
-      got.poison();
-      g.n = inter;
-      g.y = got.get();
-      g.y_act = false;
-      g.silu_and_mul = true;
-      ASSERT_EQ(cuda::expert_gemv(dt, g, nullptr), 0) << what;
-      EXPECT_EQ(got.download(), want.download()) << what;
+      const cuda::expert_gemv_args g{.a = d_x.get(), .a_rows_div = k, .experts = d_e.get(), .w = d_w.get(),
+                                     .num_pairs = P, .k = hidden};
+      expect_silu_fused_bit_identical(dt, g, P, inter, cuda::expert_gemv, what);
     }
   }
 }

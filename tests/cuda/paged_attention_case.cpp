@@ -3,8 +3,10 @@
 #include "gpu/cuda/attention/paged_attention.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <numeric>
+#include <thread>
 
 namespace actorserve::testing {
 
@@ -53,31 +55,47 @@ std::vector<float> reference_attention(cuda::act_dtype dt, const paged_inputs& i
   const int H = in.num_heads, D = in.head_dim, bs = in.block_size, G = H / in.num_kv_heads;
   const size_t row = size_t(in.num_kv_heads) * D;
   std::vector<float> ref(size_t(in.n_tokens) * H * D);
-  for (const auto& s : in.seqs) {
-    for (int i = 0; i < s.q_len; ++i) {
-      const int t = s.q_start + i, qpos = s.context_len - s.q_len + i;
-      for (int h = 0; h < H; ++h) {
-        auto base = [&](int k) {
-          return (size_t(in.block_tables[s.bt_offset + k / bs]) * bs + k % bs) * row + size_t(h / G) * D;
-        };
-        std::vector<double> sc(qpos + 1);
-        double mx = -1e300;
-        for (int k = 0; k <= qpos; ++k) {
-          double dot = 0;
-          for (int d = 0; d < D; ++d)
-            dot += double(in.q[size_t(t) * in.q_stride + h * D + d]) * from_act_bits(dt, in.k_cache[base(k) + d]);
-          sc[k] = dot / std::sqrt(double(D));
-          mx = std::max(mx, sc[k]);
-        }
-        double l = 0;
-        for (auto& x : sc) l += (x = std::exp(x - mx));
-        std::vector<double> acc(D, 0.0);
-        for (int k = 0; k <= qpos; ++k)
-          for (int d = 0; d < D; ++d) acc[d] += sc[k] * from_act_bits(dt, in.v_cache[base(k) + d]);
-        for (int d = 0; d < D; ++d) ref[size_t(t) * H * D + h * D + d] = float(acc[d] / l);
-      }
+  // One head of one query row of one sequence, written to its own slice of `ref`.
+  auto query_head = [&](const cuda::attn_seq& s, int i, int h, std::vector<double>& sc, std::vector<double>& acc) {
+    const int t = s.q_start + i, qpos = s.context_len - s.q_len + i;
+    sc.assign(size_t(qpos) + 1, 0.0);
+    acc.assign(size_t(D), 0.0);
+    auto base = [&](int k) {
+      return (size_t(in.block_tables[s.bt_offset + k / bs]) * bs + k % bs) * row + size_t(h / G) * D;
+    };
+    double mx = -1e300;
+    for (int k = 0; k <= qpos; ++k) {
+      double dot = 0;
+      for (int d = 0; d < D; ++d)
+        dot += double(in.q[size_t(t) * in.q_stride + h * D + d]) * from_act_bits(dt, in.k_cache[base(k) + d]);
+      sc[k] = dot / std::sqrt(double(D));
+      mx = std::max(mx, sc[k]);
     }
-  }
+    double l = 0;
+    for (auto& x : sc) l += (x = std::exp(x - mx));
+    for (int k = 0; k <= qpos; ++k)
+      for (int d = 0; d < D; ++d) acc[d] += sc[k] * from_act_bits(dt, in.v_cache[base(k) + d]);
+    for (int d = 0; d < D; ++d) ref[size_t(t) * H * D + h * D + d] = float(acc[d] / l);
+  };
+  // The (row, head) items are independent and each is summed in the same order as on one thread,
+  // so the result does not depend on the thread count; the threads only shorten the long-context
+  // cases (a single 32k-key decode row has as many items as heads).
+  struct item { size_t seq; int row, head; };
+  std::vector<item> items;
+  for (size_t si = 0; si < in.seqs.size(); ++si)
+    for (int i = 0; i < in.seqs[si].q_len; ++i)
+      for (int h = 0; h < H; ++h) items.push_back({si, i, h});
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    std::vector<double> sc, acc;
+    for (size_t r; (r = next.fetch_add(1)) < items.size();)
+      query_head(in.seqs[items[r].seq], items[r].row, items[r].head, sc, acc);
+  };
+  const size_t n_threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 32);
+  std::vector<std::thread> threads;
+  for (size_t i = 1; i < std::min(n_threads, items.size()); ++i) threads.emplace_back(worker);
+  worker();
+  for (auto& th : threads) th.join();
   return ref;
 }
 

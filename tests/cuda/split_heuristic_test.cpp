@@ -315,5 +315,73 @@ TEST(AttentionBackend, DecodePiecesGetTheBlockOfTheirFirstKey) {
   EXPECT_EQ(bad.items[0].first_block, -1);  // bt_offset 0, kv_begin 0 would have named tables[0]
 }
 
+TEST(AttentionBackend, CascadeGroupsMapToPrefixRowsAndCombineSlots) {
+  // A group of 20 decodes sharing 64 blocks (4096 keys) plus one decode alone, 32/8 heads at
+  // 64-token blocks: every member and KV head gets one combine whose first slots its prefix
+  // pieces fill (one row per member in exactly one item per piece, the pieces tiling [0, 4096))
+  // and whose other slots its own pieces over [4096, context) fill; at most 64 rows an item.
+  auto b = gpu::cuda::make_attention_backend(kv_cache_layout::flash_decoding, shape(128, 64, 32, 8));
+  ASSERT_TRUE(b);
+  ASSERT_TRUE((*b)->takes_cascade());
+  const int KVH = 8, G = 4, P = 4096;
+  std::vector<gpu::cuda::attn_seq> seqs;
+  gpu::cascade_plan cascade;
+  cascade.groups.push_back({P / 64, {}});
+  for (int i = 0; i < 20; ++i) {
+    seqs.push_back({i, 1, P + 1 + 50 * i, 100 * i});
+    cascade.groups[0].seqs.push_back(i);
+  }
+  seqs.push_back({20, 1, 3000, 5000});
+  const gpu::cuda::attention_plan p = (*b)->plan(seqs, cascade);
+  EXPECT_EQ(p.cascade_seqs, 20);
+  ASSERT_FALSE(p.prefix_items.empty());
+  EXPECT_LE(p.num_partials, (*b)->partial_capacity(int(seqs.size())));
+  EXPECT_LE(p.prefix_rows.size(), size_t((*b)->prefix_row_capacity(int(seqs.size()))));
+  // slot -> (combine, piece index) and what filled it
+  std::vector<int> filled(size_t(p.num_partials), 0);
+  std::vector<int32_t> slot_begin(size_t(p.num_partials), -1), slot_end(size_t(p.num_partials), -1);
+  for (const auto& it : p.prefix_items) {
+    EXPECT_LE(it.q_len * G, gpu::cuda::cascade_prefix_rows);
+    EXPECT_EQ(it.bt_offset, 0) << "the group's first member's table";
+    for (int m = 0; m < it.q_len; ++m) {
+      const auto& row = p.prefix_rows[size_t(it.q_begin + m)];
+      ASSERT_GE(row.partial, 0);
+      ASSERT_LT(row.partial, p.num_partials);
+      ++filled[size_t(row.partial)];
+      slot_begin[size_t(row.partial)] = it.kv_begin;
+      slot_end[size_t(row.partial)] = it.kv_end;
+    }
+  }
+  for (const auto& it : p.items) {
+    if (it.partial < 0) continue;
+    ++filled[size_t(it.partial)];
+    slot_begin[size_t(it.partial)] = it.kv_begin;
+    slot_end[size_t(it.partial)] = it.kv_end;
+  }
+  for (int f : filled) EXPECT_EQ(f, 1);
+  int member_combines = 0;
+  for (const auto& cb : p.combines) {
+    const int s = cb.q_begin;  // q_start == index here
+    int32_t next = 0;
+    for (int k = 0; k < cb.num_splits; ++k) {
+      const size_t slot = size_t(cb.first_partial + k);
+      EXPECT_EQ(slot_begin[slot], next) << "seq " << s << " head " << cb.kv_head << " piece " << k;
+      next = slot_end[slot];
+    }
+    EXPECT_EQ(next, seqs[size_t(s)].context_len) << "seq " << s;
+    member_combines += s < 20;
+  }
+  EXPECT_EQ(member_combines, 20 * KVH);
+  // Without the group the same step has no prefix pieces.
+  const gpu::cuda::attention_plan plain = (*b)->plan(seqs);
+  EXPECT_TRUE(plain.prefix_items.empty());
+  EXPECT_EQ(plain.cascade_seqs, 0);
+  // The vllm backend does not take cascade groups.
+  auto v = gpu::cuda::make_attention_backend(kv_cache_layout::vllm, shape(128, 16, 32, 8));
+  ASSERT_TRUE(v);
+  EXPECT_FALSE((*v)->takes_cascade());
+  EXPECT_TRUE((*v)->plan(seqs, cascade).prefix_items.empty());
+}
+
 }  // namespace
 }  // namespace actorserve::testing

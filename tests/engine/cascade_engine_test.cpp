@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "engine_harness.hpp"
+#include "prompt_waves.hpp"
 
 namespace actorserve::actors {
 namespace {
@@ -21,36 +22,11 @@ engine_config with_cascade(engine_config cfg, bool on) {
   return cfg;
 }
 
-/// Runs `prompts` as one wave (all submitted together) and waits for them.
-std::map<int, std::map<int32_t, choice_result>> run_wave(engine& e, const std::vector<std::vector<int32_t>>& prompts,
-                                                         const sampling_params& p, int first_key = 0) {
-  collector c;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const int key = first_key + static_cast<int>(i);
-    auto st = e.submit(make_request("r" + std::to_string(key), prompts[i], p), c.sink(key));
-    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.err().message);
-  }
-  EXPECT_TRUE(c.wait(std::chrono::seconds(120)));
-  return c.results();
-}
-
 /// Greedy with the sampled token's logprob.
 sampling_params greedy_logprobs(int32_t max_tokens) {
   sampling_params p = greedy(max_tokens);
   p.num_logprobs = 0;
   return p;
-}
-
-/// `n` prompts: `system` followed by a user turn of 5-30 tokens each.
-std::vector<std::vector<int32_t>> chat_prompts(std::mt19937& rng, const std::vector<int32_t>& system, int n) {
-  std::vector<std::vector<int32_t>> out;
-  for (int i = 0; i < n; ++i) {
-    auto p = system;
-    const auto turn = random_prompt(rng, 5, 30);
-    p.insert(p.end(), turn.begin(), turn.end());
-    out.push_back(std::move(p));
-  }
-  return out;
 }
 
 void expect_same(const std::map<int, std::map<int32_t, choice_result>>& got,
@@ -122,28 +98,18 @@ TEST_P(cascade_engine_test, preemption_and_prefix_eviction_in_a_tiny_pool_keep_t
   // computes again.
   std::mt19937 rng(53);
   const auto a = random_prompt(rng, 300, 300), b = random_prompt(rng, 300, 300);
-  const std::vector<std::pair<std::vector<int32_t>, std::vector<std::vector<int32_t>>>> waves{
+  const std::vector<prompt_wave> waves{
       {a, chat_prompts(rng, a, 16)}, {b, chat_prompts(rng, b, 16)}, {a, chat_prompts(rng, a, 16)}};
-  auto run_waves = [&](engine& e, int64_t* third_warmup_computed) {
-    std::map<int, std::map<int32_t, choice_result>> all;
-    for (size_t w = 0; w < waves.size(); ++w) {
-      const int64_t before = wait_idle(e).num_computed_tokens;
-      run_wave(e, {waves[w].first}, greedy(1), 1000 + static_cast<int>(w));
-      if (w == 2 && third_warmup_computed) *third_warmup_computed = wait_idle(e).num_computed_tokens - before;
-      for (auto& [k, v] : run_wave(e, waves[w].second, greedy_logprobs(24), 100 * static_cast<int>(w)))
-        all[k] = std::move(v);
-    }
-    return all;
-  };
   auto ample = start_engine(with_cascade(tiny_config(4096, true, GetParam()), false));
   ASSERT_TRUE(ample);
-  const auto want = run_waves(*ample, nullptr);
+  const auto want = run_waves(*ample, waves, greedy_logprobs(24));
   ample->shutdown(std::chrono::milliseconds(0));
 
   auto tight = start_engine(with_cascade(tiny_config(40, true, GetParam()), true));
   ASSERT_TRUE(tight);
-  int64_t recomputed = 0;
-  const auto got = run_waves(*tight, &recomputed);
+  std::vector<int64_t> warmups;
+  const auto got = run_waves(*tight, waves, greedy_logprobs(24), &warmups);
+  const int64_t recomputed = warmups.at(2);
   expect_same(got, want);
   const auto s = wait_idle(*tight);
   EXPECT_GT(s.num_preemptions, 0);

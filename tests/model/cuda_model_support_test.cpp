@@ -1,6 +1,7 @@
-// What the CUDA executor refuses at start, decided on the host: FP8 and a sliding window smaller
-// than the context; each message names the way around. Qwen3's q/k norm, Mixtral, Qwen3-MoE,
-// DeepSeek-V2 (latent attention, its routing and shared experts) and YaRN rope run.
+// What the CUDA executor refuses at start, decided on the host: the FP8 KV cache (no kernels yet)
+// and a sliding window smaller than the context; each message names the way around. Qwen3's q/k
+// norm, Mixtral, Qwen3-MoE, DeepSeek-V2 (latent attention, its routing and shared experts), YaRN
+// rope and FP8 checkpoints run, DeepSeek-V2 from an FP8 checkpoint too.
 #include <gtest/gtest.h>
 
 #include "config/model_config.hpp"
@@ -74,20 +75,30 @@ TEST(cuda_model_support, refuses_a_window_smaller_than_the_context_and_says_how_
 namespace actorserve::testing {
 namespace {
 
-TEST(cuda_model_support, refuses_fp8_checkpoints_naming_the_format) {
-  expect_has(refusal("qwen3-hd128-fp8"), {"FP8 checkpoint", "quant_method fp8", "per-tensor", "--device cpu"});
-  expect_has(refusal("qwen3-hd128-fp8-channel"), {"quant_method compressed-tensors", "per-channel", "--device cpu"});
-  expect_has(refusal("mixtral-fp8-block"), {"FP8 checkpoint", "block", "--device cpu"});
+TEST(cuda_model_support, runs_fp8_checkpoints_of_every_format) {
+  for (const char* m : {"qwen3-hd128-fp8", "qwen3-hd128-fp8-channel", "mixtral-fp8-block"})
+    EXPECT_EQ(refusal(m), "") << m;
 }
 
-TEST(cuda_model_support, refuses_fp8_options_naming_the_flag) {
-  EXPECT_TRUE(gpu::check_cuda_fp8_options(false, false).ok());
-  status q = gpu::check_cuda_fp8_options(true, false);
-  ASSERT_FALSE(q.ok());
-  EXPECT_EQ(q.err().code, error_code::unsupported);
-  expect_has(q.err().message, {"--quantization fp8", "no FP8 GEMM kernels", "--device cpu"});
-  status kv = gpu::check_cuda_fp8_options(false, true);
+TEST(cuda_model_support, runs_deepseek_v2_from_an_fp8_checkpoint) {
+  // Its latent-attention projections and experts are dequantized at load; o_proj and the dense
+  // layers' MLPs stay E4M3 where the checkpoint scales them per tensor or per channel.
+  auto fp8 = load_model_config(model_dir("mixtral-fp8-block"));
+  ASSERT_TRUE(fp8.ok()) << fp8.err().message;
+  ASSERT_TRUE(fp8->quantization.has_value());
+  for (const char* m : {"deepseek-v2-tiny", "deepseek-v2-qlora-yarn-bf16"}) {
+    auto cfg = load_model_config(model_dir(m));
+    ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+    cfg->quantization = fp8->quantization;
+    EXPECT_TRUE(gpu::check_cuda_model_support(cfg.value(), 0).ok()) << m;
+  }
+}
+
+TEST(cuda_model_support, refuses_the_fp8_kv_cache_naming_the_flag) {
+  EXPECT_TRUE(gpu::check_cuda_fp8_options(false).ok());
+  status kv = gpu::check_cuda_fp8_options(true);
   ASSERT_FALSE(kv.ok());
+  EXPECT_EQ(kv.err().code, error_code::unsupported);
   expect_has(kv.err().message, {"--kv-cache-dtype fp8", "--kv-cache-dtype auto", "--device cpu"});
 }
 

@@ -1,5 +1,5 @@
 // FP8 E4M3 on the host: decoding against known values, rounding (ties to even, saturation,
-// subnormals), scale broadcasting per tensor / channel / block with ragged edges, and the loader's
+// subnormals), encoding back to codes, scale broadcasting per tensor / channel / block with ragged edges, and the loader's
 // errors for broken FP8 checkpoints (each names the tensor or the key).
 #include <gtest/gtest.h>
 
@@ -62,6 +62,17 @@ TEST(fp8_e4m3, rounds_to_nearest_ties_to_even_and_saturates) {
   EXPECT_EQ(gpu::round_to_e4m3(-1e30f), -448.0f);
   EXPECT_EQ(gpu::round_to_e4m3(INFINITY), 448.0f);
   EXPECT_TRUE(std::isnan(gpu::round_to_e4m3(NAN)));
+}
+
+TEST(fp8_e4m3, encode_gives_the_code_of_the_rounded_value) {
+  for (int b = 0; b < 0x100; ++b) {
+    const auto bits = static_cast<uint8_t>(b);
+    if (gpu::e4m3_is_nan(bits)) continue;
+    EXPECT_EQ(gpu::e4m3_encode(gpu::e4m3_to_f32(bits)), bits) << b;
+  }
+  for (float x : {1.0625f, 1.07f, -3.3f, 0x1p-10f, 0.0146f, 440.0f, -1e30f, INFINITY, 1e-20f})
+    EXPECT_EQ(gpu::e4m3_to_f32(gpu::e4m3_encode(x)), gpu::round_to_e4m3(x)) << x;
+  EXPECT_TRUE(gpu::e4m3_is_nan(gpu::e4m3_encode(NAN)));
 }
 
 gpu::fp8_scale_view scale_view(const std::vector<float>& s, gpu::fp8_scale_kind kind, int64_t br = 0, int64_t bc = 0) {

@@ -35,8 +35,7 @@ __global__ void hold_kernel(const volatile int* flag) {
 }
 
 __global__ void pdl_predecessor_kernel(int ns) {
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  dev::pdl_begin();
   const uint64_t t0 = dev::global_ns();
   while (dev::global_ns() - t0 < uint64_t(ns)) {
   }
@@ -47,8 +46,7 @@ struct late_copies {
 };
 
 __global__ void __launch_bounds__(1024) late_copy_kernel(late_copies c, int ns) {
-  asm volatile("griddepcontrol.launch_dependents;");
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  dev::pdl_begin();
   const uint64_t t0 = dev::global_ns();
   while (dev::global_ns() - t0 < uint64_t(ns)) {
   }

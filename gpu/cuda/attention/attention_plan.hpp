@@ -14,6 +14,11 @@ struct attention_plan {
   std::vector<attn_combine> combines;
   int32_t num_partials = 0;      ///< partial slots used (<= the capacity given)
   int32_t num_decode_items = 0;  ///< the last items are decode pieces (attention backends' decode kernels)
+  /// Cascade prefix pieces (staged right after `items`) and their member rows: empty when no
+  /// decode takes a shared-prefix pass.
+  std::vector<attn_item> prefix_items;
+  std::vector<attn_prefix_row> prefix_rows;
+  int32_t cascade_seqs = 0;      ///< sequences whose decode takes a prefix piece
 };
 
 /// Sets each decode piece's first_block (the plan's last num_decode_items items) to the block

@@ -7,9 +7,11 @@
 #include <vector>
 
 #include "config/log.hpp"
+#include "gpu/attention/prefix_tiles.hpp"
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
 #include "gpu/cuda/attention/split_heuristic.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/device_info.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -23,12 +25,17 @@ void plan_prefill(std::span<const attn_seq> seqs, int group, int num_kv_heads, i
                    [](const attn_item& x, const attn_item& y) { return x.kv_end - x.kv_begin > y.kv_end - y.kv_begin; });
 }
 
-/// Decode pieces: every q_len == 1 sequence and KV head, cut into `chunk`-token pieces (0: none).
-void plan_decode(std::span<const attn_seq> seqs, int num_kv_heads, int32_t chunk, attention_plan& plan) {
+/// Decode pieces: every q_len == 1 sequence and KV head over keys [kv_start[s], context_len), cut
+/// into `chunk`-token pieces (0: none). A cascade member (prefix_pieces[s] > 0) always gets a
+/// combine whose first prefix_pieces[s] slots its prefix pieces fill (first_slot[s * KVH + h]).
+void plan_decode(std::span<const attn_seq> seqs, int num_kv_heads, int32_t chunk, std::span<const int32_t> kv_start,
+                 std::span<const int32_t> prefix_pieces, std::vector<int32_t>& first_slot, attention_plan& plan) {
   const size_t first = plan.items.size();
+  first_slot.assign(seqs.size() * size_t(num_kv_heads), -1);
   for (size_t s = 0; s < seqs.size(); ++s) {
     const attn_seq& sq = seqs[s];
     if (sq.q_len != 1) continue;
+    const int32_t begin = kv_start.empty() ? 0 : kv_start[s], shared = prefix_pieces.empty() ? 0 : prefix_pieces[s];
     for (int h = 0; h < num_kv_heads; ++h) {
       attn_item it;
       it.seq = static_cast<int32_t>(s);
@@ -37,8 +44,10 @@ void plan_decode(std::span<const attn_seq> seqs, int num_kv_heads, int32_t chunk
       it.q_begin = sq.q_start;
       it.q_len = 1;
       it.kv_head = h;
+      it.kv_begin = begin;
       it.kv_end = sq.context_len;
-      if (chunk <= 0 || sq.context_len <= chunk) {
+      const int32_t len = sq.context_len - begin;
+      if (shared == 0 && (chunk <= 0 || len <= chunk)) {
         plan.items.push_back(it);
         continue;
       }
@@ -47,12 +56,16 @@ void plan_decode(std::span<const attn_seq> seqs, int num_kv_heads, int32_t chunk
       cb.q_len = 1;
       cb.kv_head = h;
       cb.first_partial = plan.num_partials;
-      cb.num_splits = (sq.context_len + chunk - 1) / chunk;
-      for (int32_t p = 0; p < cb.num_splits; ++p) {
+      first_slot[s * size_t(num_kv_heads) + size_t(h)] = plan.num_partials;
+      plan.num_partials += shared;
+      const int32_t step = chunk > 0 && len > chunk ? chunk : len;
+      const int32_t pieces = len <= 0 ? 0 : (len + step - 1) / step;
+      cb.num_splits = shared + pieces;
+      for (int32_t p = 0; p < pieces; ++p) {
         attn_item piece = it;
         piece.pad = static_cast<int32_t>(plan.combines.size());  // its combine (merged in-kernel)
-        piece.kv_begin = p * chunk;
-        piece.kv_end = std::min(sq.context_len, (p + 1) * chunk);
+        piece.kv_begin = begin + p * step;
+        piece.kv_end = std::min(sq.context_len, piece.kv_begin + step);
         piece.partial = plan.num_partials++;
         plan.items.push_back(piece);
       }
@@ -62,11 +75,47 @@ void plan_decode(std::span<const attn_seq> seqs, int num_kv_heads, int32_t chunk
   plan.num_decode_items = static_cast<int32_t>(plan.items.size() - first);
 }
 
-std::vector<int32_t> decode_lengths(std::span<const attn_seq> seqs) {
+/// The key counts of the decode pieces to cut: each decode's keys from kv_start (0: all).
+std::vector<int32_t> decode_lengths(std::span<const attn_seq> seqs, std::span<const int32_t> kv_start) {
   std::vector<int32_t> lens;
-  for (const attn_seq& s : seqs)
-    if (s.q_len == 1) lens.push_back(s.context_len);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int32_t len = seqs[s].context_len - (kv_start.empty() ? 0 : kv_start[s]);
+    if (seqs[s].q_len == 1 && len > 0) lens.push_back(len);
+  }
   return lens;
+}
+
+/// A group's prefix is cut into at most this many pieces (each a partial slot per member and KV
+/// head), of at least cascade_min_piece_tokens keys: enough CTAs for a group too small to fill the
+/// GPU with its member tiles alone.
+constexpr int32_t cascade_max_prefix_pieces = 4;
+constexpr int32_t cascade_min_piece_tokens = 512;
+
+/// The prefix pieces' work items: one per tile (prefix_tiles), its members' rows naming the
+/// slots their combines reserved for that piece (first_slot, plan_decode).
+void plan_prefix_pieces(std::span<const attn_seq> seqs, const cascade_plan& cascade, std::span<const int32_t> pieces,
+                        std::span<const int32_t> first_slot, const prefix_tiling& tiling, int block_size,
+                        attention_plan& plan) {
+  for (const prefix_tile& t : prefix_tiles(cascade, block_size, pieces, tiling)) {
+    const cascade_group& g = cascade.groups[size_t(t.group)];
+    const size_t lead = size_t(g.seqs.front());
+    attn_item it;
+    it.seq = static_cast<int32_t>(lead);
+    it.bt_offset = seqs[lead].bt_offset;  // the prefix blocks are the same in every member's table
+    it.context_len = g.num_prefix_blocks * block_size;
+    it.q_begin = static_cast<int32_t>(plan.prefix_rows.size());
+    it.q_len = t.member_count;
+    it.kv_head = t.kv_head;
+    it.kv_begin = t.kv_begin;
+    it.kv_end = t.kv_end;
+    for (int32_t m = t.member_begin; m < t.member_begin + t.member_count; ++m) {
+      const size_t s = size_t(g.seqs[size_t(m)]);
+      plan.prefix_rows.push_back({seqs[s].q_start, first_slot[s * size_t(tiling.num_kv_heads) + size_t(t.kv_head)] + t.piece});
+    }
+    plan.prefix_items.push_back(it);
+  }
+  for (size_t gi = 0; gi < cascade.groups.size(); ++gi)
+    if (pieces[gi] > 0) plan.cascade_seqs += static_cast<int32_t>(cascade.groups[gi].seqs.size());
 }
 
 /// Tensor-core backends: prefill tiles, then decode pieces for one of the decode kernels.
@@ -75,11 +124,12 @@ class tc_backend : public attention_backend {
   tc_backend(const attention_shape& shape, bool vllm, const attention_tuning& tuning) : vllm_(vllm), tuning_(tuning) {
     shape_ = shape;
     name_ = vllm ? "vllm" : "flash-decoding";
-    ctas_per_sm_ = std::max(1, decode_ctas_per_sm(shape.dt, shape.head_dim, vllm));
+    const bool tma = tuning.decode == decode_kernel::tma && runs_tma(loaded_gpu_target());
+    ctas_per_sm_ = std::max(1, decode_ctas_per_sm(shape.dt, shape.head_dim, vllm, tma));
     // Both backends split at most one wave of resident decode CTAs (split_heuristic.hpp).
     resident_slots_ = shape.num_sms * ctas_per_sm_;
-    // The in-kernel merge keeps rows x pieces weights in the decode kernels' 96 KiB of stages
-    // (launch.hpp: max_split_pieces, max_merge_rows).
+    // The in-kernel merge keeps rows x pieces weights in the decode kernels' stages (96 KiB, or
+    // 64 KiB where two stages run; launch.hpp: max_split_pieces, max_merge_rows).
     max_partials_ = std::min(2 * resident_slots_, max_split_pieces);
     // One counter per combine (at most one per two partials) for the in-kernel merge; without
     // a device the separate merge kernel stays the fallback.
@@ -89,20 +139,38 @@ class tc_backend : public attention_backend {
       if (counters_) (void)cudaFree(counters_);
       counters_ = nullptr;
     }
+    // The cascade prefix pieces' stream and its fork / join events; without them the prefix
+    // pieces run on the step's stream.
+    if (!vllm_ && tuning_.cascade_overlap &&
+        (cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking) != cudaSuccess ||
+         cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming) != cudaSuccess ||
+         cudaEventCreateWithFlags(&join_, cudaEventDisableTiming) != cudaSuccess)) {
+      (void)cudaGetLastError();
+      release_side_stream();
+    }
   }
   tc_backend(const tc_backend&) = delete;
   tc_backend& operator=(const tc_backend&) = delete;
   ~tc_backend() override {
     if (counters_) (void)cudaFree(counters_);
+    release_side_stream();
   }
 
-  attention_plan plan(std::span<const attn_seq> seqs) const override {
+  using attention_backend::plan;
+  attention_plan plan(std::span<const attn_seq> seqs, const cascade_plan& cascade) const override {
     attention_plan p;
-    plan_prefill(seqs, shape_.num_heads / shape_.num_kv_heads, shape_.num_kv_heads, prefill_rows(), p);
-    const std::vector<int32_t> lens = decode_lengths(seqs);
-    plan_decode(seqs, shape_.num_kv_heads, lens.empty() ? 0 : decode_chunk(lens), p);
+    const int KVH = shape_.num_kv_heads, G = shape_.num_heads / KVH;
+    plan_prefill(seqs, G, KVH, prefill_rows(), p);
+    std::vector<int32_t> group_pieces, kv_start, pieces, first_slot;
+    if (takes_cascade() && !cascade.empty()) cascade_members(seqs, cascade, group_pieces, kv_start, pieces);
+    const std::vector<int32_t> lens = decode_lengths(seqs, kv_start);
+    plan_decode(seqs, KVH, lens.empty() ? 0 : decode_chunk(lens), kv_start, pieces, first_slot, p);
+    if (!kv_start.empty())
+      plan_prefix_pieces(seqs, cascade, group_pieces, first_slot, tiling(), shape_.block_size, p);
     return p;
   }
+
+  bool takes_cascade() const override { return !vllm_; }
 
   int run(const attn_launch& a, cudaStream_t s) const override { return run_marked(a, s, [] {}); }
 
@@ -112,12 +180,26 @@ class tc_backend : public attention_backend {
 
   int run_marked(const attn_launch& in, cudaStream_t s, const std::function<void()>& after_prefill) const override {
     attn_launch a = in;
-    const bool fused = counters_ != nullptr && tuning_.merge == split_merge::last_piece;
+    // A layer with prefix pieces merges every combine in the separate kernel, after them.
+    const bool cascade = a.prefix_grid > 0;
+    const bool fused = counters_ != nullptr && tuning_.merge == split_merge::last_piece && !cascade;
     a.split_counters = fused ? counters_ : nullptr;
     if (int e = launch_tc_prefill(shape_.dt, a, tuning_.prefill, s)) return e;
     after_prefill();
+    const bool beside = cascade && side_ != nullptr;
+    if (beside) {  // the prefix pieces on the side stream, once Q is written
+      if (int e = cudaEventRecord(fork_, s)) return e;
+      if (int e = cudaStreamWaitEvent(side_, fork_, 0)) return e;
+      if (int e = launch_cascade_prefix(shape_.dt, a, side_)) return e;
+      if (int e = cudaEventRecord(join_, side_)) return e;
+    }
     if (int e = vllm_ ? launch_vllm_decode(shape_.dt, a, s) : launch_fd_decode(shape_.dt, a, tuning_.decode, s))
       return e;
+    if (beside) {
+      if (int e = cudaStreamWaitEvent(s, join_, 0)) return e;
+    } else if (cascade) {
+      if (int e = launch_cascade_prefix(shape_.dt, a, s)) return e;
+    }
     return fused ? 0 : launch_lse_combine(shape_.dt, a, s);
   }
 
@@ -133,6 +215,44 @@ class tc_backend : public attention_backend {
     return prefill_runs() == prefill_kernel::mma_sync ? tc_prefill_rows : wgmma_pair_rows;
   }
 
+  /// How the prefix pass is tiled: one prefix CTA per SM for a wave beside the decode pieces
+  /// (80 KiB of shared memory each, leaving room for a decode CTA), else as many as decode CTAs fit.
+  prefix_tiling tiling() const {
+    prefix_tiling t;
+    t.query_rows = cascade_prefix_rows;
+    t.group_heads = shape_.num_heads / shape_.num_kv_heads;
+    t.num_kv_heads = shape_.num_kv_heads;
+    t.key_tile = fd_kv_tile;
+    t.wave = side_ ? shape_.num_sms : resident_slots_;
+    t.max_pieces = cascade_max_prefix_pieces;
+    t.min_piece_keys = cascade_min_piece_tokens;
+    return t;
+  }
+
+  /// Per group, the pieces of its prefix (0 for a group that is not all decodes that hold the
+  /// prefix: left on the per-sequence path); per sequence of the step, the first key of its own
+  /// pieces (its group's prefix length, 0 outside a group) and its group's prefix pieces.
+  void cascade_members(std::span<const attn_seq> seqs, const cascade_plan& cascade, std::vector<int32_t>& group_pieces,
+                       std::vector<int32_t>& kv_start, std::vector<int32_t>& pieces) const {
+    group_pieces = prefix_pieces(cascade, shape_.block_size, tiling());
+    kv_start.assign(seqs.size(), 0);
+    pieces.assign(seqs.size(), 0);
+    for (size_t gi = 0; gi < cascade.groups.size(); ++gi) {
+      const cascade_group& g = cascade.groups[gi];
+      const int32_t P = g.num_prefix_blocks * shape_.block_size;
+      bool decodes = P > 0 && !g.seqs.empty();
+      for (int32_t s : g.seqs)
+        decodes = decodes && s >= 0 && size_t(s) < seqs.size() && seqs[size_t(s)].q_len == 1 &&
+                  seqs[size_t(s)].context_len >= P;
+      if (!decodes) group_pieces[gi] = 0;
+      for (int32_t s : g.seqs)
+        if (decodes) {
+          kv_start[size_t(s)] = P;
+          pieces[size_t(s)] = group_pieces[gi];
+        }
+    }
+  }
+
   int32_t decode_chunk(const std::vector<int32_t>& lens) const {
     split_inputs in;
     in.num_kv_heads = shape_.num_kv_heads;
@@ -144,10 +264,20 @@ class tc_backend : public attention_backend {
     return choose_kv_chunk(lens, in);
   }
 
+  void release_side_stream() {
+    if (join_) (void)cudaEventDestroy(join_);
+    if (fork_) (void)cudaEventDestroy(fork_);
+    if (side_) (void)cudaStreamDestroy(side_);
+    side_ = nullptr;
+    fork_ = join_ = nullptr;
+  }
+
   bool vllm_ = false;
   attention_tuning tuning_;
   int ctas_per_sm_ = 1;
   int32_t* counters_ = nullptr;
+  cudaStream_t side_ = nullptr;   ///< cascade prefix pieces beside the decode pieces (cascade_overlap)
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
 };
 
 /// Head dims without a tensor-core build: the generic CUDA-core kernel (attention_kernels.cu).
@@ -159,13 +289,16 @@ class generic_backend : public attention_backend {
     max_partials_ = 4 * shape.num_sms;
   }
 
-  attention_plan plan(std::span<const attn_seq> seqs) const override {
+  using attention_backend::plan;
+  attention_plan plan(std::span<const attn_seq> seqs, const cascade_plan&) const override {
     return plan_attention(seqs, shape_.num_heads, shape_.num_kv_heads, 2 * shape_.num_sms, max_partials_);
   }
 
-  attention_grids decode_graph_grids(int batch) const override {
-    return {batch * shape_.num_kv_heads + max_partials_, 0, max_partials_};
+  attention_grids decode_graph_grids(int batch, bool) const override {
+    return {batch * shape_.num_kv_heads + max_partials_, 0, max_partials_, 0};
   }
+
+  int partial_rows() const override { return attn_tile_rows; }
 
   int run(const attn_launch& a, cudaStream_t s) const override { return paged_attention(shape_.dt, a, s); }
 };
@@ -183,14 +316,26 @@ attention_grids attention_backend::grids(const attention_plan& p) const {
   g.decode = p.num_decode_items;
   g.prefill = static_cast<int>(p.items.size()) - p.num_decode_items;
   g.combine = static_cast<int>(p.combines.size());
+  g.prefix = static_cast<int>(p.prefix_items.size());
   return g;
 }
 
-attention_grids attention_backend::decode_graph_grids(int batch) const {
-  // The decode kernels stride over their items, so any grid is correct; this one covers every
-  // flash-decoding plan (at most max(B x KVH, one wave of slots)) without looping.
+attention_grids attention_backend::decode_graph_grids(int batch, bool cascade) const {
+  // The decode kernels and the prefix kernel stride over their items, so any grid is correct;
+  // this one covers every flash-decoding plan (at most max(B x KVH, one wave of slots)) without
+  // looping. With prefix pieces there is at most one combine per sequence and KV head.
   const int base = batch * shape_.num_kv_heads;
-  return {0, std::max(base, resident_slots_), std::min(base, max_partials_)};
+  return {0, std::max(base, resident_slots_), cascade ? base : std::min(base, max_partials_),
+          cascade ? resident_slots_ : 0};
+}
+
+int attention_backend::partial_capacity(int batch) const {
+  if (!takes_cascade()) return max_partials_;
+  return max_partials_ + batch * shape_.num_kv_heads * (cascade_max_prefix_pieces + 1);
+}
+
+int attention_backend::prefix_row_capacity(int batch) const {
+  return takes_cascade() ? batch * shape_.num_kv_heads * cascade_max_prefix_pieces : 0;
 }
 
 result<std::unique_ptr<attention_backend>> make_attention_backend(kv_cache_layout layout,

@@ -15,6 +15,7 @@
 #include "gpu/cuda/attention/attention_plan.hpp"
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/attention/cascade_plan.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -29,6 +30,7 @@ struct attention_shape {
 /// Grid sizes of one attention launch (upper bounds when a CUDA graph replays them).
 struct attention_grids {
   int prefill = 0, decode = 0, combine = 0;
+  int prefix = 0;   ///< cascade prefix pieces (0: none)
 };
 
 class attention_backend {
@@ -40,14 +42,29 @@ class attention_backend {
   int block_size() const { return shape_.block_size; }
   /// Bytes of one KV block of one cache (K or V of one layer): [block_size, KVH, D] elements.
   size_t block_bytes() const;
-  /// Partial slots (attn_tile_rows x head_dim floats each) one step may use.
+  /// Partial slots (partial_rows() x head_dim floats each) the split pieces of one step may use.
   int max_partials() const { return max_partials_; }
+  /// Rows of one partial slot.
+  virtual int partial_rows() const { return tc_partial_rows; }
+  /// Whether plan() takes cascade groups (cascade attention: a group's shared prefix read once
+  /// per KV head for all its members).
+  virtual bool takes_cascade() const { return false; }
+  /// Partial slots (and combines) a step of up to `batch` sequences may use: max_partials() for
+  /// split pieces, plus, where the backend takes cascade groups, each member's prefix pieces and
+  /// suffix per KV head.
+  int partial_capacity(int batch) const;
+  /// Cascade prefix items (and member rows) a step of up to `batch` sequences may have.
+  int prefix_row_capacity(int batch) const;
   /// The step's work list for `seqs` (a sequence with q_len 1 is a decode).
-  virtual attention_plan plan(std::span<const attn_seq> seqs) const = 0;
+  attention_plan plan(std::span<const attn_seq> seqs) const { return plan(seqs, cascade_plan{}); }
+  /// The same with `cascade`'s groups (indices into `seqs`) reading their shared prefix in prefix
+  /// pieces, when takes_cascade(); other backends ignore it.
+  virtual attention_plan plan(std::span<const attn_seq> seqs, const cascade_plan& cascade) const = 0;
   /// Launch sizes of a plan.
   attention_grids grids(const attention_plan& p) const;
-  /// Launch sizes that cover any plan of a decode-only step of `batch` sequences.
-  virtual attention_grids decode_graph_grids(int batch) const;
+  /// Launch sizes that cover any plan of a decode-only step of `batch` sequences (with cascade
+  /// groups or without).
+  virtual attention_grids decode_graph_grids(int batch, bool cascade = false) const;
   /// Enqueues one layer's attention on `s`; a cudaError_t as int (0 = success).
   virtual int run(const attn_launch& a, cudaStream_t s) const = 0;
   /// Whether this backend's prefill kernel reads attn_launch::q16 when a step sets it (the

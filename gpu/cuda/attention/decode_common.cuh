@@ -6,16 +6,17 @@
 
 #include "gpu/cuda/attention/tile_ops.cuh"
 #include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/cuda/kernel_util.cuh"
 
 namespace actorserve::gpu::cuda::attn_dev {
 
 /// Programmatic dependent launch, start of a decode kernel: lets the next kernel (launched with
 /// the PDL attribute) begin its own prologue; a no-op when nothing depends programmatically.
-__device__ __forceinline__ void allow_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void allow_dependents() { dev::pdl_launch_dependents(); }
 
 /// Waits until the previous kernel (this step's rope_kv_write: Q and the newest K/V row) has
 /// finished and its writes are visible; returns at once when not launched as a dependent.
-__device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void wait_for_previous_kernel() { dev::pdl_wait(); }
 
 /// Whether the rows [k0, min(k0 + n, kv_end)) of a decode piece precede its sequence's newest
 /// key (context_len - 1, written by this step's rope_kv_write), so may be copied before
@@ -73,7 +74,7 @@ __device__ __forceinline__ void merge_warps_and_store(const attn_launch& a, cons
       v.y = elem<T>::pack(acc.z, acc.w);
       *reinterpret_cast<uint2*>(out) = v;
     } else {
-      const size_t row = size_t(it.partial) * attn_tile_rows + r;
+      const size_t row = size_t(it.partial) * tc_partial_rows + r;
       *reinterpret_cast<float4*>(a.partial_o + row * D + c) = acc;
       if (c == 0) a.partial_lse[row * 2] = L > 0.0f ? M + log2f(L) : -INFINITY;
     }
@@ -82,7 +83,7 @@ __device__ __forceinline__ void merge_warps_and_store(const attn_launch& a, cons
 
 /// Log2-sum-exp of piece `s`, row `r` of combine `cb` (L2: written by other CTAs of this grid).
 __device__ __forceinline__ float piece_lse(const attn_launch& a, const attn_combine& cb, int s, int r) {
-  return __ldcg(a.partial_lse + (size_t(cb.first_partial + s) * attn_tile_rows + r) * 2);
+  return __ldcg(a.partial_lse + (size_t(cb.first_partial + s) * tc_partial_rows + r) * 2);
 }
 
 /// Reads the pieces' log2-sum-exp values into sm[s * rows + r], then turns them in place into
@@ -148,7 +149,7 @@ __device__ __forceinline__ void sum_pieces(const attn_launch& a, const attn_comb
 #pragma unroll
       for (int j = 0; j < kP; ++j)
         x[k][j] = s0 + j < S ? __ldcg(reinterpret_cast<const float4*>(
-                                   a.partial_o + (size_t(cb.first_partial + s0 + j) * attn_tile_rows + r[k]) * D + c[k]))
+                                   a.partial_o + (size_t(cb.first_partial + s0 + j) * tc_partial_rows + r[k]) * D + c[k]))
                              : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int k = 0; k < kK; ++k)

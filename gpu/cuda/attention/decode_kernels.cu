@@ -22,6 +22,7 @@
 #include "gpu/cuda/attention/warp_keys.cuh"
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/device_info.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -31,8 +32,9 @@ using namespace attn_dev;
 
 constexpr int kThreads = 128, kWarps = 4;
 
-template <int D>
-constexpr int fd_smem_bytes() { return fd_stages * 2 * fd_kv_tile * D * 2 + 16 * D * 2; }
+/// Dynamic shared memory of the flash-decoding kernels: kSt stages of K and V tiles, the Q tile.
+template <int D, int kSt = fd_stages>
+constexpr int fd_smem_bytes() { return kSt * 2 * fd_kv_tile * D * 2 + 16 * D * 2; }
 
 /// Whether the query rows of a KV group fit the decode kernels' warp tile (warp_keys: the keys as
 /// the MMAs' M dimension, at most 8 query rows as N; decode items hold one token, and the
@@ -42,10 +44,10 @@ bool rows_fit(const attn_launch& a) { return a.num_heads <= warp_keys_max_rows *
 /// Shared-memory floats the merge of split pieces may use for their lse values.
 constexpr int merge_cap(int smem_bytes) { return smem_bytes / 4; }
 
-/// One decode item with its K/V tiles copied by every thread's cp.async.
-template <class T, int D>
+/// One decode item with its K/V tiles copied by every thread's cp.async through kSt stages.
+template <class T, int D, int kSt>
 __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
-  constexpr int kSt = fd_stages, kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
+  constexpr int kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
   const uint32_t s0 = smem_addr(smem_raw), q_s = s0 + kSt * 2 * kTileBytes;
   const int32_t* bt = a.block_tables + it.bt_offset;
@@ -90,18 +92,18 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
   __syncthreads();
   merge_warps_and_store<T, D, kWarps>(a, it, w, reinterpret_cast<float*>(smem_raw), G * it.q_len, tid);
   if (it.partial >= 0 && a.split_counters)
-    finish_split<T, D, kThreads>(a, it, reinterpret_cast<float*>(smem_raw), merge_cap(fd_smem_bytes<D>()), tid);
+    finish_split<T, D, kThreads>(a, it, reinterpret_cast<float*>(smem_raw), merge_cap(fd_smem_bytes<D, kSt>()), tid);
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
-template <class T, int D>
+template <class T, int D, int kSt>
 __global__ void __launch_bounds__(kThreads) fd_decode_kernel(attn_launch a) {
   allow_dependents();
   extern __shared__ uint4 smem_raw[];
   const int n = a.counts[2];
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    fd_decode_item<T, D>(a, a.items[a.counts[0] + i], smem_raw);
+    fd_decode_item<T, D, kSt>(a, a.items[a.counts[0] + i], smem_raw);
   }
 }
 
@@ -185,8 +187,13 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided, over TMA (fd_decode_item_tma).
+/// TMA and mbarrier transaction counts need sm_90: for older targets the kernel traps, and the
+/// host selects it only on compute capability 9.x (cuda_tuning_for).
 template <class T, int D>
 __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, const __grid_constant__ kv_tensor_maps maps) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();
+#else
   if (threadIdx.x == 0) {
     dev::prefetch_tensor_map(&maps.k);  // the copy engine's first use of them is not a cold miss
     dev::prefetch_tensor_map(&maps.v);
@@ -214,14 +221,15 @@ __global__ void __launch_bounds__(kThreads) fd_decode_tma_kernel(attn_launch a, 
     fd_decode_item_tma<T, D>(a, maps, it, s0, n);
     it = next;
   }
+#endif
 }
 
-template <int D>
-constexpr int vllm_smem_bytes() { return kWarps * fd_stages * 2 * vllm_warp_tokens * D * 2 + 16 * D * 2; }
+template <int D, int kSt = fd_stages>
+constexpr int vllm_smem_bytes() { return kWarps * kSt * 2 * vllm_warp_tokens * D * 2 + 16 * D * 2; }
 
-template <class T, int D>
+template <class T, int D, int kSt>
 __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
-  constexpr int kU = vllm_warp_tokens, kSt = fd_stages, kUnitBytes = kU * D * 2;
+  constexpr int kU = vllm_warp_tokens, kUnitBytes = kU * D * 2;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
   const uint32_t s0 = smem_addr(smem_raw), q_s = s0 + kWarps * kSt * 2 * kUnitBytes;
   const uint32_t my = s0 + warp * kSt * 2 * kUnitBytes;  // this warp's stages
@@ -269,18 +277,18 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
   __syncthreads();
   merge_warps_and_store<T, D, kWarps>(a, it, w, reinterpret_cast<float*>(smem_raw), G * it.q_len, tid);
   if (it.partial >= 0 && a.split_counters)
-    finish_split<T, D, kThreads>(a, it, reinterpret_cast<float*>(smem_raw), merge_cap(vllm_smem_bytes<D>()), tid);
+    finish_split<T, D, kThreads>(a, it, reinterpret_cast<float*>(smem_raw), merge_cap(vllm_smem_bytes<D, kSt>()), tid);
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
-template <class T, int D>
+template <class T, int D, int kSt>
 __global__ void __launch_bounds__(kThreads) vllm_decode_kernel(attn_launch a) {
   allow_dependents();
   extern __shared__ uint4 smem_raw[];
   const int n = a.counts[2];
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    vllm_decode_item<T, D>(a, a.items[a.counts[0] + i], smem_raw);
+    vllm_decode_item<T, D, kSt>(a, a.items[a.counts[0] + i], smem_raw);
   }
 }
 
@@ -296,18 +304,40 @@ int launch_decode(void (*kernel)(attn_launch), int smem, const attn_launch& a, c
   return int(dev::launch_pdl_smem(kernel, dim3(a.decode_grid), dim3(kThreads), size_t(smem), s, a));
 }
 
-template <class T, int D>
+/// The dynamic shared memory a block of the current device may opt in to (cached per thread).
+int max_block_smem() {
+  thread_local int bytes = 0;
+  if (bytes == 0) {
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+      (void)cudaGetLastError();
+      bytes = 48 * 1024;
+    }
+  }
+  return bytes;
+}
+
+/// Whether the cp.async decode kernels run fd_stages (3) stages: they do where a block may take
+/// their shared memory (compute capability 8.0 and 9.x: 163 and 227 KiB), else 2 (8.6 and 8.9
+/// allow 99 KiB, under the 100 KiB that three 64-token stages take at head dim 128).
+template <int D>
+bool full_stages(bool vllm) {
+  return (vllm ? vllm_smem_bytes<D>() : fd_smem_bytes<D>()) <= max_block_smem();
+}
+
+template <class T, int D, int kSt>
 int launch_fd_kernel(const attn_launch& a, cudaStream_t s) {
-  constexpr int smem = fd_smem_bytes<D>();
-  static const int configured = configure(fd_decode_kernel<T, D>, smem);
+  constexpr int smem = fd_smem_bytes<D, kSt>();
+  static const int configured = configure(fd_decode_kernel<T, D, kSt>, smem);
   if (configured != 0) return configured;
-  return launch_decode(fd_decode_kernel<T, D>, smem, a, s);
+  return launch_decode(fd_decode_kernel<T, D, kSt>, smem, a, s);
 }
 
 /// The cp.async flash-decoding kernel.
 template <class T, int D>
 int launch_fd_cp_async(const attn_launch& a, cudaStream_t s) {
-  return launch_fd_kernel<T, D>(a, s);
+  return full_stages<D>(false) ? launch_fd_kernel<T, D, fd_stages>(a, s) : launch_fd_kernel<T, D, 2>(a, s);
 }
 
 template <class T, int D>
@@ -330,43 +360,46 @@ int launch_fd_tma(const attn_launch& a, cudaStream_t s) {
   return launch_fd_tma_kernel<T, D>(a, maps, s);
 }
 
+/// The TMA kernel only where the GPU and the loaded code run it (tuning.hpp, runs_tma).
 template <class T, int D>
 int launch_fd(const attn_launch& a, decode_kernel k, cudaStream_t s) {
-  return k == decode_kernel::cp_async ? launch_fd_cp_async<T, D>(a, s) : launch_fd_tma<T, D>(a, s);
+  if (k == decode_kernel::cp_async || !runs_tma(loaded_gpu_target())) return launch_fd_cp_async<T, D>(a, s);
+  return launch_fd_tma<T, D>(a, s);
 }
 
-template <class T, int D>
+template <class T, int D, int kSt>
 int launch_vllm_kernel(const attn_launch& a, cudaStream_t s) {
-  static const int configured = configure(vllm_decode_kernel<T, D>, vllm_smem_bytes<D>());
+  static const int configured = configure(vllm_decode_kernel<T, D, kSt>, vllm_smem_bytes<D, kSt>());
   if (configured != 0) return configured;
-  return launch_decode(vllm_decode_kernel<T, D>, vllm_smem_bytes<D>(), a, s);
+  return launch_decode(vllm_decode_kernel<T, D, kSt>, vllm_smem_bytes<D, kSt>(), a, s);
 }
 
 template <class T, int D>
 int launch_vllm(const attn_launch& a, cudaStream_t s) {
-  return launch_vllm_kernel<T, D>(a, s);
+  return full_stages<D>(true) ? launch_vllm_kernel<T, D, fd_stages>(a, s) : launch_vllm_kernel<T, D, 2>(a, s);
 }
 
-template <class T, int D>
-int occupancy(bool vllm) {
+/// Resident CTAs per SM of `kernel` with `smem` bytes of dynamic shared memory (0 on error).
+template <class K>
+int resident(K kernel, int smem) {
   int n = 0;
-  const int smem = vllm ? vllm_smem_bytes<D>() : fd_smem_bytes<D>();
-  cudaError_t e = vllm ? cudaErrorUnknown : cudaSuccess;
-  if (vllm) {
-    e = cudaError_t(configure(vllm_decode_kernel<T, D>, smem));
-    if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, vllm_decode_kernel<T, D>, kThreads, smem);
-  } else {  // the TMA kernel, the default (its cp.async fallback takes 1 KiB less)
-    e = cudaError_t(configure(fd_decode_tma_kernel<T, D>, fd_tma_smem_bytes<D>()));
-    if (e == cudaSuccess)
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fd_decode_tma_kernel<T, D>, kThreads,
-                                                        fd_tma_smem_bytes<D>());
-  }
+  cudaError_t e = cudaError_t(configure(kernel, smem));
+  if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, smem);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
   return n;
+}
+
+template <class T, int D>
+int occupancy(bool vllm, bool tma) {
+  if (vllm)
+    return full_stages<D>(true) ? resident(vllm_decode_kernel<T, D, fd_stages>, vllm_smem_bytes<D>())
+                                : resident(vllm_decode_kernel<T, D, 2>, vllm_smem_bytes<D, 2>());
+  if (tma) return resident(fd_decode_tma_kernel<T, D>, fd_tma_smem_bytes<D>());
+  return full_stages<D>(false) ? resident(fd_decode_kernel<T, D, fd_stages>, fd_smem_bytes<D>())
+                               : resident(fd_decode_kernel<T, D, 2>, fd_smem_bytes<D, 2>());
 }
 
 }  // namespace
@@ -389,9 +422,11 @@ int launch_vllm_decode(act_dtype dt, const attn_launch& a, cudaStream_t s) {
   return int(cudaErrorInvalidValue);
 }
 
-int decode_ctas_per_sm(act_dtype dt, int head_dim, bool vllm) {
-  if (head_dim == 128) return dt == act_dtype::bf16 ? occupancy<__nv_bfloat16, 128>(vllm) : occupancy<__half, 128>(vllm);
-  if (head_dim == 64) return dt == act_dtype::bf16 ? occupancy<__nv_bfloat16, 64>(vllm) : occupancy<__half, 64>(vllm);
+int decode_ctas_per_sm(act_dtype dt, int head_dim, bool vllm, bool tma) {
+  if (head_dim == 128)
+    return dt == act_dtype::bf16 ? occupancy<__nv_bfloat16, 128>(vllm, tma) : occupancy<__half, 128>(vllm, tma);
+  if (head_dim == 64)
+    return dt == act_dtype::bf16 ? occupancy<__nv_bfloat16, 64>(vllm, tma) : occupancy<__half, 64>(vllm, tma);
   return 0;
 }
 

@@ -30,6 +30,11 @@ inline constexpr int fd_stages = 3;
 /// rows x pieces weights in shared memory (the decode kernels' stages, the separate merge's).
 inline constexpr int max_split_pieces = 2048;
 inline constexpr int max_merge_rows = 8;
+/// Rows of one partial slot of the tensor-core kernels (a decode piece or a cascade member: the
+/// query heads of one KV group, at most max_merge_rows).
+inline constexpr int tc_partial_rows = max_merge_rows;
+/// Query rows (group members x heads of one KV group) of one cascade prefix item.
+inline constexpr int cascade_prefix_rows = 64;
 /// Tokens one warp of the vLLM-style kernel takes per step (a 16-token block).
 inline constexpr int vllm_warp_tokens = 16;
 
@@ -47,10 +52,16 @@ int launch_vllm_decode(act_dtype dt, const attn_launch& a, cudaStream_t s);
 /// Tensor-core causal prefill over items [0, counts[0]) with the kernel `k` resolves to
 /// (effective_prefill_kernel, prefill_wgmma.hpp).
 int launch_tc_prefill(act_dtype dt, const attn_launch& a, prefill_kernel k, cudaStream_t s);
+/// Cascade prefix pieces, items [counts[0] + counts[2], + counts[3]): each member's query heads
+/// over the item's keys, the members gathered as the rows of one tensor-core tile (no causal
+/// mask: every member sees the whole prefix); each member's normalised partial and log2-sum-exp
+/// go to its slot (attn_prefix_row::partial), merged by launch_lse_combine.
+int launch_cascade_prefix(act_dtype dt, const attn_launch& a, cudaStream_t s);
 /// Log-sum-exp merge of split decode pieces (counts[1] combines).
 int launch_lse_combine(act_dtype dt, const attn_launch& a, cudaStream_t s);
 
-/// Resident CTAs per SM of a decode kernel (0 on error); `vllm` picks the vLLM-style kernel.
-int decode_ctas_per_sm(act_dtype dt, int head_dim, bool vllm);
+/// Resident CTAs per SM of a decode kernel (0 on error); `vllm` picks the vLLM-style kernel, else
+/// `tma` the TMA flash-decoding kernel over the cp.async one.
+int decode_ctas_per_sm(act_dtype dt, int head_dim, bool vllm, bool tma);
 
 }  // namespace actorserve::gpu::cuda

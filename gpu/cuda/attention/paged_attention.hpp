@@ -40,11 +40,19 @@ struct attn_combine {
   int32_t q_begin = 0, q_len = 0, kv_head = 0, first_partial = 0, num_splits = 0, pad[3] = {0, 0, 0};
 };
 
+/// A query row group of a cascade prefix item (attn_item::q_begin indexes them, q_len counts
+/// them): one group member's decode token, whose G query heads are G rows of the item, and the
+/// partial slot that member's piece over the item's keys goes to.
+struct attn_prefix_row {
+  int32_t token = 0, partial = 0;
+};
+
 /// Query rows (tokens x heads of one KV group) a thread block handles.
 inline constexpr int attn_tile_rows = 32;
 
 /// One attention call (one layer). Items [0, counts[0]) are prefill tiles, items
-/// [counts[0], counts[0] + counts[2]) decode pieces; counts[1] combines merge split decode pieces.
+/// [counts[0], counts[0] + counts[2]) decode pieces, the next counts[3] items cascade prefix
+/// pieces (prefix_rows); counts[1] combines merge split decode pieces and cascade members.
 struct attn_launch {
   const float* q = nullptr;          ///< token t, head h at q[t * q_stride + h * D] (fp32)
   int q_stride = 0;
@@ -60,7 +68,11 @@ struct attn_launch {
   const attn_combine* combines = nullptr;
   const int32_t* counts = nullptr;   ///< device: [0] prefill items, [1] combines, [2] decode items
   int prefill_grid = 0, decode_grid = 0, combine_grid = 0;  ///< launch sizes (upper bounds)
-  /// Split pieces' scratch, [slots, attn_tile_rows, D] and [slots, attn_tile_rows, 2]. The
+  /// Cascade: the prefix pieces' member rows, and their kernel's grid (0: no cascade in this layer).
+  const attn_prefix_row* prefix_rows = nullptr;
+  int prefix_grid = 0;
+  /// Split pieces' scratch, [slots, rows, D] and [slots, rows, 2] with rows = the backend's
+  /// partial_rows() (tensor-core kernels: max_merge_rows; the generic kernel: attn_tile_rows). The
   /// tensor-core kernels store normalised outputs and [0] = the piece's log2-sum-exp; the generic
   /// kernel unnormalised sums and (max in log2 units, sum of exponentials).
   float* partial_o = nullptr;

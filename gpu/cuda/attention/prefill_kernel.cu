@@ -41,29 +41,18 @@ __global__ void __launch_bounds__(NW * 32, kMinBlocks) tc_prefill_kernel(attn_la
   const int warp_last = pos0 + min(warp * 16 + 15, valid - 1) / G;  // the warp's furthest-seeing row
   const int warp_first = pos0 + min(warp * 16, valid - 1) / G;
   const int ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
-#pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) {
-    if (st < ntiles) {
-      const uint32_t dst = s0 + st * 2 * kTileBytes;
-      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + st * kTile,
-                                       it.kv_end, dst, dst + kTileBytes, tid);
-    }
-    cp_async_commit();
-  }
+  const auto issue = [&](int tile, int stage) {
+    const uint32_t dst = s0 + stage * 2 * kTileBytes;
+    load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + tile * kTile,
+                                     it.kv_end, dst, dst + kTileBytes, tid);
+  };
+  kv_ring_start<kStages>(ntiles, issue);
   stage_q<T, D, kThreads>(a, it.q_begin, it.kv_head, kRows, valid, q_s, tid);
   __syncthreads();
   warp_rows<T, D> w;
   w.init(q_s + warp * 16 * D * 2, lane);
   for (int t = 0; t < ntiles; ++t) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // tile t landed for every thread; everyone is done with tile t - 1's slot
-    const int nt = t + kStages - 1;
-    if (nt < ntiles) {
-      const uint32_t st = s0 + (nt % kStages) * 2 * kTileBytes;
-      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + nt * kTile,
-                                       it.kv_end, st, st + kTileBytes, tid);
-    }
-    cp_async_commit();
+    kv_ring_next<kStages>(t, ntiles, issue);
     const int k0 = it.kv_begin + t * kTile;
     if (k0 > warp_last) continue;  // causal: no row of this warp sees these keys
     const uint32_t k_s = s0 + (t % kStages) * 2 * kTileBytes;

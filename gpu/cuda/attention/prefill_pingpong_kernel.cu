@@ -29,6 +29,10 @@
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
 
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#pragma nv_diag_suppress 177  // the constants and functions only the sm_90a kernel body uses
+#endif
+
 namespace actorserve::gpu::cuda {
 namespace {
 

@@ -13,6 +13,7 @@
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
 #include "gpu/cuda/attention/prefill_wgmma_rows.cuh"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/device_info.hpp"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -89,18 +90,7 @@ int launch(const attn_launch& a, cudaStream_t s) {
 
 }  // namespace
 
-bool wgmma_prefill_available() {
-  static const bool hopper = [] {
-    int dev = 0, major = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return major == 9;
-  }();
-  return hopper;
-}
+bool wgmma_prefill_available() { return runs_wgmma(loaded_gpu_target()); }
 
 int launch_wgmma_prefill(act_dtype dt, const attn_launch& a, prefill_kernel k, cudaStream_t s) {
   if (k == prefill_kernel::wgmma_tma_persistent && dt == act_dtype::bf16 && a.head_dim == 128)

@@ -179,6 +179,28 @@ __device__ __forceinline__ void load_kv_tile(const uint16_t* kc, const uint16_t*
   }
 }
 
+/// The kStages-deep cp.async K/V ring of the mma.sync kernels, start: issues tiles
+/// [0, kStages - 1) (issue(tile, stage) copies a tile into a stage), one commit group each.
+template <int kStages, class Issue>
+__device__ __forceinline__ void kv_ring_start(int ntiles, Issue&& issue) {
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (st < ntiles) issue(st, st);
+    cp_async_commit();
+  }
+}
+
+/// The same ring at tile t: waits until tile t has landed for every thread (so every thread is
+/// also done with tile t - 1's stage) and issues tile t + kStages - 1 into that stage.
+template <int kStages, class Issue>
+__device__ __forceinline__ void kv_ring_next(int t, int ntiles, Issue&& issue) {
+  cp_async_wait<kStages - 2>();
+  __syncthreads();
+  const int nt = t + kStages - 1;
+  if (nt < ntiles) issue(nt, nt % kStages);
+  cp_async_commit();
+}
+
 /// Eight fp32 query values scaled and packed as T (one 16-byte shared-memory chunk).
 template <class T>
 __device__ __forceinline__ uint4 pack8(const float4& x0, const float4& x1, float sc) {

@@ -16,6 +16,10 @@
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#pragma nv_diag_suppress 177  // the copy functions only the sm_90 kernel body uses
+#endif
+
 namespace actorserve::gpu::cuda {
 namespace {
 
@@ -112,9 +116,14 @@ __device__ __forceinline__ void produce(const bulk_smem<kRows>& sm, const T* w, 
   }
 }
 
+/// The bulk-copy engine and mbarrier transaction counts need sm_90: for older targets the kernel
+/// traps, and the host selects it only on compute capability 9.x (cuda_tuning_for).
 template <class T, int kRows, class Epi>
 __global__ void __launch_bounds__(kBlockThreads, 1) gemv_bulk_kernel(const T* x, int k, const T* w, Epi epi,
                                                                       int stages, bool evict_first) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();
+#else
   constexpr int kUnroll = kLoadsInFlight / kRows, kSlice = kUnroll * kThreads;
   extern __shared__ uint4 smem[];
   const bulk_smem<kRows> sm(smem, stages);
@@ -163,6 +172,7 @@ __global__ void __launch_bounds__(kBlockThreads, 1) gemv_bulk_kernel(const T* x,
     consumers_sync();
     epi.template finish<T>(g, sm.red[buf], tid);
   }
+#endif
 }
 
 template <class T, int kRows, class Epi>

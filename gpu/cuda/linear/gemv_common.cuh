@@ -25,8 +25,8 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
 
 /// Programmatic dependent launch (sm_90, see launch_pdl): let the next kernel start launching;
 /// wait until the previous one has finished and its writes are visible.
-__device__ __forceinline__ void launch_dependents() { asm volatile("griddepcontrol.launch_dependents;"); }
-__device__ __forceinline__ void wait_for_previous_grid() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void launch_dependents() { pdl_launch_dependents(); }
+__device__ __forceinline__ void wait_for_previous_grid() { pdl_wait(); }
 
 template <class T>
 __device__ __forceinline__ void unpack8(const uint4& raw, float* out) {

@@ -9,6 +9,7 @@
 #include "gpu/cuda/linear/gemv_common.cuh"
 #include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/device_info.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -103,7 +104,8 @@ bool gemv_supported(const void* x, int m, int k, const void* w) {
 int gemv(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta, cudaStream_t s,
          int rows_per_block, const bulk_gemv_tuning& bulk) {
   if (n <= 0) return 0;
-  if (m == 1 && beta == 0.0f && bulk.plain) return gemv_bulk(dt, x, k, w, n, y, s, bulk);
+  // The bulk-copy kernels only where the GPU and the loaded code run them (tuning.hpp, runs_tma).
+  if (m == 1 && beta == 0.0f && bulk.plain && runs_tma(loaded_gpu_target())) return gemv_bulk(dt, x, k, w, n, y, s, bulk);
   AS_DISPATCH_ACT(dt, launch<T>(static_cast<const T*>(x), m, k, static_cast<const T*>(w), n, y, beta,
                                 rows_per_block, s));
   return cudaGetLastError();
@@ -111,7 +113,7 @@ int gemv(act_dtype dt, const void* x, int m, int k, const void* w, int n, float*
 
 int gemv_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_kv_args& a, cudaStream_t s,
                   const bulk_gemv_tuning& bulk) {
-  if (bulk.qkv) return gemv_bulk_qkv_rope(dt, x, k, w, a, s, bulk);
+  if (bulk.qkv && runs_tma(loaded_gpu_target())) return gemv_bulk_qkv_rope(dt, x, k, w, a, s, bulk);
   const int blocks = (a.num_heads + 2 * a.num_kv_heads) * (a.head_dim / 2);
   AS_DISPATCH_ACT(dt, launch_pdl(gemv_qkv_rope_kernel<T>, dim3(blocks), dim3(kThreads), s, static_cast<const T*>(x),
                                  k, static_cast<const T*>(w), a));
@@ -120,7 +122,7 @@ int gemv_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_
 
 int gemv_gate_up_silu(act_dtype dt, const void* x, int k, const void* w, int inter, void* act, int rows_per_block,
                       cudaStream_t s, const bulk_gemv_tuning& bulk) {
-  if (bulk.gate_up) return gemv_bulk_gate_up_silu(dt, x, k, w, inter, act, rows_per_block, s, bulk);
+  if (bulk.gate_up && runs_tma(loaded_gpu_target())) return gemv_bulk_gate_up_silu(dt, x, k, w, inter, act, rows_per_block, s, bulk);
   if (rows_per_block == 2)
     AS_DISPATCH_ACT(dt, launch_pdl(gemv_gate_up_silu_kernel<T, 1>, dim3(inter), dim3(kThreads), s,
                                    static_cast<const T*>(x), k, static_cast<const T*>(w), inter, static_cast<T*>(act)));

@@ -5,16 +5,21 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_status.hpp"
+#include "gpu/cuda/linear/fp8_linear.hpp"
 #include "gpu/cuda/linear/gemv_kernel.hpp"
+#include "gpu/model/dtype_convert.hpp"
+#include "gpu/model/fp8.hpp"
 #include "gpu/model/load_progress.hpp"
 #include "gpu/model/model_weights.hpp"
 #include "gpu/model/rope.hpp"
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/cuda/model/dummy_fill.hpp"
 #include "gpu/cuda/moe/moe_kernels.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -25,6 +30,7 @@ result<src_dtype> source_dtype(const tensor_view& v) {
     case st_dtype::f32: return src_dtype::f32;
     case st_dtype::bf16: return src_dtype::bf16;
     case st_dtype::f16: return src_dtype::f16;
+    case st_dtype::f8_e4m3: return src_dtype::f32;  // uploader::stage dequantizes it on the host
     default:
       return make_error(error_code::unsupported,
                         fmt::format("{}: tensor '{}' has dtype {}; the CUDA executor reads F32, BF16 and F16",
@@ -40,19 +46,85 @@ class uploader {
   uploader& operator=(const uploader&) = delete;
   ~uploader() { if (staging_) cudaFree(staging_); }
 
-  /// Converts `views`, concatenated along rows, into one new act-dtype matrix.
+  /// Converts `views`, concatenated along rows, into one new act-dtype matrix (F8_E4M3 views
+  /// dequantized on the host first).
   result<void*> matrix(const std::vector<const tensor_view*>& views) {
-    return concatenated(views, act_size(m_.dt), [&](const void* src, src_dtype sd, void* dst, size_t n) {
-      return convert_to_act(m_.dt, src, sd, dst, n, s_);
-    });
+    return concatenated(
+        views, act_size(m_.dt),
+        [&](const void* src, src_dtype sd, void* dst, size_t n) { return convert_to_act(m_.dt, src, sd, dst, n, s_); },
+        [&](const dummy_fill& f, void* dst, size_t n) { return fill_dummy_act(f, m_.dt, dst, n, s_); });
+  }
+
+  /// A dense layer's weight from `views` (concatenated along rows): E4M3 bytes with per-row scales
+  /// when every view is a per-tensor or per-channel F8_E4M3 weight, or when `quantize` and none
+  /// is F8_E4M3 (rounded on the device by fp8_quantize_rows as quantize_rows_e4m3 rounds on the
+  /// CPU; a generated view, --load-format dummy, is filled on the device first); else an act-dtype
+  /// matrix().
+  result<device_weight> weight(const std::vector<const tensor_view*>& views, bool quantize) {
+    size_t fp8_views = 0, rows = 0, cols = 0;
+    for (auto* v : views) {
+      if (v->dtype == st_dtype::f8_e4m3 && v->scale && v->scale->kind != fp8_scale_kind::block) ++fp8_views;
+      rows += size_t(v->shape[0]);
+      cols = size_t(v->shape[1]);
+    }
+    const bool any_fp8 = std::any_of(views.begin(), views.end(),
+                                     [](const tensor_view* v) { return v->dtype == st_dtype::f8_e4m3; });
+    if (fp8_views != views.size() && (any_fp8 || !quantize)) {
+      auto m = matrix(views);
+      if (!m) return m.err();
+      return device_weight{*m, nullptr};
+    }
+    void* dst = nullptr;
+    if (auto st = m_.alloc(&dst, rows * cols); !st) return st.err();
+    void* scale = nullptr;
+    if (auto st = m_.alloc(&scale, rows * sizeof(float)); !st) return st.err();
+    size_t row = 0;
+    for (auto* v : views) {
+      const size_t r = size_t(v->shape[0]);
+      uint8_t* codes = static_cast<uint8_t*>(dst) + row * cols;
+      float* scales = static_cast<float*>(scale) + row;
+      if (v->dtype == st_dtype::f8_e4m3) {
+        std::vector<float> s(r);
+        for (size_t i = 0; i < r; ++i) s[i] = row_scale(*v->scale, i);
+        // Pageable copies: they complete before the host buffer `s` dies.
+        AS_CUDA_TRY(cudaMemcpyAsync(codes, v->data, r * cols, cudaMemcpyHostToDevice, s_));
+        AS_CUDA_TRY(cudaMemcpyAsync(scales, s.data(), r * sizeof(float), cudaMemcpyHostToDevice, s_));
+        AS_CUDA_TRY(cudaStreamSynchronize(s_));
+        progress_.advance(v->num_bytes());
+      } else if (v->dummy) {
+        // Generated (--load-format dummy): filled as bf16 (its values are bf16-exact) into the
+        // staging buffer on the device, then rounded as a read bf16 view is.
+        auto buf = staging(r * cols * act_size(act_dtype::bf16));
+        if (!buf) return buf.err();
+        AS_CUDA_TRY(fill_dummy_act(*v->dummy, act_dtype::bf16, *buf, r * cols, s_));
+        progress_.advance(v->num_bytes());
+        AS_CUDA_TRY(fp8_quantize_rows(*buf, src_dtype::bf16, int(r), int(cols), codes, scales, s_));
+        AS_CUDA_TRY(cudaStreamSynchronize(s_));  // start-up only: the staging buffer is reused
+      } else {
+        auto sd = source_dtype(*v);
+        if (!sd) return sd.err();
+        auto src = stage(*v);
+        if (!src) return src.err();
+        AS_CUDA_TRY(fp8_quantize_rows(*src, *sd, int(r), int(cols), codes, scales, s_));
+        AS_CUDA_TRY(cudaStreamSynchronize(s_));  // start-up only: the staging buffer is reused
+      }
+      row += r;
+    }
+    m_.fp8_max_elements = std::max(m_.fp8_max_elements, rows * cols);
+    m_.fp8_max_cols = std::max(m_.fp8_max_cols, cols);
+    return device_weight{dst, static_cast<float*>(scale)};
   }
 
   /// Converts `views` (concatenated) into one new fp32 vector.
   result<float*> vector(std::initializer_list<const tensor_view*> views) {
-    auto dst = concatenated(std::vector<const tensor_view*>(views), sizeof(float),
-                            [&](const void* src, src_dtype sd, void* out, size_t n) {
-                              return convert_to_f32(src, sd, static_cast<float*>(out), n, s_);
-                            });
+    auto dst = concatenated(
+        std::vector<const tensor_view*>(views), sizeof(float),
+        [&](const void* src, src_dtype sd, void* out, size_t n) {
+          return convert_to_f32(src, sd, static_cast<float*>(out), n, s_);
+        },
+        [&](const dummy_fill& f, void* out, size_t n) {
+          return fill_dummy_f32_device(f, static_cast<float*>(out), n, s_);
+        });
     if (!dst) return dst.err();
     return static_cast<float*>(*dst);
   }
@@ -60,15 +132,23 @@ class uploader {
  private:
   /// Allocates elements of `elem_bytes` for all of `views` and fills them in order with
   /// `convert(src, src_dtype, dst, n)` (a launcher's cudaError_t as an int), one staged view at a
-  /// time.
-  template <class Convert>
-  result<void*> concatenated(const std::vector<const tensor_view*>& views, size_t elem_bytes, Convert convert) {
+  /// time; a generated view (--load-format dummy) is written by `fill(dummy_fill, dst, n)` on the
+  /// device instead, with nothing staged.
+  template <class Convert, class Fill>
+  result<void*> concatenated(const std::vector<const tensor_view*>& views, size_t elem_bytes, Convert convert,
+                             Fill fill) {
     size_t total = 0;
     for (auto* v : views) total += v->num_elements();
     void* dst = nullptr;
     if (auto st = m_.alloc(&dst, total * elem_bytes); !st) return st.err();
     size_t offset = 0;
     for (auto* v : views) {
+      if (v->dummy) {
+        AS_CUDA_TRY(fill(*v->dummy, static_cast<char*>(dst) + offset * elem_bytes, v->num_elements()));
+        progress_.advance(v->num_bytes());
+        offset += v->num_elements();
+        continue;
+      }
       auto sd = source_dtype(*v);
       if (!sd) return sd.err();
       auto src = stage(*v);
@@ -80,15 +160,40 @@ class uploader {
     return dst;
   }
 
+  /// Row `i`'s scale of a per-tensor or per-channel E4M3 weight.
+  static float row_scale(const fp8_scale_view& s, size_t i) {
+    float v = 0;
+    const size_t index = s.kind == fp8_scale_kind::per_channel ? i : 0;
+    upcast_to_f32(s.data + index * dtype_size(s.dtype), s.dtype, 1, &v);
+    return v;
+  }
+
+  /// Stages `v` on the device: as stored, or dequantized to fp32 for F8_E4M3 (src_dtype f32).
   result<const void*> stage(const tensor_view& v) {
-    if (v.num_bytes() > staging_bytes_) {
+    if (v.dtype != st_dtype::f8_e4m3) return stage_bytes(v, v.data, v.num_bytes());
+    const std::vector<float> w = weight_store::to_f32(v);
+    return stage_bytes(v, w.data(), w.size() * sizeof(float));
+  }
+
+  /// The device staging buffer, grown to at least `bytes`.
+  result<void*> staging(size_t bytes) {
+    if (bytes > staging_bytes_) {
       if (staging_) cudaFree(staging_);
       staging_ = nullptr;
-      staging_bytes_ = v.num_bytes();
-      AS_CUDA_TRY(cudaMalloc(&staging_, staging_bytes_));
+      staging_bytes_ = 0;
+      AS_CUDA_TRY(cudaMalloc(&staging_, bytes));
+      staging_bytes_ = bytes;
     }
+    return staging_;
+  }
+
+  result<const void*> stage_bytes(const tensor_view& v, const void* data, size_t bytes) {
+    auto buf = staging(bytes);
+    if (!buf) return buf.err();
     // Same stream as the conversion: a pageable copy may return before its DMA lands.
-    AS_CUDA_TRY(cudaMemcpyAsync(staging_, v.data, v.num_bytes(), cudaMemcpyHostToDevice, s_));
+    AS_CUDA_TRY(cudaMemcpyAsync(staging_, data, bytes, cudaMemcpyHostToDevice, s_));
+    // The host copy of a dequantized view dies on return: the copy must have landed by then.
+    if (data != v.data) AS_CUDA_TRY(cudaStreamSynchronize(s_));
     progress_.advance(v.num_bytes());
     return static_cast<const void*>(staging_);
   }
@@ -192,8 +297,9 @@ result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dt
 }
 
 result<std::unique_ptr<device_model>> load_device_model(const std::string& model_dir, dtype_choice choice,
-                                                        cudaStream_t stream) {
-  auto files = open_model_files(model_dir);
+                                                        bool quantize_fp8, cudaStream_t stream,
+                                                        const weight_source& source) {
+  auto files = open_model_files(model_dir, source);
   if (!files) return files.err();
   const model_config& cfg = files->config;
   auto dt = resolve_dtype(choice, cfg.torch_dtype);
@@ -221,6 +327,13 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
                                     "routes at most {} of at most {}", model_dir, moe.top_k, moe.num_experts,
                                     moe_max_top_k, moe_max_experts));
   }
+  // An FP8 checkpoint loads as it is under --quantization fp8, as on the CPU.
+  quantize_fp8 = quantize_fp8 && !cfg.quantization;
+  if (quantize_fp8 && cfg.moe)
+    return make_error(error_code::unsupported,
+                      fmt::format("{}: --quantization fp8 rounds the dense layers only on the CUDA executor, and this "
+                                  "is a mixture-of-experts model; start without it, or with --device cpu (docs/fp8.md)",
+                                  model_dir));
   if (rope_depends_on_length(cfg.rope))
     return make_error(error_code::unsupported,
                       fmt::format("{}/config.json: rope_type dynamic is not supported by the CUDA executor", model_dir));
@@ -248,10 +361,10 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   for (size_t i = 0; i < v.layers.size(); ++i) {
     const layer_views& lv = v.layers[i];
     device_layer d;
-    if (lv.mla) {
+    if (lv.mla) {  // its projections in the act dtype (an FP8 checkpoint's dequantized by matrix())
       if (auto st = upload_mla(up, *lv.mla, d.mla); !st) return st.err();
     } else {
-      auto qkv = up.matrix({&lv.q_proj, &lv.k_proj, &lv.v_proj});
+      auto qkv = up.weight({&lv.q_proj, &lv.k_proj, &lv.v_proj}, quantize_fp8);
       if (!qkv) return qkv.err();
       d.qkv = *qkv;
     }
@@ -260,7 +373,7 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
       if (!b) return b.err();
       d.qkv_bias = *b;
     }
-    auto o = up.matrix({&lv.o_proj});
+    auto o = up.weight({&lv.o_proj}, quantize_fp8);
     if (!o) return o.err();
     d.o = *o;
     if (lv.o_bias) {
@@ -271,10 +384,10 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
     if (lv.moe) {
       if (auto st = upload_experts(up, *lv.moe, d.experts); !st) return st.err();
     } else {
-      auto gu = up.matrix({&lv.gate_proj, &lv.up_proj});
+      auto gu = up.weight({&lv.gate_proj, &lv.up_proj}, quantize_fp8);
       if (!gu) return gu.err();
       d.gate_up = *gu;
-      auto down = up.matrix({&lv.down_proj});
+      auto down = up.weight({&lv.down_proj}, quantize_fp8);
       if (!down) return down.err();
       d.down = *down;
     }
@@ -298,6 +411,16 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
     }
     m->layers.push_back(d);
   }
+  if (cfg.quantization || quantize_fp8) {
+    size_t fp8 = 0, dense = 0;
+    for (const device_layer& d : m->layers)
+      for (const device_weight* w : {&d.qkv, &d.o, &d.gate_up, &d.down}) {
+        fp8 += w->fp8();
+        dense += w->data != nullptr;
+      }
+    log::info("{} of {} dense-layer weight matrices are FP8 E4M3 with per-row scales; the rest (block-scaled, "
+              "experts, unquantized) are {}", fp8, dense, *dt == act_dtype::bf16 ? "bfloat16" : "float16");
+  }
   // The checkpoint dtype rounds HF's inv_freq buffer; match it (see gpu/model/rope.hpp).
   const std::vector<float> inv_freq = model_rope_inv_freq(cfg);
   void* f = nullptr;
@@ -306,13 +429,68 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   AS_CUDA_TRY(cudaStreamSynchronize(stream));
   m->inv_freq = static_cast<float*>(f);
   m->rope_attention_factor = static_cast<float>(rope_attention_factor(cfg.rope));
-  progress.finish(fmt::format("read, {} MiB on the GPU", m->bytes >> 20));
+  AS_CUDA_TRY(cudaStreamSynchronize(stream));
+  progress.finish(fmt::format("{}, {} MiB on the GPU", source.dummy ? "generated" : "read", m->bytes >> 20));
   return m;
 }
 
 gemm_runner::~gemm_runner() {
   if (handle_) cublasDestroy(handle_);
   if (workspace_) cudaFree(workspace_);
+  if (fp8_scratch_) cudaFree(fp8_scratch_);
+}
+
+status gemm_runner::reserve_fp8_scratch(act_dtype dt, size_t elements) {
+  if (elements <= fp8_scratch_elements_) return {};
+  if (fp8_scratch_) cudaFree(fp8_scratch_);
+  fp8_scratch_ = nullptr;
+  fp8_scratch_elements_ = 0;
+  AS_CUDA_TRY(cudaMalloc(&fp8_scratch_, elements * act_size(dt)));
+  fp8_scratch_elements_ = elements;
+  return {};
+}
+
+result<const void*> gemm_runner::dequantized(act_dtype dt, const device_weight& w, int n, int k) {
+  if (size_t(n) * size_t(k) > fp8_scratch_elements_)
+    return make_error(error_code::internal,
+                      fmt::format("an FP8 weight of {} x {} is larger than the dequantization scratch of {} elements",
+                                  n, k, fp8_scratch_elements_));
+  AS_CUDA_TRY(fp8_dequantize(dt, static_cast<const uint8_t*>(w.data), w.row_scale, n, k, fp8_scratch_, stream_));
+  return static_cast<const void*>(fp8_scratch_);
+}
+
+status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, float* y,
+                        float beta) {
+  if (!w.fp8()) return run(dt, x, m, k, static_cast<const void*>(w.data), n, y, beta);
+  if (m == 0) return {};
+  const auto* q = static_cast<const uint8_t*>(w.data);
+  if (m < fp8_gemm_min_rows_ && m <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, m, k, q)) {
+    AS_CUDA_TRY(fp8_gemv(dt, x, m, k, q, w.row_scale, n, y, beta, stream_));
+    return {};
+  }
+  if (m >= fp8_gemm_min_rows_ && fp8_gemm_.supported(x, m, k, q, w.row_scale, n, y)) {
+    auto ran = fp8_gemm_.run(dt, x, m, k, q, w.row_scale, n, y, true, beta);
+    if (!ran) return ran.err();
+    if (*ran) return {};
+  }
+  auto dense = dequantized(dt, w, n, k);
+  if (!dense) return dense.err();
+  return cublas(dt, x, m, k, *dense, n, y, beta);
+}
+
+status gemm_runner::run_act(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, void* y) {
+  if (!w.fp8()) return run_act(dt, x, m, k, static_cast<const void*>(w.data), n, y);
+  if (m == 0) return {};
+  const auto* q = static_cast<const uint8_t*>(w.data);
+  // No GEMV writes dt, so every m the FP8 GEMM supports takes it unless it is switched off.
+  if (fp8_gemm_min_rows_ != std::numeric_limits<int>::max() && fp8_gemm_.supported(x, m, k, q, w.row_scale, n, y)) {
+    auto ran = fp8_gemm_.run(dt, x, m, k, q, w.row_scale, n, y, false, 0.0f);
+    if (!ran) return ran.err();
+    if (*ran) return {};
+  }
+  auto dense = dequantized(dt, w, n, k);
+  if (!dense) return dense.err();
+  return run_act(dt, x, m, k, *dense, n, y);
 }
 
 status gemm_runner::init(cudaStream_t stream, size_t workspace_bytes) {
@@ -325,7 +503,8 @@ status gemm_runner::init(cudaStream_t stream, size_t workspace_bytes) {
   AS_CUDA_TRY(cudaMalloc(&workspace_, workspace_bytes));
   AS_CUBLAS_TRY(cublasSetWorkspace(handle_, workspace_, workspace_bytes));
   AS_CUBLAS_TRY(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH));
-  return {};
+  // The two libraries share the workspace: both enqueue on this one stream only.
+  return fp8_gemm_.init(stream, workspace_, workspace_bytes);
 }
 
 int gemm_runner::gemv_rows_for(int n) const {
@@ -342,6 +521,10 @@ status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const void* w
     AS_CUDA_TRY(gemv(dt, x, m, k, w, n, y, beta, stream_, rows, bulk_));
     return {};
   }
+  return cublas(dt, x, m, k, w, n, y, beta);
+}
+
+status gemm_runner::cublas(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta) {
   const float alpha = 1.0f;
   const cudaDataType_t t = dt == act_dtype::bf16 ? CUDA_R_16BF : CUDA_R_16F;
   // Row-major Y[m,n] = X[m,k] W[n,k]^T is column-major Y^T[n,m] = W^T... : op(W) = T over W (k x n).

@@ -1,6 +1,7 @@
 #pragma once
 /// The model on the device: weights converted once to bf16/fp16 (Q/K/V and gate/up fused into
-/// one matrix each), norms, biases and rope frequencies in fp32; and the cuBLAS GEMM runner.
+/// one matrix each), or kept as FP8 E4M3 with per-row scales where the checkpoint stores the dense
+/// layers so; norms, biases and rope frequencies in fp32; and the GEMM runner.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -13,22 +14,33 @@
 #include "config/error.hpp"
 #include "config/model_config.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/linear/fp8_gemm.hpp"
+#include "gpu/cuda/linear/fp8_linear.hpp"
 #include "gpu/cuda/mla/mla_attention.hpp"
 #include "gpu/cuda/moe/moe_ffn.hpp"
 #include "gpu/cuda/tuning.hpp"
+#include "gpu/model/dummy_weights.hpp"
 
 namespace actorserve::gpu::cuda {
+
+/// A linear layer's weight [n][k]: act-dtype elements, or FP8 E4M3 bytes with one fp32 scale per
+/// output row (a per-tensor scale repeated on its rows).
+struct device_weight {
+  void* data = nullptr;
+  float* row_scale = nullptr;  ///< [n]; non-null: `data` holds E4M3 bytes
+  bool fp8() const { return row_scale != nullptr; }
+};
 
 /// One decoder layer. A sparse layer has `experts` (its router set) in place of gate_up / down; a
 /// latent-attention layer (DeepSeek-V2) has `mla` (its kv_b_proj set) in place of qkv.
 struct device_layer {
-  void* qkv = nullptr;          ///< [(H + 2*KVH) * D][hidden]
-  device_mla mla;               ///< a latent-attention layer's projections
+  device_weight qkv;            ///< [(H + 2*KVH) * D][hidden]
+  device_mla mla;               ///< a latent-attention layer's projections (act dtype)
   float* qkv_bias = nullptr;    ///< [(H + 2*KVH) * D] or null
-  void* o = nullptr;            ///< [hidden][H * D] (latent attention: [hidden][H * v_head_dim])
+  device_weight o;              ///< [hidden][H * D] (latent attention: [hidden][H * v_head_dim])
   float* o_bias = nullptr;      ///< [hidden] or null
-  void* gate_up = nullptr;      ///< [2 * inter][hidden], gate rows first; null in a sparse layer
-  void* down = nullptr;         ///< [hidden][inter]; null in a sparse layer
+  device_weight gate_up;        ///< [2 * inter][hidden], gate rows first; null in a sparse layer
+  device_weight down;           ///< [hidden][inter]; null in a sparse layer
   device_experts experts;       ///< a sparse layer's router and experts
   float* input_norm = nullptr;  ///< [hidden]
   float* post_norm = nullptr;   ///< [hidden]
@@ -53,6 +65,12 @@ class device_model {
   float rope_attention_factor = 1.0f;
   std::vector<device_layer> layers;
   size_t bytes = 0;             ///< device memory held
+  /// Elements of the largest FP8 weight (0: none): the act-dtype scratch gemm_runner dequantizes
+  /// an FP8 weight into for batches past the FP8 GEMV.
+  size_t fp8_max_elements = 0;
+  /// The longest FP8 weight row (its k): the width of the FP8 GEMM's activation codes.
+  size_t fp8_max_cols = 0;
+  bool has_fp8() const { return fp8_max_elements > 0; }
 
   /// cudaMalloc tracked for release; counts `bytes`.
   status alloc(void** ptr, size_t n);
@@ -65,14 +83,29 @@ class device_model {
 result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dtype);
 
 /// Maps the checkpoint, converts and uploads every weight (synchronously, at start-up), logging
-/// progress. Sparse layers' experts are stacked into one matrix each (device_experts).
+/// progress. Sparse layers' experts are stacked into one matrix each (device_experts). FP8
+/// checkpoints: dense layers' per-tensor and per-channel E4M3 weights stay E4M3 on the device
+/// (device_weight); block-scaled weights, experts, latent-attention projections (device_mla) and
+/// any matrix mixing FP8 and float parts are dequantized on the host and stored in the activation
+/// dtype. `quantize_fp8` (--quantization fp8): dense layers' float weights are rounded to E4M3
+/// with one scale per output row on the device (fp8_quantize_rows), as quantize_rows_e4m3 rounds
+/// them on the CPU, and stored so; generated ones (`source`, --load-format dummy) are filled on
+/// the device first and rounded the same way.
 result<std::unique_ptr<device_model>> load_device_model(const std::string& model_dir, dtype_choice choice,
-                                                        cudaStream_t stream);
+                                                        bool quantize_fp8, cudaStream_t stream,
+                                                        const weight_source& source = {});
 
 /// Row counts up to which gemm_runner uses the hand-written GEMV (gemv_kernel.hpp) rather than
 /// cuBLAS by default: at m = 1 the GEMV launched programmatically ties or beats cuBLAS on every
 /// Llama-3-8B projection; from m = 2 cuBLAS is as fast or faster (docs/attention.md, Decisions).
 inline constexpr int default_gemv_max_rows = 1;
+
+/// Row count from which gemm_runner::run multiplies an FP8 weight with the FP8 tensor-core GEMM
+/// (fp8_gemm.hpp) rather than the FP8 GEMV. The GEMV's range ends at fp8_gemv_max_m; past it the
+/// alternative was dequantize + cuBLAS at about 4x the bf16 GEMM's time on an H100, which the FP8
+/// GEMM replaces, so the GEMM starts where the GEMV stops. Whether the GEMM also beats the GEMV at
+/// 2 to 8 rows is what `bench_cuda_kernels --only fp8` measures (its "fp8 gemv" and "fp8 gemm" columns).
+inline constexpr int default_fp8_gemm_min_rows = 9;
 
 /// Y[m, n] (fp32) = X[m, k] (dt) * W[n, k]^T (dt) + beta * Y, fp32 accumulation, on one stream.
 /// Small m goes to the bandwidth-bound GEMV where it supports the operands, the rest to cuBLAS.
@@ -87,6 +120,18 @@ class gemm_runner {
   /// Y[m, n] (dt) = X * W^T, fp32 accumulation rounded once to dt; always cuBLAS. For outputs an
   /// element-wise kernel consumes (gate_up -> SiLU): half the bytes written and read of fp32.
   status run_act(act_dtype dt, const void* x, int m, int k, const void* w, int n, void* y);
+  /// run() and run_act() for a layer's weight: an act-dtype one as above. An FP8 one: run() takes
+  /// the FP8 GEMV (fp8_linear.hpp) for m below the FP8 GEMM's first row count and up to
+  /// fp8_gemv_max_m rows where the GEMV supports the operands; run() from that row count and
+  /// run_act() at every m take the FP8 GEMM (fp8_gemm.hpp: the activations quantized per token,
+  /// cuBLASLt on the tensor cores) where it supports the operands; the rest (k or n not a multiple
+  /// of 16, misaligned pointers, more rows than reserve_fp8_activations reserved, or a shape
+  /// cuBLASLt has no FP8 algorithm for) dequantize the weight into the scratch reserved by
+  /// reserve_fp8_scratch and run cuBLAS on it.
+  status run(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, float* y, float beta = 0.0f);
+  status run_act(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, void* y);
+  /// Allocates the dequantization scratch for FP8 weights of up to `elements` (none for 0).
+  status reserve_fp8_scratch(act_dtype dt, size_t elements);
   /// For each of `batch` products (row-major, 16-bit operands, fp32 accumulation; strides in
   /// elements): C_i[m][n] = A_i[m][k] * B_i, A_i at a + i * stride_a with rows lda apart, B_i
   /// [k][n] (b_rows_are_n false) or [n][k] (true: B_i^T is used) with rows ldb apart, C_i fp32
@@ -94,6 +139,17 @@ class gemm_runner {
   status run_batched(act_dtype dt, int batch, int m, int n, int k, const void* a, int lda, long long stride_a,
                      const void* b, bool b_rows_are_n, int ldb, long long stride_b, void* c, bool c_f32, int ldc,
                      long long stride_c);
+  /// Allocates the FP8 GEMM's per-token activation codes and scales for up to `rows` rows of up to
+  /// `cols` elements (none for 0). Needs init() first.
+  status reserve_fp8_activations(int rows, int cols) { return fp8_gemm_.reserve(rows, cols); }
+  /// FP8 weights: the GEMV for m <= rows (capped at fp8_gemv_max_m; 0: never) and the FP8 GEMM
+  /// from `gemm_min_rows` (INT_MAX: never, leaving dequantize + cuBLAS); for benchmarks and tests.
+  void set_fp8_paths(int gemv_max_rows, int gemm_min_rows) {
+    fp8_gemv_max_rows_ = gemv_max_rows;
+    fp8_gemm_min_rows_ = gemm_min_rows;
+  }
+  /// FP8 GEMMs run through cuBLASLt so far (counted when enqueued, also while capturing a graph).
+  int64_t fp8_gemm_runs() const { return fp8_gemm_.runs(); }
   /// Whether run() takes the GEMV for m rows (its output then stays fp32 for the fused paths).
   bool uses_gemv(int m) const { return m <= gemv_max_rows_; }
   /// Uses the GEMV for m <= rows (0: always cuBLAS); for benchmarks and tests.
@@ -115,6 +171,15 @@ class gemm_runner {
   bulk_gemv_tuning bulk_;
   int num_sms_ = 132;
   void* workspace_ = nullptr;
+  void* fp8_scratch_ = nullptr;
+  size_t fp8_scratch_elements_ = 0;
+  fp8_gemm fp8_gemm_;
+  int fp8_gemv_max_rows_ = fp8_gemv_max_m;
+  int fp8_gemm_min_rows_ = default_fp8_gemm_min_rows;
+  /// Y = X W^T + beta * Y through cuBLAS.
+  status cublas(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta);
+  /// The FP8 weight `w` [n][k] dequantized into the scratch (on the stream).
+  result<const void*> dequantized(act_dtype dt, const device_weight& w, int n, int k);
 };
 
 }  // namespace actorserve::gpu::cuda

@@ -1,6 +1,6 @@
 // The weighted combine of a mixture-of-experts FFN (moe_kernels.hpp): each token's expert rows
 // summed back in ascending expert order.
-#include "gpu/cuda/kernel_util.cuh"
+#include "gpu/cuda/moe/moe_common.cuh"
 #include "gpu/cuda/moe/moe_kernels.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -16,20 +16,10 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(moe_combine_args a) {
   __shared__ float weight[moe_max_top_k];
   pdl_begin();
   const int t = blockIdx.x, K = a.top_k;
-  if (threadIdx.x == 0) {  // the slots by ascending expert (an insertion sort of top_k entries)
+  if (threadIdx.x == 0) {  // the slots by ascending expert
     int32_t ex[moe_max_top_k];
-    for (int j = 0; j < K; ++j) {
-      const int32_t e = a.experts[size_t(t) * K + j];
-      int i = j;
-      for (; i > 0 && ex[i - 1] > e; --i) {
-        ex[i] = ex[i - 1];
-        row[i] = row[i - 1];
-        weight[i] = weight[i - 1];
-      }
-      ex[i] = e;
-      row[i] = a.pair_rows ? a.pair_rows[size_t(t) * K + j] : t * K + j;
-      weight[i] = a.weights[size_t(t) * K + j];
-    }
+    const auto row_of = [&](int j) { return a.pair_rows ? a.pair_rows[size_t(t) * K + j] : t * K + j; };
+    sort_slots_by_expert(a.experts + size_t(t) * K, a.weights + size_t(t) * K, K, row_of, ex, row, weight);
   }
   __syncthreads();
   float* out = a.out + size_t(t) * a.hidden;

@@ -23,18 +23,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) down_combine_kernel(m
   pdl_begin();
   const int t = blockIdx.y, K = a.top_k;
   if (threadIdx.x == 0) {  // the slots by ascending expert, as moe_combine sorts them
-    for (int j = 0; j < K; ++j) {
-      const int32_t e = a.experts[size_t(t) * K + j];
-      int i = j;
-      for (; i > 0 && ex[i - 1] > e; --i) {
-        ex[i] = ex[i - 1];
-        pair[i] = pair[i - 1];
-        weight[i] = weight[i - 1];
-      }
-      ex[i] = e;
-      pair[i] = t * K + j;
-      weight[i] = a.weights[size_t(t) * K + j];
-    }
+    const auto pair_of = [&](int j) { return t * K + j; };
+    sort_slots_by_expert(a.experts + size_t(t) * K, a.weights + size_t(t) * K, K, pair_of, ex, pair, weight);
   }
   __syncthreads();
   const int lane = threadIdx.x & 31, c = blockIdx.x * kWarps + (threadIdx.x >> 5);

@@ -12,20 +12,39 @@ using namespace dev;
 constexpr int kWarps = 8;
 constexpr int kMinBlocks = 4;  ///< at most 64 registers: 32 warps an SM keep their loads in flight
 
-/// Grid (ceil(N / kWarps), num_pairs). Out: float, or T for an output a SiLU kernel reads.
+/// What one warp of either kernel below works on in grid (ceil(N / kWarps), num_pairs): output
+/// row `row` of pair p, whose expert is e and whose activation row is x.
+template <class T>
+struct warp_work {
+  int p, lane, row, e;
+  const T* x;
+};
+
+/// This warp's work; false for a warp past the last row, which has none. Reads the
+/// experts, so it comes after pdl_begin.
+template <class T>
+__device__ __forceinline__ bool warp_work_of(const expert_gemv_args& a, warp_work<T>& ww) {
+  ww.p = blockIdx.y;
+  ww.lane = threadIdx.x & 31;
+  ww.row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (ww.row >= a.n) return false;
+  ww.e = a.experts[ww.p];
+  ww.x = static_cast<const T*>(a.a) + size_t(ww.p / a.a_rows_div) * a.k;
+  return true;
+}
+
+/// Out: float, or T for an output a SiLU kernel reads.
 template <class T, class Out>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) expert_gemv_kernel(expert_gemv_args a) {
   pdl_begin();
-  const int p = blockIdx.y, lane = threadIdx.x & 31;
-  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  if (row >= a.n) return;
-  const int e = a.experts[p];
-  const T* const x[1] = {static_cast<const T*>(a.a) + size_t(p / a.a_rows_div) * a.k};
-  const T* const w[1] = {static_cast<const T*>(a.w) + (size_t(e) * a.n + row) * a.k};
+  warp_work<T> ww;
+  if (!warp_work_of(a, ww)) return;
+  const T* const x[1] = {ww.x};
+  const T* const w[1] = {static_cast<const T*>(a.w) + (size_t(ww.e) * a.n + ww.row) * a.k};
   float acc[1] = {0.0f};
-  lane_dots<T, 1, 1>(x, w, a.k, lane, acc);
+  lane_dots<T, 1, 1>(x, w, a.k, ww.lane, acc);
   const float v = warp_sum(acc[0]);
-  if (lane == 0) store_out(static_cast<Out*>(a.y) + size_t(p) * a.n + row, v);
+  if (ww.lane == 0) store_out(static_cast<Out*>(a.y) + size_t(ww.p) * a.n + ww.row, v);
 }
 
 /// silu_and_mul fused: warp `row` takes gate row `row` and up row N + row of the expert; both
@@ -34,17 +53,15 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) expert_gemv_kernel(ex
 template <class T>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) expert_gemv_silu_kernel(expert_gemv_args a) {
   pdl_begin();
-  const int p = blockIdx.y, lane = threadIdx.x & 31;
-  const int row = blockIdx.x * kWarps + (threadIdx.x >> 5);
-  if (row >= a.n) return;
-  const int e = a.experts[p];
-  const T* const x[1] = {static_cast<const T*>(a.a) + size_t(p / a.a_rows_div) * a.k};
-  const T* gate = static_cast<const T*>(a.w) + (size_t(e) * 2 * a.n + row) * a.k;
+  warp_work<T> ww;
+  if (!warp_work_of(a, ww)) return;
+  const T* const x[1] = {ww.x};
+  const T* gate = static_cast<const T*>(a.w) + (size_t(ww.e) * 2 * a.n + ww.row) * a.k;
   const T* const w[2] = {gate, gate + size_t(a.n) * a.k};
   float acc[2] = {0.0f, 0.0f};
-  lane_dots<T, 1, 2>(x, w, a.k, lane, acc);
+  lane_dots<T, 1, 2>(x, w, a.k, ww.lane, acc);
   const float g = to_f32(from_f32<T>(warp_sum(acc[0]))), u = to_f32(from_f32<T>(warp_sum(acc[1])));
-  if (lane == 0) static_cast<T*>(a.y)[size_t(p) * a.n + row] = silu_mul<T>(g, u);
+  if (ww.lane == 0) static_cast<T*>(a.y)[size_t(ww.p) * a.n + ww.row] = silu_mul<T>(g, u);
 }
 
 }  // namespace

@@ -46,6 +46,27 @@ __device__ __forceinline__ void lane_dots(const T* const (&x)[RX], const T* cons
   }
 }
 
+/// One token's top_k slots in ascending expert order, the order both combines sum them in: an
+/// insertion sort of the K entries experts[j], with slot j's row_of(j) and weights[j] moved along
+/// into ex, row and weight. The sort is stable; a router never picks an expert twice. One thread
+/// sorts; the arrays may be shared or the thread's own.
+template <class RowOf>
+__device__ __forceinline__ void sort_slots_by_expert(const int32_t* experts, const float* weights, int K,
+                                                     RowOf row_of, int32_t* ex, int32_t* row, float* weight) {
+  for (int j = 0; j < K; ++j) {
+    const int32_t e = experts[j];
+    int i = j;
+    for (; i > 0 && ex[i - 1] > e; --i) {
+      ex[i] = ex[i - 1];
+      row[i] = row[i - 1];
+      weight[i] = weight[i - 1];
+    }
+    ex[i] = e;
+    row[i] = row_of(j);
+    weight[i] = weights[j];
+  }
+}
+
 /// SiLU(g) * u rounded to T, from gate and up values already rounded to T: what
 /// silu_and_mul_act computes from a 16-bit gate_up row.
 template <class T>

@@ -5,6 +5,7 @@
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/sm_count.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/device_info.hpp"
 #include "gpu/cuda/programmatic_launch.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
 
@@ -452,7 +453,7 @@ bool g_programmatic_launch = true;
 }  // namespace
 
 void set_programmatic_launch(bool on) { g_programmatic_launch = on; }
-bool programmatic_launch() { return g_programmatic_launch; }
+bool programmatic_launch() { return g_programmatic_launch && runs_pdl(loaded_gpu_target()); }
 
 int convert_to_act(act_dtype dt, const void* src, src_dtype sd, void* dst, size_t n, cudaStream_t s) {
   AS_DISPATCH_ACT(dt, convert_kernel<T><<<grid_for(n, 256), 256, 0, s>>>(src, sd, static_cast<T*>(dst), n));

@@ -218,10 +218,22 @@ status step_builder::stage_tokens(const step_batch& b, std::span<const std::pair
   return {};
 }
 
+cascade_plan step_builder::plan_cascade_step(const step_batch& b) const {
+  if (!limits_.cascade || !attention_->takes_cascade()) return {};
+  std::vector<cascade_input> in;
+  in.reserve(b.seqs.size());
+  for (const step_sequence& s : b.seqs)
+    in.push_back({s.block_table, s.num_computed, static_cast<int32_t>(s.new_tokens.size())});
+  return plan_cascade(in, limits_.block_size, limits_.cascade_costs);
+}
+
 status step_builder::stage_attention(const step_batch& b, staged_step& out) const {
   const step_limits& L = limits_;
-  out.plan = attention_->plan(out.seqs);
-  if (out.plan.items.size() > L.item_capacity) return bad_step("attention work exceeds its staging capacity");
+  out.plan = attention_->plan(out.seqs, plan_cascade_step(b));
+  out.cascade = !out.plan.prefix_items.empty();
+  if (out.plan.items.size() + out.plan.prefix_items.size() > L.item_capacity ||
+      out.plan.prefix_rows.size() > L.prefix_row_capacity)
+    return bad_step("attention work exceeds its staging capacity");
   set_first_blocks(out.plan, out.block_tables, L.block_size);
   // The last layer's attention over the sampled rows: one query per sampled sequence (row r of
   // the gathered rows), over all of its keys.

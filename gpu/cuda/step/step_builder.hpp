@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config/error.hpp"
+#include "gpu/attention/cascade_plan.hpp"
 #include "gpu/cuda/attention/backend.hpp"
 #include "gpu/cuda/attention/attention_plan.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
@@ -36,6 +37,11 @@ struct step_limits {
   size_t mask_capacity = 0;             ///< masked ids of all sequences of a step
   size_t item_capacity = 0;             ///< attention work items of a step
   size_t last_item_capacity = 0;        ///< work items of the last layer's sampled-rows attention
+  size_t prefix_row_capacity = 0;       ///< cascade prefix items and member rows of a step
+  /// Cascade attention: decodes sharing prefix blocks get a shared-prefix pass where
+  /// gpu::plan_cascade finds it pays (and the backend takes cascade groups).
+  bool cascade = false;
+  gpu::cascade_costs cascade_costs;
   bool enforce_eager = false;           ///< no decode graphs
   /// The last layer runs on every row (cuda_tuning::last_layer_all_rows, and latent attention,
   /// which has no sampled-rows path).
@@ -70,6 +76,7 @@ struct staged_step {
   std::vector<int32_t> block_tables;    ///< every sequence's blocks, attn_seq::bt_offset into them
   std::vector<attn_seq> seqs;
   attention_plan plan;
+  bool cascade = false;                 ///< the plan has cascade prefix pieces
   std::vector<attn_seq> last_seqs;      ///< one query per sampled sequence (sampled_only)
   attention_plan last_plan;
   std::vector<sample_seq> sample_seqs;  ///< one per sampler row
@@ -107,6 +114,8 @@ class step_builder {
   /// Ids, positions, KV slots, block tables and sampled rows of every sequence.
   status stage_tokens(const step_batch& b, std::span<const std::pair<uint64_t, int32_t>> previous_rows,
                       staged_step& out) const;
+  /// The step's cascade groups (none when limits().cascade is off).
+  cascade_plan plan_cascade_step(const step_batch& b) const;
   /// The attention work lists: the step's and, when sampled_only, the last layer's.
   status stage_attention(const step_batch& b, staged_step& out) const;
 

@@ -1,0 +1,63 @@
+#pragma once
+/// FP8 tensor-core GEMM through cuBLASLt for E4M3 weights with one fp32 scale per output row:
+/// the activations are quantized per token (fp8_quantize_activations) into a scratch reserved at
+/// start, and cuBLASLt multiplies the two E4M3 matrices with fp32 accumulation, applying both
+/// scale vectors in its epilogue (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F on A and B):
+///   Y[i][j] = sx[i] x sw[j] x sum_c e4m3(Xq[i][c]) e4m3(Q[j][c]) + beta Y[i][j].
+/// Each shape's descriptors and algorithm are made once (one heuristic query per shape and
+/// power-of-two bucket of m; each run sets its row count on the cached layouts), so a run
+/// allocates nothing and can be captured in a CUDA graph.
+/// Plain C++ interface (no device code, no cuBLASLt types).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "config/error.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+
+namespace actorserve::gpu::cuda {
+
+/// Alignment cuBLASLt's FP8 kernels need: k (the leading dimension of both E4M3 operands, which
+/// must be laid out TN) a multiple of 16; n a multiple of 16 so that every output row starts on a
+/// 16-byte boundary in bf16/fp16 and fp32; x, Q and Y 16-byte aligned.
+inline constexpr int fp8_gemm_k_multiple = 16;
+inline constexpr int fp8_gemm_n_multiple = 16;
+
+class fp8_gemm {
+ public:
+  fp8_gemm();
+  fp8_gemm(const fp8_gemm&) = delete;
+  fp8_gemm& operator=(const fp8_gemm&) = delete;
+  ~fp8_gemm();
+
+  /// Creates the cuBLASLt handle; `workspace` (device, `workspace_bytes`) is used on `stream` only.
+  status init(cudaStream_t stream, void* workspace, size_t workspace_bytes);
+  /// Allocates the per-token codes and scales for up to `rows` activation rows of up to `cols`
+  /// elements (rows x cols bytes + rows floats); a smaller request keeps what is there.
+  status reserve(int rows, int cols);
+  /// Whether run() can take these operands: the alignment above, and m x k within the reserve.
+  bool supported(const void* x, int m, int k, const uint8_t* q, const float* w_scale, int n, const void* y) const;
+  /// Y[m][n] = (per-token e4m3(X) x sx) * (e4m3(Q) x sw)^T + beta * Y, fp32 accumulation; Y is fp32
+  /// (`y_f32`, beta allowed) or dt (beta must be 0). Requires supported(). Returns true when cuBLASLt
+  /// ran it, false when cuBLASLt has no algorithm for the shape (remembered: later runs of the
+  /// shape return false at once and enqueue nothing; the run that finds it out leaves its
+  /// activation quantization enqueued), an error when a launch fails.
+  result<bool> run(act_dtype dt, const void* x, int m, int k, const uint8_t* q, const float* w_scale, int n, void* y,
+                   bool y_f32, float beta);
+  /// GEMMs cuBLASLt has run (counted on the host when enqueued, so also while a graph is captured).
+  int64_t runs() const { return runs_; }
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> impl_;
+  cudaStream_t stream_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  uint8_t* act_q_ = nullptr;
+  float* act_scale_ = nullptr;
+  int rows_ = 0, cols_ = 0;
+  int64_t runs_ = 0;
+};
+
+}  // namespace actorserve::gpu::cuda

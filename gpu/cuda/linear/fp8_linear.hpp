@@ -1,0 +1,52 @@
+#pragma once
+/// Linear layers with FP8 E4M3 weights (one byte per element) and one fp32 scale per output row:
+/// W[n][k] = e4m3(Q[n][k]) x scale[n]. Decode rows take a GEMV that converts the bytes in
+/// registers; larger batches quantize the activations per token (fp8_quantize_activations) for
+/// the FP8 tensor-core GEMM (fp8_gemm.hpp), or, where that cannot run, dequantize the weight into
+/// an act-dtype scratch for cuBLAS.
+/// --quantization fp8 rounds float weights to this form on the device at load.
+/// Plain C++ interface (no device code).
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "gpu/cuda/act_dtype.hpp"
+
+namespace actorserve::gpu::cuda {
+
+/// The most activation rows fp8_gemv takes at once.
+inline constexpr int fp8_gemv_max_m = 8;
+
+/// Whether fp8_gemv can run these operands: 1 <= m <= fp8_gemv_max_m, k a positive multiple of 16,
+/// x and q 16-byte aligned (each weight row then starts on a 16-byte boundary).
+bool fp8_gemv_supported(const void* x, int m, int k, const void* q);
+
+/// Y[m, n] (fp32) = X[m, k] (dt) * (e4m3(Q) x scale)^T + beta * Y: each weight row's dot product
+/// is accumulated in fp32 over the exact E4M3 values and multiplied by its scale once. Requires
+/// fp8_gemv_supported. Returns the launch's cudaError_t.
+int fp8_gemv(act_dtype dt, const void* x, int m, int k, const uint8_t* q, const float* scale, int n, float* y,
+             float beta, cudaStream_t s);
+
+/// out[n][k] (dt) = e4m3(Q[n][k]) x scale[n], rounded once to dt. Returns the launch's cudaError_t.
+int fp8_dequantize(act_dtype dt, const uint8_t* q, const float* scale, int n, int k, void* out, cudaStream_t s);
+
+/// Whether fp8_quantize_activations can run on x: k a positive multiple of 8, x 16-byte aligned.
+bool fp8_quantize_activations_supported(const void* x, int k);
+
+/// Dynamic per-token activation quantization (vLLM's dynamic per-token scheme): each of the m rows
+/// of X[m][k] (dt) gets scale[i] = amax_i / 448 and codes q[i][c] = e4m3(X[i][c] / scale[i]), with
+/// the rounding of fp8_quantize_rows (IEEE division, ties to even, saturation, NaN -> 0x7f; NaN
+/// skipped in the amax; an all-zero row gets scale 0 and codes 0), so X[i][c] ~ e4m3(q) x scale[i].
+/// q must be 8-byte aligned. Requires fp8_quantize_activations_supported. One block per row.
+/// Returns the launch's cudaError_t.
+int fp8_quantize_activations(act_dtype dt, const void* x, int m, int k, uint8_t* q, float* scale, cudaStream_t s);
+
+/// Rounds the [rows][cols] weights at `src` (f32, bf16 or f16) to E4M3 codes `q` [rows][cols]
+/// with one scale per row, bit for bit as the CPU executor's quantize_rows_e4m3 (gpu/model/fp8.hpp)
+/// rounds them for --quantization fp8: scale[r] = amax_r / 448 (NaN elements skipped, as
+/// std::fmax skips them) and q[r][c] = e4m3_encode(src[r][c] / scale[r]) (IEEE division, ties to
+/// even, subnormal E4M3 results, saturation to +-448, NaN -> 0x7f); a row whose amax is 0 gets
+/// scale 0 and codes 0. One warp per row. Returns the launch's cudaError_t.
+int fp8_quantize_rows(const void* src, src_dtype sd, int rows, int cols, uint8_t* q, float* scale, cudaStream_t s);
+
+}  // namespace actorserve::gpu::cuda

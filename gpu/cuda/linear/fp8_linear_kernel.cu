@@ -1,0 +1,291 @@
+// FP8 E4M3 weights with per-row scales (fp8_linear.hpp). The GEMV streams 16 weights per 16-byte
+// load, converts them pairwise to fp16 (exact: every E4M3 value is an fp16 value) and then to
+// fp32, accumulates each row's dot product in fp32 and applies the row's scale once. Partial
+// sums reduce in a fixed order, as in gemv_kernel.cu. The quantizer (--quantization fp8) works on
+// the fp32 bits with integer arithmetic and one explicit IEEE division, so that no floating-point
+// compiler flag (-ftz, -prec-div, --use_fast_math) changes its codes.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "gpu/cuda/linear/fp8_linear.hpp"
+#include "gpu/cuda/linear/gemv_common.cuh"
+
+namespace actorserve::gpu::cuda {
+namespace {
+
+using namespace dev;
+using namespace dev::gemv;
+
+inline constexpr int kFp8Rows = 4;    // weight rows per block
+inline constexpr int kFp8Unroll = 2;  // 16-byte weight loads per row per thread in flight
+
+/// Two E4M3 values (low byte first) as floats.
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
+  return __half22float2(__half2(h));
+}
+
+/// The 16 E4M3 values of a 16-byte load, in memory order.
+__device__ __forceinline__ void unpack_e4m3x16(const uint4& raw, float* out) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 lo = e4m3x2_to_float2(words[i]), hi = e4m3x2_to_float2(words[i] >> 16);
+    out[4 * i] = lo.x;
+    out[4 * i + 1] = lo.y;
+    out[4 * i + 2] = hi.x;
+    out[4 * i + 3] = hi.y;
+  }
+}
+
+/// kFp8Rows weight rows per block against m (<= M) activation rows.
+template <class T, int M>
+__global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const T* x, int m, int k, const uint8_t* q,
+                                                             const float* scale, int n, float* y, float beta) {
+  __shared__ partials<M, kFp8Rows> red;
+  const int row0 = blockIdx.x * kFp8Rows;
+  const uint4* wp[kFp8Rows];
+#pragma unroll
+  for (int r = 0; r < kFp8Rows; ++r) wp[r] = reinterpret_cast<const uint4*>(q + size_t(min(row0 + r, n - 1)) * k);
+  const int chunks = k / 16, x_chunks = k / 8;  // 16 weights per chunk; x rows in 8-element loads
+  const uint4* xp = reinterpret_cast<const uint4*>(x);
+  float acc[kFp8Rows][M];
+#pragma unroll
+  for (int r = 0; r < kFp8Rows; ++r)
+#pragma unroll
+    for (int i = 0; i < M; ++i) acc[r][i] = 0.0f;
+  for (int c0 = threadIdx.x; c0 < chunks; c0 += kThreads * kFp8Unroll) {
+    uint4 wv[kFp8Unroll][kFp8Rows];
+#pragma unroll
+    for (int u = 0; u < kFp8Unroll; ++u) {
+      const int c = c0 + u * kThreads;
+#pragma unroll
+      for (int r = 0; r < kFp8Rows; ++r) wv[u][r] = c < chunks ? load_stream(wp[r] + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kFp8Unroll; ++u) {
+      const int c = c0 + u * kThreads;
+      if (c >= chunks) break;
+      float wf[kFp8Rows][16];
+#pragma unroll
+      for (int r = 0; r < kFp8Rows; ++r) unpack_e4m3x16(wv[u][r], wf[r]);
+#pragma unroll
+      for (int i = 0; i < M; ++i) {
+        if (i >= m) break;
+        float xf[16];
+        const uint4* xr = xp + size_t(i) * x_chunks + 2 * c;
+        unpack8<T>(__ldg(xr), xf);
+        unpack8<T>(__ldg(xr + 1), xf + 8);
+#pragma unroll
+        for (int r = 0; r < kFp8Rows; ++r)
+#pragma unroll
+          for (int e = 0; e < 16; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
+      }
+    }
+  }
+  reduce_warps<M, kFp8Rows>(acc, red);
+  __syncthreads();
+  for (int t = threadIdx.x; t < kFp8Rows * M; t += kThreads) {
+    const int r = t / M, i = t % M, row = row0 + r;
+    if (i >= m || row >= n) continue;
+    const float v = red.total(r, i) * scale[row];
+    float* dst = y + size_t(i) * n + row;
+    *dst = beta == 0.0f ? v : v + beta * *dst;
+  }
+}
+
+template <class T, int M>
+void launch_fp8(const T* x, int m, int k, const uint8_t* q, const float* scale, int n, float* y, float beta,
+                cudaStream_t s) {
+  fp8_gemv_kernel<T, M><<<(n + kFp8Rows - 1) / kFp8Rows, kThreads, 0, s>>>(x, m, k, q, scale, n, y, beta);
+}
+
+/// One thread per 4 weights of a row (k % 4 == 0) or per weight (any k).
+template <class T, int kPer>
+__global__ void fp8_dequantize_kernel(const uint8_t* q, const float* scale, int n, int k, T* out) {
+  const size_t groups = size_t(n) * (k / kPer);
+  for (size_t g = blockIdx.x * size_t(blockDim.x) + threadIdx.x; g < groups; g += size_t(gridDim.x) * blockDim.x) {
+    const size_t i = g * kPer;
+    const float s = scale[i / k];
+#pragma unroll
+    for (int e = 0; e < kPer; ++e) {
+      const __half_raw h = __nv_cvt_fp8_to_halfraw(q[i + e], __NV_E4M3);
+      out[i + e] = from_f32<T>(__half2float(__half(h)) * s);
+    }
+  }
+}
+
+/// The E4M3 code of the fp32 value with bits `u`, as gpu::e4m3_encode (host) gives it: round to
+/// nearest, ties to even; below 2^-6 in subnormal steps of 2^-9; |x| >= 448 (infinity included)
+/// saturates to +-448 (0x7e / 0xfe); NaN of either sign is 0x7f; -0 and negative values that round
+/// to zero are 0x80. Built for the host too: there it matches e4m3_encode on all 2^32 fp32 bit patterns.
+__host__ __device__ __forceinline__ uint8_t e4m3_code(uint32_t u) {
+  const uint32_t sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0x7f;                    // NaN
+  if (a >= 0x43e00000u) return uint8_t(sign | 0x7eu);  // 448 = 1.75 x 2^8 and above
+  uint32_t code;
+  if (a >= 0x3c800000u) {
+    // Normal (2^-6 <= |x| < 448): keep 3 of the 23 mantissa bits, rounding the 20 dropped ones to
+    // nearest even (a carry moves into the exponent), and rebias the exponent from 127 to 7.
+    const uint32_t kept = a >> 20, rest = a & 0xfffffu;
+    code = kept + uint32_t(rest > 0x80000u || (rest == 0x80000u && (kept & 1u))) - (120u << 3);
+  } else {
+    // Subnormal: |x| / 2^-9 rounded to an integer 0..8, which is the code (8 is 0x08 = 2^-6).
+    // |x| = m x 2^(e - 150) with the implicit bit in m (e = 1 for fp32 subnormals), so
+    // |x| / 2^-9 = m / 2^shift with shift = 141 - e >= 21; from shift 25 on it is below 1/2.
+    const uint32_t e = a >> 23;
+    const uint32_t m = e ? (a & 0x7fffffu) | 0x800000u : a;
+    const uint32_t shift = 141u - (e ? e : 1u);
+    if (shift >= 25u) {
+      code = 0;
+    } else {
+      const uint32_t kept = m >> shift, rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+      code = kept + uint32_t(rest > half || (rest == half && (kept & 1u)));
+    }
+  }
+  return uint8_t(sign | code);
+}
+
+/// a / b rounded to nearest even with subnormals kept, whatever -ftz / -prec-div say.
+__device__ __forceinline__ float div_rn_ieee(float a, float b) {
+  float r;
+  asm("div.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+/// The fp32 bits of a source element (every conversion exact).
+__device__ __forceinline__ uint32_t f32_bits(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ uint32_t f32_bits(__nv_bfloat16 v) {
+  return uint32_t(__bfloat16_as_ushort(v)) << 16;
+}
+__device__ __forceinline__ uint32_t f32_bits(__half v) { return __float_as_uint(__half2float(v)); }
+
+inline constexpr int kQuantWarps = 8;  // rows per block of the quantizer
+
+/// One warp per row: the row's amax over the |x| bits (for non-NaN floats their order is the
+/// order of the values), then each element's code of x / scale.
+template <class T>
+__global__ void __launch_bounds__(kQuantWarps * 32) fp8_quantize_rows_kernel(const T* w, int rows, int cols,
+                                                                              uint8_t* q, float* scale) {
+  const int row = blockIdx.x * kQuantWarps + int(threadIdx.x / 32), lane = int(threadIdx.x % 32);
+  if (row >= rows) return;  // the whole warp
+  const T* src = w + size_t(row) * cols;
+  uint32_t amax = 0;
+  for (int c = lane; c < cols; c += 32) {
+    const uint32_t a = f32_bits(src[c]) & 0x7fffffffu;
+    if (a <= 0x7f800000u) amax = max(amax, a);
+  }
+  amax = __reduce_max_sync(0xffffffffu, amax);
+  const float s = div_rn_ieee(__uint_as_float(amax), 448.0f);
+  if (lane == 0) scale[row] = s;
+  uint8_t* out = q + size_t(row) * cols;
+  for (int c = lane; c < cols; c += 32)
+    out[c] = amax == 0 ? 0 : e4m3_code(__float_as_uint(div_rn_ieee(__uint_as_float(f32_bits(src[c])), s)));
+}
+
+template <class T>
+void launch_quantize(const void* src, int rows, int cols, uint8_t* q, float* scale, cudaStream_t s) {
+  fp8_quantize_rows_kernel<T><<<(rows + kQuantWarps - 1) / kQuantWarps, kQuantWarps * 32, 0, s>>>(
+      static_cast<const T*>(src), rows, cols, q, scale);
+}
+
+inline constexpr int kActThreads = 128;  // threads per activation row of the per-token quantizer
+
+/// The per-token quantizer: one block per activation row, 8 elements per 16-byte load. The row's
+/// amax over the |x| bits (NaN skipped), then each element's code of x / scale, as
+/// fp8_quantize_rows_kernel rounds a weight row; the row is read twice (the second time from L1/L2).
+template <class T>
+__global__ void __launch_bounds__(kActThreads) fp8_quantize_act_kernel(const T* x, int k, uint8_t* q, float* scale) {
+  __shared__ uint32_t warp_max[kActThreads / 32];
+  const int row = blockIdx.x, chunks = k / 8;
+  const uint4* src = reinterpret_cast<const uint4*>(x + size_t(row) * k);
+  uint32_t amax = 0;
+  for (int c = threadIdx.x; c < chunks; c += kActThreads) {
+    const uint4 raw = __ldg(src + c);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t a = f32_bits(e[i]) & 0x7fffffffu;
+      if (a <= 0x7f800000u) amax = max(amax, a);
+    }
+  }
+  amax = __reduce_max_sync(0xffffffffu, amax);
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kActThreads / 32; ++w) amax = max(amax, warp_max[w]);
+  const float s = div_rn_ieee(__uint_as_float(amax), 448.0f);
+  if (threadIdx.x == 0) scale[row] = s;
+  uint2* out = reinterpret_cast<uint2*>(q + size_t(row) * k);
+  for (int c = threadIdx.x; c < chunks; c += kActThreads) {
+    const uint4 raw = __ldg(src + c);
+    const T* e = reinterpret_cast<const T*>(&raw);
+    uint32_t word[2] = {0, 0};
+    if (amax != 0) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        word[i / 4] |= uint32_t(e4m3_code(__float_as_uint(div_rn_ieee(__uint_as_float(f32_bits(e[i])), s))))
+                       << (8 * (i % 4));
+    }
+    out[c] = make_uint2(word[0], word[1]);
+  }
+}
+
+}  // namespace
+
+bool fp8_gemv_supported(const void* x, int m, int k, const void* q) {
+  const auto aligned = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  return m >= 1 && m <= fp8_gemv_max_m && k > 0 && k % 16 == 0 && aligned(x) && aligned(q);
+}
+
+int fp8_gemv(act_dtype dt, const void* x, int m, int k, const uint8_t* q, const float* scale, int n, float* y,
+             float beta, cudaStream_t s) {
+  if (n <= 0) return 0;
+  AS_DISPATCH_ACT(dt, {
+    const T* xt = static_cast<const T*>(x);
+    if (m == 1) launch_fp8<T, 1>(xt, m, k, q, scale, n, y, beta, s);
+    else if (m == 2) launch_fp8<T, 2>(xt, m, k, q, scale, n, y, beta, s);
+    else if (m <= 4) launch_fp8<T, 4>(xt, m, k, q, scale, n, y, beta, s);
+    else launch_fp8<T, 8>(xt, m, k, q, scale, n, y, beta, s);
+  });
+  return cudaGetLastError();
+}
+
+int fp8_dequantize(act_dtype dt, const uint8_t* q, const float* scale, int n, int k, void* out, cudaStream_t s) {
+  if (n <= 0 || k <= 0) return 0;
+  constexpr int kBlock = 256;
+  const size_t per = k % 4 == 0 ? 4 : 1;
+  const size_t groups = size_t(n) * k / per;
+  const int blocks = int(std::min<size_t>((groups + kBlock - 1) / kBlock, 65535));
+  AS_DISPATCH_ACT(dt, {
+    if (per == 4) fp8_dequantize_kernel<T, 4><<<blocks, kBlock, 0, s>>>(q, scale, n, k, static_cast<T*>(out));
+    else fp8_dequantize_kernel<T, 1><<<blocks, kBlock, 0, s>>>(q, scale, n, k, static_cast<T*>(out));
+  });
+  return cudaGetLastError();
+}
+
+bool fp8_quantize_activations_supported(const void* x, int k) {
+  return k > 0 && k % 8 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
+}
+
+int fp8_quantize_activations(act_dtype dt, const void* x, int m, int k, uint8_t* q, float* scale, cudaStream_t s) {
+  if (m <= 0) return 0;
+  AS_DISPATCH_ACT(dt, fp8_quantize_act_kernel<T><<<m, kActThreads, 0, s>>>(static_cast<const T*>(x), k, q, scale));
+  return cudaGetLastError();
+}
+
+int fp8_quantize_rows(const void* src, src_dtype sd, int rows, int cols, uint8_t* q, float* scale, cudaStream_t s) {
+  if (rows <= 0) return 0;
+  switch (sd) {
+    case src_dtype::f32: launch_quantize<float>(src, rows, cols, q, scale, s); break;
+    case src_dtype::bf16: launch_quantize<__nv_bfloat16>(src, rows, cols, q, scale, s); break;
+    case src_dtype::f16: launch_quantize<__half>(src, rows, cols, q, scale, s); break;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace actorserve::gpu::cuda

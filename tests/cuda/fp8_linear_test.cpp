@@ -1,0 +1,183 @@
+// FP8 E4M3 weights with per-row scales (gpu/cuda/linear/fp8_linear.hpp) against an fp64 CPU
+// reference over the weights as gpu/model/fp8.hpp decodes them: the GEMV over awkward shapes (k
+// not a multiple of the 4096-weight stride of a block's round, n not a multiple of the rows per
+// block, m between the row templates, beta accumulation), the dequantization bit for bit, and
+// gemm_runner's two FP8 paths (the GEMV, and dequantization + cuBLAS for larger m, k % 16 != 0 or
+// misaligned x).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "cuda_test_util.hpp"
+#include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/linear/fp8_linear.hpp"
+#include "gpu/cuda/model/cuda_model.hpp"
+#include "gpu/model/fp8.hpp"
+
+namespace actorserve::testing {
+namespace {
+
+struct fp8_case {
+  cuda::act_dtype dt;
+  int m, k, n;
+  float beta;
+};
+
+struct fp8_operands {
+  std::vector<uint16_t> x;     ///< act-dtype bits, with `x_offset` leading pad elements
+  std::vector<uint8_t> q;      ///< E4M3 codes [n][k], no NaN
+  std::vector<float> scale;    ///< [n]
+  std::vector<float> y0;       ///< Y beforehand (beta's input)
+};
+
+fp8_operands make_fp8_operands(const fp8_case& c, int x_offset, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+  fp8_operands o;
+  o.x.assign(size_t(x_offset) + size_t(c.m) * c.k, 0);
+  for (size_t i = 0; i < size_t(c.m) * c.k; ++i) o.x[x_offset + i] = to_act_bits(c.dt, ud(rng));
+  o.q.resize(size_t(c.n) * c.k);
+  for (auto& v : o.q) {
+    v = uint8_t(rng() & 0xffu);
+    if (gpu::e4m3_is_nan(v)) v = 0x7e;  // the largest finite value
+  }
+  o.scale.resize(size_t(c.n));
+  // Per-row scales of vLLM's size (amax / 448), one row in seven all-zero scale.
+  for (int r = 0; r < c.n; ++r) o.scale[size_t(r)] = r % 7 == 3 ? 0.0f : (0.5f + ud(rng) * 0.25f) / gpu::e4m3_max;
+  o.y0.resize(size_t(c.m) * c.n);
+  for (auto& v : o.y0) v = ud(rng) * 4.0f;
+  return o;
+}
+
+/// Weight (r, c) as the GEMV sees it (exact) or as the cuBLAS path does (rounded once to dt).
+float weight(const fp8_case& c, const fp8_operands& o, int r, int col, bool rounded) {
+  const float w = gpu::e4m3_to_f32(o.q[size_t(r) * c.k + col]) * o.scale[size_t(r)];
+  return rounded ? round_act(c.dt, w) : w;
+}
+
+/// Every output within fp32 accumulation error (`rel` of sum |x w|) of the fp64 reference.
+void expect_matches(const fp8_case& c, const fp8_operands& o, int x_offset, bool rounded_weights,
+                    const std::vector<float>& got, double rel, const char* what) {
+  ASSERT_EQ(got.size(), size_t(c.m) * c.n);
+  for (int i = 0; i < c.m; ++i)
+    for (int j = 0; j < c.n; ++j) {
+      double s = 0, a = 0;
+      for (int q = 0; q < c.k; ++q) {
+        const double xv = from_act_bits(c.dt, o.x[x_offset + size_t(i) * c.k + q]);
+        const double wv = weight(c, o, j, q, rounded_weights);
+        s += xv * wv;
+        a += std::abs(xv * wv);
+      }
+      const size_t idx = size_t(i) * c.n + j;
+      const double ref = s + double(c.beta) * o.y0[idx];
+      const double scale = a + std::abs(double(c.beta) * o.y0[idx]);
+      ASSERT_TRUE(std::isfinite(got[idx])) << what << " m=" << c.m << " k=" << c.k << " n=" << c.n << " at " << idx;
+      ASSERT_NEAR(got[idx], ref, rel * scale + 1e-6)
+          << what << " m=" << c.m << " k=" << c.k << " n=" << c.n << " beta=" << c.beta << " at " << idx;
+    }
+}
+
+class CudaFp8Linear : public ::testing::Test {
+ protected:
+  void SetUp() override { AS_REQUIRE_CUDA(); }
+};
+
+TEST_F(CudaFp8Linear, GemvMatchesFp64ReferenceOverAwkwardShapes) {
+  uint32_t seed = 1;
+  for (auto dt : {cuda::act_dtype::bf16, cuda::act_dtype::fp16})
+    for (int m : {1, 2, 3, 5, 8})
+      for (int k : {16, 48, 1040, 4112, 8208})
+        for (int n : {1, 7, 130}) {
+          const fp8_case c{dt, m, k, n, (m + n) % 2 ? 1.0f : 0.0f};
+          const fp8_operands o = make_fp8_operands(c, 0, seed++);
+          dev_vec<uint16_t> dx(o.x);
+          dev_vec<uint8_t> dq(o.q);
+          dev_vec<float> ds(o.scale), dy(o.y0);
+          ASSERT_TRUE(cuda::fp8_gemv_supported(dx.get(), c.m, c.k, dq.get()));
+          ASSERT_EQ(cuda::fp8_gemv(c.dt, dx.get(), c.m, c.k, dq.get(), ds.get(), c.n, dy.get(), c.beta, nullptr), 0);
+          expect_matches(c, o, 0, false, dy.download(), 3e-5, "fp8_gemv");
+        }
+}
+
+TEST_F(CudaFp8Linear, GemvRefusesOperandsItCannotStream) {
+  dev_vec<uint16_t> buf(8192);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(buf.get());
+  EXPECT_FALSE(cuda::fp8_gemv_supported(buf.get(), 1, 24, bytes));       // k % 16
+  EXPECT_FALSE(cuda::fp8_gemv_supported(buf.get() + 1, 1, 64, bytes));   // x misaligned
+  EXPECT_FALSE(cuda::fp8_gemv_supported(buf.get(), 1, 64, bytes + 8));   // weights misaligned
+  EXPECT_FALSE(cuda::fp8_gemv_supported(buf.get(), cuda::fp8_gemv_max_m + 1, 64, bytes));
+  EXPECT_FALSE(cuda::fp8_gemv_supported(buf.get(), 0, 64, bytes));
+  EXPECT_TRUE(cuda::fp8_gemv_supported(buf.get(), cuda::fp8_gemv_max_m, 64, bytes));
+}
+
+TEST_F(CudaFp8Linear, DequantizeRoundsEachWeightOnce) {
+  uint32_t seed = 50;
+  for (auto dt : {cuda::act_dtype::bf16, cuda::act_dtype::fp16})
+    for (int k : {13, 64, 1001}) {
+      const fp8_case c{dt, 1, k, 37, 0.0f};
+      const fp8_operands o = make_fp8_operands(c, 0, seed++);
+      dev_vec<uint8_t> dq(o.q);
+      dev_vec<float> ds(o.scale);
+      dev_vec<uint16_t> out(o.q.size());
+      ASSERT_EQ(cuda::fp8_dequantize(dt, dq.get(), ds.get(), c.n, c.k, out.get(), nullptr), 0);
+      const auto got = out.download();
+      for (int r = 0; r < c.n; ++r)
+        for (int col = 0; col < c.k; ++col) {
+          const size_t i = size_t(r) * c.k + col;
+          ASSERT_EQ(got[i], to_act_bits(dt, weight(c, o, r, col, false))) << "k=" << k << " row " << r << " col " << col;
+        }
+    }
+}
+
+TEST_F(CudaFp8Linear, GemmRunnerAgreesWithReferenceOnBothPaths) {
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  cuda::gemm_runner g;
+  ASSERT_TRUE(g.init(s, 1 << 22).ok());
+  std::vector<fp8_case> cases;
+  for (auto dt : {cuda::act_dtype::bf16, cuda::act_dtype::fp16})
+    for (int m : {1, 3, 8, 12, 40})
+      for (int k : {13, 64, 1001, 4096}) cases.push_back({dt, m, k, 67, m % 2 ? 0.0f : 1.0f});
+  for (const auto& c : cases) ASSERT_TRUE(g.reserve_fp8_scratch(c.dt, size_t(c.n) * c.k).ok());
+  uint32_t seed = 100;
+  for (const auto& c : cases)
+    for (int x_offset : {0, 1}) {  // 1: x starts mid-chunk, so the GEMV must decline
+      const fp8_operands o = make_fp8_operands(c, x_offset, seed++);
+      dev_vec<uint16_t> dx(o.x);
+      dev_vec<uint8_t> dq(o.q);
+      dev_vec<float> ds(o.scale), dy(o.y0);
+      const cuda::device_weight w{dq.get(), ds.get()};
+      const uint16_t* x = dx.get() + x_offset;
+      const bool gemv = cuda::fp8_gemv_supported(x, c.m, c.k, dq.get());
+      ASSERT_TRUE(g.run(c.dt, x, c.m, c.k, w, c.n, dy.get(), c.beta).ok());
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      expect_matches(c, o, x_offset, !gemv, dy.download(), 3e-5, gemv ? "runner (fp8 gemv)" : "runner (cuBLAS)");
+      // run_act: always the dequantized weights, the output rounded once to dt.
+      const fp8_case act_case{c.dt, c.m, c.k, c.n, 0.0f};
+      dev_vec<uint16_t> dya(size_t(c.m) * c.n);
+      ASSERT_TRUE(g.run_act(c.dt, x, c.m, c.k, w, c.n, dya.get()).ok());
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      expect_matches(act_case, o, x_offset, true, download_act(c.dt, dya), 1e-2, "runner run_act");
+    }
+  cudaStreamDestroy(s);
+}
+
+TEST_F(CudaFp8Linear, GemmRunnerTakesActDtypeWeightsAsBefore) {
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  cuda::gemm_runner g;
+  ASSERT_TRUE(g.init(s, 1 << 22).ok());
+  const int m = 3, k = 64, n = 9;
+  const std::vector<uint16_t> xb(size_t(m) * k, to_act_bits(cuda::act_dtype::bf16, 0.5f));
+  const std::vector<uint16_t> wb(size_t(n) * k, to_act_bits(cuda::act_dtype::bf16, 0.25f));
+  dev_vec<uint16_t> dx(xb), dw(wb);
+  dev_vec<float> dy(size_t(m) * n);
+  ASSERT_TRUE(g.run(cuda::act_dtype::bf16, dx.get(), m, k, cuda::device_weight{dw.get(), nullptr}, n, dy.get()).ok());
+  for (float v : dy.download()) EXPECT_EQ(v, 0.125f * k);
+  cudaStreamDestroy(s);
+}
+
+}  // namespace
+}  // namespace actorserve::testing

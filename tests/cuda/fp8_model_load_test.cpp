@@ -1,0 +1,176 @@
+// What load_device_model puts on the device for FP8: a per-channel and a per-tensor checkpoint's
+// dense weights as their stored E4M3 bytes with one scale per row (layer 1's unquantized
+// down_proj as bf16), a block-scaled checkpoint dequantized to bf16, and --quantization fp8 as
+// the codes and scales of the CPU's per-row rounding, of read and of generated (--load-format
+// dummy) weights.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "cuda_test_util.hpp"
+#include "gpu/cuda/model/cuda_model.hpp"
+#include "gpu/model/dtype_convert.hpp"
+#include "gpu/model/fp8.hpp"
+#include "gpu/model/model_weights.hpp"
+#include "test_data.hpp"
+
+namespace actorserve::testing {
+namespace {
+
+template <class T>
+std::vector<T> download(const void* p, size_t n) {
+  std::vector<T> h(n);
+  EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return h;
+}
+
+/// The scale of row `r` of a per-tensor or per-channel FP8 view.
+float stored_scale(const gpu::tensor_view& v, size_t r) {
+  const gpu::fp8_scale_view& s = *v.scale;
+  const size_t i = s.kind == gpu::fp8_scale_kind::per_channel ? r : 0;
+  float out = 0;
+  gpu::upcast_to_f32(s.data + i * dtype_size(s.dtype), s.dtype, 1, &out);
+  return out;
+}
+
+/// `w` holds the views' bytes and scales, concatenated along rows.
+void expect_stored_fp8(const cuda::device_weight& w, const std::vector<const gpu::tensor_view*>& views,
+                       const char* what) {
+  ASSERT_TRUE(w.fp8()) << what;
+  size_t rows = 0, offset = 0;
+  for (auto* v : views) rows += size_t(v->shape[0]);
+  const size_t cols = size_t(views[0]->shape[1]);
+  const auto bytes = download<uint8_t>(w.data, rows * cols);
+  const auto scales = download<float>(w.row_scale, rows);
+  for (auto* v : views) {
+    const size_t r = size_t(v->shape[0]);
+    ASSERT_EQ(v->dtype, st_dtype::f8_e4m3) << v->name;
+    EXPECT_EQ(std::memcmp(bytes.data() + offset * cols, v->data, r * cols), 0) << what << ": " << v->name;
+    for (size_t i = 0; i < r; ++i) ASSERT_EQ(scales[offset + i], stored_scale(*v, i)) << v->name << " row " << i;
+    offset += r;
+  }
+}
+
+class CudaFp8Load : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    AS_REQUIRE_CUDA();
+    ASSERT_EQ(cudaStreamCreate(&s_), cudaSuccess);
+  }
+  void TearDown() override {
+    if (s_) cudaStreamDestroy(s_);
+  }
+  std::unique_ptr<cuda::device_model> load(const std::string& model, bool quantize,
+                                           const gpu::weight_source& source = {}) {
+    auto m = cuda::load_device_model(model_dir(model), dtype_choice::auto_detect, quantize, s_, source);
+    EXPECT_TRUE(m.ok()) << (m.ok() ? "" : m.err().message);
+    return m.ok() ? std::move(m.value()) : nullptr;
+  }
+  cudaStream_t s_ = nullptr;
+};
+
+TEST_F(CudaFp8Load, CheckpointWeightsStayE4m3WithTheirRowScales) {
+  for (const char* model : {"qwen3-hd128-fp8-channel", "qwen3-hd128-fp8"}) {
+    auto files = gpu::open_model_files(model_dir(model));
+    ASSERT_TRUE(files.ok()) << files.err().message;
+    auto m = load(model, false);
+    ASSERT_NE(m, nullptr);
+    const auto& cfg = files->config;
+    EXPECT_EQ(m->fp8_max_elements, size_t(2 * cfg.intermediate_size * cfg.hidden_size)) << model;
+    // The FP8 GEMM's activation rows: down_proj's input (layer 0's is E4M3 in both checkpoints).
+    EXPECT_EQ(m->fp8_max_cols, size_t(cfg.intermediate_size)) << model;
+    for (size_t l = 0; l < m->layers.size(); ++l) {
+      const gpu::layer_views& v = files->views.layers[l];
+      const cuda::device_layer& d = m->layers[l];
+      expect_stored_fp8(d.qkv, {&v.q_proj, &v.k_proj, &v.v_proj}, model);
+      expect_stored_fp8(d.o, {&v.o_proj}, model);
+      expect_stored_fp8(d.gate_up, {&v.gate_proj, &v.up_proj}, model);
+      if (v.down_proj.dtype == st_dtype::f8_e4m3) {
+        expect_stored_fp8(d.down, {&v.down_proj}, model);
+      } else {  // in the ignore list: stored as the activation dtype
+        EXPECT_FALSE(d.down.fp8()) << model << " layer " << l;
+        const auto want = gpu::weight_store::to_f32(v.down_proj);
+        const auto got = download<uint16_t>(d.down.data, want.size());
+        for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], f32_to_bf16_bits(want[i])) << i;
+      }
+    }
+  }
+}
+
+TEST_F(CudaFp8Load, BlockScaledWeightsLoadDequantizedToBf16) {
+  auto files = gpu::open_model_files(model_dir("mixtral-fp8-block"));
+  ASSERT_TRUE(files.ok()) << files.err().message;
+  auto m = load("mixtral-fp8-block", false);
+  ASSERT_NE(m, nullptr);
+  EXPECT_FALSE(m->has_fp8());
+  const gpu::layer_views& v = files->views.layers[0];
+  ASSERT_EQ(v.k_proj.dtype, st_dtype::f8_e4m3);
+  std::vector<float> want;
+  for (auto* t : {&v.q_proj, &v.k_proj, &v.v_proj}) {
+    const auto w = gpu::weight_store::to_f32(*t);
+    want.insert(want.end(), w.begin(), w.end());
+  }
+  const auto got = download<uint16_t>(m->layers[0].qkv.data, want.size());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], f32_to_bf16_bits(want[i])) << i;
+}
+
+TEST_F(CudaFp8Load, QuantizationFlagStoresTheCpuRounding) {
+  auto files = gpu::open_model_files(model_dir("qwen3-hd128-bf16"));
+  ASSERT_TRUE(files.ok()) << files.err().message;
+  auto m = load("qwen3-hd128-bf16", true);
+  ASSERT_NE(m, nullptr);
+  const gpu::tensor_view& o = files->views.layers[0].o_proj;
+  const size_t rows = size_t(o.shape[0]), cols = size_t(o.shape[1]);
+  std::vector<float> want = gpu::weight_store::to_f32(o);
+  gpu::quantize_rows_e4m3(want.data(), int64_t(rows), int64_t(cols));
+  const cuda::device_weight& w = m->layers[0].o;
+  ASSERT_TRUE(w.fp8());
+  const auto codes = download<uint8_t>(w.data, rows * cols);
+  const auto scales = download<float>(w.row_scale, rows);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; ++c)
+      ASSERT_EQ(gpu::e4m3_to_f32(codes[r * cols + c]) * scales[r], want[r * cols + c]) << r << ", " << c;
+  for (const cuda::device_layer& d : m->layers)
+    EXPECT_TRUE(d.qkv.fp8() && d.o.fp8() && d.gate_up.fp8() && d.down.fp8());
+  EXPECT_EQ(m->lm_head == m->embed, files->views.lm_head_tied);
+}
+
+TEST_F(CudaFp8Load, QuantizationFlagRoundsGeneratedWeightsAsTheCpu) {
+  // --load-format dummy with --quantization fp8: each dense weight is generated on the device,
+  // then rounded per row as the CPU rounds the same generated values.
+  const gpu::weight_source dummy{true, 11};
+  auto files = gpu::open_model_files(model_dir("qwen3-hd128-bf16"), dummy);
+  ASSERT_TRUE(files.ok()) << files.err().message;
+  auto m = load("qwen3-hd128-bf16", true, dummy);
+  ASSERT_NE(m, nullptr);
+  for (const cuda::device_layer& d : m->layers)
+    EXPECT_TRUE(d.qkv.fp8() && d.o.fp8() && d.gate_up.fp8() && d.down.fp8());
+  const gpu::layer_views& v = files->views.layers[0];
+  const std::vector<const gpu::tensor_view*> gate_up = {&v.gate_proj, &v.up_proj};
+  size_t rows = 0;
+  for (auto* t : gate_up) rows += size_t(t->shape[0]);
+  const size_t cols = size_t(v.gate_proj.shape[1]);
+  const cuda::device_weight& w = m->layers[0].gate_up;
+  ASSERT_TRUE(w.fp8());
+  const auto codes = download<uint8_t>(w.data, rows * cols);
+  const auto scales = download<float>(w.row_scale, rows);
+  size_t offset = 0;
+  for (auto* t : gate_up) {
+    ASSERT_TRUE(t->dummy.has_value()) << t->name;
+    const size_t r = size_t(t->shape[0]);
+    std::vector<float> want(r * cols);
+    gpu::fill_dummy_f32(*t->dummy, want.size(), want.data());
+    gpu::quantize_rows_e4m3(want.data(), int64_t(r), int64_t(cols));
+    for (size_t i = 0; i < r; ++i) {
+      ASSERT_GT(scales[offset + i], 0.0f) << t->name << " row " << i;
+      for (size_t c = 0; c < cols; ++c)
+        ASSERT_EQ(gpu::e4m3_to_f32(codes[(offset + i) * cols + c]) * scales[offset + i], want[i * cols + c])
+            << t->name << " " << i << ", " << c;
+    }
+    offset += r;
+  }
+}
+
+}  // namespace
+}  // namespace actorserve::testing

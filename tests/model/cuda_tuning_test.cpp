@@ -1,0 +1,104 @@
+// The CUDA executor's kernel choice per GPU (gpu/cuda/tuning.hpp, cuda_tuning_for): Hopper with
+// sm_90a code keeps the wgmma/TMA/bulk-copy kernels and PDL; Ampere and Ada, code compiled from
+// compute_80 PTX, newer GPUs and --kernels portable get the cp.async/mma.sync kernels.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+
+#include "gpu/cuda/tuning.hpp"
+
+namespace actorserve::testing {
+namespace {
+
+using gpu::cuda_tuning;
+using gpu::gpu_target;
+
+gpu_target target(int major, int minor, int code_arch, bool sm90a) {
+  gpu_target t;
+  t.sm_major = major;
+  t.sm_minor = minor;
+  t.code_arch = code_arch;
+  t.code_sm90a = sm90a;
+  return t;
+}
+
+void expect_portable(const cuda_tuning& t, bool pdl) {
+  EXPECT_EQ(t.attention.prefill, gpu::prefill_kernel::mma_sync);
+  EXPECT_EQ(t.attention.decode, gpu::decode_kernel::cp_async);
+  EXPECT_FALSE(t.bulk.plain);
+  EXPECT_FALSE(t.bulk.qkv);
+  EXPECT_FALSE(t.bulk.gate_up);
+  EXPECT_EQ(t.programmatic_launch, pdl);
+}
+
+TEST(cuda_tuning, hopper_with_sm90a_code_keeps_the_defaults) {
+  const cuda_tuning t = gpu::cuda_tuning_for({}, target(9, 0, 90, true), kernel_choice::automatic);
+  EXPECT_EQ(t.attention.prefill, gpu::prefill_kernel::automatic);
+  EXPECT_EQ(t.attention.decode, gpu::decode_kernel::tma);
+  EXPECT_TRUE(t.bulk.plain && t.bulk.qkv && t.bulk.gate_up);
+  EXPECT_TRUE(t.programmatic_launch);
+}
+
+TEST(cuda_tuning, hopper_keeps_a_requested_hopper_kernel) {
+  cuda_tuning requested;
+  requested.attention.prefill = gpu::prefill_kernel::wgmma_cp_async;
+  requested.bulk.qkv = false;
+  const cuda_tuning t = gpu::cuda_tuning_for(requested, target(9, 0, 90, true), kernel_choice::automatic);
+  EXPECT_EQ(t.attention.prefill, gpu::prefill_kernel::wgmma_cp_async);
+  EXPECT_FALSE(t.bulk.qkv);
+  EXPECT_TRUE(t.bulk.plain);
+}
+
+TEST(cuda_tuning, portable_on_hopper_replaces_every_hopper_choice) {
+  expect_portable(gpu::cuda_tuning_for({}, target(9, 0, 90, true), kernel_choice::portable), false);
+}
+
+TEST(cuda_tuning, ampere_and_ada_get_the_portable_kernels) {
+  for (auto [major, minor] : {std::pair{8, 0}, std::pair{8, 6}, std::pair{8, 7}, std::pair{8, 9}})
+    expect_portable(gpu::cuda_tuning_for({}, target(major, minor, 80, false), kernel_choice::automatic), false);
+}
+
+TEST(cuda_tuning, hopper_running_compute_80_code_gets_the_portable_kernels) {
+  expect_portable(gpu::cuda_tuning_for({}, target(9, 0, 80, false), kernel_choice::automatic), false);
+}
+
+TEST(cuda_tuning, hopper_running_compute_90_code_keeps_tma_but_not_wgmma) {
+  const cuda_tuning t = gpu::cuda_tuning_for({}, target(9, 0, 90, false), kernel_choice::automatic);
+  EXPECT_EQ(t.attention.prefill, gpu::prefill_kernel::mma_sync);
+  EXPECT_EQ(t.attention.decode, gpu::decode_kernel::tma);
+  EXPECT_TRUE(t.bulk.plain);
+  EXPECT_TRUE(t.programmatic_launch);
+}
+
+TEST(cuda_tuning, newer_gpus_run_the_portable_kernels_with_pdl) {
+  expect_portable(gpu::cuda_tuning_for({}, target(10, 0, 90, false), kernel_choice::automatic), true);
+  expect_portable(gpu::cuda_tuning_for({}, target(12, 0, 90, false), kernel_choice::automatic), true);
+  expect_portable(gpu::cuda_tuning_for({}, target(12, 0, 90, false), kernel_choice::portable), false);
+}
+
+TEST(cuda_tuning, the_other_choices_pass_through) {
+  cuda_tuning requested;
+  requested.fused_decode = false;
+  requested.qkv_16bit = true;
+  requested.attention.merge = gpu::split_merge::separate_kernel;
+  const cuda_tuning t = gpu::cuda_tuning_for(requested, target(8, 6, 80, false), kernel_choice::automatic);
+  EXPECT_FALSE(t.fused_decode);
+  EXPECT_TRUE(t.qkv_16bit);
+  EXPECT_EQ(t.attention.merge, gpu::split_merge::separate_kernel);
+}
+
+TEST(cuda_tuning, the_log_line_names_the_choices) {
+  const std::string hopper = gpu::describe_kernels(gpu::cuda_tuning_for({}, target(9, 0, 90, true), kernel_choice::automatic));
+  EXPECT_NE(hopper.find("wgmma"), std::string::npos) << hopper;
+  EXPECT_NE(hopper.find("TMA"), std::string::npos) << hopper;
+  const std::string ampere = gpu::describe_kernels(gpu::cuda_tuning_for({}, target(8, 0, 80, false), kernel_choice::automatic));
+  EXPECT_NE(ampere.find("mma.sync"), std::string::npos) << ampere;
+  EXPECT_NE(ampere.find("cp.async"), std::string::npos) << ampere;
+  EXPECT_NE(ampere.find("plain launches"), std::string::npos) << ampere;
+}
+
+TEST(cuda_tuning, the_oldest_gpu_is_ampere) { EXPECT_EQ(gpu::kMinSmMajor, 8); }
+
+}  // namespace
+}  // namespace actorserve::testing
