@@ -28,9 +28,13 @@ TEST(executor_factory, cuda_support_reads_the_model_and_max_model_len) {
   EXPECT_TRUE(st.ok()) << st.err().message;  // latent attention runs on the CUDA executor
   cfg.model.model_dir = actorserve::testing::model_dir("qwen3-hd128-fp8");
   st = gpu::check_cuda_support(cfg);
+  EXPECT_TRUE(st.ok()) << st.err().message;  // FP8 dense weights run on the CUDA executor
+  cfg.cache.cache_dtype = kv_cache_dtype::fp8;  // the FP8 KV cache does not yet
+  st = gpu::check_cuda_support(cfg);
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.err().message.find("FP8 checkpoint"), std::string::npos) << st.err().message;
+  EXPECT_NE(st.err().message.find("--kv-cache-dtype fp8"), std::string::npos) << st.err().message;
   EXPECT_NE(st.err().message.find("--device cpu"), std::string::npos) << st.err().message;
+  cfg.cache.cache_dtype = kv_cache_dtype::auto_detect;
   cfg.model.model_dir = "/nonexistent";
   st = gpu::check_cuda_support(cfg);
   ASSERT_FALSE(st.ok());

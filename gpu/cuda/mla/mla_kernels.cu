@@ -249,7 +249,8 @@ int latent_attention(act_dtype dt, const latent_attention_args& a, cudaStream_t 
   const size_t smem = attention_smem(W);
   const dim3 grid(a.n, (a.num_heads + kHeads - 1) / kHeads, a.num_splits);
   AS_DISPATCH_ACT(dt, {
-    // Once per dtype, for the widest latent: no attribute call inside a graph capture after that.
+    // Once per dtype, for the widest latent: the attribute is never set inside a graph capture
+    // after that.
     static const cudaError_t attr = cudaFuncSetAttribute(
         attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
         int(attention_smem(mla_max_rank + mla_max_rope_dim)));

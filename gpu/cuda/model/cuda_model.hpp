@@ -108,7 +108,7 @@ inline constexpr int default_gemv_max_rows = 1;
 /// alternative was dequantize + cuBLAS at about 4x the bf16 GEMM's time on an H100, which the FP8
 /// GEMM replaces, so the GEMM starts where the GEMV stops. Whether the GEMM also beats the GEMV at
 /// 2 to 8 rows is what `bench_cuda_kernels --only fp8` measures (its "fp8 gemv" and "fp8 gemm" columns).
-inline constexpr int default_fp8_gemm_min_rows = 9;
+inline constexpr int default_fp8_gemm_min_rows = fp8_gemv_max_m + 1;
 
 /// Y[m, n] (fp32) = X[m, k] (dt) * W[n, k]^T (dt) + beta * Y, fp32 accumulation, on one stream.
 /// Small m goes to the bandwidth-bound GEMV where it supports the operands, the rest to cuBLAS.
