@@ -22,11 +22,26 @@ status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) 
   return {};
 }
 
-status check_cuda_fp8_options(bool kv_cache_fp8) {
-  if (kv_cache_fp8)
+status check_cuda_fp8_options(const model_config& cfg, kv_cache_layout layout, bool kv_cache_fp8) {
+  if (!kv_cache_fp8) return {};
+  if (cfg.mla)
     return make_error(error_code::unsupported,
-                      "--kv-cache-dtype fp8: the CUDA executor's attention has no FP8 KV cache yet; start with "
-                      "--kv-cache-dtype auto, or with --device cpu (docs/fp8.md)");
+                      fmt::format("--kv-cache-dtype fp8: {} caches the latent of multi-head latent attention, which "
+                                  "has no FP8 form here; start with --kv-cache-dtype auto (docs/fp8.md)",
+                                  cfg.architecture));
+  if (layout != kv_cache_layout::flash_decoding)
+    return make_error(error_code::unsupported,
+                      "--kv-cache-dtype fp8: the FP8 cache is read by the flash-decoding kernels only; start with "
+                      "--paged-kv-cache-type flash-decoding (and a --block-size from 64 to 256), or with "
+                      "--kv-cache-dtype auto (docs/fp8.md)");
+  const int64_t group = cfg.num_kv_heads > 0 ? cfg.num_heads / cfg.num_kv_heads : 0;
+  if ((cfg.head_dim != 64 && cfg.head_dim != 128) || group < 1 || group > 8)
+    return make_error(error_code::unsupported,
+                      fmt::format("--kv-cache-dtype fp8: head_dim {} with {} query heads per KV head runs on the "
+                                  "generic attention kernel, which reads a 16-bit cache only (the FP8 cache takes "
+                                  "head dims 64 and 128 and groups up to 8); start with --kv-cache-dtype auto, or "
+                                  "with --device cpu (docs/fp8.md)",
+                                  cfg.head_dim, group));
   return {};
 }
 

@@ -3,6 +3,7 @@
 /// headers), so that a model it would compute wrongly is refused at start with the way around.
 #include <cstdint>
 
+#include "config/engine_config.hpp"
 #include "config/error.hpp"
 #include "config/model_config.hpp"
 
@@ -15,8 +16,11 @@ namespace actorserve::gpu {
 /// group-limited routing, shared experts) are accepted, together too.
 status check_cuda_model_support(const model_config& cfg, int64_t max_model_len);
 
-/// Ok unless --kv-cache-dtype fp8 is asked of the CUDA executor: its attention has no FP8 KV cache
-/// yet. FP8 checkpoints and --quantization fp8 load (FP8 E4M3 weights, cuda_model.hpp).
-status check_cuda_fp8_options(bool kv_cache_fp8);
+/// Ok unless --kv-cache-dtype fp8 (`kv_cache_fp8`) asks the CUDA executor for an FP8 cache its
+/// kernels cannot read: latent attention (DeepSeek-V2), the vLLM layout (`layout`), or a head dim
+/// other than 64 and 128 or a GQA group over 8 (the generic kernel). The flash-decoding layout
+/// reads it (docs/fp8.md). FP8 checkpoints and --quantization fp8 load (FP8 E4M3 weights,
+/// cuda_model.hpp).
+status check_cuda_fp8_options(const model_config& cfg, kv_cache_layout layout, bool kv_cache_fp8);
 
 }  // namespace actorserve::gpu

@@ -53,6 +53,7 @@ cuda_executor_options cuda_options_from(const engine_config& cfg) {
   o.enforce_eager = cfg.executor.enforce_eager;
   o.cascade_attention = cfg.executor.cascade_attention;
   o.quantize_fp8 = cfg.model.quantization == quantization_choice::fp8;
+  o.kv_cache_fp8 = cfg.cache.cache_dtype == kv_cache_dtype::fp8;
   o.profile_steps = cfg.executor.profile_steps;
   o.kernels = cfg.executor.kernels;
   o.weights = weights_from(cfg);
@@ -92,9 +93,12 @@ bool picks_cuda(const engine_config& cfg) {
 }
 
 status check_cuda_support(const engine_config& cfg) {
-  if (auto st = check_cuda_fp8_options(cfg.cache.cache_dtype == kv_cache_dtype::fp8); !st) return st.err();
   auto model = load_model_config(cfg.model.model_dir);
   if (!model) return model.err();
+  if (auto st = check_cuda_fp8_options(model.value(), cuda_kv_layout(cfg.cache),
+                                       cfg.cache.cache_dtype == kv_cache_dtype::fp8);
+      !st)
+    return make_error(st.err().code, fmt::format("{}: {}", cfg.model.model_dir, st.err().message));
   if (auto st = check_cuda_model_support(model.value(), cfg.model.max_model_len); !st)
     return make_error(st.err().code, fmt::format("{}: {}", cfg.model.model_dir, st.err().message));
   return {};

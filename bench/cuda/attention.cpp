@@ -10,6 +10,11 @@
 //   bench_cuda_attention --cascade           the cascade point alone: 256 decodes sharing a
 //                                            4096-token prefix, 256 private tokens each, 32/8,
 //                                            flash-decoding / 64, cascade against per-sequence
+//   bench_cuda_attention --fp8-kv            flash-decoding decode over the FP8 (E4M3) KV cache
+//                                            against the bf16 one: 32/8, batch 32 and 64, KV 2048
+//                                            and 8192; GB/s counts the cache bytes read (one a
+//                                            K or V element with FP8, two with bf16) plus Q and O;
+//                                            with --one, that configuration over the FP8 cache
 //   bench_cuda_attention --one vllm|fd decode|prefill H BATCH KV   one configuration (for ncu)
 //   bench_cuda_attention --reps N --one ...                         its median of N runs (default 1)
 // KERNEL FLAGS (tuning_flags.hpp) pick the kernels of the grid and of --one: --prefill-kernel
@@ -26,6 +31,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +68,7 @@ namespace {
 constexpr int D = 128, KVH = 8;
 constexpr size_t kFlushBytes = size_t(256) << 20;  // > 5x the H200's 50 MB L2
 bool g_flush_by_write = false;  ///< --flush write: memset the flush buffer instead of reading it
+bool g_kv_fp8 = false;          ///< --fp8-kv: the backends read an E4M3 cache (attention_shape::kv_fp8)
 
 struct device_state {
   void* k = nullptr;
@@ -85,6 +92,20 @@ struct device_state {
 void fill_random(void* dst, size_t bytes, uint32_t seed, float stddev = 1.0f) {
   const size_t pattern = std::min(bytes, size_t(64) << 20);
   const std::vector<uint16_t> host = actorserve::bench_cuda::normal_bf16(pattern / 2, stddev, seed);
+  CK(cudaMemcpy(dst, host.data(), pattern, cudaMemcpyHostToDevice));
+  for (size_t off = pattern; off < bytes; off += pattern)
+    CK(cudaMemcpy(static_cast<char*>(dst) + off, dst, std::min(pattern, bytes - off), cudaMemcpyDeviceToDevice));
+}
+
+/// Fills `bytes` of device memory with random E4M3 codes (no NaN code; a 64 MiB pattern, repeated).
+void fill_random_e4m3(void* dst, size_t bytes, uint32_t seed) {
+  const size_t pattern = std::min(bytes, size_t(64) << 20);
+  std::vector<uint8_t> host(pattern);
+  std::mt19937 rng(seed);
+  for (auto& b : host) {
+    b = uint8_t(rng() >> 24);
+    if ((b & 0x7f) == 0x7f) b ^= 1;  // S.1111.111 is NaN: take its neighbour, 448
+  }
   CK(cudaMemcpy(dst, host.data(), pattern, cudaMemcpyHostToDevice));
   for (size_t off = pattern; off < bytes; off += pattern)
     CK(cudaMemcpy(static_cast<char*>(dst) + off, dst, std::min(pattern, bytes - off), cudaMemcpyDeviceToDevice));
@@ -186,6 +207,7 @@ void prepare(device_state& st, prepared& p, kv_cache_layout layout, int H, const
   shape.num_kv_heads = KVH;
   shape.head_dim = D;
   shape.block_size = layout == kv_cache_layout::vllm ? 16 : 64;
+  shape.kv_fp8 = g_kv_fp8;
   auto made = cuda::make_attention_backend(layout, shape, tuning);
   if (!made) {
     std::fprintf(stderr, "backend: %s\n", made.err().message.c_str());
@@ -253,6 +275,8 @@ void prepare(device_state& st, prepared& p, kv_cache_layout layout, int H, const
   a.head_dim = D;
   a.block_size = bs;
   a.scale = 1.0f / std::sqrt(float(D));
+  a.kv_fp8 = g_kv_fp8;
+  a.k_scale = a.v_scale = 1.0f / 64;  // any scale: the kernels multiply by it either way
 }
 
 /// Both timings of one configuration, with its effective GB/s (decode) or TFLOP/s (prefill).
@@ -265,6 +289,7 @@ result_row run_lens(device_state& st, kv_cache_layout layout, int H, const std::
   result_row row;
   row.backend = p.be->name();
   row.kind = prefill ? "prefill" : cascade ? "decode cascade" : shared_prefix > 0 ? "decode shared prefix" : "decode";
+  if (g_kv_fp8) row.kind += " fp8 cache";
   row.H = H;
   row.batch = int(lens.size());
   row.kv = lens[0];
@@ -280,7 +305,7 @@ result_row run_lens(device_state& st, kv_cache_layout layout, int H, const std::
     row.tflops = flops / (us * 1e-6) / 1e12;
     row.tflops_held = flops / (us_held * 1e-6) / 1e12;
   } else {
-    const double bytes = kv_tokens * KVH * D * 2 * 2 + double(lens.size()) * H * D * (4 + 2);
+    const double bytes = kv_tokens * KVH * D * (g_kv_fp8 ? 1 : 2) * 2 + double(lens.size()) * H * D * (4 + 2);
     row.gbs = bytes / (us * 1e-6) / 1e9;
     row.gbs_held = bytes / (us_held * 1e-6) / 1e9;
   }
@@ -444,7 +469,7 @@ void run_pdl(device_state& st) {
 
 int main(int argc, char** argv) {
   std::string out_dir;
-  bool quick = false, kernels = false, stream = false, pdl = false, cascade = false;
+  bool quick = false, kernels = false, stream = false, pdl = false, cascade = false, fp8_kv = false;
   gpu::cuda_tuning tuning;
   int one_reps = 1;
   std::vector<std::string> one;
@@ -455,6 +480,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--stream")) stream = true;
     else if (!std::strcmp(argv[i], "--pdl")) pdl = true;
     else if (!std::strcmp(argv[i], "--cascade")) cascade = true;
+    else if (!std::strcmp(argv[i], "--fp8-kv")) fp8_kv = true;
     else if (bench_cuda::parse_tuning_flag(i, argc, argv, tuning)) continue;
     else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) one_reps = std::max(1, std::atoi(argv[++i]));
     else if (!std::strcmp(argv[i], "--flush") && i + 1 < argc) {
@@ -517,6 +543,44 @@ int main(int argc, char** argv) {
   }
   if (cascade) {
     std::printf("%s", cascade_summary(run_cascade_point(st, one_reps > 1 ? one_reps : 15, tuning.attention)).c_str());
+    return 0;
+  }
+  if (fp8_kv) {
+    // The same buffers hold E4M3 codes now (the FP8 cache reads half of each). The bf16 rows first,
+    // over the bf16 values, then the FP8 rows.
+    const int reps = quick ? 5 : 15;
+    std::vector<result_row> rows;
+    if (one.empty())
+      for (int b : {32, 64})
+        for (int kv : {2048, 8192})
+          rows.push_back(run_config(st, kv_cache_layout::flash_decoding, 32, b, kv, false, reps, tuning.attention));
+    fill_random_e4m3(st.k, cache_bytes, 5);
+    fill_random_e4m3(st.v, cache_bytes, 6);
+    g_kv_fp8 = true;
+    if (!one.empty()) {
+      const result_row r =
+          run_config(st, kv_cache_layout::flash_decoding, std::atoi(one[2].c_str()), std::atoi(one[3].c_str()),
+                     std::atoi(one[4].c_str()), false, one_reps, tuning.attention);
+      std::printf("%s %s: %.1f us, %.0f GB/s of cache bytes read (held: %.1f us, %.0f GB/s)\n", r.backend.c_str(),
+                  r.kind.c_str(), r.us, r.gbs, r.us_held, r.gbs_held);
+      return 0;
+    }
+    double worst = 1e30, worst_held = 1e30;
+    for (int b : {32, 64})
+      for (int kv : {2048, 8192}) {
+        rows.push_back(run_config(st, kv_cache_layout::flash_decoding, 32, b, kv, false, reps, tuning.attention));
+        worst = std::min(worst, rows.back().gbs);
+        worst_held = std::min(worst_held, rows.back().gbs_held);
+      }
+    std::printf("| backend | kind | q/kv heads | batch | KV len | µs | GB/s | µs held | GB/s held | CTAs | splits |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const result_row& r : rows)
+      std::printf("| %s | %s | %d/%d | %d | %s | %.1f | %.0f | %.1f | %.0f | %d | %d |\n", r.backend.c_str(),
+                  r.kind.c_str(), r.H, KVH, r.batch, r.kv_label.c_str(), r.us, r.gbs, r.us_held, r.gbs_held, r.ctas,
+                  r.splits);
+    std::printf("device: %s; flash-decoding over the FP8 cache, batch 32-64, KV 2048-8192, 32/8, worst: %.0f GB/s of "
+                "cache bytes read, held %.0f GB/s (target 3600 on an H200)\n",
+                prop.name, worst, worst_held);
     return 0;
   }
   if (!one.empty()) {

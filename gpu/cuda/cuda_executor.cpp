@@ -88,6 +88,11 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   // The FP8 GEMM's per-token activation codes: up to the step's rows, of the longest FP8 weight row.
   if (auto st = gemm_.reserve_fp8_activations(std::max(max_rows_, max_tokens_), int(model_->fp8_max_cols)); !st)
     return st;
+  if (opts.kv_cache_fp8 && c.mla)
+    return make_error(error_code::unsupported,
+                      fmt::format("--kv-cache-dtype fp8: {} caches the latent of multi-head latent attention, which "
+                                  "has no FP8 form here; start with --kv-cache-dtype auto",
+                                  c.architecture));
   attention_shape ashape;
   ashape.dt = dt_;
   ashape.num_heads = static_cast<int>(c.num_heads);
@@ -95,6 +100,7 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   ashape.head_dim = static_cast<int>(c.head_dim);
   ashape.block_size = opts.block_size;
   ashape.num_sms = num_sms_;
+  ashape.kv_fp8 = opts.kv_cache_fp8;
   auto backend = make_attention_backend(opts.kv_layout, ashape, opts_.tuning.attention);
   if (!backend) return backend.err();
   attention_ = std::move(backend.value());
@@ -113,7 +119,8 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   } else {
     block_bytes_ = attention_->block_bytes();
     num_caches_ = static_cast<int>(2 * c.num_layers);
-    log::info("attention backend: {}, block size {}", attention_->name(), attention_->block_size());
+    log::info("attention backend: {}, block size {}{}", attention_->name(), attention_->block_size(),
+              opts.kv_cache_fp8 ? ", KV cache FP8 E4M3 with per-layer scales (--kv-cache-dtype fp8)" : "");
   }
   if (c.moe) shared_inter_ = static_cast<int>(c.moe->num_shared_experts * c.moe->expert_intermediate_size);
   ffn_width_ = std::max(static_cast<int>(c.intermediate_size), shared_inter_);
@@ -282,7 +289,9 @@ step_limits cuda_executor::limits(int64_t num_blocks) const {
   // Cascade: reading a shared prefix once per group against once per member, in bytes per layer.
   const model_config& c = model_->cfg;
   const int64_t es = int64_t(act_size(dt_));
-  l.cascade = opts_.cascade_attention && !c.mla;  // latent attention runs its own kernels (docs/mla.md)
+  // Latent attention runs its own kernels (docs/mla.md); the FP8 cache's backend takes no cascade
+  // groups (the prefix pass reads a 16-bit cache).
+  l.cascade = opts_.cascade_attention && !c.mla && !opts_.kv_cache_fp8;
   l.cascade_costs = {2 * c.num_kv_heads * c.head_dim * es, 2 * c.num_heads * (c.head_dim + 2) * 4};
   l.enforce_eager = opts_.enforce_eager;
   l.last_layer_all_rows = opts_.tuning.last_layer_all_rows || model_->cfg.mla.has_value();

@@ -31,6 +31,9 @@ struct cuda_executor_options {
   /// where gpu::plan_cascade finds it reads fewer bytes (flash-decoding backend only).
   bool cascade_attention = true;
   bool quantize_fp8 = false;                        ///< --quantization fp8: dense linear weights as E4M3
+  /// --kv-cache-dtype fp8: K/V stored as E4M3 codes with the checkpoint's per-layer scales (one
+  /// byte an element: twice the blocks in the same memory); flash-decoding layout only.
+  bool kv_cache_fp8 = false;
   int device = 0;                                   ///< CUDA device ordinal
   bool keep_logits = false;                         ///< tests: keep each step's sampled-row logits
   /// --profile-steps: GPU and host-enqueue time per kernel class of the eager steps, printed to

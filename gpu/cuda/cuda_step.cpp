@@ -261,14 +261,17 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   ra.num_heads = H;
   ra.num_kv_heads = KVH;
   ra.head_dim = D;
+  ra.kv_fp8 = aa.kv_fp8 = opts_.kv_cache_fp8;
   const cuda_tuning& tuning = opts_.tuning;
   // One token: the qkv and gate/up projections fuse the element-wise kernel after them. Qwen3's
   // q/k norm sits between the QKV projection and rope, so its qkv takes the unfused path: the
   // projection into fp32 qkv_, qk_rmsnorm in place (with the bias), then rope_kv_write.
   // FP8 weights take the plain projections (the FP8 GEMV) and the element-wise kernels after them.
+  // The FP8 KV cache (--kv-cache-dtype fp8) is written by rope_kv_write only (the fused QKV +
+  // rope GEMVs store 16-bit K/V): its steps take the unfused QKV path.
   const bool fused = n == 1 && tuning.fused_decode && hidden % 8 == 0 && !m.has_fp8();
   const bool qk_norm = c.qk_norm;
-  const bool fused_qkv = fused && !qk_norm;
+  const bool fused_qkv = fused && !qk_norm && !opts_.kv_cache_fp8;
   qk_norm_args na{.qkv = qkv_, .eps = eps, .n = n, .num_heads = H, .num_kv_heads = KVH, .head_dim = D};
   // Prefill tiles copy rope's 16-bit queries in; then rope writes the fp32 q of decode tokens
   // only, and reads the QKV GEMM's output rounded to the activation dtype (half the bytes; not
@@ -338,6 +341,8 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     ra.v_cache = v_cache;
     aa.k_cache = k_cache;
     aa.v_cache = v_cache;
+    ra.k_scale = aa.k_scale = w.k_scale;  // read only with kv_fp8
+    ra.v_scale = aa.v_scale = w.v_scale;
     // The previous layer's MLP output joins the residual here (none before the first layer).
     mark(step_op::norm);
     AS_CUDA_TRY(add_rmsnorm(dt_, residual_, l == 0 ? nullptr : delta, nullptr, w.input_norm, eps, nullptr, n, hidden,
@@ -373,6 +378,8 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
         residual = rows_residual_;
         last_aa.k_cache = k_cache;
         last_aa.v_cache = v_cache;
+        last_aa.k_scale = w.k_scale;
+        last_aa.v_scale = w.v_scale;
       }
       mark(step_op::attention);
       AS_CUDA_TRY(run_attention(last && shape.sampled_only ? last_aa : aa));

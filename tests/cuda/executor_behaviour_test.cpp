@@ -153,6 +153,26 @@ TEST_F(CudaExecutor, PlansTheKvPoolFromMemoryUtilization) {
   std::printf("utilization 1e-6: %s\n", tiny.err().message.c_str());
 }
 
+TEST_F(CudaExecutor, Fp8KvCacheHoldsTwiceTheBlocks) {
+  // --kv-cache-dtype fp8: one byte a K/V element, so the same memory plans twice the blocks (up
+  // to the rounding of the budget and what the two executors' other buffers measure).
+  auto o = test_options();
+  o.num_blocks_override.reset();
+  o.gpu_memory_utilization = 0.05;
+  o.kv_layout = kv_cache_layout::flash_decoding;
+  o.block_size = 64;
+  int32_t bf16_blocks = 0, fp8_blocks = 0;
+  for (bool fp8 : {false, true}) {
+    o.kv_cache_fp8 = fp8;
+    auto made = gpu::make_cuda_executor(model_dir("llama-hd128-bf16"), o);
+    ASSERT_TRUE(made.ok()) << made.err().message;
+    (fp8 ? fp8_blocks : bf16_blocks) = made.value()->info().num_blocks;
+  }
+  std::printf("utilization 0.05, 64-token blocks: %d bf16 blocks, %d FP8 blocks\n", bf16_blocks, fp8_blocks);
+  EXPECT_GE(fp8_blocks, 2 * bf16_blocks * 95 / 100);
+  EXPECT_LE(fp8_blocks, 2 * bf16_blocks * 105 / 100 + 1);
+}
+
 TEST_F(CudaExecutor, Float16MatchesReferenceLogits) {
   auto o = test_options(true);
   o.dtype = dtype_choice::float16;
@@ -178,10 +198,25 @@ TEST_F(CudaExecutor, RefusesAtStartWhatItWouldComputeWrongly) {
   // DeepSeek-V2 (latent attention, group-limited routing, shared experts) runs on the device.
   auto latent = gpu::make_cuda_executor(model_dir("deepseek-v2-tiny"), test_options());
   EXPECT_TRUE(latent.ok()) << latent.err().message;
-  // FP8 checkpoints run too (dense layers in E4M3; docs/fp8.md); the FP8 KV cache is refused by
-  // the model-support check (tests/model/cuda_model_support_test.cpp).
+  // FP8 checkpoints run too (dense layers in E4M3; docs/fp8.md).
   auto fp8 = gpu::make_cuda_executor(model_dir("qwen3-hd128-fp8"), test_options());
   EXPECT_TRUE(fp8.ok()) << fp8.err().message;
+  // The FP8 KV cache where no kernel reads it: the vLLM layout, latent attention, the generic
+  // kernel's head dims (the model-support check refuses the same before the executor is made:
+  // tests/model/cuda_model_support_test.cpp).
+  auto fp8_kv = test_options();
+  fp8_kv.kv_cache_fp8 = true;
+  auto vllm = gpu::make_cuda_executor(model_dir("llama-hd128-bf16"), fp8_kv);
+  ASSERT_FALSE(vllm.ok());
+  EXPECT_NE(vllm.err().message.find("--paged-kv-cache-type flash-decoding"), std::string::npos) << vllm.err().message;
+  fp8_kv.kv_layout = kv_cache_layout::flash_decoding;
+  fp8_kv.block_size = 64;
+  auto latent_fp8 = gpu::make_cuda_executor(model_dir("deepseek-v2-tiny"), fp8_kv);
+  ASSERT_FALSE(latent_fp8.ok());
+  EXPECT_NE(latent_fp8.err().message.find("--kv-cache-dtype fp8"), std::string::npos) << latent_fp8.err().message;
+  auto generic = gpu::make_cuda_executor(model_dir("llama-tiny"), fp8_kv);
+  ASSERT_FALSE(generic.ok());
+  EXPECT_NE(generic.err().message.find("--kv-cache-dtype fp8"), std::string::npos) << generic.err().message;
   auto windowed = gpu::make_cuda_executor(model_dir("mistral-sliding-window"), test_options());
   ASSERT_FALSE(windowed.ok());
   EXPECT_NE(windowed.err().message.find("--max-model-len 48"), std::string::npos) << windowed.err().message;

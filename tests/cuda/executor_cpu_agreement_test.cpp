@@ -10,7 +10,9 @@
 // (cuda_tuning::fp8_activations), since the CUDA executor's FP8 GEMV uses the exact E4M3 values and
 // its batched path then rounds the dequantized weights to bf16 once. With them on (the default),
 // batched steps also round every FP8 layer's input to E4M3 per token, which the CPU does not:
-// those runs have their own bound (fp8_activation_bound below, with its reasoning).
+// those runs have their own bound (fp8_activation_bound below, with its reasoning). With
+// --kv-cache-dtype fp8 both store K and V as E4M3 codes with the checkpoint's per-layer scales
+// (flash-decoding layout, 64-token blocks on both); fp8_kv_bound says why that bound is looser.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -49,19 +51,38 @@ double max_abs(const std::vector<float>& v) {
 /// that estimate with 2.5x headroom, 5x dense_bound.
 constexpr double fp8_activation_bound = 0.1;
 
+/// Logit bound for --kv-cache-dtype fp8 runs. Both executors store K and V rounded to E4M3 with the
+/// same scales, but from values that differ at bf16 level (relative d ~ 2^-9): where the two sit
+/// on either side of a rounding boundary (probability about d / 2^-3 per element) the codes differ
+/// by one E4M3 step (2^-3 relative), so the stored values' rms difference grows to about
+/// sqrt(d x 2^-3) ~ 2^-6 of their size, 8x the bf16 rounding that dense_bound admits; the scores
+/// and outputs average many such elements. fp8_activation_bound's 0.1 covers that with headroom.
+constexpr double fp8_kv_bound = fp8_activation_bound;
+
 /// Runs `model` through both executors (`quantize_fp8`: --quantization fp8 on both) and compares;
-/// `fp8_activations`: the CUDA executor's batched FP8 layers quantize their inputs per token.
-void expect_cuda_agrees_with_cpu(const std::string& model, bool quantize_fp8, bool fp8_activations = false) {
+/// `fp8_activations`: the CUDA executor's batched FP8 layers quantize their inputs per token;
+/// `kv_fp8`: --kv-cache-dtype fp8 on both, with flash-decoding's 64-token blocks.
+void expect_cuda_agrees_with_cpu(const std::string& model, bool quantize_fp8, bool fp8_activations = false,
+                                 bool kv_fp8 = false) {
   const std::string dir = model_dir(model);
-  const std::string name = quantize_fp8 ? model + " --quantization fp8" : model;
+  const std::string name =
+      model + (quantize_fp8 ? " --quantization fp8" : "") + (kv_fp8 ? " --kv-cache-dtype fp8" : "");
+  const int bs = kv_fp8 ? 64 : 16;
   gpu::cpu_executor_options co;
   co.num_blocks = 512;
+  co.block_size = bs;
   co.quantize_weights_fp8 = quantize_fp8;
+  co.kv_cache_fp8 = kv_fp8;
   auto cpu = gpu::cpu_executor::create(dir, co);
   ASSERT_TRUE(cpu.ok()) << cpu.err().message;
   gpu::cuda_executor_options go = test_options();
   go.quantize_fp8 = quantize_fp8;
   go.tuning.fp8_activations = fp8_activations;
+  if (kv_fp8) {
+    go.kv_cache_fp8 = true;
+    go.kv_layout = kv_cache_layout::flash_decoding;
+    go.block_size = bs;
+  }
   auto made = gpu::make_cuda_executor(dir, go);
   ASSERT_TRUE(made.ok()) << made.err().message;
   gpu::executor& cu = *made.value();
@@ -70,7 +91,7 @@ void expect_cuda_agrees_with_cpu(const std::string& model, bool quantize_fp8, bo
   auto cfg = load_model_config(dir);
   ASSERT_TRUE(cfg.ok()) << cfg.err().message;
   const bool routed = cfg->moe.has_value();
-  const double bound = fp8_activations ? fp8_activation_bound : logits_bound;
+  const double bound = fp8_activations ? fp8_activation_bound : kv_fp8 ? fp8_kv_bound : logits_bound;
   std::mt19937 rng(21);
   // From the second step on, decode rows come before, between and after the longer prompts' chunks.
   const std::vector<int> lens = {5, 130, 17, 40, 300};
@@ -84,7 +105,7 @@ void expect_cuda_agrees_with_cpu(const std::string& model, bool quantize_fp8, bo
     std::vector<int32_t> p(static_cast<size_t>(len));
     for (auto& t : p) t = int32_t(rng() % uint32_t(vocab));
     prompts.push_back(p);
-    const size_t nb = size_t(len + decode_steps + 15) / 16;
+    const size_t nb = size_t(len + decode_steps + bs - 1) / size_t(bs);
     blocks.emplace_back(perm.begin() + long(next), perm.begin() + long(next + nb));
     next += nb;
   }
@@ -110,7 +131,8 @@ void expect_cuda_agrees_with_cpu(const std::string& model, bool quantize_fp8, bo
       const size_t s = b.seqs[i].seq_id;
       // Greedy tokens must agree where the top-2 margin exceeds what two logits within the bound
       // can close (2 x bound x max |logit|), and at least 5e-2.
-      if (top2_margin(cpu_logits[i]) >= std::max(5e-2, fp8_activations ? 2 * bound * max_abs(cpu_logits[i]) : 0.0)) {
+      if (top2_margin(cpu_logits[i]) >=
+          std::max(5e-2, fp8_activations || kv_fp8 ? 2 * bound * max_abs(cpu_logits[i]) : 0.0)) {
         ++compared;
         agreed += rg.tokens[row].token_id == rc.tokens[row].token_id;
         EXPECT_EQ(rg.tokens[row].token_id, rc.tokens[row].token_id) << name << " " << phase << " seq " << s;
@@ -158,6 +180,8 @@ TEST_P(CudaVsCpuFp8Activations, ChunkedPrefillAndDecodeAgree) { expect_cuda_agre
 TEST_P(CudaVsCpuQuantizedFp8Activations, ChunkedPrefillAndDecodeAgree) {
   expect_cuda_agrees_with_cpu(GetParam(), true, true);
 }
+class CudaVsCpuFp8KvCache : public CudaVsCpu {};
+TEST_P(CudaVsCpuFp8KvCache, ChunkedPrefillAndDecodeAgree) { expect_cuda_agrees_with_cpu(GetParam(), false, false, true); }
 
 /// Every executor fixture and the FP8 checkpoints (per-tensor, per-channel, block-scaled experts).
 const std::vector<std::string>& agreement_fixtures() {
@@ -177,6 +201,11 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpuQuantizedFp8,
 // The checkpoints whose dense layers stay E4M3 on the device (mixtral-fp8-block's are dequantized).
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpuFp8Activations,
                          ::testing::Values("qwen3-hd128-fp8", "qwen3-hd128-fp8-channel"), model_param_name);
+
+// --kv-cache-dtype fp8 on the head-dim-128 fixtures (the FP8 cache's kernels take 64 and 128):
+// qwen3-hd128-fp8 carries per-layer k_scale / v_scale, the others run with scale 1.
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpuFp8KvCache,
+                         ::testing::Values("llama-hd128-bf16", "qwen3-hd128-bf16", "qwen3-hd128-fp8"), model_param_name);
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpuQuantizedFp8Activations,
                          ::testing::Values("llama-hd128-bf16", "qwen3-hd128-bf16", "qwen2-tiny"), model_param_name);

@@ -11,6 +11,7 @@
 #include "cuda_test_util.hpp"
 #include "config/model_config.hpp"
 #include "gpu/cuda/attention/launch.hpp"
+#include "gpu/model/fp8.hpp"
 #include "gpu/model/rope.hpp"
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
@@ -308,6 +309,69 @@ TEST_P(CudaKernels, RopeKvWriteFrom16BitInputEqualsFp32InputOfTheSameValues) {
     q_rows += q32[t];
   }
   EXPECT_EQ(wrong, 0) << "of " << n * width << " fp32 values (" << q_rows << " tokens marked)";
+}
+
+TEST_P(CudaKernels, RopeKvWriteFp8CodesMatchTheCpuRounding) {
+  // --kv-cache-dtype fp8: the cache bytes are the E4M3 codes of x / scale as the CPU executor's
+  // write_kv rounds them (gpu::e4m3_encode of the fp32 quotient), bit for bit. At position 0 the
+  // rotation is exact (cos 1, sin 0), so the host knows every fp32 value the kernel encodes: k and
+  // v plus the bias. The values span E4M3's subnormals, normals and saturation (|x| / s >= 448),
+  // in fp32 and from the 16-bit QKV input.
+  const act_dtype dt = GetParam();
+  const int n = 37, H = 4, KVH = 2, D = 128, block_size = 16, num_blocks = 4;
+  const int width = (H + 2 * KVH) * D;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> expo(-14.0f, 12.0f);
+  std::vector<float> qkv(size_t(n) * width), bias(width);
+  for (auto& x : qkv) x = (rng() & 1 ? -1.0f : 1.0f) * std::exp2(expo(rng));
+  for (size_t c = 0; c < bias.size(); ++c) bias[c] = c % 2 ? 0.0f : 0.01f * float(int(rng() % 201) - 100);
+  qkv[size_t(3) * width + H * D] = 0.0f;  // exact zero and ties of the rounding
+  qkv[size_t(3) * width + H * D + 1] = 1.0625f;
+  qkv[size_t(3) * width + H * D + 2] = -1.1875f;
+  std::vector<int32_t> pos(n, 0), slots(n);
+  for (int t = 0; t < n; ++t) slots[t] = t == 5 ? -1 : (t * 7) % (num_blocks * block_size);
+  std::vector<float> inv_freq(D / 2);
+  for (int i = 0; i < D / 2; ++i) inv_freq[i] = std::pow(10000.0f, -2.0f * float(i) / float(D));
+  std::vector<uint16_t> bits(qkv.size());
+  for (size_t i = 0; i < qkv.size(); ++i) bits[i] = to_act_bits(dt, qkv[i]);
+  dev_vec<float> d_bias(bias), d_inv(inv_freq);
+  dev_vec<int32_t> d_pos(pos), d_slots(slots);
+  dev_vec<uint16_t> d_bits(bits);
+  const size_t cache_elems = size_t(num_blocks) * block_size * KVH * D;
+  for (bool from16 : {false, true}) {
+    for (float k_scale : {1.0f, 0.0371f}) {
+      const float v_scale = k_scale == 1.0f ? 2.5f : 1.0f;
+      dev_vec<float> d_qkv(qkv);
+      dev_vec<uint8_t> d_k(cache_elems), d_v(cache_elems);
+      d_k.poison();
+      d_v.poison();
+      cuda::rope_kv_args a = rope_args(d_qkv.get(), d_bias.get(), d_pos.get(), d_slots.get(), d_inv.get(), d_k.get(),
+                                       d_v.get(), n, H, KVH, D);
+      a.qkv16 = from16 ? d_bits.get() : nullptr;
+      a.kv_fp8 = true;
+      a.k_scale = k_scale;
+      a.v_scale = v_scale;
+      ASSERT_EQ(cuda::rope_kv_write(dt, a, nullptr), 0);
+      const std::vector<uint8_t> k = d_k.download(), v = d_v.download();
+      int wrong = 0, checked = 0;
+      for (int t = 0; t < n; ++t) {
+        if (slots[t] < 0) continue;
+        for (int c = H * D; c < width; ++c) {
+          const float in = from16 ? from_act_bits(dt, bits[size_t(t) * width + c]) : qkv[size_t(t) * width + c];
+          const float x = in + bias[c];
+          const bool is_k = c < (H + KVH) * D;
+          const int e = c - (is_k ? H * D : (H + KVH) * D);
+          const uint8_t want = gpu::e4m3_encode(x / (is_k ? k_scale : v_scale));
+          const uint8_t got = (is_k ? k : v)[size_t(slots[t]) * KVH * D + e];
+          if (got != want && ++wrong <= 5)
+            ADD_FAILURE() << (is_k ? "k" : "v") << " token " << t << " elem " << e << " x " << x << ": code 0x"
+                          << std::hex << int(got) << ", want 0x" << int(want) << std::dec;
+          ++checked;
+        }
+      }
+      EXPECT_EQ(wrong, 0) << "of " << checked << " codes (16-bit input " << from16 << ", k_scale " << k_scale << ")";
+    }
+  }
 }
 
 TEST_P(CudaKernels, RopeKvWriteRefusesHeadDimsItCannotTake) {

@@ -52,6 +52,16 @@ paged_inputs make_paged_inputs(cuda::act_dtype dt, int num_heads, int num_kv_hea
 }
 
 std::vector<float> reference_attention(cuda::act_dtype dt, const paged_inputs& in) {
+  std::vector<float> k(in.k_cache.size()), v(in.v_cache.size());
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = from_act_bits(dt, in.k_cache[i]);
+    v[i] = from_act_bits(dt, in.v_cache[i]);
+  }
+  return reference_attention(in, k, v);
+}
+
+std::vector<float> reference_attention(const paged_inputs& in, const std::vector<float>& k_cache,
+                                       const std::vector<float>& v_cache) {
   const int H = in.num_heads, D = in.head_dim, bs = in.block_size, G = H / in.num_kv_heads;
   const size_t row = size_t(in.num_kv_heads) * D;
   std::vector<float> ref(size_t(in.n_tokens) * H * D);
@@ -67,14 +77,14 @@ std::vector<float> reference_attention(cuda::act_dtype dt, const paged_inputs& i
     for (int k = 0; k <= qpos; ++k) {
       double dot = 0;
       for (int d = 0; d < D; ++d)
-        dot += double(in.q[size_t(t) * in.q_stride + h * D + d]) * from_act_bits(dt, in.k_cache[base(k) + d]);
+        dot += double(in.q[size_t(t) * in.q_stride + h * D + d]) * double(k_cache[base(k) + d]);
       sc[k] = dot / std::sqrt(double(D));
       mx = std::max(mx, sc[k]);
     }
     double l = 0;
     for (auto& x : sc) l += (x = std::exp(x - mx));
     for (int k = 0; k <= qpos; ++k)
-      for (int d = 0; d < D; ++d) acc[d] += sc[k] * from_act_bits(dt, in.v_cache[base(k) + d]);
+      for (int d = 0; d < D; ++d) acc[d] += sc[k] * double(v_cache[base(k) + d]);
     for (int d = 0; d < D; ++d) ref[size_t(t) * H * D + h * D + d] = float(acc[d] / l);
   };
   // The (row, head) items are independent and each is summed in the same order as on one thread,

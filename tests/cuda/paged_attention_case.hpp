@@ -36,5 +36,9 @@ paged_inputs make_paged_inputs(cuda::act_dtype dt, int num_heads, int num_kv_hea
 
 /// Causal attention of every query row in double precision: [n_tokens][num_heads][head_dim].
 std::vector<float> reference_attention(cuda::act_dtype dt, const paged_inputs& in);
+/// The same over caches given as fp32 values in the layout of in.k_cache / in.v_cache (an FP8
+/// cache's dequantized values, code x scale).
+std::vector<float> reference_attention(const paged_inputs& in, const std::vector<float>& k_cache,
+                                       const std::vector<float>& v_cache);
 
 }  // namespace actorserve::testing

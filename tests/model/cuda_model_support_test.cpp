@@ -1,9 +1,11 @@
-// What the CUDA executor refuses at start, decided on the host: the FP8 KV cache (no kernels yet)
-// and a sliding window smaller than the context; each message names the way around. Qwen3's q/k
+// What the CUDA executor refuses at start, decided on the host: the FP8 KV cache where no kernel
+// reads it (the vLLM layout, latent attention, the generic kernel's head dims) and a sliding window
+// smaller than the context; each message names the way around. Qwen3's q/k
 // norm, Mixtral, Qwen3-MoE, DeepSeek-V2 (latent attention, its routing and shared experts), YaRN
 // rope and FP8 checkpoints run, DeepSeek-V2 from an FP8 checkpoint too.
 #include <gtest/gtest.h>
 
+#include "config/engine_config.hpp"
 #include "config/model_config.hpp"
 #include "gpu/cuda_model_support.hpp"
 #include "test_data.hpp"
@@ -94,12 +96,31 @@ TEST(cuda_model_support, runs_deepseek_v2_from_an_fp8_checkpoint) {
   }
 }
 
-TEST(cuda_model_support, refuses_the_fp8_kv_cache_naming_the_flag) {
-  EXPECT_TRUE(gpu::check_cuda_fp8_options(false).ok());
-  status kv = gpu::check_cuda_fp8_options(true);
-  ASSERT_FALSE(kv.ok());
-  EXPECT_EQ(kv.err().code, error_code::unsupported);
-  expect_has(kv.err().message, {"--kv-cache-dtype fp8", "--kv-cache-dtype auto", "--device cpu"});
+/// check_cuda_fp8_options for the fixture `model`: "" when accepted, else the message.
+std::string fp8_kv_refusal(const std::string& model, kv_cache_layout layout) {
+  auto cfg = load_model_config(model_dir(model));
+  EXPECT_TRUE(cfg.ok()) << (cfg.ok() ? "" : cfg.err().message);
+  if (!cfg.ok()) return "no config";
+  EXPECT_TRUE(gpu::check_cuda_fp8_options(cfg.value(), layout, false).ok()) << model;
+  status st = gpu::check_cuda_fp8_options(cfg.value(), layout, true);
+  if (st.ok()) return "";
+  EXPECT_EQ(st.err().code, error_code::unsupported);
+  return st.err().message;
+}
+
+TEST(cuda_model_support, runs_the_fp8_kv_cache_on_flash_decoding) {
+  EXPECT_EQ(fp8_kv_refusal("llama-hd128-bf16", kv_cache_layout::flash_decoding), "");
+}
+
+TEST(cuda_model_support, refuses_the_fp8_kv_cache_where_no_kernel_reads_it) {
+  // The vLLM layout, latent attention and the generic kernel's head dims: each names the flag and
+  // the way around.
+  expect_has(fp8_kv_refusal("llama-hd128-bf16", kv_cache_layout::vllm),
+             {"--kv-cache-dtype fp8", "--paged-kv-cache-type flash-decoding", "--kv-cache-dtype auto"});
+  expect_has(fp8_kv_refusal("deepseek-v2-tiny", kv_cache_layout::flash_decoding),
+             {"--kv-cache-dtype fp8", "latent", "--kv-cache-dtype auto"});
+  expect_has(fp8_kv_refusal("llama-tiny", kv_cache_layout::flash_decoding),
+             {"--kv-cache-dtype fp8", "head_dim 16", "--kv-cache-dtype auto", "--device cpu"});
 }
 
 }  // namespace

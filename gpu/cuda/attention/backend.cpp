@@ -170,7 +170,7 @@ class tc_backend : public attention_backend {
     return p;
   }
 
-  bool takes_cascade() const override { return !vllm_; }
+  bool takes_cascade() const override { return !vllm_ && !shape_.kv_fp8; }
 
   int run(const attn_launch& a, cudaStream_t s) const override { return run_marked(a, s, [] {}); }
 
@@ -179,6 +179,10 @@ class tc_backend : public attention_backend {
   }
 
   int run_marked(const attn_launch& in, cudaStream_t s, const std::function<void()>& after_prefill) const override {
+    // An FP8 cache (attn_launch::kv_fp8, built into the backend by attention_shape::kv_fp8) is
+    // read by flash-decoding's cp.async decode kernel and the mma.sync prefill kernel; the
+    // backend takes no cascade groups then, and make_attention_backend refuses the vLLM layout.
+    if (in.kv_fp8 != shape_.kv_fp8 || (in.kv_fp8 && (vllm_ || in.prefix_grid > 0))) return int(cudaErrorNotSupported);
     attn_launch a = in;
     // A layer with prefix pieces merges every combine in the separate kernel, after them.
     const bool cascade = a.prefix_grid > 0;
@@ -206,6 +210,7 @@ class tc_backend : public attention_backend {
  private:
   /// The prefill kernel this backend's launches run (effective_prefill_kernel).
   prefill_kernel prefill_runs() const {
+    if (shape_.kv_fp8) return prefill_kernel::mma_sync;  // the only prefill kernel that reads E4M3 tiles
     return effective_prefill_kernel(tuning_.prefill, shape_.dt, shape_.head_dim, shape_.block_size);
   }
 
@@ -300,7 +305,10 @@ class generic_backend : public attention_backend {
 
   int partial_rows() const override { return attn_tile_rows; }
 
-  int run(const attn_launch& a, cudaStream_t s) const override { return paged_attention(shape_.dt, a, s); }
+  int run(const attn_launch& a, cudaStream_t s) const override {
+    if (a.kv_fp8) return int(cudaErrorNotSupported);  // the generic kernel reads a 16-bit cache only
+    return paged_attention(shape_.dt, a, s);
+  }
 };
 
 error bad(const std::string& what) { return make_error(error_code::invalid_argument, what); }
@@ -308,7 +316,7 @@ error bad(const std::string& what) { return make_error(error_code::invalid_argum
 }  // namespace
 
 size_t attention_backend::block_bytes() const {
-  return size_t(shape_.block_size) * shape_.num_kv_heads * shape_.head_dim * act_size(shape_.dt);
+  return size_t(shape_.block_size) * shape_.num_kv_heads * shape_.head_dim * (shape_.kv_fp8 ? 1 : act_size(shape_.dt));
 }
 
 attention_grids attention_backend::grids(const attention_plan& p) const {
@@ -367,6 +375,14 @@ result<std::unique_ptr<attention_backend>> make_attention_backend(kv_cache_layou
       shape.num_sms = 1;
     }
   }
+  if (shape.kv_fp8 && vllm)
+    return bad("--kv-cache-dtype fp8: --paged-kv-cache-type vllm has no FP8 kernel; start with "
+               "--paged-kv-cache-type flash-decoding (and a --block-size from 64 to 256), or with --kv-cache-dtype auto");
+  if (shape.kv_fp8 && (!tc_head_dim_supported(shape.head_dim) || group > 8))
+    return bad(fmt::format("--kv-cache-dtype fp8: head_dim {} / GQA group {} runs on the generic CUDA-core kernel, "
+                           "which reads a 16-bit cache only (the FP8 cache takes head dims 64 and 128 and groups up "
+                           "to 8); start with --kv-cache-dtype auto",
+                           shape.head_dim, group));
   if (!tc_head_dim_supported(shape.head_dim) || group > 8) {
     log::warn("attention: head_dim {} / GQA group {} has no tensor-core build; --paged-kv-cache-type {} runs "
               "on the generic CUDA-core kernel", shape.head_dim, group, name);

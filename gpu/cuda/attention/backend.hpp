@@ -25,6 +25,9 @@ struct attention_shape {
   int num_heads = 0, num_kv_heads = 0, head_dim = 0;
   int block_size = 16;       ///< tokens per KV block
   int num_sms = 0;           ///< 0: read from the current device
+  /// --kv-cache-dtype fp8: one E4M3 byte per cache element (attn_launch::kv_fp8); only the
+  /// flash-decoding layout at head dims 64 and 128 and GQA groups up to 8 takes it.
+  bool kv_fp8 = false;
 };
 
 /// Grid sizes of one attention launch (upper bounds when a CUDA graph replays them).
@@ -40,7 +43,8 @@ class attention_backend {
   const std::string& name() const { return name_; }
   /// Tokens per KV block (the block manager's unit).
   int block_size() const { return shape_.block_size; }
-  /// Bytes of one KV block of one cache (K or V of one layer): [block_size, KVH, D] elements.
+  /// Bytes of one KV block of one cache (K or V of one layer): [block_size, KVH, D] elements of
+  /// the activation dtype, or E4M3 bytes (half as many bytes: twice the blocks in the same memory).
   size_t block_bytes() const;
   /// Partial slots (partial_rows() x head_dim floats each) the split pieces of one step may use.
   int max_partials() const { return max_partials_; }

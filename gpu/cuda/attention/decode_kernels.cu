@@ -17,6 +17,7 @@
 #include <cmath>
 
 #include "gpu/cuda/attention/decode_common.cuh"
+#include "gpu/cuda/attention/fp8_tiles.cuh"
 #include "gpu/cuda/attention/kv_tensor_map.hpp"
 #include "gpu/cuda/attention/prefill_wgmma.cuh"
 #include "gpu/cuda/attention/warp_keys.cuh"
@@ -44,20 +45,43 @@ bool rows_fit(const attn_launch& a) { return a.num_heads <= warp_keys_max_rows *
 /// Shared-memory floats the merge of split pieces may use for their lse values.
 constexpr int merge_cap(int smem_bytes) { return smem_bytes / 4; }
 
+/// Dynamic shared memory of the FP8-cache flash-decoding kernel: kSt stages of E4M3 K and V
+/// tiles (one byte an element), each warp's 16 keys of K and V converted to T, the Q tile.
+template <int D, int kSt = fd_stages>
+constexpr int fd8_smem_bytes() { return kSt * 2 * fd_kv_tile * D + kWarps * 2 * 16 * D * 2 + 16 * D * 2; }
+
 /// One decode item with its K/V tiles copied by every thread's cp.async through kSt stages.
-template <class T, int D, int kSt>
+/// kFp8 (attn_launch::kv_fp8): the tiles are E4M3 bytes (half the bytes a key); once a tile has
+/// landed each warp converts its own 16 keys of K and V to T in a private swizzled tile (exact)
+/// and runs the same warp_keys step on them, so the conversion adds no CTA barrier. k_scale is
+/// folded into the queries' scale (q x scale x k_scale x log2(e) rounded to T once, as the 16-bit
+/// cache's queries are rounded), and v_scale multiplies the fp32 output accumulator before the
+/// warps' merge: scores and output are those of the dequantized cache (code x scale) up to fp32
+/// rounding, with no bf16 rounding of code x scale.
+template <class T, int D, int kSt, bool kFp8>
 __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
-  constexpr int kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * 2;
+  constexpr int kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * (kFp8 ? 1 : 2);
+  constexpr int kConvBytes = kWarpKeys * D * 2;  // kFp8: one warp's 16 keys of K (or V) as T
+  constexpr int kSmem = kFp8 ? fd8_smem_bytes<D, kSt>() : fd_smem_bytes<D, kSt>();
+  static_assert(!kFp8 || kWarpKeys == 16, "a warp converts the 16 keys of its MMA tile");
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
-  const uint32_t s0 = smem_addr(smem_raw), q_s = s0 + kSt * 2 * kTileBytes;
+  const uint32_t s0 = smem_addr(smem_raw);
+  const uint32_t conv = s0 + kSt * 2 * kTileBytes + warp * 2 * kConvBytes;
+  const uint32_t q_s = s0 + kSt * 2 * kTileBytes + (kFp8 ? kWarps * 2 * kConvBytes : 0);
   const int32_t* bt = a.block_tables + it.bt_offset;
-  const auto* kc = static_cast<const uint16_t*>(a.k_cache);
-  const auto* vc = static_cast<const uint16_t*>(a.v_cache);
   const int ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
+  const auto load = [&](int tile, uint32_t dst) {
+    if constexpr (kFp8)
+      load_kv_tile_fp8<D, kTile, kThreads>(static_cast<const uint8_t*>(a.k_cache), static_cast<const uint8_t*>(a.v_cache),
+                                           bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + tile * kTile,
+                                           it.kv_end, dst, dst + kTileBytes, tid);
+    else
+      load_kv_tile<D, kTile, kThreads>(static_cast<const uint16_t*>(a.k_cache), static_cast<const uint16_t*>(a.v_cache),
+                                       bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + tile * kTile,
+                                       it.kv_end, dst, dst + kTileBytes, tid);
+  };
   auto issue = [&](int s) {
-    if (s < ntiles)
-      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + s * kTile,
-                                       it.kv_end, s0 + s * 2 * kTileBytes, s0 + s * 2 * kTileBytes + kTileBytes, tid);
+    if (s < ntiles) load(s, s0 + s * 2 * kTileBytes);
     cp_async_commit();
   };
   // Leading tiles older than the newest key before the dependency wait, Q right after it (its
@@ -70,7 +94,10 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
   q_prefetch<T, D, kThreads> qp;
   qp.load(a, it.q_begin, it.kv_head, G * it.q_len, tid);
   for (; s < kSt - 1; ++s) issue(s);
-  qp.store(a, q_s, tid);
+  if constexpr (kFp8)
+    qp.store_scaled(a.scale * 1.4426950408889634f * a.k_scale, q_s, tid);
+  else
+    qp.store(a, q_s, tid);
   __syncthreads();
   warp_keys<T, D, row_tile<D>> w;
   w.init(q_s, lane);
@@ -78,32 +105,37 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
     cp_async_wait<kSt - 2>();
     __syncthreads();
     const int nt = t + kSt - 1;
-    if (nt < ntiles) {
-      const uint32_t st = s0 + (nt % kSt) * 2 * kTileBytes;
-      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + nt * kTile,
-                                       it.kv_end, st, st + kTileBytes, tid);
-    }
+    if (nt < ntiles) load(nt, s0 + (nt % kSt) * 2 * kTileBytes);
     cp_async_commit();
     const uint32_t k_s = s0 + (t % kSt) * 2 * kTileBytes;
-    w.template step<kWarpKeys>(k_s, k_s + kTileBytes, warp * kWarpKeys, it.kv_begin + t * kTile + warp * kWarpKeys,
-                               it.kv_end, lane);
+    const int k0 = it.kv_begin + t * kTile + warp * kWarpKeys;
+    if constexpr (kFp8) {
+      __syncwarp();  // the warp's previous step has read its converted tiles
+      convert_rows_fp8<T, D, kWarpKeys>(k_s, warp * kWarpKeys, conv, lane);
+      convert_rows_fp8<T, D, kWarpKeys>(k_s + kTileBytes, warp * kWarpKeys, conv + kConvBytes, lane);
+      __syncwarp();
+      w.template step<kWarpKeys>(conv, conv + kConvBytes, 0, k0, it.kv_end, lane);
+    } else {
+      w.template step<kWarpKeys>(k_s, k_s + kTileBytes, warp * kWarpKeys, k0, it.kv_end, lane);
+    }
   }
   cp_async_wait<0>();
   __syncthreads();
+  if constexpr (kFp8) w.scale_rows(a.v_scale, a.v_scale);
   merge_warps_and_store<T, D, kWarps>(a, it, w, reinterpret_cast<float*>(smem_raw), G * it.q_len, tid);
   if (it.partial >= 0 && a.split_counters)
-    finish_split<T, D, kThreads>(a, it, reinterpret_cast<float*>(smem_raw), merge_cap(fd_smem_bytes<D, kSt>()), tid);
+    finish_split<T, D, kThreads>(a, it, reinterpret_cast<float*>(smem_raw), merge_cap(kSmem), tid);
 }
 
 /// Decode items [counts[0], counts[0] + counts[2]), grid-strided (a graph's grid is a bound).
-template <class T, int D, int kSt>
+template <class T, int D, int kSt, bool kFp8 = false>
 __global__ void __launch_bounds__(kThreads) fd_decode_kernel(attn_launch a) {
   allow_dependents();
   extern __shared__ uint4 smem_raw[];
   const int n = a.counts[2];
   for (int i = blockIdx.x; i < n; i += gridDim.x) {
     if (i != int(blockIdx.x)) __syncthreads();  // the previous item's merge still reads smem
-    fd_decode_item<T, D, kSt>(a, a.items[a.counts[0] + i], smem_raw);
+    fd_decode_item<T, D, kSt, kFp8>(a, a.items[a.counts[0] + i], smem_raw);
   }
 }
 
@@ -360,9 +392,19 @@ int launch_fd_tma(const attn_launch& a, cudaStream_t s) {
   return launch_fd_tma_kernel<T, D>(a, maps, s);
 }
 
+/// The FP8-cache kernel (fd_decode_item with kFp8), whichever decode kernel is asked for.
+template <class T, int D>
+int launch_fd8(const attn_launch& a, cudaStream_t s) {
+  constexpr int smem = fd8_smem_bytes<D>();
+  static const int configured = configure(fd_decode_kernel<T, D, fd_stages, true>, smem);
+  if (configured != 0) return configured;
+  return launch_decode(fd_decode_kernel<T, D, fd_stages, true>, smem, a, s);
+}
+
 /// The TMA kernel only where the GPU and the loaded code run it (tuning.hpp, runs_tma).
 template <class T, int D>
 int launch_fd(const attn_launch& a, decode_kernel k, cudaStream_t s) {
+  if (a.kv_fp8) return launch_fd8<T, D>(a, s);
   if (k == decode_kernel::cp_async || !runs_tma(loaded_gpu_target())) return launch_fd_cp_async<T, D>(a, s);
   return launch_fd_tma<T, D>(a, s);
 }

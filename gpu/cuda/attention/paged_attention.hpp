@@ -80,6 +80,12 @@ struct attn_launch {
   void* out = nullptr;               ///< [tokens, H * D] of the activation dtype
   int num_heads = 0, num_kv_heads = 0, head_dim = 0, block_size = 0;
   float scale = 1.0f;                ///< softmax scale (1/sqrt(D))
+  /// --kv-cache-dtype fp8: k_cache and v_cache hold one E4M3 byte per element (rope_kv_args::
+  /// kv_fp8), the codes of K / k_scale and V / v_scale (this layer's scales). Only the
+  /// flash-decoding decode kernel reads such a cache (launch_fd_decode): it multiplies the
+  /// softmax scale by k_scale and the output by v_scale.
+  bool kv_fp8 = false;
+  float k_scale = 1.0f, v_scale = 1.0f;
   /// Filled by the backend in run(), not by callers: one zeroed counter per combine. When set,
   /// the last decode piece of each split (sequence, KV head) merges the pieces itself (a split
   /// piece's attn_item::pad holds its combine index) and no merge kernel is launched.

@@ -3,8 +3,12 @@
 // (tokens x heads of one GQA group, so K/V tiles serve the whole group) and streams the paged
 // K/V in 64-token tiles through an S-stage cp.async pipeline; each warp owns 16 rows and skips
 // the tiles its rows cannot see. Built as 4 warps, 64-key tiles, 2 stages (2 CTAs per SM).
+// Over the FP8 cache (kFp8) the stages hold E4M3 bytes; once a tile has landed the CTA converts
+// it (exactly) into one 16-bit K/V tile pair that every warp reads, k_scale folded into the
+// queries' scale and v_scale into the output's normalisation.
 #include <cmath>
 
+#include "gpu/cuda/attention/fp8_tiles.cuh"
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
 #include "gpu/cuda/attention/tile_ops.cuh"
 #include "gpu/cuda/act_dtype.hpp"
@@ -17,20 +21,27 @@ using namespace attn_dev;
 
 constexpr int NW = 4;
 
-template <int D, int kTile, int kStages>
-constexpr int prefill_smem_bytes() { return kStages * 2 * kTile * D * 2 + NW * 16 * D * 2; }
+/// The stages (16-bit, or E4M3 bytes plus the converted 16-bit tile pair), the Q tile.
+template <int D, int kTile, int kStages, bool kFp8 = false>
+constexpr int prefill_smem_bytes() {
+  return kFp8 ? kStages * 2 * kTile * D + 2 * kTile * D * 2 + NW * 16 * D * 2
+              : kStages * 2 * kTile * D * 2 + NW * 16 * D * 2;
+}
 
-/// kTile keys per pipeline stage, kStages stages, kMinBlocks resident CTAs per SM asked of ptxas.
-template <class T, int D, int kTile, int kStages, int kMinBlocks>
+/// kTile keys per pipeline stage, kStages stages, kMinBlocks resident CTAs per SM asked of ptxas;
+/// kFp8: the cache holds E4M3 bytes (attn_launch::kv_fp8).
+template <class T, int D, int kTile, int kStages, int kMinBlocks, bool kFp8>
 __global__ void __launch_bounds__(NW * 32, kMinBlocks) tc_prefill_kernel(attn_launch a) {
-  constexpr int kTileBytes = kTile * D * 2, kThreads = NW * 32, kRows = NW * 16;
+  constexpr int kTileBytes = kTile * D * (kFp8 ? 1 : 2), kThreads = NW * 32, kRows = NW * 16;
+  constexpr int kConvBytes = kTile * D * 2;  // kFp8: one converted 16-bit tile (K or V)
   if (int(blockIdx.x) >= a.counts[0]) return;
   extern __shared__ uint4 smem_raw[];
   const attn_item it = a.items[blockIdx.x];
   const attn_seq sq = a.seqs[it.seq];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
   const int valid = it.q_len * G;
-  const uint32_t s0 = smem_addr(smem_raw), q_s = s0 + kStages * 2 * kTileBytes;
+  const uint32_t s0 = smem_addr(smem_raw), conv = s0 + kStages * 2 * kTileBytes;
+  const uint32_t q_s = conv + (kFp8 ? 2 * kConvBytes : 0);
   const int32_t* bt = a.block_tables + sq.bt_offset;
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
@@ -43,19 +54,36 @@ __global__ void __launch_bounds__(NW * 32, kMinBlocks) tc_prefill_kernel(attn_la
   const int ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
   const auto issue = [&](int tile, int stage) {
     const uint32_t dst = s0 + stage * 2 * kTileBytes;
-    load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + tile * kTile,
-                                     it.kv_end, dst, dst + kTileBytes, tid);
+    if constexpr (kFp8)
+      load_kv_tile_fp8<D, kTile, kThreads>(static_cast<const uint8_t*>(a.k_cache), static_cast<const uint8_t*>(a.v_cache),
+                                           bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + tile * kTile,
+                                           it.kv_end, dst, dst + kTileBytes, tid);
+    else
+      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + tile * kTile,
+                                       it.kv_end, dst, dst + kTileBytes, tid);
   };
   kv_ring_start<kStages>(ntiles, issue);
-  stage_q<T, D, kThreads>(a, it.q_begin, it.kv_head, kRows, valid, q_s, tid);
+  if constexpr (kFp8)
+    stage_q_scaled<T, D, kThreads>(a, a.scale * 1.4426950408889634f * a.k_scale, it.q_begin, it.kv_head, kRows, valid,
+                                   q_s, tid);
+  else
+    stage_q<T, D, kThreads>(a, it.q_begin, it.kv_head, kRows, valid, q_s, tid);
   __syncthreads();
   warp_rows<T, D> w;
   w.init(q_s + warp * 16 * D * 2, lane);
   for (int t = 0; t < ntiles; ++t) {
     kv_ring_next<kStages>(t, ntiles, issue);
     const int k0 = it.kv_begin + t * kTile;
+    uint32_t k_s = s0 + (t % kStages) * 2 * kTileBytes;
+    if constexpr (kFp8) {
+      // Each warp converts 16 keys of K and V; the next kv_ring_next's barrier keeps the
+      // converted pair until every warp has read it.
+      convert_rows_fp8<T, D, 16>(k_s, warp * 16, conv + warp * 16 * D * 2, lane);
+      convert_rows_fp8<T, D, 16>(k_s + kTileBytes, warp * 16, conv + kConvBytes + warp * 16 * D * 2, lane);
+      __syncthreads();
+      k_s = conv;
+    }
     if (k0 > warp_last) continue;  // causal: no row of this warp sees these keys
-    const uint32_t k_s = s0 + (t % kStages) * 2 * kTileBytes;
     float sc[kTile / 8][4];
     w.template scores<kTile>(k_s, 0, lane, sc);
     if (k0 + kTile - 1 > warp_first || k0 + kTile > it.kv_end) {
@@ -67,7 +95,7 @@ __global__ void __launch_bounds__(NW * 32, kMinBlocks) tc_prefill_kernel(attn_la
           if (kpos > qpos[e >> 1] || kpos >= it.kv_end) sc[n][e] = -INFINITY;
         }
     }
-    w.template accumulate<kTile>(sc, k_s + kTileBytes, 0, lane);
+    w.template accumulate<kTile>(sc, k_s + (kFp8 ? kConvBytes : kTileBytes), 0, lane);
   }
   w.finish_sums();
   T* out = static_cast<T*>(a.out);
@@ -76,7 +104,8 @@ __global__ void __launch_bounds__(NW * 32, kMinBlocks) tc_prefill_kernel(attn_la
     const int r = r0 + h * 8;
     if (r >= valid) continue;
     const int tok = it.q_begin + r / G, head = it.kv_head * G + r % G;
-    const float inv = w.l[h] > 0.0f ? 1.0f / w.l[h] : 0.0f;
+    float inv = w.l[h] > 0.0f ? 1.0f / w.l[h] : 0.0f;
+    if constexpr (kFp8) inv *= a.v_scale;
     T* dst = out + size_t(tok) * a.num_heads * D + head * D + (lane % 4) * 2;
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
@@ -84,20 +113,20 @@ __global__ void __launch_bounds__(NW * 32, kMinBlocks) tc_prefill_kernel(attn_la
   }
 }
 
-template <class T, int D, int kTile, int S, int B>
+template <class T, int D, int kTile, int S, int B, bool kFp8>
 int launch_config(const attn_launch& a, cudaStream_t s) {
-  constexpr int smem = prefill_smem_bytes<D, kTile, S>();
-  static const cudaError_t configured =
-      cudaFuncSetAttribute(tc_prefill_kernel<T, D, kTile, S, B>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  constexpr int smem = prefill_smem_bytes<D, kTile, S, kFp8>();
+  static const cudaError_t configured = cudaFuncSetAttribute(tc_prefill_kernel<T, D, kTile, S, B, kFp8>,
+                                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (configured != cudaSuccess) return int(configured);
-  if (a.prefill_grid > 0) tc_prefill_kernel<T, D, kTile, S, B><<<a.prefill_grid, NW * 32, smem, s>>>(a);
+  if (a.prefill_grid > 0) tc_prefill_kernel<T, D, kTile, S, B, kFp8><<<a.prefill_grid, NW * 32, smem, s>>>(a);
   return int(cudaGetLastError());
 }
 
 template <class T, int D>
 int launch(const attn_launch& a, cudaStream_t s) {
   static_assert(tc_prefill_rows == NW * 16, "the plan's tile rows are the kernel's");
-  return launch_config<T, D, 64, 2, 2>(a, s);
+  return a.kv_fp8 ? launch_config<T, D, 64, 2, 2, true>(a, s) : launch_config<T, D, 64, 2, 2, false>(a, s);
 }
 
 }  // namespace
@@ -105,7 +134,8 @@ int launch(const attn_launch& a, cudaStream_t s) {
 int launch_tc_prefill(act_dtype dt, const attn_launch& a, prefill_kernel k, cudaStream_t s) {
   // The Hopper wgmma kernels (prefill_wgmma_kernel.cu, prefill_pingpong_kernel.cu) over 128-row
   // items; this file's mma.sync kernel over 64-row items.
-  const prefill_kernel run = effective_prefill_kernel(k, dt, a.head_dim, a.block_size);
+  // The FP8 cache runs on the mma.sync kernel (the backend plans its 64-row items for it).
+  const prefill_kernel run = a.kv_fp8 ? prefill_kernel::mma_sync : effective_prefill_kernel(k, dt, a.head_dim, a.block_size);
   if (run != prefill_kernel::mma_sync) return launch_wgmma_prefill(dt, a, run, s);
   if (a.head_dim == 128) return dt == act_dtype::bf16 ? launch<__nv_bfloat16, 128>(a, s) : launch<__half, 128>(a, s);
   if (a.head_dim == 64) return dt == act_dtype::bf16 ? launch<__nv_bfloat16, 64>(a, s) : launch<__half, 64>(a, s);

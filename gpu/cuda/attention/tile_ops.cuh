@@ -218,12 +218,12 @@ __device__ __forceinline__ const float4* q_src(const attn_launch& a, int q_begin
   return reinterpret_cast<const float4*>(a.q + size_t(q_begin + r / G) * a.q_stride + (kv_head * G + r % G) * D + c * 8);
 }
 
-/// Writes query rows into a swizzled [rows, D] tile as T, scaled (scores come out in log2 units).
+/// Writes query rows into a swizzled [rows, D] tile as T, times `sc` (the softmax scale in log2
+/// units, so scores come out in log2 units; the FP8 cache's kernels fold k_scale into it).
 /// Row r of the tile is token q_begin + r / G, head kv_head * G + r % G; rows >= valid are zeros.
 template <class T, int D, int NT>
-__device__ __forceinline__ void stage_q(const attn_launch& a, int q_begin, int kv_head, int rows, int valid,
-                                        uint32_t q_s, int tid) {
-  const float sc = a.scale * 1.4426950408889634f;
+__device__ __forceinline__ void stage_q_scaled(const attn_launch& a, float sc, int q_begin, int kv_head, int rows,
+                                               int valid, uint32_t q_s, int tid) {
   for (int idx = tid; idx < rows * (D / 8); idx += NT) {
     const int r = idx / (D / 8), c = idx % (D / 8);
     uint4 v = make_uint4(0, 0, 0, 0);
@@ -233,6 +233,13 @@ __device__ __forceinline__ void stage_q(const attn_launch& a, int q_begin, int k
     }
     st_shared16(q_s + swz<D>(r, c), v);
   }
+}
+
+/// stage_q_scaled with the softmax scale in log2 units.
+template <class T, int D, int NT>
+__device__ __forceinline__ void stage_q(const attn_launch& a, int q_begin, int kv_head, int rows, int valid,
+                                        uint32_t q_s, int tid) {
+  stage_q_scaled<T, D, NT>(a, a.scale * 1.4426950408889634f, q_begin, kv_head, rows, valid, q_s, tid);
 }
 
 /// The 16 query rows of a decode tile, loaded into registers before the first K/V copies are
@@ -257,7 +264,11 @@ struct q_prefetch {
   }
 
   __device__ __forceinline__ void store(const attn_launch& a, uint32_t q_s, int tid) const {
-    const float sc = a.scale * 1.4426950408889634f;
+    store_scaled(a.scale * 1.4426950408889634f, q_s, tid);
+  }
+
+  /// The same with the queries times `sc` (the FP8 cache's kernel folds k_scale into it).
+  __device__ __forceinline__ void store_scaled(float sc, uint32_t q_s, int tid) const {
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int idx = i * NT + tid;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <utility>
 
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_status.hpp"
@@ -408,6 +409,14 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
       auto kn = up.vector({&*lv.k_norm});
       if (!kn) return kn.err();
       d.k_norm = *kn;
+    }
+    // --kv-cache-dtype fp8: the per-layer K/V scales, as the CPU executor reads them (1.0 when absent).
+    for (auto [name, out] : {std::pair{"k_scale", &d.k_scale}, std::pair{"v_scale", &d.v_scale}}) {
+      const std::string tensor = fmt::format("model.layers.{}.self_attn.{}", i, name);
+      if (!files->store.contains(tensor)) continue;
+      auto sc = files->store.get_scalar(tensor);
+      if (!sc) return make_error(sc.err().code, fmt::format("{}: {}", tensor, sc.err().message));
+      *out = sc.value();
     }
     m->layers.push_back(d);
   }

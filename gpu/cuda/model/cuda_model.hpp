@@ -46,6 +46,9 @@ struct device_layer {
   float* post_norm = nullptr;   ///< [hidden]
   float* q_norm = nullptr;      ///< [D] or null: RMSNorm weights of each q head (Qwen3)
   float* k_norm = nullptr;      ///< [D] or null: of each k head
+  /// The checkpoint's self_attn.k_scale / v_scale (1.0 when absent): an FP8 KV cache holds the
+  /// E4M3 codes of K / k_scale and V / v_scale (--kv-cache-dtype fp8).
+  float k_scale = 1.0f, v_scale = 1.0f;
 };
 
 class device_model {

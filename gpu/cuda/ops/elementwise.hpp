@@ -41,7 +41,7 @@ int silu_and_mul_act(act_dtype dt, const void* gate_up, int n, int inter, void* 
 /// adds `bias` (same layout, may be null), rotates q in place and k (rotate_half convention,
 /// angle = positions[t] * inv_freq[i]), and writes k and v into the paged cache at
 /// slots[t] = block * block_size + offset (a negative slot writes nothing).
-/// Cache layout: [num_blocks, block_size, KVH, D] of `dt`.
+/// Cache layout: [num_blocks, block_size, KVH, D] of `dt`, or of E4M3 bytes when kv_fp8 is set.
 struct rope_kv_args {
   float* qkv = nullptr;
   /// When set: the input instead of qkv, in the same layout as `dt` (the QKV GEMM's rounded
@@ -63,6 +63,11 @@ struct rope_kv_args {
   /// ([n, num_heads, head_dim]; what the persistent prefill kernel copies in as it is).
   void* q16 = nullptr;
   float q16_scale = 1.0f;
+  /// --kv-cache-dtype fp8: the cache holds one E4M3 byte per element, the code of x / k_scale
+  /// (x / v_scale for v) rounded as gpu::e4m3_encode rounds (IEEE division of the fp32 value,
+  /// ties to even, saturating at 448): the CPU executor's write_kv, bit for bit.
+  bool kv_fp8 = false;
+  float k_scale = 1.0f, v_scale = 1.0f;
 };
 /// head_dim must be a multiple of 8 of at most 256 (cudaErrorInvalidValue otherwise).
 int rope_kv_write(act_dtype dt, const rope_kv_args& a, cudaStream_t s);

@@ -1,7 +1,9 @@
 // Element-wise and row-wise kernels: dtype conversion, embedding gather, residual add + RMSNorm,
 // SiLU-and-mul, rotary embedding fused with the paged KV write, KV block copies.
 #include <algorithm>
+#include <type_traits>
 
+#include "gpu/cuda/fp8_code.cuh"
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/sm_count.hpp"
 #include "gpu/cuda/act_dtype.hpp"
@@ -359,12 +361,22 @@ __device__ __forceinline__ void load4(const T* p, float (&x)[4]) {
   for (int e = 0; e < 4; ++e) x[e] = to_f32(h[e]);
 }
 
+/// One cache element: the value rounded to the activation dtype, or (C = uint8_t, the FP8 cache)
+/// the E4M3 code of value / scale, as gpu::e4m3_encode gives it.
+template <class T, class C>
+__device__ __forceinline__ C kv_elem(float x, float scale) {
+  if constexpr (std::is_same_v<C, uint8_t>)
+    return dev::e4m3_code(__float_as_uint(dev::div_rn_ieee(x, scale)));
+  else
+    return (void)scale, from_f32<T>(x);
+}
+
 /// Rotary embedding of one token's q and k heads, written back (q) or into the paged cache (k),
 /// plus the copy of its v into the cache; grid (tokens, kRopeSplit), head_dim % 8 == 0. The
 /// token's angles are computed once (every head rotates by the same ones); each thread rotates 4
 /// adjacent pairs (16-byte loads and stores of q, 4 cache elements at a time) and copies v 4
 /// values at a time. In: the input row's type (fp32 qkv, or T when rope_kv_args::qkv16 is set).
-template <class T, class In>
+template <class T, class In, class C>
 __global__ void rope_kv_kernel(rope_kv_args a) {
   __shared__ float cos_s[kRopeMaxHalf], sin_s[kRopeMaxHalf];
   pdl_begin();
@@ -383,8 +395,8 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
   }
   __syncthreads();
   const int first = blockIdx.y * blockDim.x + threadIdx.x, stride = gridDim.y * blockDim.x;
-  T* kc = static_cast<T*>(a.k_cache);
-  T* vc = static_cast<T*>(a.v_cache);
+  C* kc = static_cast<C*>(a.k_cache);
+  C* vc = static_cast<C*>(a.v_cache);
   for (int idx = first; idx < (H + KVH) * quads; idx += stride) {  // pairs (i, i + half)
     const int h = idx / quads, i = (idx % quads) * 4;
     const int c0 = h * D + i, c1 = c0 + half;
@@ -416,11 +428,11 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
             make_uint2(pack2<T>(y2[0] * sc, y2[1] * sc), pack2<T>(y2[2] * sc, y2[3] * sc));
       }
     } else if (slot >= 0) {
-      T* dst = kc + (size_t(slot) * KVH + (h - H)) * D;
+      C* dst = kc + (size_t(slot) * KVH + (h - H)) * D;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        dst[i + e] = from_f32<T>(y1[e]);
-        dst[i + half + e] = from_f32<T>(y2[e]);
+        dst[i + e] = kv_elem<T, C>(y1[e], a.k_scale);
+        dst[i + half + e] = kv_elem<T, C>(y2[e], a.k_scale);
       }
     }
   }
@@ -429,9 +441,9 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
     const int c = (H + KVH) * D + idx;
     float x[4];
     load4(in + c, x);
-    T* dst = vc + size_t(slot) * KVH * D + idx;
+    C* dst = vc + size_t(slot) * KVH * D + idx;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) dst[e] = from_f32<T>(a.bias ? x[e] + a.bias[c + e] : x[e]);
+    for (int e = 0; e < 4; ++e) dst[e] = kv_elem<T, C>(a.bias ? x[e] + a.bias[c + e] : x[e], a.v_scale);
   }
 }
 
@@ -545,10 +557,14 @@ int rope_kv_write(act_dtype dt, const rope_kv_args& a, cudaStream_t s) {
   // Whole 4-pair groups, 16-byte aligned rows (cuda_model.cpp loads only such head dims).
   if (a.head_dim % 8 != 0 || a.head_dim / 2 > kRopeMaxHalf) return int(cudaErrorInvalidValue);
   const dim3 grid(a.n, kRopeSplit), block(kRopeThreads);
-  if (a.qkv16)
-    AS_DISPATCH_ACT(dt, launch_pdl(rope_kv_kernel<T, T>, grid, block, s, a));
+  if (a.kv_fp8 && a.qkv16)
+    AS_DISPATCH_ACT(dt, launch_pdl(rope_kv_kernel<T, T, uint8_t>, grid, block, s, a));
+  else if (a.kv_fp8)
+    AS_DISPATCH_ACT(dt, launch_pdl(rope_kv_kernel<T, float, uint8_t>, grid, block, s, a));
+  else if (a.qkv16)
+    AS_DISPATCH_ACT(dt, launch_pdl(rope_kv_kernel<T, T, T>, grid, block, s, a));
   else
-    AS_DISPATCH_ACT(dt, launch_pdl(rope_kv_kernel<T, float>, grid, block, s, a));
+    AS_DISPATCH_ACT(dt, launch_pdl(rope_kv_kernel<T, float, T>, grid, block, s, a));
   return cudaGetLastError();
 }
 
