@@ -1,7 +1,7 @@
-// FP8 E4M3 weights with per-row scales (fp8_linear.hpp). The GEMV streams 16 weights per 16-byte
-// load, converts them pairwise to fp16 (exact: every E4M3 value is an fp16 value) and then to
-// fp32, accumulates each row's dot product in fp32 and applies the row's scale once. Partial
-// sums reduce in a fixed order, as in gemv_kernel.cu. The quantizer (--quantization fp8) works on
+// FP8 E4M3 weights with per-row scales (fp8_linear.hpp). The GEMV is the dense GEMV's main loop
+// (gemv_common.cuh) over 16 weights per 16-byte load, converted pairwise to fp16 (exact: every
+// E4M3 value is an fp16 value) and then to fp32; each row's fp32 dot product takes the row's
+// scale once. The quantizer (--quantization fp8) works on
 // the fp32 bits with integer arithmetic and one explicit IEEE division, so that no floating-point
 // compiler flag (-ftz, -prec-div, --use_fast_math) changes its codes.
 #include <cuda_bf16.h>
@@ -21,8 +21,7 @@ namespace {
 using namespace dev;
 using namespace dev::gemv;
 
-inline constexpr int kFp8Rows = 4;    // weight rows per block
-inline constexpr int kFp8Unroll = 2;  // 16-byte weight loads per row per thread in flight
+inline constexpr int kFp8Rows = 4;  // weight rows per block
 
 /// Two E4M3 values (low byte first) as floats.
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two) {
@@ -30,20 +29,23 @@ __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two) {
   return __half22float2(__half2(h));
 }
 
-/// The 16 E4M3 values of a 16-byte load, in memory order.
-__device__ __forceinline__ void unpack_e4m3x16(const uint4& raw, float* out) {
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+/// E4M3 weights for the GEMV's main loop (gemv_common.cuh): 16 per 16-byte load, in memory order.
+struct e4m3_weights {
+  static constexpr int kPerLoad = 16;
+  __device__ __forceinline__ static void unpack(const uint4& raw, float* out) {
+    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 lo = e4m3x2_to_float2(words[i]), hi = e4m3x2_to_float2(words[i] >> 16);
-    out[4 * i] = lo.x;
-    out[4 * i + 1] = lo.y;
-    out[4 * i + 2] = hi.x;
-    out[4 * i + 3] = hi.y;
+    for (int i = 0; i < 4; ++i) {
+      const float2 lo = e4m3x2_to_float2(words[i]), hi = e4m3x2_to_float2(words[i] >> 16);
+      out[4 * i] = lo.x;
+      out[4 * i + 1] = lo.y;
+      out[4 * i + 2] = hi.x;
+      out[4 * i + 3] = hi.y;
+    }
   }
-}
+};
 
-/// kFp8Rows weight rows per block against m (<= M) activation rows.
+/// kFp8Rows weight rows per block against m (<= M) activation rows; the row's scale applies once.
 template <class T, int M>
 __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const T* x, int m, int k, const uint8_t* q,
                                                              const float* scale, int n, float* y, float beta) {
@@ -52,44 +54,7 @@ __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const T* x, int m, i
   const uint4* wp[kFp8Rows];
 #pragma unroll
   for (int r = 0; r < kFp8Rows; ++r) wp[r] = reinterpret_cast<const uint4*>(q + size_t(min(row0 + r, n - 1)) * k);
-  const int chunks = k / 16, x_chunks = k / 8;  // 16 weights per chunk; x rows in 8-element loads
-  const uint4* xp = reinterpret_cast<const uint4*>(x);
-  float acc[kFp8Rows][M];
-#pragma unroll
-  for (int r = 0; r < kFp8Rows; ++r)
-#pragma unroll
-    for (int i = 0; i < M; ++i) acc[r][i] = 0.0f;
-  for (int c0 = threadIdx.x; c0 < chunks; c0 += kThreads * kFp8Unroll) {
-    uint4 wv[kFp8Unroll][kFp8Rows];
-#pragma unroll
-    for (int u = 0; u < kFp8Unroll; ++u) {
-      const int c = c0 + u * kThreads;
-#pragma unroll
-      for (int r = 0; r < kFp8Rows; ++r) wv[u][r] = c < chunks ? load_stream(wp[r] + c) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kFp8Unroll; ++u) {
-      const int c = c0 + u * kThreads;
-      if (c >= chunks) break;
-      float wf[kFp8Rows][16];
-#pragma unroll
-      for (int r = 0; r < kFp8Rows; ++r) unpack_e4m3x16(wv[u][r], wf[r]);
-#pragma unroll
-      for (int i = 0; i < M; ++i) {
-        if (i >= m) break;
-        float xf[16];
-        const uint4* xr = xp + size_t(i) * x_chunks + 2 * c;
-        unpack8<T>(__ldg(xr), xf);
-        unpack8<T>(__ldg(xr + 1), xf + 8);
-#pragma unroll
-        for (int r = 0; r < kFp8Rows; ++r)
-#pragma unroll
-          for (int e = 0; e < 16; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
-      }
-    }
-  }
-  reduce_warps<M, kFp8Rows>(acc, red);
-  __syncthreads();
+  accumulate<T, M, kFp8Rows, no_hook, e4m3_weights>(x, m, k, wp, red);
   for (int t = threadIdx.x; t < kFp8Rows * M; t += kThreads) {
     const int r = t / M, i = t % M, row = row0 + r;
     if (i >= m || row >= n) continue;

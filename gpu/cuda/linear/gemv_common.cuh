@@ -1,8 +1,9 @@
 #pragma once
-// Device pieces shared by the GEMV kernels (gemv_kernel.cu, gemv_norm_kernel.cu): the streamed
-// weight loads, the per-warp partial sums and their fixed reduction order, the main loop and the
-// QKV projection's rope + KV-write epilogue. Every kernel built from them computes a weight row's
-// dot product in the same order, so their fp32 outputs agree bit for bit.
+// Device pieces shared by the GEMV kernels (gemv_kernel.cu, gemv_norm_kernel.cu,
+// fp8_linear_kernel.cu): the streamed weight loads, the per-warp partial sums and their fixed
+// reduction order, the main loop and the QKV projection's rope + KV-write epilogue. Every kernel
+// built from them computes a weight row's dot product in the same order, so their fp32 outputs
+// agree bit for bit.
 #include <cstdint>
 
 #include "gpu/cuda/kernel_util.cuh"
@@ -79,15 +80,24 @@ struct no_hook {
   __device__ __forceinline__ void operator()() const {}
 };
 
-/// The GEMV's main loop: the dot products of the weight rows `wp` with the m (<= M) rows of x,
-/// reduced per warp into `red`; ends with a __syncthreads, after the previous grid finished.
-/// `after_wait` runs once per thread right after the wait for the previous grid (to start loads
-/// of what that grid wrote early).
-template <class T, int M, int kRows, class Hook = no_hook>
+/// Weights stored as T (bf16/fp16): 8 per 16-byte load. A weight format gives the values per
+/// load and how a load unpacks to floats in memory order (fp8_linear_kernel.cu has E4M3's).
+template <class T>
+struct same_as_activations {
+  static constexpr int kPerLoad = 8;
+  __device__ __forceinline__ static void unpack(const uint4& raw, float* out) { unpack8<T>(raw, out); }
+};
+
+/// The GEMV's main loop: the dot products of the weight rows `wp` (in format W) with the m (<= M)
+/// rows of x, reduced per warp into `red`; ends with a __syncthreads, after the previous grid
+/// finished. `after_wait` runs once per thread right after the wait for the previous grid (to
+/// start loads of what that grid wrote early).
+template <class T, int M, int kRows, class Hook = no_hook, class W = same_as_activations<T>>
 __device__ __forceinline__ void accumulate(const T* x, int m, int k, const uint4* const (&wp)[kRows],
                                            partials<M, kRows>& red, Hook after_wait = {}) {
   constexpr int kUnroll = kLoadsInFlight / kRows;
-  const int chunks = k / 8;
+  constexpr int kXLoads = W::kPerLoad / 8;  // 16-byte activation loads per weight load
+  const int chunks = k / W::kPerLoad, x_loads = k / 8;
   const uint4* xp = reinterpret_cast<const uint4*>(x);
   float acc[kRows][M];
 #pragma unroll
@@ -115,18 +125,20 @@ __device__ __forceinline__ void accumulate(const T* x, int m, int k, const uint4
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kThreads;
       if (c >= chunks) break;
-      float wf[kRows][8];
+      float wf[kRows][W::kPerLoad];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) unpack8<T>(wv[u][r], wf[r]);
+      for (int r = 0; r < kRows; ++r) W::unpack(wv[u][r], wf[r]);
 #pragma unroll
       for (int i = 0; i < M; ++i) {
         if (i >= m) break;
-        float xf[8];
-        unpack8<T>(__ldg(xp + size_t(i) * chunks + c), xf);
+        float xf[W::kPerLoad];
+        const uint4* xr = xp + size_t(i) * x_loads + size_t(c) * kXLoads;
+#pragma unroll
+        for (int j = 0; j < kXLoads; ++j) unpack8<T>(__ldg(xr + j), xf + 8 * j);
 #pragma unroll
         for (int r = 0; r < kRows; ++r)
 #pragma unroll
-          for (int e = 0; e < 8; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
+          for (int e = 0; e < W::kPerLoad; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
       }
     }
   }
