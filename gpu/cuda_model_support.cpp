@@ -32,8 +32,8 @@ status check_cuda_fp8_options(const model_config& cfg, kv_cache_layout layout, b
   if (layout != kv_cache_layout::flash_decoding)
     return make_error(error_code::unsupported,
                       "--kv-cache-dtype fp8: the FP8 cache is read by the flash-decoding kernels only; start with "
-                      "--paged-kv-cache-type flash-decoding (and a --block-size from 64 to 256), or with "
-                      "--kv-cache-dtype auto (docs/fp8.md)");
+                      "--paged-kv-cache-type flash-decoding (and a --block-size from 64 to 256), with "
+                      "--kv-cache-dtype auto, or with --device cpu (docs/fp8.md)");
   const int64_t group = cfg.num_kv_heads > 0 ? cfg.num_heads / cfg.num_kv_heads : 0;
   if ((cfg.head_dim != 64 && cfg.head_dim != 128) || group < 1 || group > 8)
     return make_error(error_code::unsupported,
