@@ -12,12 +12,13 @@ status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) 
   // shared experts and YaRN rope run on the CUDA executor (gpu/cuda/mla/, gpu/cuda/moe/).
   const int64_t context = max_model_len > 0 ? max_model_len : cfg.max_position_embeddings;
   // NOTE: position p attends to keys p - window + 1 .. p, so a window of at least the context
-  // never masks anything and full attention computes the same function.
-  if (cfg.sliding_window && *cfg.sliding_window < context)
+  // never masks anything and full attention computes the same function. The attention backends
+  // mask a shorter window (attention_shape::window); latent attention has no window.
+  if (cfg.sliding_window && *cfg.sliding_window < context && cfg.mla)
     return make_error(error_code::unsupported,
                       fmt::format("{}: sliding_window {} is smaller than --max-model-len {}, and the CUDA executor's "
-                                  "attention has no sliding window; start with --max-model-len {} (or less), or with "
-                                  "--device cpu",
+                                  "multi-head latent attention has no sliding window; start with --max-model-len {} "
+                                  "(or less), or with --device cpu",
                                   cfg.architecture, *cfg.sliding_window, context, *cfg.sliding_window));
   return {};
 }

@@ -10,10 +10,11 @@
 namespace actorserve::gpu {
 
 /// Ok when the CUDA executor computes `cfg` as transformers does at contexts up to
-/// `max_model_len` tokens (0: the model's max_position_embeddings). Refused: a sliding_window
-/// smaller than the context (its attention has no window: --max-model-len at most the window
-/// keeps every position inside it). FP8 checkpoints and DeepSeek-V2 (latent attention, YaRN,
-/// group-limited routing, shared experts) are accepted, together too.
+/// `max_model_len` tokens (0: the model's max_position_embeddings). A sliding_window smaller
+/// than the context runs on every attention backend (cascade attention off); refused with
+/// latent attention, which has no window (--max-model-len at most the window keeps every
+/// position inside it). FP8 checkpoints and DeepSeek-V2 (latent attention, YaRN, group-limited
+/// routing, shared experts) are accepted, together too.
 status check_cuda_model_support(const model_config& cfg, int64_t max_model_len);
 
 /// Ok unless --kv-cache-dtype fp8 (`kv_cache_fp8`) asks the CUDA executor for an FP8 cache its

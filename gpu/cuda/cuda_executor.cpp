@@ -101,6 +101,8 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   ashape.block_size = opts.block_size;
   ashape.num_sms = num_sms_;
   ashape.kv_fp8 = opts.kv_cache_fp8;
+  // A window of at least the context masks nothing: full attention computes the same function.
+  if (c.sliding_window && *c.sliding_window < max_len) ashape.window = static_cast<int>(*c.sliding_window);
   auto backend = make_attention_backend(opts.kv_layout, ashape, opts_.tuning.attention);
   if (!backend) return backend.err();
   attention_ = std::move(backend.value());
@@ -119,8 +121,11 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   } else {
     block_bytes_ = attention_->block_bytes();
     num_caches_ = static_cast<int>(2 * c.num_layers);
-    log::info("attention backend: {}, block size {}{}", attention_->name(), attention_->block_size(),
-              opts.kv_cache_fp8 ? ", KV cache FP8 E4M3 with per-layer scales (--kv-cache-dtype fp8)" : "");
+    log::info("attention backend: {}, block size {}{}{}", attention_->name(), attention_->block_size(),
+              opts.kv_cache_fp8 ? ", KV cache FP8 E4M3 with per-layer scales (--kv-cache-dtype fp8)" : "",
+              ashape.window > 0 ? fmt::format(", sliding window of {} keys (no cascade attention: a shared "
+                                              "prefix is not seen whole by every query)", ashape.window)
+                                : std::string());
   }
   if (c.moe) shared_inter_ = static_cast<int>(c.moe->num_shared_experts * c.moe->expert_intermediate_size);
   ffn_width_ = std::max(static_cast<int>(c.intermediate_size), shared_inter_);
@@ -290,8 +295,9 @@ step_limits cuda_executor::limits(int64_t num_blocks) const {
   const model_config& c = model_->cfg;
   const int64_t es = int64_t(act_size(dt_));
   // Latent attention runs its own kernels (docs/mla.md); the FP8 cache's backend takes no cascade
-  // groups (the prefix pass reads a 16-bit cache).
-  l.cascade = opts_.cascade_attention && !c.mla && !opts_.kv_cache_fp8;
+  // groups (the prefix pass reads a 16-bit cache), nor a backend with a sliding window (the pass
+  // assumes every member's query sees the whole prefix).
+  l.cascade = opts_.cascade_attention && !c.mla && !opts_.kv_cache_fp8 && attention_->takes_cascade();
   l.cascade_costs = {2 * c.num_kv_heads * c.head_dim * es, 2 * c.num_heads * (c.head_dim + 2) * 4};
   l.enforce_eager = opts_.enforce_eager;
   l.last_layer_all_rows = opts_.tuning.last_layer_all_rows || model_->cfg.mla.has_value();

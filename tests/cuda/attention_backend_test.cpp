@@ -4,6 +4,7 @@
 // bf16 and fp16, shuffled block tables; outputs and partials poisoned before each run; Q and the
 // newest keys written late by a preceding kernel (programmatic dependent launch). The FP8 cache
 // (--kv-cache-dtype fp8, flash-decoding) against the reference over its dequantized values.
+// Sliding windows on every decode and prefill kernel, whole and split.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,6 +34,7 @@ struct backend_case {
   int H, KVH, D, block_size;
   std::vector<seq_spec> seqs;
   std::vector<shared_prefix> groups = {};  ///< planned as cascade groups, when given
+  int window = 0;                            ///< sliding window (attention_shape::window; 0: none)
 };
 
 /// Runs `c` through `backend` (decode grid forced to `decode_grid` when > 0, which makes the
@@ -55,6 +57,7 @@ double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case
   shape.head_dim = c.D;
   shape.block_size = c.block_size;
   shape.kv_fp8 = fp8 != nullptr;
+  shape.window = c.window;
   auto made = cuda::make_attention_backend(layout, shape, tuning);
   EXPECT_TRUE(made) << (made ? "" : made.err().message);
   if (!made) return INFINITY;
@@ -62,6 +65,7 @@ double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case
   EXPECT_EQ(backend.name().find("generic"), std::string::npos);
   std::mt19937 rng(seed);
   paged_inputs in = make_paged_inputs(dt, c.H, c.KVH, c.D, c.block_size, c.seqs, rng);
+  in.window = c.window;
   const int H = c.H, KVH = c.KVH, D = c.D, bs = c.block_size, n_tokens = in.n_tokens, q_stride = in.q_stride;
   const std::vector<cuda::attn_seq>& seqs = in.seqs;
   gpu::cascade_plan cascade;
@@ -374,6 +378,76 @@ TEST_P(AttentionBackend, CascadeMatchesReference) {
       EXPECT_LT(err, 1e-2) << k.what << (overlap ? "" : ", one stream");
     }
   }
+}
+
+TEST_P(AttentionBackend, SlidingWindowMatchesReference) {
+  const auto [dt, layout] = GetParam();
+  const bool fd = layout == kv_cache_layout::flash_decoding;
+  // Windows of 48 (under one 64-key tile), 100 and 700 keys (not multiples of the tile or the
+  // block), shorter and longer than the sequences: decodes start at the tile holding their first
+  // key and mask the rest of it; prefill rows mask the keys below their own window (chunks over a
+  // cached prefix, a 300-token prompt whose 128-row items have rows that see nothing of the first
+  // tiles); GQA 1, 4 and 8, head dims 64 and 128, the awkward block size (cp.async decode,
+  // mma.sync prefill) and 64 (TMA decode, the persistent wgmma prefill on Hopper for bf16 / 128).
+  const std::vector<seq_spec> mixed = {{1, 1},     {17, 17}, {97, 30}, {1000, 1}, {1000, 40},
+                                       {300, 300}, {47, 1},  {49, 1},  {300, 2},  {129, 1}};
+  struct config { int H, KVH, D; };
+  for (int window : {48, 100, 700})
+    for (const config k : {config{2, 2, 128}, config{8, 2, 128}, config{16, 2, 64}})
+      for (int block : {block_size(16), fd ? 64 : 0}) {
+        if (block == 0) continue;
+        const backend_case c{k.H, k.KVH, k.D, block, mixed, {}, window};
+        const double err = run_backend_case(dt, layout, c, 200 + window + k.H);
+        std::printf("backend %s window %d %d/%d D=%d bs=%d: max abs err / max abs ref %.3g\n", to_string(layout),
+                    window, k.H, k.KVH, k.D, block, err);
+        EXPECT_LT(err, 1e-2) << "window " << window << " " << k.H << "/" << k.KVH << " D=" << k.D << " bs=" << block;
+      }
+  // Split decodes: the heuristic and the pieces cover the windowed range only (150: four pieces,
+  // the first with 50 keys below the window; 3000 and 4100: long pieces), a grid of 7 that strides
+  // and merges, the separate merge kernel, Q and the newest K/V written late.
+  struct split { std::vector<seq_spec> seqs; int window, grid; bool late; gpu::split_merge merge; };
+  const split splits[] = {{{{5000, 1}}, 150, 0, false, gpu::split_merge::last_piece},
+                          {{{5000, 1}}, 3000, 0, false, gpu::split_merge::last_piece},
+                          {{{32768, 1}}, 4100, 7, false, gpu::split_merge::last_piece},
+                          {{{5000, 1}, {1000, 1}, {17, 1}}, 700, 0, false, gpu::split_merge::separate_kernel},
+                          {{{5000, 1}, {100, 1}, {65, 1}}, 48, 0, true, gpu::split_merge::last_piece}};
+  for (const split& k : splits) {
+    gpu::attention_tuning tuning;
+    tuning.merge = k.merge;
+    const backend_case c{32, 8, 128, block_size(16), k.seqs, {}, k.window};
+    const double err = run_backend_case(dt, layout, c, 300 + k.window, k.grid, k.late, tuning);
+    std::printf("backend %s window %d split, %zu seqs, grid %d late %d: max abs err / max abs ref %.3g\n",
+                to_string(layout), k.window, k.seqs.size(), k.grid, int(k.late), err);
+    EXPECT_LT(err, 1e-2) << "window " << k.window << ", " << k.seqs.size() << " seqs, grid " << k.grid;
+  }
+}
+
+TEST_P(AttentionBackend, SlidingWindowOnEveryKernelMatchesReference) {
+  const auto [dt, layout] = GetParam();
+  if (layout != kv_cache_layout::flash_decoding) GTEST_SKIP() << "the kernels are picked on flash-decoding";
+  // Each prefill kernel asked for by name (the wgmma ones run bf16 / head dim 128 on Hopper and
+  // fall back elsewhere), the cp.async decode kernel at 64-token blocks, and the FP8 cache (the
+  // cp.async decode and mma.sync prefill kernels over E4M3 tiles), windows 48 and 100.
+  const std::vector<seq_spec> mixed = {{1000, 1}, {1000, 40}, {300, 300}, {97, 30}, {5000, 1}, {47, 1}};
+  const fp8_scales sc{0.04f, 0.03f};
+  struct config { const char* what; gpu::prefill_kernel prefill; gpu::decode_kernel decode; bool fp8; };
+  const config configs[] = {
+      {"mma.sync prefill", gpu::prefill_kernel::mma_sync, gpu::decode_kernel::tma, false},
+      {"wgmma cp.async prefill", gpu::prefill_kernel::wgmma_cp_async, gpu::decode_kernel::tma, false},
+      {"wgmma TMA persistent prefill", gpu::prefill_kernel::wgmma_tma_persistent, gpu::decode_kernel::tma, false},
+      {"cp.async decode", gpu::prefill_kernel::automatic, gpu::decode_kernel::cp_async, false},
+      {"fp8 cache", gpu::prefill_kernel::automatic, gpu::decode_kernel::tma, true}};
+  for (int window : {48, 100})
+    for (const config& k : configs) {
+      gpu::attention_tuning tuning;
+      tuning.prefill = k.prefill;
+      tuning.decode = k.decode;
+      const backend_case c{8, 2, 128, 64, mixed, {}, window};
+      const double err = run_backend_case(dt, layout, c, 400 + window, 0, false, tuning, k.fp8 ? &sc : nullptr);
+      std::printf("backend %s window %d, %s: max abs err / max abs ref %.3g\n", to_string(layout), window, k.what,
+                  err);
+      EXPECT_LT(err, 1e-2) << "window " << window << ", " << k.what;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, AttentionBackend,

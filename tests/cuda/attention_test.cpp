@@ -1,6 +1,6 @@
 // Paged attention against a CPU fp32 reference over the same (rounded) cache contents: prefill
 // chunks over a cached prefix, decode, awkward KV lengths, shuffled block tables, batch 1 and 257,
-// with and without split-KV.
+// with and without split-KV, with and without a sliding window.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,16 +21,18 @@ using cuda::act_dtype;
 struct attention_case {
   int H, KVH, D, block_size;
   std::vector<seq_spec> seqs;
+  int window = 0;  ///< sliding window (0: none), planned and masked
 };
 
 /// Runs one case; returns max |gpu - ref| / max |ref|.
 double run_case(act_dtype dt, const attention_case& c, int target_blocks, uint32_t seed) {
   std::mt19937 rng(seed);
-  const paged_inputs in = make_paged_inputs(dt, c.H, c.KVH, c.D, c.block_size, c.seqs, rng);
+  paged_inputs in = make_paged_inputs(dt, c.H, c.KVH, c.D, c.block_size, c.seqs, rng);
+  in.window = c.window;
   const int H = c.H, KVH = c.KVH, D = c.D, bs = c.block_size, n_tokens = in.n_tokens, q_stride = in.q_stride;
   const std::vector<cuda::attn_seq>& seqs = in.seqs;
   const int max_partials = 4096;
-  auto plan = cuda::plan_attention(seqs, H, KVH, target_blocks, max_partials);
+  auto plan = cuda::plan_attention(seqs, H, KVH, target_blocks, max_partials, c.window);
   dev_vec<float> d_q(in.q);
   dev_vec<uint16_t> d_k(in.k_cache), d_v(in.v_cache);
   dev_vec<int32_t> d_bt(in.block_tables);
@@ -63,6 +65,7 @@ double run_case(act_dtype dt, const attention_case& c, int target_blocks, uint32
   a.head_dim = D;
   a.block_size = bs;
   a.scale = 1.0f / std::sqrt(float(D));
+  a.window = c.window;
   EXPECT_EQ(cuda::paged_attention(dt, a, nullptr), 0);
   auto bits = d_out.download();
   std::vector<float> got(bits.size());
@@ -103,6 +106,25 @@ TEST_P(CudaAttention, DecodeBatch257MatchesCpu) {
     std::printf("attention decode batch 257 split_target=%d: max abs err / max abs ref %.3g\n", target, err);
     EXPECT_LT(err, 1e-2);
   }
+}
+
+TEST_P(CudaAttention, SlidingWindowMatchesCpu) {
+  const act_dtype dt = GetParam();
+  // Windows of 48 (the mistral-sliding-window fixture's), 100 and 700 keys, neither a multiple of
+  // the 32-key chunk nor of the block, shorter and longer than the sequences: chunks over a
+  // cached prefix, whole prompts and decodes, whole and split (the pieces cut the windowed range).
+  const std::vector<seq_spec> mixed = {{1, 1}, {17, 17}, {97, 30}, {1000, 1}, {1000, 77}, {300, 300}, {49, 1}};
+  for (int window : {48, 100, 700})
+    for (const attention_case& c : {attention_case{4, 2, 16, 16, mixed, window},
+                                    attention_case{8, 2, 128, 16, mixed, window},
+                                    attention_case{32, 8, 128, 16, {{5000, 1}}, window}}) {
+      for (int target : {0, 264}) {
+        const double err = run_case(dt, c, target, 13);
+        std::printf("attention window %d H=%d KVH=%d D=%d split_target=%d: max abs err / max abs ref %.3g\n",
+                    window, c.H, c.KVH, c.D, target, err);
+        EXPECT_LT(err, 1e-2) << "window " << window << " D=" << c.D << " target " << target;
+      }
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaAttention, ::testing::Values(act_dtype::bf16, act_dtype::fp16),

@@ -68,13 +68,14 @@ std::vector<float> reference_attention(const paged_inputs& in, const std::vector
   // One head of one query row of one sequence, written to its own slice of `ref`.
   auto query_head = [&](const cuda::attn_seq& s, int i, int h, std::vector<double>& sc, std::vector<double>& acc) {
     const int t = s.q_start + i, qpos = s.context_len - s.q_len + i;
+    const int first = in.window > 0 ? std::max(0, qpos - in.window + 1) : 0;  // the window's first key
     sc.assign(size_t(qpos) + 1, 0.0);
     acc.assign(size_t(D), 0.0);
     auto base = [&](int k) {
       return (size_t(in.block_tables[s.bt_offset + k / bs]) * bs + k % bs) * row + size_t(h / G) * D;
     };
     double mx = -1e300;
-    for (int k = 0; k <= qpos; ++k) {
+    for (int k = first; k <= qpos; ++k) {
       double dot = 0;
       for (int d = 0; d < D; ++d)
         dot += double(in.q[size_t(t) * in.q_stride + h * D + d]) * double(k_cache[base(k) + d]);
@@ -82,8 +83,8 @@ std::vector<float> reference_attention(const paged_inputs& in, const std::vector
       mx = std::max(mx, sc[k]);
     }
     double l = 0;
-    for (auto& x : sc) l += (x = std::exp(x - mx));
-    for (int k = 0; k <= qpos; ++k)
+    for (int k = first; k <= qpos; ++k) l += (sc[k] = std::exp(sc[k] - mx));
+    for (int k = first; k <= qpos; ++k)
       for (int d = 0; d < D; ++d) acc[d] += sc[k] * double(v_cache[base(k) + d]);
     for (int d = 0; d < D; ++d) ref[size_t(t) * H * D + h * D + d] = float(acc[d] / l);
   };

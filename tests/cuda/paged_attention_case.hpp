@@ -1,7 +1,8 @@
 #pragma once
 // One random paged-attention step for the attention tests: a shuffled block pool of bf16/fp16 K/V,
 // fp32 queries in the fused-QKV layout, the sequences' block tables, and the causal attention
-// over them computed in double precision on the host.
+// over them (with a sliding window when paged_inputs::window is set) computed in double precision
+// on the host.
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -28,13 +29,16 @@ struct paged_inputs {
   std::vector<float> q;
   std::vector<cuda::attn_seq> seqs;
   std::vector<int32_t> block_tables;
+  /// Sliding window of the reference (0: none): position p sees keys [max(0, p - window + 1), p].
+  int window = 0;
 };
 
 /// Random inputs for `specs`: blocks drawn from a shuffled pool with 3 unused blocks.
 paged_inputs make_paged_inputs(cuda::act_dtype dt, int num_heads, int num_kv_heads, int head_dim, int block_size,
                                const std::vector<seq_spec>& specs, std::mt19937& rng);
 
-/// Causal attention of every query row in double precision: [n_tokens][num_heads][head_dim].
+/// Causal attention of every query row in double precision, within in.window when set:
+/// [n_tokens][num_heads][head_dim].
 std::vector<float> reference_attention(cuda::act_dtype dt, const paged_inputs& in);
 /// The same over caches given as fp32 values in the layout of in.k_cache / in.v_cache (an FP8
 /// cache's dequantized values, code x scale).

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu/cuda/attention/attention_plan.hpp"
 #include "gpu/cuda/attention/backend.hpp"
 #include "gpu/cuda/attention/split_heuristic.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
@@ -381,6 +382,50 @@ TEST(AttentionBackend, CascadeGroupsMapToPrefixRowsAndCombineSlots) {
   ASSERT_TRUE(v);
   EXPECT_FALSE((*v)->takes_cascade());
   EXPECT_TRUE((*v)->plan(seqs, cascade).prefix_items.empty());
+}
+
+TEST(AttentionBackend, WindowedItemsStartAtTheTileOfTheirFirstKey) {
+  // A 150-key window: a 5000-key decode reads [4850, 5000) from the tile at 4800, cut into
+  // 64-key pieces that cover [4800, 5000) once (the first holding the window's first key); a
+  // 70-token chunk over 1000 cached keys starts each item at the tile of its first query's
+  // window; cascade groups are not taken (members' queries do not see the whole prefix).
+  for (auto layout : {kv_cache_layout::vllm, kv_cache_layout::flash_decoding}) {
+    auto sh = shape(128, layout == kv_cache_layout::vllm ? 16 : 64);
+    sh.window = 150;
+    auto b = gpu::cuda::make_attention_backend(layout, sh);
+    ASSERT_TRUE(b);
+    EXPECT_FALSE((*b)->takes_cascade());
+    const std::vector<gpu::cuda::attn_seq> seqs = {decode(0, 5000), {1, 70, 1070, 100}, decode(71, 100)};
+    gpu::cascade_plan cascade;
+    cascade.groups.push_back({1, {0, 2}});
+    const gpu::cuda::attention_plan p = (*b)->plan(seqs, cascade);
+    EXPECT_TRUE(p.prefix_items.empty());
+    std::vector<int32_t> covered(2 * 8, 0);  // decode keys read per (decode, KV head)
+    for (const auto& it : p.items) {
+      EXPECT_EQ(it.kv_begin % 64, 0);
+      if (it.seq == 1) {
+        const int32_t first_pos = 1000 + (it.q_begin - 1);
+        EXPECT_EQ(it.kv_begin, (first_pos - 150 + 1) / 64 * 64);
+        continue;
+      }
+      EXPECT_GE(it.kv_begin, it.seq == 0 ? 4800 : 0);  // 100 keys: all within the window
+      covered[size_t(it.seq / 2 * 8 + it.kv_head)] += it.kv_end - it.kv_begin;
+    }
+    for (size_t i = 0; i < covered.size(); ++i) EXPECT_EQ(covered[i], i < 8 ? 200 : 100) << to_string(layout);
+  }
+}
+
+TEST(AttentionBackend, GenericPlanCutsTheWindowedRange) {
+  // The generic kernel's pieces tile [kv_begin, kv_end) of a windowed item, from a 32-key chunk.
+  const std::vector<gpu::cuda::attn_seq> seqs = {decode(0, 5000)};
+  const auto p = gpu::cuda::plan_attention(seqs, 32, 8, 264, 4096, 700);
+  ASSERT_FALSE(p.combines.empty());
+  std::vector<int32_t> covered(8, 0);
+  for (const auto& it : p.items) {
+    EXPECT_GE(it.kv_begin, (5000 - 700) / 32 * 32);
+    covered[size_t(it.kv_head)] += it.kv_end - it.kv_begin;
+  }
+  for (int32_t c : covered) EXPECT_EQ(c, 5000 - (5000 - 700) / 32 * 32);
 }
 
 }  // namespace

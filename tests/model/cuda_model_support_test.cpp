@@ -1,8 +1,8 @@
 // What the CUDA executor refuses at start, decided on the host: the FP8 KV cache where no kernel
 // reads it (the vLLM layout, latent attention, the generic kernel's head dims) and a sliding window
-// smaller than the context; each message names the way around. Qwen3's q/k
-// norm, Mixtral, Qwen3-MoE, DeepSeek-V2 (latent attention, its routing and shared experts), YaRN
-// rope and FP8 checkpoints run, DeepSeek-V2 from an FP8 checkpoint too.
+// smaller than the context on latent attention; each message names the way around. Mistral's
+// window, Qwen3's q/k norm, Mixtral, Qwen3-MoE, DeepSeek-V2 (latent attention, its routing and
+// shared experts), YaRN rope and FP8 checkpoints run, DeepSeek-V2 from an FP8 checkpoint too.
 #include <gtest/gtest.h>
 
 #include "config/engine_config.hpp"
@@ -62,13 +62,22 @@ TEST(cuda_model_support, runs_yarn_rope) {
   EXPECT_TRUE(gpu::check_cuda_model_support(cfg.value(), 0).ok());
 }
 
-TEST(cuda_model_support, refuses_a_window_smaller_than_the_context_and_says_how_long_a_context_runs) {
-  // max_position_embeddings 2048, sliding_window 48.
-  expect_has(refusal("mistral-sliding-window"), {"sliding_window 48", "--max-model-len 2048", "--max-model-len 48",
-                                                 "--device cpu"});
-  expect_has(refusal("mistral-sliding-window", 49), {"sliding_window 48", "--max-model-len 49"});
-  EXPECT_EQ(refusal("mistral-sliding-window", 48), "");
-  EXPECT_EQ(refusal("mistral-sliding-window", 16), "");
+TEST(cuda_model_support, runs_a_window_smaller_than_the_context) {
+  // max_position_embeddings 2048, sliding_window 48: the attention backends mask the window.
+  for (int64_t len : {0, 4096, 49, 48, 16}) EXPECT_EQ(refusal("mistral-sliding-window", len), "") << len;
+}
+
+TEST(cuda_model_support, refuses_a_window_on_latent_attention_and_says_how_long_a_context_runs) {
+  // DeepSeek-V2 sets no window; one given to its latent attention (which has none) is refused.
+  auto cfg = load_model_config(model_dir("deepseek-v2-tiny"));
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  cfg->sliding_window = 48;
+  const status st = gpu::check_cuda_model_support(cfg.value(), 2048);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.err().code, error_code::unsupported);
+  expect_has(st.err().message, {"sliding_window 48", "--max-model-len 2048", "latent attention", "--max-model-len 48",
+                                "--device cpu"});
+  EXPECT_TRUE(gpu::check_cuda_model_support(cfg.value(), 48).ok());
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// Paged causal attention (prefill chunks and decode): one thread block per work item (a tile of
-// up to attn_tile_rows query rows = tokens x heads of one KV group, over a key range), online
-// softmax over chunks of 32 keys staged in shared memory as fp32, optional split-KV partials
-// merged by a second kernel.
+// Paged causal attention (prefill chunks and decode), with or without a sliding window: one thread
+// block per work item (a tile of up to attn_tile_rows query rows = tokens x heads of one KV group,
+// over a key range), online softmax over chunks of 32 keys staged in shared memory as fp32,
+// optional split-KV partials merged by a second kernel.
 #include <cmath>
 
 #include "gpu/cuda/kernel_util.cuh"
@@ -13,7 +13,7 @@ namespace {
 
 using namespace dev;
 
-constexpr int kChunk = 32;
+constexpr int kChunk = generic_key_chunk;
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRows = attn_tile_rows;
@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(attn_launch a) {
       const int qpos = ctx_before + (it.q_begin + r / G - sq.q_start);
       const int kpos = k0 + lane;
       float sc = -INFINITY;
-      if (lane < nkeys && kpos <= qpos) {
+      if (lane < nkeys && kpos <= qpos && kpos >= window_first_key(qpos, a.window)) {
         const float4* qv = reinterpret_cast<const float4*>(q_s + r * D);
         const float4* kv = reinterpret_cast<const float4*>(k_s + lane * Dp);
         float dot = 0.0f;

@@ -19,8 +19,13 @@ void set_first_blocks(attention_plan& plan, std::span<const int32_t> block_table
   }
 }
 
+int32_t window_tile_begin(int32_t pos, int window, int key_tile) {
+  const int32_t first = std::max<int32_t>(0, window_first_key(pos, window));
+  return key_tile > 0 ? first / key_tile * key_tile : first;
+}
+
 void append_query_tiles(std::span<const attn_seq> seqs, int group, int num_kv_heads, int tile_rows, int min_q_len,
-                        std::vector<attn_item>& out) {
+                        int window, int key_tile, std::vector<attn_item>& out) {
   const int tile_tokens = std::max(1, tile_rows / group);
   for (size_t s = 0; s < seqs.size(); ++s) {
     const attn_seq& sq = seqs[s];
@@ -36,7 +41,7 @@ void append_query_tiles(std::span<const attn_seq> seqs, int group, int num_kv_he
         it.q_begin = sq.q_start + t0;
         it.q_len = len;
         it.kv_head = h;
-        it.kv_begin = 0;
+        it.kv_begin = window_tile_begin(ctx_before + t0, window, key_tile);
         it.kv_end = ctx_before + t0 + len;  // the tile's last query sees keys up to its position
         out.push_back(it);
       }
@@ -45,12 +50,14 @@ void append_query_tiles(std::span<const attn_seq> seqs, int group, int num_kv_he
 }
 
 attention_plan plan_attention(std::span<const attn_seq> seqs, int num_heads, int num_kv_heads,
-                              int target_blocks, int max_partials) {
+                              int target_blocks, int max_partials, int window) {
   attention_plan plan;
   std::vector<attn_item> base;
-  append_query_tiles(seqs, num_heads / num_kv_heads, num_kv_heads, attn_tile_rows, 0, base);
+  append_query_tiles(seqs, num_heads / num_kv_heads, num_kv_heads, attn_tile_rows, 0, window, generic_key_chunk, base);
+  // Pieces cut the keys an item reads: [kv_begin, kv_end), the windowed range with a window.
+  const auto keys = [](const attn_item& it) { return it.kv_end - it.kv_begin; };
   int64_t total_kv = 0;
-  for (const attn_item& it : base) total_kv += it.kv_end;
+  for (const attn_item& it : base) total_kv += keys(it);
   const int64_t n = static_cast<int64_t>(base.size());
   int32_t split_len = 0;
   if (target_blocks > 0 && n > 0 && n < target_blocks) {
@@ -59,13 +66,13 @@ attention_plan plan_attention(std::span<const attn_seq> seqs, int num_heads, int
     for (;;) {  // grow the pieces until the partial slots suffice
       int64_t slots = 0;
       for (const attn_item& it : base)
-        if (it.kv_end > split_len) slots += ceil_div(it.kv_end, split_len);
+        if (keys(it) > split_len) slots += ceil_div(keys(it), split_len);
       if (slots <= max_partials) break;
       split_len *= 2;
     }
   }
   for (const attn_item& it : base) {
-    if (split_len == 0 || it.kv_end <= split_len) {
+    if (split_len == 0 || keys(it) <= split_len) {
       plan.items.push_back(it);
       continue;
     }
@@ -74,11 +81,11 @@ attention_plan plan_attention(std::span<const attn_seq> seqs, int num_heads, int
     cb.q_len = it.q_len;
     cb.kv_head = it.kv_head;
     cb.first_partial = plan.num_partials;
-    cb.num_splits = ceil_div(it.kv_end, split_len);
+    cb.num_splits = ceil_div(keys(it), split_len);
     for (int32_t sp = 0; sp < cb.num_splits; ++sp) {
       attn_item piece = it;
-      piece.kv_begin = sp * split_len;
-      piece.kv_end = std::min(it.kv_end, (sp + 1) * split_len);
+      piece.kv_begin = it.kv_begin + sp * split_len;
+      piece.kv_end = std::min(it.kv_end, piece.kv_begin + split_len);
       piece.partial = plan.num_partials++;
       plan.items.push_back(piece);
     }

@@ -27,16 +27,23 @@ struct attention_plan {
 /// outside `block_tables` gets -1 (the kernel reads the table).
 void set_first_blocks(attention_plan& plan, std::span<const int32_t> block_tables, int bs);
 
-/// Appends the query tiles of the sequences with q_len >= min_q_len to `out`: tiles of
-/// tile_rows / group tokens (at least one), one item per KV head, each over the keys its last
-/// query sees ([0, position + 1)). Shared by plan_attention and the attention backends.
-void append_query_tiles(std::span<const attn_seq> seqs, int group, int num_kv_heads, int tile_rows, int min_q_len,
-                        std::vector<attn_item>& out);
+/// The first key of a work item whose first query sits at position `pos`, under a sliding
+/// window of `window` keys (0: none, key 0): the start of the `key_tile`-key tile holding
+/// window_first_key(pos, window). Whole tiles below the window are never read; the kernels mask
+/// the keys of that first tile below each row's window.
+int32_t window_tile_begin(int32_t pos, int window, int key_tile);
 
-/// Tiles `seqs` (each query token at position context_len - q_len + i sees keys [0, pos]).
-/// `target_blocks`: split long key ranges until about this many thread blocks exist (0: never);
-/// at most `max_partials` partial slots are used.
+/// Appends the query tiles of the sequences with q_len >= min_q_len to `out`: tiles of
+/// tile_rows / group tokens (at least one), one item per KV head, each over the keys its queries
+/// see: up to its last query's position, from the `key_tile`-aligned start of its first query's
+/// `window` (window_tile_begin). Shared by plan_attention and the attention backends.
+void append_query_tiles(std::span<const attn_seq> seqs, int group, int num_kv_heads, int tile_rows, int min_q_len,
+                        int window, int key_tile, std::vector<attn_item>& out);
+
+/// Tiles `seqs` (each query token at position pos = context_len - q_len + i sees keys [0, pos],
+/// or [pos - window + 1, pos] with a `window`). `target_blocks`: split long key ranges until
+/// about this many thread blocks exist (0: never); at most `max_partials` partial slots are used.
 attention_plan plan_attention(std::span<const attn_seq> seqs, int num_heads, int num_kv_heads,
-                              int target_blocks, int max_partials);
+                              int target_blocks, int max_partials, int window = 0);
 
 }  // namespace actorserve::gpu::cuda

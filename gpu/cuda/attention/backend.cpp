@@ -17,10 +17,12 @@
 namespace actorserve::gpu::cuda {
 namespace {
 
-/// Prefill tiles of `rows` query rows (tokens x the GQA group), one per KV head, the longest
-/// key ranges first (causal tiles differ in work; the long ones must not form the last wave).
-void plan_prefill(std::span<const attn_seq> seqs, int group, int num_kv_heads, int rows, attention_plan& plan) {
-  append_query_tiles(seqs, group, num_kv_heads, rows, 2, plan.items);
+/// Prefill tiles of `rows` query rows (tokens x the GQA group), one per KV head, each from the
+/// tile holding its first query's `window` start, the longest key ranges first (causal tiles
+/// differ in work; the long ones must not form the last wave).
+void plan_prefill(std::span<const attn_seq> seqs, int group, int num_kv_heads, int rows, int window,
+                  attention_plan& plan) {
+  append_query_tiles(seqs, group, num_kv_heads, rows, 2, window, tc_prefill_key_tile, plan.items);
   std::stable_sort(plan.items.begin(), plan.items.end(),
                    [](const attn_item& x, const attn_item& y) { return x.kv_end - x.kv_begin > y.kv_end - y.kv_begin; });
 }
@@ -73,6 +75,16 @@ void plan_decode(std::span<const attn_seq> seqs, int num_kv_heads, int32_t chunk
     }
   }
   plan.num_decode_items = static_cast<int32_t>(plan.items.size() - first);
+}
+
+/// Per sequence, the first key its decode reads under `window`: the start of the `tile` holding
+/// its query's first key in the window (the kernels mask the keys of that tile below it), so the
+/// split heuristic and the pieces cover the windowed range only.
+std::vector<int32_t> window_starts(std::span<const attn_seq> seqs, int window, int tile) {
+  std::vector<int32_t> start(seqs.size(), 0);
+  for (size_t s = 0; s < seqs.size(); ++s)
+    if (seqs[s].q_len == 1) start[s] = window_tile_begin(seqs[s].context_len - 1, window, tile);
+  return start;
 }
 
 /// The key counts of the decode pieces to cut: each decode's keys from kv_start (0: all).
@@ -160,17 +172,19 @@ class tc_backend : public attention_backend {
   attention_plan plan(std::span<const attn_seq> seqs, const cascade_plan& cascade) const override {
     attention_plan p;
     const int KVH = shape_.num_kv_heads, G = shape_.num_heads / KVH;
-    plan_prefill(seqs, G, KVH, prefill_rows(), p);
+    plan_prefill(seqs, G, KVH, prefill_rows(), shape_.window, p);
     std::vector<int32_t> group_pieces, kv_start, pieces, first_slot;
-    if (takes_cascade() && !cascade.empty()) cascade_members(seqs, cascade, group_pieces, kv_start, pieces);
+    const bool grouped = takes_cascade() && !cascade.empty();
+    if (grouped) cascade_members(seqs, cascade, group_pieces, kv_start, pieces);
+    // Without cascade (takes_cascade() is off with a window) the decodes start at their window.
+    if (shape_.window > 0) kv_start = window_starts(seqs, shape_.window, decode_tile());
     const std::vector<int32_t> lens = decode_lengths(seqs, kv_start);
     plan_decode(seqs, KVH, lens.empty() ? 0 : decode_chunk(lens), kv_start, pieces, first_slot, p);
-    if (!kv_start.empty())
-      plan_prefix_pieces(seqs, cascade, group_pieces, first_slot, tiling(), shape_.block_size, p);
+    if (grouped) plan_prefix_pieces(seqs, cascade, group_pieces, first_slot, tiling(), shape_.block_size, p);
     return p;
   }
 
-  bool takes_cascade() const override { return !vllm_ && !shape_.kv_fp8; }
+  bool takes_cascade() const override { return !vllm_ && !shape_.kv_fp8 && shape_.window == 0; }
 
   int run(const attn_launch& a, cudaStream_t s) const override { return run_marked(a, s, [] {}); }
 
@@ -182,8 +196,12 @@ class tc_backend : public attention_backend {
     // An FP8 cache (attn_launch::kv_fp8, built into the backend by attention_shape::kv_fp8) is
     // read by flash-decoding's cp.async decode kernel and the mma.sync prefill kernel; the
     // backend takes no cascade groups then, and make_attention_backend refuses the vLLM layout.
-    if (in.kv_fp8 != shape_.kv_fp8 || (in.kv_fp8 && (vllm_ || in.prefix_grid > 0))) return int(cudaErrorNotSupported);
+    // A windowed backend plans no prefix pieces either (the prefix kernel masks no window).
+    if (in.kv_fp8 != shape_.kv_fp8 || (in.kv_fp8 && (vllm_ || in.prefix_grid > 0)) ||
+        (shape_.window > 0 && in.prefix_grid > 0))
+      return int(cudaErrorNotSupported);
     attn_launch a = in;
+    a.window = shape_.window;
     // A layer with prefix pieces merges every combine in the separate kernel, after them.
     const bool cascade = a.prefix_grid > 0;
     const bool fused = counters_ != nullptr && tuning_.merge == split_merge::last_piece && !cascade;
@@ -258,12 +276,15 @@ class tc_backend : public attention_backend {
     }
   }
 
+  /// Keys a decode CTA takes per pipeline step; split chunks and window starts are multiples.
+  int decode_tile() const { return vllm_ ? 4 * vllm_warp_tokens : fd_kv_tile; }  // vllm: a block per warp
+
   int32_t decode_chunk(const std::vector<int32_t>& lens) const {
     split_inputs in;
     in.num_kv_heads = shape_.num_kv_heads;
     in.num_sms = shape_.num_sms;
     in.ctas_per_sm = ctas_per_sm_;
-    in.tile = vllm_ ? 4 * vllm_warp_tokens : fd_kv_tile;  // vllm: one block per warp per step
+    in.tile = decode_tile();
     in.max_partials = max_partials_;
     if (!vllm_) in.long_piece_tokens = 2048;  // flash-decoding only
     return choose_kv_chunk(lens, in);
@@ -296,7 +317,8 @@ class generic_backend : public attention_backend {
 
   using attention_backend::plan;
   attention_plan plan(std::span<const attn_seq> seqs, const cascade_plan&) const override {
-    return plan_attention(seqs, shape_.num_heads, shape_.num_kv_heads, 2 * shape_.num_sms, max_partials_);
+    return plan_attention(seqs, shape_.num_heads, shape_.num_kv_heads, 2 * shape_.num_sms, max_partials_,
+                          shape_.window);
   }
 
   attention_grids decode_graph_grids(int batch, bool) const override {
@@ -305,8 +327,10 @@ class generic_backend : public attention_backend {
 
   int partial_rows() const override { return attn_tile_rows; }
 
-  int run(const attn_launch& a, cudaStream_t s) const override {
-    if (a.kv_fp8) return int(cudaErrorNotSupported);  // the generic kernel reads a 16-bit cache only
+  int run(const attn_launch& in, cudaStream_t s) const override {
+    if (in.kv_fp8) return int(cudaErrorNotSupported);  // the generic kernel reads a 16-bit cache only
+    attn_launch a = in;
+    a.window = shape_.window;
     return paged_attention(shape_.dt, a, s);
   }
 };

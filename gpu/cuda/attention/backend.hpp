@@ -28,6 +28,11 @@ struct attention_shape {
   /// --kv-cache-dtype fp8: one E4M3 byte per cache element (attn_launch::kv_fp8); only the
   /// flash-decoding layout at head dims 64 and 128 and GQA groups up to 8 takes it.
   bool kv_fp8 = false;
+  /// Sliding window in keys (0: none): plan() starts each item at the tile holding its first
+  /// query's first key, run() hands it to the kernels (attn_launch::window), which mask the keys
+  /// below each query's window; no cascade groups are taken then (a member's query would not see
+  /// its whole shared prefix).
+  int window = 0;
 };
 
 /// Grid sizes of one attention launch (upper bounds when a CUDA graph replays them).

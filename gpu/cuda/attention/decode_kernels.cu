@@ -7,6 +7,8 @@
 //    64 tokens, else (and as decode_kernel::cp_async) by every thread's cp.async copies.
 //  - vLLM-style: each warp walks its own 16-token blocks (u = warp, warp + 4, ...) with a private
 //    3-stage cp.async pipeline and no CTA barrier in the loop (vLLM's warp-per-block walk).
+// A sliding window (attn_launch::window) starts an item at the tile holding its first key (the
+// plan's kv_begin) and masks the keys of that tile below it.
 // Both end with a merge of the 4 warps' (max, sum, output) and either write the output or a
 // normalised partial plus its log-sum-exp; the CTA finishing the last piece of a split
 // (sequence, KV head) merges its pieces (decode_common.cuh), unless the backend runs the
@@ -70,6 +72,7 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
   const uint32_t q_s = s0 + kSt * 2 * kTileBytes + (kFp8 ? kWarps * 2 * kConvBytes : 0);
   const int32_t* bt = a.block_tables + it.bt_offset;
   const int ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
+  const int kv_lo = window_first_key(it.context_len - 1, a.window);  // the plan starts at its tile
   const auto load = [&](int tile, uint32_t dst) {
     if constexpr (kFp8)
       load_kv_tile_fp8<D, kTile, kThreads>(static_cast<const uint8_t*>(a.k_cache), static_cast<const uint8_t*>(a.v_cache),
@@ -114,9 +117,9 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
       convert_rows_fp8<T, D, kWarpKeys>(k_s, warp * kWarpKeys, conv, lane);
       convert_rows_fp8<T, D, kWarpKeys>(k_s + kTileBytes, warp * kWarpKeys, conv + kConvBytes, lane);
       __syncwarp();
-      w.template step<kWarpKeys>(conv, conv + kConvBytes, 0, k0, it.kv_end, lane);
+      w.template step<kWarpKeys>(conv, conv + kConvBytes, 0, k0, kv_lo, it.kv_end, lane);
     } else {
-      w.template step<kWarpKeys>(k_s, k_s + kTileBytes, warp * kWarpKeys, k0, it.kv_end, lane);
+      w.template step<kWarpKeys>(k_s, k_s + kTileBytes, warp * kWarpKeys, k0, kv_lo, it.kv_end, lane);
     }
   }
   cp_async_wait<0>();
@@ -159,6 +162,7 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
   const uint32_t q_s = s0 + kSt * 2 * kTileBytes, bars = q_s + 16 * D * 2;
   const int32_t* bt = a.block_tables + it.bt_offset;
   const int bs = a.block_size, ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
+  const int kv_lo = window_first_key(it.context_len - 1, a.window);  // the plan starts at its tile
   const bool tma = maps.box_rows == kTile && bs % kTile == 0 && it.kv_begin % kTile == 0;
   const auto stage = [&](int t) { return s0 + ((n + t) % kSt) * 2 * kTileBytes; };
   const auto bar = [&](int t) { return bars + 8 * ((n + t) % kSt); };
@@ -208,7 +212,7 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
     wg::mbar_wait(bar(t), uint32_t(((n + t) / kSt) & 1));
     const uint32_t k_s = stage(t);
     w.template step<kWarpKeys>(k_s, k_s + kTileBytes, warp * kWarpKeys, it.kv_begin + t * kTile + warp * kWarpKeys,
-                               it.kv_end, lane);
+                               kv_lo, it.kv_end, lane);
   }
   asm volatile("cp.async.wait_all;\n" ::: "memory");
   __syncthreads();
@@ -269,6 +273,7 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
   const int units = (it.kv_end - it.kv_begin + kU - 1) / kU;
+  const int kv_lo = window_first_key(it.context_len - 1, a.window);  // the plan starts at its tile
   const int mine = units > warp ? (units - warp + kWarps - 1) / kWarps : 0;
   auto issue = [&](int s) {
     if (s < mine)
@@ -303,7 +308,7 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
     }
     cp_async_commit();
     const uint32_t k_s = my + (i % kSt) * 2 * kUnitBytes;
-    w.template step<kU>(k_s, k_s + kUnitBytes, 0, it.kv_begin + (warp + i * kWarps) * kU, it.kv_end, lane);
+    w.template step<kU>(k_s, k_s + kUnitBytes, 0, it.kv_begin + (warp + i * kWarps) * kU, kv_lo, it.kv_end, lane);
   }
   cp_async_wait<0>();
   __syncthreads();

@@ -40,6 +40,8 @@ inline constexpr int vllm_warp_tokens = 16;
 
 /// Query rows (tokens x heads of one KV group) of one tensor-core prefill tile.
 inline constexpr int tc_prefill_rows = 64;
+/// Keys per K/V tile of every tensor-core prefill kernel (a windowed item starts at a multiple).
+inline constexpr int tc_prefill_key_tile = 64;
 
 /// Head dims the tensor-core kernels are built for; others go through paged_attention.
 inline constexpr bool tc_head_dim_supported(int d) { return d == 64 || d == 128; }

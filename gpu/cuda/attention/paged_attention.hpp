@@ -49,6 +49,8 @@ struct attn_prefix_row {
 
 /// Query rows (tokens x heads of one KV group) a thread block handles.
 inline constexpr int attn_tile_rows = 32;
+/// Keys the generic kernel stages at a time (a windowed item starts at a multiple of it).
+inline constexpr int generic_key_chunk = 32;
 
 /// One attention call (one layer). Items [0, counts[0]) are prefill tiles, items
 /// [counts[0], counts[0] + counts[2]) decode pieces, the next counts[3] items cascade prefix
@@ -90,10 +92,22 @@ struct attn_launch {
   /// the last decode piece of each split (sequence, KV head) merges the pieces itself (a split
   /// piece's attn_item::pad holds its combine index) and no merge kernel is launched.
   int32_t* split_counters = nullptr;
+  /// Sliding window (Mistral's sliding_window; 0: none): a query at position p sees keys
+  /// [max(0, p - window + 1), p]. Filled by the backend in run() from attention_shape::window,
+  /// which its plan() also reads (items start at the tile holding the first key in the window).
+  int window = 0;
 };
 
+/// The first key a query at position `pos` sees under `window` (attn_launch::window; 0: none,
+/// INT32_MIN, so that no key is below it): keys pos - window + 1 .. pos, as transformers masks
+/// Mistral's. Host and device (constexpr: nvcc runs it on the device with --expt-relaxed-constexpr).
+constexpr int32_t window_first_key(int32_t pos, int32_t window) {
+  return window > 0 ? pos - window + 1 : INT32_MIN;
+}
+
 /// Causal paged attention for prefill chunks and decode alike: each query token at position p
-/// attends to cached keys [0, p]. Head dims: multiples of 8 up to 256.
+/// attends to cached keys [0, p], or [p - window + 1, p] with a window. Head dims: multiples of 8
+/// up to 256.
 int paged_attention(act_dtype dt, const attn_launch& a, cudaStream_t s);
 
 }  // namespace actorserve::gpu::cuda

@@ -1,4 +1,5 @@
-// Causal, variable-length prefill (and chunked prefill over a cached prefix) on tensor cores
+// Causal, variable-length prefill (and chunked prefill over a cached prefix, with or without a
+// sliding window: attn_launch::window masks the keys below each row's window) on tensor cores
 // (mma.sync m16n8k16, FlashAttention-2 style): a CTA of NW warps takes NW x 16 query rows
 // (tokens x heads of one GQA group, so K/V tiles serve the whole group) and streams the paged
 // K/V in 64-token tiles through an S-stage cp.async pipeline; each warp owns 16 rows and skips
@@ -51,6 +52,9 @@ __global__ void __launch_bounds__(NW * 32, kMinBlocks) tc_prefill_kernel(attn_la
   const int qpos[2] = {pos0 + min(r0, valid - 1) / G, pos0 + min(r0 + 8, valid - 1) / G};
   const int warp_last = pos0 + min(warp * 16 + 15, valid - 1) / G;  // the warp's furthest-seeing row
   const int warp_first = pos0 + min(warp * 16, valid - 1) / G;
+  // Sliding window: each row's first key, and the first key any row of the warp sees.
+  const int qlo[2] = {window_first_key(qpos[0], a.window), window_first_key(qpos[1], a.window)};
+  const int warp_lo = window_first_key(warp_first, a.window), warp_hi_lo = window_first_key(warp_last, a.window);
   const int ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
   const auto issue = [&](int tile, int stage) {
     const uint32_t dst = s0 + stage * 2 * kTileBytes;
@@ -83,16 +87,17 @@ __global__ void __launch_bounds__(NW * 32, kMinBlocks) tc_prefill_kernel(attn_la
       __syncthreads();
       k_s = conv;
     }
-    if (k0 > warp_last) continue;  // causal: no row of this warp sees these keys
+    // Causal: no row of this warp sees these keys; window: all of them precede every row's window.
+    if (k0 > warp_last || k0 + kTile <= warp_lo) continue;
     float sc[kTile / 8][4];
     w.template scores<kTile>(k_s, 0, lane, sc);
-    if (k0 + kTile - 1 > warp_first || k0 + kTile > it.kv_end) {
+    if (k0 + kTile - 1 > warp_first || k0 + kTile > it.kv_end || k0 < warp_hi_lo) {
 #pragma unroll
       for (int n = 0; n < kTile / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int kpos = k0 + n * 8 + (lane % 4) * 2 + (e & 1);
-          if (kpos > qpos[e >> 1] || kpos >= it.kv_end) sc[n][e] = -INFINITY;
+          if (kpos > qpos[e >> 1] || kpos >= it.kv_end || kpos < qlo[e >> 1]) sc[n][e] = -INFINITY;
         }
     }
     w.template accumulate<kTile>(sc, k_s + (kFp8 ? kConvBytes : kTileBytes), 0, lane);
@@ -126,6 +131,7 @@ int launch_config(const attn_launch& a, cudaStream_t s) {
 template <class T, int D>
 int launch(const attn_launch& a, cudaStream_t s) {
   static_assert(tc_prefill_rows == NW * 16, "the plan's tile rows are the kernel's");
+  static_assert(tc_prefill_key_tile == 64, "the plan's window starts are multiples of the kernel's key tile");
   return a.kv_fp8 ? launch_config<T, D, 64, 2, 2, true>(a, s) : launch_config<T, D, 64, 2, 2, false>(a, s);
 }
 

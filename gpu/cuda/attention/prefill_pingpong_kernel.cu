@@ -282,6 +282,7 @@ int persistent_grid(const attn_launch& a) { return std::min(a.prefill_grid, curr
 template <int kKeys, int kStages>
 int start_persistent(const attn_launch& a, const kv_tensor_maps& maps, cudaStream_t s) {
   using T = __nv_bfloat16;
+  static_assert(kKeys == tc_prefill_key_tile, "the plan's window starts are multiples of the key tile");
   constexpr int smem = pingpong_smem_bytes<128, kKeys, kStages, 2>();
   static_assert(smem <= 227 * 1024, "over the H100/H200 shared memory per block");
   return start(wgmma_prefill_pingpong<T, 128, kKeys, kStages>, smem, persistent_grid(a), a, maps, s);

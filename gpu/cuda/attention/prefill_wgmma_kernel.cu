@@ -31,6 +31,7 @@ __global__ void __launch_bounds__(256, 1) wgmma_prefill_rows128(attn_launch a) {
   __trap();
 #else
   constexpr int kKeys = 64, kTB = tile_bytes<D, kKeys>();
+  static_assert(kKeys == tc_prefill_key_tile, "the plan's window starts are multiples of the key tile");
   if (int(blockIdx.x) >= a.counts[0]) return;
   extern __shared__ uint4 smem_raw[];
   const uint32_t q0 = (smem_addr(smem_raw) + 1023u) & ~1023u, kv0 = q0 + 2 * q_bytes<D>();
@@ -39,6 +40,8 @@ __global__ void __launch_bounds__(256, 1) wgmma_prefill_rows128(attn_launch a) {
   const int G = a.num_heads / a.num_kv_heads;
   const bool has_rows = c.valid > 64 * wg;
   const int wg_last = c.pos0 + min(64 * wg + 63, c.valid - 1) / G;  // the furthest-seeing row
+  // The first key the warpgroup's first row sees (sliding window; INT32_MIN without one).
+  const int wg_lo = window_first_key(c.pos0 + min(64 * wg, c.valid - 1) / G, a.window);
   const int32_t* bt = a.block_tables + a.seqs[c.it.seq].bt_offset;
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
@@ -67,7 +70,8 @@ __global__ void __launch_bounds__(256, 1) wgmma_prefill_rows128(attn_launch a) {
     }
     cp_async_commit();
     const int k0 = c.it.kv_begin + t * kKeys;
-    if (!has_rows || k0 > wg_last) continue;  // causal: no row of this warpgroup sees these keys
+    // Causal: no row of this warpgroup sees these keys; window: all precede every row's window.
+    if (!has_rows || k0 > wg_last || k0 + kKeys <= wg_lo) continue;
     const uint32_t k_s = kv0 + (t % kStages) * 2 * kTB;
     serial_tile(w, c, t, q_s, k_s, k_s + kTB, lane);
   }

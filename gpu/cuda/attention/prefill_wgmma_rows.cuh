@@ -1,8 +1,8 @@
 #pragma once
 // One consumer warpgroup's 64 query rows of the Hopper prefill kernels (prefill_wgmma_kernel.cu,
 // prefill_pingpong_kernel.cu): S = Q K^T with wgmma from shared memory, the online softmax in
-// exp2 on the accumulators, O += P V with P from registers; the causal mask bits and the
-// per-CTA constants of one prefill item.
+// exp2 on the accumulators, O += P V with P from registers; the causal (and sliding-window) mask
+// bits and the per-CTA constants of one prefill item.
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
@@ -147,16 +147,18 @@ struct wg_rows {
 };
 
 /// Visibility bits of this thread's kKeys / 2 scores against keys [k0, k0 + kKeys) (bit i:
-/// score i): causal (key <= the row's position, qpos = this thread's two rows), before kv_end.
+/// score i): causal (key <= the row's position, qpos = this thread's two rows), before kv_end,
+/// and inside the row's sliding window (window_first_key; `window` 0: none).
 template <int kKeys>
-__device__ __forceinline__ mask_t<kKeys> visible(int k0, const int (&qpos)[2], int kv_end, int lane) {
+__device__ __forceinline__ mask_t<kKeys> visible(int k0, const int (&qpos)[2], int kv_end, int window, int lane) {
+  const int lo[2] = {window_first_key(qpos[0], window), window_first_key(qpos[1], window)};
   mask_t<kKeys> vis = 0;
 #pragma unroll
   for (int n = 0; n < kKeys / 8; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int kpos = k0 + n * 8 + (lane % 4) * 2 + (e & 1);
-      if (kpos <= qpos[e >> 1] && kpos < kv_end) vis |= mask_t<kKeys>(1) << (4 * n + e);
+      if (kpos <= qpos[e >> 1] && kpos < kv_end && kpos >= lo[e >> 1]) vis |= mask_t<kKeys>(1) << (4 * n + e);
     }
   return vis;
 }
@@ -166,6 +168,8 @@ template <int kKeys>
 struct tile_ctx {
   attn_item it;
   int valid, pos0, ntiles, r0, qpos[2];
+  int window;    ///< attn_launch::window (0: none)
+  int lo_last;   ///< the first key the item's last row sees (window_first_key)
 
   __device__ __forceinline__ tile_ctx(const attn_launch& a, int warp, int lane) : tile_ctx(a, blockIdx.x, warp, lane) {}
   /// The constants of item `item` (a persistent CTA's current one).
@@ -178,15 +182,18 @@ struct tile_ctx {
     r0 = warp * 16 + lane / 4;
     qpos[0] = pos0 + min(r0, valid - 1) / G;
     qpos[1] = pos0 + min(r0 + 8, valid - 1) / G;
+    window = a.window;
+    lo_last = window_first_key(pos0 + (valid - 1) / G, window);
   }
-  /// Whether tile t holds keys some row of the tile must not see (diagonal or past kv_end).
+  /// Whether tile t holds keys some row of the tile must not see (diagonal, past kv_end, or
+  /// below the last row's window: the plan starts the item at its first row's window).
   __device__ __forceinline__ bool needs_mask(int t) const {
     const int k0 = it.kv_begin + t * kKeys;
-    return k0 + kKeys - 1 > pos0 || k0 + kKeys > it.kv_end;
+    return k0 + kKeys - 1 > pos0 || k0 + kKeys > it.kv_end || k0 < lo_last;
   }
   /// The mask bits of (masked) tile t.
   __device__ __forceinline__ mask_t<kKeys> tile_mask(int t, int lane) const {
-    return visible<kKeys>(it.kv_begin + t * kKeys, qpos, it.kv_end, lane);
+    return visible<kKeys>(it.kv_begin + t * kKeys, qpos, it.kv_end, window, lane);
   }
 };
 

@@ -65,9 +65,11 @@ struct warp_keys {
   }
 
   /// Keys [key0, key0 + NK) of the K and V tiles (tile rows), the first of them at position k0
-  /// of the sequence; keys at kv_end or later are masked.
+  /// of the sequence; keys below kv_lo (a sliding window's first key; window_first_key) and at
+  /// kv_end or later are masked.
   template <int NK>
-  __device__ __forceinline__ void step(uint32_t k_s, uint32_t v_s, int key0, int k0, int kv_end, int lane) {
+  __device__ __forceinline__ void step(uint32_t k_s, uint32_t v_s, int key0, int k0, int kv_lo, int kv_end,
+                                       int lane) {
     constexpr int kM = NK / 16;
     const int g = lane / 4;
     float s[kM][4];
@@ -92,12 +94,14 @@ struct warp_keys {
       for (int d = 0; d < D / 16; ++d)
         ldsm_x4_t(v_s + Kv::at(vrow, d * 2 + (lane / 8) % 2), vf[mt][d][0], vf[mt][d][1], vf[mt][d][2], vf[mt][d][3]);
     }
-    if (k0 + NK > kv_end) {
+    if (k0 < kv_lo || k0 + NK > kv_end) {
 #pragma unroll
       for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (k0 + mt * 16 + g + (e / 2) * 8 >= kv_end) s[mt][e] = -INFINITY;
+        for (int e = 0; e < 4; ++e) {
+          const int kpos = k0 + mt * 16 + g + (e / 2) * 8;
+          if (kpos >= kv_end || kpos < kv_lo) s[mt][e] = -INFINITY;
+        }
     }
     // Online softmax per query row (a column here: 8 lanes of the same lane % 4).
     float mx[2] = {m[0], m[1]};
