@@ -137,8 +137,8 @@ TEST_F(CudaEngine, InjectedStepFailureRestartsTheCudaExecutor) {
 // CPU (fp32) and CUDA (bf16) engines on the same random prompts, with a tight pool on the CUDA
 // side (preemptions and prefix hits). Their greedy tokens may part only at a near-tie: wherever
 // a sequence first differs, the CPU engine's own logprob of its token exceeds its logprob of the
-// CUDA engine's token by less than kNearTie (the margin below which the executor reference tests
-// stop comparing tokens). The contexts up to that position are identical, so a larger margin
+// CUDA engine's token by less than kNearTie (near_tie.hpp: a bf16 rounding's reach over a
+// run). The contexts up to that position are identical, so a larger margin
 // there is a CUDA error, not a rounding flip. The share of tokens in agreeing prefixes is
 // reported; its floor only catches wholesale breakage, since how many near-ties a random
 // tiny model meets in 16 tokens is a property of the model, not of the executor.

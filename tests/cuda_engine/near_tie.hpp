@@ -6,7 +6,10 @@
 // a CUDA run, may choose different greedy tokens, but only where the reference run itself saw a
 // near-tie: with identical contexts up to that token, a wide margin there is an error, not a
 // rounding flip. Measured on the H200 (5 repeats): exact-equality versions
-// of these tests failed in 5 of 10 runs, each time one request of 200-256.
+// of these tests failed in 5 of 10 runs, each time one request of 200-256. A bf16 hidden state
+// that rounds one unit apart moves a logit by several hundredths (one bf16 unit at 8-16 is
+// 0.0625): the cascade test's request 1 parted at a margin of 0.054 in 2 of 9 runs on H100 and
+// H200, so the near-tie bound is 0.1.
 #include <algorithm>
 #include <cstddef>
 #include <vector>
@@ -16,8 +19,8 @@
 namespace actorserve::actors::testing {
 
 /// Logprob margin below which a parting counts as a rounding flip (the executor reference
-/// tests stop comparing tokens below it too).
-inline constexpr float kNearTie = 5e-2f;
+/// tests stop comparing greedy tokens below 5e-2, within one forward pass rather than a run).
+inline constexpr float kNearTie = 0.1f;
 /// Top logprobs a reference run keeps per token for parting_margin.
 inline constexpr int kNearTieTop = 8;
 
