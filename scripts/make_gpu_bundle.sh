@@ -8,14 +8,18 @@
 #   PACK=out.tar.xz scripts/make_gpu_bundle.sh                          # also pack it, xz-compressed
 # --with-node adds this machine's node binary and tests/e2e (with node_modules), so the
 # end-to-end tests (openai + ws clients) run on hosts without Node.js.
+# --with-jit adds bin-jit/test_cuda, built from compute_80 PTX alone (BUILD_DIR-ptx80): on any
+# newer GPU the driver JIT-compiles every kernel, the portable ones included (issue 39's check
+# that a GPU newer than the build list runs; docs/gpus.md).
 #
 # Then on the GPU host:   BUNDLE_DIR/run_gpu_suite.sh RESULTS_DIR
 set -euo pipefail
-with_data=0 with_node=0
+with_data=0 with_node=0 with_jit=0
 while [[ "${1:-}" == --with-* ]]; do
   case "$1" in
     --with-data) with_data=1 ;;
     --with-node) with_node=1 ;;
+    --with-jit) with_jit=1 ;;
     *) echo "make_gpu_bundle: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -54,6 +58,14 @@ done | sort -u | while read -r lib; do
   [[ "$name" =~ $system_re ]] && continue
   cp -L "$lib" "$bundle/lib/$name"
 done
+if (( with_jit )); then
+  cmake -S "$root" -B "$build-ptx80" -G Ninja -DCMAKE_BUILD_TYPE=Release -DACTORSERVE_ENABLE_CUDA=ON \
+        -DACTORSERVE_CUDA_ARCHITECTURES=80 >/dev/null
+  ninja -C "$build-ptx80" -j"$jobs" test_cuda
+  mkdir -p "$bundle/bin-jit"
+  cp "$build-ptx80/tests/test_cuda" "$bundle/bin-jit/"
+  strip --strip-debug "$bundle/bin-jit/test_cuda"
+fi
 cp "$root/scripts/run_gpu_suite.sh" "$root/scripts/bench_gpu_suite.sh" "$bundle/"
 if (( with_data )); then cp -r "$root/tests/data" "$bundle/data"; fi
 if (( with_node )); then

@@ -29,6 +29,22 @@ for t in "$here"/bin/test_*; do
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|max abs|error|device 0' "$out/$name.log" | head -40 | tee -a "$summary"
   (( rc == 0 )) || { status=1; echo "   -> FAILED (rc=$rc)" | tee -a "$summary"; }
 done
+# test_cuda from compute_80 PTX alone (make_gpu_bundle.sh --with-jit): the driver JIT-compiles
+# each kernel on first use, so SHARDS processes (default 3) share the work and its disk cache.
+if [[ -x "$here/bin-jit/test_cuda" ]]; then
+  echo "== test_cuda (compute_80 PTX through the driver's JIT)" | tee -a "$summary"
+  export CUDA_CACHE_MAXSIZE=4294967296
+  shards=${SHARDS:-3} pids=()
+  for ((i = 0; i < shards; ++i)); do
+    GTEST_TOTAL_SHARDS=$shards GTEST_SHARD_INDEX=$i "$here/bin-jit/test_cuda" > "$out/test_cuda_jit.$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < shards; ++i)); do
+    wait "${pids[$i]}" || { status=1; echo "   -> shard $i FAILED" | tee -a "$summary"; }
+    grep -E '^\[==========\] .* ran|^\[  (PASSED|SKIPPED|FAILED) +\] [0-9]+ tests?|^\[  FAILED  \] [A-Za-z]' \
+      "$out/test_cuda_jit.$i.log" | tee -a "$summary"
+  done
+fi
 # GPU benchmarks: bench_cuda_* programs, each given the results dir.
 for b in "$here"/bin/bench_cuda_*; do
   [[ -x "$b" ]] || continue
