@@ -294,10 +294,10 @@ step_limits cuda_executor::limits(int64_t num_blocks) const {
   // Cascade: reading a shared prefix once per group against once per member, in bytes per layer.
   const model_config& c = model_->cfg;
   const int64_t es = int64_t(act_size(dt_));
-  // Latent attention runs its own kernels (docs/mla.md); the FP8 cache's backend takes no cascade
-  // groups (the prefix pass reads a 16-bit cache), nor a backend with a sliding window (the pass
-  // assumes every member's query sees the whole prefix).
-  l.cascade = opts_.cascade_attention && !c.mla && !opts_.kv_cache_fp8 && attention_->takes_cascade();
+  // Latent attention runs its own kernels (docs/mla.md); the backend says whether it takes cascade
+  // groups (not over the FP8 cache, whose prefix pass would read 16-bit keys, nor under a sliding
+  // window, where a member's query does not see the whole prefix).
+  l.cascade = opts_.cascade_attention && !c.mla && attention_->takes_cascade();
   l.cascade_costs = {2 * c.num_kv_heads * c.head_dim * es, 2 * c.num_heads * (c.head_dim + 2) * 4};
   l.enforce_eager = opts_.enforce_eager;
   l.last_layer_all_rows = opts_.tuning.last_layer_all_rows || model_->cfg.mla.has_value();
