@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 
 #include "config/log.hpp"
@@ -112,6 +113,11 @@ status validate(const engine_config& cfg) {
     return bad_flag("--tensor-parallel-size", fmt::format("must be >= 1, got {}", cfg.executor.tensor_parallel_size));
   if (cfg.executor.tensor_parallel_size > 1 && cfg.executor.device == device_kind::cuda)
     return bad_flag("--tensor-parallel-size", tensor_parallel_cuda_refusal(cfg.executor.tensor_parallel_size));
+  if (const auto& nccl = cfg.executor.nccl_library; !nccl.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(nccl, ec))
+      return bad_flag("--nccl-library", fmt::format("{} is not a file (the path of libnccl.so.2)", nccl));
+  }
   if (cfg.executor.enable_expert_parallel && cfg.executor.device == device_kind::cuda)
     return bad_flag("--enable-expert-parallel", expert_parallel_cuda_refusal());
   for (int64_t step : cfg.executor.inject_step_failures) {

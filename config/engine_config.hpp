@@ -87,6 +87,9 @@ struct executor_options {
   /// --tensor-parallel-size / -tp: shards the model is split over (the CPU executor runs them in
   /// one process; the CUDA executor drives one GPU and takes only 1).
   int64_t tensor_parallel_size = 1;
+  /// --nccl-library: the path of libnccl.so.2 (gpu/cuda/parallel/nccl_library.hpp); empty: the
+  /// dynamic loader's search, then beside the CUDA runtime and in /usr/local/cuda/lib64.
+  std::string nccl_library;
   /// --enable-expert-parallel: a mixture-of-experts model's shards hold whole routed experts
   /// (contiguous ranges of expert ids) instead of a slice of every expert; attention, the shared
   /// experts and dense layers stay tensor parallel. The CPU executor only.

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "config/cli.hpp"
 
@@ -255,6 +256,27 @@ TEST(Cli, TensorParallelSizeTakesVllmsSpellingsAndIsRefusedOnCuda) {
   EXPECT_NE(cl.err().message.find("multi-GPU execution is not implemented"), std::string::npos) << cl.err().message;
   cl = parse({"serve", "m", "--device", "cuda", "-tp", "1"});
   EXPECT_TRUE(cl.ok()) << cl.err().message;
+}
+
+TEST(Cli, NcclLibraryTakesAFileAndRefusesAMissingOneNamingIt) {
+  auto cl = parse({"serve", "m"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_TRUE(cl->engine.executor.nccl_library.empty());
+  const std::string file = ::testing::TempDir() + "cli_test_libnccl.so.2";
+  std::FILE* f = std::fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  cl = parse({"serve", "m", "--nccl-library", file.c_str()});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->engine.executor.nccl_library, file);
+  std::remove(file.c_str());
+  cl = parse({"serve", "m", "--nccl-library", "/no/such/dir/libnccl.so.2"});
+  ASSERT_FALSE(cl.ok());
+  EXPECT_NE(cl.err().message.find("--nccl-library"), std::string::npos) << cl.err().message;
+  EXPECT_NE(cl.err().message.find("/no/such/dir/libnccl.so.2"), std::string::npos) << cl.err().message;
+  cl = parse({"serve", "m", "--nccl-library", ::testing::TempDir().c_str()});
+  ASSERT_FALSE(cl.ok()) << "a directory is no library";
+  EXPECT_NE(cl.err().message.find("--nccl-library"), std::string::npos) << cl.err().message;
 }
 
 TEST(Cli, EnableExpertParallelIsAFlagOfEveryEngineCommandAndIsRefusedOnCuda) {
