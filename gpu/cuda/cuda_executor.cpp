@@ -35,11 +35,12 @@ size_t align16(size_t v) { return (v + 15) & ~size_t(15); }
 result<std::unique_ptr<executor>> cuda_executor::create(const std::string& model_dir,
                                                         const cuda_executor_options& opts) {
   auto ex = std::make_unique<cuda_executor>();
-  if (auto st = ex->init(model_dir, opts); !st) return st.err();
+  if (auto st = ex->load(model_dir, opts); !st) return st.err();
+  if (auto st = ex->plan_memory(); !st) return st.err();
   return std::unique_ptr<executor>(std::move(ex));
 }
 
-status cuda_executor::init(const std::string& model_dir, const cuda_executor_options& opts) {
+status cuda_executor::load(const std::string& model_dir, const cuda_executor_options& opts) {
   opts_ = opts;
   // Before any weight is bound: a model the kernels would compute wrongly is refused by name.
   auto model_cfg = load_model_config(model_dir);
@@ -146,7 +147,7 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   }
   for (cudaEvent_t& e : end_marks_) AS_CUDA_TRY(cudaEventCreate(&e));
   worker_ = std::thread([this] { worker_loop(); });
-  return plan_memory();
+  return {};
 }
 
 status cuda_executor::allocate_buffers() {
@@ -346,6 +347,8 @@ status cuda_executor::plan_memory() {
     pending_step p;
     if (auto st = stage_and_launch(probe, slots_[0], p); !st) return st;
     AS_CUDA_TRY(cudaStreamSynchronize(stream_));  // start-up only; p must outlive its callback
+    if (opts_.collective)
+      if (auto st = opts_.collective->async_error(); !st) return st;
     prev_rows_.clear();
     last_mark_ = -1;  // the first real step has no step before it
   }
@@ -423,6 +426,10 @@ void cuda_executor::worker_loop() {
     if (!front->ready) {
       if (const cudaError_t e = cudaEventSynchronize(slots_[front->slot].end); e != cudaSuccess)
         front->outcome = cuda_status(e, "waiting for a step");
+      // A collective ended by an abort or a timeout finishes without a CUDA error; its output is
+      // garbage and the step fails.
+      else if (opts_.collective)
+        if (status st = opts_.collective->async_error(); !st) front->outcome = st;
     }
     std::unique_ptr<pending_step> p;
     {

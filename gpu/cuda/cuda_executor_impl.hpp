@@ -102,10 +102,14 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   int64_t graph_replays() const override { return graph_replays_.load(); }
   int64_t sampled_only_steps() const override { return sampled_only_steps_.load(); }
 
- private:
-  status init(const std::string& model_dir, const cuda_executor_options& opts);
-  status allocate_buffers();
+  /// create()'s two halves, apart for a tensor-parallel group (start_shard_executors): load the
+  /// weights and allocate everything but the KV pool, then plan the pool with a worst-case step,
+  /// the first that goes through the collective.
+  status load(const std::string& model_dir, const cuda_executor_options& opts);
   status plan_memory();
+
+ private:
+  status allocate_buffers();
   status allocate_kv_pool(int64_t num_blocks);
   status ensure_meta_capacity(host_slot& slot, size_t bytes);
   /// Stages `b` (builder_) and copies it into `slot`, then enqueues copies, the forward pass, the

@@ -1,7 +1,9 @@
 #pragma once
 /// Starts the CUDA executors of one tensor-parallel group (--tensor-parallel-size N): shard r on
-/// its device with its rank's collective. They start together, one thread each: every start runs
-/// a worst-case step through the collective to plan its memory, which waits for all N shards.
+/// its device with its rank's collective. They start together, one thread each: each loads its
+/// weights, waits until every shard has (a load's device-wide synchronisation must not meet
+/// another shard's waiting collective on a shared GPU), then plans its memory with a worst-case
+/// step through the collective, which waits for all N shards.
 #include <memory>
 #include <string>
 #include <vector>
