@@ -104,7 +104,7 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
       ->transform(named_choices(kernel_choices));
   app.add_flag("--profile-steps", e.profile_steps,
                "CUDA: time each kernel class of the eager steps, print the table to stderr at shutdown");
-  app.add_option("--cpu-threads", e.cpu_threads, "CPU executor threads (0: all cores)");
+  app.add_option("--cpu-threads", e.cpu_threads, "CPU executor threads, split over the tensor-parallel shards (0: all cores)");
   app.add_flag("!--disable-cascade-attn", e.cascade_attention,
                "attend to every decode's shared prefix per sequence, never in one pass per group (cascade "
                "attention; docs/attention.md)");

@@ -77,6 +77,8 @@ result<std::unique_ptr<executor>> make_device_executor(const engine_config& cfg)
   if (cfg.executor.device == device_kind::cuda)
     return make_error(error_code::unsupported, "--device cuda: this build has no CUDA executor (ACTORSERVE_ENABLE_CUDA=OFF)");
 #endif
+  // N > 1: N shard cpu_executors (one KV pool size for all, the threads split over them) in an
+  // executor_group whose abort hook aborts their host collective.
   return make_cpu_executor(cfg.model.model_dir, cpu_options_from(cfg));
 }
 
