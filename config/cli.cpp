@@ -109,8 +109,8 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
                "attend to every decode's shared prefix per sequence, never in one pass per group (cascade "
                "attention; docs/attention.md)");
   app.add_option("--tensor-parallel-size", e.tensor_parallel_size,
-                 "-tp N: split the model over N tensor-parallel shards (the CPU executor runs them in one process; "
-                 "the CUDA executor drives one GPU: 1 only)");
+                 "-tp N: split the model over N tensor-parallel shards (the CPU executor runs them in one process, "
+                 "the CUDA executor one per GPU on GPUs 0..N-1; docs/tensor-parallel.md)");
   app.add_option("--nccl-library", e.nccl_library,
                  "PATH of libnccl.so.2 for tensor parallelism over GPUs (default: the dynamic loader's search, then "
                  "beside the CUDA runtime and /usr/local/cuda/lib64); e.g. a Python package's "

@@ -24,7 +24,8 @@ status check_cuda_support(const engine_config& cfg);
 
 /// Makes the executor `cfg` asks for: --device cpu, or auto without a usable GPU, gets the CPU
 /// executor (with --tensor-parallel-size N > 1, N shard executors in an executor_group);
-/// --device cuda, or auto with a GPU, the CUDA executor (N > 1 refused). With --inject-step-failures
+/// --device cuda, or auto with a GPU, the CUDA executor (N > 1: one shard per GPU on GPUs
+/// 0..N-1 in an executor_group, refused when fewer are visible). With --inject-step-failures
 /// (test only) it is wrapped to fail those steps. Errors name the flag or file.
 result<std::unique_ptr<executor>> make_executor(const engine_config& cfg);
 
