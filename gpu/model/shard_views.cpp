@@ -128,8 +128,8 @@ tensor_view view_cutter::cut_blocks(const tensor_view& t, bool by_rows, int64_t 
     failed_ = make_error(
         error_code::unsupported,
         fmt::format("--tensor-parallel-size {}: shard {} would hold {} [{}, {}) of {} ({} {} in {}), which cuts "
-                    "its FP8 scale blocks of {} {}; a device computes with whole blocks, so choose a size whose "
-                    "slices are multiples of {}",
+                    "its FP8 scale blocks of {} {}; a shard holds whole blocks of a block-scaled weight (as vLLM "
+                    "requires), so choose a size whose slices are multiples of {}",
                     plan_.size(), shard_, by_rows ? "rows" : "columns", first, first + count, t.name,
                     by_rows ? t.shape[0] : t.shape[1], by_rows ? "rows" : "columns", t.file, block,
                     by_rows ? "rows" : "columns", block));

@@ -18,7 +18,7 @@ namespace actorserve::gpu {
 
 /// What a slice that cuts an FP8 weight's 128 x 128 scale block (weight_block_size) becomes.
 enum class block_cut {
-  refuse,       ///< an error naming --tensor-parallel-size (a device computes with whole blocks)
+  refuse,       ///< an error naming --tensor-parallel-size (the CUDA loader: shards hold whole blocks, as vLLM)
   dequantize,   ///< the slice dequantized to an owned f32 tensor (the CPU computes in fp32 anyway)
 };
 
