@@ -324,7 +324,7 @@ step_limits cuda_executor::limits(int64_t num_blocks) const {
   return l;
 }
 
-status cuda_executor::plan_memory() {
+status cuda_executor::plan_memory(const std::function<bool()>& before_step) {
   // A worst-case step: max_num_batched_tokens prompt tokens (in sequences of at most
   // max_model_len), every sequence sampled, on a temporary pool just large enough.
   const int bs = opts_.block_size, max_len = info_.max_model_len;
@@ -342,6 +342,8 @@ status cuda_executor::plan_memory() {
     left -= len;
   }
   if (auto st = allocate_kv_pool(blocks); !st) return st;
+  if (before_step && !before_step())
+    return make_error(error_code::unavailable, "another tensor-parallel shard failed to start");
   {
     std::lock_guard lock(submit_mu_);
     pending_step p;

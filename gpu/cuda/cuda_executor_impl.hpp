@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -104,9 +105,10 @@ class cuda_executor final : public executor, public cuda_executor_probe {
 
   /// create()'s two halves, apart for a tensor-parallel group (start_shard_executors): load the
   /// weights and allocate everything but the KV pool, then plan the pool with a worst-case step,
-  /// the first that goes through the collective.
+  /// the first that goes through the collective. `before_step` runs once the step's pool is
+  /// allocated, just before the step; false fails the planning (another shard failed).
   status load(const std::string& model_dir, const cuda_executor_options& opts);
-  status plan_memory();
+  status plan_memory(const std::function<bool()>& before_step = {});
 
  private:
   status allocate_buffers();

@@ -13,10 +13,11 @@
 namespace actorserve::gpu::cuda {
 namespace {
 
-/// Holds every shard's start before its first collective until all have loaded their weights,
-/// or one has failed. NOTE: a load frees its staging memory (cudaFree waits for the whole
-/// device), so on a GPU that several shards share a load beside another shard's waiting
-/// collective kernel would wait for that kernel, which waits for the loading shard.
+/// Holds every shard's start before its first collective until all have loaded their weights
+/// and allocated the pool of their memory-planning step, or one has failed. NOTE: a load frees
+/// its staging memory (cudaFree waits for the whole device), so on a GPU that several shards
+/// share a load beside another shard's waiting collective kernel would wait for that kernel,
+/// which waits for the loading shard.
 class start_gate {
  public:
   explicit start_gate(size_t n) : n_(n) {}
@@ -76,8 +77,8 @@ result<std::vector<std::unique_ptr<executor>>> start_shard_executors(
       o.collective = collectives[r];
       auto ex = std::make_unique<cuda_executor>();
       if (status st = ex->load(model_dir, o); !st) return fail(r, st.err());
-      if (!loaded.arrive_and_wait()) return;   // another shard failed: it reports why
-      if (status st = ex->plan_memory(); !st) return fail(r, st.err());
+      // A shard stopped at the gate (another failed) adds nothing: fail() keeps the first error.
+      if (status st = ex->plan_memory([&] { return loaded.arrive_and_wait(); }); !st) return fail(r, st.err());
       shards[r] = std::move(ex);
     });
   for (std::thread& t : starts) t.join();

@@ -1,9 +1,10 @@
 #pragma once
 /// Starts the CUDA executors of one tensor-parallel group (--tensor-parallel-size N): shard r on
 /// its device with its rank's collective. They start together, one thread each: each loads its
-/// weights, waits until every shard has (a load's device-wide synchronisation must not meet
-/// another shard's waiting collective on a shared GPU), then plans its memory with a worst-case
-/// step through the collective, which waits for all N shards.
+/// weights and allocates the pool of its memory-planning step, waits until every shard has (an
+/// allocation's device-wide synchronisation must not meet another shard's waiting collective on
+/// a shared GPU), then plans its memory with a worst-case step through the collective, which
+/// waits for all N shards.
 #include <memory>
 #include <string>
 #include <vector>
