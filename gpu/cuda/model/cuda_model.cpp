@@ -325,10 +325,12 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
     // The grouped expert GEMM reads its operands 8 elements (16 bytes) at a time.
     if (cfg.hidden_size % 8 != 0 || moe.expert_intermediate_size % 8 != 0)
       return make_error(error_code::unsupported,
-                        fmt::format("{}/config.json: hidden_size {} and the experts' intermediate size {} "
+                        fmt::format("{}/config.json: hidden_size {} and the experts' intermediate size {}{} "
                                     "(moe_intermediate_size, or intermediate_size for Mixtral) must be multiples of 8 "
                                     "for the CUDA executor's expert GEMMs", model_dir, cfg.hidden_size,
-                                    moe.expert_intermediate_size));
+                                    moe.expert_intermediate_size,
+                                    num_shards > 1 ? fmt::format(" per shard at --tensor-parallel-size {}", num_shards)
+                                                   : std::string()));
     if (moe.top_k > moe_max_top_k || moe.num_experts > moe_max_experts)
       return make_error(error_code::unsupported,
                         fmt::format("{}/config.json: num_experts_per_tok {} over {} experts; the CUDA executor "
