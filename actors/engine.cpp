@@ -64,7 +64,8 @@ constexpr std::chrono::seconds restart_window{60};
 
 class engine_impl final : public engine {
  public:
-  engine_impl(const engine_config& cfg, protocol::tokenizer tok, std::shared_ptr<gpu::executor> ex)
+  engine_impl(const engine_config& cfg, protocol::tokenizer tok, std::shared_ptr<gpu::executor> ex,
+              executor_factory make_executor)
       : cfg_(cfg), tok_(std::move(tok)), info_(ex->info()), logit_bias_(ex->supports_logit_bias()),
         token_masks_(ex->supports_token_masks()) {
     const auto& info = info_;
@@ -102,7 +103,7 @@ class engine_impl final : public engine {
     block_manager_ = spawn_kv_block_manager(*system_, num_blocks, info.block_size, cfg.cache.enable_prefix_caching,
                                             stats_);
     // The executor actor owns the executor: a restart must be able to free it (device memory).
-    executor_actor_ = spawn_executor_actor(*system_, std::move(ex), [cfg] { return gpu::make_executor(cfg); });
+    executor_actor_ = spawn_executor_actor(*system_, std::move(ex), std::move(make_executor));
     supervision_config sup;
     sup.step_timeout = step_timeout;
     sup.max_restarts = max_executor_restarts;
@@ -299,13 +300,19 @@ class engine_impl final : public engine {
 }  // namespace
 
 result<std::unique_ptr<engine>> engine::start(const engine_config& cfg) {
+  return start(cfg, [cfg] { return gpu::make_executor(cfg); });
+}
+
+result<std::unique_ptr<engine>> engine::start(
+    const engine_config& cfg, std::function<result<std::unique_ptr<gpu::executor>>()> make_executor) {
   if (auto st = validate(cfg); !st) return st.err();
   auto tok = protocol::tokenizer::from_model_dir(cfg.model.model_dir);
   if (!tok) return tok.err();
-  auto ex = gpu::make_executor(cfg);
+  auto ex = make_executor();
   if (!ex) return ex.err();
-  return std::unique_ptr<engine>(
-      new engine_impl(cfg, std::move(tok.value()), std::shared_ptr<gpu::executor>(std::move(ex.value()))));
+  return std::unique_ptr<engine>(new engine_impl(cfg, std::move(tok.value()),
+                                                 std::shared_ptr<gpu::executor>(std::move(ex.value())),
+                                                 std::move(make_executor)));
 }
 
 }  // namespace actorserve::actors

@@ -19,6 +19,8 @@
 
 namespace actorserve::protocol { class tokenizer; }
 
+namespace actorserve::gpu { class executor; }
+
 namespace actorserve::actors {
 
 enum class finish_reason { stop, length, cancelled, error };
@@ -136,6 +138,10 @@ class engine {
   /// Loads the model and tokenizer, starts the actor system and executor. Errors name the file
   /// or flag. With cfg.cluster.listen, the engine can be published (publish()).
   static result<std::unique_ptr<engine>> start(const engine_config& cfg);
+  /// The same, with its executors (the first and each restart's) made by `make_executor` instead
+  /// of gpu::make_executor(cfg): tests that put a fault into one shard of a group.
+  static result<std::unique_ptr<engine>> start(
+      const engine_config& cfg, std::function<result<std::unique_ptr<gpu::executor>>()> make_executor);
   /// A front end of the engine processes in cfg.cluster.engines: the tokenizer comes from
   /// cfg.model.model_dir, requests are routed by cfg.cluster.routing and move to another engine
   /// when theirs goes down. Waits up to --engine-connect-timeout for a first engine.

@@ -104,13 +104,17 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
       ->transform(named_choices(kernel_choices));
   app.add_flag("--profile-steps", e.profile_steps,
                "CUDA: time each kernel class of the eager steps, print the table to stderr at shutdown");
-  app.add_option("--cpu-threads", e.cpu_threads, "CPU executor threads (0: all cores)");
+  app.add_option("--cpu-threads", e.cpu_threads, "CPU executor threads, split over the tensor-parallel shards (0: all cores)");
   app.add_flag("!--disable-cascade-attn", e.cascade_attention,
                "attend to every decode's shared prefix per sequence, never in one pass per group (cascade "
                "attention; docs/attention.md)");
   app.add_option("--tensor-parallel-size", e.tensor_parallel_size,
-                 "-tp N: split the model over N tensor-parallel shards (the CPU executor runs them in one process; "
-                 "the CUDA executor drives one GPU: 1 only)");
+                 "-tp N: split the model over N tensor-parallel shards (the CPU executor runs them in one process, "
+                 "the CUDA executor one per GPU on GPUs 0..N-1; docs/tensor-parallel.md)");
+  app.add_option("--nccl-library", e.nccl_library,
+                 "PATH of libnccl.so.2 for tensor parallelism over GPUs (default: the dynamic loader's search, then "
+                 "beside the CUDA runtime and /usr/local/cuda/lib64); e.g. a Python package's "
+                 "nvidia/nccl/lib/libnccl.so.2 (docs/tensor-parallel.md)");
   app.add_flag("--enable-expert-parallel", e.enable_expert_parallel,
                "mixture-of-experts models: each of the -tp N shards holds whole routed experts, shard i the "
                "contiguous ids [i*E/N, (i+1)*E/N) of E, instead of a slice of every expert; attention, shared experts "
@@ -227,7 +231,7 @@ void warn_engine_flags_on_front_end(const CLI::App& serve, std::vector<std::stri
       "--cpu-kv-cache-space", "--enable-prefix-caching", "--paged-kv-cache-type", "--device",
       "--quantization", "--kv-cache-dtype", "--enforce-eager", "--kernels",
       "--profile-steps", "--cpu-threads", "--disable-cascade-attn", "--tensor-parallel-size",
-      "--inject-step-failures"};
+      "--nccl-library", "--inject-step-failures"};
   for (const char* flag : engine_only) {
     const CLI::Option* opt = serve.get_option_no_throw(flag);
     if (opt && opt->count() > 0)

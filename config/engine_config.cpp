@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <charconv>
+#include <filesystem>
 #include <fstream>
 
 #include "config/log.hpp"
@@ -71,15 +72,9 @@ int64_t cuda_block_size(const cache_options& c) {
 
 int64_t cpu_block_size(const cache_options& c) { return c.block_size.value_or(16); }
 
-std::string tensor_parallel_cuda_refusal(int64_t n) {
-  return fmt::format("{} shards need {} GPUs, and this build drives one GPU: multi-GPU execution is not "
-                     "implemented yet (--device cpu runs the shards on the CPU)",
-                     n, n);
-}
-
 std::string expert_parallel_cuda_refusal() {
-  return "expert parallelism spreads the experts over several GPUs, and this build drives one GPU (--device cpu "
-         "runs expert-parallel shards on the CPU)";
+  return "the CUDA executor splits every expert over the --tensor-parallel-size shards (tensor parallel inside "
+         "each expert, the default); whole experts per shard run on the CPU executor only (--device cpu)";
 }
 
 status validate(const engine_config& cfg) {
@@ -110,8 +105,11 @@ status validate(const engine_config& cfg) {
     return bad_flag("--cpu-threads", fmt::format("must be >= 0, got {}", cfg.executor.cpu_threads));
   if (cfg.executor.tensor_parallel_size < 1)
     return bad_flag("--tensor-parallel-size", fmt::format("must be >= 1, got {}", cfg.executor.tensor_parallel_size));
-  if (cfg.executor.tensor_parallel_size > 1 && cfg.executor.device == device_kind::cuda)
-    return bad_flag("--tensor-parallel-size", tensor_parallel_cuda_refusal(cfg.executor.tensor_parallel_size));
+  if (const auto& nccl = cfg.executor.nccl_library; !nccl.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(nccl, ec))
+      return bad_flag("--nccl-library", fmt::format("{} is not a file (the path of libnccl.so.2)", nccl));
+  }
   if (cfg.executor.enable_expert_parallel && cfg.executor.device == device_kind::cuda)
     return bad_flag("--enable-expert-parallel", expert_parallel_cuda_refusal());
   for (int64_t step : cfg.executor.inject_step_failures) {

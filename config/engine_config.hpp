@@ -85,8 +85,11 @@ struct executor_options {
   /// group where the planner finds it reads fewer bytes (docs/attention.md, "Cascade attention").
   bool cascade_attention = true;
   /// --tensor-parallel-size / -tp: shards the model is split over (the CPU executor runs them in
-  /// one process; the CUDA executor drives one GPU and takes only 1).
+  /// one process; the CUDA executor one per GPU, on GPUs 0..N-1).
   int64_t tensor_parallel_size = 1;
+  /// --nccl-library: the path of libnccl.so.2 (gpu/cuda/parallel/nccl_library.hpp); empty: the
+  /// dynamic loader's search, then beside the CUDA runtime and in /usr/local/cuda/lib64.
+  std::string nccl_library;
   /// --enable-expert-parallel: a mixture-of-experts model's shards hold whole routed experts
   /// (contiguous ranges of expert ids) instead of a slice of every expert; attention, the shared
   /// experts and dense layers stay tensor parallel. The CPU executor only.
@@ -170,8 +173,6 @@ int64_t cuda_block_size(const cache_options& c);
 /// The CPU executor's block size: --block-size, else 16 (it has one layout).
 int64_t cpu_block_size(const cache_options& c);
 
-/// Why --tensor-parallel-size `n` > 1 is refused on the CUDA executor (after the flag's name).
-std::string tensor_parallel_cuda_refusal(int64_t n);
 /// Why --enable-expert-parallel is refused on the CUDA executor (after the flag's name).
 std::string expert_parallel_cuda_refusal();
 

@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <numeric>
+#include <vector>
+
 #include "config/log.hpp"
 #include "config/model_config.hpp"
 #include "gpu/cpu/cpu_executor.hpp"
@@ -12,6 +15,9 @@
 #ifdef ACTORSERVE_HAS_CUDA
 #include "gpu/cuda/cuda_executor.hpp"
 #include "gpu/cuda/device_info.hpp"
+#include "gpu/cuda/parallel/collective_group.hpp"
+#include "gpu/cuda/parallel/shard_executors.hpp"
+#include "gpu/executor_group.hpp"
 #endif
 
 namespace actorserve::gpu {
@@ -59,24 +65,49 @@ cuda_executor_options cuda_options_from(const engine_config& cfg) {
   o.weights = weights_from(cfg);
   return o;
 }
+
+/// --device cuda -tp N: shard r on GPU r with rank r's collective (NCCL, and the one-shot
+/// all-reduce for small messages), in a lock-step group whose abort hook aborts them all.
+result<std::unique_ptr<executor>> make_cuda_group(const engine_config& cfg) {
+  const int n = static_cast<int>(cfg.executor.tensor_parallel_size);
+  std::vector<int> devices(static_cast<size_t>(n));
+  std::iota(devices.begin(), devices.end(), 0);
+  cuda::collective_group_options co;
+  co.nccl_library = cfg.executor.nccl_library;
+  auto made = cuda::make_device_collectives(devices, co);
+  if (!made) return make_error(made.err().code, fmt::format("--tensor-parallel-size {}: {}", n, made.err().message));
+  std::vector<std::shared_ptr<cuda::device_collective>> collectives;
+  for (auto& c : made.value()) collectives.push_back(std::move(c));
+  auto shards = cuda::start_shard_executors(cfg.model.model_dir, cuda_options_from(cfg), devices, collectives);
+  if (!shards) return shards.err();
+  auto abort = [collectives] {
+    for (const auto& c : collectives) c->abort();
+  };
+  return std::unique_ptr<executor>(std::make_unique<executor_group>(std::move(shards).value(), abort));
+}
 #endif
 
 result<std::unique_ptr<executor>> make_device_executor(const engine_config& cfg) {
-  if (cfg.executor.tensor_parallel_size > 1 && (cfg.executor.device == device_kind::cuda || picks_cuda(cfg)))
-    return make_error(error_code::unsupported,
-                      "--tensor-parallel-size: " + tensor_parallel_cuda_refusal(cfg.executor.tensor_parallel_size));
   if (cfg.executor.enable_expert_parallel && (cfg.executor.device == device_kind::cuda || picks_cuda(cfg)))
     return make_error(error_code::unsupported, "--enable-expert-parallel: " + expert_parallel_cuda_refusal());
 #ifdef ACTORSERVE_HAS_CUDA
   if (picks_cuda(cfg)) {
-    if (cuda::device_count() == 0) return make_error(error_code::unavailable, "--device cuda: no CUDA device is visible");
+    const int64_t shards = cfg.executor.tensor_parallel_size, visible = cuda::device_count();
+    if (shards > 1 && shards > visible)
+      return make_error(error_code::unavailable,
+                        fmt::format("--tensor-parallel-size {}: the CUDA executor runs one shard per GPU and {} "
+                                    "GPU(s) are visible", shards, visible));
+    if (visible == 0) return make_error(error_code::unavailable, "--device cuda: no CUDA device is visible");
     if (auto st = check_cuda_support(cfg); !st) return st.err();
+    if (shards > 1) return make_cuda_group(cfg);
     return make_cuda_executor(cfg.model.model_dir, cuda_options_from(cfg));
   }
 #else
   if (cfg.executor.device == device_kind::cuda)
     return make_error(error_code::unsupported, "--device cuda: this build has no CUDA executor (ACTORSERVE_ENABLE_CUDA=OFF)");
 #endif
+  // N > 1: N shard cpu_executors (one KV pool size for all, the threads split over them) in an
+  // executor_group whose abort hook aborts their host collective.
   return make_cpu_executor(cfg.model.model_dir, cpu_options_from(cfg));
 }
 

@@ -23,7 +23,9 @@ int64_t block_size_for(const engine_config& cfg);
 status check_cuda_support(const engine_config& cfg);
 
 /// Makes the executor `cfg` asks for: --device cpu, or auto without a usable GPU, gets the CPU
-/// executor; --device cuda, or auto with a GPU, the CUDA executor. With --inject-step-failures
+/// executor (with --tensor-parallel-size N > 1, N shard executors in an executor_group);
+/// --device cuda, or auto with a GPU, the CUDA executor (N > 1: one shard per GPU on GPUs
+/// 0..N-1 in an executor_group, refused when fewer are visible). With --inject-step-failures
 /// (test only) it is wrapped to fail those steps. Errors name the flag or file.
 result<std::unique_ptr<executor>> make_executor(const engine_config& cfg);
 

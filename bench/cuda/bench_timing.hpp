@@ -69,6 +69,23 @@ T* upload(const std::vector<T>& v) {
   return p;
 }
 
+/// Milliseconds between events recorded on `s` around what `work` enqueues there.
+template <class F>
+double stream_ms(cudaStream_t s, F&& work) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaEventRecord(a, s);
+  work();
+  cudaEventRecord(b, s);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return ms;
+}
+
 /// Average ms of one replay of a CUDA graph that captures `f` (enqueued on `s`).
 template <class F>
 double graph_ms(cudaStream_t s, F&& f, int iters = 10) {
@@ -85,17 +102,9 @@ double graph_ms(cudaStream_t s, F&& f, int iters = 10) {
   }
   cudaGraphLaunch(e, s);
   cudaStreamSynchronize(s);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  cudaEventRecord(a, s);
-  for (int i = 0; i < iters; ++i) cudaGraphLaunch(e, s);
-  cudaEventRecord(b, s);
-  cudaEventSynchronize(b);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
+  const double ms = stream_ms(s, [&] {
+    for (int i = 0; i < iters; ++i) cudaGraphLaunch(e, s);
+  });
   cudaGraphExecDestroy(e);
   cudaGraphDestroy(g);
   if (auto err = cudaGetLastError(); err != cudaSuccess) {

@@ -19,12 +19,46 @@ error bad_step(uint64_t step_id, const std::string& what) {
 
 }  // namespace
 
-result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& model_dir,
-                                                           const cpu_executor_options& opts) {
+/// What every shard is made from: the model files (read once), the plan and the cache size.
+struct cpu_executor::loaded_model {
+  const model_files& files;
+  const shard_plan& plan;
+  int64_t max_len = 0;
+  int64_t num_blocks = 0;
+  std::vector<float> k_scales, v_scales;   ///< --kv-cache-dtype fp8, per layer
+};
+
+namespace {
+
+/// --kv-cache-dtype fp8: the checkpoint's per-layer self_attn.k_scale / v_scale, else 1.0.
+status read_fp8_kv_scales(const model_files& files, std::vector<float>& k_scales, std::vector<float>& v_scales) {
+  for (int64_t l = 0; l < files.config.num_layers; ++l) {
+    for (auto [name, out] : {std::pair{"k_scale", &k_scales}, std::pair{"v_scale", &v_scales}}) {
+      const std::string tensor = fmt::format("model.layers.{}.self_attn.{}", l, name);
+      float s = 1.0f;
+      if (files.store.contains(tensor)) {
+        auto v = files.store.get_scalar(tensor);
+        if (!v) return make_error(v.err().code, fmt::format("--kv-cache-dtype fp8: {}", v.err().message));
+        s = v.value();
+      }
+      out->push_back(s);
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+result<std::vector<std::unique_ptr<cpu_executor>>> cpu_executor::create_shards(
+    const std::string& model_dir, const cpu_executor_options& opts, std::shared_ptr<host_collective> collective) {
   if (opts.block_size < 1 || opts.block_size > 4096)
     return make_error(error_code::invalid_argument, fmt::format("block_size {} is out of range", opts.block_size));
   if (opts.num_blocks < 0 || opts.threads < 0 || opts.max_model_len < 0)
     return make_error(error_code::invalid_argument, "num_blocks, threads and max_model_len must not be negative");
+  const int64_t tp = opts.tensor_parallel_size;
+  if (tp > 1 && (!collective || collective->size() != tp))
+    return make_error(error_code::invalid_argument,
+                      fmt::format("--tensor-parallel-size {}: the shards need a collective of {} ranks", tp, tp));
   auto files = open_model_files(model_dir, opts.weights);
   if (!files) return files.err();
   const model_config& cfg = files->config;
@@ -33,16 +67,16 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
     return make_error(error_code::invalid_argument,
                       fmt::format("max_model_len {} exceeds the model's max_position_embeddings {}", max_len,
                                   cfg.max_position_embeddings));
-  auto plan = shard_plan::make(cfg, opts.tensor_parallel_size,
-                               opts.expert_parallel ? moe_parallelism::expert : moe_parallelism::tensor);
+  auto plan = shard_plan::make(cfg, tp, opts.expert_parallel ? moe_parallelism::expert : moe_parallelism::tensor);
   if (!plan) return plan.err();
-  const size_t per_block = cpu::tensor_parallel_model::bytes_per_block(plan.value(), opts.block_size);
+  size_t per_block = 0;   // over all shards: the KV budget is the whole group's
+  for (int64_t r = 0; r < tp; ++r) per_block += cpu::model_shard::bytes_per_block(plan.value(), r, opts.block_size);
   if (opts.kv_cache_fp8 && cfg.mla)
     return make_error(error_code::unsupported,
                       fmt::format("--kv-cache-dtype fp8: {} caches the latent of multi-head latent attention, which "
                                   "has no FP8 form here yet; use --kv-cache-dtype auto",
                                   cfg.architecture));
-  if (opts.quantize_weights_fp8 && !cfg.quantization && opts.tensor_parallel_size > 1)
+  if (opts.quantize_weights_fp8 && !cfg.quantization && tp > 1)
     return make_error(error_code::unsupported,
                       "--quantization fp8: per-channel scales are computed over whole weights, which the CPU "
                       "executor does before slicing only at --tensor-parallel-size 1 (FP8 checkpoints shard "
@@ -53,37 +87,16 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
     return make_error(error_code::out_of_memory,
                       fmt::format("KV cache of {} bytes holds {} blocks of {} bytes", opts.kv_cache_bytes, num_blocks,
                                   per_block));
-  std::unique_ptr<cpu_executor> ex(new cpu_executor());
-  ex->info_.name = "cpu";
-  ex->info_.vocab_size = static_cast<int32_t>(cfg.vocab_size);
-  ex->info_.max_model_len = static_cast<int32_t>(max_len);
-  ex->info_.block_size = opts.block_size;
-  ex->info_.num_blocks = static_cast<int32_t>(num_blocks);
-  ex->info_.host_kv_cache_bytes = num_blocks * static_cast<int64_t>(per_block);
-  ex->info_.eos_token_ids = cfg.eos_token_ids;
-  ex->info_.num_experts = cfg.moe ? static_cast<int32_t>(cfg.moe->num_experts) : 0;
-  try {
-    ex->model_ = std::make_unique<cpu::tensor_parallel_model>(files->views, std::move(plan).value(), num_blocks,
-                                                              opts.block_size, opts.mla_form,
-                                                              opts.quantize_weights_fp8 && !cfg.quantization);
-  } catch (const std::bad_alloc&) {
-    return make_error(error_code::out_of_memory, fmt::format("cannot allocate {} KV blocks", num_blocks));
-  }
-  if (opts.kv_cache_fp8) {
-    std::vector<float> k_scales, v_scales;
-    for (int64_t l = 0; l < cfg.num_layers; ++l) {
-      for (auto [name, out] : {std::pair{"k_scale", &k_scales}, std::pair{"v_scale", &v_scales}}) {
-        const std::string tensor = fmt::format("model.layers.{}.self_attn.{}", l, name);
-        float s = 1.0f;
-        if (files->store.contains(tensor)) {
-          auto v = files->store.get_scalar(tensor);
-          if (!v) return make_error(v.err().code, fmt::format("--kv-cache-dtype fp8: {}", v.err().message));
-          s = v.value();
-        }
-        out->push_back(s);
-      }
-    }
-    ex->model_->set_fp8_kv_scales(k_scales, v_scales);
+  loaded_model m{files.value(), plan.value(), max_len, num_blocks, {}, {}};
+  if (opts.kv_cache_fp8)
+    if (auto st = read_fp8_kv_scales(m.files, m.k_scales, m.v_scales); !st) return st.err();
+  const int all_threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
+  const int threads = std::max(1, all_threads / static_cast<int>(tp));
+  std::vector<std::unique_ptr<cpu_executor>> shards;
+  for (int64_t r = 0; r < tp; ++r) {
+    auto shard = create_shard(m, r, collective, opts, threads);
+    if (!shard) return shard.err();
+    shards.push_back(std::move(shard).value());
   }
   if (cfg.quantization)
     log::info("cpu executor: FP8 checkpoint ({}, {} weights, {} activations) dequantized to fp32; activations "
@@ -93,24 +106,65 @@ result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& mo
   else if (opts.quantize_weights_fp8)
     log::info("cpu executor: --quantization fp8: linear weights rounded to FP8 E4M3 per output channel");
   if (opts.kv_cache_fp8) log::info("cpu executor: --kv-cache-dtype fp8: K/V rounded to FP8 E4M3 as they are stored");
+  log::info("cpu executor: {} ({} layers, hidden {}), {} tensor-parallel shard(s){}, {} KV blocks of {} tokens ({} "
+            "layout, {} bytes a token over all shards), {} threads a shard",
+            cfg.architecture, cfg.num_layers, cfg.hidden_size, tp,
+            opts.expert_parallel ? " holding whole experts (expert parallel)" : "", num_blocks, opts.block_size,
+            shards.front()->model_->cache_layout().is_latent() ? "latent" : "per-head",
+            per_block / static_cast<size_t>(opts.block_size), threads);
+  return shards;
+}
+
+result<std::unique_ptr<cpu_executor>> cpu_executor::create_shard(const loaded_model& m, int64_t rank,
+                                                                 std::shared_ptr<host_collective> collective,
+                                                                 const cpu_executor_options& opts, int threads) {
+  const model_config& cfg = m.files.config;
+  std::unique_ptr<cpu_executor> ex(new cpu_executor());
+  try {
+    ex->model_ = std::make_unique<cpu::model_shard>(m.files.views, m.plan, rank, std::move(collective), m.num_blocks,
+                                                    opts.block_size, opts.mla_form,
+                                                    opts.quantize_weights_fp8 && !cfg.quantization);
+  } catch (const std::bad_alloc&) {
+    return make_error(error_code::out_of_memory, fmt::format("cannot allocate {} KV blocks", m.num_blocks));
+  }
+  if (opts.kv_cache_fp8) ex->model_->set_fp8_kv_scales(m.k_scales, m.v_scales);
+  ex->info_.name = "cpu";
+  ex->info_.vocab_size = static_cast<int32_t>(cfg.vocab_size);
+  ex->info_.max_model_len = static_cast<int32_t>(m.max_len);
+  ex->info_.block_size = opts.block_size;
+  ex->info_.num_blocks = static_cast<int32_t>(m.num_blocks);
+  ex->info_.host_kv_cache_bytes =
+      m.num_blocks * static_cast<int64_t>(cpu::model_shard::bytes_per_block(m.plan, rank, opts.block_size));
+  ex->info_.eos_token_ids = cfg.eos_token_ids;
+  ex->info_.num_experts = cfg.moe ? static_cast<int32_t>(cfg.moe->num_experts) : 0;
   ex->info_.moe_layers = ex->model_->moe_layers();
   // NOTE: the shared-prefix pass assumes every query of a group sees the whole prefix, which a
   // sliding window shorter than the context breaks; latent attention (DeepSeek-V2) keeps its own
-  // per-sequence forms.
-  const bool window_bites = cfg.sliding_window && *cfg.sliding_window < max_len;
+  // per-sequence forms. Every shard plans the same groups (the plan reads only the batch).
+  const bool window_bites = cfg.sliding_window && *cfg.sliding_window < m.max_len;
   ex->cascade_ = opts.cascade_attention && !cfg.mla && !window_bites;
   const int64_t fp32 = sizeof(float);
   ex->cascade_costs_ = {2 * cfg.num_kv_heads * cfg.head_dim * fp32, 2 * cfg.num_heads * (cfg.head_dim + 2) * fp32};
-  int threads = opts.threads > 0 ? opts.threads : static_cast<int>(std::thread::hardware_concurrency());
-  ex->pool_ = std::make_unique<thread_pool>(std::max(1, threads));
+  ex->pool_ = std::make_unique<thread_pool>(threads);
   ex->worker_ = std::thread([p = ex.get()] { p->worker_loop(); });
-  log::info("cpu executor: {} ({} layers, hidden {}), {} tensor-parallel shard(s){}, {} KV blocks of {} tokens ({} "
-            "layout, {} bytes a token over all shards), {} threads",
-            cfg.architecture, cfg.num_layers, cfg.hidden_size, opts.tensor_parallel_size,
-            opts.expert_parallel ? " holding whole experts (expert parallel)" : "", num_blocks, opts.block_size,
-            ex->model_->cache_layout(0).is_latent() ? "latent" : "per-head",
-            per_block / static_cast<size_t>(opts.block_size), ex->pool_->num_threads());
   return ex;
+}
+
+result<std::unique_ptr<cpu_executor>> cpu_executor::create(const std::string& model_dir,
+                                                           const cpu_executor_options& opts) {
+  if (opts.tensor_parallel_size != 1)
+    return make_error(error_code::invalid_argument,
+                      fmt::format("--tensor-parallel-size {}: cpu_executor::create makes one whole-model executor; "
+                                  "make_cpu_executor makes the shards",
+                                  opts.tensor_parallel_size));
+  auto shards = create_shards(model_dir, opts, nullptr);
+  if (!shards) return shards.err();
+  return std::move(shards.value().front());
+}
+
+std::vector<std::vector<float>> cpu_executor::last_logits() const {
+  std::lock_guard lock(compute_mu_);
+  return kept_logits_;
 }
 
 cpu_executor::~cpu_executor() {
@@ -148,7 +202,7 @@ void cpu_executor::worker_loop() {
       r.step_id = step.batch.step_id;
       r.outcome = make_error(error_code::cancelled, "executor shut down");
     } else {
-      r = run_step_sync(step.batch);
+      r = run_step_sync(step.batch, keep_logits_ ? &kept_logits_ : nullptr);
     }
     if (step.done) step.done(std::move(r));
   }
@@ -252,7 +306,29 @@ step_result cpu_executor::run_step_sync(const step_batch& batch, std::vector<std
   return r;
 }
 
+result<std::unique_ptr<executor_group>> make_cpu_executor_group(const std::string& model_dir,
+                                                               const cpu_executor_options& opts,
+                                                               const shard_wrapper& wrap) {
+  auto collective = opts.tensor_parallel_size > 1 ? std::make_shared<host_collective>(opts.tensor_parallel_size)
+                                                  : nullptr;
+  auto shards = cpu_executor::create_shards(model_dir, opts, collective);
+  if (!shards) return shards.err();
+  std::vector<std::unique_ptr<executor>> members;
+  for (auto& shard : shards.value()) {
+    const auto rank = static_cast<int64_t>(members.size());
+    members.push_back(wrap ? wrap(rank, std::move(shard)) : std::move(shard));
+  }
+  return std::make_unique<executor_group>(std::move(members), [collective] {
+    if (collective) collective->abort();
+  });
+}
+
 result<std::unique_ptr<executor>> make_cpu_executor(const std::string& model_dir, const cpu_executor_options& opts) {
+  if (opts.tensor_parallel_size > 1) {
+    auto group = make_cpu_executor_group(model_dir, opts);
+    if (!group) return group.err();
+    return std::unique_ptr<executor>(std::move(group).value());
+  }
   auto ex = cpu_executor::create(model_dir, opts);
   if (!ex) return ex.err();
   return std::unique_ptr<executor>(std::move(ex).value());

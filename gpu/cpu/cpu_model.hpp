@@ -7,8 +7,8 @@
 /// One cpu_model is one tensor-parallel shard (shard_plan; the whole model over one shard): its
 /// config counts its own heads, KV heads, intermediate columns and vocabulary slice, and its
 /// weights are those slices. It computes one stage of a layer at a time, each stage's output a
-/// partial sum over the shards; tensor_parallel_model runs the stages, sums the partials and
-/// keeps the residual stream.
+/// partial sum over the shards; model_shard runs the stages, sums the partials with the other
+/// shards (host_collective) and keeps the residual stream.
 #include <cstdint>
 #include <optional>
 #include <span>

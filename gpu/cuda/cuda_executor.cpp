@@ -13,6 +13,7 @@
 #include "gpu/cuda/cuda_status.hpp"
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/device_info.hpp"
+#include "gpu/cuda/parallel/device_collective.hpp"
 #include "gpu/cuda/programmatic_launch.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
 #include "gpu/cuda/sampling/sampler.hpp"
@@ -34,11 +35,12 @@ size_t align16(size_t v) { return (v + 15) & ~size_t(15); }
 result<std::unique_ptr<executor>> cuda_executor::create(const std::string& model_dir,
                                                         const cuda_executor_options& opts) {
   auto ex = std::make_unique<cuda_executor>();
-  if (auto st = ex->init(model_dir, opts); !st) return st.err();
+  if (auto st = ex->load(model_dir, opts); !st) return st.err();
+  if (auto st = ex->plan_memory(); !st) return st.err();
   return std::unique_ptr<executor>(std::move(ex));
 }
 
-status cuda_executor::init(const std::string& model_dir, const cuda_executor_options& opts) {
+status cuda_executor::load(const std::string& model_dir, const cuda_executor_options& opts) {
   opts_ = opts;
   // Before any weight is bound: a model the kernels would compute wrongly is refused by name.
   auto model_cfg = load_model_config(model_dir);
@@ -64,7 +66,14 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   AS_CUDA_TRY(cudaDeviceGetAttribute(&num_sms_, cudaDevAttrMultiProcessorCount, opts.device));
   AS_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   if (opts.profile_steps) profile_.enable();
-  auto model = load_device_model(model_dir, opts.dtype, opts.quantize_fp8, stream_, opts.weights);
+  const int shards = opts.tensor_parallel_size;
+  if (shards > 1 && (!opts.collective || opts.collective->size() != shards ||
+                     opts.collective->rank() != opts.tensor_parallel_rank))
+    return make_error(error_code::invalid_argument,
+                      fmt::format("--tensor-parallel-size {}: shard {} has no collective of its rank and size", shards,
+                                  opts.tensor_parallel_rank));
+  auto model = load_device_model(model_dir, opts.dtype, opts.quantize_fp8, stream_, opts.weights,
+                                 opts.tensor_parallel_rank, shards);
   if (!model) return model.err();
   model_ = std::move(model.value());
   dt_ = model_->dt;
@@ -79,7 +88,7 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   if (opts.block_size <= 0 || opts.max_num_batched_tokens <= 0 || opts.max_num_seqs <= 0)
     return make_error(error_code::invalid_argument, "block size, max batched tokens and max seqs must be positive");
   info_.name = "cuda";
-  info_.vocab_size = static_cast<int32_t>(c.vocab_size);
+  info_.vocab_size = static_cast<int32_t>(model_->plan->config().vocab_size);   // every shard samples the whole
   info_.max_model_len = static_cast<int32_t>(max_len);
   info_.block_size = opts.block_size;
   info_.eos_token_ids = c.eos_token_ids;
@@ -127,7 +136,7 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
                                               "prefix is not seen whole by every query)", ashape.window)
                                 : std::string());
   }
-  if (c.moe) shared_inter_ = static_cast<int>(c.moe->num_shared_experts * c.moe->expert_intermediate_size);
+  if (c.moe) shared_inter_ = static_cast<int>(model_->plan->shared_expert_intermediate(model_->rank).size());
   ffn_width_ = std::max(static_cast<int>(c.intermediate_size), shared_inter_);
   if (auto st = allocate_buffers(); !st) return st;
   for (host_slot& s : slots_) {
@@ -138,7 +147,7 @@ status cuda_executor::init(const std::string& model_dir, const cuda_executor_opt
   }
   for (cudaEvent_t& e : end_marks_) AS_CUDA_TRY(cudaEventCreate(&e));
   worker_ = std::thread([this] { worker_loop(); });
-  return plan_memory();
+  return {};
 }
 
 status cuda_executor::allocate_buffers() {
@@ -163,7 +172,7 @@ status cuda_executor::allocate_buffers() {
       {T * qkv_width_ * 4, reinterpret_cast<void**>(&qkv_)},
       {T * c.hidden_size * 4, reinterpret_cast<void**>(&delta_)},
       {T * 2 * ffn_width_ * 4, reinterpret_cast<void**>(&gate_up_)},
-      {size_t(max_rows_) * c.vocab_size * 4, reinterpret_cast<void**>(&logits_)},
+      {size_t(max_rows_) * info_.vocab_size * 4, reinterpret_cast<void**>(&logits_)},
       {size_t(max_partials_) * attention_->partial_rows() * c.head_dim * 4, reinterpret_cast<void**>(&partial_o_)},
       {size_t(max_partials_) * attention_->partial_rows() * 2 * 4, reinterpret_cast<void**>(&partial_lse_)},
       {rows * c.hidden_size * es, &x_},
@@ -203,8 +212,17 @@ status cuda_executor::allocate_buffers() {
         !st)
       return st;
   }
+  if (tensor_parallel()) {
+    const int64_t shards = model_->plan->size();
+    vocab_stride_ = static_cast<int>((info_.vocab_size + shards - 1) / shards);
+    const size_t part = size_t(max_rows_) * size_t(vocab_stride_) * 4;
+    if (auto st = alloc(part, &p); !st) return st;
+    shard_logits_ = static_cast<float*>(p);
+    if (auto st = alloc(part * size_t(shards), &p); !st) return st;
+    gathered_logits_ = static_cast<float*>(p);
+  }
   if (opts_.keep_logits) {
-    if (auto st = alloc(size_t(max_rows_) * c.vocab_size * 4, &p); !st) return st;
+    if (auto st = alloc(size_t(max_rows_) * info_.vocab_size * 4, &p); !st) return st;
     kept_logits_ = static_cast<float*>(p);
   }
   // Metadata layout: fixed-capacity arrays first, then the growable tail.
@@ -245,7 +263,7 @@ status cuda_executor::allocate_buffers() {
     AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&s.grammar),
                               size_t(max_rows_) * size_t(grammar_mask_words(info_.vocab_size)) * 4, cudaHostAllocDefault));
     if (opts_.keep_logits)
-      AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&s.logits), size_t(max_rows_) * c.vocab_size * 4,
+      AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&s.logits), size_t(max_rows_) * info_.vocab_size * 4,
                                 cudaHostAllocDefault));
   }
   return {};
@@ -306,7 +324,7 @@ step_limits cuda_executor::limits(int64_t num_blocks) const {
   return l;
 }
 
-status cuda_executor::plan_memory() {
+status cuda_executor::plan_memory(const std::function<bool()>& before_step) {
   // A worst-case step: max_num_batched_tokens prompt tokens (in sequences of at most
   // max_model_len), every sequence sampled, on a temporary pool just large enough.
   const int bs = opts_.block_size, max_len = info_.max_model_len;
@@ -324,11 +342,15 @@ status cuda_executor::plan_memory() {
     left -= len;
   }
   if (auto st = allocate_kv_pool(blocks); !st) return st;
+  if (before_step && !before_step())
+    return make_error(error_code::unavailable, "another tensor-parallel shard failed to start");
   {
     std::lock_guard lock(submit_mu_);
     pending_step p;
     if (auto st = stage_and_launch(probe, slots_[0], p); !st) return st;
     AS_CUDA_TRY(cudaStreamSynchronize(stream_));  // start-up only; p must outlive its callback
+    if (opts_.collective)
+      if (auto st = opts_.collective->async_error(); !st) return st;
     prev_rows_.clear();
     last_mark_ = -1;  // the first real step has no step before it
   }
@@ -362,6 +384,7 @@ status cuda_executor::plan_memory() {
 }
 
 cuda_executor::~cuda_executor() {
+  (void)cudaSetDevice(opts_.device);  // frees this executor's device memory from any thread
   {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return pending_.empty(); });
@@ -405,6 +428,10 @@ void cuda_executor::worker_loop() {
     if (!front->ready) {
       if (const cudaError_t e = cudaEventSynchronize(slots_[front->slot].end); e != cudaSuccess)
         front->outcome = cuda_status(e, "waiting for a step");
+      // A collective ended by an abort or a timeout finishes without a CUDA error; its output is
+      // garbage and the step fails.
+      else if (opts_.collective)
+        if (status st = opts_.collective->async_error(); !st) front->outcome = st;
     }
     std::unique_ptr<pending_step> p;
     {

@@ -17,6 +17,10 @@
 
 namespace actorserve::gpu {
 
+namespace cuda {
+class device_collective;
+}
+
 struct cuda_executor_options {
   dtype_choice dtype = dtype_choice::auto_detect;   ///< auto: bf16 unless the checkpoint is fp16
   int32_t block_size = 16;                          ///< tokens per KV block
@@ -44,6 +48,14 @@ struct cuda_executor_options {
   /// start (cuda_tuning_for), and under portable every Hopper choice is.
   kernel_choice kernels = kernel_choice::automatic;
   weight_source weights;                            ///< --load-format dummy: filled on the device
+  /// Tensor parallelism (--tensor-parallel-size): this executor holds shard
+  /// `tensor_parallel_rank` of `tensor_parallel_size` (shard_plan) and exchanges partial sums and
+  /// logits through `collective`, whose rank and size are these. One shard: the whole model, no
+  /// collective. The shards of a group start together (each start runs a step through the
+  /// collective to plan its memory).
+  int tensor_parallel_rank = 0;
+  int tensor_parallel_size = 1;
+  std::shared_ptr<cuda::device_collective> collective;
 };
 
 /// Opens `model_dir`, uploads the weights, plans memory and starts the completion thread.

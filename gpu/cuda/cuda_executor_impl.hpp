@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -102,10 +103,15 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   int64_t graph_replays() const override { return graph_replays_.load(); }
   int64_t sampled_only_steps() const override { return sampled_only_steps_.load(); }
 
+  /// create()'s two halves, apart for a tensor-parallel group (start_shard_executors): load the
+  /// weights and allocate everything but the KV pool, then plan the pool with a worst-case step,
+  /// the first that goes through the collective. `before_step` runs once the step's pool is
+  /// allocated, just before the step; false fails the planning (another shard failed).
+  status load(const std::string& model_dir, const cuda_executor_options& opts);
+  status plan_memory(const std::function<bool()>& before_step = {});
+
  private:
-  status init(const std::string& model_dir, const cuda_executor_options& opts);
   status allocate_buffers();
-  status plan_memory();
   status allocate_kv_pool(int64_t num_blocks);
   status ensure_meta_capacity(host_slot& slot, size_t bytes);
   /// Stages `b` (builder_) and copies it into `slot`, then enqueues copies, the forward pass, the
@@ -115,6 +121,10 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   /// What a step may hold with a pool of `num_blocks` blocks (the builder's limits).
   step_limits limits(int64_t num_blocks) const;
   status enqueue_forward(const launch_shape& shape);
+  bool tensor_parallel() const { return opts_.tensor_parallel_size > 1; }
+  /// Tensor parallel: the sampled rows' logits of this shard's vocabulary slice (x_ times its
+  /// lm_head rows), gathered from every shard and arranged in vocabulary order into logits_.
+  status sharded_lm_head(int rows);
   status launch_decode_graph(int bucket, const launch_shape& shape);
   /// After the forward pass of a step with grammar masks: waits on this thread for each mask to
   /// be filled or abandoned (an abandoned one allows every token: its token is dropped), stages
@@ -139,6 +149,11 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   std::vector<void*> buffers_;
   float *residual_ = nullptr, *qkv_ = nullptr, *delta_ = nullptr, *gate_up_ = nullptr, *logits_ = nullptr;
   float *partial_o_ = nullptr, *partial_lse_ = nullptr, *kept_logits_ = nullptr;
+  /// Tensor parallel: this shard's logits ([max_rows_][its vocabulary slice], rows packed) and
+  /// every shard's gathered ([shards][max_rows_ * vocab_stride_]); vocab_stride_ is the largest
+  /// slice, so every shard gathers the same count.
+  float *shard_logits_ = nullptr, *gathered_logits_ = nullptr;
+  int vocab_stride_ = 0;
   void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
   void* q16_ = nullptr;              ///< rope's 16-bit scaled q, when the prefill kernel reads it
   moe_ffn moe_;                      ///< the sparse layers' FFN and its buffers (MoE models)

@@ -15,6 +15,7 @@
 #include "gpu/cuda/step/step_inputs.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/cuda/ops/qk_norm.hpp"
+#include "gpu/cuda/parallel/device_collective.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
 #include "gpu/cuda/sampling/sampler.hpp"
 
@@ -104,6 +105,9 @@ void cuda_executor::submit(step_batch batch, done_fn done) {
 
 status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pending_step& p) {
   p.owner = this;
+  // The calling thread's current device becomes this executor's (a tensor-parallel group submits
+  // to each shard's device from that shard's thread).
+  AS_CUDA_TRY(cudaSetDevice(opts_.device));
   const model_config& c = model_->cfg;
   const int V = info_.vocab_size;
   staged_step& st = staged_;
@@ -286,7 +290,16 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     if (qkv16) ra.qkv16 = qkv16_;
   }
   // Batched rows (cuBLAS): o (without a bias) and down add into the residual in the epilogue.
-  const bool add_in_gemm = !fused && !gemm_.uses_gemv(n) && tuning.residual_gemm;
+  // Never under tensor parallelism: there o, down and the experts write partial sums, which are
+  // summed over the shards (all_reduce below) before they join the residual.
+  const bool tp = tensor_parallel();
+  const bool add_in_gemm = !tp && !fused && !gemm_.uses_gemv(n) && tuning.residual_gemm;
+  // Tensor parallel: delta_'s first `rows` rows become the sum of every shard's, on every shard.
+  const auto all_reduce = [&](int rows) -> status {
+    if (!tp) return {};
+    mark(step_op::all_reduce);
+    return opts_.collective->all_reduce_sum(delta_, size_t(rows) * size_t(hidden), stream_);
+  };
   // What add_rmsnorm adds to the residual after the MLP (the down projection's output).
   float* const delta = add_in_gemm ? nullptr : delta_;
   // The last layer of a sampled_only step: attention as a decode of the gathered sampled rows.
@@ -392,11 +405,12 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     } else {
       mark(step_op::o);
       if (auto st = gemm_.run(dt_, attn_, rows_on, attn_width, w.o, hidden, delta_); !st) return st;
+      if (auto st = all_reduce(rows_on); !st) return st;
       mark(step_op::norm);
       AS_CUDA_TRY(add_rmsnorm(dt_, residual, delta_, w.o_bias, w.post_norm, eps, nullptr, rows_on, hidden, x_, stream_));
     }
     // The FFN's output goes into the residual in the down GEMM's epilogue (add_in_gemm), else
-    // into delta_, which the next add_rmsnorm adds.
+    // into delta_, which the next add_rmsnorm adds (tensor parallel: once summed over the shards).
     float* const ffn_out = add_in_gemm ? residual : delta_;
     if (w.experts.router) {  // a sparse layer: the experts' weighted sum goes where down's output would
       mark(step_op::gate_up);
@@ -407,9 +421,10 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
                                 shared_inter_, rows_on, ffn_out, true);
             !st)
           return st;
-      continue;
+    } else if (auto st = dense_mlp(w.gate_up, w.down, inter, rows_on, ffn_out, add_in_gemm); !st) {
+      return st;
     }
-    if (auto st = dense_mlp(w.gate_up, w.down, inter, rows_on, ffn_out, add_in_gemm); !st) return st;
+    if (auto st = all_reduce(rows_on); !st) return st;
   }
   const int rows = shape.sample_rows;
   if (rows == 0) return {};
@@ -418,7 +433,11 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   AS_CUDA_TRY(add_rmsnorm(dt_, residual, delta, nullptr, m.final_norm, eps,
                           shape.sampled_only ? nullptr : sample_row_ids, rows, hidden, x_, stream_));
   mark(step_op::lm_head);
-  if (auto st = gemm_.run(dt_, x_, rows, hidden, m.lm_head, V, logits_); !st) return st;
+  if (tp) {
+    if (auto st = sharded_lm_head(rows); !st) return st;
+  } else if (auto st = gemm_.run(dt_, x_, rows, hidden, m.lm_head, V, logits_); !st) {
+    return st;
+  }
   if (opts_.keep_logits)
     AS_CUDA_TRY(cudaMemcpyAsync(kept_logits_, logits_, size_t(rows) * V * sizeof(float), cudaMemcpyDeviceToDevice,
                                 stream_));
@@ -427,6 +446,23 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   AS_CUDA_TRY(sample_tokens(logits_, rows, V, at<sample_seq>(meta_, layout_.sample_seqs),
                             at<penalty_token>(meta_, layout_.penalties), at<int32_t>(meta_, layout_.masks),
                             grammar_masks_, out_, stream_));
+  return {};
+}
+
+status cuda_executor::sharded_lm_head(int rows) {
+  const shard_plan& plan = *model_->plan;
+  const int hidden = int(model_->cfg.hidden_size), own = int(model_->cfg.vocab_size), V = info_.vocab_size;
+  if (auto st = gemm_.run(dt_, x_, rows, hidden, model_->lm_head, own, shard_logits_); !st) return st;
+  profile_.mark(step_op::all_reduce, stream_);
+  // Every shard sends rows * vocab_stride_ floats (its packed [rows][slice] first, the rest unread).
+  const size_t part = size_t(rows) * size_t(vocab_stride_);
+  if (auto st = opts_.collective->all_gather(shard_logits_, part, gathered_logits_, stream_); !st) return st;
+  for (int64_t s = 0; s < plan.size(); ++s) {
+    const shard_slice vocab = plan.vocab(s);
+    const size_t width = size_t(vocab.size()) * sizeof(float);
+    AS_CUDA_TRY(cudaMemcpy2DAsync(logits_ + vocab.begin, size_t(V) * sizeof(float), gathered_logits_ + s * part,
+                                  width, width, size_t(rows), cudaMemcpyDeviceToDevice, stream_));
+  }
   return {};
 }
 

@@ -189,6 +189,7 @@ mla_weights_f32 upcast_mla(const mla_views& v) {
 moe_weights_f32 upcast_moe(const moe_views& v) {
   moe_weights_f32 m;
   m.router = to_f32(v.router);
+  m.first_expert = v.first_expert;
   for (const auto& e : v.experts) m.experts.push_back(upcast_mlp(e));
   if (v.shared) m.shared = upcast_mlp(*v.shared);
   return m;

@@ -23,6 +23,8 @@ struct mlp_views {
 struct moe_views {
   tensor_view router;                      ///< [num_experts][hidden]
   std::vector<mlp_views> experts;          ///< each of expert_intermediate_size
+  /// The id of experts[0]: 0, unless an expert-parallel shard holds only its range (shard_plan::experts).
+  int64_t first_expert = 0;
   std::optional<mlp_views> shared;         ///< the shared experts as one MLP (DeepSeek-V2)
 };
 

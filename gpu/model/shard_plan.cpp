@@ -77,7 +77,9 @@ shard_slice shard_plan::shared_expert_intermediate(int64_t s) const {
 model_config shard_plan::shard_config(int64_t s) const {
   model_config c = cfg_;
   c.num_heads = q_heads(s).size();
-  if (!cfg_.mla) c.num_kv_heads = kv_heads(s).size();
+  // Latent attention caches one latent for every head; its config keeps num_key_value_heads equal
+  // to the heads (mla_config's rule), so a shard's equals its heads.
+  c.num_kv_heads = cfg_.mla ? c.num_heads : kv_heads(s).size();
   c.intermediate_size = intermediate(s).size();
   if (c.moe) c.moe->expert_intermediate_size = expert_intermediate(s).size();
   c.vocab_size = vocab(s).size();

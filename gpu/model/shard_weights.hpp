@@ -1,8 +1,10 @@
 #pragma once
-/// One tensor-parallel shard's weights in fp32: the slices shard_plan assigns it, cut from the
-/// stored tensors (row slices are upcast alone; a column slice upcasts its tensor, keeps its
-/// columns and drops the rest), so a shard never holds more than its slice. Under expert
-/// parallelism a shard's routed experts are its range of whole experts; the others are not read.
+/// One tensor-parallel shard's weights in fp32: its views as cut by cut_shard_views (the one
+/// slicing rule, shared with the CUDA loader), upcast. Row slices are upcast alone; a column slice
+/// is copied in the stored dtype first, so a shard never holds more than its slice in fp32. A slice
+/// that cuts an FP8 scale block is dequantized from the whole tensor (the CPU computes in fp32).
+/// Under expert parallelism a shard's routed experts are its range of whole experts; the others
+/// are not read.
 #include <cstdint>
 
 #include "gpu/model/model_weights.hpp"

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "config/cli.hpp"
 
@@ -231,7 +232,7 @@ TEST(Cli, VllmFlagsWithoutEffectWarnAndHarmfulValuesAreRefused) {
   EXPECT_FALSE(cl.ok());
 }
 
-TEST(Cli, TensorParallelSizeTakesVllmsSpellingsAndIsRefusedOnCuda) {
+TEST(Cli, TensorParallelSizeTakesVllmsSpellingsOnEveryDevice) {
   auto cl = parse({"serve", "m", "--device", "cpu"});
   ASSERT_TRUE(cl.ok()) << cl.err().message;
   EXPECT_EQ(cl->engine.executor.tensor_parallel_size, 1);
@@ -249,12 +250,33 @@ TEST(Cli, TensorParallelSizeTakesVllmsSpellingsAndIsRefusedOnCuda) {
     ASSERT_FALSE(cl.ok()) << bad;
     EXPECT_NE(cl.err().message.find("--tensor-parallel-size"), std::string::npos) << cl.err().message;
   }
-  cl = parse({"serve", "m", "--device", "cuda", "-tp", "2"});
+  // On CUDA one shard per GPU: how many GPUs are visible is the executor factory's question.
+  for (const char* n : {"1", "2", "8"}) {
+    cl = parse({"serve", "m", "--device", "cuda", "-tp", n});
+    ASSERT_TRUE(cl.ok()) << cl.err().message;
+    EXPECT_EQ(cl->engine.executor.tensor_parallel_size, std::stoi(n));
+  }
+}
+
+TEST(Cli, NcclLibraryTakesAFileAndRefusesAMissingOneNamingIt) {
+  auto cl = parse({"serve", "m"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_TRUE(cl->engine.executor.nccl_library.empty());
+  const std::string file = ::testing::TempDir() + "cli_test_libnccl.so.2";
+  std::FILE* f = std::fopen(file.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fclose(f);
+  cl = parse({"serve", "m", "--nccl-library", file.c_str()});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->engine.executor.nccl_library, file);
+  std::remove(file.c_str());
+  cl = parse({"serve", "m", "--nccl-library", "/no/such/dir/libnccl.so.2"});
   ASSERT_FALSE(cl.ok());
-  EXPECT_NE(cl.err().message.find("--tensor-parallel-size"), std::string::npos) << cl.err().message;
-  EXPECT_NE(cl.err().message.find("multi-GPU execution is not implemented"), std::string::npos) << cl.err().message;
-  cl = parse({"serve", "m", "--device", "cuda", "-tp", "1"});
-  EXPECT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_NE(cl.err().message.find("--nccl-library"), std::string::npos) << cl.err().message;
+  EXPECT_NE(cl.err().message.find("/no/such/dir/libnccl.so.2"), std::string::npos) << cl.err().message;
+  cl = parse({"serve", "m", "--nccl-library", ::testing::TempDir().c_str()});
+  ASSERT_FALSE(cl.ok()) << "a directory is no library";
+  EXPECT_NE(cl.err().message.find("--nccl-library"), std::string::npos) << cl.err().message;
 }
 
 TEST(Cli, EnableExpertParallelIsAFlagOfEveryEngineCommandAndIsRefusedOnCuda) {
@@ -270,10 +292,10 @@ TEST(Cli, EnableExpertParallelIsAFlagOfEveryEngineCommandAndIsRefusedOnCuda) {
     EXPECT_TRUE(cl->engine.executor.enable_expert_parallel) << args.front();
     EXPECT_TRUE(cl->warnings.empty());
   }
-  // On CUDA even one shard is refused: this build drives one GPU.
+  // On CUDA even one shard is refused: its shards split every expert.
   cl = parse({"serve", "m", "--device", "cuda", "--enable-expert-parallel"});
   ASSERT_FALSE(cl.ok());
-  EXPECT_NE(cl.err().message.find("--enable-expert-parallel: expert parallelism spreads the experts over several GPUs"),
+  EXPECT_NE(cl.err().message.find("--enable-expert-parallel: the CUDA executor splits every expert"),
             std::string::npos)
       << cl.err().message;
   EXPECT_NE(cl.err().message.find("--device cpu"), std::string::npos) << cl.err().message;

@@ -26,17 +26,6 @@ engine_config cuda_config(const std::string& model, std::optional<int64_t> num_b
   return cfg;
 }
 
-std::map<int, std::map<int32_t, choice_result>> run_all(engine& e, const std::vector<std::vector<int32_t>>& prompts,
-                                                        const sampling_params& p) {
-  collector c;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    auto st = e.submit(make_request("r" + std::to_string(i), prompts[i], p), c.sink(static_cast<int>(i)));
-    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.err().message);
-  }
-  EXPECT_TRUE(c.wait());
-  return c.results();
-}
-
 class CudaEngine : public ::testing::Test {
  protected:
   void SetUp() override {

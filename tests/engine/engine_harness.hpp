@@ -116,6 +116,18 @@ inline generation_request make_request(std::string id, std::vector<int32_t> prom
   return r;
 }
 
+/// Submits prompts[i] with `p` as request "r<i>" (key i) and waits for every one to end.
+inline std::map<int, std::map<int32_t, choice_result>> run_all(engine& e, const std::vector<std::vector<int32_t>>& prompts,
+                                                               const sampling_params& p) {
+  collector c;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto st = e.submit(make_request("r" + std::to_string(i), prompts[i], p), c.sink(static_cast<int>(i)));
+    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.err().message);
+  }
+  EXPECT_TRUE(c.wait());
+  return c.results();
+}
+
 /// Waits until the pool has no block in use (the last frees travel with one more reservation).
 inline engine_stats wait_idle(engine& e, std::chrono::milliseconds timeout = std::chrono::milliseconds(5000)) {
   const auto until = std::chrono::steady_clock::now() + timeout;

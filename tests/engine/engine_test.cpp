@@ -20,18 +20,6 @@ namespace {
 
 using namespace actors::testing;
 
-std::map<int, std::map<int32_t, choice_result>> run_all(engine& e, const std::vector<std::vector<int32_t>>& prompts,
-                                                        const sampling_params& p) {
-  collector c;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const int key = static_cast<int>(i);
-    auto st = e.submit(make_request("r" + std::to_string(i), prompts[i], p), c.sink(key));
-    EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.err().message);
-  }
-  EXPECT_TRUE(c.wait());
-  return c.results();
-}
-
 /// The scenarios whose outputs must not depend on the model family: dense and mixture-of-experts,
 /// per-head and latent KV caches.
 class engine_model_test : public ::testing::TestWithParam<std::string> {};

@@ -10,6 +10,9 @@
 
 #include "engine_harness.hpp"
 #include "gpu/executor_factory.hpp"
+#ifdef ACTORSERVE_HAS_CUDA
+#include "gpu/cuda/device_info.hpp"
+#endif
 
 namespace actorserve::actors {
 namespace {
@@ -60,7 +63,7 @@ TEST(executor_factory, cuda_support_reads_the_model_and_max_model_len) {
   EXPECT_NE(st.err().message.find("/nonexistent/config.json"), std::string::npos) << st.err().message;
 }
 
-TEST(executor_factory, tensor_parallel_shards_run_on_the_cpu_and_are_refused_on_cuda) {
+TEST(executor_factory, tensor_parallel_shards_run_on_the_cpu_and_need_a_gpu_each_on_cuda) {
   auto cfg = tiny_config();
   cfg.executor.device = device_kind::cpu;
   cfg.executor.tensor_parallel_size = 2;
@@ -71,12 +74,21 @@ TEST(executor_factory, tensor_parallel_shards_run_on_the_cpu_and_are_refused_on_
   ex = gpu::make_executor(cfg);
   ASSERT_FALSE(ex.ok());
   EXPECT_NE(ex.err().message.find("--tensor-parallel-size 3"), std::string::npos) << ex.err().message;
-  cfg.executor.device = device_kind::cuda;
-  cfg.executor.tensor_parallel_size = 2;
-  ex = gpu::make_executor(cfg);
-  ASSERT_FALSE(ex.ok());
-  EXPECT_NE(ex.err().message.find("--tensor-parallel-size"), std::string::npos) << ex.err().message;
-  EXPECT_NE(ex.err().message.find("multi-GPU execution is not implemented"), std::string::npos) << ex.err().message;
+#ifdef ACTORSERVE_HAS_CUDA
+  // One shard per GPU: more shards than visible GPUs are refused naming the flag and the count.
+  const int visible = gpu::cuda::device_count();
+  if (visible < 2) {
+    cfg.executor.device = device_kind::cuda;
+    cfg.executor.tensor_parallel_size = 2;
+    ex = gpu::make_executor(cfg);
+    ASSERT_FALSE(ex.ok());
+    EXPECT_NE(ex.err().message.find("--tensor-parallel-size 2: the CUDA executor runs one shard per GPU"),
+              std::string::npos)
+        << ex.err().message;
+    EXPECT_NE(ex.err().message.find(std::to_string(visible) + " GPU(s) are visible"), std::string::npos)
+        << ex.err().message;
+  }
+#endif
 }
 
 TEST(executor_factory, expert_parallel_shards_run_on_the_cpu_for_moe_models_only) {
@@ -98,7 +110,7 @@ TEST(executor_factory, expert_parallel_shards_run_on_the_cpu_for_moe_models_only
   cfg.executor.tensor_parallel_size = 1;
   ex = gpu::make_executor(cfg);
   ASSERT_FALSE(ex.ok());
-  EXPECT_NE(ex.err().message.find("--enable-expert-parallel: expert parallelism spreads the experts over several GPUs"),
+  EXPECT_NE(ex.err().message.find("--enable-expert-parallel: the CUDA executor splits every expert"),
             std::string::npos)
       << ex.err().message;
 }

@@ -7,6 +7,8 @@
 #include <thread>
 
 #include "engine_harness.hpp"
+#include "gpu/cpu/cpu_executor.hpp"
+#include "gpu/fault_injection.hpp"
 
 namespace actorserve::actors {
 namespace {
@@ -100,6 +102,51 @@ TEST(executor_restart, a_failed_step_restarts_and_greedy_outputs_match_an_undist
   const auto again = run_all(*e, {ps[0]}, greedy(max_tokens), false, nullptr);
   EXPECT_EQ(again.at(0).at(0).tokens, expected.at(0).at(0).tokens);
   EXPECT_EQ(e->stats().executor_restarts, 1);
+}
+
+/// Two tensor-parallel shards of llama-tiny as make_executor groups them for tiny_config, with
+/// the steps `steps` failing in shard 1 only (shard 0 computes them with a partner that reports
+/// failure): the group, not a wrapper around it, has to fail the step and be restarted.
+result<std::unique_ptr<gpu::executor>> group_failing_in_one_shard(std::vector<int64_t> steps) {
+  gpu::cpu_executor_options opts;
+  opts.block_size = 16;
+  opts.num_blocks = 4096;
+  opts.threads = 2;
+  opts.tensor_parallel_size = 2;
+  auto group = gpu::make_cpu_executor_group(actorserve::testing::model_dir("llama-tiny"), opts,
+                                            [&](int64_t rank, std::unique_ptr<gpu::executor> shard) {
+                                              return rank == 1 ? gpu::inject_step_failures(std::move(shard), steps)
+                                                               : std::move(shard);
+                                            });
+  if (!group) return group.err();
+  return std::unique_ptr<gpu::executor>(std::move(group).value());
+}
+
+TEST(executor_restart, a_step_failed_by_one_shard_restarts_the_group_and_greedy_outputs_match) {
+  const auto ps = prompts(32, 13);
+  const int32_t max_tokens = 10;
+  auto calm = start_engine(tiny_config());
+  ASSERT_NE(calm, nullptr);
+  const auto expected = run_all(*calm, ps, greedy(max_tokens), false, nullptr);
+
+  auto cfg = tiny_config();
+  cfg.executor.tensor_parallel_size = 2;
+  auto started = engine::start(cfg, [] { return group_failing_in_one_shard({5}); });
+  ASSERT_TRUE(started.ok()) << started.err().message;
+  auto& e = *started.value();
+  bool saw_unhealthy = false;
+  const auto got = run_all(e, ps, greedy(max_tokens), false, &saw_unhealthy);
+  ASSERT_EQ(got.size(), ps.size());
+  for (size_t i = 0; i < ps.size(); ++i) {
+    const auto& g = got.at(static_cast<int>(i)).at(0);
+    EXPECT_EQ(g.finish, finish_reason::length) << "request " << i;
+    EXPECT_EQ(g.tokens, expected.at(static_cast<int>(i)).at(0).tokens) << "request " << i;
+  }
+  EXPECT_TRUE(saw_unhealthy) << "stats().healthy never went false during the restart";
+  const auto s = wait_idle(e);
+  EXPECT_EQ(s.executor_restarts, 1);
+  EXPECT_EQ(s.kv_blocks_used, 0);
+  EXPECT_TRUE(s.healthy);
 }
 
 TEST(executor_restart, seeded_sampling_continues_with_the_same_tokens) {

@@ -82,16 +82,14 @@ TEST(cascade_attention, shared_prefix_pass_and_merge_equal_one_softmax_over_all_
   }
 }
 
-std::unique_ptr<gpu::cpu_executor> make_executor(const std::string& model, bool cascade, int32_t tp = 1) {
+std::unique_ptr<gpu::executor_group> make_executor(const std::string& model, bool cascade, int32_t tp = 1) {
   gpu::cpu_executor_options opts;
   opts.block_size = 16;
   opts.num_blocks = 256;
   opts.threads = 2;
   opts.tensor_parallel_size = tp;
   opts.cascade_attention = cascade;
-  auto ex = gpu::cpu_executor::create(model_dir(model), opts);
-  EXPECT_TRUE(ex.ok()) << ex.err().message;
-  return ex.ok() ? std::move(ex).value() : nullptr;
+  return make_cpu_group(model_dir(model), opts);
 }
 
 struct step_outcome {
@@ -103,7 +101,7 @@ struct step_outcome {
 /// A chat backend's step sequence: a 300-token system prompt prefilled once (blocks 0-18), then
 /// six sequences continuing from its 18 cached full blocks — the prompt's own and five with user
 /// turns of their own, prefilled in one step — decoding together for `decodes` steps.
-std::vector<step_outcome> shared_prompt_steps(gpu::cpu_executor& ex, int32_t decodes) {
+std::vector<step_outcome> shared_prompt_steps(gpu::executor_group& ex, int32_t decodes) {
   std::mt19937 rng(17);
   const auto vocab = static_cast<uint32_t>(std::min(ex.info().vocab_size, 1000));
   auto tokens = [&](size_t n) {
@@ -120,7 +118,7 @@ std::vector<step_outcome> shared_prompt_steps(gpu::cpu_executor& ex, int32_t dec
     gpu::step_batch b;
     b.seqs = batch;
     step_outcome o;
-    gpu::step_result r = ex.run_step_sync(b, &o.logits);
+    gpu::step_result r = run_group_step(ex, b, &o.logits);
     EXPECT_TRUE(r.outcome.ok()) << r.outcome.err().message;
     for (const auto& t : r.tokens) o.tokens.push_back(t.token_id);
     o.cascade_seqs = r.cascade_seqs;

@@ -4,7 +4,10 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <future>
 
 #include "test_data.hpp"
 
@@ -97,6 +100,28 @@ std::vector<int32_t> block_range(int32_t first, int32_t n) {
   std::vector<int32_t> v(static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = first + i;
   return v;
+}
+
+std::unique_ptr<gpu::executor_group> make_cpu_group(const std::string& model_dir, const gpu::cpu_executor_options& opts) {
+  auto group = gpu::make_cpu_executor_group(model_dir, opts);
+  EXPECT_TRUE(group.ok()) << model_dir << " tp " << opts.tensor_parallel_size << ": " << group.err().message;
+  if (!group.ok()) return nullptr;
+  for (int64_t r = 0; r < group.value()->size(); ++r)
+    dynamic_cast<gpu::cpu_executor&>(group.value()->shard(r)).keep_last_logits(true);
+  return std::move(group).value();
+}
+
+gpu::step_result run_group_step(gpu::executor_group& group, const gpu::step_batch& batch,
+                                std::vector<std::vector<float>>* last_logits) {
+  std::promise<gpu::step_result> done;
+  auto result = done.get_future();
+  group.submit(batch, [&done](gpu::step_result r) { done.set_value(std::move(r)); });
+  if (result.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+    ADD_FAILURE() << "step " << batch.step_id << " did not finish";
+    std::abort();   // `done` still refers to this frame
+  }
+  if (last_logits) *last_logits = dynamic_cast<gpu::cpu_executor&>(group.shard(0)).last_logits();
+  return result.get();
 }
 
 std::string cpu_load_error(const std::string& dir) {

@@ -36,6 +36,15 @@ struct generation {
 generation run_greedy(gpu::cpu_executor& ex, const std::vector<int32_t>& prompt, const std::vector<int32_t>& blocks,
                       int32_t chunk, int32_t num_decode);
 
+/// The CPU executor's shards of `model_dir` as make_cpu_executor groups them (a group of one at
+/// opts.tensor_parallel_size 1), every shard keeping its last logits; fails the test on an error.
+std::unique_ptr<gpu::executor_group> make_cpu_group(const std::string& model_dir, const gpu::cpu_executor_options& opts);
+
+/// Submits `batch` to `group` and waits for its result (failing the test after 60 s); when
+/// `last_logits` is set it receives shard 0's raw logits per sequence of the batch.
+gpu::step_result run_group_step(gpu::executor_group& group, const gpu::step_batch& batch,
+                                std::vector<std::vector<float>>* last_logits = nullptr);
+
 /// The error a CPU executor's start gives for the model directory `dir` (the test fails when it loads).
 std::string cpu_load_error(const std::string& dir);
 

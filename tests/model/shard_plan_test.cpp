@@ -243,6 +243,23 @@ TEST(shard_weights, each_shard_holds_only_its_slices_and_together_they_are_the_m
   }
 }
 
+TEST(shard_plan, a_latent_attention_shard_keeps_one_kv_head_per_head) {
+  // DeepSeek-V2's config has num_key_value_heads equal to the heads (one latent serves them all);
+  // a shard's config keeps that, with its own heads.
+  auto cfg = load_model_config(model_dir("deepseek-v2-tiny"));
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  ASSERT_TRUE(cfg->mla);
+  for (int64_t n : {2, 4}) {
+    auto plan = shard_plan::make(cfg.value(), n);
+    ASSERT_TRUE(plan.ok()) << plan.err().message;
+    for (int64_t s = 0; s < n; ++s) {
+      const model_config sc = plan->shard_config(s);
+      EXPECT_EQ(sc.num_heads, cfg->num_heads / n);
+      EXPECT_EQ(sc.num_kv_heads, sc.num_heads) << n << " shards, shard " << s;
+    }
+  }
+}
+
 /// deepseek-v2-tiny (latent attention, a dense first layer, 4 routed experts and a shared one)
 /// whole and cut over two shards.
 struct two_shards {

@@ -1,5 +1,6 @@
-// Tensor parallelism on the CPU executor: every fixture model split over 2 and 4 shards gives the
-// same greedy tokens as one shard and logits within fp32 summation-order tolerance, with the
+// Tensor parallelism on the CPU executor: every fixture model split over 2 and 4 shard executors
+// (an executor_group, each shard on its own thread, summing through their host_collective) gives
+// the same greedy tokens as one shard and logits within fp32 summation-order tolerance, with the
 // reference prompts batched together, prefilled whole and in chunks; the mixture-of-experts
 // fixtures also with whole experts per shard (expert parallel).
 #include <gtest/gtest.h>
@@ -18,22 +19,22 @@ constexpr double logits_tolerance = 1e-4;   // max |diff| / max |one shard's|, a
 constexpr double margin_noise = 1e-3;       // argmaxes with a smaller top-2 margin may flip
 constexpr int32_t block_size = 16;
 
-std::unique_ptr<gpu::cpu_executor> make(const std::string& model, int32_t tp, bool expert_parallel = false) {
+std::unique_ptr<gpu::executor_group> make(const std::string& model, int32_t tp, bool expert_parallel = false) {
   gpu::cpu_executor_options opts;
   opts.block_size = block_size;
   opts.num_blocks = 256;
   opts.threads = 2;
   opts.tensor_parallel_size = tp;
   opts.expert_parallel = expert_parallel;
-  auto ex = gpu::cpu_executor::create(model_dir(model), opts);
-  EXPECT_TRUE(ex.ok()) << model << " tp " << tp << (expert_parallel ? " ep" : "") << ": " << ex.err().message;
-  return ex.ok() ? std::move(ex).value() : nullptr;
+  auto group = make_cpu_group(model_dir(model), opts);
+  EXPECT_TRUE(group) << model << " tp " << tp << (expert_parallel ? " ep" : "");
+  return group;
 }
 
 /// Runs every reference case as one sequence of a shared batch: prompts in chunks of `chunk`
 /// tokens (0: whole), then the reference's greedy tokens fed back one per step. Returns, per case,
 /// the logits after its prompt and after each fed token.
-std::vector<std::vector<std::vector<float>>> forced_logits(gpu::cpu_executor& ex,
+std::vector<std::vector<std::vector<float>>> forced_logits(gpu::executor_group& ex,
                                                            const std::vector<reference_case>& cases, int32_t chunk) {
   std::vector<std::vector<std::vector<float>>> out(cases.size());
   std::vector<std::vector<int32_t>> blocks;
@@ -69,7 +70,7 @@ std::vector<std::vector<std::vector<float>>> forced_logits(gpu::cpu_executor& ex
     }
     if (in_batch.empty()) break;
     std::vector<std::vector<float>> logits;
-    gpu::step_result r = ex.run_step_sync(b, &logits);
+    gpu::step_result r = run_group_step(ex, b, &logits);
     EXPECT_TRUE(r.outcome.ok()) << r.outcome.err().message;
     if (!r.outcome.ok()) return out;
     for (size_t i = 0; i < in_batch.size(); ++i)
@@ -173,7 +174,7 @@ TEST(tensor_parallel, sizes_that_do_not_divide_the_heads_are_refused_naming_the_
     opts.num_blocks = 16;
     opts.threads = 1;
     opts.tensor_parallel_size = 3;
-    auto ex = gpu::cpu_executor::create(model_dir(model), opts);
+    auto ex = gpu::make_cpu_executor(model_dir(model), opts);
     ASSERT_FALSE(ex.ok()) << model;
     EXPECT_NE(ex.err().message.find("--tensor-parallel-size 3"), std::string::npos) << ex.err().message;
     EXPECT_NE(ex.err().message.find("4 attention heads"), std::string::npos) << ex.err().message;
@@ -187,7 +188,7 @@ TEST(expert_parallel, is_refused_for_a_model_without_experts_naming_the_flag) {
     opts.threads = 1;
     opts.tensor_parallel_size = tp;
     opts.expert_parallel = true;
-    auto ex = gpu::cpu_executor::create(model_dir("llama-tiny"), opts);
+    auto ex = gpu::make_cpu_executor(model_dir("llama-tiny"), opts);
     ASSERT_FALSE(ex.ok()) << "tp " << tp;
     EXPECT_NE(ex.err().message.find("--enable-expert-parallel"), std::string::npos) << ex.err().message;
     EXPECT_NE(ex.err().message.find("LlamaForCausalLM has no routed experts"), std::string::npos) << ex.err().message;

@@ -17,6 +17,7 @@
 #include "gpu/model/load_progress.hpp"
 #include "gpu/model/model_weights.hpp"
 #include "gpu/model/rope.hpp"
+#include "gpu/model/shard_views.hpp"
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
@@ -299,10 +300,16 @@ result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dt
 
 result<std::unique_ptr<device_model>> load_device_model(const std::string& model_dir, dtype_choice choice,
                                                         bool quantize_fp8, cudaStream_t stream,
-                                                        const weight_source& source) {
+                                                        const weight_source& source, int rank, int num_shards) {
   auto files = open_model_files(model_dir, source);
   if (!files) return files.err();
-  const model_config& cfg = files->config;
+  auto plan = shard_plan::make(files->config, num_shards);
+  if (!plan) return plan.err();
+  if (rank < 0 || rank >= num_shards)
+    return make_error(error_code::invalid_argument, fmt::format("shard {} of {} does not exist", rank, num_shards));
+  auto shard = cut_shard_views(files->views, plan.value(), rank);
+  if (!shard) return shard.err();
+  const model_config cfg = plan->shard_config(rank);
   auto dt = resolve_dtype(choice, cfg.torch_dtype);
   if (!dt) return dt.err();
   if (cfg.head_dim % 8 != 0 || cfg.head_dim > 256)
@@ -318,10 +325,12 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
     // The grouped expert GEMM reads its operands 8 elements (16 bytes) at a time.
     if (cfg.hidden_size % 8 != 0 || moe.expert_intermediate_size % 8 != 0)
       return make_error(error_code::unsupported,
-                        fmt::format("{}/config.json: hidden_size {} and the experts' intermediate size {} "
+                        fmt::format("{}/config.json: hidden_size {} and the experts' intermediate size {}{} "
                                     "(moe_intermediate_size, or intermediate_size for Mixtral) must be multiples of 8 "
                                     "for the CUDA executor's expert GEMMs", model_dir, cfg.hidden_size,
-                                    moe.expert_intermediate_size));
+                                    moe.expert_intermediate_size,
+                                    num_shards > 1 ? fmt::format(" per shard at --tensor-parallel-size {}", num_shards)
+                                                   : std::string()));
     if (moe.top_k > moe_max_top_k || moe.num_experts > moe_max_experts)
       return make_error(error_code::unsupported,
                         fmt::format("{}/config.json: num_experts_per_tok {} over {} experts; the CUDA executor "
@@ -330,6 +339,11 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
   }
   // An FP8 checkpoint loads as it is under --quantization fp8, as on the CPU.
   quantize_fp8 = quantize_fp8 && !cfg.quantization;
+  if (quantize_fp8 && num_shards > 1)
+    return make_error(error_code::unsupported,
+                      fmt::format("--quantization fp8: per-row scales are computed over whole weights, which the CUDA "
+                                  "executor does at --tensor-parallel-size 1 only, not {} (FP8 checkpoints shard)",
+                                  num_shards));
   if (quantize_fp8 && cfg.moe)
     return make_error(error_code::unsupported,
                       fmt::format("{}: --quantization fp8 rounds the dense layers only on the CUDA executor, and this "
@@ -340,17 +354,23 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
                       fmt::format("{}/config.json: rope_type dynamic is not supported by the CUDA executor", model_dir));
   auto m = std::make_unique<device_model>();
   m->cfg = cfg;
+  m->plan = plan.value();
+  m->rank = rank;
   m->dt = *dt;
   log::info("loading {} ({} layers) onto the GPU as {}", model_dir, cfg.num_layers,
             *dt == act_dtype::bf16 ? "bfloat16" : "float16");
-  load_progress progress(files->store.total_bytes(), load_progress::stderr_output());
+  // A shard reads its slices and the whole embedding table.
+  const uint64_t read_bytes = num_shards == 1 ? files->store.total_bytes()
+                                              : shard->total_bytes() - shard->views.embed_tokens.num_bytes() +
+                                                    files->views.embed_tokens.num_bytes();
+  load_progress progress(read_bytes, load_progress::stderr_output());
   uploader up(*m, stream, progress);
-  const model_weight_views& v = files->views;
-  auto embed = up.matrix({&v.embed_tokens});
+  const model_weight_views& v = shard->views;
+  auto embed = up.matrix({&files->views.embed_tokens});
   if (!embed) return embed.err();
   m->embed = *embed;
-  if (v.lm_head_tied) {
-    m->lm_head = m->embed;
+  if (v.lm_head_tied) {  // the shard's vocabulary rows of the replicated table
+    m->lm_head = static_cast<char*>(m->embed) + size_t(plan->vocab(rank).begin) * size_t(cfg.hidden_size) * act_size(*dt);
   } else {
     auto head = up.matrix({&v.lm_head});
     if (!head) return head.err();
@@ -377,8 +397,9 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
     auto o = up.weight({&lv.o_proj}, quantize_fp8);
     if (!o) return o.err();
     d.o = *o;
-    if (lv.o_bias) {
-      auto b = up.vector({&*lv.o_bias});
+    // Every shard adds the whole bias once, after the all-reduce of o_proj's partial sums.
+    if (const std::optional<tensor_view>& o_bias = files->views.layers[i].o_bias) {
+      auto b = up.vector({&*o_bias});
       if (!b) return b.err();
       d.o_bias = *b;
     }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "gpu/cuda/moe/moe_ffn.hpp"
 #include "gpu/cuda/tuning.hpp"
 #include "gpu/model/dummy_weights.hpp"
+#include "gpu/model/shard_plan.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -38,7 +40,7 @@ struct device_layer {
   device_mla mla;               ///< a latent-attention layer's projections (act dtype)
   float* qkv_bias = nullptr;    ///< [(H + 2*KVH) * D] or null
   device_weight o;              ///< [hidden][H * D] (latent attention: [hidden][H * v_head_dim])
-  float* o_bias = nullptr;      ///< [hidden] or null
+  float* o_bias = nullptr;      ///< [hidden] or null; whole on every shard (added after the all-reduce)
   device_weight gate_up;        ///< [2 * inter][hidden], gate rows first; null in a sparse layer
   device_weight down;           ///< [hidden][inter]; null in a sparse layer
   device_experts experts;       ///< a sparse layer's router and experts
@@ -58,10 +60,15 @@ class device_model {
   device_model& operator=(const device_model&) = delete;
   ~device_model();
 
+  /// This shard's view of the model (shard_plan::shard_config): its heads, KV heads,
+  /// intermediate sizes and vocabulary slice; the whole model's config at one shard.
   model_config cfg;
+  /// The split over --tensor-parallel-size shards (one shard: the whole model) and this shard's rank.
+  std::optional<shard_plan> plan;
+  int rank = 0;
   act_dtype dt = act_dtype::bf16;
-  void* embed = nullptr;        ///< [vocab][hidden]
-  void* lm_head = nullptr;      ///< [vocab][hidden]; == embed when tied
+  void* embed = nullptr;        ///< [whole vocab][hidden]: replicated on every shard
+  void* lm_head = nullptr;      ///< [cfg.vocab_size][hidden], the shard's vocabulary rows; inside embed when tied
   float* final_norm = nullptr;
   float* inv_freq = nullptr;    ///< [head_dim / 2] (MLA: [qk_rope_head_dim / 2])
   /// What rope multiplies cos and sin with: YaRN's attention factor, 1 for the other rope kinds.
@@ -93,10 +100,14 @@ result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dt
 /// dtype. `quantize_fp8` (--quantization fp8): dense layers' float weights are rounded to E4M3
 /// with one scale per output row on the device (fp8_quantize_rows), as quantize_rows_e4m3 rounds
 /// them on the CPU, and stored so; generated ones (`source`, --load-format dummy) are filled on
-/// the device first and rounded the same way.
+/// the device first and rounded the same way. Tensor parallel (`num_shards` > 1): the shard
+/// `rank`'s slices (cut_shard_views; a slice that cuts an FP8 scale block is refused naming
+/// --tensor-parallel-size), its config, the whole embedding table (replicated: every shard embeds
+/// every token, no exchange) and o_proj's whole bias on every shard.
 result<std::unique_ptr<device_model>> load_device_model(const std::string& model_dir, dtype_choice choice,
                                                         bool quantize_fp8, cudaStream_t stream,
-                                                        const weight_source& source = {});
+                                                        const weight_source& source = {}, int rank = 0,
+                                                        int num_shards = 1);
 
 /// Row counts up to which gemm_runner uses the hand-written GEMV (gemv_kernel.hpp) rather than
 /// cuBLAS by default: at m = 1 the GEMV launched programmatically ties or beats cuBLAS on every

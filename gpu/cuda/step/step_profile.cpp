@@ -19,6 +19,7 @@ const char* const kNames[kOps] = {"step inputs (copies)",
                                   "gate_up gemm",
                                   "silu_and_mul",
                                   "down gemm",
+                                  "all-reduce / gather (tensor parallel)",
                                   "lm_head gemm",
                                   "sample",
                                   "step outputs (copies)"};
