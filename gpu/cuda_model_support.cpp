@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace actorserve::gpu {
 
 status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) {
@@ -44,6 +46,12 @@ status check_cuda_fp8_options(const model_config& cfg, kv_cache_layout layout, b
                                   "with --device cpu (docs/fp8.md)",
                                   cfg.head_dim, group));
   return {};
+}
+
+int64_t dense_mlp_width(const model_config& cfg, int64_t shared_width) {
+  bool dense_layer = false;
+  for (int64_t l = 0; l < cfg.num_layers && !dense_layer; ++l) dense_layer = !cfg.is_sparse_layer(l);
+  return std::max(dense_layer ? cfg.intermediate_size : int64_t{0}, shared_width);
 }
 
 }  // namespace actorserve::gpu

@@ -24,4 +24,12 @@ status check_cuda_model_support(const model_config& cfg, int64_t max_model_len);
 /// cuda_model.hpp).
 status check_cuda_fp8_options(const model_config& cfg, kv_cache_layout layout, bool kv_cache_fp8);
 
+/// Columns of the widest dense MLP the CUDA executor computes for `cfg`: intermediate_size when
+/// some decoder layer has a dense MLP, else 0 (every layer sparse: Mixtral, most Qwen3-MoE), and
+/// at least `shared_width` (DeepSeek-V2's shared experts run as a dense MLP beside the routed
+/// ones). The executor sizes its gate/up and SiLU buffers from it (3 x width values per batched
+/// token: about 9 GB at Mixtral's 14,336 columns and 65,536 tokens), so a model whose layers are
+/// all sparse leaves that memory to the KV cache.
+int64_t dense_mlp_width(const model_config& cfg, int64_t shared_width);
+
 }  // namespace actorserve::gpu

@@ -276,7 +276,7 @@ int64_t model_shape::num_active_parameters() const {
 }
 
 std::vector<std::string> preset_names() {
-  return {"llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2-7b", "mixtral-8x7b", "qwen3-30b-a3b",
+  return {"llama-2-7b", "llama-2-13b", "llama-3-8b", "llama-3-70b", "mistral-7b", "qwen2-7b", "mixtral-8x7b", "qwen3-30b-a3b",
           "deepseek-v2-lite", "tiny", "tiny-moe", "tiny-mixtral", "deepseek-tiny"};
 }
 
@@ -284,6 +284,9 @@ result<model_shape> preset_shape(const std::string& name) {
   if (name == "llama-2-7b") return llama(32000, 4096, 11008, 32, 32, 32, 4096, 10000.0);
   if (name == "llama-2-13b") return llama(32000, 5120, 13824, 40, 40, 40, 4096, 10000.0);
   if (name == "llama-3-8b") return llama(128256, 4096, 14336, 32, 32, 8, 8192, 500000.0);
+  // 70.6 B parameters (141 GB in bf16): tensor parallelism's model (docs/tensor-parallel.md);
+  // written with --config-only and run with --load-format dummy where its weights do not fit a disk.
+  if (name == "llama-3-70b") return llama(128256, 8192, 28672, 80, 64, 8, 8192, 500000.0);
   if (name == "mistral-7b") {
     model_shape s = llama(32000, 4096, 14336, 32, 32, 8, 32768, 10000.0);
     s.architecture = "MistralForCausalLM";

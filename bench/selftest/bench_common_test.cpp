@@ -65,6 +65,10 @@ TEST(RandomModel, PresetsCarryTheRealShapes) {
   EXPECT_EQ(l3.num_parameters(), 8030261248);  // Meta-Llama-3-8B's published parameter count
   auto l2 = preset_shape("llama-2-7b").value();
   EXPECT_EQ(l2.num_parameters(), 6738415616);  // Llama-2-7b-hf
+  auto l70 = preset_shape("llama-3-70b").value();
+  EXPECT_EQ(l70.num_heads, 64);
+  EXPECT_EQ(l70.num_kv_heads, 8);
+  EXPECT_EQ(l70.num_parameters(), 70553706496);  // Meta-Llama-3-70B's published parameter count
   EXPECT_FALSE(preset_shape("gpt-5").ok());
 }
 

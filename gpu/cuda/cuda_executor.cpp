@@ -137,7 +137,7 @@ status cuda_executor::load(const std::string& model_dir, const cuda_executor_opt
                                 : std::string());
   }
   if (c.moe) shared_inter_ = static_cast<int>(model_->plan->shared_expert_intermediate(model_->rank).size());
-  ffn_width_ = std::max(static_cast<int>(c.intermediate_size), shared_inter_);
+  ffn_width_ = static_cast<int>(dense_mlp_width(c, shared_inter_));
   if (auto st = allocate_buffers(); !st) return st;
   for (host_slot& s : slots_) {
     AS_CUDA_TRY(cudaEventCreate(&s.start));

@@ -144,7 +144,7 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   int max_tokens_ = 0, max_rows_ = 0, max_partials_ = 0, max_blocks_per_seq_ = 0;
   int qkv_width_ = 0;
   int shared_inter_ = 0;             ///< the shared experts' MLP width (DeepSeek-V2); 0 without
-  int ffn_width_ = 0;                ///< the widest dense MLP: intermediate_size or shared_inter_
+  int ffn_width_ = 0;                ///< the widest dense MLP (dense_mlp_width): 0 when every layer is sparse
   // Device buffers.
   std::vector<void*> buffers_;
   float *residual_ = nullptr, *qkv_ = nullptr, *delta_ = nullptr, *gate_up_ = nullptr, *logits_ = nullptr;

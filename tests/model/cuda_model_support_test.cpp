@@ -132,5 +132,27 @@ TEST(cuda_model_support, refuses_the_fp8_kv_cache_where_no_kernel_reads_it) {
              {"--kv-cache-dtype fp8", "head_dim 16", "--kv-cache-dtype auto", "--device cpu"});
 }
 
+int64_t dense_width(const std::string& model, int64_t shared_width = 0) {
+  auto cfg = load_model_config(model_dir(model));
+  EXPECT_TRUE(cfg.ok()) << (cfg.ok() ? "" : cfg.err().message);
+  return cfg.ok() ? gpu::dense_mlp_width(cfg.value(), shared_width) : -1;
+}
+
+TEST(cuda_model_support, dense_mlp_buffers_are_as_wide_as_the_dense_mlps_that_run) {
+  // Dense models and MoE models with a dense layer (Qwen3-MoE's mlp_only_layers, its
+  // decoder_sparse_step, DeepSeek-V2's first_k_dense_replace) need intermediate_size.
+  EXPECT_EQ(dense_width("llama-tiny"), 172);
+  EXPECT_EQ(dense_width("qwen3-moe-tiny"), 128);    // mlp_only_layers [1]
+  EXPECT_EQ(dense_width("qwen3-moe-bf16"), 256);    // decoder_sparse_step 2: layers 0 and 2 dense
+  EXPECT_EQ(dense_width("deepseek-v2-tiny"), 128);  // first_k_dense_replace 1
+  // Every layer sparse: no dense MLP runs, so none is sized (Mixtral's 14,336 columns would
+  // hold gigabytes of activations at large batched-token budgets).
+  EXPECT_EQ(dense_width("mixtral-tiny"), 0);
+  EXPECT_EQ(dense_width("mixtral-bf16"), 0);
+  // The shared experts' MLP runs in every sparse layer: at least its width.
+  EXPECT_EQ(dense_width("mixtral-tiny", 96), 96);
+  EXPECT_EQ(dense_width("deepseek-v2-tiny", 512), 512);
+}
+
 }  // namespace
 }  // namespace actorserve::testing
