@@ -271,7 +271,11 @@ status cuda_executor::allocate_buffers() {
 
 status cuda_executor::ensure_meta_capacity(host_slot& slot, size_t bytes) {
   if (slot.meta_capacity >= bytes) return {};
-  if (slot.meta) cudaFreeHost(slot.meta);
+  // NOTE: cudaFreeHost waits for the whole device. A tensor-parallel shard keeps its outgrown
+  // staging until it is destroyed: on a GPU that shards share, that wait would meet another
+  // shard's collective kernel, which waits for this shard's next step (the one staged here).
+  if (slot.meta && tensor_parallel()) retired_meta_.push_back(slot.meta);
+  else if (slot.meta) cudaFreeHost(slot.meta);
   slot.meta = nullptr;
   const size_t cap = std::max(bytes, slot.meta_capacity * 2);
   AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&slot.meta), cap, cudaHostAllocDefault));
@@ -395,6 +399,7 @@ cuda_executor::~cuda_executor() {
   if (stream_) cudaStreamSynchronize(stream_);
   if (const std::string profile = profile_.report(); !profile.empty()) fmt::print(stderr, "{}", profile);
   for (auto& [bucket, g] : graphs_) cudaGraphExecDestroy(g);
+  for (char* meta : retired_meta_) cudaFreeHost(meta);
   for (host_slot& s : slots_) {
     if (s.meta) cudaFreeHost(s.meta);
     if (s.out) cudaFreeHost(s.out);

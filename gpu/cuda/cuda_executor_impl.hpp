@@ -176,6 +176,8 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   int num_caches_ = 0;               ///< caches in the pool: 2 per layer (K, V), or 1 (latent)
   // Staging and completion.
   host_slot slots_[2];
+  /// Tensor parallel: outgrown pinned staging, freed with the executor (ensure_meta_capacity).
+  std::vector<char*> retired_meta_;
   int next_slot_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
