@@ -147,6 +147,7 @@ status cuda_executor::load(const std::string& model_dir, const cuda_executor_opt
   }
   for (cudaEvent_t& e : end_marks_) AS_CUDA_TRY(cudaEventCreate(&e));
   worker_ = std::thread([this] { worker_loop(); });
+  if (tensor_parallel()) launcher_ = std::thread([this] { launcher_loop(); });
   return {};
 }
 
@@ -389,6 +390,14 @@ status cuda_executor::plan_memory(const std::function<bool()>& before_step) {
 
 cuda_executor::~cuda_executor() {
   (void)cudaSetDevice(opts_.device);  // frees this executor's device memory from any thread
+  if (launcher_.joinable()) {  // the queued steps launch (and then complete) first
+    {
+      std::lock_guard lock(launch_mu_);
+      launcher_stopping_ = true;
+    }
+    launch_cv_.notify_all();
+    launcher_.join();
+  }
   {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return pending_.empty(); });
