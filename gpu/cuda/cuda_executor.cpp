@@ -147,6 +147,7 @@ status cuda_executor::load(const std::string& model_dir, const cuda_executor_opt
   }
   for (cudaEvent_t& e : end_marks_) AS_CUDA_TRY(cudaEventCreate(&e));
   worker_ = std::thread([this] { worker_loop(); });
+  if (tensor_parallel()) launcher_ = std::thread([this] { launcher_loop(); });
   return {};
 }
 
@@ -271,7 +272,11 @@ status cuda_executor::allocate_buffers() {
 
 status cuda_executor::ensure_meta_capacity(host_slot& slot, size_t bytes) {
   if (slot.meta_capacity >= bytes) return {};
-  if (slot.meta) cudaFreeHost(slot.meta);
+  // NOTE: cudaFreeHost waits for the whole device. A tensor-parallel shard keeps its outgrown
+  // staging until it is destroyed: on a GPU that shards share, that wait would meet another
+  // shard's collective kernel, which waits for this shard's next step (the one staged here).
+  if (slot.meta && tensor_parallel()) retired_meta_.push_back(slot.meta);
+  else if (slot.meta) cudaFreeHost(slot.meta);
   slot.meta = nullptr;
   const size_t cap = std::max(bytes, slot.meta_capacity * 2);
   AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&slot.meta), cap, cudaHostAllocDefault));
@@ -385,6 +390,14 @@ status cuda_executor::plan_memory(const std::function<bool()>& before_step) {
 
 cuda_executor::~cuda_executor() {
   (void)cudaSetDevice(opts_.device);  // frees this executor's device memory from any thread
+  if (launcher_.joinable()) {  // the queued steps launch (and then complete) first
+    {
+      std::lock_guard lock(launch_mu_);
+      launcher_stopping_ = true;
+    }
+    launch_cv_.notify_all();
+    launcher_.join();
+  }
   {
     std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return pending_.empty(); });
@@ -395,6 +408,7 @@ cuda_executor::~cuda_executor() {
   if (stream_) cudaStreamSynchronize(stream_);
   if (const std::string profile = profile_.report(); !profile.empty()) fmt::print(stderr, "{}", profile);
   for (auto& [bucket, g] : graphs_) cudaGraphExecDestroy(g);
+  for (char* meta : retired_meta_) cudaFreeHost(meta);
   for (host_slot& s : slots_) {
     if (s.meta) cudaFreeHost(s.meta);
     if (s.out) cudaFreeHost(s.out);

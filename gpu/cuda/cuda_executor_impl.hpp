@@ -132,6 +132,10 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   status enqueue_grammar_sampling(const staged_step& st, host_slot& slot, int rows);
   void finish(pending_step& p);
   void worker_loop();
+  /// Stages and enqueues one step on the calling thread (submit's work; a shard's launcher's).
+  void launch_step(step_batch batch, done_fn done);
+  /// Tensor parallel: launches the queued steps in order on this shard's own thread.
+  void launcher_loop();
 
   cuda_executor_options opts_;
   executor_info info_;
@@ -176,6 +180,8 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   int num_caches_ = 0;               ///< caches in the pool: 2 per layer (K, V), or 1 (latent)
   // Staging and completion.
   host_slot slots_[2];
+  /// Tensor parallel: outgrown pinned staging, freed with the executor (ensure_meta_capacity).
+  std::vector<char*> retired_meta_;
   int next_slot_ = 0;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -183,6 +189,15 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   bool stopping_ = false;
   std::thread worker_;
   std::mutex submit_mu_;
+  // Tensor parallel: submit queues the step and the launcher thread stages and enqueues it. A
+  // step's host calls may block until the device has run earlier work (a full launch queue, an
+  // NCCL call waiting for its peers), which on a shard waits for the other shards' collectives:
+  // one thread that enqueued every shard's step in turn (executor_group's) would deadlock.
+  std::thread launcher_;
+  std::mutex launch_mu_;                ///< guards launch_queue_ and launcher_stopping_
+  std::condition_variable launch_cv_;
+  std::deque<std::pair<step_batch, done_fn>> launch_queue_;
+  bool launcher_stopping_ = false;
   mutable std::mutex logits_mu_;
   std::vector<std::vector<float>> last_logits_;
   // Idle accounting: an end mark per launched step (a ring: a step's finish reads the mark of the

@@ -69,6 +69,27 @@ work_list_at last_layer_work(const meta_layout& L) {
 }  // namespace
 
 void cuda_executor::submit(step_batch batch, done_fn done) {
+  if (!tensor_parallel()) return launch_step(std::move(batch), std::move(done));
+  {
+    std::lock_guard lock(launch_mu_);
+    launch_queue_.emplace_back(std::move(batch), std::move(done));
+  }
+  launch_cv_.notify_all();
+}
+
+void cuda_executor::launcher_loop() {
+  for (;;) {
+    std::unique_lock lock(launch_mu_);
+    launch_cv_.wait(lock, [&] { return launcher_stopping_ || !launch_queue_.empty(); });
+    if (launch_queue_.empty()) return;  // stopping, every queued step launched
+    auto [batch, done] = std::move(launch_queue_.front());
+    launch_queue_.pop_front();
+    lock.unlock();
+    launch_step(std::move(batch), std::move(done));
+  }
+}
+
+void cuda_executor::launch_step(step_batch batch, done_fn done) {
   std::lock_guard submit_lock(submit_mu_);
   const int slot_index = next_slot_;
   next_slot_ ^= 1;

@@ -43,6 +43,7 @@ __device__ bool wait_flag(const uint32_t* flag, uint32_t epoch, control_block* c
       since = now;
     } else if (now - since > timeout_ns) {
       c->timed_out = 1;
+      __threadfence_system();  // seen before abort: a host that sees the abort sees why
       c->abort = 1;
       __threadfence_system();
       return false;

@@ -25,7 +25,8 @@ class device_collective {
   /// out[size()][n] (fp32) = every rank's `part[n]`, in rank order, enqueued on `stream`.
   virtual status all_gather(const float* part, size_t n, float* out, cudaStream_t stream) = 0;
   /// Ends collectives that wait for a rank that failed (ncclCommAbort; the one-shot kernel's
-  /// abort flag), so the other ranks' streams finish with an error instead of hanging. Any thread.
+  /// abort flag), so the other ranks' streams finish with an error instead of hanging. Any thread;
+  /// never waits for a rank (it runs in the abort hook of a group whose shards still live).
   virtual void abort() = 0;
   /// A failure of collectives already enqueued, known once the stream's work has run: the abort,
   /// a wait that timed out (the one-shot kernel), NCCL's asynchronous error. A shard checks it

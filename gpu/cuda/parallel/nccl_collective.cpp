@@ -2,31 +2,60 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <set>
+#include <thread>
 
 namespace actorserve::gpu::cuda {
 
-/// NOTE: each rank's mutex orders its enqueues against abort(): ncclCommAbort frees the
-/// communicator, so no call may be inside NCCL with it then. abort() takes the ranks' mutexes one
-/// at a time, never two at once, and an enqueue holds only its own: no lock order to break.
+/// NOTE: abort() never waits. ncclCommAbort sets the communicator's abort flag first (the
+/// kernels in flight return) and then frees it, which waits until every CUDA graph that
+/// captured one of its collectives is destroyed (NCCL 2.26 and newer). The shards own those
+/// graphs and destroy them after the group's abort, so a caller that waited there (the group's
+/// abort hook, a shard's failed start) would hang; each rank's abort runs on its own thread,
+/// joined when the last rank object is gone (after the shards and their graphs).
+/// Each rank's mutex orders its calls into NCCL against its abort: the abort thread takes it
+/// before ncclCommAbort (which frees the communicator) and `aborted`, set before the abort
+/// threads start, keeps every later call off the communicator. No lock is held while
+/// ncclCommAbort runs, so a rank's async_error() answers at once. ncclCommDestroy is an
+/// intra-node collective: the ranks' destroys run together, one thread each.
 struct nccl_collective::group_state {
   struct rank_slot {
-    std::mutex mutex;  ///< guards comm and aborted
+    std::mutex mutex;  ///< held by a call into NCCL on comm
     ncclComm_t comm = nullptr;
-    bool aborted = false;
   };
   const nccl_library* lib = nullptr;
   std::vector<std::unique_ptr<rank_slot>> ranks;
+  std::atomic<bool> aborted{false};
+  std::mutex abort_mu;                   ///< guards aborters
+  std::vector<std::thread> aborters;     ///< one per rank once aborted
+
+  ~group_state() {
+    {
+      std::lock_guard lock(abort_mu);
+      if (aborters.empty()) {  // never aborted: destroy every rank's communicator together
+        for (auto& slot : ranks)
+          aborters.emplace_back([fn = lib->fn.comm_destroy, comm = slot->comm] { fn(comm); });
+      }
+    }
+    for (std::thread& t : aborters) t.join();
+  }
+
+  void abort_all() {
+    std::lock_guard lock(abort_mu);
+    if (aborted.exchange(true)) return;
+    for (auto& slot : ranks)
+      aborters.emplace_back([fn = lib->fn.comm_abort, s = slot.get()] {
+        { std::lock_guard wait_for_call(s->mutex); }  // a call into NCCL in flight returns first
+        fn(s->comm);
+      });
+  }
 };
 
 nccl_collective::nccl_collective(std::shared_ptr<group_state> group, int rank)
     : group_(std::move(group)), rank_(rank) {}
 
-nccl_collective::~nccl_collective() {
-  auto& slot = *group_->ranks[rank_];
-  std::lock_guard lock(slot.mutex);
-  if (!slot.aborted) group_->lib->fn.comm_destroy(slot.comm);
-}
+nccl_collective::~nccl_collective() = default;
 
 int nccl_collective::size() const { return static_cast<int>(group_->ranks.size()); }
 
@@ -34,7 +63,7 @@ template <class Op>
 status nccl_collective::enqueue(const char* what, Op&& op) {
   auto& slot = *group_->ranks[rank_];
   std::lock_guard lock(slot.mutex);
-  if (slot.aborted) return make_error(error_code::cancelled, fmt::format("{}: the NCCL group was aborted", what));
+  if (group_->aborted) return make_error(error_code::cancelled, fmt::format("{}: the NCCL group was aborted", what));
   if (auto st = pending_error(slot.comm); !st) return st;
   return group_->lib->check(op(slot.comm), what);
 }
@@ -55,19 +84,12 @@ status nccl_collective::all_gather(const float* part, size_t n, float* out, cuda
   });
 }
 
-void nccl_collective::abort() {
-  for (auto& slot : group_->ranks) {
-    std::lock_guard lock(slot->mutex);
-    if (slot->aborted) continue;
-    slot->aborted = true;
-    group_->lib->fn.comm_abort(slot->comm);
-  }
-}
+void nccl_collective::abort() { group_->abort_all(); }
 
 status nccl_collective::async_error() {
   auto& slot = *group_->ranks[rank_];
   std::lock_guard lock(slot.mutex);
-  if (slot.aborted) return make_error(error_code::cancelled, "the NCCL group was aborted");
+  if (group_->aborted) return make_error(error_code::cancelled, "the NCCL group was aborted");
   return pending_error(slot.comm);
 }
 

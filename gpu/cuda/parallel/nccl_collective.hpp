@@ -14,8 +14,11 @@ class nccl_collective final : public device_collective {
  public:
   struct group_state;  ///< the communicators of the group (abort ends all of them)
   nccl_collective(std::shared_ptr<group_state> group, int rank);
-  /// ncclCommDestroy (waits for the collectives in flight); nothing after an abort. The caller
-  /// synchronises the rank's stream first.
+  /// The last rank object of the group destroys every rank's communicator together
+  /// (ncclCommDestroy, an intra-node collective, one thread per rank; it waits for the
+  /// collectives in flight), or, after an abort, waits for the aborts to end. The caller
+  /// synchronises the ranks' streams and destroys the CUDA graphs that captured their collectives
+  /// first: NCCL frees no communicator while such a graph lives.
   ~nccl_collective() override;
   nccl_collective(const nccl_collective&) = delete;
   nccl_collective& operator=(const nccl_collective&) = delete;
@@ -24,7 +27,9 @@ class nccl_collective final : public device_collective {
   int size() const override;
   status all_reduce_sum(float* buf, size_t n, cudaStream_t stream) override;
   status all_gather(const float* part, size_t n, float* out, cudaStream_t stream) override;
-  /// ncclCommAbort of every rank's communicator (the group's), once.
+  /// ncclCommAbort of every rank's communicator (the group's), once, each on its own thread:
+  /// returns at once (the kernels in flight return once the abort flags are set; the frees wait
+  /// for the graphs that captured the collectives), and every later call is refused.
   void abort() override;
   status async_error() override;
 
