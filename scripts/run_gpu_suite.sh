@@ -10,11 +10,19 @@ mkdir -p "$out"
 data=${2:-${ACTORSERVE_TEST_DATA:-$here/data}}
 export ACTORSERVE_TEST_DATA=$data
 export LD_LIBRARY_PATH="$here/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+# NCCL (tensor parallelism's collectives, opened at run time; the bundle does not carry its
+# 200 MB): the CUDA installation's or the system's, else that of the Python package nvidia-nccl
+# that GPU images with PyTorch carry.
+if [[ ! -f /usr/local/cuda/lib64/libnccl.so.2 ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2'; then
+  nccl_dir=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib"))' 2>/dev/null)
+  [[ -n $nccl_dir && -f $nccl_dir/libnccl.so.2 ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$nccl_dir"
+fi
 summary="$out/summary.txt"
 {
   echo "commit: $(cat "$here/COMMIT" 2>/dev/null)"
   echo "host: $(hostname) $(date -u +%FT%TZ)"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader 2>/dev/null || echo "nvidia-smi: unavailable"
+  echo "nccl: ${nccl_dir:-the CUDA installation's or the system's}"
 } > "$summary"
 status=0
 # GPU tests: every test binary whose name marks it as CUDA/GPU, plus the filter in GPU_TESTS.
