@@ -58,7 +58,7 @@ struct executor_group::impl {
     });
   }
 
-  /// Shard 0's result with the largest device time and the first shard error; steps after a
+  /// Shard 0's result with the largest device_ms and the first shard error; steps after a
   /// failed one fail too (the shards' state no longer agrees).
   step_result combine(pending& p) const {
     if (p.refused) return std::move(*p.refused);

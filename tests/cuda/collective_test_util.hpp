@@ -1,5 +1,5 @@
 #pragma once
-// Helpers of the collective tests: one thread per rank (the ranks of a group are threads of one
+// What the collective tests share: one thread per rank (the ranks of a group are threads of one
 // process), each with its own non-blocking stream, and the host's rank-order sums.
 // NOTE: the streams are non-blocking and the copies are async on them: a copy on the legacy
 // default stream (cudaMemcpy) waits for every rank's work on the device, including a kernel
