@@ -1,9 +1,10 @@
 // DeepSeek-V2-Lite's latent attention on the device, one layer stage by stage (random bf16
 // weights, gpu/cuda/mla): the projections, the absorbed form's W_UK, latent write, attention
-// kernel, split merge and W_UV for decode batches of 1, 32 and 196 at context 1,100 (each stage
-// replayed as a CUDA graph, as decode steps run); and a 45,000-token prefill step of 1,000-token
-// sequences in both forms (eager, as prefill steps run): the absorbed kernel over every row, and
-// the up-projected one per sequence (gather, kv_b_proj's expansion, scores, causal softmax, P V).
+// kernel (its split pieces merged by the last piece's CTA) and W_UV for decode batches of 1, 32
+// and 196 at context 1,100 (each stage replayed as a CUDA graph, as decode steps run); and a
+// 45,000-token prefill step of 1,000-token sequences in both forms (eager, as prefill steps run):
+// the absorbed kernel over every row, and the up-projected one per sequence (gather, kv_b_proj's
+// expansion, scores, causal softmax, P V).
 // Each table gives ms per layer, ms over the 27 layers, and the whole of mla_attention::run plus
 // o_proj as the executor launches it.
 //   bench_cuda_mla [--out DIR]
@@ -151,6 +152,9 @@ void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int
   const int splits = cuda::mla_num_splits(n, H, num_sms, 256);
   float* partial_o = splits > 1 ? f32(size_t(splits) * n * H * kRank) : nullptr;
   float* partial_ml = splits > 1 ? f32(size_t(splits) * n * H * 2) : nullptr;
+  const size_t counter_bytes = size_t(n) * ((H + cuda::mla_heads_per_cta - 1) / cuda::mla_heads_per_cta) * 4;
+  auto* split_counters = static_cast<int32_t*>(mem.get(counter_bytes));
+  check(cudaMemset(split_counters, 0, counter_bytes) == cudaSuccess, "counters");
   // Every context token's latent: random values (the timed latent write rewrites the new ones).
   void* cache = upload(normal_bf16(sc.tables.size() * kBlock * kW, 1.0f, 6));
   mem.blocks.push_back(cache);
@@ -176,7 +180,8 @@ void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int
                                        .token_seqs = token_seqs, .positions = positions, .n = n, .num_heads = H,
                                        .rank = kRank, .rope_dim = kRope, .block_size = kBlock,
                                        .num_splits = splits, .scale = scale, .partial_o = partial_o,
-                                       .partial_ml = partial_ml, .out = o_lat};
+                                       .partial_ml = partial_ml, .split_counters = split_counters,
+                                       .out = o_lat};
   const char* w_uv = static_cast<const char*>(l.w.kv_b_proj) + size_t(kNope) * kRank * 2;
   std::vector<stage> stages;
   stages.push_back({"q_proj", timed([&] { ok(gemm.run_act(kDt, x, n, kHidden, l.w.q_proj, H * kQk, q), "q_proj"); })});
@@ -192,11 +197,8 @@ void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int
   stages.push_back({"latent write (norm, rope, cache)",
                     timed([&] { check(cuda::mla_latent_write(kDt, la, s) == 0, "latent write"); })});
   if (!up_projected) {
-    const double merge = splits > 1 ? timed([&] { check(cuda::latent_attention_merge(kDt, aa, s) == 0, "merge"); })
-                                    : 0.0;
-    const double both = timed([&] { check(cuda::latent_attention(kDt, aa, s) == 0, "latent attention"); });
-    stages.push_back({"absorbed attention kernel (" + std::to_string(splits) + " splits)", both - merge});
-    stages.push_back({"split merge", merge});
+    stages.push_back({"absorbed attention kernel (" + std::to_string(splits) + " splits, merged in it)",
+                      timed([&] { check(cuda::latent_attention(kDt, aa, s) == 0, "latent attention"); })});
     stages.push_back({"W_UV (o_lat to heads)", timed([&] {
                         ok(gemm.run_batched(kDt, H, n, kV, kRank, o_lat, H * kRank, kRank, w_uv, true, kRank,
                                             kKvbHead, attn, false, H * kV, kV),

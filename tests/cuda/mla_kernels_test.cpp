@@ -2,7 +2,9 @@
 // the latent norm, interleaved rope (with YaRN's attention factor) and cache write against
 // gpu/model/rope's apply_rope_interleaved, and the absorbed attention over a shuffled paged cache
 // at awkward sizes (1, 17, 97 keys, a block size that does not divide them, padding rows, heads
-// that are not a multiple of 16) in one piece and split over the context; and the up-projected
+// that are not a multiple of 16) in one piece and split over the context into up to 16 pieces,
+// which the last piece's CTA merges, alike launch after launch and in CUDA graph replays with
+// its counters never reset by hand; and the up-projected
 // prefill (gather, kv_b_proj's expansion, scores, causal softmax, P V) against the same attention
 // computed per head in fp64: several sequences of one step, chunks after a cached prefix, one
 // tile and many, rows of up to 4,096 keys and longer.
@@ -44,21 +46,22 @@ struct attention_shape {
   std::vector<int> contexts;  ///< per row: its position + 1; 0 for a padding row
 };
 
-TEST_P(CudaMla, LatentAttentionMatchesAHostLoopInOnePieceAndSplit) {
-  const act_dtype dt = GetParam();
-  const attention_shape shapes[] = {{4, 32, 8, 16, {1, 17, 97, 0}},         // deepseek-v2-tiny's sizes
-                                    {20, 64, 16, 7, {97, 1, 33, 0, 64}},    // two CTAs of heads, the second partial
-                                    {16, 512, 64, 64, {300, 1, 129}}};      // DeepSeek-V2-Lite's widths
-  for (const attention_shape& sh : shapes) {
-    const int n = int(sh.contexts.size()), H = sh.heads, r = sh.rank, W = r + sh.rope_dim, bs = sh.block_size;
-    // Each row is its own sequence over its own shuffled blocks.
+/// One step of decode rows for latent_attention, each row its own sequence over its own shuffled
+/// blocks of a random paged cache, with random absorbed queries; `want` is the attention computed
+/// by a host loop in fp64 over the same rounded cache. The device buffers hold partials for up to
+/// mla_max_splits pieces and one split counter per (row, head group), zeroed.
+class latent_attention_case {
+ public:
+  latent_attention_case(act_dtype dt, const attention_shape& sh) : dt_(dt), sh_(sh) {
+    const int n = rows(), H = sh.heads, r = sh.rank, W = r + sh.rope_dim, bs = sh.block_size;
     int total_blocks = 0;
     for (int c : sh.contexts) total_blocks += (c + bs - 1) / bs;
     std::vector<int32_t> perm(size_t(total_blocks) + 3);
     std::iota(perm.begin(), perm.end(), 0);
     std::mt19937 rng(uint32_t(W + H));
     std::shuffle(perm.begin(), perm.end(), rng);
-    std::vector<int32_t> tables, token_seqs(size_t(n), -1), positions(size_t(n), 0);
+    token_seqs_.assign(size_t(n), -1);
+    std::vector<int32_t> tables, positions(size_t(n), 0);
     std::vector<cuda::attn_seq> seqs;
     for (int t = 0; t < n; ++t) {
       if (sh.contexts[t] == 0) continue;
@@ -68,19 +71,18 @@ TEST_P(CudaMla, LatentAttentionMatchesAHostLoopInOnePieceAndSplit) {
       s.context_len = sh.contexts[t];
       s.bt_offset = int32_t(tables.size());
       for (int b = 0; b < (sh.contexts[t] + bs - 1) / bs; ++b) tables.push_back(perm[tables.size()]);
-      token_seqs[t] = int32_t(seqs.size());
+      token_seqs_[t] = int32_t(seqs.size());
       positions[t] = sh.contexts[t] - 1;
       seqs.push_back(s);
     }
     const size_t slots = perm.size() * size_t(bs);
-    std::vector<uint16_t> cache_bits = random_act_bits(dt, slots * W, 3);
+    const std::vector<uint16_t> cache_bits = random_act_bits(dt, slots * W, 3);
     const std::vector<float> q = uniform(size_t(n) * H * W, 4, 0.3f);
-    const float scale = 0.125f;
     // The host loop: fp64 over the rounded cache.
-    std::vector<float> want(size_t(n) * H * r, 0.0f);
+    want.assign(size_t(n) * H * r, 0.0f);
     for (int t = 0; t < n; ++t) {
-      if (token_seqs[t] < 0) continue;
-      const cuda::attn_seq& s = seqs[size_t(token_seqs[t])];
+      if (token_seqs_[t] < 0) continue;
+      const cuda::attn_seq& s = seqs[size_t(token_seqs_[t])];
       for (int h = 0; h < H; ++h) {
         const float* qh = &q[(size_t(t) * H + h) * W];
         std::vector<double> p(size_t(s.context_len));
@@ -89,7 +91,7 @@ TEST_P(CudaMla, LatentAttentionMatchesAHostLoopInOnePieceAndSplit) {
           const size_t slot = size_t(tables[size_t(s.bt_offset + j / bs)]) * bs + j % bs;
           double d = 0.0;
           for (int k = 0; k < W; ++k) d += double(qh[k]) * from_act_bits(dt, cache_bits[slot * W + k]);
-          p[size_t(j)] = d * scale;
+          p[size_t(j)] = d * kScale;
           mx = std::max(mx, p[size_t(j)]);
         }
         for (auto& x : p) sum += (x = std::exp(x - mx));
@@ -100,29 +102,135 @@ TEST_P(CudaMla, LatentAttentionMatchesAHostLoopInOnePieceAndSplit) {
         }
       }
     }
-    dev_vec<uint16_t> d_cache(cache_bits), d_out(size_t(n) * H * r);
-    dev_vec<float> d_q(q), d_po(size_t(cuda::mla_max_splits) * n * H * r), d_pml(size_t(cuda::mla_max_splits) * n * H * 2);
-    dev_vec<int32_t> d_tables(tables), d_token_seqs(token_seqs), d_positions(positions);
-    dev_vec<cuda::attn_seq> d_seqs(seqs);
-    for (int splits : {1, 3, cuda::mla_max_splits}) {
-      d_out.poison();
-      const cuda::latent_attention_args a{.q_abs = d_q.get(), .cache = d_cache.get(), .block_tables = d_tables.get(),
-                                          .seqs = d_seqs.get(), .token_seqs = d_token_seqs.get(),
-                                          .positions = d_positions.get(), .n = n, .num_heads = H, .rank = r,
-                                          .rope_dim = sh.rope_dim, .block_size = bs, .num_splits = splits,
-                                          .scale = scale, .partial_o = d_po.get(), .partial_ml = d_pml.get(),
-                                          .out = d_out.get()};
-      ASSERT_EQ(cuda::latent_attention(dt, a, nullptr), 0);
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      const auto got = download_act(dt, d_out);
-      for (int t = 0; t < n; ++t) {
-        if (token_seqs[t] >= 0) continue;
-        for (int k = 0; k < H * r; ++k) ASSERT_EQ(got[size_t(t) * H * r + k], 0.0f) << "padding row " << t;
-      }
-      EXPECT_LT(rel_max_err(got, want), dt == act_dtype::bf16 ? 1e-2 : 2e-3)
-          << H << " heads, rank " << r << ", block " << bs << ", " << splits << " splits";
-    }
+    cache_.upload(cache_bits);
+    q_.upload(q);
+    tables_.upload(tables);
+    token_seqs_dev_.upload(token_seqs_);
+    positions_.upload(positions);
+    seqs_.upload(seqs);
+    out.resize(size_t(n) * H * r);
+    partial_o_.resize(size_t(cuda::mla_max_splits) * n * H * r + 1);
+    partial_ml_.resize(size_t(cuda::mla_max_splits) * n * H * 2);
+    counters.upload(std::vector<int32_t>(size_t(n) * head_groups(), 0));
   }
+
+  int rows() const { return int(sh_.contexts.size()); }
+  int head_groups() const { return (sh_.heads + cuda::mla_heads_per_cta - 1) / cuda::mla_heads_per_cta; }
+
+  /// The arguments for `splits` pieces; misaligned: partial_o one float past a 16-byte boundary,
+  /// which the merge reads a float at a time.
+  cuda::latent_attention_args args(int splits, bool misaligned = false) const {
+    return {.q_abs = q_.get(), .cache = cache_.get(), .block_tables = tables_.get(), .seqs = seqs_.get(),
+            .token_seqs = token_seqs_dev_.get(), .positions = positions_.get(), .n = rows(),
+            .num_heads = sh_.heads, .rank = sh_.rank, .rope_dim = sh_.rope_dim, .block_size = sh_.block_size,
+            .num_splits = splits, .scale = kScale, .partial_o = partial_o_.get() + (misaligned ? 1 : 0),
+            .partial_ml = partial_ml_.get(), .split_counters = counters.get(), .out = out.get()};
+  }
+
+  /// Checks the output against the host loop, a padding row's zeros exactly.
+  void expect_matches(const std::vector<float>& got, const std::string& what) const {
+    const int HR = sh_.heads * sh_.rank;
+    for (int t = 0; t < rows(); ++t) {
+      if (token_seqs_[t] >= 0) continue;
+      for (int k = 0; k < HR; ++k) ASSERT_EQ(got[size_t(t) * HR + k], 0.0f) << "padding row " << t << ", " << what;
+    }
+    EXPECT_LT(rel_max_err(got, want), dt_ == act_dtype::bf16 ? 1e-2 : 2e-3)
+        << sh_.heads << " heads, rank " << sh_.rank << ", block " << sh_.block_size << ", " << what;
+  }
+
+  static constexpr float kScale = 0.125f;
+  std::vector<float> want;   ///< [rows][H][r]
+  dev_vec<uint16_t> out;     ///< [rows][H][r] of dt
+  dev_vec<int32_t> counters; ///< [rows][head groups]
+
+ private:
+  act_dtype dt_;
+  attention_shape sh_;
+  std::vector<int32_t> token_seqs_;
+  dev_vec<uint16_t> cache_;
+  dev_vec<float> q_, partial_o_, partial_ml_;
+  dev_vec<int32_t> tables_, token_seqs_dev_, positions_;
+  dev_vec<cuda::attn_seq> seqs_;
+};
+
+TEST_P(CudaMla, LatentAttentionMatchesAHostLoopInOnePieceAndSplit) {
+  const act_dtype dt = GetParam();
+  const attention_shape shapes[] = {{4, 32, 8, 16, {1, 17, 97, 0}},         // deepseek-v2-tiny's sizes
+                                    {20, 64, 16, 7, {97, 1, 33, 0, 64}},    // two CTAs of heads, the second partial
+                                    {16, 512, 64, 64, {300, 1, 129}},       // DeepSeek-V2-Lite's widths
+                                    {16, 512, 64, 16, {1100}}};             // V2-Lite's batch-1 decode
+  for (const attention_shape& sh : shapes) {
+    latent_attention_case c(dt, sh);
+    // One piece (no merge), and pieces of lengths that do not divide the contexts, some of them
+    // empty (a context shorter than the pieces), up to the most the kernel takes.
+    // The merge reads float4s, or single floats where the partials are not 16-byte aligned.
+    for (int splits : {1, 2, 3, 7, cuda::mla_max_splits})
+      for (bool misaligned : {false, true}) {
+        if (splits == 1 && misaligned) continue;
+        const std::string what = std::to_string(splits) + " splits" + (misaligned ? ", partials misaligned" : "");
+        c.out.poison();
+        ASSERT_EQ(cuda::latent_attention(dt, c.args(splits, misaligned), nullptr), 0);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        c.expect_matches(download_act(dt, c.out), what);
+        for (int32_t v : c.counters.download()) ASSERT_EQ(v, 0) << what << ": a counter left behind";
+      }
+  }
+}
+
+TEST_P(CudaMla, LatentAttentionMergesAlikeLaunchAfterLaunchAndInGraphReplays) {
+  const act_dtype dt = GetParam();
+  struct repeat_case {
+    attention_shape shape;
+    int splits;
+  };
+  const repeat_case cases[] = {{{16, 512, 64, 16, {1100}}, cuda::mla_max_splits},  // V2-Lite's batch-1 decode
+                               {{20, 64, 16, 7, {97, 1, 33, 0, 64}}, 5}};            // two head groups, padding
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  for (const repeat_case& rc : cases) {
+    latent_attention_case c(dt, rc.shape);
+    const cuda::latent_attention_args a = c.args(rc.splits);
+    cuda::latent_attention_args no_counters = a;
+    no_counters.split_counters = nullptr;
+    EXPECT_EQ(cuda::latent_attention(dt, no_counters, stream), int(cudaErrorInvalidValue));
+    // The first launch against the host loop, then every later one bit for bit against it, the
+    // counters never reset in between: a launch that found them non-zero would merge nothing and
+    // leave the poison.
+    c.out.poison();
+    ASSERT_EQ(cuda::latent_attention(dt, a, stream), 0);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    const std::vector<uint16_t> first = c.out.download();
+    c.expect_matches(download_act(dt, c.out), std::to_string(rc.splits) + " splits");
+    for (int i = 0; i < 3; ++i) {
+      c.out.poison();
+      ASSERT_EQ(cuda::latent_attention(dt, a, stream), 0);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      EXPECT_EQ(count_unequal(c.out.download(), first), 0) << "launch " << i + 2 << ", " << rc.splits << " splits";
+    }
+    // Three launches back to back, then the replays of one captured launch.
+    c.out.poison();
+    for (int i = 0; i < 3; ++i) ASSERT_EQ(cuda::latent_attention(dt, a, stream), 0);
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(count_unequal(c.out.download(), first), 0) << "back to back, " << rc.splits << " splits";
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    const int launched = cuda::latent_attention(dt, a, stream);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_EQ(launched, 0);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int i = 0; i < 3; ++i) {
+      c.out.poison();
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      EXPECT_EQ(count_unequal(c.out.download(), first), 0) << "replay " << i + 1 << ", " << rc.splits << " splits";
+    }
+    ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+    ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+    for (int32_t v : c.counters.download()) EXPECT_EQ(v, 0) << rc.splits << " splits: a counter left behind";
+  }
+  ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 
 TEST_P(CudaMla, LatentWriteNormalisesRotatesAndWritesItsSlot) {

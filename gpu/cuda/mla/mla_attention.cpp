@@ -18,7 +18,8 @@ namespace {
 constexpr float latent_norm_eps = 1e-6f;
 
 /// Rows of split partials the buffers hold: a step of n rows splits its context at most
-/// kPartialRows / n ways (mla_num_splits), so decode batches up to this size can split.
+/// kPartialRows / n ways (mla_num_splits), so decode batches up to this size can split, and the
+/// split counters' rows cover every row of a step that splits.
 constexpr int kPartialRows = 256;
 
 int round8(int x) { return (x + 7) & ~7; }
@@ -102,6 +103,7 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
                                   rank_, rope_dim_, mla_max_rank, mla_max_rope_dim));
   const size_t T = size_t(max_tokens), H = size_t(heads_), W = size_t(rank_ + rope_dim_), es = act_size(dt);
   const size_t qk = size_t(nope_dim_ + rope_dim_), P = size_t(kPartialRows);
+  const size_t counters = P * size_t((heads_ + mla_heads_per_cta - 1) / mla_heads_per_cta);
   prefill_.max_context = max_context;
   prefill_.score_elems = mla_score_elems(heads_, max_context, max_tokens, mla_score_budget);
   const size_t C = size_t(max_context), S = prefill_.score_elems;
@@ -115,6 +117,7 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
       {T * H * size_t(rank_) * es, &o_lat_},
       {P * H * size_t(rank_) * 4, reinterpret_cast<void**>(&partial_o_)},
       {P * H * 2 * 4, reinterpret_cast<void**>(&partial_ml_)},
+      {counters * 4, reinterpret_cast<void**>(&split_counters_)},
       {C * size_t(rank_) * es, &prefill_.latents},
       {C * H * qk * es, &prefill_.k},
       {C * H * size_t(v_dim_) * es, &prefill_.v},
@@ -123,6 +126,11 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
   };
   for (const want& w : wants)
     if (auto st = alloc(w.bytes, w.where); !st) return st;
+  // NOTE: the step's stream (non-blocking) does not wait for the legacy stream's memset: waiting
+  // for that stream here makes the zeros land before any launch counts on them. Not a device-wide
+  // sync, which could wait on another shard's collective that waits on this one.
+  AS_CUDA_TRY(cudaMemset(split_counters_, 0, counters * 4));
+  AS_CUDA_TRY(cudaStreamSynchronize(cudaStreamLegacy));
   return {};
 }
 
@@ -172,7 +180,7 @@ status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x,
                                  .n = n, .num_heads = H, .rank = r, .rope_dim = dr, .block_size = block_size,
                                  .num_splits = mla_num_splits(n, H, num_sms_, max_partial_rows_),
                                  .scale = scale_, .partial_o = partial_o_, .partial_ml = partial_ml_,
-                                 .out = o_lat_};
+                                 .split_counters = split_counters_, .out = o_lat_};
   AS_CUDA_TRY(latent_attention(dt_, aa, s));
   // Head h's output = W_UV_h o_lat_h: [rows][r] times W_UV_h^T (kv_b_proj's value rows of head h,
   // [dv][r]) into out[.][h * dv, (h + 1) * dv).

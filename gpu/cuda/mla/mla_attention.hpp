@@ -125,6 +125,9 @@ class mla_attention {
   void* o_lat_ = nullptr;       ///< [tokens][H][r] of dt: each head's attention-weighted latent
   float* partial_o_ = nullptr;  ///< [partial rows][H][r]
   float* partial_ml_ = nullptr; ///< [partial rows][H][2]
+  /// [partial rows][ceil(H / mla_heads_per_cta)]: the split pieces' counters, zeroed once here;
+  /// latent_attention leaves them zero after every launch
+  int32_t* split_counters_ = nullptr;
   mla_prefill_workspace prefill_;
 };
 

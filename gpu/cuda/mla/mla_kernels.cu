@@ -1,6 +1,6 @@
 // DeepSeek-V2's latent attention kernels (mla_kernels.hpp): the latent norm, rope and cache
-// write, and the absorbed attention over the latent cache with its split merge. Every sum is in
-// fp32; the cache and the outputs are the activation dtype.
+// write, and the absorbed attention over the latent cache, whose pieces of a split context the
+// last piece's CTA merges. Every sum is in fp32; the cache and the outputs are the activation dtype.
 #include <algorithm>
 #include <cmath>
 
@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kNormThreads) latent_write_kernel(mla_latent_a
   }
 }
 
-constexpr int kHeads = 16;                  ///< heads per CTA
+constexpr int kHeads = mla_heads_per_cta;   ///< heads per CTA
 constexpr int kKeys = 32;                   ///< keys per tile
 constexpr int kThreads = 256;               ///< 8 warps, each 64 latent values of every head
 constexpr int kTiles = mla_max_rank / 64;   ///< mma n-tiles of 8 latent values a warp accumulates
@@ -95,10 +95,121 @@ size_t attention_smem(int W) {
 
 __device__ __forceinline__ uint32_t ld32(const void* p) { return *static_cast<const uint32_t*>(p); }
 
+/// Partial vectors of one piece a thread of the merge loads at once (two pieces' in flight):
+/// more would raise attention_kernel's registers past 80, three CTAs an SM.
+constexpr int kMergeVecs = 4;
+
+/// Reads V floats at p (16-byte aligned for V = 4) from L2, past L1, which may hold no copy
+/// older than another CTA's writes.
+template <int V>
+__device__ __forceinline__ void load_cg(const float* p, float (&x)[V]) {
+  if constexpr (V == 4) {
+    const float4 f = __ldcg(reinterpret_cast<const float4*>(p));
+    x[0] = f.x;
+    x[1] = f.y;
+    x[2] = f.z;
+    x[3] = f.w;
+  } else {
+    static_assert(V == 1, "one float or four");
+    x[0] = __ldcg(p);
+  }
+}
+
+/// The merge of the pieces of row t's heads [h0, h0 + heads) by the whole CTA, V floats a load:
+/// out[h][d] = sum_s w[s][h] o_s[h][d] * inv[h] rounded to T. The heads' r-wide rows lie end to
+/// end in each piece's partial_o, so a CTA-wide sweep of heads x r floats reads them coalesced.
+template <class T, int V>
+__device__ __forceinline__ void merge_rows(const latent_attention_args& a, int t, int h0, int heads,
+                                           const float* w_s, const float* inv_s) {
+  const int r = a.rank, total = heads * r;
+  const size_t piece = size_t(a.n) * a.num_heads * r;  // floats from one piece's rows to the next's
+  const float* po = a.partial_o + (size_t(t) * a.num_heads + h0) * r;
+  T* out = static_cast<T*>(a.out) + (size_t(t) * a.num_heads + h0) * r;
+  for (int e0 = threadIdx.x * V; e0 < total; e0 += kThreads * kMergeVecs * V) {
+    float o[kMergeVecs][V] = {};
+    int hl[kMergeVecs];
+#pragma unroll
+    for (int k = 0; k < kMergeVecs; ++k) hl[k] = min(e0 + k * kThreads * V, total - 1) / r;
+#pragma unroll 2
+    for (int s = 0; s < a.num_splits; ++s) {
+      float x[kMergeVecs][V];
+#pragma unroll
+      for (int k = 0; k < kMergeVecs; ++k) {
+        const int e = e0 + k * kThreads * V;
+        if (e < total) load_cg<V>(po + s * piece + e, x[k]);
+      }
+#pragma unroll
+      for (int k = 0; k < kMergeVecs; ++k) {
+        if (e0 + k * kThreads * V >= total) continue;
+        const float w = w_s[s * kHeads + hl[k]];
+#pragma unroll
+        for (int j = 0; j < V; ++j) o[k][j] += w * x[k][j];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kMergeVecs; ++k) {
+      const int e = e0 + k * kThreads * V;
+      if (e >= total) continue;
+      const float inv = inv_s[hl[k]];
+#pragma unroll
+      for (int j = 0; j < V; ++j) out[e + j] = from_f32<T>(o[k][j] * inv);
+    }
+  }
+}
+
+/// The pieces of row t's heads [h0, h0 + kHeads) (those below H) merged and normalised into out,
+/// by the whole CTA once every piece's partials are visible: with M the pieces' largest max,
+/// out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s; a piece without keys (m_s = -inf) weighs
+/// 0, and a row without any (a padding row) gets zeros.
+template <class T>
+__device__ void merge_pieces(const latent_attention_args& a, int t, int h0) {
+  __shared__ float w_s[mla_max_splits * kHeads];  // [piece][head]: e^(m_s - M)
+  __shared__ float inv_s[kHeads];                 // 1 / sum_s e^(m_s - M) l_s, 0 for no keys
+  const int H = a.num_heads, heads = min(kHeads, H - h0);
+  const size_t piece = size_t(a.n) * H;  // (max, sum) pairs from one piece's rows to the next's
+  if (threadIdx.x < heads) {
+    const float* ml = a.partial_ml + (size_t(t) * H + h0 + threadIdx.x) * 2;
+    float mx = -INFINITY;
+    for (int s = 0; s < a.num_splits; ++s) mx = fmaxf(mx, __ldcg(ml + s * piece * 2));
+    float l = 0.0f;
+    for (int s = 0; s < a.num_splits; ++s) {
+      const float ms = __ldcg(ml + s * piece * 2);
+      const float w = ms != -INFINITY ? expf(ms - mx) : 0.0f;
+      w_s[s * kHeads + threadIdx.x] = w;
+      l += w * __ldcg(ml + s * piece * 2 + 1);
+    }
+    inv_s[threadIdx.x] = l > 0.0f ? 1.0f / l : 0.0f;
+  }
+  __syncthreads();
+  // Rows of a multiple of 4 floats from a 16-byte aligned buffer load as float4.
+  if (a.rank % 4 == 0 && reinterpret_cast<uintptr_t>(a.partial_o) % 16 == 0)
+    merge_rows<T, 4>(a, t, h0, heads, w_s, inv_s);
+  else
+    merge_rows<T, 1>(a, t, h0, heads, w_s, inv_s);
+}
+
+/// Called by every thread of a CTA after it stored its piece's partials: counts the piece on the
+/// counter of its (row, head group); true in the CTA that counts the last of num_splits pieces,
+/// which then sees every piece's partials and sets the counter back to 0 for the next launch
+/// (a CUDA graph replays with no memset).
+__device__ __forceinline__ bool counted_last(int32_t* counter, int num_splits) {
+  __shared__ bool last;
+  __threadfence();  // this CTA's partials are visible device-wide before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1) == num_splits - 1;
+    if (last) *counter = 0;  // every piece has counted
+  }
+  __syncthreads();
+  if (last) __threadfence();  // the other pieces' partials are read after their counts
+  return last;
+}
+
 /// Grid (n, ceil(H / kHeads), num_splits) of kThreads. Scores and the weighted sum on tensor cores
 /// (mma.sync m16n8k16, the CTA's 16 heads its rows): warp w accumulates latent values [64 w,
 /// 64 w + 64) of every head in the mma's C layout (rows lane / 4 and lane / 4 + 8, values
-/// 8 i + 2 (lane % 4) and the next of n-tile i).
+/// 8 i + 2 (lane % 4) and the next of n-tile i). With one piece the CTA writes its heads'
+/// normalised output; with more, its piece's partials, and the last piece's CTA merges them.
 template <class T>
 __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_args a) {
   extern __shared__ float smem[];
@@ -242,6 +353,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
       a.partial_ml[prow * 2 + 1] = l_s[hl];
     }
   }
+  if (a.num_splits == 1) return;
+  // The CTA that stores the last piece of this row's head group merges every piece.
+  if (counted_last(a.split_counters + size_t(t) * gridDim.y + blockIdx.y, a.num_splits)) merge_pieces<T>(a, t, h0);
 }
 
 constexpr int kGatherThreads = 128;
@@ -317,33 +431,6 @@ __global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_kernel(mla_sof
     p[j] = from_f32<T>(j < valid ? expf(s[j] * a.scale - mx) * inv : 0.0f);
 }
 
-constexpr int kCombineThreads = 128;
-
-/// Grid (n, H) of kCombineThreads: the splits of one (token, head) merged and normalised.
-template <class T>
-__global__ void __launch_bounds__(kCombineThreads) combine_kernel(latent_attention_args a) {
-  pdl_begin();
-  const int t = blockIdx.x, h = blockIdx.y, H = a.num_heads, r = a.rank;
-  const size_t row = size_t(t) * H + h, stride = size_t(a.n) * H;
-  float mx = -INFINITY;
-  for (int s = 0; s < a.num_splits; ++s) mx = fmaxf(mx, a.partial_ml[(s * stride + row) * 2]);
-  float l = 0.0f;
-  for (int s = 0; s < a.num_splits; ++s) {
-    const float ms = a.partial_ml[(s * stride + row) * 2];
-    if (ms != -INFINITY) l += expf(ms - mx) * a.partial_ml[(s * stride + row) * 2 + 1];
-  }
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  T* out = static_cast<T*>(a.out) + row * r;
-  for (int d = threadIdx.x; d < r; d += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < a.num_splits; ++s) {
-      const float ms = a.partial_ml[(s * stride + row) * 2];
-      if (ms != -INFINITY) o += expf(ms - mx) * a.partial_o[(s * stride + row) * r + d];
-    }
-    out[d] = from_f32<T>(o * inv);
-  }
-}
-
 }  // namespace
 
 int mla_rmsnorm(act_dtype dt, const float* x, const float* bias, const float* weight, float eps, int n, int width,
@@ -363,7 +450,8 @@ int latent_attention(act_dtype dt, const latent_attention_args& a, cudaStream_t 
   if (a.n == 0) return 0;
   const int W = a.rank + a.rope_dim;
   if (a.rank > mla_max_rank || a.rope_dim > mla_max_rope_dim || W % 8 != 0 || a.num_splits < 1 ||
-      a.num_splits > mla_max_splits)
+      a.num_splits > mla_max_splits ||
+      (a.num_splits > 1 && (!a.partial_o || !a.partial_ml || !a.split_counters)))
     return int(cudaErrorInvalidValue);
   const size_t smem = attention_smem(W);
   const dim3 grid(a.n, (a.num_heads + kHeads - 1) / kHeads, a.num_splits);
@@ -374,15 +462,8 @@ int latent_attention(act_dtype dt, const latent_attention_args& a, cudaStream_t 
         attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
         int(attention_smem(mla_max_rank + mla_max_rope_dim)));
     if (attr != cudaSuccess) return int(attr);
-    if (const cudaError_t e = launch_pdl_smem(attention_kernel<T>, grid, dim3(kThreads), smem, s, a); e != cudaSuccess)
-      return int(e);
-    return a.num_splits > 1 ? latent_attention_merge(dt, a, s) : 0;
+    return int(launch_pdl_smem(attention_kernel<T>, grid, dim3(kThreads), smem, s, a));
   });
-}
-
-int latent_attention_merge(act_dtype dt, const latent_attention_args& a, cudaStream_t s) {
-  if (a.n == 0 || a.num_splits < 2) return 0;
-  AS_DISPATCH_ACT(dt, return int(launch_pdl(combine_kernel<T>, dim3(a.n, a.num_heads), dim3(kCombineThreads), s, a)));
 }
 
 int mla_gather_latents(act_dtype dt, const mla_gather_args& a, cudaStream_t s) {

@@ -20,6 +20,8 @@ inline constexpr int mla_max_rank = 512;
 inline constexpr int mla_max_rope_dim = 128;
 /// Most context splits of one token's attention (the partial buffers' depth).
 inline constexpr int mla_max_splits = 16;
+/// Heads a CTA of latent_attention takes (a head group: ceil(H / mla_heads_per_cta) counters a row).
+inline constexpr int mla_heads_per_cta = 16;
 
 /// out[t] = rmsnorm(x[t] + bias) * weight rounded to dt, in fp32 (q_a_layernorm over q_a_proj's
 /// output, bias from attention_bias or null).
@@ -53,7 +55,8 @@ int mla_latent_write(act_dtype dt, const mla_latent_args& a, cudaStream_t s);
 ///   out[t][h] = sum_j softmax(score)(j) c_kv(j)                                   (r wide)
 /// Grid (n, ceil(H / 16), num_splits): each CTA takes 16 heads of one token over one contiguous
 /// piece of its context, so the heads share each key read; with num_splits > 1 the pieces'
-/// unnormalised sums and (max, sum) go to the partial buffers and the combine kernel merges them.
+/// unnormalised sums and (max, sum) go to the partial buffers, and the CTA that stores the last
+/// piece of a (row, head group), told by its counter, merges them (no second launch).
 struct latent_attention_args {
   const float* q_abs = nullptr;        ///< [n][H][r + dr]: q_lat = W_UK^T q_nope, then the rotated q_pe
   const void* cache = nullptr;         ///< one layer: [num_blocks * block_size][r + dr] of dt
@@ -65,14 +68,15 @@ struct latent_attention_args {
   float scale = 1.0f;                  ///< softmax scale (YaRN's mscale correction included)
   float* partial_o = nullptr;          ///< [num_splits][n][H][r] (num_splits > 1)
   float* partial_ml = nullptr;         ///< [num_splits][n][H][2]: running max and sum
+  /// [n][ceil(H / mla_heads_per_cta)] (num_splits > 1): pieces stored per (row, head group); zeros before the
+  /// first launch, and zeros again after each, which the merging CTA resets
+  int32_t* split_counters = nullptr;
   void* out = nullptr;                 ///< [n][H][r] of dt: the normalised latent output
 };
 /// rank at most mla_max_rank, rope_dim at most mla_max_rope_dim, r + dr a multiple of 8,
-/// num_splits in [1, mla_max_splits] (cudaErrorInvalidValue otherwise).
+/// num_splits in [1, mla_max_splits], and with num_splits > 1 the partial buffers and counters
+/// (cudaErrorInvalidValue otherwise). One launch: with num_splits > 1 the pieces merge in it.
 int latent_attention(act_dtype dt, const latent_attention_args& a, cudaStream_t s);
-/// The merge of latent_attention's splits alone (num_splits > 1), which latent_attention launches
-/// after its pieces: for timing it apart.
-int latent_attention_merge(act_dtype dt, const latent_attention_args& a, cudaStream_t s);
 
 /// The up-projected form's operands for one sequence's context of c tokens (mla_prefill):
 /// its latents gathered from the paged cache into [c][r] of dt (kv_b_proj's input), and its rope
