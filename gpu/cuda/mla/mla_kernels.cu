@@ -95,8 +95,9 @@ size_t attention_smem(int W) {
 
 __device__ __forceinline__ uint32_t ld32(const void* p) { return *static_cast<const uint32_t*>(p); }
 
-/// Partial vectors of one piece a thread of the merge loads at once (two pieces' in flight):
-/// more would raise attention_kernel's registers past 80, three CTAs an SM.
+/// Partial vectors of one piece a thread of the merge loads at once, two pieces' in flight: V2's
+/// 16 heads x 512 in two even sweeps of float4s. 8 would raise attention_kernel's registers from
+/// 73 to 110: two CTAs an SM instead of three.
 constexpr int kMergeVecs = 4;
 
 /// Reads V floats at p (16-byte aligned for V = 4) from L2, past L1, which may hold no copy
