@@ -1,8 +1,9 @@
 #pragma once
 // bench_cuda_kernels --only moe: the grouped expert GEMM at prefill sizes of Mixtral-8x7B,
 // Qwen3-30B-A3B and DeepSeek-V2-Lite, each tile shape forced in turn (TFLOP/s of the routed rows'
-// products), beside cuBLAS on one dense product of the same rows and sizes; the data the tile
-// thresholds of gpu/cuda/moe/moe_tile.hpp are set from.
+// products; '-' where the device gives a block too little shared memory for the tile), beside
+// cuBLAS on one dense product of the same rows and sizes; the data the tile thresholds of
+// gpu/cuda/moe/moe_tile.hpp are set from.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -49,6 +50,7 @@ inline void bench_moe_grouped_gemm() {
   const int token_counts[] = {64, 256, 1024, 2048, 4096, 8192};  // 8,192: moe_ffn_chunk_tokens
   const cuda::moe_gemm_tile tiles[] = {cuda::moe_gemm_tile::m32, cuda::moe_gemm_tile::m64, cuda::moe_gemm_tile::m128};
   constexpr int kMaxTokens = 8192;
+  const cuda::moe_gemm_tile largest = cuda::largest_moe_gemm_tile();
   cuda::set_programmatic_launch(false);  // kernels one after another, as timed
   cuda::gemm_runner dense;
   if (!dense.init(nullptr, size_t(32) << 20).ok()) return;
@@ -79,13 +81,17 @@ inline void bench_moe_grouped_gemm() {
       const auto routes = moe_bench_routes(tokens, m.experts, m.top_k, rng);
       auto* d_routes = upload(routes);
       const int pairs = int(routes.size());
-      const cuda::moe_gemm_tile chosen = cuda::choose_moe_gemm_tile(pairs, m.experts);
+      const cuda::moe_gemm_tile chosen = cuda::choose_moe_gemm_tile(pairs, m.experts, largest);
       for (bool gate_up : {true, false}) {
         const int n = gate_up ? 2 * m.inter : m.hidden, k = gate_up ? m.hidden : m.inter;
         const double flops = 2.0 * pairs * n * k;
         report("| %s | %d | %.0f | %s | %d x %d |", m.name, tokens, double(pairs) / m.experts,
                gate_up ? "gate_up + SiLU" : "down", n, k);
         for (cuda::moe_gemm_tile tile : tiles) {
+          if (cuda::moe_tile_rows(tile) > cuda::moe_tile_rows(largest)) {  // more shared memory than a block gets
+            report(" - |");
+            continue;
+          }
           const cuda::moe_permute_args pa{.experts = d_routes, .num_pairs = pairs, .num_experts = m.experts,
                                           .offsets = offsets, .tile = tile, .tile_offsets = tile_offsets,
                                           .sorted_pairs = sorted, .pair_rows = pair_rows};

@@ -184,9 +184,13 @@ struct device_permutation {
   dev_vec<int32_t> offsets, tiles, sorted, pair_rows;
 };
 
-/// Every tile shape of the grouped GEMM.
-constexpr cuda::moe_gemm_tile all_tiles[] = {cuda::moe_gemm_tile::m32, cuda::moe_gemm_tile::m64,
-                                             cuda::moe_gemm_tile::m128};
+/// Every tile shape of the grouped GEMM the device runs (all three on compute capability 9.x).
+std::vector<cuda::moe_gemm_tile> device_tiles() {
+  std::vector<cuda::moe_gemm_tile> out;
+  for (cuda::moe_gemm_tile t : {cuda::moe_gemm_tile::m32, cuda::moe_gemm_tile::m64, cuda::moe_gemm_tile::m128})
+    if (cuda::moe_tile_rows(t) <= cuda::moe_tile_rows(cuda::largest_moe_gemm_tile())) out.push_back(t);
+  return out;
+}
 
 std::string tile_name(cuda::moe_gemm_tile t) { return "m" + std::to_string(cuda::moe_tile_rows(t)); }
 
@@ -232,7 +236,7 @@ TEST_F(CudaMoe, PermutationMatchesExpertPermutation) {
                                                          {300, 128, 8}, {2000, 16, 4}, {4096, 8, 2}};
   for (auto [n, E, k] : shapes) {
     const auto routes = random_routes(n, E, k, rng);
-    for (cuda::moe_gemm_tile tile : all_tiles) {
+    for (cuda::moe_gemm_tile tile : device_tiles()) {
       device_permutation d;
       permute_and_check(routes, k, E, d, tile);
     }
@@ -320,7 +324,7 @@ TEST_F(CudaMoe, GroupedGemmMatchesTheProductOfItsRoundedOperands) {
         const auto e = std::upper_bound(host.offsets.begin(), host.offsets.end(), r) - host.offsets.begin() - 1;
         return std::pair{host.source_token[size_t(r)], int(e)};
       });
-      for (cuda::moe_gemm_tile tile : all_tiles) {
+      for (cuda::moe_gemm_tile tile : device_tiles()) {
         device_permutation perm;
         permute_and_check(routes, k, E, perm, tile);
         const cuda::grouped_gemm_args g{.a = d_x.get(), .a_rows = perm.sorted.get(), .a_rows_div = k,
@@ -345,7 +349,7 @@ TEST_F(CudaMoe, GroupedGemmWithSiluIsBitIdenticalToGemmThenSiluAndMul) {
       const auto routes = random_routes(n, E, k, rng);
       dev_vec<uint16_t> d_x(random_act_bits(dt, size_t(n) * K, rng()));
       dev_vec<uint16_t> d_w(random_act_bits(dt, size_t(E) * 2 * inter * K, rng(), 0.25f));
-      for (cuda::moe_gemm_tile tile : all_tiles) {
+      for (cuda::moe_gemm_tile tile : device_tiles()) {
         device_permutation perm;
         permute_and_check(routes, k, E, perm, tile);
         const cuda::grouped_gemm_args g{.a = d_x.get(), .a_rows = perm.sorted.get(), .a_rows_div = k,

@@ -35,12 +35,13 @@ struct tile_shape {
   static constexpr int kChunks = BK / 8;                               ///< 16-byte chunks of a slice row
   static constexpr int kABytes = BM * BK * 2, kStageBytes = kABytes + BN * BK * 2;
   static constexpr int kSmem = kStages * kStageBytes;
+  static constexpr int kStaticSmem = BM * 4 + 128;  ///< a_row and the expert's fields, as ptxas lays them out
   static constexpr int kGroupTiles = kGroupTiles_;
   static_assert(BK == 64, "swz<BK> swizzles rows of 8 chunks");
   static_assert(kWarpM % 16 == 0 && kNt % 4 == 0,
                 "whole mma tiles; B loaded 16 columns at a time, half of them gate and half up with SiLU");
   static_assert((BM * kChunks) % kThreads == 0 && (BN * kChunks) % kThreads == 0, "whole copy rounds");
-  static_assert(kSmem <= 227 * 1024, "an SM's shared memory");
+  static_assert(kSmem + kStaticSmem <= 227 * 1024, "the most shared memory a block takes (9.x)");
 };
 
 // m32: 4 warps side by side along N (32 x 32 each), 80 KB: two CTAs an SM. Its launch order
@@ -225,6 +226,19 @@ int grouped_gemm(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s) {
     case moe_gemm_tile::m128: return int(launch_shape<tile_m128>(dt, a, s));
   }
   return int(cudaErrorInvalidValue);
+}
+
+moe_gemm_tile largest_moe_gemm_tile() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return moe_gemm_tile::m32;
+  }
+  const auto fits = [&](int smem, int static_smem) { return smem + static_smem <= bytes; };
+  if (fits(tile_m128::kSmem, tile_m128::kStaticSmem)) return moe_gemm_tile::m128;
+  if (fits(tile_m64::kSmem, tile_m64::kStaticSmem)) return moe_gemm_tile::m64;
+  return moe_gemm_tile::m32;
 }
 
 }  // namespace actorserve::gpu::cuda

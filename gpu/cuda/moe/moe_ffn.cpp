@@ -19,6 +19,7 @@ status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_to
                       fmt::format("moe_ffn: a chunk of {} tokens; it takes at least one", chunk_tokens));
   dt_ = dt;
   chunk_tokens_ = chunk_tokens;
+  largest_tile_ = largest_moe_gemm_tile();
   hidden_ = hidden;
   inter_ = static_cast<int>(cfg.expert_intermediate_size);
   num_experts_ = static_cast<int>(cfg.num_experts);
@@ -94,7 +95,7 @@ status moe_ffn::run_experts(const device_experts& w, const void* x, int first, i
     return {};
   }
   // The tile by the chunk's rows an expert; the permutation cuts each expert's rows into its tiles.
-  const moe_gemm_tile tile = choose_moe_gemm_tile(P, num_experts_);
+  const moe_gemm_tile tile = choose_moe_gemm_tile(P, num_experts_, largest_tile_);
   const moe_permute_args pa{.experts = experts, .num_pairs = P, .num_experts = num_experts_, .offsets = offsets_,
                             .tile = tile, .tile_offsets = tile_offsets_, .sorted_pairs = sorted_pairs_,
                             .pair_rows = pair_rows_};

@@ -11,6 +11,7 @@
 #include "config/error.hpp"
 #include "config/moe_config.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/moe/moe_tile.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -61,6 +62,7 @@ class moe_ffn {
 
   act_dtype dt_ = act_dtype::bf16;
   int hidden_ = 0, inter_ = 0, num_experts_ = 0, top_k_ = 0, chunk_tokens_ = moe_ffn_chunk_tokens;
+  moe_gemm_tile largest_tile_ = moe_gemm_tile::m32;  ///< the largest grouped-GEMM tile the device runs
   int num_groups_ = 1, topk_groups_ = 1;   ///< group_limited_greedy's limits; 1, 1 for greedy
   bool sigmoid_ = false, renormalize_ = false;
   float scaling_ = 1.0f;

@@ -23,13 +23,18 @@ inline constexpr int moe_m64_min_rows_per_expert = 64;
 /// `bench_cuda_kernels --only moe` gives each tile's rate per model and row count.
 inline constexpr int moe_m128_min_rows_per_expert = 256;
 
-/// The tile of a grouped GEMM over `num_pairs` routed rows of `num_experts` experts. The rows
-/// per expert are known on the device only (the routing); the host knows their average.
-constexpr moe_gemm_tile choose_moe_gemm_tile(int num_pairs, int num_experts) {
+static_assert(moe_m64_min_rows_per_expert <= moe_m128_min_rows_per_expert, "larger tiles for more rows");
+
+/// The tile of a grouped GEMM over `num_pairs` routed rows of `num_experts` experts, at most
+/// `largest` (the largest whose shared memory the device gives a block: largest_moe_gemm_tile).
+/// The rows per expert are known on the device only (the routing); the host knows their average.
+constexpr moe_gemm_tile choose_moe_gemm_tile(int num_pairs, int num_experts,
+                                             moe_gemm_tile largest = moe_gemm_tile::m128) {
   const long long pairs = num_pairs, experts = num_experts > 0 ? num_experts : 1;
-  if (pairs >= moe_m128_min_rows_per_expert * experts) return moe_gemm_tile::m128;
-  if (pairs >= moe_m64_min_rows_per_expert * experts) return moe_gemm_tile::m64;
-  return moe_gemm_tile::m32;
+  const moe_gemm_tile by_rows = pairs >= moe_m128_min_rows_per_expert * experts ? moe_gemm_tile::m128
+                                : pairs >= moe_m64_min_rows_per_expert * experts ? moe_gemm_tile::m64
+                                                                                 : moe_gemm_tile::m32;
+  return moe_tile_rows(by_rows) <= moe_tile_rows(largest) ? by_rows : largest;
 }
 
 }  // namespace actorserve::gpu::cuda
