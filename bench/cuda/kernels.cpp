@@ -3,10 +3,11 @@
 // cuBLAS against the decode GEMV per projection and row count, paged attention (decode and
 // prefill), the device sampler, and the executor's prefill and decode steps (eager and graph) on
 // the llama-hd128-bf16 fixture.
-//   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor|offline|bulk|fp8]
+//   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor|offline|bulk|fp8|moe]
 //                      [TUNING FLAGS]
-// (offline, bulk, fp8: only with --only; offline: the offline workloads' decode and mixed prefill
-// steps; bulk: batch-1 step variants; fp8: the projections with FP8 E4M3 weights against bf16). TUNING FLAGS (tuning_flags.hpp, e.g. --gate-up-16bit 0)
+// (offline, bulk, fp8, moe: only with --only; offline: the offline workloads' decode and mixed prefill
+// steps; bulk: batch-1 step variants; fp8: the projections with FP8 E4M3 weights against bf16; moe:
+// the grouped expert GEMM per tile shape, moe_gemm_bench.hpp). TUNING FLAGS (tuning_flags.hpp, e.g. --gate-up-16bit 0)
 // set the paths of the simulated step and of the executor for an A/B run.
 #include <cuda_runtime.h>
 
@@ -27,6 +28,7 @@
 
 #include "bench_timing.hpp"
 #include "decode_sim.hpp"
+#include "moe_gemm_bench.hpp"
 #include "gpu/cuda/attention/backend.hpp"
 #include "gpu/cuda/attention/attention_plan.hpp"
 #include "gpu/cuda/cuda_executor.hpp"
@@ -535,6 +537,7 @@ int main(int argc, char** argv) {
     cuda::set_programmatic_launch(false);
     bench_fp8_sweep(sim);
   }
+  if (only == "moe") bench_moe_grouped_gemm();
   if (only == "bulk") {
     decode_sim sim(tuning);
     cuda::set_programmatic_launch(false);

@@ -1,8 +1,8 @@
 // The mixture-of-experts kernels against the host code the CPU executor runs: the router (greedy
 // and group-limited) against gpu/model/moe_router (ties included), the permutation against
 // expert_permutation, the grouped GEMM and the expert GEMV against fp32 products of the same
-// rounded operands, the combine against combine_rows; the fused one-token kernels bit for bit
-// against the kernels they replace.
+// rounded operands (each tile shape), the combine against combine_rows; the fused one-token
+// kernels bit for bit against the kernels they replace.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -184,7 +184,18 @@ struct device_permutation {
   dev_vec<int32_t> offsets, tiles, sorted, pair_rows;
 };
 
-void permute_and_check(const std::vector<int32_t>& routes, int k, int E, device_permutation& d) {
+/// Every tile shape of the grouped GEMM the device runs (all three on compute capability 9.x).
+std::vector<cuda::moe_gemm_tile> device_tiles() {
+  std::vector<cuda::moe_gemm_tile> out;
+  for (cuda::moe_gemm_tile t : {cuda::moe_gemm_tile::m32, cuda::moe_gemm_tile::m64, cuda::moe_gemm_tile::m128})
+    if (cuda::moe_tile_rows(t) <= cuda::moe_tile_rows(cuda::largest_moe_gemm_tile())) out.push_back(t);
+  return out;
+}
+
+std::string tile_name(cuda::moe_gemm_tile t) { return "m" + std::to_string(cuda::moe_tile_rows(t)); }
+
+void permute_and_check(const std::vector<int32_t>& routes, int k, int E, device_permutation& d,
+                       cuda::moe_gemm_tile tile = cuda::moe_gemm_tile::m32) {
   const int P = int(routes.size());
   gpu::expert_permutation want;
   gpu::permute_by_expert(routes, size_t(k), size_t(E), want);
@@ -200,15 +211,17 @@ void permute_and_check(const std::vector<int32_t>& routes, int k, int E, device_
   a.num_pairs = P;
   a.num_experts = E;
   a.offsets = d.offsets.get();
+  a.tile = tile;
   a.tile_offsets = d.tiles.get();
   a.sorted_pairs = d.sorted.get();
   a.pair_rows = d.pair_rows.get();
   ASSERT_EQ(cuda::moe_permute(a, nullptr), 0);
   EXPECT_EQ(d.offsets.download(), want.offsets);
   std::vector<int32_t> tiles(size_t(E) + 1, 0);
-  for (int e = 0; e < E; ++e) tiles[e + 1] = tiles[e] + (want.count(e) + cuda::moe_tile_rows - 1) / cuda::moe_tile_rows;
-  EXPECT_EQ(d.tiles.download(), tiles);
-  EXPECT_LE(tiles[E], cuda::moe_max_tiles(P, E));
+  const int rows = cuda::moe_tile_rows(tile);
+  for (int e = 0; e < E; ++e) tiles[e + 1] = tiles[e] + (want.count(e) + rows - 1) / rows;
+  EXPECT_EQ(d.tiles.download(), tiles) << tile_name(tile);
+  EXPECT_LE(tiles[E], cuda::moe_max_tiles(P, E, tile)) << tile_name(tile);
   if (P == 0) return;
   auto sorted = d.sorted.download();
   std::vector<int32_t> tokens(sorted.size());
@@ -222,8 +235,11 @@ TEST_F(CudaMoe, PermutationMatchesExpertPermutation) {
   const std::vector<std::tuple<int, int, int>> shapes = {{1, 4, 2},     {3, 8, 2},     {37, 8, 2},
                                                          {300, 128, 8}, {2000, 16, 4}, {4096, 8, 2}};
   for (auto [n, E, k] : shapes) {
-    device_permutation d;
-    permute_and_check(random_routes(n, E, k, rng), k, E, d);
+    const auto routes = random_routes(n, E, k, rng);
+    for (cuda::moe_gemm_tile tile : device_tiles()) {
+      device_permutation d;
+      permute_and_check(routes, k, E, d, tile);
+    }
   }
 }
 
@@ -299,21 +315,24 @@ TEST_F(CudaMoe, GroupedGemmMatchesTheProductOfItsRoundedOperands) {
         {3, 16, 2, 136, 40},   {5, 64, 8, 130, 8},    {200, 64, 4, 256, 520}, {97, 24, 6, 384, 328}};
     for (auto [n, E, k, N, K] : shapes) {
       const auto routes = random_routes(n, E, k, rng);
-      device_permutation perm;
-      permute_and_check(routes, k, E, perm);
       gpu::expert_permutation host;
       gpu::permute_by_expert(routes, size_t(k), size_t(E), host);
       const auto xb = random_act_bits(dt, size_t(n) * K, rng());
       const auto wb = random_act_bits(dt, size_t(E) * N * K, rng(), 0.25f);
       dev_vec<uint16_t> d_x(xb), d_w(wb);
-      const cuda::grouped_gemm_args g{.a = d_x.get(), .a_rows = perm.sorted.get(), .a_rows_div = k, .w = d_w.get(),
-                                      .offsets = perm.offsets.get(), .tile_offsets = perm.tiles.get(),
-                                      .num_pairs = n * k, .num_experts = E, .n = N, .k = K};
       const auto want = expert_product(dt, xb, wb, n * k, N, K, [&](int r) {
         const auto e = std::upper_bound(host.offsets.begin(), host.offsets.end(), r) - host.offsets.begin() - 1;
         return std::pair{host.source_token[size_t(r)], int(e)};
       });
-      expect_both_outputs(dt, g, cuda::grouped_gemm, want, shape_name(dt, n, E, k, N, K));
+      for (cuda::moe_gemm_tile tile : device_tiles()) {
+        device_permutation perm;
+        permute_and_check(routes, k, E, perm, tile);
+        const cuda::grouped_gemm_args g{.a = d_x.get(), .a_rows = perm.sorted.get(), .a_rows_div = k,
+                                        .w = d_w.get(), .offsets = perm.offsets.get(),
+                                        .tile_offsets = perm.tiles.get(), .tile = tile, .num_pairs = n * k,
+                                        .num_experts = E, .n = N, .k = K};
+        expect_both_outputs(dt, g, cuda::grouped_gemm, want, shape_name(dt, n, E, k, N, K) + ", " + tile_name(tile));
+      }
     }
   }
 }
@@ -326,17 +345,20 @@ TEST_F(CudaMoe, GroupedGemmWithSiluIsBitIdenticalToGemmThenSiluAndMul) {
     const std::vector<std::tuple<int, int, int, int, int>> shapes = {
         {1, 8, 2, 64, 64}, {70, 8, 2, 96, 72}, {5, 64, 8, 40, 136}, {300, 4, 2, 200, 264}, {97, 24, 6, 128, 520}};
     for (auto [n, E, k, inter, K] : shapes) {
-      const std::string what = shape_name(dt, n, E, k, inter, K);
       const int P = n * k;
       const auto routes = random_routes(n, E, k, rng);
-      device_permutation perm;
-      permute_and_check(routes, k, E, perm);
       dev_vec<uint16_t> d_x(random_act_bits(dt, size_t(n) * K, rng()));
       dev_vec<uint16_t> d_w(random_act_bits(dt, size_t(E) * 2 * inter * K, rng(), 0.25f));
-      const cuda::grouped_gemm_args g{.a = d_x.get(), .a_rows = perm.sorted.get(), .a_rows_div = k, .w = d_w.get(),
-                                      .offsets = perm.offsets.get(), .tile_offsets = perm.tiles.get(),
-                                      .num_pairs = P, .num_experts = E, .k = K};
-      expect_silu_fused_bit_identical(dt, g, P, inter, cuda::grouped_gemm, what);
+      for (cuda::moe_gemm_tile tile : device_tiles()) {
+        device_permutation perm;
+        permute_and_check(routes, k, E, perm, tile);
+        const cuda::grouped_gemm_args g{.a = d_x.get(), .a_rows = perm.sorted.get(), .a_rows_div = k,
+                                        .w = d_w.get(), .offsets = perm.offsets.get(),
+                                        .tile_offsets = perm.tiles.get(), .tile = tile, .num_pairs = P,
+                                        .num_experts = E, .k = K};
+        expect_silu_fused_bit_identical(dt, g, P, inter, cuda::grouped_gemm,
+                                        shape_name(dt, n, E, k, inter, K) + ", " + tile_name(tile));
+      }
     }
   }
 }

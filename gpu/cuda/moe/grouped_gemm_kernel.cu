@@ -1,7 +1,8 @@
 // The grouped expert GEMM (moe_kernels.hpp): one CTA per (tile of an expert's rows, block of BN
-// output columns). A kStages-deep cp.async pipeline streams BK-wide K slices of the tile's A rows
-// and the expert's weight rows into XOR-swizzled shared memory while mma.sync (m16n8k16, 16-bit
-// operands, fp32 accumulation) consumes the oldest slice: the weights are read at streaming
+// output columns), one kernel template over the tile shape (moe_tile.hpp). A kStages-deep
+// cp.async pipeline streams BK-wide K slices of the tile's A rows and the expert's weight rows
+// into XOR-swizzled shared memory while the warps' ldmatrix + mma.sync (m16n8k16, 16-bit
+// operands, fp32 accumulation) consume the oldest slice: the weights are read at streaming
 // bandwidth instead of one synchronous load per slice.
 #include "gpu/cuda/attention/tile_ops.cuh"
 #include "gpu/cuda/moe/moe_common.cuh"
@@ -19,31 +20,61 @@ using attn_dev::ldsm_x4;
 using attn_dev::smem_addr;
 using attn_dev::swz;
 
-// BM rows fit decode batches (a few hundred tokens x top-8 over 128 experts: ~30 rows an expert);
-// the wide BN makes each CTA stream 128 weight rows.
-constexpr int BM = moe_tile_rows, BN = 128, BK = 64, kStages = 4;
-constexpr int kThreads = 128;                    ///< 4 warps side by side along N
-constexpr int kWarpN = BN / (kThreads / 32);     ///< each warp: BM rows x 32 columns
-constexpr int kMt = BM / 16, kNt = kWarpN / 8;   ///< m16 and n8 mma tiles of a warp
-constexpr int kChunks = BK / 8;                  ///< 16-byte chunks of a slice row
-constexpr int kABytes = BM * BK * 2, kStageBytes = kABytes + BN * BK * 2;
-constexpr int kSmem = kStages * kStageBytes;     ///< 80 KB: two CTAs an SM
-static_assert(BK == 64, "swz<BK> swizzles rows of 8 chunks");
-static_assert(BM % 16 == 0 && kNt % 2 == 0, "whole mma tiles, B loaded 16 columns at a time");
-static_assert((BM * kChunks) % kThreads == 0 && (BN * kChunks) % kThreads == 0, "whole copy rounds");
+/// A tile shape: BM permuted rows x BN weight rows a CTA, in kWarpsM x kWarpsN warps of
+/// BM / kWarpsM rows x BN / kWarpsN weight rows each; K in slices of BK through kStages stages.
+/// In launch order, kGroupTiles consecutive tiles take every column block before the next ones
+/// start (0: all tiles, column block by column block), so that the CTAs in flight share both
+/// their A rows and their weight rows in L2.
+template <moe_gemm_tile kTile, int kBN, int kWarpsM_, int kWarpsN_, int kStages_, int kGroupTiles_>
+struct tile_shape {
+  static constexpr moe_gemm_tile tile = kTile;
+  static constexpr int BM = moe_tile_rows(kTile), BN = kBN, BK = 64, kStages = kStages_;
+  static constexpr int kWarpsM = kWarpsM_, kWarpsN = kWarpsN_, kThreads = 32 * kWarpsM * kWarpsN;
+  static constexpr int kWarpM = BM / kWarpsM, kWarpN = BN / kWarpsN;  ///< one warp's rows and columns
+  static constexpr int kMt = kWarpM / 16, kNt = kWarpN / 8;            ///< its m16 and n8 mma tiles
+  static constexpr int kChunks = BK / 8;                               ///< 16-byte chunks of a slice row
+  static constexpr int kABytes = BM * BK * 2, kStageBytes = kABytes + BN * BK * 2;
+  static constexpr int kSmem = kStages * kStageBytes;
+  static constexpr int kStaticSmem = BM * 4 + 128;  ///< a_row and the expert's fields, as ptxas lays them out
+  static constexpr int kGroupTiles = kGroupTiles_;
+  static_assert(BK == 64, "swz<BK> swizzles rows of 8 chunks");
+  static_assert(kWarpM % 16 == 0 && kNt % 4 == 0,
+                "whole mma tiles; B loaded 16 columns at a time, half of them gate and half up with SiLU");
+  static_assert((BM * kChunks) % kThreads == 0 && (BN * kChunks) % kThreads == 0, "whole copy rounds");
+  static_assert(kSmem + kStaticSmem <= 227 * 1024, "the most shared memory a block takes (9.x)");
+};
 
-/// Grid (moe_max_tiles, ceil(N / BN), or ceil(N / (BN / 2)) with kSilu): the tiles of one expert
-/// (same weights) are neighbours in launch order, so a second tile of an expert mostly finds its
-/// weight slices in L2. Out: float, or T. kSilu (Out = T): the CTA's B rows are gate rows
-/// [j0, j0 + BN / 2) and the matching up rows N + j0 + ..., each warp 16 of each, so that a
-/// thread holds gate and up of the same outputs and writes SiLU(gate) * up.
-template <class T, class Out, bool kSilu>
-__global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(grouped_gemm_args a) {
+// m32: 4 warps side by side along N (32 x 32 each), 80 KB: two CTAs an SM. Its launch order
+// puts an expert's tiles side by side, so a second tile of an expert mostly finds its weight
+// slices in L2 (decode batches: few tiles an expert).
+using tile_m32 = tile_shape<moe_gemm_tile::m32, 128, 1, 4, 4, 0>;
+// m64: 2 x 4 warps of 32 x 64, 160 KB; m128: 2 x 4 warps of 64 x 64 (128 accumulators a
+// thread), 192 KB; one CTA an SM each. Groups of 8 tiles: the CTAs in flight read about 8 tiles'
+// A rows and 16 column blocks' weights instead of ~130 tiles' A rows.
+using tile_m64 = tile_shape<moe_gemm_tile::m64, 256, 2, 4, 4, 8>;
+using tile_m128 = tile_shape<moe_gemm_tile::m128, 256, 2, 4, 4, 8>;
+
+/// 1-D grid of moe_max_tiles x ceil(N / BN) CTAs (ceil(N / (BN / 2)) with kSilu), ordered as
+/// tile_shape says. Out: float, or T. kSilu (Out = T): the CTA's B rows are gate rows
+/// [n0, n0 + BN / 2) and the matching up rows N + n0 + ..., each warp kWarpN / 2 of each, so that
+/// a thread holds gate and up of the same outputs and writes SiLU(gate) * up.
+template <class S, class T, class Out, bool kSilu>
+__global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(grouped_gemm_args a) {
+  constexpr int BM = S::BM, BN = S::BN, BK = S::BK, kStages = S::kStages, kThreads = S::kThreads;
+  constexpr int kMt = S::kMt, kNt = S::kNt, kChunks = S::kChunks, kHalf = BN / 2;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int32_t a_row[BM];
   __shared__ int s_e, s_m0, s_rows;
   pdl_begin();
-  const int tile = blockIdx.x, E = a.num_experts;
+  const int N = a.n, K = a.k, E = a.num_experts;
+  // This CTA's tile and column block: groups of kGroupTiles tiles (the last one maybe fewer),
+  // each tile of the group over column block 0, then each over column block 1, ...
+  const int num_col_blocks = (N + (kSilu ? kHalf : BN) - 1) / (kSilu ? kHalf : BN);
+  const int num_tiles = int(gridDim.x) / num_col_blocks;
+  const int group = S::kGroupTiles > 0 ? min(S::kGroupTiles, num_tiles) : num_tiles;
+  const int first = int(blockIdx.x) / (group * num_col_blocks) * group;
+  const int in_group = int(blockIdx.x) % (group * num_col_blocks), group_tiles = min(group, num_tiles - first);
+  const int tile = first + in_group % group_tiles, col_block = in_group / group_tiles;
   if (tile >= a.tile_offsets[E]) return;  // past the step's last tile
   // The expert: the one e with tile_offsets[e] <= tile < tile_offsets[e + 1] (an empty expert has
   // no such tile), found by all threads at once in one round of loads, not a chain of them.
@@ -58,8 +89,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(grouped_gemm_arg
   }
   __syncthreads();
   const int e = s_e, m0 = s_m0, rows = s_rows;
-  constexpr int kHalf = BN / 2;
-  const int n0 = blockIdx.y * (kSilu ? kHalf : BN), N = a.n, K = a.k;
+  const int n0 = col_block * (kSilu ? kHalf : BN);
   for (int r = threadIdx.x; r < BM; r += kThreads)
     a_row[r] = r < rows ? (a.a_rows ? a.a_rows[m0 + r] / a.a_rows_div : m0 + r) : -1;
   __syncthreads();
@@ -69,7 +99,7 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(grouped_gemm_arg
   // Slice [k0, k0 + BK) into stage `st`; chunks past the rows, columns or K are zero-filled
   // (K % 8 == 0: a chunk is wholly in or out).
   const auto load = [&](int st, int k0) {
-    const uint32_t as = s0 + st * kStageBytes, bs = as + kABytes;
+    const uint32_t as = s0 + st * S::kStageBytes, bs = as + S::kABytes;
 #pragma unroll
     for (int i = 0; i < BM * kChunks / kThreads; ++i) {
       const int c = threadIdx.x + i * kThreads, r = c / kChunks, ch = c % kChunks, k = k0 + ch * 8;
@@ -86,7 +116,9 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(grouped_gemm_arg
       cp_async16(bs + swz<BK>(r, ch), ok ? W + size_t(wrow) * K + k : W, ok ? 16 : 0);
     }
   };
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wn = warp * kWarpN;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int warp_m = warp / S::kWarpsN, warp_n = warp % S::kWarpsN;
+  const int wm = warp_m * S::kWarpM, wn = warp_n * S::kWarpN;  // the warp's first row and B row
   float acc[kMt][kNt][4] = {};
   const int nk = (K + BK - 1) / BK;
 #pragma unroll
@@ -101,17 +133,20 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(grouped_gemm_arg
     __syncthreads();
     if (kt + kStages - 1 < nk) load((kt + kStages - 1) % kStages, (kt + kStages - 1) * BK);
     cp_async_commit();
-    const uint32_t as = s0 + (kt % kStages) * kStageBytes, bs = as + kABytes;
+    const uint32_t as = s0 + (kt % kStages) * S::kStageBytes, bs = as + S::kABytes;
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) {
       uint32_t af[kMt][4];
 #pragma unroll
       for (int i = 0; i < kMt; ++i)
-        ldsm_x4(as + swz<BK>(16 * i + (lane & 15), ks * 2 + (lane >> 4)), af[i][0], af[i][1], af[i][2], af[i][3]);
+        ldsm_x4(as + swz<BK>(wm + 16 * i + (lane & 15), ks * 2 + (lane >> 4)), af[i][0], af[i][1], af[i][2], af[i][3]);
 #pragma unroll
       for (int nb = 0; nb < kNt / 2; ++nb) {  // B rows b + [0, 16): two n8 tiles
-        // kSilu: nb 0 the warp's 16 gate rows, nb 1 the matching up rows.
-        const int b = kSilu ? nb * kHalf + warp * 16 : wn + nb * 16;
+        // kSilu: the first half of nb the warp's gate rows, the second half the matching up rows.
+        constexpr int kGateNb = kNt / 4;
+        const int b = !kSilu        ? wn + nb * 16
+                      : nb < kGateNb ? warp_n * (S::kWarpN / 2) + nb * 16
+                                     : kHalf + warp_n * (S::kWarpN / 2) + (nb - kGateNb) * 16;
         uint32_t b0, b1, b2, b3;
         ldsm_x4(bs + swz<BK>(b + (lane >> 4) * 8 + (lane & 7), ks * 2 + ((lane >> 3) & 1)), b0, b1, b2, b3);
 #pragma unroll
@@ -129,18 +164,17 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(grouped_gemm_arg
   for (int i = 0; i < kMt; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int r = 16 * i + (lane >> 2) + 8 * h;
+      const int r = wm + 16 * i + (lane >> 2) + 8 * h;
       if (r >= rows) continue;
       Out* y = Y + size_t(m0 + r) * N;
-      if constexpr (kSilu) {  // gate in n8 tiles 0, 1, up in 2, 3; each rounded to T as a stored gate_up
-        static_assert(kNt == 4, "two gate and two up n8 tiles a warp");
+      if constexpr (kSilu) {  // gate in n8 tiles [0, kNt / 2), up in the rest; each rounded to T as a stored gate_up
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < kNt / 2; ++j)
 #pragma unroll
           for (int q = 0; q < 2; ++q) {
-            const int col = n0 + warp * 16 + 8 * j + 2 * (lane & 3) + q;
+            const int col = n0 + warp_n * (S::kWarpN / 2) + 8 * j + 2 * (lane & 3) + q;
             const float g = to_f32(from_f32<T>(acc[i][j][2 * h + q]));
-            const float u = to_f32(from_f32<T>(acc[i][j + 2][2 * h + q]));
+            const float u = to_f32(from_f32<T>(acc[i][j + kNt / 2][2 * h + q]));
             if (col < N) y[col] = silu_mul<T>(g, u);
           }
       } else {
@@ -155,14 +189,29 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(grouped_gemm_arg
     }
 }
 
-template <class T, class Out, bool kSilu>
+template <class S, class T, class Out, bool kSilu>
 cudaError_t launch(const grouped_gemm_args& a, cudaStream_t s) {
-  static const cudaError_t configured =
-      cudaFuncSetAttribute(grouped_gemm_kernel<T, Out, kSilu>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      grouped_gemm_kernel<S, T, Out, kSilu>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
   if (configured != cudaSuccess) return configured;
-  const int cols = kSilu ? BN / 2 : BN;
-  const dim3 grid(moe_max_tiles(a.num_pairs, a.num_experts), (a.n + cols - 1) / cols);
-  return launch_pdl_smem(grouped_gemm_kernel<T, Out, kSilu>, grid, dim3(kThreads), size_t(kSmem), s, a);
+  const int cols = kSilu ? S::BN / 2 : S::BN;
+  const long long ctas = static_cast<long long>(moe_max_tiles(a.num_pairs, a.num_experts, S::tile)) * ((a.n + cols - 1) / cols);
+  if (ctas > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
+  return launch_pdl_smem(grouped_gemm_kernel<S, T, Out, kSilu>, dim3(unsigned(ctas)), dim3(S::kThreads),
+                         size_t(S::kSmem), s, a);
+}
+
+/// The kernel of shape S for dt and the output a asks for.
+template <class S>
+cudaError_t launch_shape(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s) {
+  cudaError_t e = cudaSuccess;
+  if (a.silu_and_mul)
+    AS_DISPATCH_ACT(dt, e = launch<S, T, T, true>(a, s));
+  else if (a.y_act)
+    AS_DISPATCH_ACT(dt, e = launch<S, T, T, false>(a, s));
+  else
+    AS_DISPATCH_ACT(dt, e = launch<S, T, float, false>(a, s));
+  return e;
 }
 
 }  // namespace
@@ -171,14 +220,25 @@ int grouped_gemm(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s) {
   if (a.num_pairs == 0) return 0;
   if (a.k % 8 != 0 || reinterpret_cast<uintptr_t>(a.a) % 16 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0)
     return int(cudaErrorInvalidValue);
-  cudaError_t e = cudaSuccess;
-  if (a.silu_and_mul)
-    AS_DISPATCH_ACT(dt, e = launch<T, T, true>(a, s));
-  else if (a.y_act)
-    AS_DISPATCH_ACT(dt, e = launch<T, T, false>(a, s));
-  else
-    AS_DISPATCH_ACT(dt, e = launch<T, float, false>(a, s));
-  return int(e);
+  switch (a.tile) {
+    case moe_gemm_tile::m32: return int(launch_shape<tile_m32>(dt, a, s));
+    case moe_gemm_tile::m64: return int(launch_shape<tile_m64>(dt, a, s));
+    case moe_gemm_tile::m128: return int(launch_shape<tile_m128>(dt, a, s));
+  }
+  return int(cudaErrorInvalidValue);
+}
+
+moe_gemm_tile largest_moe_gemm_tile() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return moe_gemm_tile::m32;
+  }
+  const auto fits = [&](int smem, int static_smem) { return smem + static_smem <= bytes; };
+  if (fits(tile_m128::kSmem, tile_m128::kStaticSmem)) return moe_gemm_tile::m128;
+  if (fits(tile_m64::kSmem, tile_m64::kStaticSmem)) return moe_gemm_tile::m64;
+  return moe_gemm_tile::m32;
 }
 
 }  // namespace actorserve::gpu::cuda

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/moe/moe_tile.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -16,9 +17,6 @@ namespace actorserve::gpu::cuda {
 inline constexpr int moe_max_top_k = 32;
 /// Most routed experts the router kernel takes (their scores sit in shared memory).
 inline constexpr int moe_max_experts = 1024;
-/// Rows of one grouped-GEMM tile: an expert's rows are cut into tiles of this many (decode
-/// batches give ~30 rows an expert at top-8 of 128, so a small tile wastes little).
-inline constexpr int moe_tile_rows = 32;
 
 /// gpu/model/moe_router's greedy (num_groups 1) or group-limited greedy top-k for each of n
 /// tokens, in fp32.
@@ -57,19 +55,21 @@ struct moe_permute_args {
   const int32_t* experts = nullptr;  ///< [num_pairs]
   int num_pairs = 0, num_experts = 0;
   int32_t* offsets = nullptr;        ///< [num_experts + 1]: expert e's rows are [offsets[e], offsets[e + 1])
-  int32_t* tile_offsets = nullptr;   ///< [num_experts + 1]: expert e's tiles of moe_tile_rows rows start here
+  moe_gemm_tile tile = moe_gemm_tile::m32;  ///< the grouped GEMM's tile, whose rows tile_offsets counts in
+  int32_t* tile_offsets = nullptr;   ///< [num_experts + 1]: expert e's tiles of moe_tile_rows(tile) rows start here
   int32_t* sorted_pairs = nullptr;   ///< [num_pairs]: the pair each permuted row holds
   int32_t* pair_rows = nullptr;      ///< [num_pairs]: the permuted row of each pair (the inverse)
 };
 int moe_permute(const moe_permute_args& a, cudaStream_t s);
 
-/// Most tiles a grouped GEMM over num_pairs rows can have: its grid.
-int moe_max_tiles(int num_pairs, int num_experts);
+/// Most tiles of shape `tile` a grouped GEMM over num_pairs rows can have: its grid's rows.
+int moe_max_tiles(int num_pairs, int num_experts, moe_gemm_tile tile);
 
 /// Y[r, :N] = A[r, :K] * W_e[N, K]^T for each permuted row r of expert e, on tensor cores (16-bit
 /// operands, fp32 accumulation, K streamed through a multi-stage cp.async pipeline). Each CTA
 /// finds its expert and tile from tile_offsets on the device and returns when its tile is past
-/// the last one.
+/// the last one. Every tile shape gives the same bits: each output is the same chain of mma
+/// instructions over K in ascending 16-wide steps, whatever rows and columns share its CTA.
 struct grouped_gemm_args {
   const void* a = nullptr;           ///< [rows][K] of dt
   /// When set, permuted row r reads A row a_rows[r] / a_rows_div (sorted pairs -> tokens);
@@ -79,6 +79,7 @@ struct grouped_gemm_args {
   const void* w = nullptr;           ///< [num_experts][N][K] of dt
   const int32_t* offsets = nullptr;       ///< moe_permute_args::offsets
   const int32_t* tile_offsets = nullptr;  ///< moe_permute_args::tile_offsets
+  moe_gemm_tile tile = moe_gemm_tile::m32;  ///< the shape tile_offsets was cut for (moe_permute_args::tile)
   int num_pairs = 0, num_experts = 0, n = 0, k = 0;
   void* y = nullptr;                 ///< [num_pairs][N]: fp32, or dt when y_act
   bool y_act = false;
@@ -86,8 +87,13 @@ struct grouped_gemm_args {
   /// SiLU(gate) * up of the two products each rounded to dt, the product rounded to dt.
   bool silu_and_mul = false;
 };
-/// K must be a multiple of 8 and a, w 16-byte aligned (cudaErrorInvalidValue otherwise).
+/// K must be a multiple of 8 and a, w 16-byte aligned (cudaErrorInvalidValue otherwise); the
+/// tile no larger than largest_moe_gemm_tile() (else the launch's error).
 int grouped_gemm(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s);
+
+/// The largest tile whose shared memory the current device lets a block take: m128 on compute
+/// capability 9.x (227 KiB), m64 on 8.0 (163 KiB), m32 on 8.6 / 8.9 (99 KiB).
+moe_gemm_tile largest_moe_gemm_tile();
 
 /// The one-token path: Y[p, :N] = A[p / a_rows_div, :K] * W_e[N, K]^T with e = experts[p], for
 /// every pair p in pair order (no permutation), reading only the chosen experts' weights.

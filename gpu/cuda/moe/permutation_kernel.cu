@@ -19,7 +19,7 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(moe_permute_args a) {
   extern __shared__ int32_t counts[];
   int32_t* cursor = counts + a.num_experts;
   pdl_begin();
-  const int E = a.num_experts, P = a.num_pairs;
+  const int E = a.num_experts, P = a.num_pairs, tile_rows = moe_tile_rows(a.tile);
   for (int e = threadIdx.x; e < E; e += blockDim.x) counts[e] = 0;
   __syncthreads();
   for (int p = threadIdx.x; p < P; p += blockDim.x) atomicAdd(&counts[a.experts[p]], 1);
@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kThreads) permute_kernel(moe_permute_args a) {
     int32_t rows = 0, tiles = 0;  // the totals of the rounds before, in every lane
     for (int e0 = 0; e0 < E; e0 += 32) {
       const int e = e0 + ln;
-      const int32_t c = e < E ? counts[e] : 0, t = (c + moe_tile_rows - 1) / moe_tile_rows;
+      const int32_t c = e < E ? counts[e] : 0, t = (c + tile_rows - 1) / tile_rows;
       int32_t rc = c, tc = t;  // inclusive scans over the round's lanes
 #pragma unroll
       for (int o = 1; o < 32; o <<= 1) {
@@ -85,9 +85,10 @@ int moe_permute(const moe_permute_args& a, cudaStream_t s) {
   return int(launch_pdl_smem(permute_kernel, dim3(1), dim3(kThreads), smem, s, a));
 }
 
-int moe_max_tiles(int num_pairs, int num_experts) {
+int moe_max_tiles(int num_pairs, int num_experts, moe_gemm_tile tile) {
   // Each expert's last tile may be partial; every tile holds at least one row.
-  return std::min(num_pairs, (num_pairs + moe_tile_rows - 1) / moe_tile_rows + num_experts);
+  const int rows = moe_tile_rows(tile);
+  return std::min(num_pairs, (num_pairs + rows - 1) / rows + num_experts);
 }
 
 }  // namespace actorserve::gpu::cuda

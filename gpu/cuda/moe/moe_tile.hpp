@@ -1,0 +1,40 @@
+#pragma once
+/// The grouped expert GEMM's tile shapes and the choice among them (plain C++: no CUDA header, so
+/// the choice is tested on any machine). A tile is named by its rows: permuted (token, slot)
+/// rows routed to one expert, which each expert's rows are cut into.
+
+namespace actorserve::gpu::cuda {
+
+/// m32: 32 rows x 128 weight rows a CTA, for decode-sized batches (a few hundred tokens x top-8
+/// over 128 experts give ~30 rows an expert, so a small tile wastes little). m64 and m128: 64 and
+/// 128 rows x 256 weight rows, for prefill, where an expert has hundreds of rows and a larger
+/// tile reads each operand byte into shared memory for more products.
+enum class moe_gemm_tile { m32, m64, m128 };
+
+/// Rows of one tile of shape `t`.
+constexpr int moe_tile_rows(moe_gemm_tile t) {
+  return t == moe_gemm_tile::m32 ? 32 : t == moe_gemm_tile::m64 ? 64 : 128;
+}
+
+/// Average routed rows per expert from which a grouped GEMM takes m64: one whole tile an expert.
+inline constexpr int moe_m64_min_rows_per_expert = 64;
+/// Average routed rows per expert from which it takes m128: two whole tiles an expert, so that
+/// the partial last tile of each expert (half a tile wasted on average) stays a small share.
+/// `bench_cuda_kernels --only moe` gives each tile's rate per model and row count.
+inline constexpr int moe_m128_min_rows_per_expert = 256;
+
+static_assert(moe_m64_min_rows_per_expert <= moe_m128_min_rows_per_expert, "larger tiles for more rows");
+
+/// The tile of a grouped GEMM over `num_pairs` routed rows of `num_experts` experts, at most
+/// `largest` (the largest whose shared memory the device gives a block: largest_moe_gemm_tile).
+/// The rows per expert are known on the device only (the routing); the host knows their average.
+constexpr moe_gemm_tile choose_moe_gemm_tile(int num_pairs, int num_experts,
+                                             moe_gemm_tile largest = moe_gemm_tile::m128) {
+  const long long pairs = num_pairs, experts = num_experts > 0 ? num_experts : 1;
+  const moe_gemm_tile by_rows = pairs >= moe_m128_min_rows_per_expert * experts ? moe_gemm_tile::m128
+                                : pairs >= moe_m64_min_rows_per_expert * experts ? moe_gemm_tile::m64
+                                                                                 : moe_gemm_tile::m32;
+  return moe_tile_rows(by_rows) <= moe_tile_rows(largest) ? by_rows : largest;
+}
+
+}  // namespace actorserve::gpu::cuda
