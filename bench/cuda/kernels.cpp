@@ -243,7 +243,7 @@ void bench_fp8_sweep(decode_sim& sim) {
       w.data = upload(codes);
       w.row_scale = upload(scales);
     }
-    for (int m : {1, 2, 4, 8, 9, 16, 32, 64, 128, 256, 512, kMaxM}) {
+    for (int m : {1, 2, 4, 5, 6, 7, 8, 9, 16, 32, 64, 128, 256, 512, kMaxM}) {
       const void* x = p.k == kInter ? sim.act() : sim.x();
       const auto time_weights = [&](bool use_fp8, bool act_out) {
         return graph_ms(sim.stream(), [&] {
