@@ -22,8 +22,8 @@ __global__ void convert_codes_kernel(uint16_t* out) {
 
 }  // namespace
 
-int convert_all_e4m3_codes(bool bf16, uint16_t* out) {
-  if (bf16)
+int convert_all_e4m3_codes(gpu::cuda::act_dtype dt, uint16_t* out) {
+  if (dt == gpu::cuda::act_dtype::bf16)
     convert_codes_kernel<__nv_bfloat16><<<1, 256>>>(out);
   else
     convert_codes_kernel<__half><<<1, 256>>>(out);

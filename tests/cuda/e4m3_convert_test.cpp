@@ -19,7 +19,7 @@ TEST(E4m3Convert, EveryCodeExactInBothDtypes) {
   for (cuda::act_dtype dt : {cuda::act_dtype::bf16, cuda::act_dtype::fp16}) {
     dev_vec<uint16_t> out(256 * 4);
     out.poison();
-    ASSERT_EQ(convert_all_e4m3_codes(dt == cuda::act_dtype::bf16, out.get()), 0);
+    ASSERT_EQ(convert_all_e4m3_codes(dt, out.get()), 0);
     const std::vector<uint16_t> got = out.download();
     int wrong = 0;
     for (uint32_t i = 0; i < 256; ++i)
