@@ -3,13 +3,16 @@
 // (not multiples of the block size), batch 1 and 257, GQA groups 1-8, head dims 64 and 128,
 // bf16 and fp16, shuffled block tables; outputs and partials poisoned before each run; Q and the
 // newest keys written late by a preceding kernel (programmatic dependent launch). The FP8 cache
-// (--kv-cache-dtype fp8, flash-decoding) against the reference over its dequantized values.
+// (--kv-cache-dtype fp8, flash-decoding) against the reference over its dequantized values, and
+// its decode kernel against the 16-bit decode kernels over the same values.
 // Sliding windows on every decode and prefill kernel, whole and split.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 
 #include "cuda_test_util.hpp"
 #include "paged_attention_case.hpp"
@@ -42,25 +45,34 @@ struct backend_case {
 /// newest K/V row of every sequence are poisoned and written by a kernel that runs 20 µs before
 /// the attention it precedes (programmatic launch: the decode kernels start early and must wait
 /// for it before they read them); decode-only cases. `tuning` picks the backend's kernels.
-/// --kv-cache-dtype fp8: per-layer scales of the E4M3 cache.
+/// --kv-cache-dtype fp8: per-layer scales of the E4M3 cache. `decoded`: the run takes the 16-bit
+/// kernels instead, over the cache's values (code x scale) as T, which are exact where the scales
+/// are powers of two (the FP8 kernels' reference on the device).
 struct fp8_scales {
   float k = 1.0f, v = 1.0f;
+  bool decoded = false;
 };
 
-double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case& c, uint32_t seed,
-                        int decode_grid = 0, bool late = false, const gpu::attention_tuning& tuning = {},
-                        const fp8_scales* fp8 = nullptr) {
+/// Outputs of one run: the kernels' (as floats) and the double-precision reference.
+struct backend_outputs {
+  std::vector<float> got, ref;
+};
+
+backend_outputs run_backend_outputs(act_dtype dt, kv_cache_layout layout, const backend_case& c, uint32_t seed,
+                                    int decode_grid = 0, bool late = false, const gpu::attention_tuning& tuning = {},
+                                    const fp8_scales* fp8 = nullptr) {
   cuda::attention_shape shape;
   shape.dt = dt;
   shape.num_heads = c.H;
   shape.num_kv_heads = c.KVH;
   shape.head_dim = c.D;
   shape.block_size = c.block_size;
-  shape.kv_fp8 = fp8 != nullptr;
+  const bool e4m3 = fp8 != nullptr && !fp8->decoded;  // the kernels read E4M3 codes
+  shape.kv_fp8 = e4m3;
   shape.window = c.window;
   auto made = cuda::make_attention_backend(layout, shape, tuning);
   EXPECT_TRUE(made) << (made ? "" : made.err().message);
-  if (!made) return INFINITY;
+  if (!made) return {};
   const cuda::attention_backend& backend = **made;
   EXPECT_EQ(backend.name().find("generic"), std::string::npos);
   std::mt19937 rng(seed);
@@ -85,15 +97,8 @@ double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case
   const int32_t n_prefill = int32_t(plan.items.size()) - plan.num_decode_items;
   // As the executor stages them: decode pieces carry the block of their first key.
   cuda::set_first_blocks(plan, in.block_tables, bs);
-  std::vector<uint16_t> k_now = in.k_cache, v_now = in.v_cache;
-  if (late)
-    for (const cuda::attn_seq& s : seqs) {
-      const int pos = s.context_len - 1;
-      const size_t row = (size_t(in.block_tables[s.bt_offset + pos / bs]) * bs + pos % bs) * KVH * D;
-      std::fill_n(k_now.begin() + row, KVH * D, uint16_t(0xffff));
-      std::fill_n(v_now.begin() + row, KVH * D, uint16_t(0xffff));
-    }
-  // FP8: the random 16-bit values' E4M3 codes of value / scale; the reference reads code x scale.
+  // FP8: the random 16-bit values' E4M3 codes of value / scale; the reference reads code x scale,
+  // and so does a `decoded` run's 16-bit cache.
   std::vector<uint8_t> k8, v8;
   std::vector<float> k_deq, v_deq;
   if (fp8) {
@@ -106,9 +111,28 @@ double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case
       v8[i] = gpu::e4m3_encode(from_act_bits(dt, in.v_cache[i]) / fp8->v);
       k_deq[i] = gpu::e4m3_to_f32(k8[i]) * fp8->k;
       v_deq[i] = gpu::e4m3_to_f32(v8[i]) * fp8->v;
+      if (fp8->decoded) {
+        in.k_cache[i] = to_act_bits(dt, k_deq[i]);
+        in.v_cache[i] = to_act_bits(dt, v_deq[i]);
+      }
     }
   }
-  dev_vec<uint8_t> d_k8(fp8 ? k8 : std::vector<uint8_t>(1)), d_v8(fp8 ? v8 : std::vector<uint8_t>(1));
+  // Late: the newest rows poisoned (NaN; 448 for E4M3, whose NaN code reads as 480) until the copy.
+  std::vector<uint16_t> k_now = in.k_cache, v_now = in.v_cache;
+  std::vector<uint8_t> k8_now = k8, v8_now = v8;
+  if (late)
+    for (const cuda::attn_seq& s : seqs) {
+      const int pos = s.context_len - 1;
+      const size_t row = (size_t(in.block_tables[s.bt_offset + pos / bs]) * bs + pos % bs) * KVH * D;
+      std::fill_n(k_now.begin() + row, KVH * D, uint16_t(0xffff));
+      std::fill_n(v_now.begin() + row, KVH * D, uint16_t(0xffff));
+      if (e4m3) {
+        std::fill_n(k8_now.begin() + row, KVH * D, uint8_t(0x7e));
+        std::fill_n(v8_now.begin() + row, KVH * D, uint8_t(0x7e));
+      }
+    }
+  dev_vec<uint8_t> d_k8(e4m3 ? k8_now : std::vector<uint8_t>(1)), d_v8(e4m3 ? v8_now : std::vector<uint8_t>(1));
+  dev_vec<uint8_t> d_k8_late(e4m3 ? k8 : std::vector<uint8_t>(1)), d_v8_late(e4m3 ? v8 : std::vector<uint8_t>(1));
   dev_vec<float> d_q(in.q), d_q_late(in.q);
   dev_vec<uint16_t> d_k(k_now), d_v(v_now), d_k_late(in.k_cache), d_v_late(in.v_cache);
   if (late) d_q.poison();
@@ -151,7 +175,7 @@ double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case
   a.head_dim = D;
   a.block_size = bs;
   a.scale = 1.0f / std::sqrt(float(D));
-  if (fp8) {
+  if (e4m3) {
     a.k_cache = d_k8.get();
     a.v_cache = d_v8.get();
     a.kv_fp8 = true;
@@ -160,16 +184,27 @@ double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case
   }
   if (late) {
     const cuda::late_copy jobs[3] = {{d_q.get(), d_q_late.get(), d_q.size() * sizeof(float)},
-                                     {d_k.get(), d_k_late.get(), d_k.size() * 2},
-                                     {d_v.get(), d_v_late.get(), d_v.size() * 2}};
+                                     e4m3 ? cuda::late_copy{d_k8.get(), d_k8_late.get(), d_k8.size()}
+                                          : cuda::late_copy{d_k.get(), d_k_late.get(), d_k.size() * 2},
+                                     e4m3 ? cuda::late_copy{d_v8.get(), d_v8_late.get(), d_v8.size()}
+                                          : cuda::late_copy{d_v.get(), d_v_late.get(), d_v.size() * 2}};
     EXPECT_EQ(cuda::launch_late_copies(jobs, 20000, nullptr), 0);
   }
   EXPECT_EQ(backend.run(a, nullptr), 0);
   auto bits = d_out.download();
-  std::vector<float> got(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) got[i] = from_act_bits(dt, bits[i]);
-  const std::vector<float> ref = fp8 ? reference_attention(in, k_deq, v_deq) : reference_attention(dt, in);
-  return rel_max_err(got, ref);
+  backend_outputs r;
+  r.got.resize(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) r.got[i] = from_act_bits(dt, bits[i]);
+  r.ref = fp8 ? reference_attention(in, k_deq, v_deq) : reference_attention(dt, in);
+  return r;
+}
+
+/// run_backend_outputs' max |gpu - ref| / max |ref|.
+double run_backend_case(act_dtype dt, kv_cache_layout layout, const backend_case& c, uint32_t seed,
+                        int decode_grid = 0, bool late = false, const gpu::attention_tuning& tuning = {},
+                        const fp8_scales* fp8 = nullptr) {
+  const backend_outputs r = run_backend_outputs(dt, layout, c, seed, decode_grid, late, tuning, fp8);
+  return r.got.empty() ? INFINITY : rel_max_err(r.got, r.ref);
 }
 
 struct param {
@@ -303,6 +338,62 @@ TEST_P(AttentionBackend, Fp8CacheMatchesReference) {
     std::printf("backend %s fp8 cache %d/%d D=%d bs=%d grid %d late %d: max abs err / max abs ref %.3g\n",
                 to_string(layout), k.H, k.KVH, k.D, k.bs, k.grid, int(k.late), err);
     EXPECT_LT(err, 1e-2) << k.H << "/" << k.KVH << " D=" << k.D << " bs=" << k.bs << " grid " << k.grid;
+  }
+}
+
+/// sum |a - b| / sum |b|: the mean deviation of a from b, relative to b's mean magnitude.
+double mean_rel_dev(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    num += std::fabs(double(a[i]) - double(b[i]));
+    den += std::fabs(double(b[i]));
+  }
+  return a.size() == b.size() && den > 0 ? num / den : INFINITY;
+}
+
+TEST_P(AttentionBackend, Fp8DecodeMatchesSixteenBitDecode) {
+  const auto [dt, layout] = GetParam();
+  if (layout != kv_cache_layout::flash_decoding) GTEST_SKIP() << "the FP8 cache runs on flash-decoding only";
+  // The FP8-cache decode kernel (E4M3 byte tiles converted in registers, its own fragment order)
+  // against the 16-bit decode kernels over the same values: with power-of-two scales every
+  // code x scale is a T value and q x k_scale rounds as q does, so the two differ only in the
+  // order of fp32 sums (within an MMA, and in the merge where their split plans differ), which
+  // moves an output or a probability across a rounding boundary of T now and then: their mean
+  // deviation stays far below a unit in the last place, while a wrong fragment, swizzle, dim
+  // order, scale or conversion moves every output. Both also against the double-precision
+  // reference. Decodes at lengths that are not multiples of the 64-key tile (1, 17, 63, 65, ...),
+  // block sizes 64, 128 and 256 (one block-table read a tile) and 80, 96, 112 (a read a row),
+  // GQA 1, 2, 4 and 8, head dims 64 and 128, split pieces merged in the kernel, and a grid of 7
+  // that strides over the items.
+  struct config { int H, KVH, D, bs; std::vector<seq_spec> seqs; int grid; fp8_scales sc; };
+  const std::vector<seq_spec> lens = {{1, 1}, {17, 1}, {63, 1}, {64, 1}, {65, 1}, {97, 1}, {300, 1}, {1000, 1}, {2049, 1}};
+  const config configs[] = {
+      {2, 2, 128, 64, lens, 0, {0.5f, 0.25f}},         {8, 4, 128, 80, lens, 0, {0.125f, 2.0f}},
+      {16, 4, 64, 96, lens, 0, {1.0f, 0.5f}},          {32, 4, 128, 128, lens, 0, {0.25f, 0.125f}},
+      {16, 2, 64, 64, lens, 0, {0.5f, 0.5f}},          {8, 8, 64, 112, lens, 0, {2.0f, 0.25f}},
+      {32, 8, 128, 64, {{5000, 1}, {4097, 1}, {300, 1}}, 0, {0.25f, 0.5f}},
+      {64, 8, 64, 80, {{32768, 1}}, 7, {0.5f, 0.25f}}, {16, 2, 128, 256, {{20000, 1}, {33, 1}}, 0, {1.0f, 1.0f}}};
+  // A quarter of a unit in the last place of bf16 (8 bits) / fp16 (11 bits), on average.
+  const double mean_bound = dt == act_dtype::bf16 ? 0x1p-10 : 0x1p-13;
+  for (const config& k : configs) {
+    const backend_case c{k.H, k.KVH, k.D, k.bs, k.seqs};
+    const uint32_t seed = 91 + k.H + k.D + k.bs;
+    fp8_scales decoded = k.sc;
+    decoded.decoded = true;
+    const backend_outputs e4m3 = run_backend_outputs(dt, layout, c, seed, k.grid, false, {}, &k.sc);
+    const backend_outputs sixteen = run_backend_outputs(dt, layout, c, seed, k.grid, false, {}, &decoded);
+    ASSERT_FALSE(e4m3.got.empty() || sixteen.got.empty());
+    const double mean = mean_rel_dev(e4m3.got, sixteen.got), max = rel_max_err(e4m3.got, sixteen.got);
+    const double vs_ref = rel_max_err(e4m3.got, e4m3.ref);
+    std::printf("backend %s fp8 decode %d/%d D=%d bs=%d grid %d: vs the 16-bit kernel mean %.3g max %.3g, vs the "
+                "reference %.3g (16-bit kernel vs the reference %.3g)\n",
+                to_string(layout), k.H, k.KVH, k.D, k.bs, k.grid, mean, max, vs_ref,
+                rel_max_err(sixteen.got, sixteen.ref));
+    const std::string what = std::to_string(k.H) + "/" + std::to_string(k.KVH) + " D=" + std::to_string(k.D) +
+                             " bs=" + std::to_string(k.bs) + " grid " + std::to_string(k.grid);
+    EXPECT_LE(mean, mean_bound) << what;
+    EXPECT_LT(max, 1e-2) << what;
+    EXPECT_LT(vs_ref, 1e-2) << what;
   }
 }
 

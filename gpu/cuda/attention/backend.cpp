@@ -137,7 +137,7 @@ class tc_backend : public attention_backend {
     shape_ = shape;
     name_ = vllm ? "vllm" : "flash-decoding";
     const bool tma = tuning.decode == decode_kernel::tma && runs_tma(loaded_gpu_target());
-    ctas_per_sm_ = std::max(1, decode_ctas_per_sm(shape.dt, shape.head_dim, vllm, tma));
+    ctas_per_sm_ = std::max(1, decode_ctas_per_sm(shape.dt, shape.head_dim, vllm, tma, shape.kv_fp8));
     // Both backends split at most one wave of resident decode CTAs (split_heuristic.hpp).
     resident_slots_ = shape.num_sms * ctas_per_sm_;
     // The in-kernel merge keeps rows x pieces weights in the decode kernels' stages (96 KiB, or

@@ -9,6 +9,8 @@
 //    3-stage cp.async pipeline and no CTA barrier in the loop (vLLM's warp-per-block walk).
 // A sliding window (attn_launch::window) starts an item at the tile holding its first key (the
 // plan's kv_begin) and masks the keys of that tile below it.
+// Over the FP8 cache (attn_launch::kv_fp8) flash-decoding takes the cp.async kernel with E4M3
+// byte tiles, which the warps convert in registers as they read them (warp_keys.cuh, e4m3_tile).
 // Both end with a merge of the 4 warps' (max, sum, output) and either write the output or a
 // normalised partial plus its log-sum-exp; the CTA finishing the last piece of a split
 // (sequence, KV head) merges its pieces (decode_common.cuh), unless the backend runs the
@@ -17,6 +19,7 @@
 // runs; it reads its work item and block table and issues the copies of every leading K/V tile
 // older than the newest token before it waits for that kernel, then reads Q.
 #include <cmath>
+#include <type_traits>
 
 #include "gpu/cuda/attention/decode_common.cuh"
 #include "gpu/cuda/attention/fp8_tiles.cuh"
@@ -35,9 +38,15 @@ using namespace attn_dev;
 
 constexpr int kThreads = 128, kWarps = 4;
 
-/// Dynamic shared memory of the flash-decoding kernels: kSt stages of K and V tiles, the Q tile.
-template <int D, int kSt = fd_stages>
-constexpr int fd_smem_bytes() { return kSt * 2 * fd_kv_tile * D * 2 + 16 * D * 2; }
+/// Dynamic shared memory of the flash-decoding kernels: kSt stages of K and V tiles of
+/// kElemBytes a cache element (2; the FP8 cache 1), the 16-bit Q tile.
+template <int D, int kSt = fd_stages, int kElemBytes = 2>
+constexpr int fd_smem_bytes() { return kSt * 2 * fd_kv_tile * D * kElemBytes + 16 * D * 2; }
+
+/// Stages of the FP8-cache flash-decoding kernel: its tiles are half the bytes of 16-bit ones, so
+/// 5 stages keep as many bytes in flight per CTA (4 tiles of 16 KiB at head dim 128) as the
+/// 16-bit cp.async kernel's 3 (2 of 32 KiB), at the same occupancy (84 KiB: 2 CTAs per SM).
+constexpr int fd8_stages = 5;
 
 /// Whether the query rows of a KV group fit the decode kernels' warp tile (warp_keys: the keys as
 /// the MMAs' M dimension, at most 8 query rows as N; decode items hold one token, and the
@@ -47,41 +56,29 @@ bool rows_fit(const attn_launch& a) { return a.num_heads <= warp_keys_max_rows *
 /// Shared-memory floats the merge of split pieces may use for their lse values.
 constexpr int merge_cap(int smem_bytes) { return smem_bytes / 4; }
 
-/// Dynamic shared memory of the FP8-cache flash-decoding kernel: kSt stages of E4M3 K and V
-/// tiles (one byte an element), each warp's 16 keys of K and V converted to T, the Q tile.
-template <int D, int kSt = fd_stages>
-constexpr int fd8_smem_bytes() { return kSt * 2 * fd_kv_tile * D + kWarps * 2 * 16 * D * 2 + 16 * D * 2; }
-
 /// One decode item with its K/V tiles copied by every thread's cp.async through kSt stages.
-/// kFp8 (attn_launch::kv_fp8): the tiles are E4M3 bytes (half the bytes a key); once a tile has
-/// landed each warp converts its own 16 keys of K and V to T in a private swizzled tile (exact)
-/// and runs the same warp_keys step on them, so the conversion adds no CTA barrier. k_scale is
-/// folded into the queries' scale (q x scale x k_scale x log2(e) rounded to T once, as the 16-bit
+/// kFp8 (attn_launch::kv_fp8): the tiles are E4M3 bytes (half the bytes a key), which warp_keys
+/// reads from shared memory and converts to T in registers (e4m3_tile, exact). k_scale is folded
+/// into the queries' scale (q x scale x k_scale x log2(e) rounded to T once, as the 16-bit
 /// cache's queries are rounded), and v_scale multiplies the fp32 output accumulator before the
 /// warps' merge: scores and output are those of the dequantized cache (code x scale) up to fp32
 /// rounding, with no bf16 rounding of code x scale.
 template <class T, int D, int kSt, bool kFp8>
 __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_item& it, uint4* smem_raw) {
-  constexpr int kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * (kFp8 ? 1 : 2);
-  constexpr int kConvBytes = kWarpKeys * D * 2;  // kFp8: one warp's 16 keys of K (or V) as T
-  constexpr int kSmem = kFp8 ? fd8_smem_bytes<D, kSt>() : fd_smem_bytes<D, kSt>();
-  static_assert(!kFp8 || kWarpKeys == 16, "a warp converts the 16 keys of its MMA tile");
+  using E = std::conditional_t<kFp8, uint8_t, uint16_t>;  // one cache element
+  using Kv = std::conditional_t<kFp8, e4m3_tile<D>, row_tile<D>>;
+  constexpr int kTile = fd_kv_tile, kWarpKeys = kTile / kWarps, kTileBytes = kTile * D * int(sizeof(E));
+  constexpr int kSmem = fd_smem_bytes<D, kSt, int(sizeof(E))>();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, G = a.num_heads / a.num_kv_heads;
-  const uint32_t s0 = smem_addr(smem_raw);
-  const uint32_t conv = s0 + kSt * 2 * kTileBytes + warp * 2 * kConvBytes;
-  const uint32_t q_s = s0 + kSt * 2 * kTileBytes + (kFp8 ? kWarps * 2 * kConvBytes : 0);
+  const uint32_t s0 = smem_addr(smem_raw), q_s = s0 + kSt * 2 * kTileBytes;
   const int32_t* bt = a.block_tables + it.bt_offset;
+  const auto* kc = static_cast<const E*>(a.k_cache);
+  const auto* vc = static_cast<const E*>(a.v_cache);
   const int ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
   const int kv_lo = window_first_key(it.context_len - 1, a.window);  // the plan starts at its tile
   const auto load = [&](int tile, uint32_t dst) {
-    if constexpr (kFp8)
-      load_kv_tile_fp8<D, kTile, kThreads>(static_cast<const uint8_t*>(a.k_cache), static_cast<const uint8_t*>(a.v_cache),
-                                           bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + tile * kTile,
-                                           it.kv_end, dst, dst + kTileBytes, tid);
-    else
-      load_kv_tile<D, kTile, kThreads>(static_cast<const uint16_t*>(a.k_cache), static_cast<const uint16_t*>(a.v_cache),
-                                       bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + tile * kTile,
-                                       it.kv_end, dst, dst + kTileBytes, tid);
+    load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + tile * kTile,
+                                     it.kv_end, dst, dst + kTileBytes, tid);
   };
   auto issue = [&](int s) {
     if (s < ntiles) load(s, s0 + s * 2 * kTileBytes);
@@ -102,7 +99,7 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
   else
     qp.store(a, q_s, tid);
   __syncthreads();
-  warp_keys<T, D, row_tile<D>> w;
+  warp_keys<T, D, Kv> w;
   w.init(q_s, lane);
   for (int t = 0; t < ntiles; ++t) {
     cp_async_wait<kSt - 2>();
@@ -111,16 +108,8 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
     if (nt < ntiles) load(nt, s0 + (nt % kSt) * 2 * kTileBytes);
     cp_async_commit();
     const uint32_t k_s = s0 + (t % kSt) * 2 * kTileBytes;
-    const int k0 = it.kv_begin + t * kTile + warp * kWarpKeys;
-    if constexpr (kFp8) {
-      __syncwarp();  // the warp's previous step has read its converted tiles
-      convert_rows_fp8<T, D, kWarpKeys>(k_s, warp * kWarpKeys, conv, lane);
-      convert_rows_fp8<T, D, kWarpKeys>(k_s + kTileBytes, warp * kWarpKeys, conv + kConvBytes, lane);
-      __syncwarp();
-      w.template step<kWarpKeys>(conv, conv + kConvBytes, 0, k0, kv_lo, it.kv_end, lane);
-    } else {
-      w.template step<kWarpKeys>(k_s, k_s + kTileBytes, warp * kWarpKeys, k0, kv_lo, it.kv_end, lane);
-    }
+    w.template step<kWarpKeys>(k_s, k_s + kTileBytes, warp * kWarpKeys, it.kv_begin + t * kTile + warp * kWarpKeys,
+                               kv_lo, it.kv_end, lane);
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -397,13 +386,17 @@ int launch_fd_tma(const attn_launch& a, cudaStream_t s) {
   return launch_fd_tma_kernel<T, D>(a, maps, s);
 }
 
-/// The FP8-cache kernel (fd_decode_item with kFp8), whichever decode kernel is asked for.
+/// Dynamic shared memory of the FP8-cache kernel (fd_decode_item with kFp8).
+template <int D>
+constexpr int fd8_smem_bytes() { return fd_smem_bytes<D, fd8_stages, 1>(); }
+
+/// The FP8-cache kernel, whichever decode kernel is asked for.
 template <class T, int D>
 int launch_fd8(const attn_launch& a, cudaStream_t s) {
   constexpr int smem = fd8_smem_bytes<D>();
-  static const int configured = configure(fd_decode_kernel<T, D, fd_stages, true>, smem);
+  static const int configured = configure(fd_decode_kernel<T, D, fd8_stages, true>, smem);
   if (configured != 0) return configured;
-  return launch_decode(fd_decode_kernel<T, D, fd_stages, true>, smem, a, s);
+  return launch_decode(fd_decode_kernel<T, D, fd8_stages, true>, smem, a, s);
 }
 
 /// The TMA kernel only where the GPU and the loaded code run it (tuning.hpp, runs_tma).
@@ -440,7 +433,8 @@ int resident(K kernel, int smem) {
 }
 
 template <class T, int D>
-int occupancy(bool vllm, bool tma) {
+int occupancy(bool vllm, bool tma, bool kv_fp8) {
+  if (kv_fp8) return resident(fd_decode_kernel<T, D, fd8_stages, true>, fd8_smem_bytes<D>());
   if (vllm)
     return full_stages<D>(true) ? resident(vllm_decode_kernel<T, D, fd_stages>, vllm_smem_bytes<D>())
                                 : resident(vllm_decode_kernel<T, D, 2>, vllm_smem_bytes<D, 2>());
@@ -469,11 +463,13 @@ int launch_vllm_decode(act_dtype dt, const attn_launch& a, cudaStream_t s) {
   return int(cudaErrorInvalidValue);
 }
 
-int decode_ctas_per_sm(act_dtype dt, int head_dim, bool vllm, bool tma) {
+int decode_ctas_per_sm(act_dtype dt, int head_dim, bool vllm, bool tma, bool kv_fp8) {
   if (head_dim == 128)
-    return dt == act_dtype::bf16 ? occupancy<__nv_bfloat16, 128>(vllm, tma) : occupancy<__half, 128>(vllm, tma);
+    return dt == act_dtype::bf16 ? occupancy<__nv_bfloat16, 128>(vllm, tma, kv_fp8)
+                                 : occupancy<__half, 128>(vllm, tma, kv_fp8);
   if (head_dim == 64)
-    return dt == act_dtype::bf16 ? occupancy<__nv_bfloat16, 64>(vllm, tma) : occupancy<__half, 64>(vllm, tma);
+    return dt == act_dtype::bf16 ? occupancy<__nv_bfloat16, 64>(vllm, tma, kv_fp8)
+                                 : occupancy<__half, 64>(vllm, tma, kv_fp8);
   return 0;
 }
 

@@ -62,8 +62,8 @@ int launch_cascade_prefix(act_dtype dt, const attn_launch& a, cudaStream_t s);
 /// Log-sum-exp merge of split decode pieces (counts[1] combines).
 int launch_lse_combine(act_dtype dt, const attn_launch& a, cudaStream_t s);
 
-/// Resident CTAs per SM of a decode kernel (0 on error); `vllm` picks the vLLM-style kernel, else
-/// `tma` the TMA flash-decoding kernel over the cp.async one.
-int decode_ctas_per_sm(act_dtype dt, int head_dim, bool vllm, bool tma);
+/// Resident CTAs per SM of a decode kernel (0 on error); `kv_fp8` picks the FP8-cache kernel,
+/// else `vllm` the vLLM-style kernel, else `tma` the TMA flash-decoding kernel over the cp.async one.
+int decode_ctas_per_sm(act_dtype dt, int head_dim, bool vllm, bool tma, bool kv_fp8);
 
 }  // namespace actorserve::gpu::cuda

@@ -8,6 +8,7 @@
 // it (exactly) into one 16-bit K/V tile pair that every warp reads, k_scale folded into the
 // queries' scale and v_scale into the output's normalisation.
 #include <cmath>
+#include <type_traits>
 
 #include "gpu/cuda/attention/fp8_tiles.cuh"
 #include "gpu/cuda/attention/prefill_wgmma.hpp"
@@ -44,8 +45,9 @@ __global__ void __launch_bounds__(NW * 32, kMinBlocks) tc_prefill_kernel(attn_la
   const uint32_t s0 = smem_addr(smem_raw), conv = s0 + kStages * 2 * kTileBytes;
   const uint32_t q_s = conv + (kFp8 ? 2 * kConvBytes : 0);
   const int32_t* bt = a.block_tables + sq.bt_offset;
-  const auto* kc = static_cast<const uint16_t*>(a.k_cache);
-  const auto* vc = static_cast<const uint16_t*>(a.v_cache);
+  using E = std::conditional_t<kFp8, uint8_t, uint16_t>;  // one cache element
+  const auto* kc = static_cast<const E*>(a.k_cache);
+  const auto* vc = static_cast<const E*>(a.v_cache);
   // Position of the first query token of this tile; row r is token r / G.
   const int pos0 = sq.context_len - sq.q_len + (it.q_begin - sq.q_start);
   const int r0 = warp * 16 + lane / 4;
@@ -58,13 +60,8 @@ __global__ void __launch_bounds__(NW * 32, kMinBlocks) tc_prefill_kernel(attn_la
   const int ntiles = (it.kv_end - it.kv_begin + kTile - 1) / kTile;
   const auto issue = [&](int tile, int stage) {
     const uint32_t dst = s0 + stage * 2 * kTileBytes;
-    if constexpr (kFp8)
-      load_kv_tile_fp8<D, kTile, kThreads>(static_cast<const uint8_t*>(a.k_cache), static_cast<const uint8_t*>(a.v_cache),
-                                           bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + tile * kTile,
-                                           it.kv_end, dst, dst + kTileBytes, tid);
-    else
-      load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + tile * kTile,
-                                       it.kv_end, dst, dst + kTileBytes, tid);
+    load_kv_tile<D, kTile, kThreads>(kc, vc, bt, a.block_size, it.kv_head, a.num_kv_heads, it.kv_begin + tile * kTile,
+                                     it.kv_end, dst, dst + kTileBytes, tid);
   };
   kv_ring_start<kStages>(ntiles, issue);
   if constexpr (kFp8)

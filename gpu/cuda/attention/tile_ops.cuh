@@ -53,10 +53,23 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+/// Byte offset of 16-byte chunk `c` of row `r` in a swizzled tile of rows of kRowBytes bytes
+/// (a multiple of 16 from 64 up): the chunk index is XORed with the row's position among the 8
+/// rows (rows of 128 bytes and more) or of the 8 row-pieces (64-byte rows, two per 128-byte line)
+/// that an 8-row ldmatrix or a warp's 16-byte copies touch at once, so those hit 8 different
+/// bank groups.
+template <int kRowBytes>
+__device__ __forceinline__ uint32_t swizzled(int r, int c) {
+  static_assert(kRowBytes % 16 == 0 && kRowBytes >= 64, "rows of 16-byte chunks, at least 4");
+  constexpr int kRowsPerLine = kRowBytes >= 128 ? 1 : 128 / kRowBytes;
+  constexpr int kMask = kRowBytes >= 128 ? 7 : kRowBytes / 16 - 1;
+  return uint32_t(r * kRowBytes + ((c ^ ((r / kRowsPerLine) & kMask)) << 4));
+}
+
 /// Byte offset of 16-byte chunk `c` of row `r` in a swizzled tile of rows of D 16-bit elements.
 template <int D>
 __device__ __forceinline__ uint32_t swz(int r, int c) {
-  return uint32_t(r * (D * 2) + ((c ^ (r & 7)) << 4));
+  return swizzled<D * 2>(r, c);
 }
 
 /// Byte offset of 16-byte chunk `c` (8 elements) of row `r` in a tile of `rows` rows laid out
@@ -129,26 +142,28 @@ __device__ __forceinline__ size_t kv_row(const int32_t* bt, int kpos, int bs, in
 }
 
 /// Issues the cp.async copies of K and V rows [k0, k0 + N) of one KV head into swizzled tiles
-/// (rows past kv_end are zero-filled), `NT` threads sharing the work, `tid` this thread's index.
-template <int D, int N, int NT>
-__device__ __forceinline__ void load_kv_tile(const uint16_t* kc, const uint16_t* vc, const int32_t* bt, int bs,
-                                             int kvh, int kvh_count, int k0, int kv_end, uint32_t k_s,
-                                             uint32_t v_s, int tid) {
-  constexpr int kChunks = D / 8;
+/// of rows of D elements of type E (uint16_t: the 16-bit cache; uint8_t: the FP8 cache's E4M3
+/// codes), swizzled<D * sizeof(E)>; rows past kv_end are zero-filled (a zero E4M3 byte is +0).
+/// `NT` threads share the work, `tid` this thread's index.
+template <int D, int N, int NT, class E>
+__device__ __forceinline__ void load_kv_tile(const E* kc, const E* vc, const int32_t* bt, int bs, int kvh,
+                                             int kvh_count, int k0, int kv_end, uint32_t k_s, uint32_t v_s, int tid) {
+  static_assert(sizeof(E) == 1 || sizeof(E) == 2, "E4M3 bytes or 16-bit elements");
+  constexpr int kRowBytes = D * int(sizeof(E)), kChunks = kRowBytes / 16, kPer = 16 / int(sizeof(E));
   static_assert((N * kChunks) % NT == 0, "tile copy must divide evenly");
   if (bs % N == 0 && k0 % N == 0) {
     // The N rows lie in one block: one block-table read, then row r is r * KVH * D further.
     const size_t row0 = (size_t(__ldg(bt + k0 / bs)) * bs + k0 % bs) * kvh_count * D + size_t(kvh) * D;
-    const uint16_t* kb = kc + row0;
-    const uint16_t* vb = vc + row0;
+    const E* kb = kc + row0;
+    const E* vb = vc + row0;
     const int row_stride = kvh_count * D;
 #pragma unroll
     for (int i = 0; i < N * kChunks / NT; ++i) {
       const int idx = i * NT + tid, r = idx / kChunks, c = idx % kChunks;
       const bool ok = k0 + r < kv_end;
-      const int off = ok ? r * row_stride + c * 8 : 0;
-      cp_async16(k_s + swz<D>(r, c), kb + off, ok ? 16 : 0);
-      cp_async16(v_s + swz<D>(r, c), vb + off, ok ? 16 : 0);
+      const int off = ok ? r * row_stride + c * kPer : 0;
+      cp_async16(k_s + swizzled<kRowBytes>(r, c), kb + off, ok ? 16 : 0);
+      cp_async16(v_s + swizzled<kRowBytes>(r, c), vb + off, ok ? 16 : 0);
     }
     return;
   }
@@ -162,9 +177,9 @@ __device__ __forceinline__ void load_kv_tile(const uint16_t* kc, const uint16_t*
       const int kpos = k0 + r;
       const bool ok = kpos < kv_end;
       const size_t off =
-          ok ? ((size_t(__ldg(bt + (kpos >> sh))) << sh) + (kpos & (bs - 1))) * row_stride + head + c * 8 : 0;
-      cp_async16(k_s + swz<D>(r, c), kc + off, ok ? 16 : 0);
-      cp_async16(v_s + swz<D>(r, c), vc + off, ok ? 16 : 0);
+          ok ? ((size_t(__ldg(bt + (kpos >> sh))) << sh) + (kpos & (bs - 1))) * row_stride + head + c * kPer : 0;
+      cp_async16(k_s + swizzled<kRowBytes>(r, c), kc + off, ok ? 16 : 0);
+      cp_async16(v_s + swizzled<kRowBytes>(r, c), vc + off, ok ? 16 : 0);
     }
     return;
   }
@@ -173,9 +188,9 @@ __device__ __forceinline__ void load_kv_tile(const uint16_t* kc, const uint16_t*
     const int idx = i * NT + tid, r = idx / kChunks, c = idx % kChunks;
     const int kpos = k0 + r;
     const bool ok = kpos < kv_end;
-    const size_t off = ok ? kv_row(bt, kpos, bs, kvh, kvh_count, D) + c * 8 : 0;
-    cp_async16(k_s + swz<D>(r, c), kc + off, ok ? 16 : 0);
-    cp_async16(v_s + swz<D>(r, c), vc + off, ok ? 16 : 0);
+    const size_t off = ok ? kv_row(bt, kpos, bs, kvh, kvh_count, D) + c * kPer : 0;
+    cp_async16(k_s + swizzled<kRowBytes>(r, c), kc + off, ok ? 16 : 0);
+    cp_async16(v_s + swizzled<kRowBytes>(r, c), vc + off, ok ? 16 : 0);
   }
 }
 

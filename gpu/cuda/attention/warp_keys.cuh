@@ -7,6 +7,7 @@
 // half the exponentials and half the accumulator registers. P^T leaves the score MMA in the
 // accumulator layout (keys as rows) and enters the PV MMA as its B operand (keys as columns):
 // one movmatrix transpose per 8 x 8 block moves it across the lanes.
+#include "gpu/cuda/attention/fp8_tiles.cuh"
 #include "gpu/cuda/attention/tile_ops.cuh"
 #include "gpu/cuda/attention/paged_attention.hpp"
 
@@ -30,6 +31,130 @@ __device__ __forceinline__ void sum_over_row_lanes(float (&v)[2]) {
 #pragma unroll
     for (int x = 4; x < 32; x <<= 1) v[h] += __shfl_xor_sync(0xffffffffu, v[h], x);
 }
+
+/// How warp_keys reads a K/V tile layout Kv: the A fragments of 16 keys of K and of V^T, the B
+/// fragments of Q^T they pair with, and which head dim each accumulator row of O^T holds. 16-bit
+/// layouts (row_tile, slab_tile: Kv::at) by ldmatrix, the dims in their order; e4m3_tile below.
+template <class Kv>
+struct key_frags {
+  /// Q^T for k-step ks: query rows 0-7 (lane / 4) of the swizzled [16, D] Q tile, dims ks * 16 + 0-15.
+  template <class T, int D>
+  __device__ static __forceinline__ void q(uint32_t q_s, int lane, uint32_t (&qf)[D / 16][2]) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks += 2)
+      ldsm_x4(q_s + swz<D>(lane % 8, ks * 2 + lane / 8), qf[ks][0], qf[ks][1], qf[ks + 1][0], qf[ks + 1][1]);
+  }
+  /// K of tile rows [key0, key0 + 16), every k-step.
+  template <class T, int D>
+  __device__ static __forceinline__ void k(uint32_t k_s, int key0, int lane, uint32_t (&kf)[D / 16][4]) {
+    const int row = key0 + ((lane / 8) % 2) * 8 + lane % 8;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+      ldsm_x4(k_s + Kv::at(row, ks * 2 + lane / 16), kf[ks][0], kf[ks][1], kf[ks][2], kf[ks][3]);
+  }
+  /// V of tile rows [key0, key0 + 16) as loaded, held while the scores' MMAs and softmax run:
+  /// here already the A fragments of V^T.
+  template <int D>
+  struct v_regs {
+    uint32_t f[D / 16][4];
+  };
+  /// V^T rows d * 16 + 0-7 / 8-15 over keys key0 + 0-7 / 8-15: transposed 8 x 8 loads of V.
+  template <class T, int D>
+  __device__ static __forceinline__ void v_load(uint32_t v_s, int key0, int lane, v_regs<D>& v) {
+    const int vrow = key0 + (lane / 16) * 8 + lane % 8;
+#pragma unroll
+    for (int d = 0; d < D / 16; ++d)
+      ldsm_x4_t(v_s + Kv::at(vrow, d * 2 + (lane / 8) % 2), v.f[d][0], v.f[d][1], v.f[d][2], v.f[d][3]);
+  }
+  /// The A fragment of V^T rows d * 16 + 0-15 (the accumulator rows of o[d]).
+  template <class T, int D>
+  __device__ static __forceinline__ void v_frag(const v_regs<D>& v, int d, uint32_t (&a)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) a[i] = v.f[d][i];
+  }
+  /// The head dim of accumulator row g (upper = 0) or g + 8 (upper = 1) of o[d].
+  __device__ static __forceinline__ int dim(int d, int g, int upper) { return d * 16 + g + 8 * upper; }
+  /// Stores o[d] of one query row `out` (a thread's share after the movmatrix transposes: `lo`
+  /// the T pair of accumulator rows c and c + 1, `hi` of rows c + 8 and c + 9).
+  template <class T>
+  __device__ static __forceinline__ void store(T* out, int d, int c, uint32_t lo, uint32_t hi) {
+    *reinterpret_cast<uint32_t*>(out + d * 16 + c) = lo;
+    *reinterpret_cast<uint32_t*>(out + d * 16 + 8 + c) = hi;
+  }
+};
+
+/// E4M3 byte tiles (swizzled<D>, load_kv_tile<..., uint8_t>), converted in registers (exact,
+/// e4m3x4_to) with no pass through shared memory. ldmatrix moves bytes as 16-bit pairs, so
+/// both operands take a permuted order, numerically free:
+///  - K (ldmatrix): a lane gets codes of dims 4t..4t+3 (t = lane % 4) of a 16-dim k-step and
+///    uses dims (4t, 4t+2) as k-indices (2t, 2t+1), dims (4t+1, 4t+3) as (2t+8, 2t+9); Q^T's
+///    fragments are read from the Q tile in the same order, so each MMA still sums the same 16
+///    products.
+///  - V (ldmatrix.trans): a lane gets dims 2g, 2g+1 (g = lane / 4) of keys 2t, 2t+1, so the
+///    accumulator rows g and g + 8 of o[d] are dims d * 16 + 2g and 2g + 1 (the MMA's rows are
+///    independent: only where the outputs are stored changes).
+template <int D>
+struct key_frags<e4m3_tile<D>> {
+  template <class T, int kD>
+  __device__ static __forceinline__ void q(uint32_t q_s, int lane, uint32_t (&qf)[D / 16][2]) {
+    static_assert(kD == D, "the tile's head dim");
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t w0, w1;  // dims ks * 16 + 4t + (0, 1) and (2, 3) of query row g
+      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n"
+                   : "=r"(w0), "=r"(w1)
+                   : "r"(q_s + swz<D>(g, ks * 2 + t / 2) + (t % 2) * 8)
+                   : "memory");
+      qf[ks][0] = __byte_perm(w0, w1, 0x5410);  // dims 4t, 4t + 2
+      qf[ks][1] = __byte_perm(w0, w1, 0x7632);  // dims 4t + 1, 4t + 3
+    }
+  }
+  /// One ldmatrix.x4 a pair of k-steps: keys 0-7 / 8-15 of byte chunks ks and ks + 1.
+  template <class T, int kD>
+  __device__ static __forceinline__ void k(uint32_t k_s, int key0, int lane, uint32_t (&kf)[D / 16][4]) {
+    static_assert(kD == D, "the tile's head dim");
+    const int row = key0 + ((lane / 8) % 2) * 8 + lane % 8;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks += 2) {
+      uint32_t r[4];
+      ldsm_x4(k_s + swizzled<D>(row, ks + lane / 16), r[0], r[1], r[2], r[3]);
+      e4m3x4_to<T>(r[0], kf[ks][0], kf[ks][2]);
+      e4m3x4_to<T>(r[1], kf[ks][1], kf[ks][3]);
+      e4m3x4_to<T>(r[2], kf[ks + 1][0], kf[ks + 1][2]);
+      e4m3x4_to<T>(r[3], kf[ks + 1][1], kf[ks + 1][3]);
+    }
+  }
+  /// V as E4M3 codes, converted group by group right before its MMAs (v_frag): half the
+  /// registers held across the softmax. One ldmatrix.x4.trans covers two 16-dim groups: keys 0-7
+  /// / 8-15 of byte chunks d and d + 1.
+  template <int Dv>
+  struct v_regs {
+    uint32_t raw[Dv / 32][4];
+  };
+  template <class T, int kD>
+  __device__ static __forceinline__ void v_load(uint32_t v_s, int key0, int lane, v_regs<D>& v) {
+    static_assert(kD == D, "the tile's head dim");
+    const int row = key0 + ((lane / 8) % 2) * 8 + lane % 8;
+#pragma unroll
+    for (int d = 0; d < D / 16; d += 2)
+      ldsm_x4_t(v_s + swizzled<D>(row, d + lane / 16), v.raw[d / 2][0], v.raw[d / 2][1], v.raw[d / 2][2],
+                v.raw[d / 2][3]);
+  }
+  /// Keys 0-7 of group d are raw[d / 2][2 (d % 2)], keys 8-15 the next word.
+  template <class T, int kD>
+  __device__ static __forceinline__ void v_frag(const v_regs<D>& v, int d, uint32_t (&a)[4]) {
+    static_assert(kD == D, "the tile's head dim");
+    e4m3x4_to<T>(v.raw[d / 2][2 * (d % 2)], a[0], a[1]);
+    e4m3x4_to<T>(v.raw[d / 2][2 * (d % 2) + 1], a[2], a[3]);
+  }
+  __device__ static __forceinline__ int dim(int d, int g, int upper) { return d * 16 + 2 * g + upper; }
+  /// `lo` holds dims 2c and 2c + 2 of the row, `hi` 2c + 1 and 2c + 3: interleaved, one 8-byte store.
+  template <class T>
+  __device__ static __forceinline__ void store(T* out, int d, int c, uint32_t lo, uint32_t hi) {
+    *reinterpret_cast<uint2*>(out + d * 16 + 2 * c) = make_uint2(__byte_perm(lo, hi, 0x5410), __byte_perm(lo, hi, 0x7632));
+  }
+};
 
 /// One warp's query rows 0-7 against its keys (warp_rows' interface: init, step, store_state).
 /// Thread state: qf, the B fragments of Q^T; o[dm], the O^T accumulator of dims dm * 16 + g and
@@ -55,9 +180,7 @@ struct warp_keys {
 
   /// Q is the [16, D] swizzled tile staged as for warp_rows; only rows 0-7 are read.
   __device__ __forceinline__ void init(uint32_t q_s, int lane) {
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ks += 2)
-      ldsm_x4(q_s + swz<D>(lane % 8, ks * 2 + lane / 8), qf[ks][0], qf[ks][1], qf[ks + 1][0], qf[ks + 1][1]);
+    key_frags<Kv>::template q<T, D>(q_s, lane, qf);
 #pragma unroll
     for (int d = 0; d < D / 16; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
     m[0] = m[1] = -INFINITY;
@@ -73,14 +196,11 @@ struct warp_keys {
     constexpr int kM = NK / 16;
     const int g = lane / 4;
     float s[kM][4];
-    uint32_t vf[kM][D / 16][4];  // A fragments of V^T, loaded while the scores' MMAs and softmax run
+    typename key_frags<Kv>::template v_regs<D> v[kM];  // loaded while the scores' MMAs and softmax run
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt) {
       uint32_t kf[D / 16][4];
-      const int row = key0 + mt * 16 + ((lane / 8) % 2) * 8 + lane % 8;
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks)
-        ldsm_x4(k_s + Kv::at(row, ks * 2 + lane / 16), kf[ks][0], kf[ks][1], kf[ks][2], kf[ks][3]);
+      key_frags<Kv>::template k<T, D>(k_s, key0 + mt * 16, lane, kf);
       // Two accumulators over the D / 16 k-steps: two dependency chains of MMAs, not one.
       float s2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       s[mt][0] = s[mt][1] = s[mt][2] = s[mt][3] = 0.0f;
@@ -88,11 +208,7 @@ struct warp_keys {
       for (int ks = 0; ks < D / 16; ++ks) elem<T>::mma(ks % 2 ? s2 : s[mt], kf[ks], qf[ks][0], qf[ks][1]);
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[mt][e] += s2[e];
-      // V^T rows d * 16 + 0-7 / 8-15, keys 0-7 / 8-15: transposed 8 x 8 loads of V.
-      const int vrow = key0 + mt * 16 + (lane / 16) * 8 + lane % 8;
-#pragma unroll
-      for (int d = 0; d < D / 16; ++d)
-        ldsm_x4_t(v_s + Kv::at(vrow, d * 2 + (lane / 8) % 2), vf[mt][d][0], vf[mt][d][1], vf[mt][d][2], vf[mt][d][3]);
+      key_frags<Kv>::template v_load<T, D>(v_s, key0 + mt * 16, lane, v[mt]);
     }
     if (k0 < kv_lo || k0 + NK > kv_end) {
 #pragma unroll
@@ -136,7 +252,11 @@ struct warp_keys {
 #pragma unroll
     for (int mt = 0; mt < kM; ++mt)
 #pragma unroll
-      for (int d = 0; d < D / 16; ++d) elem<T>::mma(o[d], vf[mt][d], pb[mt][0], pb[mt][1]);
+      for (int d = 0; d < D / 16; ++d) {
+        uint32_t vf[4];
+        key_frags<Kv>::template v_frag<T, D>(v[mt], d, vf);
+        elem<T>::mma(o[d], vf, pb[mt][0], pb[mt][1]);
+      }
   }
 
   /// The warp merge of an item's final output, in registers (merge_warps_and_store calls it for
@@ -188,17 +308,15 @@ struct warp_keys {
     }
     sum_over_row_lanes(l);
     const float inv0 = l[0] > 0.0f ? 1.0f / l[0] : 0.0f, inv1 = l[1] > 0.0f ? 1.0f / l[1] : 0.0f;
-    // After the transpose a thread holds row g, dims d * 16 + c, + 1 and d * 16 + 8 + c, + 1.
+    // After the transpose a thread holds query row g, accumulator rows c, c + 1 (lo) and c + 8,
+    // c + 9 (hi) of each o[d].
     const int g = lane / 4, c = (lane % 4) * 2, G = a.num_heads / a.num_kv_heads;
-    T* out = static_cast<T*>(a.out) + (size_t(it.q_begin + g / G) * a.num_heads + it.kv_head * G + g % G) * D + c;
+    T* out = static_cast<T*>(a.out) + (size_t(it.q_begin + g / G) * a.num_heads + it.kv_head * G + g % G) * D;
 #pragma unroll
     for (int d = 0; d < D / 16; ++d) {
       const uint32_t lo = movmatrix_trans(elem<T>::pack(o[d][0] * inv0, o[d][1] * inv1));
       const uint32_t hi = movmatrix_trans(elem<T>::pack(o[d][2] * inv0, o[d][3] * inv1));
-      if (g < valid) {
-        *reinterpret_cast<uint32_t*>(out + d * 16) = lo;
-        *reinterpret_cast<uint32_t*>(out + d * 16 + 8) = hi;
-      }
+      if (g < valid) key_frags<Kv>::store(out, d, c, lo, hi);
     }
   }
 
@@ -212,8 +330,8 @@ struct warp_keys {
       if (c + h >= valid) continue;
 #pragma unroll
       for (int d = 0; d < D / 16; ++d) {
-        o_s[(c + h) * stride + d * 16 + g] = o[d][h];
-        o_s[(c + h) * stride + d * 16 + g + 8] = o[d][2 + h];
+        o_s[(c + h) * stride + key_frags<Kv>::dim(d, g, 0)] = o[d][h];
+        o_s[(c + h) * stride + key_frags<Kv>::dim(d, g, 1)] = o[d][2 + h];
       }
       if (g == 0) {
         ml_s[(c + h) * 2] = m[h];
