@@ -5,7 +5,8 @@
 #
 #   scripts/make_gpu_bundle.sh [--with-data] [--with-node] [BUNDLE_DIR=.gpu_bundle] [BUILD_DIR=build-gpu]
 #   TARGETS="test_cuda bench_cuda_kernels" scripts/make_gpu_bundle.sh   # build and pack only these
-#   PACK=out.tar.xz scripts/make_gpu_bundle.sh                          # also pack it, xz-compressed
+#   PACK=out.tar.xz scripts/make_gpu_bundle.sh                          # also pack it, xz -9: its 64 MiB window
+#   finds the device code every executable repeats (test_cuda + test_cuda_engine + four benches: 10 MB, not 17)
 # --with-node adds this machine's node binary and tests/e2e (with node_modules), so the
 # end-to-end tests (openai + ws clients) run on hosts without Node.js.
 # --with-jit adds bin-jit/test_cuda, built from compute_80 PTX alone (BUILD_DIR-ptx80): on any
@@ -77,7 +78,7 @@ if (( with_node )); then
 fi
 git -C "$root" rev-parse HEAD > "$bundle/COMMIT" 2>/dev/null || echo unknown > "$bundle/COMMIT"
 if [[ -n "${PACK:-}" ]]; then
-  tar -C "$(dirname "$bundle")" -cf - "$(basename "$bundle")" | xz -T"$jobs" -6 > "$PACK"
+  tar -C "$(dirname "$bundle")" -cf - "$(basename "$bundle")" | xz -T"$jobs" -9 > "$PACK"
   echo "packed: $PACK ($(du -sh "$PACK" | cut -f1))"
 fi
 echo "bundle: $bundle ($(du -sh "$bundle" | cut -f1)); libs: $(ls "$bundle/lib" | tr '\n' ' ')"
