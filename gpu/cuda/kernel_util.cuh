@@ -31,6 +31,22 @@ __device__ __forceinline__ void load8(const T* p, float* out) {
   for (int i = 0; i < 8; ++i) out[i] = to_f32(e[i]);
 }
 
+/// Called by every thread of a CTA once it has stored what another CTA reads: counts the CTA on
+/// `counter`; true in the CTA that counts the `expected`-th, which sets the counter back to 0
+/// (the next launch or graph replay needs no memset) and then sees every counted CTA's stores.
+__device__ __forceinline__ bool counted_last(int32_t* counter, int expected) {
+  __shared__ bool last;
+  __threadfence();  // this CTA's stores are visible device-wide before it is counted
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(counter, 1) == expected - 1;
+    if (last) *counter = 0;  // every CTA has counted
+  }
+  __syncthreads();
+  if (last) __threadfence();  // the other CTAs' stores are read after their counts
+  return last;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -188,18 +188,8 @@ __device__ __forceinline__ void merge_pieces(const attn_launch& a, const attn_co
 /// call. `sm` (cap floats of shared memory, free once the piece is stored) holds the weights.
 template <class T, int D, int NT>
 __device__ __forceinline__ void finish_split(const attn_launch& a, const attn_item& it, float* sm, int cap, int tid) {
-  __shared__ int last;
-  __threadfence();  // this CTA's partial is visible device-wide before it is counted
-  __syncthreads();
   const attn_combine cb = a.combines[it.pad];
-  if (tid == 0) {
-    const int done = atomicAdd(a.split_counters + it.pad, 1);
-    last = done == cb.num_splits - 1;
-    if (last) a.split_counters[it.pad] = 0;  // every piece has counted: ready for the next call
-  }
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!dev::counted_last(a.split_counters + it.pad, cb.num_splits)) return;
   merge_pieces<T, D, NT>(a, cb, sm, cap, tid);
 }
 

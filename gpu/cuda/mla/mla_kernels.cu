@@ -189,23 +189,6 @@ __device__ void merge_pieces(const latent_attention_args& a, int t, int h0) {
     merge_rows<T, 1>(a, t, h0, heads, w_s, inv_s);
 }
 
-/// Called by every thread of a CTA after it stored its piece's partials: counts the piece on the
-/// counter of its (row, head group); true in the CTA that counts the last of num_splits pieces,
-/// which then sees every piece's partials and sets the counter back to 0 for the next launch
-/// (a CUDA graph replays with no memset).
-__device__ __forceinline__ bool counted_last(int32_t* counter, int num_splits) {
-  __shared__ bool last;
-  __threadfence();  // this CTA's partials are visible device-wide before it is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(counter, 1) == num_splits - 1;
-    if (last) *counter = 0;  // every piece has counted
-  }
-  __syncthreads();
-  if (last) __threadfence();  // the other pieces' partials are read after their counts
-  return last;
-}
-
 /// Grid (n, ceil(H / kHeads), num_splits) of kThreads. Scores and the weighted sum on tensor cores
 /// (mma.sync m16n8k16, the CTA's 16 heads its rows): warp w accumulates latent values [64 w,
 /// 64 w + 64) of every head in the mma's C layout (rows lane / 4 and lane / 4 + 8, values

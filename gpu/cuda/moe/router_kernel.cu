@@ -128,7 +128,6 @@ template <class T>
 __global__ void __launch_bounds__(gemv::kThreads) route_gemv_kernel(moe_router_gemv_args g, moe_route_args a) {
   extern __shared__ float scores[];
   __shared__ gemv::partials<1, kGemvRows> red;
-  __shared__ bool last;
   const int row0 = blockIdx.x * kGemvRows, E = a.num_experts;
   const T* w = static_cast<const T*>(g.w);
   const uint4* wp[kGemvRows];
@@ -137,14 +136,8 @@ __global__ void __launch_bounds__(gemv::kThreads) route_gemv_kernel(moe_router_g
     wp[r] = reinterpret_cast<const uint4*>(w + size_t(min(row0 + r, E - 1)) * g.hidden);
   gemv::accumulate<T, 1, kGemvRows>(static_cast<const T*>(g.x), 1, g.hidden, wp, red);
   if (threadIdx.x < kGemvRows && row0 + int(threadIdx.x) < E) g.logits[row0 + threadIdx.x] = red.total(threadIdx.x, 0);
-  __threadfence();  // the logits reach L2 before the block counts itself done
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(g.counter, 1) == int(gridDim.x) - 1;
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
+  if (!counted_last(g.counter, int(gridDim.x))) return;  // the last block to finish routes
   if (threadIdx.x < 32) route_token(a, 0, scores, threadIdx.x);
-  if (threadIdx.x == 0) *g.counter = 0;
 }
 
 /// Whether moe_route and moe_route_gemv take `a`: top_k in [1, moe_max_top_k] and at most the
