@@ -1,5 +1,6 @@
 #pragma once
-// Device helpers shared by the .cu files: element conversions and block reductions.
+// Device helpers shared by the .cu files: element conversions, block reductions and the
+// last-CTA count (counted_last).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
