@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -179,12 +180,17 @@ inline void bench_moe_ffn_paths() {
     };
     if (auto st = ffn.init(cfg, m.hidden, dt, kMaxTokens, alloc); !st) {
       report("moe_ffn init: %s\n", st.err().message.c_str());
-      return;
+      for (void* p : owned) cudaFree(p);
+      break;
     }
     const cuda::device_experts w{.router = router, .gate_up = w_gate_up, .down = w_down};
     for (int tokens : token_counts) {
-      const auto run_ms = [&](int min_rows) {
+      const auto run_ms = [&](int min_rows) -> double {
         ffn.set_cublas_min_rows_per_expert(min_rows);
+        if (auto st = ffn.run(gemm, w, x, tokens, out, false, nullptr); !st) {  // once untimed: it runs
+          report("moe_ffn::run: %s\n", st.err().message.c_str());
+          return NAN;
+        }
         return time_ms([&] { (void)ffn.run(gemm, w, x, tokens, out, false, nullptr); }, 10);
       };
       const double grouped = run_ms(INT_MAX), cublas = run_ms(0);
