@@ -6,7 +6,7 @@
 //   --prefill-q16 0|1   --fused-decode 0|1   --gate-up-16bit 0|1   --residual-gemm 0|1
 //   --q32-decode-only 0|1   --qkv-16bit 0|1   --last-layer-all-rows 0|1
 //   --bulk-gemv plain,qkv,gate_up|none   --bulk-blocks N   --bulk-stages N   --bulk-qkv-pairs 1|2
-//   --bulk-evict-first 0|1   --cascade-overlap 0|1
+//   --bulk-evict-first 0|1   --cascade-overlap 0|1   --moe-cublas-min-rows N
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -88,6 +88,14 @@ inline bool parse_tuning_flag(int& i, int argc, char** argv, gpu::cuda_tuning& t
     t.bulk.qkv_pairs = pick(flag.c_str(), v, {"1", "2"}) + 1;
   } else if (flag_is("--bulk-evict-first")) {
     t.bulk.evict_first = on();
+  } else if (flag_is("--moe-cublas-min-rows")) {
+    char* end = nullptr;
+    const long rows = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || rows < 0 || rows > 0x7fffffffL) {
+      std::fprintf(stderr, "%s: '%s' is not a row count (0 or more)\n", flag.c_str(), v.c_str());
+      std::exit(2);
+    }
+    t.moe_cublas_min_rows_per_expert = static_cast<int>(rows);
   } else {
     return false;
   }

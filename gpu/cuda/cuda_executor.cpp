@@ -205,6 +205,7 @@ status cuda_executor::allocate_buffers() {
     const moe_ffn::alloc_fn moe_alloc = [&](size_t bytes, void** out) { return alloc(bytes, out); };
     if (auto st = moe_.init(*c.moe, static_cast<int>(c.hidden_size), dt_, static_cast<int>(rows), moe_alloc); !st)
       return st;
+    moe_.set_cublas_min_rows_per_expert(opts_.tuning.moe_cublas_min_rows_per_expert);
   }
   if (c.mla) {
     const mla_attention::alloc_fn mla_alloc = [&](size_t bytes, void** out) { return alloc(bytes, out); };

@@ -73,6 +73,8 @@ class cuda_executor_probe {
   virtual int64_t graph_replays() const = 0;
   /// Steps whose last layer ran past its K/V writes on the sampled rows only.
   virtual int64_t sampled_only_steps() const = 0;
+  /// Mixture-of-experts chunks whose experts ran through the per-expert cuBLAS path so far.
+  virtual int64_t moe_cublas_chunks() const = 0;
 };
 
 }  // namespace actorserve::gpu

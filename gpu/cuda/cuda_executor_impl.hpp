@@ -102,6 +102,7 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   bool supports_token_masks() const override { return true; }
   int64_t graph_replays() const override { return graph_replays_.load(); }
   int64_t sampled_only_steps() const override { return sampled_only_steps_.load(); }
+  int64_t moe_cublas_chunks() const override { return moe_.cublas_chunks(); }
 
   /// create()'s two halves, apart for a tensor-parallel group (start_shard_executors): load the
   /// weights and allocate everything but the KV pool, then plan the pool with a worst-case step,

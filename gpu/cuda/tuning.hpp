@@ -8,6 +8,7 @@
 #include <string>
 
 #include "config/engine_config.hpp"
+#include "gpu/cuda/moe/moe_tile.hpp"
 
 namespace actorserve::gpu {
 
@@ -101,6 +102,10 @@ struct cuda_tuning {
   /// The step's kernels launch as programmatic dependents of the kernel before them
   /// (set_programmatic_launch; compute capability 9.0 on).
   bool programmatic_launch = true;
+  /// A mixture-of-experts chunk of at least this many routed rows an expert on average (0: every
+  /// batched chunk) runs its experts' products as one cuBLAS GEMM per expert instead of the
+  /// grouped GEMM, outside CUDA graph capture (moe_ffn; docs/moe.md).
+  int moe_cublas_min_rows_per_expert = cuda::moe_cublas_min_rows_per_expert;
 };
 
 /// What a GPU offers the kernels: its compute capability and the target of the kernel code the

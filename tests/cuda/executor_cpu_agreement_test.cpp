@@ -13,6 +13,9 @@
 // those runs have their own bound (fp8_activation_bound below, with its reasoning). With
 // --kv-cache-dtype fp8 both store K and V as E4M3 codes with the checkpoint's per-layer scales
 // (flash-decoding layout, 64-token blocks on both); fp8_kv_bound says why that bound is looser.
+// The mixture-of-experts fixtures also run with every eager batched chunk's experts on the
+// per-expert cuBLAS path (cuda_tuning::moe_cublas_min_rows_per_expert 0; the fixtures' steps are
+// far below the default threshold), under the same bounds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -59,14 +62,22 @@ constexpr double fp8_activation_bound = 0.1;
 /// and outputs average many such elements. fp8_activation_bound's 0.1 covers that with headroom.
 constexpr double fp8_kv_bound = fp8_activation_bound;
 
-/// Runs `model` through both executors (`quantize_fp8`: --quantization fp8 on both) and compares;
-/// `fp8_activations`: the CUDA executor's batched FP8 layers quantize their inputs per token;
-/// `kv_fp8`: --kv-cache-dtype fp8 on both, with flash-decoding's 64-token blocks.
-void expect_cuda_agrees_with_cpu(const std::string& model, bool quantize_fp8, bool fp8_activations = false,
-                                 bool kv_fp8 = false) {
+/// What a comparison runs besides the defaults.
+struct agreement_run {
+  bool quantize_fp8 = false;     ///< --quantization fp8 on both
+  bool fp8_activations = false;  ///< the CUDA executor's batched FP8 layers quantize their inputs per token
+  bool kv_fp8 = false;           ///< --kv-cache-dtype fp8 on both, with flash-decoding's 64-token blocks
+  /// cuda_tuning::moe_cublas_min_rows_per_expert (0: every eager batched MoE chunk on cuBLAS).
+  int moe_cublas_min_rows = gpu::cuda::moe_cublas_min_rows_per_expert;
+};
+
+/// Runs `model` through both executors and compares.
+void expect_cuda_agrees_with_cpu(const std::string& model, const agreement_run& run) {
+  const bool quantize_fp8 = run.quantize_fp8, fp8_activations = run.fp8_activations, kv_fp8 = run.kv_fp8;
+  const bool moe_cublas = run.moe_cublas_min_rows != gpu::cuda::moe_cublas_min_rows_per_expert;
   const std::string dir = model_dir(model);
-  const std::string name =
-      model + (quantize_fp8 ? " --quantization fp8" : "") + (kv_fp8 ? " --kv-cache-dtype fp8" : "");
+  const std::string name = model + (quantize_fp8 ? " --quantization fp8" : "") +
+                           (kv_fp8 ? " --kv-cache-dtype fp8" : "") + (moe_cublas ? ", experts on cuBLAS" : "");
   const int bs = kv_fp8 ? 64 : 16;
   gpu::cpu_executor_options co;
   co.num_blocks = 512;
@@ -78,6 +89,7 @@ void expect_cuda_agrees_with_cpu(const std::string& model, bool quantize_fp8, bo
   gpu::cuda_executor_options go = test_options();
   go.quantize_fp8 = quantize_fp8;
   go.tuning.fp8_activations = fp8_activations;
+  go.tuning.moe_cublas_min_rows_per_expert = run.moe_cublas_min_rows;
   if (kv_fp8) {
     go.kv_cache_fp8 = true;
     go.kv_layout = kv_cache_layout::flash_decoding;
@@ -165,23 +177,34 @@ void expect_cuda_agrees_with_cpu(const std::string& model, bool quantize_fp8, bo
     compare(b, chunks ? "prefill" : "decode");
   }
   EXPECT_LE(over, routed ? rerouted_rows_allowed(rows) : 0) << name << ": rows beyond " << bound;
+  if (routed && run.moe_cublas_min_rows == 0) {
+    EXPECT_GT(probe->moe_cublas_chunks(), 0) << name << ": no chunk took the cuBLAS path";
+  }
   std::printf("%s CPU vs CUDA: logits max abs err / max abs ref %.3g (worst over all rows; %d of %d rows beyond %g); "
               "tokens agreed %d/%d where the CPU margin >= 5e-2\n",
               name.c_str(), worst, over, rows, bound, agreed, compared);
 }
 
-TEST_P(CudaVsCpu, ChunkedPrefillAndDecodeAgree) { expect_cuda_agrees_with_cpu(GetParam(), false); }
+TEST_P(CudaVsCpu, ChunkedPrefillAndDecodeAgree) { expect_cuda_agrees_with_cpu(GetParam(), {}); }
 
 class CudaVsCpuQuantizedFp8 : public CudaVsCpu {};
 class CudaVsCpuFp8Activations : public CudaVsCpu {};
 class CudaVsCpuQuantizedFp8Activations : public CudaVsCpu {};
-TEST_P(CudaVsCpuQuantizedFp8, ChunkedPrefillAndDecodeAgree) { expect_cuda_agrees_with_cpu(GetParam(), true); }
-TEST_P(CudaVsCpuFp8Activations, ChunkedPrefillAndDecodeAgree) { expect_cuda_agrees_with_cpu(GetParam(), false, true); }
+TEST_P(CudaVsCpuQuantizedFp8, ChunkedPrefillAndDecodeAgree) {
+  expect_cuda_agrees_with_cpu(GetParam(), {.quantize_fp8 = true});
+}
+TEST_P(CudaVsCpuFp8Activations, ChunkedPrefillAndDecodeAgree) {
+  expect_cuda_agrees_with_cpu(GetParam(), {.fp8_activations = true});
+}
 TEST_P(CudaVsCpuQuantizedFp8Activations, ChunkedPrefillAndDecodeAgree) {
-  expect_cuda_agrees_with_cpu(GetParam(), true, true);
+  expect_cuda_agrees_with_cpu(GetParam(), {.quantize_fp8 = true, .fp8_activations = true});
 }
 class CudaVsCpuFp8KvCache : public CudaVsCpu {};
-TEST_P(CudaVsCpuFp8KvCache, ChunkedPrefillAndDecodeAgree) { expect_cuda_agrees_with_cpu(GetParam(), false, false, true); }
+TEST_P(CudaVsCpuFp8KvCache, ChunkedPrefillAndDecodeAgree) { expect_cuda_agrees_with_cpu(GetParam(), {.kv_fp8 = true}); }
+class CudaVsCpuMoeCublas : public CudaVsCpu {};
+TEST_P(CudaVsCpuMoeCublas, ChunkedPrefillAndDecodeAgree) {
+  expect_cuda_agrees_with_cpu(GetParam(), {.moe_cublas_min_rows = 0});
+}
 
 /// Every executor fixture and the FP8 checkpoints (per-tensor, per-channel, block-scaled experts).
 const std::vector<std::string>& agreement_fixtures() {
@@ -209,6 +232,13 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpuFp8KvCache,
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpuQuantizedFp8Activations,
                          ::testing::Values("llama-hd128-bf16", "qwen3-hd128-bf16", "qwen2-tiny"), model_param_name);
+
+// The mixture-of-experts fixtures (greedy and group-limited routing, shared experts, FP8 experts
+// dequantized at load) with every eager batched chunk's experts on cuBLAS.
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpuMoeCublas,
+                         ::testing::Values("mixtral-tiny", "mixtral-bf16", "qwen3-moe-tiny", "qwen3-moe-bf16",
+                                           "deepseek-v2-tiny", "deepseek-v2-qlora-yarn-bf16", "mixtral-fp8-block"),
+                         model_param_name);
 
 }  // namespace
 }  // namespace actorserve::testing

@@ -82,10 +82,32 @@ TEST(cuda_tuning, the_other_choices_pass_through) {
   requested.fused_decode = false;
   requested.qkv_16bit = true;
   requested.attention.merge = gpu::split_merge::separate_kernel;
+  requested.moe_cublas_min_rows_per_expert = 0;
   const cuda_tuning t = gpu::cuda_tuning_for(requested, target(8, 6, 80, false), kernel_choice::automatic);
   EXPECT_FALSE(t.fused_decode);
   EXPECT_TRUE(t.qkv_16bit);
   EXPECT_EQ(t.attention.merge, gpu::split_merge::separate_kernel);
+  EXPECT_EQ(t.moe_cublas_min_rows_per_expert, 0);  // cuBLAS runs on every GPU
+  EXPECT_EQ(cuda_tuning{}.moe_cublas_min_rows_per_expert, gpu::cuda::moe_cublas_min_rows_per_expert);
+}
+
+// The per-expert cuBLAS path of a mixture-of-experts chunk from the threshold's average rows per
+// expert on (pairs / experts, what the host knows), for every chunk at 0; no overflow at the
+// most pairs a chunk has (8,192 tokens x top-32) against the most experts and a large threshold.
+TEST(cuda_tuning, moe_chunks_take_cublas_from_the_threshold_on) {
+  const int min_rows = gpu::cuda::moe_cublas_min_rows_per_expert;
+  for (int E : {1, 8, 64, 128, 1024}) {
+    EXPECT_FALSE(gpu::cuda::reaches_moe_cublas_rows(min_rows * E - 1, E, min_rows)) << E << " experts";
+    EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(min_rows * E, E, min_rows)) << E << " experts";
+    EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(1, E, 0)) << E << " experts";
+  }
+  // Mixtral-8x7B (top-2 of 8): a chunk of 4,096 tokens is 1,024 rows an expert; Qwen3-30B-A3B (top-8
+  // of 128): a whole chunk of 8,192 tokens is 512.
+  EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(4096 * 2, 8, 1024));
+  EXPECT_FALSE(gpu::cuda::reaches_moe_cublas_rows(4095 * 2, 8, 1024));
+  EXPECT_FALSE(gpu::cuda::reaches_moe_cublas_rows(8192 * 8, 128, 1024));
+  EXPECT_FALSE(gpu::cuda::reaches_moe_cublas_rows(8192 * 32, 1024, 1 << 30));
+  EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(8192 * 32, 1024, 256));
 }
 
 TEST(cuda_tuning, the_log_line_names_the_choices) {

@@ -9,8 +9,13 @@
 #include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/cuda/model/cuda_model.hpp"
 #include "gpu/cuda/moe/moe_kernels.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::gpu::cuda {
+
+moe_ffn::~moe_ffn() {
+  if (host_offsets_) cudaFreeHost(host_offsets_);
+}
 
 status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_tokens, const alloc_fn& alloc,
                      int chunk_tokens) {
@@ -50,6 +55,20 @@ status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_to
   for (const want& w : wants)
     if (auto st = alloc(w.bytes, w.where); !st) return st;
   AS_CUDA_TRY(cudaMemset(route_counter_, 0, sizeof(int32_t)));
+  // The cuBLAS path reads the offsets back into pinned memory and needs no device buffer of its
+  // own: y_ (CP x hidden fp32) is written by a chunk's down and read by its combine only, so
+  // before down it holds the chunk's gathered rows (at most CP x hidden of dt: its first half at
+  // 2 bytes a value) and, behind them, the gate/up pieces of [cublas_piece_rows_][2 x inter] of
+  // dt: min(moe_cublas_piece_rows, CP x hidden / (2 x inter)) rows, Mixtral-8x7B's 2,048 once a
+  // chunk holds 7,168 tokens (CP x 4,096 x 2 bytes >= 2,048 x 2 x 14,336 x 2).
+  if (host_offsets_) cudaFreeHost(host_offsets_);
+  host_offsets_ = nullptr;
+  AS_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_offsets_), (E + 1) * sizeof(int32_t)));
+  const size_t gathered_bytes = CP * hidden_ * es, piece_row_bytes = size_t(2) * inter_ * es;
+  cublas_scratch_ = reinterpret_cast<uint8_t*>(y_) + gathered_bytes;
+  cublas_piece_rows_ = piece_row_bytes == 0 ? 0
+                       : static_cast<int>(std::min<size_t>(moe_cublas_piece_rows,
+                                                           (CP * hidden_ * 4 - gathered_bytes) / piece_row_bytes));
   return {};
 }
 
@@ -61,6 +80,10 @@ status moe_ffn::run(gemm_runner& gemm, const device_experts& w, const void* x, i
                           .renormalize = renormalize_, .scaling = scaling_,
                           .experts = experts_, .weights = weights_};
   const bool gemv = gemm.uses_gemv(rows);
+  // The cuBLAS path waits for the stream (the experts' row offsets): never inside a graph.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (!gemv) AS_CUDA_TRY(cudaStreamIsCapturing(s, &capture));
+  const bool cublas = !gemv && capture == cudaStreamCaptureStatusNone && cublas_piece_rows_ > 0;
   if (gemv && rows == 1 && gemv_supported(x, 1, hidden_, w.router)) {  // the logits gemm.run would give
     const moe_router_gemv_args rg{.x = x, .w = w.router, .hidden = hidden_, .logits = logits_,
                                   .counter = route_counter_};
@@ -73,13 +96,14 @@ status moe_ffn::run(gemm_runner& gemm, const device_experts& w, const void* x, i
   for (int first = 0; first < rows; first += chunk_tokens_) {
     const int n = std::min(chunk_tokens_, rows - first);
     const void* xc = static_cast<const uint8_t*>(x) + size_t(first) * x_row_bytes;
-    if (auto st = run_experts(w, xc, first, n, out + size_t(first) * hidden_, accumulate, gemv, s); !st) return st;
+    if (auto st = run_experts(gemm, w, xc, first, n, out + size_t(first) * hidden_, accumulate, gemv, cublas, s); !st)
+      return st;
   }
   return {};
 }
 
-status moe_ffn::run_experts(const device_experts& w, const void* x, int first, int rows, float* out, bool accumulate,
-                            bool gemv, cudaStream_t s) {
+status moe_ffn::run_experts(gemm_runner& gemm, const device_experts& w, const void* x, int first, int rows,
+                            float* out, bool accumulate, bool gemv, bool cublas, cudaStream_t s) {
   const int P = rows * top_k_;
   const int32_t* experts = experts_ + size_t(first) * top_k_;
   const float* weights = weights_ + size_t(first) * top_k_;
@@ -100,20 +124,74 @@ status moe_ffn::run_experts(const device_experts& w, const void* x, int first, i
                             .tile = tile, .tile_offsets = tile_offsets_, .sorted_pairs = sorted_pairs_,
                             .pair_rows = pair_rows_};
   AS_CUDA_TRY(moe_permute(pa, s));
-  // gate/up with SiLU-and-mul in its epilogue: permuted row r holds pair p = t * top_k + j and
-  // reads token p / top_k; gate and up are rounded to dt as HF's bf16/fp16 projections are.
-  const grouped_gemm_args gate_up{.a = x, .a_rows = sorted_pairs_, .a_rows_div = top_k_, .w = w.gate_up,
-                                  .offsets = offsets_, .tile_offsets = tile_offsets_, .tile = tile, .num_pairs = P,
-                                  .num_experts = num_experts_, .n = inter_, .k = hidden_, .y = act_,
-                                  .silu_and_mul = true};
-  AS_CUDA_TRY(grouped_gemm(dt_, gate_up, s));
-  const grouped_gemm_args down{.a = act_, .w = w.down, .offsets = offsets_, .tile_offsets = tile_offsets_,
-                               .tile = tile, .num_pairs = P, .num_experts = num_experts_, .n = hidden_, .k = inter_,
-                               .y = y_};
-  AS_CUDA_TRY(grouped_gemm(dt_, down, s));
+  if (cublas && reaches_moe_cublas_rows(P, num_experts_, cublas_min_rows_)) {
+    if (auto st = run_experts_cublas(gemm, w, x, P, s); !st) return st;
+  } else {
+    // gate/up with SiLU-and-mul in its epilogue: permuted row r holds pair p = t * top_k + j and
+    // reads token p / top_k; gate and up are rounded to dt as HF's bf16/fp16 projections are.
+    const grouped_gemm_args gate_up{.a = x, .a_rows = sorted_pairs_, .a_rows_div = top_k_, .w = w.gate_up,
+                                    .offsets = offsets_, .tile_offsets = tile_offsets_, .tile = tile, .num_pairs = P,
+                                    .num_experts = num_experts_, .n = inter_, .k = hidden_, .y = act_,
+                                    .silu_and_mul = true};
+    AS_CUDA_TRY(grouped_gemm(dt_, gate_up, s));
+    const grouped_gemm_args down{.a = act_, .w = w.down, .offsets = offsets_, .tile_offsets = tile_offsets_,
+                                 .tile = tile, .num_pairs = P, .num_experts = num_experts_, .n = hidden_, .k = inter_,
+                                 .y = y_};
+    AS_CUDA_TRY(grouped_gemm(dt_, down, s));
+  }
   const moe_combine_args ca{.y = y_, .pair_rows = pair_rows_, .experts = experts, .weights = weights, .n = rows,
                             .top_k = top_k_, .hidden = hidden_, .out = out, .accumulate = accumulate};
   AS_CUDA_TRY(moe_combine(ca, s));
+  return {};
+}
+
+status moe_ffn::run_experts_cublas(gemm_runner& gemm, const device_experts& w, const void* x, int P,
+                                   cudaStream_t s) {
+  const int E = num_experts_;
+  AS_CUDA_TRY(cudaMemcpyAsync(host_offsets_, offsets_, size_t(E + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  AS_CUDA_TRY(cudaStreamSynchronize(s));
+  const int32_t* off = host_offsets_;
+  bool ascending = off[0] == 0 && off[E] == P;
+  for (int e = 0; e < E && ascending; ++e) ascending = off[e] <= off[e + 1];
+  if (!ascending)
+    return make_error(error_code::internal, fmt::format("moe_ffn: the permutation's row offsets do not ascend from 0 "
+                                                        "to the chunk's {} pairs", P));
+  // Each expert's rows contiguous in y_ (free until down writes it; init): row r of the chunk's
+  // permuted order is token sorted_pairs_[r] / top_k's.
+  const size_t es = act_size(dt_);
+  auto* gathered = reinterpret_cast<uint8_t*>(y_);
+  const moe_gather_args ga{.x = x, .rows = sorted_pairs_, .rows_div = top_k_, .num_rows = P, .width = hidden_,
+                           .out = gathered};
+  AS_CUDA_TRY(moe_gather(dt_, ga, s));
+  // gate/up: an expert's [2 x inter][hidden] weights are its gate rows, then its up rows, so one
+  // GEMM gives each row's gate in columns [0, inter) and its up in [inter, 2 x inter), rounded to
+  // dt (run_act), which silu_and_mul_act reads: the grouped GEMM's epilogue's numbers, summed in
+  // cuBLAS's order. In pieces of at most cublas_piece_rows_ rows (the scratch behind the rows).
+  const auto* gate_up_w = static_cast<const uint8_t*>(w.gate_up);
+  auto* act = static_cast<uint8_t*>(act_);
+  for (int e = 0; e < E; ++e) {
+    const void* we = gate_up_w + size_t(e) * 2 * inter_ * hidden_ * es;
+    for (int r0 = off[e]; r0 < off[e + 1]; r0 += cublas_piece_rows_) {
+      const int m = std::min(cublas_piece_rows_, off[e + 1] - r0);
+      const void* rows = gathered + size_t(r0) * hidden_ * es;
+      if (auto st = gemm.run_act(dt_, rows, m, hidden_, we, 2 * inter_, cublas_scratch_); !st) return st;
+      AS_CUDA_TRY(silu_and_mul_act(dt_, cublas_scratch_, m, inter_, act + size_t(r0) * inter_ * es, s));
+    }
+  }
+  // down: y_ rows of expert e = its act_ rows x its [hidden][inter] down weights^T, in fp32
+  // (cuBLAS, or the runner's GEMV for an expert of as few rows as it gives the GEMV). The
+  // gathered rows and pieces in y_ are dead: every gate/up GEMM and SiLU that read them is
+  // before on the stream.
+  const auto* down_w = static_cast<const uint8_t*>(w.down);
+  for (int e = 0; e < E; ++e) {
+    const int m = off[e + 1] - off[e];
+    if (m == 0) continue;
+    if (auto st = gemm.run(dt_, act + size_t(off[e]) * inter_ * es, m, inter_,
+                           down_w + size_t(e) * hidden_ * inter_ * es, hidden_, y_ + size_t(off[e]) * hidden_);
+        !st)
+      return st;
+  }
+  cublas_chunks_.fetch_add(1);
   return {};
 }
 

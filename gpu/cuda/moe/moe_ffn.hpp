@@ -1,10 +1,12 @@
 #pragma once
 /// A sparse layer's FFN on the device: router logits (one GEMM), the router, the permutation, the
 /// grouped gate/up GEMM with SiLU-and-mul (or, at one token, the expert GEMV), the grouped down
-/// GEMM and the weighted combine into the residual stream (docs/moe.md). No host round trip: a
-/// decode step that runs it is capturable.
+/// GEMM and the weighted combine into the residual stream (docs/moe.md); a large chunk outside
+/// CUDA graph capture runs the experts' products as one cuBLAS GEMM per expert instead. No host
+/// round trip while capturing: a decode step that runs it is capturable.
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 
@@ -24,6 +26,11 @@ class gemm_runner;
 /// 8,192 tokens still gives every expert of the supported models hundreds of rows.
 inline constexpr int moe_ffn_chunk_tokens = 8192;
 
+/// Most permuted rows of one expert that one cuBLAS gate/up GEMM of the per-expert path takes: its
+/// [rows][2 x inter] output in the activation dtype waits in a scratch (inside the fp32 down
+/// output's buffer, moe_ffn::init) until SiLU-and-mul reads it, so an expert's rows go in pieces.
+inline constexpr int moe_cublas_piece_rows = 2048;
+
 /// One sparse layer's weights on the device, in the activation dtype.
 struct device_experts {
   void* router = nullptr;    ///< [E][hidden]
@@ -39,10 +46,24 @@ class moe_ffn {
  public:
   using alloc_fn = std::function<status(size_t bytes, void** out)>;
 
+  moe_ffn() = default;
+  moe_ffn(const moe_ffn&) = delete;
+  moe_ffn& operator=(const moe_ffn&) = delete;
+  ~moe_ffn();
+
   /// Sizes the buffers for up to `max_tokens` tokens a step, run through the experts in chunks of
-  /// at most `chunk_tokens` (> 0), through `alloc` (whose memory the caller owns and frees).
+  /// at most `chunk_tokens` (> 0), through `alloc` (whose memory the caller owns and frees); the
+  /// pinned host copy of the experts' row offsets is this object's.
   status init(const moe_config& cfg, int hidden, act_dtype dt, int max_tokens, const alloc_fn& alloc,
               int chunk_tokens = moe_ffn_chunk_tokens);
+
+  /// Chunks of at least `rows` routed rows an expert on average (0: every batched chunk) run the
+  /// experts through cuBLAS while the stream is not capturing a graph (default
+  /// moe_cublas_min_rows_per_expert; cuda_tuning::moe_cublas_min_rows_per_expert, tests and
+  /// benchmarks set it).
+  void set_cublas_min_rows_per_expert(int rows) { cublas_min_rows_ = rows; }
+  /// Chunks whose experts ran through cuBLAS so far.
+  int64_t cublas_chunks() const { return cublas_chunks_.load(); }
 
   /// out[t] (+)= the experts' weighted sum for each of `rows` tokens of x ([rows][hidden] of dt):
   /// added into out when `accumulate` (the residual), else written (a delta added later). Rows
@@ -50,15 +71,23 @@ class moe_ffn {
   /// (token, slot) pairs, then moe_down_combine; more take the permutation and the grouped GEMM.
   /// One such token also takes the router GEMV and the routing in one launch (moe_route_gemv).
   /// The router runs over all rows at once, the experts chunk by chunk; a token's output is the
-  /// same whichever chunk it falls in.
+  /// same whichever chunk it falls in. A chunk of at least the cuBLAS threshold's rows an expert
+  /// takes the per-expert cuBLAS path unless `s` is capturing a graph: it waits for the stream
+  /// once (the experts' row offsets) and gives the grouped GEMM's numbers within the rounding of
+  /// its 16-bit gate/up and activations (cuBLAS sums in another order). `gemm` enqueues on `s`.
   status run(gemm_runner& gemm, const device_experts& w, const void* x, int rows, float* out, bool accumulate,
              cudaStream_t s);
 
  private:
   /// The experts of `rows` (<= chunk_tokens_) routed tokens from token `first` on: x and out
-  /// point at token `first`'s rows; `gemv` takes the one-token kernels.
-  status run_experts(const device_experts& w, const void* x, int first, int rows, float* out, bool accumulate,
-                     bool gemv, cudaStream_t s);
+  /// point at token `first`'s rows; `gemv` takes the one-token kernels; `cublas`: the stream is not
+  /// capturing, so a chunk past the threshold takes the per-expert cuBLAS path.
+  status run_experts(gemm_runner& gemm, const device_experts& w, const void* x, int first, int rows, float* out,
+                     bool accumulate, bool gemv, bool cublas, cudaStream_t s);
+  /// The experts' products of the P permuted rows (moe_permute has run on `s`) through cuBLAS:
+  /// the offsets read back, the rows gathered, per expert gate/up in pieces with SiLU-and-mul into
+  /// act_, then down into y_.
+  status run_experts_cublas(gemm_runner& gemm, const device_experts& w, const void* x, int P, cudaStream_t s);
 
   act_dtype dt_ = act_dtype::bf16;
   int hidden_ = 0, inter_ = 0, num_experts_ = 0, top_k_ = 0, chunk_tokens_ = moe_ffn_chunk_tokens;
@@ -77,6 +106,12 @@ class moe_ffn {
   int32_t* pair_rows_ = nullptr;      ///< [chunk * top_k]
   void* act_ = nullptr;               ///< [chunk * top_k][inter] of dt
   float* y_ = nullptr;                ///< [chunk * top_k][hidden]
+  // The cuBLAS path.
+  int cublas_min_rows_ = moe_cublas_min_rows_per_expert;  ///< set_cublas_min_rows_per_expert
+  int cublas_piece_rows_ = 0;         ///< rows of a gate/up piece the scratch holds (0: the path never runs)
+  void* cublas_scratch_ = nullptr;    ///< the gate/up pieces: inside y_, behind the gathered rows
+  int32_t* host_offsets_ = nullptr;   ///< [E + 1]: offsets_ read back (cudaMallocHost)
+  std::atomic<int64_t> cublas_chunks_{0};  ///< chunks run through cuBLAS
 };
 
 }  // namespace actorserve::gpu::cuda

@@ -62,6 +62,18 @@ struct moe_permute_args {
 };
 int moe_permute(const moe_permute_args& a, cudaStream_t s);
 
+/// The per-expert cuBLAS path's A operand: out[r, :] = x[rows[r] / rows_div, :] for r < num_rows
+/// (the tokens' rows in permuted order, so that each expert's rows are contiguous).
+struct moe_gather_args {
+  const void* x = nullptr;          ///< [tokens][width] of dt
+  const int32_t* rows = nullptr;    ///< [num_rows]: moe_permute_args::sorted_pairs
+  int rows_div = 1;                 ///< top_k: pair p reads token p / top_k
+  int num_rows = 0, width = 0;
+  void* out = nullptr;              ///< [num_rows][width] of dt
+};
+/// width must be a multiple of 8 and x, out 16-byte aligned (cudaErrorInvalidValue otherwise).
+int moe_gather(act_dtype dt, const moe_gather_args& a, cudaStream_t s);
+
 /// Most tiles of shape `tile` a grouped GEMM over num_pairs rows can have: its grid's rows.
 int moe_max_tiles(int num_pairs, int num_experts, moe_gemm_tile tile);
 

@@ -1,7 +1,8 @@
 #pragma once
-/// The grouped expert GEMM's tile shapes and the choice among them (plain C++: no CUDA header, so
-/// the choice is tested on any machine). A tile is named by its rows: permuted (token, slot)
-/// rows routed to one expert, which each expert's rows are cut into.
+/// The grouped expert GEMM's tile shapes and the choice among them, and the choice between the
+/// grouped GEMM and one cuBLAS GEMM per expert (plain C++: no CUDA header, so the choices are
+/// tested on any machine). A tile is named by its rows: permuted (token, slot) rows routed to one
+/// expert, which each expert's rows are cut into.
 
 namespace actorserve::gpu::cuda {
 
@@ -35,6 +36,20 @@ constexpr moe_gemm_tile choose_moe_gemm_tile(int num_pairs, int num_experts,
                                 : pairs >= moe_m64_min_rows_per_expert * experts ? moe_gemm_tile::m64
                                                                                  : moe_gemm_tile::m32;
   return moe_tile_rows(by_rows) <= moe_tile_rows(largest) ? by_rows : largest;
+}
+
+/// Average routed rows per expert of a chunk from which moe_ffn runs the experts' products as one
+/// cuBLAS GEMM per expert (gate/up, then down) instead of the grouped GEMM, outside CUDA graph
+/// capture: there cuBLAS's kernels run the large products faster, for the price of a host round
+/// trip a layer (the experts' row offsets). `bench_cuda_kernels --only moe` times both paths per
+/// model and row count; cuda_tuning::moe_cublas_min_rows_per_expert overrides it.
+inline constexpr int moe_cublas_min_rows_per_expert = 1024;
+
+/// Whether a chunk of `num_pairs` routed rows over `num_experts` experts reaches `min_rows` rows an
+/// expert on average (0: every chunk does; the quantity choose_moe_gemm_tile reads).
+constexpr bool reaches_moe_cublas_rows(int num_pairs, int num_experts, int min_rows) {
+  const long long experts = num_experts > 0 ? num_experts : 1;
+  return static_cast<long long>(num_pairs) >= static_cast<long long>(min_rows) * experts;
 }
 
 }  // namespace actorserve::gpu::cuda
