@@ -235,12 +235,14 @@ struct cublas_case {
   bool (*empty)(int e);              ///< experts routed nothing
 };
 
-// Mixtral-8x7B at the default threshold (a chunk of 4,096 tokens x top-2 over 8 experts is 1,024
-// rows an expert), two experts of eight empty; Qwen3-30B-A3B's 128 experts at 256 (4,096 tokens x
-// top-8), one in seven empty. In chunks of 6,000 tokens: 4,095 tokens are just below the
-// threshold, 4,096 at it, 6,000 at 1.5 times it, and 9,000 a chunk at 1.5 times it and one below.
+// Mixtral-8x7B at the default threshold of 576 rows an expert (2,304 tokens x top-2 over 8
+// experts), two experts of eight empty, in chunks of 4,000 tokens: 2,303 tokens are just below
+// it, 2,304 at it, 3,456 at 1.5 times it, 9,000 two chunks above it and one of 1,000 below.
+// Qwen3-30B-A3B's 128 experts at 256 (4,096 tokens x top-8), one in seven empty, in chunks of
+// 6,000 tokens: 4,095 just below, 4,096 at it, 6,000 at 1.5 times it, 9,000 one above, one below.
+static_assert(cuda::moe_cublas_min_rows_per_expert == 576, "the Mixtral case's token counts");
 const cublas_case cublas_cases[] = {
-    {"Mixtral-8x7B", 8, 2, 4096, 14336, cuda::moe_cublas_min_rows_per_expert, {4095, 4096, 6000, 9000}, 6000,
+    {"Mixtral-8x7B", 8, 2, 4096, 14336, cuda::moe_cublas_min_rows_per_expert, {2303, 2304, 3456, 9000}, 4000,
      [](int e) { return e == 2 || e == 5; }},
     {"Qwen3-30B-A3B", 128, 8, 2048, 768, 256, {4095, 4096, 6000, 9000}, 6000, [](int e) { return e % 7 == 3; }},
 };

@@ -102,10 +102,11 @@ TEST(cuda_tuning, moe_chunks_take_cublas_from_the_threshold_on) {
     EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(1, E, 0)) << E << " experts";
   }
   // Mixtral-8x7B (top-2 of 8): a chunk of 4,096 tokens is 1,024 rows an expert; Qwen3-30B-A3B (top-8
-  // of 128): a whole chunk of 8,192 tokens is 512.
+  // of 128): a whole chunk of 8,192 tokens is 512, short of the default.
   EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(4096 * 2, 8, 1024));
   EXPECT_FALSE(gpu::cuda::reaches_moe_cublas_rows(4095 * 2, 8, 1024));
-  EXPECT_FALSE(gpu::cuda::reaches_moe_cublas_rows(8192 * 8, 128, 1024));
+  EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(2304 * 2, 8, gpu::cuda::moe_cublas_min_rows_per_expert));
+  EXPECT_FALSE(gpu::cuda::reaches_moe_cublas_rows(8192 * 8, 128, gpu::cuda::moe_cublas_min_rows_per_expert));
   EXPECT_FALSE(gpu::cuda::reaches_moe_cublas_rows(8192 * 32, 1024, 1 << 30));
   EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(8192 * 32, 1024, 256));
 }

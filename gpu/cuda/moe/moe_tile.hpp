@@ -17,12 +17,13 @@ constexpr int moe_tile_rows(moe_gemm_tile t) {
   return t == moe_gemm_tile::m32 ? 32 : t == moe_gemm_tile::m64 ? 64 : 128;
 }
 
-/// Average routed rows per expert from which a grouped GEMM takes m64: one whole tile an expert.
+/// Average routed rows per expert from which a grouped GEMM takes m64, and from which it takes
+/// m128. Measured (`bench_cuda_kernels --only moe`, H100, bench/results/moe.md): from 64 rows an
+/// expert m128 is the fastest tile on Mixtral-8x7B, Qwen3-30B-A3B and DeepSeek-V2-Lite (or within
+/// 6 % of m64), and m32 below; so m64 runs only where the device's shared memory caps the tile at
+/// m64 (largest_moe_gemm_tile).
 inline constexpr int moe_m64_min_rows_per_expert = 64;
-/// Average routed rows per expert from which it takes m128: two whole tiles an expert, so that
-/// the partial last tile of each expert (half a tile wasted on average) stays a small share.
-/// `bench_cuda_kernels --only moe` gives each tile's rate per model and row count.
-inline constexpr int moe_m128_min_rows_per_expert = 256;
+inline constexpr int moe_m128_min_rows_per_expert = 64;
 
 static_assert(moe_m64_min_rows_per_expert <= moe_m128_min_rows_per_expert, "larger tiles for more rows");
 
@@ -41,9 +42,13 @@ constexpr moe_gemm_tile choose_moe_gemm_tile(int num_pairs, int num_experts,
 /// Average routed rows per expert of a chunk from which moe_ffn runs the experts' products as one
 /// cuBLAS GEMM per expert (gate/up, then down) instead of the grouped GEMM, outside CUDA graph
 /// capture: there cuBLAS's kernels run the large products faster, for the price of a host round
-/// trip a layer (the experts' row offsets). `bench_cuda_kernels --only moe` times both paths per
-/// model and row count; cuda_tuning::moe_cublas_min_rows_per_expert overrides it.
-inline constexpr int moe_cublas_min_rows_per_expert = 1024;
+/// trip a layer (the experts' row offsets) and a launch per expert. Measured (`bench_cuda_kernels
+/// --only moe`, H100, bench/results/moe.md), cuBLAS over grouped for a whole routed FFN: Mixtral-8x7B
+/// 0.54x at 256 rows, 0.43x at 1,024; DeepSeek-V2-Lite 1.06x at 384, 0.88x at 576; Qwen3-30B-A3B
+/// (128 small experts) 1.15x at 512, its most in a chunk of 8,192 tokens. 576 is the smallest
+/// measured count at which every model gains; cuda_tuning::moe_cublas_min_rows_per_expert
+/// overrides it.
+inline constexpr int moe_cublas_min_rows_per_expert = 576;
 
 /// Whether a chunk of `num_pairs` routed rows over `num_experts` experts reaches `min_rows` rows an
 /// expert on average (0: every chunk does; the quantity choose_moe_gemm_tile reads).
