@@ -4,6 +4,10 @@
 /// start, and cuBLASLt multiplies the two E4M3 matrices with fp32 accumulation, applying both
 /// scale vectors in its epilogue (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F on A and B):
 ///   Y[i][j] = sx[i] x sw[j] x sum_c e4m3(Xq[i][c]) e4m3(Q[j][c]) + beta Y[i][j].
+/// Block-scaled weights (fp8_scale_mode::block128): the activations are quantized per 128-element
+/// group of a row and cuBLASLt applies the group and weight-block scales per 128-wide k-block
+/// (VEC128_32F on B, BLK128x128_32F on A; the weight's scales as the checkpoint stores them,
+/// [ceil(n/128)][k/128] row-major, and the activations' as [k/128][m], a group's rows contiguous).
 /// Each shape's descriptors and algorithm are made once (one heuristic query per shape and
 /// power-of-two bucket of m; each run sets its row count on the cached layouts), so a run
 /// allocates nothing and can be captured in a CUDA graph.
@@ -15,6 +19,7 @@
 
 #include "config/error.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/linear/fp8_linear.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -23,6 +28,12 @@ namespace actorserve::gpu::cuda {
 /// 16-byte boundary in bf16/fp16 and fp32; x, Q and Y 16-byte aligned.
 inline constexpr int fp8_gemm_k_multiple = 16;
 inline constexpr int fp8_gemm_n_multiple = 16;
+/// Block-scaled weights also need k a multiple of 512 (whole 128-blocks, and the scale rows'
+/// k/128 blocks a multiple of 4, the scale tensors' alignment) and m a multiple of 4 (the
+/// activation scales' rows of a group then fill whole 16-byte units with no padding between
+/// groups); other shapes take the caller's fall-back.
+inline constexpr int fp8_gemm_block_k_multiple = 512;
+inline constexpr int fp8_gemm_block_m_multiple = 4;
 
 class fp8_gemm {
  public:
@@ -33,18 +44,19 @@ class fp8_gemm {
 
   /// Creates the cuBLASLt handle; `workspace` (device, `workspace_bytes`) is used on `stream` only.
   status init(cudaStream_t stream, void* workspace, size_t workspace_bytes);
-  /// Allocates the per-token codes and scales for up to `rows` activation rows of up to `cols`
-  /// elements (rows x cols bytes + rows floats); a smaller request keeps what is there.
+  /// Allocates the activation codes and scales for up to `rows` activation rows of up to `cols`
+  /// elements (rows x cols bytes + rows x ceil(cols/128) floats); a smaller request keeps what is there.
   status reserve(int rows, int cols);
   /// Whether run() can take these operands: the alignment above, and m x k within the reserve.
-  bool supported(const void* x, int m, int k, const uint8_t* q, const float* w_scale, int n, const void* y) const;
+  bool supported(const void* x, int m, int k, const uint8_t* q, const float* w_scale, int n, const void* y,
+                 fp8_scale_mode mode = fp8_scale_mode::per_row) const;
   /// Y[m][n] = (per-token e4m3(X) x sx) * (e4m3(Q) x sw)^T + beta * Y, fp32 accumulation; Y is fp32
   /// (`y_f32`, beta allowed) or dt (beta must be 0). Requires supported(). Returns true when cuBLASLt
   /// ran it, false when cuBLASLt has no algorithm for the shape (remembered: later runs of the
   /// shape return false at once and enqueue nothing; the run that finds it out leaves its
   /// activation quantization enqueued), an error when a launch fails.
   result<bool> run(act_dtype dt, const void* x, int m, int k, const uint8_t* q, const float* w_scale, int n, void* y,
-                   bool y_f32, float beta);
+                   bool y_f32, float beta, fp8_scale_mode mode = fp8_scale_mode::per_row);
   /// GEMMs cuBLASLt has run (counted on the host when enqueued, so also while a graph is captured).
   int64_t runs() const { return runs_; }
 

@@ -44,13 +44,21 @@ int fp8_dequantize(act_dtype dt, const uint8_t* q, const float* scale, int n, in
 /// Whether fp8_quantize_activations can run on x: k a positive multiple of 8, x 16-byte aligned.
 bool fp8_quantize_activations_supported(const void* x, int k);
 
-/// Dynamic per-token activation quantization (vLLM's dynamic per-token scheme): each of the m rows
-/// of X[m][k] (dt) gets scale[i] = amax_i / 448 and codes q[i][c] = e4m3(X[i][c] / scale[i]), with
-/// the rounding of fp8_quantize_rows (IEEE division, ties to even, saturation, NaN -> 0x7f; NaN
-/// skipped in the amax; an all-zero row gets scale 0 and codes 0), so X[i][c] ~ e4m3(q) x scale[i].
-/// q must be 8-byte aligned. Requires fp8_quantize_activations_supported. One block per row.
-/// Returns the launch's cudaError_t.
-int fp8_quantize_activations(act_dtype dt, const void* x, int m, int k, uint8_t* q, float* scale, cudaStream_t s);
+/// How fp8_quantize_activations scales: one scale per row (per_token), or one per 128-element
+/// group of a row (per_128, the activations of a block-scaled FP8 GEMM; a ragged last group).
+enum class fp8_act_scales { per_token, per_128 };
+
+/// Dynamic activation quantization (vLLM's dynamic per-token scheme, or DeepSeek-V3's per-token
+/// groups of 128): per_token, each of the m rows of X[m][k] (dt) gets scale[i] = amax_i / 448
+/// and codes q[i][c] = e4m3(X[i][c] / scale[i]), with the rounding of fp8_quantize_rows (IEEE
+/// division, ties to even, saturation, NaN -> 0x7f; NaN skipped in the amax; an all-zero row gets
+/// scale 0 and codes 0), so X[i][c] ~ e4m3(q) x scale[i]; per_128, the same over each group g of
+/// elements [128 g, 128 g + 128) of a row, its scale at scale[g * stride + i] (stride >= m: the
+/// rows of a group are contiguous, the layout cuBLASLt's VEC128_32F mode reads). q must be 8-byte
+/// aligned. Requires fp8_quantize_activations_supported. One block per row. Returns the launch's
+/// cudaError_t.
+int fp8_quantize_activations(act_dtype dt, const void* x, int m, int k, uint8_t* q, float* scale, cudaStream_t s,
+                             fp8_act_scales mode = fp8_act_scales::per_token, int stride = 0);
 
 /// Rounds the [rows][cols] weights at `src` (f32, bf16 or f16) to E4M3 codes `q` [rows][cols]
 /// with one scale per row, bit for bit as the CPU executor's quantize_rows_e4m3 (gpu/model/fp8.hpp)

@@ -147,43 +147,72 @@ void launch_quantize(const void* src, int rows, int cols, uint8_t* q, float* sca
 
 inline constexpr int kActThreads = 128;  // threads per activation row of the per-token quantizer
 
-/// The per-token quantizer: one block per activation row, 8 elements per 16-byte load. The row's
-/// amax over the |x| bits (NaN skipped), then each element's code of x / scale, as
-/// fp8_quantize_rows_kernel rounds a weight row; the row is read twice (the second time from L1/L2).
+/// The largest |x| bits (NaN skipped) of the 8 elements of a 16-byte load.
 template <class T>
-__global__ void __launch_bounds__(kActThreads) fp8_quantize_act_kernel(const T* x, int k, uint8_t* q, float* scale) {
-  __shared__ uint32_t warp_max[kActThreads / 32];
+__device__ __forceinline__ uint32_t amax8(const uint4& raw, uint32_t amax) {
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t a = f32_bits(e[i]) & 0x7fffffffu;
+    if (a <= 0x7f800000u) amax = max(amax, a);
+  }
+  return amax;
+}
+
+/// The codes of x / s of the 8 elements of a 16-byte load (zeros where the amax is 0).
+template <class T>
+__device__ __forceinline__ uint2 encode8(const uint4& raw, uint32_t amax, float s) {
+  const T* e = reinterpret_cast<const T*>(&raw);
+  uint32_t word[2] = {0, 0};
+  if (amax != 0) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      word[i / 4] |= uint32_t(e4m3_code(__float_as_uint(div_rn_ieee(__uint_as_float(f32_bits(e[i])), s))))
+                     << (8 * (i % 4));
+  }
+  return make_uint2(word[0], word[1]);
+}
+
+/// The activation quantizer: one block per activation row, 8 elements per 16-byte load; each
+/// element's code of x / scale, rounded as fp8_quantize_rows_kernel rounds a weight row.
+/// per_token: the row's amax over the |x| bits (NaN skipped) gives its one scale (the row is read
+/// twice, the second time from L1/L2). per_group (fp8_act_scales::per_128): each 128-element
+/// group's amax gives its scale, written to scale[group * stride + row]; the 16 loads of a group
+/// are the 16 lanes of a half-warp, so the group's amax is a shuffle reduction and each thread
+/// encodes the load it read.
+template <class T, fp8_act_scales Mode>
+__global__ void __launch_bounds__(kActThreads) fp8_quantize_act_kernel(const T* x, int k, uint8_t* q, float* scale,
+                                                                       int stride) {
   const int row = blockIdx.x, chunks = k / 8;
   const uint4* src = reinterpret_cast<const uint4*>(x + size_t(row) * k);
-  uint32_t amax = 0;
-  for (int c = threadIdx.x; c < chunks; c += kActThreads) {
-    const uint4 raw = __ldg(src + c);
-    const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const uint32_t a = f32_bits(e[i]) & 0x7fffffffu;
-      if (a <= 0x7f800000u) amax = max(amax, a);
-    }
-  }
-  amax = __reduce_max_sync(0xffffffffu, amax);
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
-  __syncthreads();
-#pragma unroll
-  for (int w = 0; w < kActThreads / 32; ++w) amax = max(amax, warp_max[w]);
-  const float s = div_rn_ieee(__uint_as_float(amax), 448.0f);
-  if (threadIdx.x == 0) scale[row] = s;
   uint2* out = reinterpret_cast<uint2*>(q + size_t(row) * k);
-  for (int c = threadIdx.x; c < chunks; c += kActThreads) {
-    const uint4 raw = __ldg(src + c);
-    const T* e = reinterpret_cast<const T*>(&raw);
-    uint32_t word[2] = {0, 0};
-    if (amax != 0) {
+  if constexpr (Mode == fp8_act_scales::per_128) {
+    constexpr int kLoadsPerGroup = kFp8Block / 8;  // 16: half a warp
+    // Every lane of a warp takes each round (the shuffles need the whole warp); loads past the
+    // row read nothing and count as zeros.
+    for (int c0 = 0; c0 < chunks; c0 += kActThreads) {
+      const int c = c0 + int(threadIdx.x);
+      const uint4 raw = c < chunks ? __ldg(src + c) : make_uint4(0, 0, 0, 0);
+      uint32_t amax = amax8<T>(raw, 0);
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
-        word[i / 4] |= uint32_t(e4m3_code(__float_as_uint(div_rn_ieee(__uint_as_float(f32_bits(e[i])), s))))
-                       << (8 * (i % 4));
+      for (int off = kLoadsPerGroup / 2; off > 0; off /= 2) amax = max(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+      const float s = div_rn_ieee(__uint_as_float(amax), 448.0f);
+      if (c >= chunks) continue;
+      if (c % kLoadsPerGroup == 0) scale[size_t(c / kLoadsPerGroup) * stride + row] = s;
+      out[c] = encode8<T>(raw, amax, s);
     }
-    out[c] = make_uint2(word[0], word[1]);
+  } else {
+    __shared__ uint32_t warp_max[kActThreads / 32];
+    uint32_t amax = 0;
+    for (int c = threadIdx.x; c < chunks; c += kActThreads) amax = amax8<T>(__ldg(src + c), amax);
+    amax = __reduce_max_sync(0xffffffffu, amax);
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kActThreads / 32; ++w) amax = max(amax, warp_max[w]);
+    const float s = div_rn_ieee(__uint_as_float(amax), 448.0f);
+    if (threadIdx.x == 0) scale[row] = s;
+    for (int c = threadIdx.x; c < chunks; c += kActThreads) out[c] = encode8<T>(__ldg(src + c), amax, s);
   }
 }
 
@@ -237,9 +266,16 @@ bool fp8_quantize_activations_supported(const void* x, int k) {
   return k > 0 && k % 8 == 0 && (reinterpret_cast<uintptr_t>(x) & 15u) == 0;
 }
 
-int fp8_quantize_activations(act_dtype dt, const void* x, int m, int k, uint8_t* q, float* scale, cudaStream_t s) {
+int fp8_quantize_activations(act_dtype dt, const void* x, int m, int k, uint8_t* q, float* scale, cudaStream_t s,
+                             fp8_act_scales mode, int stride) {
   if (m <= 0) return 0;
-  AS_DISPATCH_ACT(dt, fp8_quantize_act_kernel<T><<<m, kActThreads, 0, s>>>(static_cast<const T*>(x), k, q, scale));
+  AS_DISPATCH_ACT(dt, {
+    const T* xt = static_cast<const T*>(x);
+    if (mode == fp8_act_scales::per_128)
+      fp8_quantize_act_kernel<T, fp8_act_scales::per_128><<<m, kActThreads, 0, s>>>(xt, k, q, scale, stride);
+    else
+      fp8_quantize_act_kernel<T, fp8_act_scales::per_token><<<m, kActThreads, 0, s>>>(xt, k, q, scale, stride);
+  });
   return cudaGetLastError();
 }
 

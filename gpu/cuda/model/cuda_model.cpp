@@ -154,6 +154,7 @@ class uploader {
     AS_CUDA_TRY(cudaMemcpyAsync(scale, scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice, s_));
     AS_CUDA_TRY(cudaStreamSynchronize(s_));
     m_.fp8_max_elements = std::max(m_.fp8_max_elements, rows * cols);
+    m_.fp8_max_cols = std::max(m_.fp8_max_cols, cols);
     return device_weight{dst, nullptr, static_cast<float*>(scale)};
   }
 
@@ -527,9 +528,8 @@ result<const void*> gemm_runner::dequantized(act_dtype dt, const device_weight& 
     return make_error(error_code::internal,
                       fmt::format("an FP8 weight of {} x {} is larger than the dequantization scratch of {} elements",
                                   n, k, fp8_scratch_elements_));
-  const auto mode = w.block_scaled() ? fp8_scale_mode::block128 : fp8_scale_mode::per_row;
-  const float* scale = w.block_scaled() ? w.block_scale : w.row_scale;
-  AS_CUDA_TRY(fp8_dequantize(dt, static_cast<const uint8_t*>(w.data), scale, n, k, fp8_scratch_, stream_, mode));
+  AS_CUDA_TRY(fp8_dequantize(dt, static_cast<const uint8_t*>(w.data), w.scales(), n, k, fp8_scratch_, stream_,
+                             w.scale_mode()));
   ++fp8_dequantize_runs_;
   return static_cast<const void*>(fp8_scratch_);
 }
@@ -540,9 +540,15 @@ status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const device_
   if (m == 0) return {};
   const auto* q = static_cast<const uint8_t*>(w.data);
   if (w.block_scaled()) {
-    if (m <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, m, k, q)) {
-      AS_CUDA_TRY(fp8_gemv(dt, x, m, k, q, w.block_scale, n, y, beta, stream_, fp8_scale_mode::block128));
+    constexpr auto kBlock = fp8_scale_mode::block128;
+    if (m < fp8_gemm_min_rows_ && m <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, m, k, q)) {
+      AS_CUDA_TRY(fp8_gemv(dt, x, m, k, q, w.block_scale, n, y, beta, stream_, kBlock));
       return {};
+    }
+    if (m >= fp8_gemm_min_rows_ && fp8_gemm_.supported(x, m, k, q, w.block_scale, n, y, kBlock)) {
+      auto ran = fp8_gemm_.run(dt, x, m, k, q, w.block_scale, n, y, true, beta, kBlock);
+      if (!ran) return ran.err();
+      if (*ran) return {};
     }
     auto dense = dequantized(dt, w, n, k);
     if (!dense) return dense.err();
@@ -567,9 +573,9 @@ status gemm_runner::run_act(act_dtype dt, const void* x, int m, int k, const dev
   if (m == 0) return {};
   const auto* q = static_cast<const uint8_t*>(w.data);
   // No GEMV writes dt, so every m the FP8 GEMM supports takes it unless it is switched off.
-  if (!w.block_scaled() && fp8_gemm_min_rows_ != std::numeric_limits<int>::max() &&
-      fp8_gemm_.supported(x, m, k, q, w.row_scale, n, y)) {
-    auto ran = fp8_gemm_.run(dt, x, m, k, q, w.row_scale, n, y, false, 0.0f);
+  if (fp8_gemm_min_rows_ != std::numeric_limits<int>::max() &&
+      fp8_gemm_.supported(x, m, k, q, w.scales(), n, y, w.scale_mode())) {
+    auto ran = fp8_gemm_.run(dt, x, m, k, q, w.scales(), n, y, false, 0.0f, w.scale_mode());
     if (!ran) return ran.err();
     if (*ran) return {};
   }

@@ -33,6 +33,9 @@ struct device_weight {
   float* block_scale = nullptr;  ///< [ceil(n/128)][ceil(k/128)]; non-null: E4M3 bytes with block scales
   bool fp8() const { return row_scale != nullptr || block_scale != nullptr; }
   bool block_scaled() const { return block_scale != nullptr; }
+  /// An FP8 weight's scales and how they apply.
+  const float* scales() const { return block_scaled() ? block_scale : row_scale; }
+  fp8_scale_mode scale_mode() const { return block_scaled() ? fp8_scale_mode::block128 : fp8_scale_mode::per_row; }
 };
 
 /// One decoder layer. A sparse layer has `experts` (its router set) in place of gate_up / down; a
@@ -145,8 +148,10 @@ class gemm_runner {
   /// cuBLASLt on the tensor cores) where it supports the operands; the rest (k or n not a multiple
   /// of 16, misaligned pointers, more rows than reserve_fp8_activations reserved, or a shape
   /// cuBLASLt has no FP8 algorithm for) dequantize the weight into the scratch reserved by
-  /// reserve_fp8_scratch and run cuBLAS on it. A block-scaled FP8 weight takes the block-scaled
-  /// GEMV up to fp8_gemv_max_m rows where it supports the operands, else dequantize + cuBLAS.
+  /// reserve_fp8_scratch and run cuBLAS on it. A block-scaled FP8 weight takes the same paths with
+  /// its block scales: the block-scaled GEMV, the FP8 GEMM with activations quantized per
+  /// 128-element group (cuBLASLt's block-scaled modes, where k % 512 == 0, m % 4 == 0 and the
+  /// heuristic returns an algorithm), else dequantize + cuBLAS.
   status run(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, float* y, float beta = 0.0f);
   status run_act(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, void* y);
   /// Allocates the dequantization scratch for FP8 weights of up to `elements` (none for 0).
