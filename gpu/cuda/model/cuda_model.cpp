@@ -539,27 +539,12 @@ status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const device_
   if (!w.fp8()) return run(dt, x, m, k, static_cast<const void*>(w.data), n, y, beta);
   if (m == 0) return {};
   const auto* q = static_cast<const uint8_t*>(w.data);
-  if (w.block_scaled()) {
-    constexpr auto kBlock = fp8_scale_mode::block128;
-    if (m < fp8_gemm_min_rows_ && m <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, m, k, q)) {
-      AS_CUDA_TRY(fp8_gemv(dt, x, m, k, q, w.block_scale, n, y, beta, stream_, kBlock));
-      return {};
-    }
-    if (m >= fp8_gemm_min_rows_ && fp8_gemm_.supported(x, m, k, q, w.block_scale, n, y, kBlock)) {
-      auto ran = fp8_gemm_.run(dt, x, m, k, q, w.block_scale, n, y, true, beta, kBlock);
-      if (!ran) return ran.err();
-      if (*ran) return {};
-    }
-    auto dense = dequantized(dt, w, n, k);
-    if (!dense) return dense.err();
-    return cublas(dt, x, m, k, *dense, n, y, beta);
-  }
   if (m < fp8_gemm_min_rows_ && m <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, m, k, q)) {
-    AS_CUDA_TRY(fp8_gemv(dt, x, m, k, q, w.row_scale, n, y, beta, stream_));
+    AS_CUDA_TRY(fp8_gemv(dt, x, m, k, q, w.scales(), n, y, beta, stream_, w.scale_mode()));
     return {};
   }
-  if (m >= fp8_gemm_min_rows_ && fp8_gemm_.supported(x, m, k, q, w.row_scale, n, y)) {
-    auto ran = fp8_gemm_.run(dt, x, m, k, q, w.row_scale, n, y, true, beta);
+  if (m >= fp8_gemm_min_rows_ && fp8_gemm_.supported(x, m, k, q, w.scales(), n, y, w.scale_mode())) {
+    auto ran = fp8_gemm_.run(dt, x, m, k, q, w.scales(), n, y, true, beta, w.scale_mode());
     if (!ran) return ran.err();
     if (*ran) return {};
   }
