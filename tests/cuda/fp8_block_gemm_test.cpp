@@ -139,8 +139,9 @@ void expect_path_matches(cuda::act_dtype dt, path p, int m, int k, int n, const 
 }
 
 // Every row count runs, whichever path takes it: the GEMV up to 8 rows; past them cuBLASLt's
-// block-scaled GEMM where its shape rules hold (k % 512, m % 4) and the heuristic returns an
-// algorithm, else dequantize + cuBLAS. Exactly one path runs per call (the counters say which).
+// block-scaled GEMM where k % 512 == 0 and the heuristic returns an algorithm (m % 4 != 0 padded
+// through the scratch), else dequantize + cuBLAS. Exactly one path runs per call (the counters
+// say which), and every m past the GEMV at k = 1024 takes cuBLASLt, whole groups of 4 or not.
 TEST_F(CudaFp8BlockGemm, EveryRowCountRunsOnSomePath) {
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
@@ -181,16 +182,59 @@ TEST_F(CudaFp8BlockGemm, EveryRowCountRunsOnSomePath) {
             got = dy.download();
           }
           const int64_t lt = g.fp8_gemm_runs() - lt0, deq = g.fp8_dequantize_runs() - deq0;
-          const bool lt_allowed = k % cuda::fp8_gemm_block_k_multiple == 0 && m % cuda::fp8_gemm_block_m_multiple == 0;
+          const bool lt_allowed = k % cuda::fp8_gemm_block_k_multiple == 0;
           const bool gemv = !out16 && m <= cuda::fp8_gemv_max_m;
           EXPECT_EQ(lt + deq, gemv ? 0 : 1) << "m=" << m << " k=" << k;
           EXPECT_TRUE(lt_allowed || lt == 0) << "cuBLASLt ran a shape it refuses: m=" << m << " k=" << k;
+          EXPECT_TRUE(!lt_allowed || gemv || lt == 1) << "a block-scaled shape cuBLASLt takes fell back: m=" << m;
           const path p = gemv ? path::gemv : lt ? path::lt : path::dequantized;
           lt_runs += int(lt);
           expect_path_matches(dt, p, m, k, n, x, q, ws, got, out16);
         }
       }
   std::printf("block-scaled cuBLASLt GEMMs run: %d\n", lt_runs);
+  cudaStreamDestroy(s);
+}
+
+// Rows past what the pad scratch holds split into the first m - m % 4 rows and a second pass over
+// the last 4; with beta the fp32 output adds to what Y held, for the rows of both passes. The
+// scratch here holds 128 fp32 rows of n, so m = 125 (128 padded rows) takes one padded pass and
+// m = 129..259 split; m = 256 needs no padding.
+TEST_F(CudaFp8BlockGemm, RowsPastThePadScratchSplitIntoTwoPasses) {
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  cuda::gemm_runner g;
+  ASSERT_TRUE(g.init(s, size_t(32) << 20).ok());
+  const int n = 272, k = 1024, max_m = 259;
+  ASSERT_TRUE(g.reserve_fp8_activations(max_m, k).ok());
+  ASSERT_TRUE(g.reserve_fp8_scratch(cuda::act_dtype::bf16, size_t(128) * n * sizeof(float) / 2).ok());
+  uint32_t seed = 500;
+  for (auto dt : {cuda::act_dtype::bf16, cuda::act_dtype::fp16})
+    for (int m : {125, 129, 130, 131, 256, 259})
+      for (float beta : {0.0f, 1.0f}) {
+        std::mt19937 rng(seed++);
+        const auto x = rows_of(dt, m, k, seed);
+        std::vector<uint8_t> q(size_t(n) * k);
+        for (auto& v : q) v = uint8_t(rng() % 0x7e) | uint8_t(rng() & 0x80u);
+        std::vector<float> ws(size_t(blocks(n)) * blocks(k));
+        for (size_t b = 0; b < ws.size(); ++b) ws[b] = std::ldexp(1.0f, int(b % 5) - 2) / gpu::e4m3_max;
+        std::vector<float> y0(size_t(m) * n);
+        for (size_t i = 0; i < y0.size(); ++i) y0[i] = float(int(i % 97) - 48);
+        dev_vec<uint16_t> dx(x);
+        dev_vec<uint8_t> dq(q);
+        dev_vec<float> dws(ws), dy(y0);
+        cuda::device_weight w;
+        w.data = dq.get();
+        w.block_scale = dws.get();
+        const int64_t lt0 = g.fp8_gemm_runs(), deq0 = g.fp8_dequantize_runs();
+        ASSERT_TRUE(g.run(dt, dx.get(), m, k, w, n, dy.get(), beta).ok()) << "m=" << m;
+        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        EXPECT_EQ(g.fp8_gemm_runs() - lt0, 1) << "m=" << m;
+        EXPECT_EQ(g.fp8_dequantize_runs() - deq0, 0) << "m=" << m;
+        auto got = dy.download();
+        for (size_t i = 0; i < got.size(); ++i) got[i] -= beta * y0[i];
+        expect_path_matches(dt, path::lt, m, k, n, x, q, ws, got, false);
+      }
   cudaStreamDestroy(s);
 }
 

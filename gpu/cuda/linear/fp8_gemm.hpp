@@ -29,11 +29,13 @@ namespace actorserve::gpu::cuda {
 inline constexpr int fp8_gemm_k_multiple = 16;
 inline constexpr int fp8_gemm_n_multiple = 16;
 /// Block-scaled weights also need k a multiple of 512 (whole 128-blocks, and the scale rows'
-/// k/128 blocks a multiple of 4, the scale tensors' alignment) and m a multiple of 4 (the
-/// activation scales' rows of a group then fill whole 16-byte units with no padding between
-/// groups); other shapes take the caller's fall-back.
+/// k/128 blocks a multiple of 4, the scale tensors' alignment); other shapes take the caller's
+/// fall-back. cuBLASLt multiplies them only in whole groups of 4 activation rows (its VEC128
+/// scales), so a run of m % 4 != 0 rows is padded: round_up(m, 4) rows into the pad scratch
+/// (set_pad_scratch) when they fit there, else the first m - m % 4 rows straight into Y and the
+/// last 4 rows into the pad scratch (a second pass over the weight), of which Y takes the last m % 4.
 inline constexpr int fp8_gemm_block_k_multiple = 512;
-inline constexpr int fp8_gemm_block_m_multiple = 4;
+inline constexpr int fp8_gemm_block_rows = 4;
 
 class fp8_gemm {
  public:
@@ -47,6 +49,13 @@ class fp8_gemm {
   /// Allocates the activation codes and scales for up to `rows` activation rows of up to `cols`
   /// elements (rows x cols bytes + rows x ceil(cols/128) floats); a smaller request keeps what is there.
   status reserve(int rows, int cols);
+  /// Device memory (`bytes`) the block-scaled runs of m % 4 != 0 rows write their padded rows
+  /// into (gemm_runner lends its dequantization scratch: a run uses one or the other). Without
+  /// room for 4 output rows such runs are refused (run() returns false).
+  void set_pad_scratch(void* pad, size_t bytes) {
+    pad_ = pad;
+    pad_bytes_ = bytes;
+  }
   /// Whether run() can take these operands: the alignment above, and m x k within the reserve.
   bool supported(const void* x, int m, int k, const uint8_t* q, const float* w_scale, int n, const void* y,
                  fp8_scale_mode mode = fp8_scale_mode::per_row) const;
@@ -57,11 +66,32 @@ class fp8_gemm {
   /// activation quantization enqueued), an error when a launch fails.
   result<bool> run(act_dtype dt, const void* x, int m, int k, const uint8_t* q, const float* w_scale, int n, void* y,
                    bool y_f32, float beta, fp8_scale_mode mode = fp8_scale_mode::per_row);
-  /// GEMMs cuBLASLt has run (counted on the host when enqueued, so also while a graph is captured).
+  /// Runs cuBLASLt has taken (counted on the host when enqueued, so also while a graph is captured).
   int64_t runs() const { return runs_; }
 
  private:
   struct impl;
+  /// One run's operands but the activations: what every cuBLASLt pass of the run shares.
+  struct problem {
+    act_dtype dt;
+    int k;
+    const uint8_t* q;
+    const float* w_scale;
+    int n;
+    bool y_f32;
+    float beta;
+    bool block;
+  };
+  /// Whether the plan for `cols` activation rows has an algorithm (made on first use).
+  result<bool> usable(const problem& pr, int cols);
+  /// The activations' codes into act_q_ + code_row rows (scales at act_scale_ + code_row x groups,
+  /// `stride` apart between groups when block-scaled).
+  status quantize(const problem& pr, const void* x, int m, int code_row, int stride);
+  /// One cuBLASLt pass over `cols` rows of codes from `code_row` into `out` (ld n); false when
+  /// cuBLASLt refuses it (remembered for the plan).
+  result<bool> multiply(const problem& pr, int code_row, int cols, void* out);
+  /// A block-scaled run of m % 4 != 0 rows (fp8_gemm_block_rows above).
+  result<bool> run_padded(const problem& pr, const void* x, int m, void* y);
   std::unique_ptr<impl> impl_;
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
@@ -69,6 +99,8 @@ class fp8_gemm {
   uint8_t* act_q_ = nullptr;
   float* act_scale_ = nullptr;
   int rows_ = 0, cols_ = 0;
+  void* pad_ = nullptr;
+  size_t pad_bytes_ = 0;
   int64_t runs_ = 0;
 };
 

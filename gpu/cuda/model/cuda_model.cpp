@@ -518,8 +518,12 @@ status gemm_runner::reserve_fp8_scratch(act_dtype dt, size_t elements) {
   if (fp8_scratch_) cudaFree(fp8_scratch_);
   fp8_scratch_ = nullptr;
   fp8_scratch_elements_ = 0;
+  fp8_gemm_.set_pad_scratch(nullptr, 0);
   AS_CUDA_TRY(cudaMalloc(&fp8_scratch_, elements * act_size(dt)));
   fp8_scratch_elements_ = elements;
+  // Block-scaled GEMMs of m % 4 != 0 rows write their padded rows here; a run uses the scratch for
+  // that or for a dequantized weight, never both at once.
+  fp8_gemm_.set_pad_scratch(fp8_scratch_, elements * act_size(dt));
   return {};
 }
 

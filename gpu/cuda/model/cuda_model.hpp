@@ -150,8 +150,9 @@ class gemm_runner {
   /// cuBLASLt has no FP8 algorithm for) dequantize the weight into the scratch reserved by
   /// reserve_fp8_scratch and run cuBLAS on it. A block-scaled FP8 weight takes the same paths with
   /// its block scales: the block-scaled GEMV, the FP8 GEMM with activations quantized per
-  /// 128-element group (cuBLASLt's block-scaled modes, where k % 512 == 0, m % 4 == 0 and the
-  /// heuristic returns an algorithm), else dequantize + cuBLAS.
+  /// 128-element group (cuBLASLt's block-scaled modes, where k % 512 == 0 and the heuristic
+  /// returns an algorithm; rows padded to whole groups of 4 through the dequantization scratch,
+  /// fp8_gemm.hpp), else dequantize + cuBLAS.
   status run(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, float* y, float beta = 0.0f);
   status run_act(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, void* y);
   /// Allocates the dequantization scratch for FP8 weights of up to `elements` (none for 0).
