@@ -141,7 +141,8 @@ void expect_path_matches(cuda::act_dtype dt, path p, int m, int k, int n, const 
 // Every row count runs, whichever path takes it: the GEMV up to 8 rows; past them cuBLASLt's
 // block-scaled GEMM where k % 512 == 0 and the heuristic returns an algorithm (m % 4 != 0 padded
 // through the scratch), else dequantize + cuBLAS. Exactly one path runs per call (the counters
-// say which), and every m past the GEMV at k = 1024 takes cuBLASLt, whole groups of 4 or not.
+// say which), and every m from 32 rows at k = 1024 takes cuBLASLt, whole groups of 4 or not
+// (fewer rows may find no algorithm at this small n).
 TEST_F(CudaFp8BlockGemm, EveryRowCountRunsOnSomePath) {
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
@@ -186,7 +187,7 @@ TEST_F(CudaFp8BlockGemm, EveryRowCountRunsOnSomePath) {
           const bool gemv = !out16 && m <= cuda::fp8_gemv_max_m;
           EXPECT_EQ(lt + deq, gemv ? 0 : 1) << "m=" << m << " k=" << k;
           EXPECT_TRUE(lt_allowed || lt == 0) << "cuBLASLt ran a shape it refuses: m=" << m << " k=" << k;
-          EXPECT_TRUE(!lt_allowed || gemv || lt == 1) << "a block-scaled shape cuBLASLt takes fell back: m=" << m;
+          EXPECT_TRUE(!lt_allowed || m < 32 || lt == 1) << "a block-scaled shape cuBLASLt takes fell back: m=" << m;
           const path p = gemv ? path::gemv : lt ? path::lt : path::dequantized;
           lt_runs += int(lt);
           expect_path_matches(dt, p, m, k, n, x, q, ws, got, out16);
@@ -197,9 +198,10 @@ TEST_F(CudaFp8BlockGemm, EveryRowCountRunsOnSomePath) {
 }
 
 // Rows past what the pad scratch holds split into the first m - m % 4 rows and a second pass over
-// the last 4; with beta the fp32 output adds to what Y held, for the rows of both passes. The
-// scratch here holds 128 fp32 rows of n, so m = 125 (128 padded rows) takes one padded pass and
-// m = 129..259 split; m = 256 needs no padding.
+// the last 32; with beta the fp32 output adds to what Y held, for the rows of both passes. The
+// scratch here holds 128 fp32 rows of n (256 of 16 bits), so in fp32 m = 125 (128 padded rows)
+// takes one padded pass and m = 129..259 split; in 16 bits (run_act) 125..131 pad and 259
+// splits; m = 256 needs no padding.
 TEST_F(CudaFp8BlockGemm, RowsPastThePadScratchSplitIntoTwoPasses) {
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
@@ -234,6 +236,13 @@ TEST_F(CudaFp8BlockGemm, RowsPastThePadScratchSplitIntoTwoPasses) {
         auto got = dy.download();
         for (size_t i = 0; i < got.size(); ++i) got[i] -= beta * y0[i];
         expect_path_matches(dt, path::lt, m, k, n, x, q, ws, got, false);
+        if (beta != 0.0f) continue;
+        dev_vec<uint16_t> dya(size_t(m) * n);
+        ASSERT_TRUE(g.run_act(dt, dx.get(), m, k, w, n, dya.get()).ok()) << "m=" << m;
+        ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+        EXPECT_EQ(g.fp8_gemm_runs() - lt0, 2) << "m=" << m;
+        EXPECT_EQ(g.fp8_dequantize_runs() - deq0, 0) << "m=" << m;
+        expect_path_matches(dt, path::lt, m, k, n, x, q, ws, download_act(dt, dya), true);
       }
   cudaStreamDestroy(s);
 }

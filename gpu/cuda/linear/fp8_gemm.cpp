@@ -135,15 +135,16 @@ status fp8_gemm::reserve(int rows, int cols) {
   act_q_ = nullptr;
   act_scale_ = nullptr;
   rows_ = cols_ = 0;
-  // fp8_gemm_block_rows more rows than asked: a padded block-scaled run quantizes its last 4 rows
-  // behind the others. One scale per row, or per 128-element group of a row (block-scaled).
-  // Zeroed once, so the padding rows a run leaves unwritten hold finite codes and scales.
-  const size_t padded_rows = size_t(rows) + fp8_gemm_block_rows;
+  // fp8_gemm_block_tail_rows more rows than asked: a padded block-scaled run quantizes its last
+  // rows again behind the others. One scale per row, or per 128-element group of a row
+  // (block-scaled). Zeroed once, so the padding rows a run leaves unwritten hold finite codes and
+  // scales (their output rows are dropped).
+  const size_t padded_rows = size_t(rows) + fp8_gemm_block_tail_rows;
   const size_t groups = (size_t(cols) + kFp8Block - 1) / kFp8Block;
   AS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&act_q_), padded_rows * cols));
   AS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&act_scale_), padded_rows * groups * sizeof(float)));
-  AS_CUDA_TRY(cudaMemset(act_q_, 0, padded_rows * cols));
-  AS_CUDA_TRY(cudaMemset(act_scale_, 0, padded_rows * groups * sizeof(float)));
+  AS_CUDA_TRY(cudaMemsetAsync(act_q_, 0, padded_rows * cols, stream_));
+  AS_CUDA_TRY(cudaMemsetAsync(act_scale_, 0, padded_rows * groups * sizeof(float), stream_));
   rows_ = rows;
   cols_ = cols;
   return {};
@@ -151,7 +152,8 @@ status fp8_gemm::reserve(int rows, int cols) {
 
 bool fp8_gemm::supported(const void* x, int m, int k, const uint8_t* q, const float* w_scale, int n, const void* y,
                          fp8_scale_mode mode) const {
-  const bool block_ok = mode != fp8_scale_mode::block128 || k % fp8_gemm_block_k_multiple == 0;
+  // Block-scaled runs may quantize up to fp8_gemm_block_tail_rows rows past m: rows of at most cols_.
+  const bool block_ok = mode != fp8_scale_mode::block128 || (k % fp8_gemm_block_k_multiple == 0 && k <= cols_);
   return impl_->handle != nullptr && m >= 1 && m <= rows_ && size_t(m) * size_t(k) <= size_t(rows_) * cols_ &&
          k > 0 && k % fp8_gemm_k_multiple == 0 && n > 0 && n % fp8_gemm_n_multiple == 0 && block_ok &&
          aligned16(x) && aligned16(q) && aligned16(w_scale) && aligned16(y) && fp8_quantize_activations_supported(x, k);
@@ -225,13 +227,19 @@ result<bool> fp8_gemm::run(act_dtype dt, const void* x, int m, int k, const uint
 }
 
 result<bool> fp8_gemm::run_padded(const problem& pr, const void* x, int m, void* y) {
-  constexpr int R = fp8_gemm_block_rows;
+  constexpr int R = fp8_gemm_block_rows, T = fp8_gemm_block_tail_rows;
   const size_t row_bytes = size_t(pr.n) * (pr.y_f32 ? sizeof(float) : act_size(pr.dt));
   const size_t x_row_bytes = size_t(pr.k) * act_size(pr.dt);
   const int padded = (m + R - 1) / R * R, head = m - m % R, tail = m % R;
   auto* pad = static_cast<uint8_t*>(pad_);
   auto* out = static_cast<uint8_t*>(y);
-  if (size_t(padded) * row_bytes <= pad_bytes_) {
+  // The padded pass copies m output rows back (and in, with beta); the split pass reads the weight
+  // a second time instead: the padded one while its copies cost less than that read.
+  const size_t copies = pr.beta != 0.0f ? 2 : 1;
+  const bool padded_fits = size_t(padded) * row_bytes <= pad_bytes_;
+  const bool split_fits = m >= T && size_t(T) * row_bytes <= pad_bytes_;
+  const bool copies_cheaper = copies * size_t(m) * row_bytes <= size_t(pr.n) * size_t(pr.k);
+  if (padded_fits && (copies_cheaper || !split_fits)) {
     // One pass of `padded` rows into the pad scratch (the codes' padding rows hold earlier, finite
     // codes: their output rows are dropped), then Y takes its m rows; beta reads them from Y first.
     auto ok = usable(pr, padded);
@@ -243,26 +251,26 @@ result<bool> fp8_gemm::run_padded(const problem& pr, const void* x, int m, void*
     AS_CUDA_TRY(cudaMemcpyAsync(y, pad, size_t(m) * row_bytes, cudaMemcpyDeviceToDevice, stream_));
     return true;
   }
-  if (m < R || size_t(R) * row_bytes > pad_bytes_) return false;
-  // The last R rows (codes behind the head's) into the pad scratch first, so that a refusal leaves
+  if (!split_fits) return false;
+  // The last T rows (codes behind the head's) into the pad scratch first, so that a refusal leaves
   // Y untouched; then the head straight into Y; then Y's last `tail` rows from the pad scratch.
-  // With beta the pad scratch starts from Y's last R rows, none of which the head's pass has changed
-  // among the `tail` rows Y takes back.
-  auto ok = usable(pr, R);
+  // With beta the pad scratch starts from Y's last T rows, none of which the head's pass has
+  // changed among the `tail` rows Y takes back.
+  auto ok = usable(pr, T);
   if (!ok || !*ok) return ok;
   ok = usable(pr, head);
   if (!ok || !*ok) return ok;
   if (pr.beta != 0.0f)
-    AS_CUDA_TRY(cudaMemcpyAsync(pad, out + size_t(m - R) * row_bytes, size_t(R) * row_bytes,
+    AS_CUDA_TRY(cudaMemcpyAsync(pad, out + size_t(m - T) * row_bytes, size_t(T) * row_bytes,
                                 cudaMemcpyDeviceToDevice, stream_));
-  if (auto st = quantize(pr, static_cast<const uint8_t*>(x) + size_t(m - R) * x_row_bytes, R, head, R); !st)
+  if (auto st = quantize(pr, static_cast<const uint8_t*>(x) + size_t(m - T) * x_row_bytes, T, head, T); !st)
     return st.err();
-  auto ran = multiply(pr, head, R, pad);
+  auto ran = multiply(pr, head, T, pad);
   if (!ran || !*ran) return ran;
   if (auto st = quantize(pr, x, head, 0, head); !st) return st.err();
   ran = multiply(pr, 0, head, y);
   if (!ran || !*ran) return ran;
-  AS_CUDA_TRY(cudaMemcpyAsync(out + size_t(head) * row_bytes, pad + size_t(R - tail) * row_bytes,
+  AS_CUDA_TRY(cudaMemcpyAsync(out + size_t(head) * row_bytes, pad + size_t(T - tail) * row_bytes,
                               size_t(tail) * row_bytes, cudaMemcpyDeviceToDevice, stream_));
   return true;
 }

@@ -31,11 +31,16 @@ inline constexpr int fp8_gemm_n_multiple = 16;
 /// Block-scaled weights also need k a multiple of 512 (whole 128-blocks, and the scale rows'
 /// k/128 blocks a multiple of 4, the scale tensors' alignment); other shapes take the caller's
 /// fall-back. cuBLASLt multiplies them only in whole groups of 4 activation rows (its VEC128
-/// scales), so a run of m % 4 != 0 rows is padded: round_up(m, 4) rows into the pad scratch
-/// (set_pad_scratch) when they fit there, else the first m - m % 4 rows straight into Y and the
-/// last 4 rows into the pad scratch (a second pass over the weight), of which Y takes the last m % 4.
+/// scales; an H100 refused every other m), so a run of m % 4 != 0 rows is padded: round_up(m, 4)
+/// rows into the pad scratch (set_pad_scratch), then Y takes its m rows; or, for many rows (the
+/// copy would cost more than a second pass over the weight) or more than the scratch holds, the
+/// first m - m % 4 rows straight into Y and a second pass over the last
+/// fp8_gemm_block_tail_rows rows into the pad scratch, of which Y takes the last m % 4 (32 rows:
+/// the smallest count cuBLASLt's heuristic answered for at every shape measured; 4 to 16 rows got
+/// no algorithm at some).
 inline constexpr int fp8_gemm_block_k_multiple = 512;
 inline constexpr int fp8_gemm_block_rows = 4;
+inline constexpr int fp8_gemm_block_tail_rows = 32;
 
 class fp8_gemm {
  public:
@@ -47,7 +52,8 @@ class fp8_gemm {
   /// Creates the cuBLASLt handle; `workspace` (device, `workspace_bytes`) is used on `stream` only.
   status init(cudaStream_t stream, void* workspace, size_t workspace_bytes);
   /// Allocates the activation codes and scales for up to `rows` activation rows of up to `cols`
-  /// elements (rows x cols bytes + rows x ceil(cols/128) floats); a smaller request keeps what is there.
+  /// elements ((rows + fp8_gemm_block_tail_rows) x cols bytes and as many rows of ceil(cols/128)
+  /// floats: a padded block-scaled run's extra rows); a smaller request keeps what is there.
   status reserve(int rows, int cols);
   /// Device memory (`bytes`) the block-scaled runs of m % 4 != 0 rows write their padded rows
   /// into (gemm_runner lends its dequantization scratch: a run uses one or the other). Without
