@@ -7,9 +7,8 @@
 namespace actorserve::gpu {
 
 status check_cuda_model_support(const model_config& cfg, int64_t max_model_len) {
-  // FP8 checkpoints load (cuda_model.hpp: per-tensor and per-channel E4M3 weights of dense layers
-  // stay E4M3; block-scaled ones, experts and latent-attention projections are dequantized at
-  // load). A static input_scale is checked by the loader and not applied: activations stay
+  // FP8 checkpoints load (cuda_model.hpp: per-tensor, per-channel and block-scaled E4M3 weights
+  // of dense layers stay E4M3; experts and latent-attention projections are dequantized at load). A static input_scale is checked by the loader and not applied: activations stay
   // bf16/fp16, as the CPU's stay fp32. DeepSeek-V2's latent attention, group-limited routing,
   // shared experts and YaRN rope run on the CUDA executor (gpu/cuda/mla/, gpu/cuda/moe/).
   const int64_t context = max_model_len > 0 ? max_model_len : cfg.max_position_embeddings;

@@ -215,12 +215,13 @@ void bench_gemm_sweep(decode_sim& sim) {
   sim.gemm().set_gemv_rows_per_block(0);
 }
 
-/// FP8 E4M3 weights (one scale per row) against the bf16 weights of the same projections, per row
-/// count, through gemm_runner with each FP8 path forced in turn: the FP8 GEMV (up to
-/// cuda::fp8_gemv_max_m rows), the FP8 tensor-core GEMM (activations quantized per token, then
-/// cuBLASLt; fp32 out as run(), and 16-bit out as run_act() gives gate/up), and dequantize +
-/// cuBLAS. "default" names the path gemm_runner takes at cuda::default_fp8_gemm_min_rows.
-/// Each projection is replayed over 32 layers' copies of its weights (nothing stays in L2).
+/// FP8 E4M3 weights (one scale per row, then one per 128 x 128 block) against the bf16 weights of
+/// the same projections, per row count, through gemm_runner with each FP8 path forced in turn: the
+/// FP8 GEMV (up to cuda::fp8_gemv_max_m rows), the FP8 tensor-core GEMM (activations quantized per
+/// token or per 128-element group, then cuBLASLt; fp32 out as run(), and 16-bit out as run_act()
+/// gives gate/up), and dequantize + cuBLAS. "default" names the path gemm_runner takes at
+/// cuda::default_fp8_gemm_min_rows. Each projection is replayed over 32 layers' copies of its
+/// weights (nothing stays in L2).
 void bench_fp8_sweep(decode_sim& sim) {
   const projection projs[] = {{"qkv", kQkvWidth, kHidden, true},
                               {"o", kHidden, kHeads * kHeadDim, true},
@@ -228,65 +229,70 @@ void bench_fp8_sweep(decode_sim& sim) {
                               {"down", kHidden, kInter, true}};
   constexpr int kMaxM = 1024;  // gate_up's fp32 output of kMaxM rows fits the logits buffer
   std::mt19937 rng(3);
-  report("\n## FP8 weights vs bf16 (bf16 activations in; us per projection; '-': the path does not take m)\n");
-  report("| proj | n x k | m | bf16 | fp8 gemv | fp8 gemm | fp8 gemm 16-bit out | dequant + cuBLAS | default | "
-         "default/bf16 |\n|---|---|---|---|---|---|---|---|---|---|\n");
   cuda::gemm_runner& g = sim.gemm();
   if (!g.reserve_fp8_scratch(cuda::act_dtype::bf16, size_t(2) * kInter * kHidden).ok()) return;
   if (!g.reserve_fp8_activations(kMaxM, kInter).ok()) return;
-  for (const projection& p : projs) {
-    const size_t elems = size_t(p.n) * p.k;
-    std::vector<uint8_t> codes(elems);
-    for (auto& c : codes) c = uint8_t(rng() % 0x7e) | uint8_t(rng() & 0x80u);  // finite codes of either sign
-    const std::vector<float> scales(size_t(p.n), 0.05f / 448.0f);
-    std::vector<cuda::device_weight> fp8(kLayers);
-    for (auto& w : fp8) {
-      w.data = upload(codes);
-      w.row_scale = upload(scales);
-    }
-    for (int m : {1, 2, 4, 5, 6, 7, 8, 9, 16, 32, 64, 128, 256, 512, kMaxM}) {
-      const void* x = p.k == kInter ? sim.act() : sim.x();
-      const auto time_weights = [&](bool use_fp8, bool act_out) {
-        return graph_ms(sim.stream(), [&] {
-          for (int l = 0; l < kLayers; ++l) {
-            const cuda::device_layer& w = sim.layer(l);
-            const cuda::device_weight& bf = p.k == kInter ? w.down : p.n == kQkvWidth ? w.qkv
-                                            : p.n == kHidden ? w.o : w.gate_up;
-            const cuda::device_weight& wt = use_fp8 ? fp8[size_t(l)] : bf;
-            if (act_out) (void)g.run_act(cuda::act_dtype::bf16, x, m, p.k, wt, p.n, sim.out_f32());
-            else (void)g.run(cuda::act_dtype::bf16, x, m, p.k, wt, p.n, sim.out_f32());
-          }
-        }) * 1000.0 / kLayers;
-      };
-      const double bf16_us = time_weights(false, false);
-      // One FP8 path at a time; -1: it did not run (the GEMM's count shows whether cuBLASLt ran).
-      const auto fp8_path = [&](int gemv_max, int gemm_min, bool act_out, bool expect_lt) {
-        g.set_fp8_paths(gemv_max, gemm_min);
-        const int64_t before = g.fp8_gemm_runs();
-        const double us = time_weights(true, act_out);
-        return expect_lt && g.fp8_gemm_runs() == before ? -1.0 : us;
-      };
-      constexpr int kNever = std::numeric_limits<int>::max();
-      const double gemv_us = m <= cuda::fp8_gemv_max_m ? fp8_path(cuda::fp8_gemv_max_m, kNever, false, false) : -1;
-      const double lt_us = fp8_path(0, 1, false, true), lt16_us = fp8_path(0, 1, true, true);
-      const double deq_us = fp8_path(0, kNever, false, false);
-      g.set_fp8_paths(cuda::fp8_gemv_max_m, cuda::default_fp8_gemm_min_rows);
-      const bool default_gemv = m < cuda::default_fp8_gemm_min_rows && m <= cuda::fp8_gemv_max_m;
-      const double default_us = default_gemv ? gemv_us : lt_us >= 0 ? lt_us : deq_us;
-      const auto cell = [](double us) {
-        if (us >= 0) report(" %.1f |", us);
-        else report(" - |");
-      };
-      report("| %s | %d x %d | %d | %.1f |", p.name, p.n, p.k, m, bf16_us);
-      cell(gemv_us);
-      cell(lt_us);
-      cell(lt16_us);
-      cell(deq_us);
-      report(" %s | %.2f |\n", default_gemv ? "gemv" : lt_us >= 0 ? "gemm" : "dequant", default_us / bf16_us);
-    }
-    for (auto& w : fp8) {
-      cudaFree(w.data);
-      cudaFree(w.row_scale);
+  for (const bool block : {false, true}) {
+    report("\n## FP8 weights, %s, vs bf16 (bf16 activations in; us per projection; '-': the path does not take m)\n",
+           block ? "128 x 128 block scales" : "one scale per row");
+    report("| proj | n x k | m | bf16 | fp8 gemv | fp8 gemm | fp8 gemm 16-bit out | dequant + cuBLAS | default | "
+           "default/bf16 |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const projection& p : projs) {
+      const size_t elems = size_t(p.n) * p.k;
+      std::vector<uint8_t> codes(elems);
+      for (auto& c : codes) c = uint8_t(rng() % 0x7e) | uint8_t(rng() & 0x80u);  // finite codes of either sign
+      const size_t blocks =
+          size_t(p.n + cuda::kFp8Block - 1) / cuda::kFp8Block * ((p.k + cuda::kFp8Block - 1) / cuda::kFp8Block);
+      const std::vector<float> scales(block ? blocks : size_t(p.n), 0.05f / 448.0f);
+      std::vector<cuda::device_weight> fp8(kLayers);
+      for (auto& w : fp8) {
+        w.data = upload(codes);
+        (block ? w.block_scale : w.row_scale) = upload(scales);
+      }
+      for (int m : {1, 2, 4, 5, 6, 7, 8, 9, 16, 32, 64, 128, 256, 512, kMaxM}) {
+        const void* x = p.k == kInter ? sim.act() : sim.x();
+        const auto time_weights = [&](bool use_fp8, bool act_out) {
+          return graph_ms(sim.stream(), [&] {
+            for (int l = 0; l < kLayers; ++l) {
+              const cuda::device_layer& w = sim.layer(l);
+              const cuda::device_weight& bf = p.k == kInter ? w.down : p.n == kQkvWidth ? w.qkv
+                                              : p.n == kHidden ? w.o : w.gate_up;
+              const cuda::device_weight& wt = use_fp8 ? fp8[size_t(l)] : bf;
+              if (act_out) (void)g.run_act(cuda::act_dtype::bf16, x, m, p.k, wt, p.n, sim.out_f32());
+              else (void)g.run(cuda::act_dtype::bf16, x, m, p.k, wt, p.n, sim.out_f32());
+            }
+          }) * 1000.0 / kLayers;
+        };
+        const double bf16_us = time_weights(false, false);
+        // One FP8 path at a time; -1: it did not run (the GEMM's count shows whether cuBLASLt ran).
+        const auto fp8_path = [&](int gemv_max, int gemm_min, bool act_out, bool expect_lt) {
+          g.set_fp8_paths(gemv_max, gemm_min);
+          const int64_t before = g.fp8_gemm_runs();
+          const double us = time_weights(true, act_out);
+          return expect_lt && g.fp8_gemm_runs() == before ? -1.0 : us;
+        };
+        constexpr int kNever = std::numeric_limits<int>::max();
+        const double gemv_us = m <= cuda::fp8_gemv_max_m ? fp8_path(cuda::fp8_gemv_max_m, kNever, false, false) : -1;
+        const double lt_us = fp8_path(0, 1, false, true), lt16_us = fp8_path(0, 1, true, true);
+        const double deq_us = fp8_path(0, kNever, false, false);
+        g.set_fp8_paths(cuda::fp8_gemv_max_m, cuda::default_fp8_gemm_min_rows);
+        const bool default_gemv = m < cuda::default_fp8_gemm_min_rows && m <= cuda::fp8_gemv_max_m;
+        const double default_us = default_gemv ? gemv_us : lt_us >= 0 ? lt_us : deq_us;
+        const auto cell = [](double us) {
+          if (us >= 0) report(" %.1f |", us);
+          else report(" - |");
+        };
+        report("| %s | %d x %d | %d | %.1f |", p.name, p.n, p.k, m, bf16_us);
+        cell(gemv_us);
+        cell(lt_us);
+        cell(lt16_us);
+        cell(deq_us);
+        report(" %s | %.2f |\n", default_gemv ? "gemv" : lt_us >= 0 ? "gemm" : "dequant", default_us / bf16_us);
+      }
+      for (auto& w : fp8) {
+        cudaFree(w.data);
+        cudaFree(const_cast<float*>(w.scales()));
+      }
     }
   }
 }

@@ -3,7 +3,7 @@
 // not a multiple of the 4096-weight stride of a block's round, n not a multiple of the rows per
 // block, m between the row templates, beta accumulation), the dequantization bit for bit, and
 // gemm_runner's two FP8 paths (the GEMV, and dequantization + cuBLAS for larger m, k % 16 != 0 or
-// misaligned x).
+// misaligned x); and the same for 128 x 128 block scales (ragged last blocks) at every row count.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -23,12 +23,21 @@ struct fp8_case {
   cuda::act_dtype dt;
   int m, k, n;
   float beta;
+  bool block = false;  ///< scales per 128 x 128 block (fp8_scale_mode::block128), else per row
 };
+
+int scale_blocks(int n) { return (n + cuda::kFp8Block - 1) / cuda::kFp8Block; }
+
+/// The index into the scales of weight (r, col).
+size_t scale_index(const fp8_case& c, int r, int col) {
+  if (!c.block) return size_t(r);
+  return size_t(r / cuda::kFp8Block) * scale_blocks(c.k) + size_t(col / cuda::kFp8Block);
+}
 
 struct fp8_operands {
   std::vector<uint16_t> x;     ///< act-dtype bits, with `x_offset` leading pad elements
   std::vector<uint8_t> q;      ///< E4M3 codes [n][k], no NaN
-  std::vector<float> scale;    ///< [n]
+  std::vector<float> scale;    ///< [n], or [ceil(n/128)][ceil(k/128)] per block
   std::vector<float> y0;       ///< Y beforehand (beta's input)
 };
 
@@ -43,9 +52,13 @@ fp8_operands make_fp8_operands(const fp8_case& c, int x_offset, uint32_t seed) {
     v = uint8_t(rng() & 0xffu);
     if (gpu::e4m3_is_nan(v)) v = 0x7e;  // the largest finite value
   }
-  o.scale.resize(size_t(c.n));
-  // Per-row scales of vLLM's size (amax / 448), one row in seven all-zero scale.
-  for (int r = 0; r < c.n; ++r) o.scale[size_t(r)] = r % 7 == 3 ? 0.0f : (0.5f + ud(rng) * 0.25f) / gpu::e4m3_max;
+  o.scale.resize(c.block ? size_t(scale_blocks(c.n)) * scale_blocks(c.k) : size_t(c.n));
+  // Scales of vLLM's size (amax / 448), one in seven zero; block scales spread over 2^-4..2^4 so
+  // that a block scale applied to the wrong block's sum shows.
+  for (size_t r = 0; r < o.scale.size(); ++r) {
+    const float spread = c.block ? std::ldexp(1.0f, int(r % 9) - 4) : 1.0f;
+    o.scale[r] = r % 7 == 3 ? 0.0f : (0.5f + ud(rng) * 0.25f) / gpu::e4m3_max * spread;
+  }
   o.y0.resize(size_t(c.m) * c.n);
   for (auto& v : o.y0) v = ud(rng) * 4.0f;
   return o;
@@ -53,7 +66,7 @@ fp8_operands make_fp8_operands(const fp8_case& c, int x_offset, uint32_t seed) {
 
 /// Weight (r, c) as the GEMV sees it (exact) or as the cuBLAS path does (rounded once to dt).
 float weight(const fp8_case& c, const fp8_operands& o, int r, int col, bool rounded) {
-  const float w = gpu::e4m3_to_f32(o.q[size_t(r) * c.k + col]) * o.scale[size_t(r)];
+  const float w = gpu::e4m3_to_f32(o.q[size_t(r) * c.k + col]) * o.scale[scale_index(c, r, col)];
   return rounded ? round_act(c.dt, w) : w;
 }
 
@@ -160,6 +173,83 @@ TEST_F(CudaFp8Linear, GemmRunnerAgreesWithReferenceOnBothPaths) {
       ASSERT_TRUE(g.run_act(c.dt, x, c.m, c.k, w, c.n, dya.get()).ok());
       ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
       expect_matches(act_case, o, x_offset, true, download_act(c.dt, dya), 1e-2, "runner run_act");
+    }
+  cudaStreamDestroy(s);
+}
+
+TEST_F(CudaFp8Linear, BlockScaledGemvMatchesFp64ReferenceOverRaggedBlocks) {
+  uint32_t seed = 300;
+  for (auto dt : {cuda::act_dtype::bf16, cuda::act_dtype::fp16})
+    for (int m = 1; m <= cuda::fp8_gemv_max_m; ++m)
+      for (int k : {16, 144, 400, 4112})
+        for (int n : {1, 7, 130, 300}) {
+          const fp8_case c{dt, m, k, n, (m + n) % 2 ? 1.0f : 0.0f, true};
+          const fp8_operands o = make_fp8_operands(c, 0, seed++);
+          dev_vec<uint16_t> dx(o.x);
+          dev_vec<uint8_t> dq(o.q);
+          dev_vec<float> ds(o.scale), dy(o.y0);
+          ASSERT_TRUE(cuda::fp8_gemv_supported(dx.get(), c.m, c.k, dq.get()));
+          ASSERT_EQ(cuda::fp8_gemv(c.dt, dx.get(), c.m, c.k, dq.get(), ds.get(), c.n, dy.get(), c.beta, nullptr,
+                                   cuda::fp8_scale_mode::block128),
+                    0);
+          expect_matches(c, o, 0, false, dy.download(), 3e-5, "block-scaled fp8_gemv");
+        }
+}
+
+TEST_F(CudaFp8Linear, BlockScaledDequantizeRoundsEachWeightOnce) {
+  uint32_t seed = 400;
+  for (auto dt : {cuda::act_dtype::bf16, cuda::act_dtype::fp16})
+    for (int k : {13, 200, 1001})
+      for (int n : {37, 300}) {
+        const fp8_case c{dt, 1, k, n, 0.0f, true};
+        const fp8_operands o = make_fp8_operands(c, 0, seed++);
+        dev_vec<uint8_t> dq(o.q);
+        dev_vec<float> ds(o.scale);
+        dev_vec<uint16_t> out(o.q.size());
+        ASSERT_EQ(cuda::fp8_dequantize(dt, dq.get(), ds.get(), c.n, c.k, out.get(), nullptr,
+                                       cuda::fp8_scale_mode::block128),
+                  0);
+        const auto got = out.download();
+        for (int r = 0; r < c.n; ++r)
+          for (int col = 0; col < c.k; ++col)
+            ASSERT_EQ(got[size_t(r) * c.k + col], to_act_bits(dt, weight(c, o, r, col, false)))
+                << "k=" << k << " n=" << n << " row " << r << " col " << col;
+      }
+}
+
+// Every row count runs: the block-scaled GEMV up to fp8_gemv_max_m rows, dequantize + cuBLAS past
+// it (fp8_dequantize_runs says which ran), and run_act through dequantize + cuBLAS at every m.
+TEST_F(CudaFp8Linear, GemmRunnerRunsBlockScaledWeightsAtEveryRowCount) {
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  cuda::gemm_runner g;
+  ASSERT_TRUE(g.init(s, 1 << 22).ok());
+  const int k = 400, n = 300;
+  for (auto dt : {cuda::act_dtype::bf16, cuda::act_dtype::fp16})
+    ASSERT_TRUE(g.reserve_fp8_scratch(dt, size_t(n) * k).ok());
+  uint32_t seed = 500;
+  for (auto dt : {cuda::act_dtype::bf16, cuda::act_dtype::fp16})
+    for (int m : {1, 8, 9, 16, 32, 33, 100, 257}) {
+      const fp8_case c{dt, m, k, n, m % 2 ? 0.0f : 1.0f, true};
+      const fp8_operands o = make_fp8_operands(c, 0, seed++);
+      dev_vec<uint16_t> dx(o.x);
+      dev_vec<uint8_t> dq(o.q);
+      dev_vec<float> ds(o.scale), dy(o.y0);
+      cuda::device_weight w;
+      w.data = dq.get();
+      w.block_scale = ds.get();
+      ASSERT_TRUE(w.fp8() && w.block_scaled());
+      const int64_t before = g.fp8_dequantize_runs();
+      ASSERT_TRUE(g.run(c.dt, dx.get(), c.m, c.k, w, c.n, dy.get(), c.beta).ok());
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      const bool gemv = m <= cuda::fp8_gemv_max_m;
+      EXPECT_EQ(g.fp8_dequantize_runs() - before, gemv ? 0 : 1) << "m=" << m;
+      expect_matches(c, o, 0, !gemv, dy.download(), 3e-5, gemv ? "runner (block gemv)" : "runner (block cuBLAS)");
+      const fp8_case act_case{c.dt, c.m, c.k, c.n, 0.0f, true};
+      dev_vec<uint16_t> dya(size_t(c.m) * c.n);
+      ASSERT_TRUE(g.run_act(c.dt, dx.get(), c.m, c.k, w, c.n, dya.get()).ok());
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      expect_matches(act_case, o, 0, true, download_act(c.dt, dya), 1e-2, "runner run_act (block)");
     }
   cudaStreamDestroy(s);
 }

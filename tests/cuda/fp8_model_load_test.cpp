@@ -1,6 +1,7 @@
 // What load_device_model puts on the device for FP8: a per-channel and a per-tensor checkpoint's
 // dense weights as their stored E4M3 bytes with one scale per row (layer 1's unquantized
-// down_proj as bf16), a block-scaled checkpoint dequantized to bf16, and --quantization fp8 as
+// down_proj as bf16), a block-scaled checkpoint's o_proj as its E4M3 bytes and block scales (its
+// fused QKV, whose k_proj ends mid-block, dequantized to bf16), and --quantization fp8 as
 // the codes and scales of the CPU's per-row rounding, of read and of generated (--load-format
 // dummy) weights.
 #include <cuda_runtime.h>
@@ -98,12 +99,30 @@ TEST_F(CudaFp8Load, CheckpointWeightsStayE4m3WithTheirRowScales) {
   }
 }
 
-TEST_F(CudaFp8Load, BlockScaledWeightsLoadDequantizedToBf16) {
+// mixtral-fp8-block: o_proj (128 x 128) stays E4M3 with its block scales; the fused QKV does not
+// (k_proj's 32 rows end mid-block, so a block row of the fused matrix would mix two parts' scales)
+// and is dequantized to bf16, as are the experts.
+TEST_F(CudaFp8Load, BlockScaledWeightsStayE4m3WithTheirBlockScales) {
   auto files = gpu::open_model_files(model_dir("mixtral-fp8-block"));
   ASSERT_TRUE(files.ok()) << files.err().message;
   auto m = load("mixtral-fp8-block", false);
   ASSERT_NE(m, nullptr);
-  EXPECT_FALSE(m->has_fp8());
+  ASSERT_TRUE(m->has_fp8());
+  for (size_t l = 0; l < m->layers.size(); ++l) {
+    const gpu::layer_views& v = files->views.layers[l];
+    const cuda::device_layer& d = m->layers[l];
+    ASSERT_EQ(v.o_proj.dtype, st_dtype::f8_e4m3);
+    ASSERT_TRUE(d.o.block_scaled()) << "layer " << l;
+    EXPECT_EQ(d.o.row_scale, nullptr);
+    const size_t rows = size_t(v.o_proj.shape[0]), cols = size_t(v.o_proj.shape[1]);
+    const auto bytes = download<uint8_t>(d.o.data, rows * cols);
+    EXPECT_EQ(std::memcmp(bytes.data(), v.o_proj.data, rows * cols), 0) << "layer " << l;
+    const size_t blocks = ((rows + 127) / 128) * ((cols + 127) / 128);
+    std::vector<float> want(blocks);
+    gpu::upcast_to_f32(v.o_proj.scale->data, v.o_proj.scale->dtype, blocks, want.data());
+    EXPECT_EQ(download<float>(d.o.block_scale, blocks), want) << "layer " << l;
+    EXPECT_FALSE(d.qkv.fp8()) << "layer " << l;
+  }
   const gpu::layer_views& v = files->views.layers[0];
   ASSERT_EQ(v.k_proj.dtype, st_dtype::f8_e4m3);
   std::vector<float> want;
@@ -113,6 +132,20 @@ TEST_F(CudaFp8Load, BlockScaledWeightsLoadDequantizedToBf16) {
   }
   const auto got = download<uint16_t>(m->layers[0].qkv.data, want.size());
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], f32_to_bf16_bits(want[i])) << i;
+}
+
+// The block-scaled o_proj takes half the bytes of the bf16 model it came from (one byte a weight
+// and one fp32 scale a block, against two bytes a weight); everything else is stored alike.
+TEST_F(CudaFp8Load, BlockScaledWeightsHoldHalfTheBytesOfBf16) {
+  auto fp8 = load("mixtral-fp8-block", false);
+  auto bf16 = load("mixtral-bf16", false);
+  ASSERT_NE(fp8, nullptr);
+  ASSERT_NE(bf16, nullptr);
+  const size_t n = size_t(fp8->cfg.hidden_size), k = size_t(fp8->cfg.num_heads * fp8->cfg.head_dim);
+  const size_t o_bf16 = n * k * 2, o_fp8 = n * k + ((n + 127) / 128) * ((k + 127) / 128) * sizeof(float);
+  EXPECT_LT(o_fp8, o_bf16 * 51 / 100);
+  EXPECT_EQ(bf16->bytes - fp8->bytes, fp8->layers.size() * (o_bf16 - o_fp8))
+      << "bf16 " << bf16->bytes << " bytes, block-scaled fp8 " << fp8->bytes;
 }
 
 TEST_F(CudaFp8Load, QuantizationFlagStoresTheCpuRounding) {

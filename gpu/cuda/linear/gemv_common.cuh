@@ -80,6 +80,12 @@ struct no_hook {
   __device__ __forceinline__ void operator()() const {}
 };
 
+/// No scale inside the dot product: each weight row's sum is scaled (or not) after the loop.
+struct unscaled_chunks {
+  static constexpr bool kScaled = false;
+  __device__ __forceinline__ float of(int, int) const { return 1.0f; }
+};
+
 /// Weights stored as T (bf16/fp16): 8 per 16-byte load. A weight format gives the values per
 /// load and how a load unpacks to floats in memory order (fp8_linear_kernel.cu has E4M3's).
 template <class T>
@@ -91,10 +97,13 @@ struct same_as_activations {
 /// The GEMV's main loop: the dot products of the weight rows `wp` (in format W) with the m (<= M)
 /// rows of x, reduced per warp into `red`; ends with a __syncthreads, after the previous grid
 /// finished. `after_wait` runs once per thread right after the wait for the previous grid (to
-/// start loads of what that grid wrote early).
-template <class T, int M, int kRows, class Hook = no_hook, class W = same_as_activations<T>>
+/// start loads of what that grid wrote early). `scales` (S::kScaled) multiplies each load's fp32
+/// partial sum of weight row r, chunk c by scales.of(r, c) before it joins the row's sum (the
+/// block scales of block-scaled FP8 weights); unscaled, each product joins the sum directly.
+template <class T, int M, int kRows, class Hook = no_hook, class W = same_as_activations<T>,
+          class S = unscaled_chunks>
 __device__ __forceinline__ void accumulate(const T* x, int m, int k, const uint4* const (&wp)[kRows],
-                                           partials<M, kRows>& red, Hook after_wait = {}) {
+                                           partials<M, kRows>& red, Hook after_wait = {}, S scales = {}) {
   constexpr int kUnroll = kLoadsInFlight / kRows;
   constexpr int kXLoads = W::kPerLoad / 8;  // 16-byte activation loads per weight load
   const int chunks = k / W::kPerLoad, x_loads = k / 8;
@@ -125,9 +134,12 @@ __device__ __forceinline__ void accumulate(const T* x, int m, int k, const uint4
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kThreads;
       if (c >= chunks) break;
-      float wf[kRows][W::kPerLoad];
+      float wf[kRows][W::kPerLoad], sc[kRows];
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) W::unpack(wv[u][r], wf[r]);
+      for (int r = 0; r < kRows; ++r) {
+        W::unpack(wv[u][r], wf[r]);
+        sc[r] = scales.of(r, c);
+      }
 #pragma unroll
       for (int i = 0; i < M; ++i) {
         if (i >= m) break;
@@ -136,9 +148,17 @@ __device__ __forceinline__ void accumulate(const T* x, int m, int k, const uint4
 #pragma unroll
         for (int j = 0; j < kXLoads; ++j) unpack8<T>(__ldg(xr + j), xf + 8 * j);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r)
+        for (int r = 0; r < kRows; ++r) {
+          if constexpr (S::kScaled) {
+            float part = 0.0f;
 #pragma unroll
-          for (int e = 0; e < W::kPerLoad; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
+            for (int e = 0; e < W::kPerLoad; ++e) part = fmaf(wf[r][e], xf[e], part);
+            acc[r][i] = fmaf(part, sc[r], acc[r][i]);
+          } else {
+#pragma unroll
+            for (int e = 0; e < W::kPerLoad; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
+          }
+        }
       }
     }
   }

@@ -71,6 +71,7 @@ class uploader {
     }
     const bool any_fp8 = std::any_of(views.begin(), views.end(),
                                      [](const tensor_view* v) { return v->dtype == st_dtype::f8_e4m3; });
+    if (block_scaled(views)) return block_weight(views, rows, cols);
     if (fp8_views != views.size() && (any_fp8 || !quantize)) {
       auto m = matrix(views);
       if (!m) return m.err();
@@ -115,6 +116,46 @@ class uploader {
     m_.fp8_max_elements = std::max(m_.fp8_max_elements, rows * cols);
     m_.fp8_max_cols = std::max(m_.fp8_max_cols, cols);
     return device_weight{dst, static_cast<float*>(scale)};
+  }
+
+  /// Whether `views` concatenate along rows into one block-scaled E4M3 weight: each is F8_E4M3
+  /// with 128 x 128 block scales, and each but the last ends on a block row (else a block row of
+  /// the fused matrix would mix two parts' scales).
+  static bool block_scaled(const std::vector<const tensor_view*>& views) {
+    for (size_t i = 0; i < views.size(); ++i) {
+      const tensor_view& v = *views[i];
+      if (v.dtype != st_dtype::f8_e4m3 || !v.scale || v.scale->kind != fp8_scale_kind::block ||
+          v.scale->block_rows != kFp8Block || v.scale->block_cols != kFp8Block)
+        return false;
+      if (i + 1 < views.size() && v.shape[0] % kFp8Block != 0) return false;
+    }
+    return true;
+  }
+
+  /// The views' stored E4M3 bytes and their block scales (as fp32), concatenated along rows.
+  result<device_weight> block_weight(const std::vector<const tensor_view*>& views, size_t rows, size_t cols) {
+    const size_t block_cols = (cols + kFp8Block - 1) / kFp8Block;
+    const size_t block_rows = (rows + kFp8Block - 1) / kFp8Block;
+    std::vector<float> scales(block_rows * block_cols);
+    void* dst = nullptr;
+    if (auto st = m_.alloc(&dst, rows * cols); !st) return st.err();
+    void* scale = nullptr;
+    if (auto st = m_.alloc(&scale, scales.size() * sizeof(float)); !st) return st.err();
+    size_t row = 0;
+    for (auto* v : views) {
+      const size_t r = size_t(v->shape[0]), n = (r + kFp8Block - 1) / kFp8Block * block_cols;
+      upcast_to_f32(v->scale->data, v->scale->dtype, n, scales.data() + row / kFp8Block * block_cols);
+      AS_CUDA_TRY(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + row * cols, v->data, r * cols,
+                                  cudaMemcpyHostToDevice, s_));
+      progress_.advance(v->num_bytes());
+      row += r;
+    }
+    // Pageable copies: they complete before the host buffer `scales` dies.
+    AS_CUDA_TRY(cudaMemcpyAsync(scale, scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice, s_));
+    AS_CUDA_TRY(cudaStreamSynchronize(s_));
+    m_.fp8_max_elements = std::max(m_.fp8_max_elements, rows * cols);
+    m_.fp8_max_cols = std::max(m_.fp8_max_cols, cols);
+    return device_weight{dst, nullptr, static_cast<float*>(scale)};
   }
 
   /// Converts `views` (concatenated) into one new fp32 vector.
@@ -442,14 +483,16 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
     m->layers.push_back(d);
   }
   if (cfg.quantization || quantize_fp8) {
-    size_t fp8 = 0, dense = 0;
+    size_t rows = 0, blocks = 0, dense = 0;
     for (const device_layer& d : m->layers)
       for (const device_weight* w : {&d.qkv, &d.o, &d.gate_up, &d.down}) {
-        fp8 += w->fp8();
+        rows += w->row_scale != nullptr;
+        blocks += w->block_scaled();
         dense += w->data != nullptr;
       }
-    log::info("{} of {} dense-layer weight matrices are FP8 E4M3 with per-row scales; the rest (block-scaled, "
-              "experts, unquantized) are {}", fp8, dense, *dt == act_dtype::bf16 ? "bfloat16" : "float16");
+    log::info("{} of {} dense-layer weight matrices are FP8 E4M3 with per-row scales and {} with 128 x 128 block "
+              "scales; the rest (fused matrices whose parts do not end on a block row, experts, unquantized) are {}",
+              rows, dense, blocks, *dt == act_dtype::bf16 ? "bfloat16" : "float16");
   }
   // The checkpoint dtype rounds HF's inv_freq buffer; match it (see gpu/model/rope.hpp).
   const std::vector<float> inv_freq = model_rope_inv_freq(cfg);
@@ -475,8 +518,12 @@ status gemm_runner::reserve_fp8_scratch(act_dtype dt, size_t elements) {
   if (fp8_scratch_) cudaFree(fp8_scratch_);
   fp8_scratch_ = nullptr;
   fp8_scratch_elements_ = 0;
+  fp8_gemm_.set_pad_scratch(nullptr, 0);
   AS_CUDA_TRY(cudaMalloc(&fp8_scratch_, elements * act_size(dt)));
   fp8_scratch_elements_ = elements;
+  // Block-scaled GEMMs of m % 4 != 0 rows write their padded rows here; a run uses the scratch for
+  // that or for a dequantized weight, never both at once.
+  fp8_gemm_.set_pad_scratch(fp8_scratch_, elements * act_size(dt));
   return {};
 }
 
@@ -485,7 +532,9 @@ result<const void*> gemm_runner::dequantized(act_dtype dt, const device_weight& 
     return make_error(error_code::internal,
                       fmt::format("an FP8 weight of {} x {} is larger than the dequantization scratch of {} elements",
                                   n, k, fp8_scratch_elements_));
-  AS_CUDA_TRY(fp8_dequantize(dt, static_cast<const uint8_t*>(w.data), w.row_scale, n, k, fp8_scratch_, stream_));
+  AS_CUDA_TRY(fp8_dequantize(dt, static_cast<const uint8_t*>(w.data), w.scales(), n, k, fp8_scratch_, stream_,
+                             w.scale_mode()));
+  ++fp8_dequantize_runs_;
   return static_cast<const void*>(fp8_scratch_);
 }
 
@@ -495,11 +544,11 @@ status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const device_
   if (m == 0) return {};
   const auto* q = static_cast<const uint8_t*>(w.data);
   if (m < fp8_gemm_min_rows_ && m <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, m, k, q)) {
-    AS_CUDA_TRY(fp8_gemv(dt, x, m, k, q, w.row_scale, n, y, beta, stream_));
+    AS_CUDA_TRY(fp8_gemv(dt, x, m, k, q, w.scales(), n, y, beta, stream_, w.scale_mode()));
     return {};
   }
-  if (m >= fp8_gemm_min_rows_ && fp8_gemm_.supported(x, m, k, q, w.row_scale, n, y)) {
-    auto ran = fp8_gemm_.run(dt, x, m, k, q, w.row_scale, n, y, true, beta);
+  if (m >= fp8_gemm_min_rows_ && fp8_gemm_.supported(x, m, k, q, w.scales(), n, y, w.scale_mode())) {
+    auto ran = fp8_gemm_.run(dt, x, m, k, q, w.scales(), n, y, true, beta, w.scale_mode());
     if (!ran) return ran.err();
     if (*ran) return {};
   }
@@ -513,8 +562,9 @@ status gemm_runner::run_act(act_dtype dt, const void* x, int m, int k, const dev
   if (m == 0) return {};
   const auto* q = static_cast<const uint8_t*>(w.data);
   // No GEMV writes dt, so every m the FP8 GEMM supports takes it unless it is switched off.
-  if (fp8_gemm_min_rows_ != std::numeric_limits<int>::max() && fp8_gemm_.supported(x, m, k, q, w.row_scale, n, y)) {
-    auto ran = fp8_gemm_.run(dt, x, m, k, q, w.row_scale, n, y, false, 0.0f);
+  if (fp8_gemm_min_rows_ != std::numeric_limits<int>::max() &&
+      fp8_gemm_.supported(x, m, k, q, w.scales(), n, y, w.scale_mode())) {
+    auto ran = fp8_gemm_.run(dt, x, m, k, q, w.scales(), n, y, false, 0.0f, w.scale_mode());
     if (!ran) return ran.err();
     if (*ran) return {};
   }

@@ -1,7 +1,7 @@
 #pragma once
 /// The model on the device: weights converted once to bf16/fp16 (Q/K/V and gate/up fused into
-/// one matrix each), or kept as FP8 E4M3 with per-row scales where the checkpoint stores the dense
-/// layers so; norms, biases and rope frequencies in fp32; and the GEMM runner.
+/// one matrix each), or kept as FP8 E4M3 with per-row or 128 x 128 block scales where the
+/// checkpoint stores the dense layers so; norms, biases and rope frequencies in fp32; and the GEMM runner.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -26,11 +26,16 @@
 namespace actorserve::gpu::cuda {
 
 /// A linear layer's weight [n][k]: act-dtype elements, or FP8 E4M3 bytes with one fp32 scale per
-/// output row (a per-tensor scale repeated on its rows).
+/// output row (a per-tensor scale repeated on its rows) or per 128 x 128 block.
 struct device_weight {
   void* data = nullptr;
-  float* row_scale = nullptr;  ///< [n]; non-null: `data` holds E4M3 bytes
-  bool fp8() const { return row_scale != nullptr; }
+  float* row_scale = nullptr;    ///< [n]; non-null: `data` holds E4M3 bytes with row scales
+  float* block_scale = nullptr;  ///< [ceil(n/128)][ceil(k/128)]; non-null: E4M3 bytes with block scales
+  bool fp8() const { return row_scale != nullptr || block_scale != nullptr; }
+  bool block_scaled() const { return block_scale != nullptr; }
+  /// An FP8 weight's scales and how they apply.
+  const float* scales() const { return block_scaled() ? block_scale : row_scale; }
+  fp8_scale_mode scale_mode() const { return block_scaled() ? fp8_scale_mode::block128 : fp8_scale_mode::per_row; }
 };
 
 /// One decoder layer. A sparse layer has `experts` (its router set) in place of gate_up / down; a
@@ -95,11 +100,13 @@ result<act_dtype> resolve_dtype(dtype_choice choice, const std::string& torch_dt
 /// Maps the checkpoint, converts and uploads every weight (synchronously, at start-up), logging
 /// progress. Sparse layers' experts are stacked into one matrix each (device_experts). FP8
 /// checkpoints: dense layers' per-tensor and per-channel E4M3 weights stay E4M3 on the device
-/// (device_weight); block-scaled weights, experts, latent-attention projections (device_mla) and
-/// any matrix mixing FP8 and float parts are dequantized on the host and stored in the activation
-/// dtype. `quantize_fp8` (--quantization fp8): dense layers' float weights are rounded to E4M3
-/// with one scale per output row on the device (fp8_quantize_rows), as quantize_rows_e4m3 rounds
-/// them on the CPU, and stored so; generated ones (`source`, --load-format dummy) are filled on
+/// with row scales, and block-scaled ones with their 128 x 128 block scales (device_weight), a
+/// fused matrix (QKV, gate/up) where each part but the last ends on a block row; other fused
+/// block-scaled matrices, experts, latent-attention projections (device_mla) and any matrix
+/// mixing FP8 and float parts are dequantized on the host and stored in the activation dtype.
+/// `quantize_fp8` (--quantization fp8): dense layers' float weights are rounded to E4M3 with one
+/// scale per output row on the device (fp8_quantize_rows), as quantize_rows_e4m3 rounds them on
+/// the CPU, and stored so; generated ones (`source`, --load-format dummy) are filled on
 /// the device first and rounded the same way. Tensor parallel (`num_shards` > 1): the shard
 /// `rank`'s slices (cut_shard_views; a slice that cuts an FP8 scale block is refused naming
 /// --tensor-parallel-size), its config, the whole embedding table (replicated: every shard embeds
@@ -141,7 +148,11 @@ class gemm_runner {
   /// cuBLASLt on the tensor cores) where it supports the operands; the rest (k or n not a multiple
   /// of 16, misaligned pointers, more rows than reserve_fp8_activations reserved, or a shape
   /// cuBLASLt has no FP8 algorithm for) dequantize the weight into the scratch reserved by
-  /// reserve_fp8_scratch and run cuBLAS on it.
+  /// reserve_fp8_scratch and run cuBLAS on it. A block-scaled FP8 weight takes the same paths with
+  /// its block scales: the block-scaled GEMV, the FP8 GEMM with activations quantized per
+  /// 128-element group (cuBLASLt's block-scaled modes, where k % 512 == 0 and the heuristic
+  /// returns an algorithm; rows padded to whole groups of 4 through the dequantization scratch,
+  /// fp8_gemm.hpp), else dequantize + cuBLAS.
   status run(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, float* y, float beta = 0.0f);
   status run_act(act_dtype dt, const void* x, int m, int k, const device_weight& w, int n, void* y);
   /// Allocates the dequantization scratch for FP8 weights of up to `elements` (none for 0).
@@ -164,6 +175,8 @@ class gemm_runner {
   }
   /// FP8 GEMMs run through cuBLASLt so far (counted when enqueued, also while capturing a graph).
   int64_t fp8_gemm_runs() const { return fp8_gemm_.runs(); }
+  /// FP8 weights dequantized into the scratch for cuBLAS so far (counted when enqueued).
+  int64_t fp8_dequantize_runs() const { return fp8_dequantize_runs_; }
   /// Whether run() takes the GEMV for m rows (its output then stays fp32 for the fused paths).
   bool uses_gemv(int m) const { return m <= gemv_max_rows_; }
   /// Uses the GEMV for m <= rows (0: always cuBLAS); for benchmarks and tests.
@@ -190,6 +203,7 @@ class gemm_runner {
   fp8_gemm fp8_gemm_;
   int fp8_gemv_max_rows_ = fp8_gemv_max_m;
   int fp8_gemm_min_rows_ = default_fp8_gemm_min_rows;
+  int64_t fp8_dequantize_runs_ = 0;
   /// Y = X W^T + beta * Y through cuBLAS.
   status cublas(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta);
   /// The FP8 weight `w` [n][k] dequantized into the scratch (on the stream).
