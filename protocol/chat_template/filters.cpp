@@ -132,6 +132,14 @@ value f_items(renderer&, const value& v, const call_args&, int line) {
   return value(std::move(out));
 }
 
+/// int() of a finite double: Python's is unbounded, ours a 64-bit integer, so a value past its
+/// range is an error naming the filter rather than an undefined conversion.
+value truncate_to_int(double d, int line) {
+  // 2^63 is exact in a double; every double in [-2^63, 2^63) truncates into range.
+  if (!(d >= -0x1p63 && d < 0x1p63)) fail(line, "int filter: " + float_repr(d) + " is outside the 64-bit integer range");
+  return value(static_cast<std::int64_t>(d));
+}
+
 value f_int(renderer&, const value& v, const call_args& a, int line) {
   const value* dflt = a.get(0, "default");
   const value fallback = dflt ? *dflt : value(std::int64_t{0});
@@ -140,7 +148,7 @@ value f_int(renderer&, const value& v, const call_args& a, int line) {
   if (v.is(value::kind::boolean)) return value(static_cast<std::int64_t>(v.as_bool()));
   if (v.is(value::kind::floating)) {
     if (!std::isfinite(v.as_float())) return fallback;
-    return value(static_cast<std::int64_t>(v.as_float()));
+    return truncate_to_int(v.as_float(), line);
   }
   if (v.is_string()) {
     const std::string s = py_strip(v.as_string(), nullptr, true, true);
@@ -150,7 +158,7 @@ value f_int(renderer&, const value& v, const call_args& a, int line) {
     const long long i = std::strtoll(s.c_str(), &end, static_cast<int>(base));
     if (!s.empty() && end == s.c_str() + s.size() && errno == 0) return value(static_cast<std::int64_t>(i));
     const double d = std::strtod(s.c_str(), &end);
-    if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d)) return value(static_cast<std::int64_t>(d));
+    if (!s.empty() && end == s.c_str() + s.size() && std::isfinite(d)) return truncate_to_int(d, line);
   }
   return fallback;
 }

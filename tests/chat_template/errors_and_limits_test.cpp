@@ -54,6 +54,20 @@ TEST(TemplateErrors, UnknownFilterFailsOnlyWhenReached) {
   EXPECT_TRUE(contains(e.message, "'frobnicate'") && contains(e.message, "line 2")) << e.message;
 }
 
+// Python's int() is unbounded; a float or numeric string past the 64-bit range is an error that
+// names the filter and the line, and the edges of the range still convert.
+TEST(TemplateErrors, IntFilterPastTheIntegerRangeIsNamed) {
+  for (const char* t : {"\n{{ '36666666666666666666666'|int }}", "\n{{ 3.7e21|int }}", "\n{{ -1e19|int }}",
+                        "\n{{ '9.3e18'|int }}"}) {
+    auto e = render_err(t);
+    EXPECT_EQ(e.code, error_code::invalid_argument) << t;
+    EXPECT_TRUE(contains(e.message, "int filter") && contains(e.message, "64-bit") && contains(e.message, "line 2"))
+        << t << ": " << e.message;
+  }
+  EXPECT_EQ(render_ok("{{ 9.2e18|int }} {{ -9223372036854775808.0|int }} {{ '-9.2e18'|int }}"),
+            "9200000000000000000 -9223372036854775808 -9200000000000000000");
+}
+
 TEST(TemplateErrors, RaiseExceptionMessageIsVerbatim) {
   auto e = render_err("{% if messages|length > 1 %}{{ raise_exception('Only one message, got ' ~ messages|length) }}{% endif %}",
                       R"({"messages": [1, 2, 3]})");
