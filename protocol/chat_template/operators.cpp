@@ -177,7 +177,16 @@ value printf_format(renderer& r, const std::string& fmt, const value& args, int 
       out += text;
     } else if (conv == 'd' || conv == 'i') {
       if (!v.is_number()) fail(line, "%d format: a real number is required, not " + type_name(v));
-      out += std::to_string(v.is(value::kind::floating) ? static_cast<std::int64_t>(v.as_float()) : int_of(v));
+      if (v.is(value::kind::floating)) {
+        // Python prints the float's integer part exactly, however large; inf and nan have none.
+        const double whole = std::trunc(v.as_float());
+        if (!std::isfinite(whole)) fail(line, "%d format: cannot convert " + float_repr(v.as_float()) + " to an integer");
+        char buf[512];
+        std::snprintf(buf, sizeof(buf), "%.0f", whole == 0.0 ? 0.0 : whole);
+        out += buf;
+      } else {
+        out += std::to_string(int_of(v));
+      }
     } else if (conv == 'f') {
       if (!v.is_number()) fail(line, "%f format: a real number is required, not " + type_name(v));
       char buf[512];

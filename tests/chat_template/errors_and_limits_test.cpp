@@ -68,6 +68,15 @@ TEST(TemplateErrors, IntFilterPastTheIntegerRangeIsNamed) {
             "9200000000000000000 -9223372036854775808 -9200000000000000000");
 }
 
+// '%d' of a float prints its integer part exactly as Python does, past int64 too; inf has none.
+TEST(TemplateErrors, PercentDOfAFloatPastTheIntegerRangePrintsOrIsNamed) {
+  EXPECT_EQ(render_ok("{{ '%d' % 1e30 }} {{ '%d' % -2.7 }} {{ '%d' % -0.2 }} {{ '%i' % 7.9 }}"),
+            "1000000000000000019884624838656 -2 0 7");
+  auto e = render_err("\n{{ '%d' % (1e308 * 10) }}");
+  EXPECT_EQ(e.code, error_code::invalid_argument);
+  EXPECT_TRUE(contains(e.message, "%d format") && contains(e.message, "line 2")) << e.message;
+}
+
 TEST(TemplateErrors, RaiseExceptionMessageIsVerbatim) {
   auto e = render_err("{% if messages|length > 1 %}{{ raise_exception('Only one message, got ' ~ messages|length) }}{% endif %}",
                       R"({"messages": [1, 2, 3]})");
