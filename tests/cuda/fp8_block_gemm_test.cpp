@@ -105,6 +105,20 @@ TEST_F(CudaFp8BlockGemm, GroupCodesAndScalesMatchTheHostBitForBit) {
       }
 }
 
+/// A random E4M3 weight [n][k] (no NaN codes) and its 128 x 128 block scales, powers of two
+/// cycling over `spread` exponents from 2^-(spread / 2), divided by 448.
+struct block_weight {
+  std::vector<uint8_t> q;
+  std::vector<float> ws;
+};
+
+block_weight random_block_weight(int n, int k, int spread, std::mt19937& rng) {
+  block_weight w{std::vector<uint8_t>(size_t(n) * k), std::vector<float>(size_t(blocks(n)) * blocks(k))};
+  for (auto& v : w.q) v = uint8_t(rng() % 0x7e) | uint8_t(rng() & 0x80u);
+  for (size_t b = 0; b < w.ws.size(); ++b) w.ws[b] = std::ldexp(1.0f, int(b % spread) - spread / 2) / gpu::e4m3_max;
+  return w;
+}
+
 enum class path { gemv, lt, dequantized };
 
 /// Y within the path's error of its fp64 reference: `rel` of the sum of |terms| (fp32
@@ -159,10 +173,7 @@ TEST_F(CudaFp8BlockGemm, EveryRowCountRunsOnSomePath) {
       for (int m : {1, 9, 16, 32, 33, 100, 257}) {
         std::mt19937 rng(seed++);
         const auto x = rows_of(dt, m, k, seed);
-        std::vector<uint8_t> q(size_t(n) * k);
-        for (auto& v : q) v = uint8_t(rng() % 0x7e) | uint8_t(rng() & 0x80u);
-        std::vector<float> ws(size_t(blocks(n)) * blocks(k));
-        for (size_t b = 0; b < ws.size(); ++b) ws[b] = std::ldexp(1.0f, int(b % 7) - 3) / gpu::e4m3_max;
+        const auto [q, ws] = random_block_weight(n, k, 7, rng);
         dev_vec<uint16_t> dx(x);
         dev_vec<uint8_t> dq(q);
         dev_vec<float> dws(ws), dy(size_t(m) * n);
@@ -216,10 +227,7 @@ TEST_F(CudaFp8BlockGemm, RowsPastThePadScratchSplitIntoTwoPasses) {
       for (float beta : {0.0f, 1.0f}) {
         std::mt19937 rng(seed++);
         const auto x = rows_of(dt, m, k, seed);
-        std::vector<uint8_t> q(size_t(n) * k);
-        for (auto& v : q) v = uint8_t(rng() % 0x7e) | uint8_t(rng() & 0x80u);
-        std::vector<float> ws(size_t(blocks(n)) * blocks(k));
-        for (size_t b = 0; b < ws.size(); ++b) ws[b] = std::ldexp(1.0f, int(b % 5) - 2) / gpu::e4m3_max;
+        const auto [q, ws] = random_block_weight(n, k, 5, rng);
         std::vector<float> y0(size_t(m) * n);
         for (size_t i = 0; i < y0.size(); ++i) y0[i] = float(int(i % 97) - 48);
         dev_vec<uint16_t> dx(x);
