@@ -276,7 +276,7 @@ void bench_fp8_sweep(decode_sim& sim) {
         const double lt_us = fp8_path(0, 1, false, true), lt16_us = fp8_path(0, 1, true, true);
         const double deq_us = fp8_path(0, kNever, false, false);
         g.set_fp8_paths(cuda::fp8_gemv_max_m, cuda::default_fp8_gemm_min_rows);
-        const bool default_gemv = m < cuda::default_fp8_gemm_min_rows && m <= cuda::fp8_gemv_max_m;
+        const bool default_gemv = cuda::fp8_gemv_by_default(m);
         const double default_us = default_gemv ? gemv_us : lt_us >= 0 ? lt_us : deq_us;
         const auto cell = [](double us) {
           if (us >= 0) report(" %.1f |", us);

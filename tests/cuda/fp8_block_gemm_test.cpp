@@ -195,7 +195,7 @@ TEST_F(CudaFp8BlockGemm, EveryRowCountRunsOnSomePath) {
           }
           const int64_t lt = g.fp8_gemm_runs() - lt0, deq = g.fp8_dequantize_runs() - deq0;
           const bool lt_allowed = k % cuda::fp8_gemm_block_k_multiple == 0;
-          const bool gemv = !out16 && m <= cuda::fp8_gemv_max_m;
+          const bool gemv = !out16 && cuda::fp8_gemv_by_default(m);
           EXPECT_EQ(lt + deq, gemv ? 0 : 1) << "m=" << m << " k=" << k;
           EXPECT_TRUE(lt_allowed || lt == 0) << "cuBLASLt ran a shape it refuses: m=" << m << " k=" << k;
           EXPECT_TRUE(!lt_allowed || m < 32 || lt == 1) << "a block-scaled shape cuBLASLt takes fell back: m=" << m;

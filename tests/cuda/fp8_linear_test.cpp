@@ -163,10 +163,10 @@ TEST_F(CudaFp8Linear, GemmRunnerAgreesWithReferenceOnBothPaths) {
       dev_vec<float> ds(o.scale), dy(o.y0);
       const cuda::device_weight w{dq.get(), ds.get()};
       const uint16_t* x = dx.get() + x_offset;
-      const bool gemv = cuda::fp8_gemv_supported(x, c.m, c.k, dq.get());
+      const bool gemv = cuda::fp8_gemv_by_default(c.m) && cuda::fp8_gemv_supported(x, c.m, c.k, dq.get());
       ASSERT_TRUE(g.run(c.dt, x, c.m, c.k, w, c.n, dy.get(), c.beta).ok());
       ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-      expect_matches(c, o, x_offset, !gemv, dy.download(), 3e-5, gemv ? "runner (fp8 gemv)" : "runner (cuBLAS)");
+      expect_matches(c, o, x_offset, !gemv, dy.download(), 3e-5, gemv ? "runner (fp8 gemv)" : "runner (fp8 GEMM or cuBLAS)");
       // run_act: always the dequantized weights, the output rounded once to dt.
       const fp8_case act_case{c.dt, c.m, c.k, c.n, 0.0f};
       dev_vec<uint16_t> dya(size_t(c.m) * c.n);
@@ -217,8 +217,8 @@ TEST_F(CudaFp8Linear, BlockScaledDequantizeRoundsEachWeightOnce) {
       }
 }
 
-// Every row count runs: the block-scaled GEMV up to fp8_gemv_max_m rows, dequantize + cuBLAS past
-// it (fp8_dequantize_runs says which ran), and run_act through dequantize + cuBLAS at every m.
+// Every row count runs: the block-scaled GEMV below default_fp8_gemm_min_rows, dequantize + cuBLAS
+// from it (fp8_dequantize_runs says which ran), and run_act through dequantize + cuBLAS at every m.
 TEST_F(CudaFp8Linear, GemmRunnerRunsBlockScaledWeightsAtEveryRowCount) {
   cudaStream_t s = nullptr;
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
@@ -242,7 +242,7 @@ TEST_F(CudaFp8Linear, GemmRunnerRunsBlockScaledWeightsAtEveryRowCount) {
       const int64_t before = g.fp8_dequantize_runs();
       ASSERT_TRUE(g.run(c.dt, dx.get(), c.m, c.k, w, c.n, dy.get(), c.beta).ok());
       ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-      const bool gemv = m <= cuda::fp8_gemv_max_m;
+      const bool gemv = cuda::fp8_gemv_by_default(m);
       EXPECT_EQ(g.fp8_dequantize_runs() - before, gemv ? 0 : 1) << "m=" << m;
       expect_matches(c, o, 0, !gemv, dy.download(), 3e-5, gemv ? "runner (block gemv)" : "runner (block cuBLAS)");
       const fp8_case act_case{c.dt, c.m, c.k, c.n, 0.0f, true};

@@ -122,11 +122,15 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
 inline constexpr int default_gemv_max_rows = 1;
 
 /// Row count from which gemm_runner::run multiplies an FP8 weight with the FP8 tensor-core GEMM
-/// (fp8_gemm.hpp) rather than the FP8 GEMV. The GEMV's range ends at fp8_gemv_max_m; past it the
-/// alternative was dequantize + cuBLAS at about 4x the bf16 GEMM's time on an H100, which the FP8
-/// GEMM replaces, so the GEMM starts where the GEMV stops. Whether the GEMM also beats the GEMV at
-/// 2 to 8 rows is what `bench_cuda_kernels --only fp8` measures (its "fp8 gemv" and "fp8 gemm" columns).
-inline constexpr int default_fp8_gemm_min_rows = fp8_gemv_max_m + 1;
+/// (fp8_gemm.hpp) rather than the FP8 GEMV (which reaches fp8_gemv_max_m rows). On an H100 the
+/// GEMM is faster from 5 rows summed over Llama-3-8B's four projections (bench/results/fp8.md,
+/// `bench_cuda_kernels --only fp8`: 133.7 against 152.7 µs at 5 rows, the GEMV ahead at 4).
+inline constexpr int default_fp8_gemm_min_rows = 5;
+static_assert(default_fp8_gemm_min_rows <= fp8_gemv_max_m + 1, "no row count may fall between the GEMV and the GEMM");
+
+/// Whether gemm_runner::run takes an FP8 weight through the FP8 GEMV at m rows by default
+/// (where the GEMV supports the operands).
+constexpr bool fp8_gemv_by_default(int m) { return m < default_fp8_gemm_min_rows && m <= fp8_gemv_max_m; }
 
 /// Y[m, n] (fp32) = X[m, k] (dt) * W[n, k]^T (dt) + beta * Y, fp32 accumulation, on one stream.
 /// Small m goes to the bandwidth-bound GEMV where it supports the operands, the rest to cuBLAS.
