@@ -5,6 +5,7 @@
 
 #include "actors/actor_spawn.hpp"
 #include "actors/messages.hpp"
+#include "grammar/matcher.hpp"
 #include "protocol/stop/stop_matcher.hpp"
 #include "protocol/tokenizer/incremental_detokenizer.hpp"
 
@@ -154,6 +155,8 @@ void on_outputs(request_self self, output_batch& batch) {
       d.finish = to_reason(o.finish);
       if (o.finish == seq_finish::error)
         d.failure = make_error(error_code::internal, "the sequence failed (executor error or KV cache too small)");
+      if (o.finish == seq_finish::grammar_overflow)
+        d.failure = make_error(error_code::invalid_argument, grammar::matcher::overflow_message());
     }
     if (!deliver(self, std::move(d))) return;
   }

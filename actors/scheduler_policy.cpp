@@ -467,8 +467,11 @@ void scheduler_policy::fill_mask(const sequence& s, gpu::token_mask& mask, int32
 seq_finish scheduler_policy::advance_grammar(sequence& s, int32_t token, seq_finish why) {
   grammar::matcher& m = *s.matcher;
   const auto& term = m.compiled().vocab().terminators();
+  // A mask filled after an overflow may have missed tokens: the generation cannot go on.
+  if (m.overflowed()) return seq_finish::grammar_overflow;
   if (std::find(term.begin(), term.end(), token) != term.end()) return m.is_complete() ? seq_finish::stop : seq_finish::error;
-  if (!m.accept_token(token)) return seq_finish::error;  // only a token of an abandoned mask: never kept
+  // Refused: a token of an abandoned mask (never kept), or a read past the matcher's bound.
+  if (!m.accept_token(token)) return m.overflowed() ? seq_finish::grammar_overflow : seq_finish::error;
   if (m.is_complete() && !m.can_continue()) return seq_finish::complete;
   return why;
 }

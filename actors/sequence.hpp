@@ -18,8 +18,10 @@ enum class seq_status { waiting, running, finished };
 
 /// Why a sequence stopped (scheduler-level reasons; stop strings are the request's business).
 /// stop: EOS or a stop id (the token is not part of the output); complete: the grammar of a
-/// constrained sequence is complete and allows nothing more (the last token is output).
-enum class seq_finish { none, stop, length, aborted, error, complete };
+/// constrained sequence is complete and allows nothing more (the last token is output);
+/// grammar_overflow: the constraint's readings multiplied past what the matcher follows
+/// (grammar::matcher::overflowed), an error of the request's constraint, not of the engine.
+enum class seq_finish { none, stop, length, aborted, error, complete, grammar_overflow };
 
 /// A sequence's milestones on the scheduler's clock (microseconds), as vLLM stamps a request:
 /// queued (added), first scheduled (the first step granted to it; a readmission after preemption

@@ -12,25 +12,32 @@
 ///   uint32_t call_below(const item&, bool tail)  the stack a called rule's alternatives go on
 ///   item start(uint32_t pos, uint32_t below)
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
+#include "grammar/flat_map.hpp"  // visited_items
 #include "grammar/grammar.hpp"
 
 namespace actorserve::grammar::detail {
 
+/// Expands `work` until every stack top reads a byte (appended to `tops`). False, with `work`
+/// dropped, once the closure would expand more than `max_items` items.
 template <class Stacks>
-void expand(const grammar& g, Stacks& stacks, std::vector<typename Stacks::item>& work, std::vector<uint64_t>& visited,
-            std::vector<uint32_t>& tops) {
+bool expand(const grammar& g, Stacks& stacks, std::vector<typename Stacks::item>& work, visited_items& visited,
+            std::vector<uint32_t>& tops, size_t max_items = std::numeric_limits<size_t>::max()) {
   visited.clear();
   while (!work.empty()) {
     const auto it = work.back();
     work.pop_back();
     // NOTE: a frame over a stack is expanded once per closure; this also ends the loops that
     // tail calls through rules matching "" would make.
-    const uint64_t key = (uint64_t{it.pos} << 32) | it.below;
-    if (std::find(visited.begin(), visited.end(), key) != visited.end()) continue;
-    visited.push_back(key);
+    if (!visited.insert((uint64_t{it.pos} << 32) | it.below)) continue;
+    if (visited.size() > max_items) {
+      work.clear();
+      return false;
+    }
     const element& e = g.at(it.pos);
     switch (e.type) {
       case element::kind::bytes: tops.push_back(stacks.top(it)); break;
@@ -42,6 +49,7 @@ void expand(const grammar& g, Stacks& stacks, std::vector<typename Stacks::item>
       }
     }
   }
+  return true;
 }
 
 }  // namespace actorserve::grammar::detail

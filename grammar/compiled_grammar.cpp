@@ -204,7 +204,7 @@ class walker {
   std::vector<uint32_t> lookups_;                   ///< per state
   std::vector<std::unique_ptr<std::array<uint32_t, 256>>> dense_;
   std::vector<item> work_;
-  std::vector<uint64_t> visited_;
+  detail::visited_items visited_;
 };
 
 /// Walks the trie from `pos`: the accepted and uncertain token ids.

@@ -4,6 +4,7 @@
 
 #include "grammar/json_rules.hpp"
 #include "grammar/json_schema.hpp"
+#include "grammar/matcher.hpp"
 #include "grammar/regex.hpp"
 
 namespace actorserve::grammar {
@@ -95,6 +96,9 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
   auto g = constraint_grammar(spec);
   if (!g) return g.err();
   auto compiled = compiled_grammar::compile(std::move(*g), vocab_);
+  // A grammar whose start alone overflows the matcher could generate nothing.
+  if (matcher(compiled).overflowed())
+    return make_error(error_code::invalid_argument, fmt::format("{}: {}", spec.field, matcher::overflow_message()));
   std::lock_guard<std::mutex> lock(mu_);
   if (by_key_.count(key) == 0) {
     lru_.emplace_front(key, compiled);

@@ -1,6 +1,9 @@
 #pragma once
-/// A small open-addressing hash map from 64-bit keys to 32-bit values (linear probing), for the
-/// mask compiler's memo tables where std::unordered_map's node allocations dominate.
+/// Hash containers of the grammar engine: a small open-addressing map from 64-bit keys to 32-bit
+/// values (linear probing), for the memo and interning tables where std::unordered_map's node
+/// allocations dominate, and the set of items a closure has expanded.
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -35,6 +38,13 @@ class flat_map64 {
     }
   }
   size_t size() const { return size_; }
+  /// Empties the map, sized for about `expected` keys (at least 16 slots, at most half full).
+  void clear(size_t expected = 0) {
+    size_t slots = 16;
+    while (slots < 2 * expected) slots *= 2;
+    slots_.assign(slots, {empty_key, 0});
+    size_ = 0;
+  }
 
  private:
   struct slot {
@@ -56,6 +66,40 @@ class flat_map64 {
   }
   std::vector<slot> slots_;
   size_t size_ = 0;
+};
+
+/// The items one closure has expanded, as (pos << 32 | below) keys: a short list while they are
+/// few (a closure usually expands a few dozen), hashed past it so that a large closure is not
+/// quadratic.
+class visited_items {
+ public:
+  void clear() {
+    list_.clear();
+    if (hashed_) set_.clear();
+    hashed_ = false;
+  }
+  /// Records `key`; false if it was already there.
+  bool insert(uint64_t key) {
+    if (hashed_) {
+      if (set_.find(key)) return false;
+      set_.put(key, 0);
+      return true;
+    }
+    if (std::find(list_.begin(), list_.end(), key) != list_.end()) return false;
+    list_.push_back(key);
+    if (list_.size() > list_max) {
+      for (uint64_t k : list_) set_.put(k, 0);
+      hashed_ = true;
+    }
+    return true;
+  }
+  size_t size() const { return hashed_ ? set_.size() : list_.size(); }
+
+ private:
+  static constexpr size_t list_max = 32;
+  std::vector<uint64_t> list_;
+  flat_map64 set_;
+  bool hashed_ = false;
 };
 
 }  // namespace actorserve::grammar::detail

@@ -12,10 +12,15 @@ constexpr uint32_t none = ~0u;
 constexpr size_t compact_floor = 4096;
 }  // namespace
 
-matcher::matcher(std::shared_ptr<const compiled_grammar> g) : g_(std::move(g)) {
+matcher::matcher(std::shared_ptr<const compiled_grammar> g)
+    : g_(std::move(g)),
+      max_closure_items_(std::max(closure_items_floor, closure_items_per_element * g_->rules().num_elements())) {
   const grammar& gr = g_->rules();
   for (uint32_t a : gr.alternatives(gr.root())) work_.push_back({a, bottom, none});
-  expand(tops_, complete_);
+  if (!expand(tops_, complete_)) {
+    tops_.clear();
+    complete_ = false;
+  }
   live_after_compact_ = nodes_.size();
 }
 
@@ -25,11 +30,7 @@ struct matcher::stacks {
   matcher& m;
   bool& complete;
 
-  uint32_t top(const item& it) {
-    if (it.existing != none) return it.existing;
-    m.nodes_.push_back({it.pos, it.below});
-    return static_cast<uint32_t>(m.nodes_.size() - 1);
-  }
+  uint32_t top(const item& it) { return it.existing != none ? it.existing : m.intern(it.pos, it.below); }
   void pop(const item& it, std::vector<item>& work) {
     if (it.below == bottom) {
       complete = true;  // the root rule ended: the input may end here
@@ -40,15 +41,40 @@ struct matcher::stacks {
   }
   uint32_t call_below(const item& it, bool tail) {
     if (tail) return it.below;
-    m.nodes_.push_back({it.pos + 1, it.below});  // where to return
-    return static_cast<uint32_t>(m.nodes_.size() - 1);
+    return m.intern(it.pos + 1, it.below);  // where to return
   }
   item start(uint32_t pos, uint32_t below) { return {pos, below, none}; }
 };
 
-void matcher::expand(std::vector<uint32_t>& tops, bool& complete) {
+std::string matcher::overflow_message() {
+  return "the output constraint is too ambiguous to follow: its readings of the output multiply past what one "
+         "byte may expand (nested repetitions such as ((a*|b)*|c)* do this); simplify the regex or schema";
+}
+
+uint32_t matcher::intern(uint32_t pos, uint32_t below) {
+  const uint64_t key = (uint64_t{pos} << 32) | below;
+  if (const uint32_t* id = index_.find(key); id && *id < nodes_.size() && nodes_[*id].pos == pos && nodes_[*id].below == below)
+    return *id;
+  const auto id = static_cast<uint32_t>(nodes_.size());
+  nodes_.push_back({pos, below});
+  // Stale entries (of truncated nodes) are overwritten as their keys recur; rebuilt when they
+  // outnumber the nodes, so that the index stays as small as the state (and in cache).
+  if (index_.size() > 2 * nodes_.size() + 256) reindex();
+  index_.put(key, id);
+  return id;
+}
+
+void matcher::reindex() {
+  index_.clear(nodes_.size() + 256);
+  for (size_t i = 0; i < nodes_.size(); ++i)
+    index_.put((uint64_t{nodes_[i].pos} << 32) | nodes_[i].below, static_cast<uint32_t>(i));
+}
+
+bool matcher::expand(std::vector<uint32_t>& tops, bool& complete) {
   stacks s{*this, complete};
-  detail::expand(g_->rules(), s, work_, visited_, tops);
+  if (detail::expand(g_->rules(), s, work_, visited_, tops, max_closure_items_)) return true;
+  overflowed_ = true;
+  return false;
 }
 
 bool matcher::read(std::span<const uint32_t> from, std::string_view bytes, std::vector<uint32_t>& to,
@@ -66,9 +92,10 @@ bool matcher::read(std::span<const uint32_t> from, std::string_view bytes, std::
     }
     scratch_b_.clear();
     complete = false;
-    if (!work_.empty()) expand(scratch_b_, complete);
+    const bool within_bounds = work_.empty() || expand(scratch_b_, complete);
     a.swap(scratch_b_);
-    if (a.empty() && !complete) {  // no stack read the byte (or every one that did died)
+    // No stack read the byte (or every one that did died), or the closure overflowed.
+    if (!within_bounds || (a.empty() && !complete)) {
       to.clear();
       return false;
     }
@@ -83,7 +110,7 @@ bool matcher::accept_bytes(std::string_view bytes) {
   std::vector<uint32_t> next;
   bool complete = false;
   if (!read(tops_, bytes, next, complete)) {
-    nodes_.resize(mark);
+    truncate(mark);
     return false;
   }
   tops_ = std::move(next);
@@ -106,7 +133,7 @@ bool matcher::accepts(std::string_view bytes) {
   std::vector<uint32_t> next;
   bool complete = false;
   const bool ok = read(tops_, bytes, next, complete);
-  nodes_.resize(mark);
+  truncate(mark);
   return ok;
 }
 
@@ -134,7 +161,7 @@ int64_t matcher::fill_next_token_bitmask(std::span<uint32_t> words) {
       bool complete = false;
       const uint32_t from[] = {t};
       const bool ok = read(from, v.bytes(id), sink, complete);
-      nodes_.resize(mark);
+      truncate(mark);
       if (ok) {
         w |= bit;
         ++count;
@@ -167,6 +194,7 @@ void matcher::compact() {
   nodes_.resize(next);
   for (uint32_t& t : tops_) t = remap[t];
   live_after_compact_ = nodes_.size();
+  reindex();
 }
 
 }  // namespace actorserve::grammar

@@ -3,6 +3,12 @@
 /// of stacks (the grammar may be ambiguous: every reading is kept), each a chain of frames
 /// (grammar positions) shared through parent links; reading a byte makes new frames and never
 /// changes old ones, so a rejected token leaves the state as it was (no rollback needed).
+/// Frames are interned: one node per (position, node below), so two readings that reach the same
+/// stack share it and are expanded once (an ambiguous grammar such as a nested `(t*)*` would
+/// otherwise multiply its stacks with every byte). A grammar whose readings still multiply (such
+/// as a regex of nested repetitions, `((t*|u)*|u)*...`) is stopped: a closure of more frames
+/// than the bound below makes the read fail and marks the matcher overflowed() for good, so
+/// the request ends with an error instead of holding the scheduler.
 ///
 ///   matcher m(compiled);
 ///   m.fill_next_token_bitmask(words);   // tokens allowed next, for the sampler
@@ -11,15 +17,23 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "grammar/compiled_grammar.hpp"
+#include "grammar/flat_map.hpp"
 
 namespace actorserve::grammar {
 
 class matcher {
  public:
+  /// The most frames one byte's closure may expand: this many, or closure_items_per_element
+  /// per element of the grammar if more. The closures of real schemas and regexes expand a few
+  /// dozen frames; a choice among n strings, n at the start.
+  static constexpr size_t closure_items_floor = 4096;
+  static constexpr size_t closure_items_per_element = 4;
+
   explicit matcher(std::shared_ptr<const compiled_grammar> g);
 
   /// Reads the token's bytes; false (state unchanged) when the grammar rejects them. A
@@ -42,6 +56,12 @@ class matcher {
   const compiled_grammar& compiled() const { return *g_; }
   /// Stack tops (stacks) of the current state; for tests and statistics.
   size_t num_stacks() const { return tops_.size(); }
+  /// Whether some closure (of the start, a read or a mask's probe) exceeded max_closure_items():
+  /// from then on the masks may miss tokens, and the generation must end in an error.
+  bool overflowed() const { return overflowed_; }
+  size_t max_closure_items() const { return max_closure_items_; }
+  /// What a request is told when its matcher overflowed (its constraint is at fault).
+  static std::string overflow_message();
 
  private:
   struct stack_node {
@@ -57,19 +77,31 @@ class matcher {
   struct stacks;
   /// Reads `bytes` from `from`; the stack tops after them in `to` (empty: rejected).
   bool read(std::span<const uint32_t> from, std::string_view bytes, std::vector<uint32_t>& to, bool& complete);
-  /// Expands work_ until every stack top reads a byte.
-  void expand(std::vector<uint32_t>& tops, bool& complete);
+  /// Expands work_ until every stack top reads a byte; false (and overflowed_ set) past
+  /// max_closure_items().
+  bool expand(std::vector<uint32_t>& tops, bool& complete);
   /// Drops nodes no stack reaches any more.
   void compact();
+  /// The node (pos, below): the existing one, or a new one.
+  uint32_t intern(uint32_t pos, uint32_t below);
+  /// Rebuilds index_ from nodes_.
+  void reindex();
+  /// Forgets the nodes made since `mark` (a read that is not kept).
+  void truncate(size_t mark) { nodes_.resize(mark); }
 
   std::shared_ptr<const compiled_grammar> g_;
+  size_t max_closure_items_;
   std::vector<stack_node> nodes_;
+  /// (pos, below) -> node id. Entries of truncated nodes stay until overwritten: a hit counts
+  /// only where the node it names still holds that key.
+  detail::flat_map64 index_;
   std::vector<uint32_t> tops_;
   bool complete_ = false;
+  bool overflowed_ = false;
   size_t live_after_compact_ = 0;
   // Scratch, kept to avoid allocations per byte.
   std::vector<item> work_;
-  std::vector<uint64_t> visited_;
+  detail::visited_items visited_;
   std::vector<uint32_t> scratch_a_, scratch_b_;  ///< read(): the stack tops before and after a byte
   std::vector<uint32_t> scratch_to_;             ///< fill_next_token_bitmask(): read()'s output
   std::vector<uint32_t> indices_;                ///< fill_next_token_bitmask(): the tops' tables

@@ -301,6 +301,14 @@ class regex_parser {
       if (q.type == detail::quantifier::kind::backwards) return bad("a repetition {n,m} with m < n");
       if (peek('?')) ++i_;  // lazy: the same language
       else if (peek('+')) return unsupported("the possessive quantifier");
+      if (simple(q.min, q.max) && atom.type == node::kind::repeat && simple(atom.min, atom.max)) {
+        // A repetition of a repetition by * + ?, as in (x*)* or t**: one repetition of the same
+        // language. Nested, they would give each string many readings, which multiply the
+        // matcher's stacks with every byte.
+        atom.min = atom.min * q.min;
+        atom.max = atom.max == 1 && q.max == 1 ? 1 : expr::unbounded;
+        continue;
+      }
       node r;
       r.type = node::kind::repeat;
       r.min = q.min;
@@ -309,6 +317,9 @@ class regex_parser {
       atom = std::move(r);
     }
   }
+
+  /// Whether min..max is one of * + ?.
+  static bool simple(uint32_t min, uint32_t max) { return min <= 1 && (max == 1 || max == expr::unbounded); }
 
   std::string_view p_;
   std::string_view field_;

@@ -6,7 +6,8 @@
 // every token of a mask is accepted; a state that may go on or end allows some token; a
 // completed output is a sentence of the grammar read at once, is one of the choices, and for a
 // schema parses and validates (tests/grammar/json_validator.hpp; oneOf read as anyOf, patterns
-// unchecked, as documented).
+// unchecked, as documented). A matcher that gave up on a closure too large (overflowed(): the
+// generation then ends in an error) ends the input.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -93,6 +94,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       bool ok = false;
       if (v.allowed(id)) ok = m.accepts(v.bytes(id));
       if (id == v.terminators()[0]) ok = m.is_complete();
+      if (m.overflowed()) return 0;  // too ambiguous to follow: the generation ends in an error
       FUZZ_CHECK(ok == allowed(words, id), "token %d: mask says %d, its bytes say %d (after %zu bytes)", id,
                  allowed(words, id), ok, out.size());
       if (ok) ids.push_back(id);

@@ -279,6 +279,30 @@ TEST(JsonSchema, RefusalsNameTheKeyword) {
   EXPECT_NE(refusal(R"({"type": "object", "properties": {"a": {"not": {}}}})").find("#/properties/a"), std::string::npos);
 }
 
+// The matcher's bound on a closure grows with the grammar: a choice among 4,096 strings (the most
+// guided_choice takes) and an enum of 6,000 open with that many stacks and are followed.
+TEST(Constraints, LargeChoicesStayWithinTheMatchersBound) {
+  grammar_compiler compiler(testing::make_vocab(testing::json_like_tokens()));
+  constraint_spec choice;
+  choice.type = constraint_spec::kind::choice;
+  choice.field = "guided_choice";
+  for (int i = 0; i < 4096; ++i) choice.choices.push_back("c" + std::to_string(i));
+  constraint_spec schema;
+  schema.type = constraint_spec::kind::json_schema;
+  schema.field = "response_format.json_schema.schema";
+  schema.text = R"({"enum": [)";
+  for (int i = 0; i < 6000; ++i) schema.text += (i ? ", \"" : "\"") + std::to_string(i) + "x\"";
+  schema.text += "]}";
+  for (const auto& [spec, text] : {std::pair{choice, std::string("c4095")}, std::pair{schema, std::string("\"5999x\"")}}) {
+    auto g = compiler.compile(spec);
+    ASSERT_TRUE(g.ok()) << spec.field << ": " << g.err().message;
+    matcher m(*g);
+    EXPECT_GE(m.num_stacks(), 4096u) << spec.field;
+    EXPECT_TRUE(m.accept_bytes(text) && m.is_complete()) << spec.field;
+    EXPECT_FALSE(m.overflowed()) << spec.field;
+  }
+}
+
 TEST(Constraints, ChoiceRegexJsonObjectAndToolCalls) {
   auto compile = [](const constraint_spec& spec) {
     auto g = constraint_grammar(spec);

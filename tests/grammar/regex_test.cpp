@@ -70,6 +70,74 @@ TEST(Regex, NullableRepetitionsStayFinite) {
   EXPECT_TRUE(full(empty_alt, "aab"));
 }
 
+// (x*)*, t**, (x?)+ ... are one repetition of the same language: each string keeps one reading,
+// so the matcher holds one stack however deep the nesting (70 nested stars used to make 2^69).
+TEST(Regex, NestedRepetitionsCollapseToOne) {
+  const struct {
+    const char* pattern;
+    std::vector<std::string> in, out;
+  } cases[] = {
+      {"t**", {"", "t", "ttt"}, {"u", "tu"}},
+      {"((t*)*)*", {"", "tt"}, {"x"}},
+      {"(t+)+", {"t", "tttt"}, {""}},
+      {"(t+)?", {"", "tt"}, {"u"}},
+      {"(t?)+", {"", "ttt"}, {"u"}},
+      {"(t?)?", {"", "t"}, {"tt"}},
+      {"(t*)?u", {"u", "ttu"}, {"t"}},
+      {"(t{2})*", {"", "tt", "tttt"}, {"t", "ttt"}},  // {n} is not collapsed: its language differs
+  };
+  for (const auto& c : cases) {
+    auto g = compile_regex(c.pattern);
+    for (const auto& text : c.in) EXPECT_TRUE(full(g, text)) << c.pattern << " on '" << text << "'";
+    for (const auto& text : c.out) EXPECT_FALSE(full(g, text)) << c.pattern << " on '" << text << "'";
+  }
+  std::string deep = "t";
+  for (int i = 0; i < 70; ++i) deep += "*";
+  matcher m(compile_regex(deep));
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(m.accept_bytes("t"));
+  EXPECT_EQ(m.num_stacks(), 1u);
+  EXPECT_FALSE(m.overflowed());
+}
+
+/// ((t*|u)*|u)* nested `depth` deep: no repetition collapses, and each "t" has many readings.
+std::string nested_alternatives(int depth) {
+  std::string p = "t";
+  for (int i = 0; i < depth; ++i) p = "(" + p + "*|u)";
+  return p + "*";
+}
+
+// Readings that reach the same stack share its frames, so the stacks stay as many as the
+// distinct ones (unshared, they multiplied with every byte).
+TEST(Regex, EqualStacksAreOneNode) {
+  matcher m(compile_regex(nested_alternatives(3)));
+  for (int i = 0; i < 1000; ++i) ASSERT_TRUE(m.accept_bytes(i % 7 ? "t" : "u")) << "byte " << i;
+  EXPECT_LE(m.num_stacks(), 16u);
+  EXPECT_FALSE(m.overflowed());
+  EXPECT_TRUE(m.is_complete());
+}
+
+// A pattern whose readings multiply past max_closure_items(): the read fails at once, the state is
+// kept, and overflowed() says why (the scheduler then ends the generation with an error).
+TEST(Regex, AClosureTooLargeFailsTheReadInsteadOfGrowing) {
+  auto g = compile_regex(nested_alternatives(20));
+  auto words_g = compiled_grammar::compile(g->rules(), testing::make_vocab(testing::json_like_tokens()));
+  matcher m(words_g);
+  ASSERT_FALSE(m.overflowed());
+  bool failed = false;
+  for (int i = 0; i < 64 && !failed; ++i) {
+    const size_t before = m.num_stacks();
+    failed = !m.accept_bytes("t");
+    if (failed) {
+      EXPECT_EQ(m.num_stacks(), before);
+    }
+  }
+  ASSERT_TRUE(failed);
+  EXPECT_TRUE(m.overflowed());
+  std::vector<uint32_t> words(m.compiled().vocab().mask_words());
+  m.fill_next_token_bitmask(words);  // returns: every probe stops at the bound
+  EXPECT_TRUE(m.overflowed());
+}
+
 TEST(Regex, JsonStringTargetEscapes) {
   auto g = compile_regex("a\"\\\\\n.", regex_target::json_string);
   EXPECT_TRUE(full(g, R"(a\"\\\nz)"));

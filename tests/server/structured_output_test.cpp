@@ -201,6 +201,26 @@ TEST_F(StructuredOutput, RefusalsNameFieldAndKeyword) {
   }
 }
 
+// A pattern whose readings multiply with every byte, ((t*|t)*|t)* nested 90 deep: the matcher
+// stops at its bound on the first byte and the request ends with a 400 saying why, at once,
+// instead of holding the scheduler; the server goes on serving.
+TEST_F(StructuredOutput, AConstraintTooAmbiguousToFollowEndsTheRequestWithA400) {
+  std::string pattern = "t";
+  for (int i = 0; i < 90; ++i) pattern = "(" + pattern + "*|t)";
+  pattern += "*";
+  const auto start = std::chrono::steady_clock::now();
+  auto r = http_call(server_->port(), "POST", "/v1/completions",
+                     R"({"prompt": "Code:", "max_tokens": 8, "guided_regex": ")" + pattern + R"("})");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_EQ(r.status, 400) << r.body;
+  simdjson::dom::element doc;
+  ASSERT_FALSE(json_.parse(r.body).get(doc)) << r.body;
+  EXPECT_NE(str(doc["error"]["message"]).find("too ambiguous to follow"), std::string::npos) << r.body;
+  auto ok = http_call(server_->port(), "POST", "/v1/completions",
+                      R"({"prompt": "Code:", "max_tokens": 8, "guided_regex": "t+"})");
+  EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
 /// Constrained generations with two steps in flight equal the one-step engine's: the mask of a
 /// sampling planned ahead is filled when the token before it is known. Also with a pool small
 /// enough to preempt (recompute keeps the matcher's state) and with executor failures (the steps
