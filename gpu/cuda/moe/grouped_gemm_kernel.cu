@@ -4,7 +4,8 @@
 // into XOR-swizzled shared memory while the warps' ldmatrix + mma.sync (m16n8k16, 16-bit
 // operands, fp32 accumulation) consume the oldest slice: the weights are read at streaming
 // bandwidth instead of one synchronous load per slice. The decode tiles (m16, m32, m48) take at
-// most 99 KB of shared memory, so that two CTAs share an SM on 9.x and every device runs them.
+// most 99 KB of shared memory, so that two or three CTAs share an SM on 9.x and every device
+// runs them.
 #include "gpu/cuda/attention/tile_ops.cuh"
 #include "gpu/cuda/moe/moe_common.cuh"
 #include "gpu/cuda/moe/moe_kernels.hpp"
@@ -55,13 +56,15 @@ struct tile_shape {
 // puts an expert's tiles side by side, so a second tile of an expert mostly finds its weight
 // slices in L2 (decode batches: few tiles an expert).
 using tile_m32 = tile_shape<moe_gemm_tile::m32, 128, 1, 4, 4, 0>;
-// m16: 4 warps of 16 x 32 (one m16 mma tile each), 5 stages of 18 KB (90 KB, two CTAs an SM):
-// half of m32's products and A rows for the same weight bytes where an expert has few rows, and
-// four weight slices in flight a CTA instead of three. m48: 4 warps of 48 x 32 (three m16 tiles
-// each), 4 stages of 22 KB (88 KB, two CTAs an SM): one tile for an expert of 33 to 48 rows,
-// which m32 cuts into two whose second re-reads every weight for a few rows. Both in m32's
-// launch order, with the weights fetched 256 bytes a row at a time.
-using tile_m16 = tile_shape<moe_gemm_tile::m16, 128, 1, 4, 5, 0, true>;
+// m16: 4 warps of 16 x 32 (one m16 mma tile each), 4 stages of 18 KB (72 KB, three CTAs an
+// SM): half of m32's products and A rows for the same weight bytes where an expert has few rows,
+// and a third CTA an SM whose slices stream while another starts (finds its expert, gathers its
+// rows, waits for its first slice) or ends: down's K of 768 is 12 slices, so that start is a
+// large part of a CTA. m48: 4 warps of 48 x 32 (three m16 tiles each), 4 stages of 22 KB (88 KB,
+// two CTAs an SM): one tile for an expert of 33 to 48 rows, which m32 cuts into two whose second
+// re-reads every weight for a few rows. Both in m32's launch order, with the weights fetched 256
+// bytes a row at a time.
+using tile_m16 = tile_shape<moe_gemm_tile::m16, 128, 1, 4, 4, 0, true>;
 using tile_m48 = tile_shape<moe_gemm_tile::m48, 128, 1, 4, 4, 0, true>;
 // m64: 2 x 4 warps of 32 x 64, 160 KB; m128: 2 x 4 warps of 64 x 64 (128 accumulators a
 // thread), 192 KB; one CTA an SM each. Groups of 8 tiles: the CTAs in flight read about 8 tiles'
@@ -209,8 +212,8 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(grouped_gemm_
 
 template <class S, class T, class Out, bool kSilu>
 cudaError_t launch(const grouped_gemm_args& a, cudaStream_t s) {
-  // The largest shared-memory carveout: what lets two CTAs of a decode tile share an SM (the
-  // kernel reads nothing through L1: cp.async.cg bypasses it).
+  // The largest shared-memory carveout: what lets two or three CTAs of a decode tile share an SM
+  // (the kernel reads nothing through L1: cp.async.cg bypasses it).
   static const cudaError_t configured = [] {
     const auto kernel = grouped_gemm_kernel<S, T, Out, kSilu>;
     const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
