@@ -7,8 +7,8 @@
 //                      [TUNING FLAGS]
 // (offline, bulk, fp8, moe: only with --only; offline: the offline workloads' decode and mixed prefill
 // steps; bulk: batch-1 step variants; fp8: the projections with FP8 E4M3 weights against bf16; moe:
-// the grouped expert GEMM per tile shape and a chunk's routed FFN on it and on per-expert cuBLAS,
-// moe_gemm_bench.hpp). TUNING FLAGS (tuning_flags.hpp, e.g. --gate-up-16bit 0)
+// the grouped expert GEMM per tile shape at prefill and decode batches and a chunk's routed FFN
+// on it and on per-expert cuBLAS, moe_gemm_bench.hpp). TUNING FLAGS (tuning_flags.hpp, e.g. --gate-up-16bit 0)
 // set the paths of the simulated step and of the executor for an A/B run.
 #include <cuda_runtime.h>
 
@@ -546,6 +546,7 @@ int main(int argc, char** argv) {
   }
   if (only == "moe") {
     bench_moe_grouped_gemm();
+    bench_moe_decode_gemm();
     bench_moe_ffn_paths();
   }
   if (only == "bulk") {

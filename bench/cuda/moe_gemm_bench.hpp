@@ -2,9 +2,10 @@
 // bench_cuda_kernels --only moe: the grouped expert GEMM at prefill sizes of Mixtral-8x7B,
 // Qwen3-30B-A3B and DeepSeek-V2-Lite, each tile shape forced in turn (TFLOP/s of the routed rows'
 // products; '-' where the device gives a block too little shared memory for the tile), beside
-// cuBLAS on one dense product of the same rows and sizes; then the whole routed FFN of a chunk
-// (moe_ffn::run) on the grouped GEMM and on the per-expert cuBLAS path. The data the thresholds
-// of gpu/cuda/moe/moe_tile.hpp are set from.
+// cuBLAS on one dense product of the same rows and sizes; the same GEMM at decode batches (µs
+// and the touched experts' weight bandwidth per projection and tile); then the whole routed FFN
+// of a chunk (moe_ffn::run) on the grouped GEMM and on the per-expert cuBLAS path. The data the
+// thresholds of gpu/cuda/moe/moe_tile.hpp are set from.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench_timing.hpp"
@@ -48,13 +50,87 @@ inline std::vector<int32_t> moe_bench_routes(int tokens, int experts, int top_k,
   return out;
 }
 
+/// One model's stacked expert weights (random bf16) and the grouped GEMM's buffers for up to
+/// `max_tokens` tokens; each timing permutes its routing for the tile it times.
+struct moe_gemm_operands {
+  const moe_bench_model& m;
+  void* w_gate_up = nullptr;  ///< [E][2 x inter][hidden]
+  void* w_down = nullptr;     ///< [E][hidden][inter]
+  void* x = nullptr;          ///< [max_tokens][hidden]: the tokens gate/up gathers
+  void* act = nullptr;        ///< [pairs][inter]: gate/up's output, down's input
+  void* y = nullptr;          ///< [pairs][max(2 x inter, hidden)] fp32
+  int32_t *offsets = nullptr, *tile_offsets = nullptr, *sorted = nullptr, *pair_rows = nullptr;
+
+  moe_gemm_operands(const moe_bench_model& model, int max_tokens) : m(model) {
+    namespace cuda = gpu::cuda;
+    constexpr cuda::act_dtype dt = cuda::act_dtype::bf16;
+    const size_t E = size_t(m.experts), P = size_t(max_tokens) * m.top_k;
+    const size_t gate_up_elems = E * 2 * m.inter * m.hidden, down_elems = E * m.hidden * m.inter;
+    w_gate_up = dmalloc(gate_up_elems * 2);
+    w_down = dmalloc(down_elems * 2);
+    (void)cuda::fill_dummy_act(gpu::dummy_fill{.seed = 1, .tensor_id = 1}, dt, w_gate_up, gate_up_elems, nullptr);
+    (void)cuda::fill_dummy_act(gpu::dummy_fill{.seed = 1, .tensor_id = 2}, dt, w_down, down_elems, nullptr);
+    x = upload(normal_bf16(size_t(max_tokens) * m.hidden, 1.0f, 3));
+    act = dmalloc(P * m.inter * 2);
+    y = dmalloc(P * std::max(2 * m.inter, m.hidden) * 4);
+    (void)cuda::fill_dummy_act(gpu::dummy_fill{.seed = 1, .tensor_id = 3}, dt, act, P * m.inter, nullptr);
+    offsets = static_cast<int32_t*>(dmalloc((E + 1) * 4));
+    tile_offsets = static_cast<int32_t*>(dmalloc((E + 1) * 4));
+    sorted = static_cast<int32_t*>(dmalloc(P * 4));
+    pair_rows = static_cast<int32_t*>(dmalloc(P * 4));
+  }
+  moe_gemm_operands(const moe_gemm_operands&) = delete;
+  moe_gemm_operands& operator=(const moe_gemm_operands&) = delete;
+  ~moe_gemm_operands() {
+    for (void* p : {w_gate_up, w_down, x, act, y, static_cast<void*>(offsets), static_cast<void*>(tile_offsets),
+                    static_cast<void*>(sorted), static_cast<void*>(pair_rows)})
+      cudaFree(p);
+  }
+
+  /// ms of one grouped GEMM with `tile` over the `pairs` routed pairs `d_routes` (a device copy of
+  /// moe_bench_routes'): gate/up with SiLU, or down into fp32.
+  double time_gemm(gpu::cuda::moe_gemm_tile tile, const int32_t* d_routes, int pairs, bool gate_up) {
+    namespace cuda = gpu::cuda;
+    const cuda::moe_permute_args pa{.experts = d_routes, .num_pairs = pairs, .num_experts = m.experts,
+                                    .offsets = offsets, .tile = tile, .tile_offsets = tile_offsets,
+                                    .sorted_pairs = sorted, .pair_rows = pair_rows};
+    (void)cuda::moe_permute(pa, nullptr);
+    cuda::grouped_gemm_args g{.offsets = offsets, .tile_offsets = tile_offsets, .tile = tile, .num_pairs = pairs,
+                              .num_experts = m.experts, .k = gate_up ? m.hidden : m.inter};
+    if (gate_up) {
+      g.a = x;
+      g.a_rows = sorted;
+      g.a_rows_div = m.top_k;
+      g.w = w_gate_up;
+      g.n = m.inter;
+      g.y = act;
+      g.silu_and_mul = true;
+    } else {
+      g.a = act;
+      g.w = w_down;
+      g.n = m.hidden;
+      g.y = y;
+    }
+    return time_ms([&] { (void)cuda::grouped_gemm(cuda::act_dtype::bf16, g, nullptr); });
+  }
+};
+
+/// The table's header cells of every tile, "| m16 | m32 | ..." and its "|---|..." row.
+inline std::string moe_tile_header(const char* before, const char* after) {
+  std::string head = before, rule;
+  for (gpu::cuda::moe_gemm_tile t : gpu::cuda::moe_gemm_tiles) head += " m" + std::to_string(gpu::cuda::moe_tile_rows(t)) + " |";
+  head += after;
+  for (char c : head)
+    if (c == '|') rule += rule.empty() ? "|" : "---|";
+  return head + "\n" + rule + "\n";
+}
+
 /// The routed products of `tokens` tokens: gate/up with SiLU (flops 2 x pairs x 2 inter x hidden)
-/// and down into fp32 (2 x pairs x hidden x inter), one row per tile shape and token count.
+/// and down into fp32 (2 x pairs x hidden x inter), one row per token count, a column per tile.
 inline void bench_moe_grouped_gemm() {
   namespace cuda = gpu::cuda;
   constexpr cuda::act_dtype dt = cuda::act_dtype::bf16;
   const int token_counts[] = {64, 256, 1024, 2048, 4096, 8192};  // 8,192: moe_ffn_chunk_tokens
-  const cuda::moe_gemm_tile tiles[] = {cuda::moe_gemm_tile::m32, cuda::moe_gemm_tile::m64, cuda::moe_gemm_tile::m128};
   constexpr int kMaxTokens = 8192;
   const cuda::moe_gemm_tile largest = cuda::largest_moe_gemm_tile();
   cuda::set_programmatic_launch(false);  // kernels one after another, as timed
@@ -63,26 +139,13 @@ inline void bench_moe_grouped_gemm() {
   std::mt19937 rng(5);
   report("\n## Grouped expert GEMM (bf16, random balanced routing; TFLOP/s of the routed rows; cuBLAS: one dense "
          "product of as many rows)\n");
-  report("| model | tokens | rows/expert | gemm | n x k | m32 | m64 | m128 | chosen | cuBLAS dense |\n"
-         "|---|---|---|---|---|---|---|---|---|---|\n");
+  report("%s", moe_tile_header("| model | tokens | rows/expert | gemm | n x k |", " chosen | cuBLAS dense |").c_str());
   for (const moe_bench_model& m : moe_bench_models) {
-    const size_t E = size_t(m.experts), P = size_t(kMaxTokens) * m.top_k;
-    const size_t gate_up_elems = E * 2 * m.inter * m.hidden, down_elems = E * m.hidden * m.inter;
-    void* w_gate_up = dmalloc(gate_up_elems * 2);
-    void* w_down = dmalloc(down_elems * 2);
-    (void)cuda::fill_dummy_act(gpu::dummy_fill{.seed = 1, .tensor_id = 1}, dt, w_gate_up, gate_up_elems, nullptr);
-    (void)cuda::fill_dummy_act(gpu::dummy_fill{.seed = 1, .tensor_id = 2}, dt, w_down, down_elems, nullptr);
-    void* x = upload(normal_bf16(size_t(kMaxTokens) * m.hidden, 1.0f, 3));
-    void* act = dmalloc(P * m.inter * 2);  // gate/up's output, down's input
-    void* y = dmalloc(P * std::max(2 * m.inter, m.hidden) * 4);
+    moe_gemm_operands ops(m, kMaxTokens);
+    const size_t P = size_t(kMaxTokens) * m.top_k;
     void* dense_a = dmalloc(P * std::max(m.inter, m.hidden) * 2);
-    (void)cuda::fill_dummy_act(gpu::dummy_fill{.seed = 1, .tensor_id = 3}, dt, act, P * m.inter, nullptr);
     (void)cuda::fill_dummy_act(gpu::dummy_fill{.seed = 1, .tensor_id = 4}, dt, dense_a,
                                P * std::max(m.inter, m.hidden), nullptr);
-    auto* offsets = static_cast<int32_t*>(dmalloc((E + 1) * 4));
-    auto* tile_offsets = static_cast<int32_t*>(dmalloc((E + 1) * 4));
-    auto* sorted = static_cast<int32_t*>(dmalloc(P * 4));
-    auto* pair_rows = static_cast<int32_t*>(dmalloc(P * 4));
     for (int tokens : token_counts) {
       const auto routes = moe_bench_routes(tokens, m.experts, m.top_k, rng);
       auto* d_routes = upload(routes);
@@ -93,45 +156,74 @@ inline void bench_moe_grouped_gemm() {
         const double flops = 2.0 * pairs * n * k;
         report("| %s | %d | %.0f | %s | %d x %d |", m.name, tokens, double(pairs) / m.experts,
                gate_up ? "gate_up + SiLU" : "down", n, k);
-        for (cuda::moe_gemm_tile tile : tiles) {
-          if (cuda::moe_tile_rows(tile) > cuda::moe_tile_rows(largest)) {  // more shared memory than a block gets
+        for (cuda::moe_gemm_tile tile : cuda::moe_gemm_tiles) {
+          if (!cuda::moe_gemm_tile_runs(tile, largest)) {  // more shared memory than a block gets
             report(" - |");
             continue;
           }
-          const cuda::moe_permute_args pa{.experts = d_routes, .num_pairs = pairs, .num_experts = m.experts,
-                                          .offsets = offsets, .tile = tile, .tile_offsets = tile_offsets,
-                                          .sorted_pairs = sorted, .pair_rows = pair_rows};
-          (void)cuda::moe_permute(pa, nullptr);
-          cuda::grouped_gemm_args g{.offsets = offsets, .tile_offsets = tile_offsets, .tile = tile,
-                                    .num_pairs = pairs, .num_experts = m.experts, .k = k};
-          if (gate_up) {
-            g.a = x;
-            g.a_rows = sorted;
-            g.a_rows_div = m.top_k;
-            g.w = w_gate_up;
-            g.n = m.inter;
-            g.y = act;
-            g.silu_and_mul = true;
-          } else {
-            g.a = act;
-            g.w = w_down;
-            g.n = m.hidden;
-            g.y = y;
-          }
-          const double ms = time_ms([&] { (void)cuda::grouped_gemm(dt, g, nullptr); });
-          report(" %.0f |", flops / ms / 1e9);
+          report(" %.0f |", flops / ops.time_gemm(tile, d_routes, pairs, gate_up) / 1e9);
         }
         const double dense_ms = time_ms([&] {
-          if (gate_up) (void)dense.run_act(dt, dense_a, pairs, k, w_gate_up, n, y);
-          else (void)dense.run(dt, dense_a, pairs, k, w_down, n, static_cast<float*>(y));
+          if (gate_up) (void)dense.run_act(dt, dense_a, pairs, k, ops.w_gate_up, n, ops.y);
+          else (void)dense.run(dt, dense_a, pairs, k, ops.w_down, n, static_cast<float*>(ops.y));
         });
         report(" m%d | %.0f |\n", cuda::moe_tile_rows(chosen), flops / dense_ms / 1e9);
       }
       cudaFree(d_routes);
     }
-    for (void* p : {w_gate_up, w_down, x, act, y, dense_a, static_cast<void*>(offsets),
-                    static_cast<void*>(tile_offsets), static_cast<void*>(sorted), static_cast<void*>(pair_rows)})
-      cudaFree(p);
+    cudaFree(dense_a);
+  }
+  if (auto e = cudaGetLastError(); e != cudaSuccess) report("CUDA error: %s\n", cudaGetErrorString(e));
+  cuda::set_programmatic_launch(true);
+}
+
+/// Decode batches, where the grouped GEMM streams the selected experts' weights: per projection
+/// (gate/up with SiLU; down into fp32) and tile, µs a launch and the weight bandwidth it reaches,
+/// GB/s of the weights of the experts the routing touches (each read once) over that time. The
+/// data moe_m16_max_rows_per_expert and moe_m48_min_rows_per_expert are set from.
+inline void bench_moe_decode_gemm() {
+  namespace cuda = gpu::cuda;
+  struct decode_case {
+    const moe_bench_model& m;
+    std::vector<int> token_counts;
+  };
+  const decode_case cases[] = {{moe_bench_models[1], {128, 256, 512}},  // Qwen3-30B-A3B: 8 to 32 rows an expert
+                               {moe_bench_models[0], {16, 64}},         // Mixtral-8x7B: 4 and 16
+                               {moe_bench_models[2], {256}}};           // DeepSeek-V2-Lite: 24
+  const cuda::moe_gemm_tile largest = cuda::largest_moe_gemm_tile();
+  cuda::set_programmatic_launch(false);  // kernels one after another, as timed
+  std::mt19937 rng(11);
+  report("\n## Grouped expert GEMM at decode batches (bf16, random balanced routing; per tile: µs a launch, GB/s "
+         "of the touched experts' weights)\n");
+  report("%s", moe_tile_header("| model | tokens | rows/expert | experts touched | gemm | weight MB |", " chosen |").c_str());
+  for (const decode_case& c : cases) {
+    const moe_bench_model& m = c.m;
+    moe_gemm_operands ops(m, *std::max_element(c.token_counts.begin(), c.token_counts.end()));
+    for (int tokens : c.token_counts) {
+      const auto routes = moe_bench_routes(tokens, m.experts, m.top_k, rng);
+      auto* d_routes = upload(routes);
+      const int pairs = int(routes.size());
+      std::vector<char> touched(size_t(m.experts), 0);
+      for (int32_t e : routes) touched[size_t(e)] = 1;
+      const int experts_touched = int(std::count(touched.begin(), touched.end(), 1));
+      const cuda::moe_gemm_tile chosen = cuda::choose_moe_gemm_tile(pairs, m.experts, largest);
+      for (bool gate_up : {true, false}) {
+        // gate/up: 2 x inter rows of hidden an expert; down: hidden rows of inter; bf16.
+        const double bytes = double(experts_touched) * (gate_up ? 2.0 : 1.0) * m.inter * m.hidden * 2;
+        report("| %s | %d | %.1f | %d | %s | %.1f |", m.name, tokens, double(pairs) / m.experts, experts_touched,
+               gate_up ? "gate_up + SiLU" : "down", bytes / 1e6);
+        for (cuda::moe_gemm_tile tile : cuda::moe_gemm_tiles) {
+          if (!cuda::moe_gemm_tile_runs(tile, largest)) {
+            report(" - |");
+            continue;
+          }
+          const double ms = ops.time_gemm(tile, d_routes, pairs, gate_up);
+          report(" %.1f µs, %.0f GB/s |", ms * 1e3, bytes / ms / 1e6);
+        }
+        report(" m%d |\n", cuda::moe_tile_rows(chosen));
+      }
+      cudaFree(d_routes);
+    }
   }
   if (auto e = cudaGetLastError(); e != cudaSuccess) report("CUDA error: %s\n", cudaGetErrorString(e));
   cuda::set_programmatic_launch(true);

@@ -184,11 +184,11 @@ struct device_permutation {
   dev_vec<int32_t> offsets, tiles, sorted, pair_rows;
 };
 
-/// Every tile shape of the grouped GEMM the device runs (all three on compute capability 9.x).
+/// Every tile shape of the grouped GEMM the device runs (all five on compute capability 9.x).
 std::vector<cuda::moe_gemm_tile> device_tiles() {
   std::vector<cuda::moe_gemm_tile> out;
-  for (cuda::moe_gemm_tile t : {cuda::moe_gemm_tile::m32, cuda::moe_gemm_tile::m64, cuda::moe_gemm_tile::m128})
-    if (cuda::moe_tile_rows(t) <= cuda::moe_tile_rows(cuda::largest_moe_gemm_tile())) out.push_back(t);
+  for (cuda::moe_gemm_tile t : cuda::moe_gemm_tiles)
+    if (cuda::moe_gemm_tile_runs(t, cuda::largest_moe_gemm_tile())) out.push_back(t);
   return out;
 }
 

@@ -3,7 +3,9 @@
 // cp.async pipeline streams BK-wide K slices of the tile's A rows and the expert's weight rows
 // into XOR-swizzled shared memory while the warps' ldmatrix + mma.sync (m16n8k16, 16-bit
 // operands, fp32 accumulation) consume the oldest slice: the weights are read at streaming
-// bandwidth instead of one synchronous load per slice.
+// bandwidth instead of one synchronous load per slice. The decode tiles (m16, m32, m48) take at
+// most 99 KB of shared memory, so that two or three CTAs share an SM on 9.x and every device
+// runs them.
 #include "gpu/cuda/attention/tile_ops.cuh"
 #include "gpu/cuda/moe/moe_common.cuh"
 #include "gpu/cuda/moe/moe_kernels.hpp"
@@ -24,8 +26,11 @@ using attn_dev::swz;
 /// BM / kWarpsM rows x BN / kWarpsN weight rows each; K in slices of BK through kStages stages.
 /// In launch order, kGroupTiles consecutive tiles take every column block before the next ones
 /// start (0: all tiles, column block by column block), so that the CTAs in flight share both
-/// their A rows and their weight rows in L2.
-template <moe_gemm_tile kTile, int kBN, int kWarpsM_, int kWarpsN_, int kStages_, int kGroupTiles_>
+/// their A rows and their weight rows in L2. kPrefetch256: the weight slices' copies ask L2 for
+/// the 256 bytes around each 16-byte chunk, so a weight row comes from DRAM 256 contiguous bytes
+/// (two slices) at a time instead of 128, and its next slice is found in L2.
+template <moe_gemm_tile kTile, int kBN, int kWarpsM_, int kWarpsN_, int kStages_, int kGroupTiles_,
+          bool kPrefetch256_ = false>
 struct tile_shape {
   static constexpr moe_gemm_tile tile = kTile;
   static constexpr int BM = moe_tile_rows(kTile), BN = kBN, BK = 64, kStages = kStages_;
@@ -37,17 +42,30 @@ struct tile_shape {
   static constexpr int kSmem = kStages * kStageBytes;
   static constexpr int kStaticSmem = BM * 4 + 128;  ///< a_row and the expert's fields, as ptxas lays them out
   static constexpr int kGroupTiles = kGroupTiles_;
+  static constexpr bool kPrefetch256 = kPrefetch256_;
   static_assert(BK == 64, "swz<BK> swizzles rows of 8 chunks");
   static_assert(kWarpM % 16 == 0 && kNt % 4 == 0,
                 "whole mma tiles; B loaded 16 columns at a time, half of them gate and half up with SiLU");
   static_assert((BM * kChunks) % kThreads == 0 && (BN * kChunks) % kThreads == 0, "whole copy rounds");
   static_assert(kSmem + kStaticSmem <= 227 * 1024, "the most shared memory a block takes (9.x)");
+  static_assert(!is_decode_moe_tile(kTile) || kSmem + kStaticSmem <= 99 * 1024,
+                "a decode tile runs on every device: 99 KB a block on 8.6 / 8.9");
 };
 
 // m32: 4 warps side by side along N (32 x 32 each), 80 KB: two CTAs an SM. Its launch order
 // puts an expert's tiles side by side, so a second tile of an expert mostly finds its weight
 // slices in L2 (decode batches: few tiles an expert).
 using tile_m32 = tile_shape<moe_gemm_tile::m32, 128, 1, 4, 4, 0>;
+// m16: 4 warps of 16 x 32 (one m16 mma tile each), 4 stages of 18 KB (72 KB, three CTAs an
+// SM): half of m32's products and A rows for the same weight bytes where an expert has few rows,
+// and a third CTA an SM whose slices stream while another starts (finds its expert, gathers its
+// rows, waits for its first slice) or ends: down's K of 768 is 12 slices, so that start is a
+// large part of a CTA. m48: 4 warps of 48 x 32 (three m16 tiles each), 4 stages of 22 KB (88 KB,
+// two CTAs an SM): one tile for an expert of 33 to 48 rows, which m32 cuts into two whose second
+// re-reads every weight for a few rows. Both in m32's launch order, with the weights fetched 256
+// bytes a row at a time.
+using tile_m16 = tile_shape<moe_gemm_tile::m16, 128, 1, 4, 4, 0, true>;
+using tile_m48 = tile_shape<moe_gemm_tile::m48, 128, 1, 4, 4, 0, true>;
 // m64: 2 x 4 warps of 32 x 64, 160 KB; m128: 2 x 4 warps of 64 x 64 (128 accumulators a
 // thread), 192 KB; one CTA an SM each. Groups of 8 tiles: the CTAs in flight read about 8 tiles'
 // A rows and 16 column blocks' weights instead of ~130 tiles' A rows.
@@ -113,7 +131,10 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(grouped_gemm_
       // B row r: weight row n0 + r, or with kSilu gate row n0 + r % kHalf / its up row.
       const int col = kSilu ? n0 + r % kHalf : n0 + r, wrow = kSilu && r >= kHalf ? N + col : col;
       const bool ok = col < N && k < K;
-      cp_async16(bs + swz<BK>(r, ch), ok ? W + size_t(wrow) * K + k : W, ok ? 16 : 0);
+      if constexpr (S::kPrefetch256)
+        cp_async16_prefetch256(bs + swz<BK>(r, ch), ok ? W + size_t(wrow) * K + k : W, ok ? 16 : 0);
+      else
+        cp_async16(bs + swz<BK>(r, ch), ok ? W + size_t(wrow) * K + k : W, ok ? 16 : 0);
     }
   };
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -191,8 +212,15 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(grouped_gemm_
 
 template <class S, class T, class Out, bool kSilu>
 cudaError_t launch(const grouped_gemm_args& a, cudaStream_t s) {
-  static const cudaError_t configured = cudaFuncSetAttribute(
-      grouped_gemm_kernel<S, T, Out, kSilu>, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
+  // The largest shared-memory carveout: what lets two or three CTAs of a decode tile share an SM
+  // (the kernel reads nothing through L1: cp.async.cg bypasses it).
+  static const cudaError_t configured = [] {
+    const auto kernel = grouped_gemm_kernel<S, T, Out, kSilu>;
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
+    return e != cudaSuccess ? e
+                            : cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                   int(cudaSharedmemCarveoutMaxShared));
+  }();
   if (configured != cudaSuccess) return configured;
   const int cols = kSilu ? S::BN / 2 : S::BN;
   const long long ctas = static_cast<long long>(moe_max_tiles(a.num_pairs, a.num_experts, S::tile)) * ((a.n + cols - 1) / cols);
@@ -221,7 +249,9 @@ int grouped_gemm(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s) {
   if (a.k % 8 != 0 || reinterpret_cast<uintptr_t>(a.a) % 16 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0)
     return int(cudaErrorInvalidValue);
   switch (a.tile) {
+    case moe_gemm_tile::m16: return int(launch_shape<tile_m16>(dt, a, s));
     case moe_gemm_tile::m32: return int(launch_shape<tile_m32>(dt, a, s));
+    case moe_gemm_tile::m48: return int(launch_shape<tile_m48>(dt, a, s));
     case moe_gemm_tile::m64: return int(launch_shape<tile_m64>(dt, a, s));
     case moe_gemm_tile::m128: return int(launch_shape<tile_m128>(dt, a, s));
   }

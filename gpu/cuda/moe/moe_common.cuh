@@ -5,6 +5,13 @@
 
 namespace actorserve::gpu::cuda::dev {
 
+/// 16 bytes global -> shared as attn_dev::cp_async16 (bypassing L1, `bytes` < 16 zero-filling
+/// the rest), with L2 asked to fetch the 256-byte block around `src`: a weight row streamed in
+/// 128-byte slices then comes from DRAM 256 contiguous bytes at a time, its next slice from L2.
+__device__ __forceinline__ void cp_async16_prefetch256(uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+
 /// Stores an fp32 result as the output's type: rounded to T, or as it is.
 template <class T>
 __device__ __forceinline__ void store_out(T* y, float v) { *y = from_f32<T>(v); }

@@ -100,11 +100,13 @@ struct grouped_gemm_args {
   bool silu_and_mul = false;
 };
 /// K must be a multiple of 8 and a, w 16-byte aligned (cudaErrorInvalidValue otherwise); the
-/// tile no larger than largest_moe_gemm_tile() (else the launch's error).
+/// tile one the device runs (moe_gemm_tile_runs with largest_moe_gemm_tile(); else the launch's
+/// error).
 int grouped_gemm(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s);
 
-/// The largest tile whose shared memory the current device lets a block take: m128 on compute
-/// capability 9.x (227 KiB), m64 on 8.0 (163 KiB), m32 on 8.6 / 8.9 (99 KiB).
+/// The largest of m32, m64 and m128 whose shared memory the current device lets a block take:
+/// m128 on compute capability 9.x (227 KiB), m64 on 8.0 (163 KiB), m32 on 8.6 / 8.9 (99 KiB).
+/// The decode tiles m16 and m48 run wherever m32 does.
 moe_gemm_tile largest_moe_gemm_tile();
 
 /// The one-token path: Y[p, :N] = A[p / a_rows_div, :K] * W_e[N, K]^T with e = experts[p], for

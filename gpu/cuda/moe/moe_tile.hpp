@@ -6,15 +6,40 @@
 
 namespace actorserve::gpu::cuda {
 
-/// m32: 32 rows x 128 weight rows a CTA, for decode-sized batches (a few hundred tokens x top-8
-/// over 128 experts give ~30 rows an expert, so a small tile wastes little). m64 and m128: 64 and
-/// 128 rows x 256 weight rows, for prefill, where an expert has hundreds of rows and a larger
-/// tile reads each operand byte into shared memory for more products.
-enum class moe_gemm_tile { m32, m64, m128 };
+/// Decode tiles, for batches of a few dozen rows an expert at most, where the GEMM streams the
+/// selected experts' weights once and its products are few: m16 (16 rows x 128 weight rows) for
+/// experts of up to ~12 rows, which m32 would leave at least half empty; m32 (32 rows x 128
+/// weight rows); m48 (48 rows x 128 weight rows) for ~20-40 rows an expert, which m32 cuts into
+/// two tiles whenever an expert has more than 32 (the second one re-reading all of its weights
+/// for a few rows). Prefill tiles: m64 and m128, 64 and 128 rows x 256 weight rows, where an
+/// expert has hundreds of rows and a larger tile reads each operand byte into shared memory for
+/// more products.
+enum class moe_gemm_tile { m16, m32, m48, m64, m128 };
+
+/// Every tile shape, by ascending rows.
+inline constexpr moe_gemm_tile moe_gemm_tiles[] = {moe_gemm_tile::m16, moe_gemm_tile::m32, moe_gemm_tile::m48,
+                                                   moe_gemm_tile::m64, moe_gemm_tile::m128};
 
 /// Rows of one tile of shape `t`.
 constexpr int moe_tile_rows(moe_gemm_tile t) {
-  return t == moe_gemm_tile::m32 ? 32 : t == moe_gemm_tile::m64 ? 64 : 128;
+  switch (t) {
+    case moe_gemm_tile::m16: return 16;
+    case moe_gemm_tile::m32: return 32;
+    case moe_gemm_tile::m48: return 48;
+    case moe_gemm_tile::m64: return 64;
+    case moe_gemm_tile::m128: return 128;
+  }
+  return 32;
+}
+
+/// Whether `t` is a decode tile (m16, m32, m48): no more shared memory than any supported device
+/// gives a block (99 KB on compute capability 8.6 / 8.9), so it runs wherever the GEMM runs.
+constexpr bool is_decode_moe_tile(moe_gemm_tile t) { return moe_tile_rows(t) <= 48; }
+
+/// Whether a device whose largest prefill-capable tile is `largest` (largest_moe_gemm_tile) runs
+/// tile `t`: every decode tile, and the prefill tiles of at most `largest`'s rows.
+constexpr bool moe_gemm_tile_runs(moe_gemm_tile t, moe_gemm_tile largest) {
+  return is_decode_moe_tile(t) || moe_tile_rows(t) <= moe_tile_rows(largest);
 }
 
 /// Average routed rows per expert from which a grouped GEMM takes m64, and from which it takes
@@ -25,18 +50,48 @@ constexpr int moe_tile_rows(moe_gemm_tile t) {
 inline constexpr int moe_m64_min_rows_per_expert = 64;
 inline constexpr int moe_m128_min_rows_per_expert = 64;
 
-static_assert(moe_m64_min_rows_per_expert <= moe_m128_min_rows_per_expert, "larger tiles for more rows");
+/// Average routed rows per expert up to which a grouped GEMM takes m16 instead of m32: there an
+/// expert's rows fit one 16-row tile but for the tail of the routing, and m32 spends half of its
+/// products and A loads on empty rows for the same weight bytes. 8 is conservative (an expert of
+/// a Poisson-like count of mean 8 exceeds 16 rows in under 1 % of cases); the crossover is to be
+/// set from the decode table of `bench_cuda_kernels --only moe`.
+inline constexpr int moe_m16_max_rows_per_expert = 8;
 
-/// The tile of a grouped GEMM over `num_pairs` routed rows of `num_experts` experts, at most
-/// `largest` (the largest whose shared memory the device gives a block: largest_moe_gemm_tile).
-/// The rows per expert are known on the device only (the routing); the host knows their average.
+/// Average routed rows per expert from which a grouped GEMM takes m48 instead of m32, below the
+/// prefill tiles: to be set from the decode table of `bench_cuda_kernels --only moe` (where m48
+/// beats m32, about 24 rows an expert and up by the tile counts). Until measured it equals
+/// moe_m128_min_rows_per_expert, so no chunk takes m48 by default.
+inline constexpr int moe_m48_min_rows_per_expert = moe_m128_min_rows_per_expert;
+
+static_assert(moe_m64_min_rows_per_expert <= moe_m128_min_rows_per_expert, "larger tiles for more rows");
+static_assert(moe_m16_max_rows_per_expert < moe_m48_min_rows_per_expert &&
+                  moe_m48_min_rows_per_expert <= moe_m64_min_rows_per_expert,
+              "m16 below m32, m48 above it and below the prefill tiles");
+
+/// The average rows per expert at which the grouped GEMM changes tile (the constants above, or
+/// a benchmark's or test's own).
+struct moe_tile_thresholds {
+  int m16_max = moe_m16_max_rows_per_expert;   ///< m16 up to this many (inclusive)
+  int m48_min = moe_m48_min_rows_per_expert;   ///< m48 from this many, below the prefill tiles
+  int m64_min = moe_m64_min_rows_per_expert;
+  int m128_min = moe_m128_min_rows_per_expert;
+};
+
+/// The tile of a grouped GEMM over `num_pairs` routed rows of `num_experts` experts. The prefill
+/// tiles are at most `largest` (the largest whose shared memory the device gives a block:
+/// largest_moe_gemm_tile), a decode tile runs on every device. The rows per expert are known on
+/// the device only (the routing); the host knows their average.
 constexpr moe_gemm_tile choose_moe_gemm_tile(int num_pairs, int num_experts,
-                                             moe_gemm_tile largest = moe_gemm_tile::m128) {
+                                             moe_gemm_tile largest = moe_gemm_tile::m128,
+                                             const moe_tile_thresholds& at = {}) {
   const long long pairs = num_pairs, experts = num_experts > 0 ? num_experts : 1;
-  const moe_gemm_tile by_rows = pairs >= moe_m128_min_rows_per_expert * experts ? moe_gemm_tile::m128
-                                : pairs >= moe_m64_min_rows_per_expert * experts ? moe_gemm_tile::m64
-                                                                                 : moe_gemm_tile::m32;
-  return moe_tile_rows(by_rows) <= moe_tile_rows(largest) ? by_rows : largest;
+  const auto reaches = [&](int rows) { return pairs >= static_cast<long long>(rows) * experts; };
+  if (reaches(at.m64_min) || reaches(at.m128_min)) {
+    const moe_gemm_tile by_rows = reaches(at.m128_min) ? moe_gemm_tile::m128 : moe_gemm_tile::m64;
+    return moe_tile_rows(by_rows) <= moe_tile_rows(largest) ? by_rows : largest;
+  }
+  if (pairs <= static_cast<long long>(at.m16_max) * experts) return moe_gemm_tile::m16;
+  return reaches(at.m48_min) ? moe_gemm_tile::m48 : moe_gemm_tile::m32;
 }
 
 /// Average routed rows per expert of a chunk from which moe_ffn runs the experts' products as one
