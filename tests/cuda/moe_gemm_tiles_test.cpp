@@ -33,21 +33,24 @@ TEST(MoeGemmTile, TheChoiceFollowsTheAverageRowsPerExpert) {
   const int m64 = cuda::moe_m64_min_rows_per_expert, m128 = cuda::moe_m128_min_rows_per_expert;
   // Measured: m128 from as few rows an expert as m64 (moe_tile.hpp), so m64 only where m128 cannot run.
   ASSERT_EQ(m64, m128);
-  // m48 is not measured yet: no chunk takes it by default.
-  ASSERT_EQ(m48, m128);
+  ASSERT_LT(m16, m48);
+  ASSERT_LT(m48, m128);
   for (int E : {1, 4, 8, 60, 64, 128, 160, 1024}) {
     EXPECT_EQ(cuda::choose_moe_gemm_tile(0, E), moe_gemm_tile::m16) << E << " experts";
     EXPECT_EQ(cuda::choose_moe_gemm_tile(m16 * E, E), moe_gemm_tile::m16) << E << " experts";
     EXPECT_EQ(cuda::choose_moe_gemm_tile(m16 * E + 1, E), moe_gemm_tile::m32) << E << " experts";
-    EXPECT_EQ(cuda::choose_moe_gemm_tile(m128 * E - 1, E), moe_gemm_tile::m32) << E << " experts";
+    EXPECT_EQ(cuda::choose_moe_gemm_tile(m48 * E - 1, E), moe_gemm_tile::m32) << E << " experts";
+    EXPECT_EQ(cuda::choose_moe_gemm_tile(m48 * E, E), moe_gemm_tile::m48) << E << " experts";
+    EXPECT_EQ(cuda::choose_moe_gemm_tile(m128 * E - 1, E), moe_gemm_tile::m48) << E << " experts";
     EXPECT_EQ(cuda::choose_moe_gemm_tile(m128 * E, E), moe_gemm_tile::m128) << E << " experts";
     EXPECT_EQ(cuda::choose_moe_gemm_tile(m64 * E, E, moe_gemm_tile::m64), moe_gemm_tile::m64) << E << " experts";
   }
   // Decode batches of Qwen3-30B-A3B (top-8 of 128 experts): 128 tokens (8 rows an expert) take the
-  // 16-row tile, 256 and 512 tokens the 32-row tile.
+  // 16-row tile, 192 tokens the 32-row tile, 256 and 512 tokens the 48-row tile.
   EXPECT_EQ(cuda::choose_moe_gemm_tile(128 * 8, 128), moe_gemm_tile::m16);
-  EXPECT_EQ(cuda::choose_moe_gemm_tile(256 * 8, 128), moe_gemm_tile::m32);
-  EXPECT_EQ(cuda::choose_moe_gemm_tile(512 * 8, 128), moe_gemm_tile::m32);
+  EXPECT_EQ(cuda::choose_moe_gemm_tile(192 * 8, 128), moe_gemm_tile::m32);
+  EXPECT_EQ(cuda::choose_moe_gemm_tile(256 * 8, 128), moe_gemm_tile::m48);
+  EXPECT_EQ(cuda::choose_moe_gemm_tile(512 * 8, 128), moe_gemm_tile::m48);
   // A prefill chunk of 8,192 tokens takes the 128-row tile on each model: Mixtral-8x7B (top-2 of
   // 8), Qwen3-30B-A3B (top-8 of 128), DeepSeek-V2-Lite (top-6 of 64).
   EXPECT_EQ(cuda::choose_moe_gemm_tile(8192 * 2, 8), moe_gemm_tile::m128);
@@ -59,7 +62,7 @@ TEST(MoeGemmTile, TheChoiceFollowsTheAverageRowsPerExpert) {
   EXPECT_EQ(cuda::choose_moe_gemm_tile(8192 * 2, 8, moe_gemm_tile::m64), moe_gemm_tile::m64);
   EXPECT_EQ(cuda::choose_moe_gemm_tile(8192 * 2, 8, moe_gemm_tile::m32), moe_gemm_tile::m32);
   EXPECT_EQ(cuda::choose_moe_gemm_tile(m64 * 8, 8, moe_gemm_tile::m64), moe_gemm_tile::m64);
-  EXPECT_EQ(cuda::choose_moe_gemm_tile(m64 * 8 - 1, 8, moe_gemm_tile::m64), moe_gemm_tile::m32);
+  EXPECT_EQ(cuda::choose_moe_gemm_tile(m64 * 8 - 1, 8, moe_gemm_tile::m64), moe_gemm_tile::m48);
   // The decode tiles run on every device; the prefill tiles up to the largest.
   for (moe_gemm_tile t : {moe_gemm_tile::m16, moe_gemm_tile::m32, moe_gemm_tile::m48}) {
     EXPECT_TRUE(cuda::is_decode_moe_tile(t)) << tile_name(t);
