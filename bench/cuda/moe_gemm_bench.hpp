@@ -233,7 +233,7 @@ inline void bench_moe_decode_gemm() {
 /// experts' products, combine), the experts on the grouped GEMM and on the per-expert cuBLAS path
 /// (its host wait for the row offsets included), with a random router over random tokens: ms and
 /// TFLOP/s of the routed products (6 x pairs x hidden x inter), the two paths' ratio and the path
-/// moe_cublas_min_rows_per_expert picks.
+/// the default rule (moe_cublas_min_rows_for the model's experts) picks.
 inline void bench_moe_ffn_paths() {
   namespace cuda = gpu::cuda;
   constexpr cuda::act_dtype dt = cuda::act_dtype::bf16;
@@ -288,7 +288,8 @@ inline void bench_moe_ffn_paths() {
       const double grouped = run_ms(INT_MAX), cublas = run_ms(0);
       const int pairs = tokens * m.top_k;
       const double flops = 6.0 * pairs * m.hidden * m.inter;
-      const bool by_default = cuda::reaches_moe_cublas_rows(pairs, m.experts, cuda::moe_cublas_min_rows_per_expert);
+      ffn.set_cublas_min_rows_per_expert(cuda::moe_cublas_rows_by_expert_size);
+      const bool by_default = cuda::reaches_moe_cublas_rows(pairs, m.experts, ffn.cublas_min_rows_per_expert());
       report("| %s | %d | %.0f | %.3f | %.0f | %.3f | %.0f | %.2f | %s |\n", m.name, tokens, double(pairs) / m.experts,
              grouped, flops / grouped / 1e9, cublas, flops / cublas / 1e9, cublas / grouped,
              by_default ? "cuBLAS" : "grouped");

@@ -104,8 +104,9 @@ struct cuda_tuning {
   bool programmatic_launch = true;
   /// A mixture-of-experts chunk of at least this many routed rows an expert on average (0: every
   /// batched chunk) runs its experts' products as one cuBLAS GEMM per expert instead of the
-  /// grouped GEMM, outside CUDA graph capture (moe_ffn; docs/moe.md).
-  int moe_cublas_min_rows_per_expert = cuda::moe_cublas_min_rows_per_expert;
+  /// grouped GEMM, outside CUDA graph capture (moe_ffn; docs/moe.md). Default
+  /// (moe_cublas_rows_by_expert_size): cuda::moe_cublas_min_rows_for the model's experts.
+  int moe_cublas_min_rows_per_expert = cuda::moe_cublas_rows_by_expert_size;
 };
 
 /// What a GPU offers the kernels: its compute capability and the target of the kernel code the

@@ -68,13 +68,13 @@ struct agreement_run {
   bool fp8_activations = false;  ///< the CUDA executor's batched FP8 layers quantize their inputs per token
   bool kv_fp8 = false;           ///< --kv-cache-dtype fp8 on both, with flash-decoding's 64-token blocks
   /// cuda_tuning::moe_cublas_min_rows_per_expert (0: every eager batched MoE chunk on cuBLAS).
-  int moe_cublas_min_rows = gpu::cuda::moe_cublas_min_rows_per_expert;
+  int moe_cublas_min_rows = gpu::cuda::moe_cublas_rows_by_expert_size;
 };
 
 /// Runs `model` through both executors and compares.
 void expect_cuda_agrees_with_cpu(const std::string& model, const agreement_run& run) {
   const bool quantize_fp8 = run.quantize_fp8, fp8_activations = run.fp8_activations, kv_fp8 = run.kv_fp8;
-  const bool moe_cublas = run.moe_cublas_min_rows != gpu::cuda::moe_cublas_min_rows_per_expert;
+  const bool moe_cublas = run.moe_cublas_min_rows != gpu::cuda::moe_cublas_rows_by_expert_size;
   const std::string dir = model_dir(model);
   const std::string name = model + (quantize_fp8 ? " --quantization fp8" : "") +
                            (kv_fp8 ? " --kv-cache-dtype fp8" : "") + (moe_cublas ? ", experts on cuBLAS" : "");

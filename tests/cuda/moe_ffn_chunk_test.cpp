@@ -229,20 +229,21 @@ dev_vec<uint16_t> layer_input(cuda::act_dtype dt, int tokens, int hidden, std::m
 struct cublas_case {
   const char* name;
   int experts, top_k, hidden, inter;
-  int min_rows;                      ///< the cuBLAS path's threshold (rows an expert on average)
+  int min_rows;                      ///< the cuBLAS path's threshold (rows an expert; -1: by the experts' size)
   std::vector<int> token_counts;     ///< just below, at and above it
   int chunk;                         ///< tokens a chunk
   bool (*empty)(int e);              ///< experts routed nothing
 };
 
-// Mixtral-8x7B at the default threshold of 576 rows an expert (2,304 tokens x top-2 over 8
-// experts), two experts of eight empty, in chunks of 4,000 tokens: 2,303 tokens are just below
-// it, 2,304 at it, 3,456 at 1.5 times it, 9,000 two chunks above it and one of 1,000 below.
-// Qwen3-30B-A3B's 128 experts at 256 (4,096 tokens x top-8), one in seven empty, in chunks of
-// 6,000 tokens: 4,095 just below, 4,096 at it, 6,000 at 1.5 times it, 9,000 one above, one below.
-static_assert(cuda::moe_cublas_min_rows_per_expert == 576, "the Mixtral case's token counts");
+// Mixtral-8x7B at its default threshold, 256 rows an expert by its experts' size (1,024 tokens x
+// top-2 over 8 experts), two experts of eight empty, in chunks of 4,000 tokens: 1,023 tokens are
+// just below it, 1,024 at it, 1,536 at 1.5 times it, 9,000 two chunks above it and one of 1,000
+// below. Qwen3-30B-A3B's 128 experts at 256 (4,096 tokens x top-8), one in seven empty, in
+// chunks of 6,000 tokens: 4,095 just below, 4,096 at it, 6,000 at 1.5 times it, 9,000 one above,
+// one below.
+static_assert(cuda::moe_cublas_min_rows_for(14336, 4096) == 256, "the Mixtral case's token counts");
 const cublas_case cublas_cases[] = {
-    {"Mixtral-8x7B", 8, 2, 4096, 14336, cuda::moe_cublas_min_rows_per_expert, {2303, 2304, 3456, 9000}, 4000,
+    {"Mixtral-8x7B", 8, 2, 4096, 14336, cuda::moe_cublas_rows_by_expert_size, {1023, 1024, 1536, 9000}, 4000,
      [](int e) { return e == 2 || e == 5; }},
     {"Qwen3-30B-A3B", 128, 8, 2048, 768, 256, {4095, 4096, 6000, 9000}, 6000, [](int e) { return e % 7 == 3; }},
 };
@@ -263,6 +264,8 @@ TEST_F(CudaMoeFfn, CublasPathMatchesTheGroupedGemmAtModelShapesWithUnevenRouting
       init(cublas, layer.cfg, c.hidden, dt, max_tokens, c.chunk);
       grouped.set_cublas_min_rows_per_expert(kNeverCublas);
       cublas.set_cublas_min_rows_per_expert(c.min_rows);
+      const int min_rows = cublas.cublas_min_rows_per_expert();
+      EXPECT_EQ(min_rows, c.min_rows >= 0 ? c.min_rows : cuda::moe_cublas_min_rows_for(c.inter, c.hidden));
       for (int tokens : c.token_counts) {
         SCOPED_TRACE(std::to_string(tokens) + " tokens");
         const dev_vec<uint16_t> x = layer_input(dt, tokens, c.hidden, rng);
@@ -271,7 +274,7 @@ TEST_F(CudaMoeFfn, CublasPathMatchesTheGroupedGemmAtModelShapesWithUnevenRouting
         int64_t cublas_chunks = 0;
         for (int first = 0; first < tokens; first += c.chunk)
           cublas_chunks += cuda::reaches_moe_cublas_rows(std::min(c.chunk, tokens - first) * c.top_k, c.experts,
-                                                         c.min_rows);
+                                                         min_rows);
         const int64_t before = cublas.cublas_chunks();
         const auto want = run(grouped, layer.experts(), x, tokens, residual, false);
         const auto got = run(cublas, layer.experts(), x, tokens, residual, false);

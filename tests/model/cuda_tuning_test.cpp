@@ -88,27 +88,44 @@ TEST(cuda_tuning, the_other_choices_pass_through) {
   EXPECT_TRUE(t.qkv_16bit);
   EXPECT_EQ(t.attention.merge, gpu::split_merge::separate_kernel);
   EXPECT_EQ(t.moe_cublas_min_rows_per_expert, 0);  // cuBLAS runs on every GPU
-  EXPECT_EQ(cuda_tuning{}.moe_cublas_min_rows_per_expert, gpu::cuda::moe_cublas_min_rows_per_expert);
+  EXPECT_EQ(cuda_tuning{}.moe_cublas_min_rows_per_expert, gpu::cuda::moe_cublas_rows_by_expert_size);
 }
 
 // The per-expert cuBLAS path of a mixture-of-experts chunk from the threshold's average rows per
 // expert on (pairs / experts, what the host knows), for every chunk at 0; no overflow at the
 // most pairs a chunk has (8,192 tokens x top-32) against the most experts and a large threshold.
 TEST(cuda_tuning, moe_chunks_take_cublas_from_the_threshold_on) {
-  const int min_rows = gpu::cuda::moe_cublas_min_rows_per_expert;
+  const int min_rows = 576;
   for (int E : {1, 8, 64, 128, 1024}) {
     EXPECT_FALSE(gpu::cuda::reaches_moe_cublas_rows(min_rows * E - 1, E, min_rows)) << E << " experts";
     EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(min_rows * E, E, min_rows)) << E << " experts";
     EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(1, E, 0)) << E << " experts";
   }
-  // Mixtral-8x7B (top-2 of 8): a chunk of 4,096 tokens is 1,024 rows an expert; Qwen3-30B-A3B (top-8
-  // of 128): a whole chunk of 8,192 tokens is 512, short of the default.
+  // Mixtral-8x7B (top-2 of 8): a chunk of 4,096 tokens is 1,024 rows an expert.
   EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(4096 * 2, 8, 1024));
   EXPECT_FALSE(gpu::cuda::reaches_moe_cublas_rows(4095 * 2, 8, 1024));
-  EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(2304 * 2, 8, gpu::cuda::moe_cublas_min_rows_per_expert));
-  EXPECT_FALSE(gpu::cuda::reaches_moe_cublas_rows(8192 * 8, 128, gpu::cuda::moe_cublas_min_rows_per_expert));
   EXPECT_FALSE(gpu::cuda::reaches_moe_cublas_rows(8192 * 32, 1024, 1 << 30));
   EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(8192 * 32, 1024, 256));
+}
+
+// The default threshold by the experts' size (rows x inter x hidden of at least
+// moe_cublas_min_expert_macs, never below moe_cublas_min_rows_floor rows): Mixtral-8x7B's large
+// experts from 256 rows (the default 2,048-token chunk, 512 rows an expert, takes cuBLAS, where it
+// measured 0.48x the grouped GEMM), DeepSeek-V2-Lite's from 486 (measured: 1.04x at 384, 0.87x at
+// 576), Qwen3-30B-A3B's small ones from 891 (1.15x at 512).
+TEST(cuda_tuning, moe_cublas_threshold_follows_the_experts_size) {
+  using gpu::cuda::moe_cublas_min_rows_for;
+  EXPECT_EQ(moe_cublas_min_rows_for(14336, 4096), 256);
+  EXPECT_EQ(moe_cublas_min_rows_for(1408, 2048), 486);
+  EXPECT_EQ(moe_cublas_min_rows_for(768, 2048), 891);
+  EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(2048 * 2, 8, moe_cublas_min_rows_for(14336, 4096)));
+  EXPECT_FALSE(gpu::cuda::reaches_moe_cublas_rows(384 * 64, 64, moe_cublas_min_rows_for(1408, 2048)));
+  EXPECT_TRUE(gpu::cuda::reaches_moe_cublas_rows(576 * 64, 64, moe_cublas_min_rows_for(1408, 2048)));
+  EXPECT_FALSE(gpu::cuda::reaches_moe_cublas_rows(8192 * 8, 128, moe_cublas_min_rows_for(768, 2048)));
+  // Tiny experts need more rows than any chunk has (capped); huge ones take the floor.
+  EXPECT_EQ(moe_cublas_min_rows_for(1, 1), 1 << 30);
+  EXPECT_EQ(moe_cublas_min_rows_for(1 << 20, 1 << 20), gpu::cuda::moe_cublas_min_rows_floor);
+  EXPECT_EQ(moe_cublas_min_rows_for(0, 0), 1 << 30);
 }
 
 TEST(cuda_tuning, the_log_line_names_the_choices) {

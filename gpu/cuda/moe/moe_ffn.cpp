@@ -124,7 +124,7 @@ status moe_ffn::run_experts(gemm_runner& gemm, const device_experts& w, const vo
                             .tile = tile, .tile_offsets = tile_offsets_, .sorted_pairs = sorted_pairs_,
                             .pair_rows = pair_rows_};
   AS_CUDA_TRY(moe_permute(pa, s));
-  if (cublas && reaches_moe_cublas_rows(P, num_experts_, cublas_min_rows_)) {
+  if (cublas && reaches_moe_cublas_rows(P, num_experts_, cublas_min_rows_per_expert())) {
     if (auto st = run_experts_cublas(gemm, w, x, P, s); !st) return st;
   } else {
     // gate/up with SiLU-and-mul in its epilogue: permuted row r holds pair p = t * top_k + j and

@@ -58,10 +58,14 @@ class moe_ffn {
               int chunk_tokens = moe_ffn_chunk_tokens);
 
   /// Chunks of at least `rows` routed rows an expert on average (0: every batched chunk) run the
-  /// experts through cuBLAS while the stream is not capturing a graph (default
-  /// moe_cublas_min_rows_per_expert; cuda_tuning::moe_cublas_min_rows_per_expert, tests and
-  /// benchmarks set it).
+  /// experts through cuBLAS while the stream is not capturing a graph; moe_cublas_rows_by_expert_size
+  /// (the default): moe_cublas_min_rows_for this model's experts. cuda_tuning's
+  /// moe_cublas_min_rows_per_expert, tests and benchmarks set it.
   void set_cublas_min_rows_per_expert(int rows) { cublas_min_rows_ = rows; }
+  /// The rows an expert from which a chunk takes cuBLAS (the default resolved; valid after init).
+  int cublas_min_rows_per_expert() const {
+    return cublas_min_rows_ >= 0 ? cublas_min_rows_ : moe_cublas_min_rows_for(inter_, hidden_);
+  }
   /// Chunks whose experts ran through cuBLAS so far.
   int64_t cublas_chunks() const { return cublas_chunks_.load(); }
 
@@ -107,7 +111,7 @@ class moe_ffn {
   void* act_ = nullptr;               ///< [chunk * top_k][inter] of dt
   float* y_ = nullptr;                ///< [chunk * top_k][hidden]
   // The cuBLAS path.
-  int cublas_min_rows_ = moe_cublas_min_rows_per_expert;  ///< set_cublas_min_rows_per_expert
+  int cublas_min_rows_ = moe_cublas_rows_by_expert_size;  ///< set_cublas_min_rows_per_expert
   int cublas_piece_rows_ = 0;         ///< rows of a gate/up piece the scratch holds (0: the path never runs)
   void* cublas_scratch_ = nullptr;    ///< the gate/up pieces: inside y_, behind the gathered rows
   int32_t* host_offsets_ = nullptr;   ///< [E + 1]: offsets_ read back (cudaMallocHost)

@@ -94,19 +94,33 @@ constexpr moe_gemm_tile choose_moe_gemm_tile(int num_pairs, int num_experts,
   return reaches(at.m48_min) ? moe_gemm_tile::m48 : moe_gemm_tile::m32;
 }
 
-/// Average routed rows per expert of a chunk from which moe_ffn runs the experts' products as one
-/// cuBLAS GEMM per expert (gate/up, then down) instead of the grouped GEMM, outside CUDA graph
-/// capture: there cuBLAS's kernels run the large products faster, for the price of a host round
-/// trip a layer (the experts' row offsets) and a launch per expert. Measured (`bench_cuda_kernels
-/// --only moe`, H100, bench/results/moe.md), cuBLAS over grouped for a whole routed FFN: Mixtral-8x7B
-/// 0.54x at 256 rows, 0.43x at 1,024; DeepSeek-V2-Lite 1.06x at 384, 0.88x at 576; Qwen3-30B-A3B
-/// (128 small experts) 1.15x at 512, its most in a chunk of 8,192 tokens. 576 is the smallest
-/// measured count at which every model gains; cuda_tuning::moe_cublas_min_rows_per_expert
-/// overrides it.
-inline constexpr int moe_cublas_min_rows_per_expert = 576;
+/// When moe_ffn runs a chunk's experts as one cuBLAS GEMM per expert (gate/up, then down) instead
+/// of the grouped GEMM, outside CUDA graph capture: there cuBLAS's kernels run the large products
+/// faster, for the price of a host round trip a layer (the experts' row offsets) and a launch per
+/// expert, so it pays where each expert's GEMMs are large. Measured (`bench_cuda_kernels --only
+/// moe`, H100, bench/results/moe.md), cuBLAS over grouped for a whole routed FFN, against rows an
+/// expert x inter x hidden: Mixtral-8x7B (14,336 x 4,096) 0.53x at 256 rows (15 G), 0.48x at 512;
+/// DeepSeek-V2-Lite (1,408 x 2,048) 1.04x at 384 (1.1 G), 0.87x at 576 (1.7 G); Qwen3-30B-A3B
+/// (768 x 2,048) 1.15x at 512 (0.8 G). So cuBLAS from moe_cublas_min_expert_macs multiply-adds
+/// an expert's row block x its matrix, and never below moe_cublas_min_rows_floor rows an expert
+/// (the fewest measured).
+inline constexpr long long moe_cublas_min_expert_macs = 1'400'000'000;
+inline constexpr int moe_cublas_min_rows_floor = 256;
 
-/// Whether a chunk of `num_pairs` routed rows over `num_experts` experts reaches `min_rows` rows an
-/// expert on average (0: every chunk does; the quantity choose_moe_gemm_tile reads).
+/// The rows an expert from which a model's chunk takes the cuBLAS path by default: Mixtral-8x7B
+/// 256, DeepSeek-V2-Lite 486, Qwen3-30B-A3B 891.
+constexpr int moe_cublas_min_rows_for(int inter, int hidden) {
+  const long long per_row = static_cast<long long>(inter > 0 ? inter : 1) * (hidden > 0 ? hidden : 1);
+  const long long rows = (moe_cublas_min_expert_macs + per_row - 1) / per_row;
+  return static_cast<int>(rows > moe_cublas_min_rows_floor ? (rows < (1 << 30) ? rows : 1 << 30) : moe_cublas_min_rows_floor);
+}
+
+/// cuda_tuning::moe_cublas_min_rows_per_expert's default: moe_cublas_min_rows_for the model's
+/// experts (a count of 0 or more overrides it).
+inline constexpr int moe_cublas_rows_by_expert_size = -1;
+
+/// Whether a chunk of `num_pairs` routed rows over `num_experts` experts reaches `min_rows` (0 or
+/// more) rows an expert on average (0: every chunk does; the quantity choose_moe_gemm_tile reads).
 constexpr bool reaches_moe_cublas_rows(int num_pairs, int num_experts, int min_rows) {
   const long long experts = num_experts > 0 ? num_experts : 1;
   return static_cast<long long>(num_pairs) >= static_cast<long long>(min_rows) * experts;
