@@ -70,6 +70,9 @@ struct bulk_gemv_tuning {
   int blocks_per_sm = 4;
   int stages = 3;       ///< 1 to 13
   int qkv_pairs = 2;    ///< rotary pairs per group of the QKV GEMV: 1 (2 rows) or 2 (4 rows)
+  /// Weight rows per group of the FP8 GEMV: 4 or 8 (8: half the block reductions and activation
+  /// unpacks per weight byte; the same outputs either way).
+  int fp8_rows = 8;
   bool evict_first = true;  ///< the weights' L2 lines marked first to evict
 };
 

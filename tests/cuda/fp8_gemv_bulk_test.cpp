@@ -1,12 +1,13 @@
 // The one-token FP8 GEMV on the bulk-copy ring (gpu/cuda/linear/fp8_gemv_bulk.hpp) against
-// fp8_gemv (m = 1) on the same random operands, bit for bit, under several ring grids (blocks per
-// SM, stages from 1 to 13, evict-first copies), and against the fp64 reference: k with partial
-// and single-chunk slices, n not a multiple of the 4 rows of a group and with more groups than
-// blocks, per-row and 128 x 128 block scales, bf16 and fp16 activations, beta 0 and 1. Then its
-// refusals, and gemm_runner's routing of one-token FP8 GEMVs through it.
+// fp8_gemv (m = 1) on the same random operands, bit for bit, with groups of 4 and of 8 weight rows
+// under several ring grids (blocks per SM, stages from 1 to 13, evict-first copies), and against
+// the fp64 reference: k with partial and single-chunk slices, n not a multiple of either group and
+// with more groups than blocks, per-row and 128 x 128 block scales, bf16 and fp16 activations,
+// beta 0 and 1. Then its refusals, and gemm_runner's routing of one-token FP8 GEMVs through it.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <string>
 
 #include "cuda_test_util.hpp"
@@ -24,6 +25,9 @@ namespace {
 using cuda::act_dtype;
 using cuda::fp8_scale_mode;
 
+/// The FP8 GEMV's weight rows per group (bulk_gemv_tuning::fp8_rows).
+constexpr int kGroupRows[] = {4, 8};
+
 gpu::bulk_gemv_tuning grid(int blocks_per_sm, int stages, bool evict_first) {
   gpu::bulk_gemv_tuning t;
   t.blocks_per_sm = blocks_per_sm;
@@ -39,7 +43,8 @@ const gpu::bulk_gemv_tuning kGrids[] = {gpu::bulk_gemv_tuning{}, grid(1, 1, fals
 std::string describe(const fp8_case& c, const gpu::bulk_gemv_tuning& g) {
   return std::string(c.dt == act_dtype::bf16 ? "bf16" : "fp16") + (c.block ? " block128" : " per_row") +
          " k=" + std::to_string(c.k) + " n=" + std::to_string(c.n) + " beta=" + std::to_string(c.beta) + " grid (" +
-         std::to_string(g.blocks_per_sm) + ", " + std::to_string(g.stages) + (g.evict_first ? ", evict first)" : ")");
+         std::to_string(g.blocks_per_sm) + ", " + std::to_string(g.stages) + (g.evict_first ? ", evict first" : "") +
+         ", " + std::to_string(g.fp8_rows) + " rows a group)";
 }
 
 /// A CUDA stream destroyed on scope exit.
@@ -80,21 +85,24 @@ TEST_F(CudaFp8BulkGemv, EqualsFp8GemvBitForBitAndMatchesFp64Reference) {
                                      mode_of(c)),
                       0);
             const std::vector<float> want = dy_ref.download();
-            for (const gpu::bulk_gemv_tuning& g : kGrids) {
-              if (beta == 0.0f) {
-                dy.resize(size_t(n));
-                dy.poison();  // beta 0 neither reads y nor leaves an output unwritten
-              } else {
-                dy.upload(o.y0);
+            for (const int rows : kGroupRows)
+              for (size_t grid_index = 0; grid_index < std::size(kGrids); ++grid_index) {
+                gpu::bulk_gemv_tuning g = kGrids[grid_index];
+                g.fp8_rows = rows;
+                if (beta == 0.0f) {
+                  dy.resize(size_t(n));
+                  dy.poison();  // beta 0 neither reads y nor leaves an output unwritten
+                } else {
+                  dy.upload(o.y0);
+                }
+                ASSERT_EQ(cuda::fp8_gemv_bulk(dt, dx.get(), k, dq.get(), ds.get(), n, dy.get(), beta, nullptr,
+                                              mode_of(c), g),
+                          0)
+                    << describe(c, g);
+                const std::vector<float> got = dy.download();
+                EXPECT_EQ(count_unequal(got, want), 0) << describe(c, g);
+                if (grid_index == 0) expect_matches(c, o, 0, false, got, 3e-5, describe(c, g).c_str());
               }
-              ASSERT_EQ(cuda::fp8_gemv_bulk(dt, dx.get(), k, dq.get(), ds.get(), n, dy.get(), beta, nullptr,
-                                            mode_of(c), g),
-                        0)
-                  << describe(c, g);
-              const std::vector<float> got = dy.download();
-              EXPECT_EQ(count_unequal(got, want), 0) << describe(c, g);
-              if (&g == &kGrids[0]) expect_matches(c, o, 0, false, got, 3e-5, "fp8_gemv_bulk");
-            }
           }
 }
 
@@ -121,12 +129,21 @@ TEST_F(CudaFp8BulkGemv, RefusesOperandsTheRingCannotCopy) {
                                   mode),
               int(cudaErrorInvalidValue));
   }
+  // Groups of 4 or 8 rows only.
+  for (const int rows : {0, 2, 5, 16}) {
+    gpu::bulk_gemv_tuning t;
+    t.fp8_rows = rows;
+    EXPECT_EQ(cuda::fp8_gemv_bulk(act_dtype::bf16, buf.get(), 64, bytes, scale.get(), 64, y.get(), 0.0f, nullptr,
+                                  fp8_scale_mode::per_row, t),
+              int(cudaErrorInvalidValue))
+        << rows << " rows a group";
+  }
   EXPECT_EQ(count_unequal(y.download(), before), 0);
 }
 
-// gemm_runner takes the ring for one aligned token with bulk_gemv().fp8 on, and fp8_gemv for two
-// rows, a misaligned token (dequantize + cuBLAS then) or the flag off; the m = 1 outputs are the
-// same bits either way.
+// gemm_runner takes the ring (4 or 8 rows a group) for one aligned token with bulk_gemv().fp8 on,
+// and fp8_gemv for two rows, a misaligned token (dequantize + cuBLAS then) or the flag off (its
+// group size then unread); the m = 1 outputs are the same bits every way.
 TEST_F(CudaFp8BulkGemv, GemmRunnerRoutesOneTokenThroughTheRing) {
   const int k = 1040, n = 300;
   stream_owner stream;
@@ -147,10 +164,12 @@ TEST_F(CudaFp8BulkGemv, GemmRunnerRoutesOneTokenThroughTheRing) {
           w.data = dq.get();
           (block ? w.block_scale : w.row_scale) = ds.get();
           const uint16_t* x = dx.get() + x_offset;
-          std::vector<float> outs[2];
-          for (bool ring : {true, false}) {
+          std::vector<float> outs[3];  // the ring off, with 4 rows a group, with 8
+          for (const int variant : {1, 2, 0}) {
+            const bool ring = variant != 0;
             gpu::bulk_gemv_tuning t;
             t.fp8 = ring;
+            t.fp8_rows = 4 * variant;  // 0, refused by the ring, with the ring off
             g.set_bulk_gemv(t);
             dev_vec<float> dy(o.y0);
             const int64_t before = g.fp8_gemv_bulk_runs();
@@ -158,11 +177,14 @@ TEST_F(CudaFp8BulkGemv, GemmRunnerRoutesOneTokenThroughTheRing) {
             ASSERT_EQ(cudaStreamSynchronize(stream.s), cudaSuccess);
             const bool want_ring = ring && m == 1 && x_offset == 0;
             EXPECT_EQ(g.fp8_gemv_bulk_runs() - before, want_ring ? 1 : 0)
-                << "m=" << m << " x offset " << x_offset << (ring ? " ring on" : " ring off");
-            outs[ring] = dy.download();
-            expect_matches(c, o, x_offset, x_offset != 0, outs[ring], 3e-5, "gemm_runner");
+                << "m=" << m << " x offset " << x_offset << " fp8_rows " << t.fp8_rows
+                << (ring ? " ring on" : " ring off");
+            outs[variant] = dy.download();
+            expect_matches(c, o, x_offset, x_offset != 0, outs[variant], 3e-5, "gemm_runner");
           }
-          EXPECT_EQ(count_unequal(outs[0], outs[1]), 0) << "m=" << m << (block ? " block128" : " per_row");
+          for (const int variant : {1, 2})
+            EXPECT_EQ(count_unequal(outs[variant], outs[0]), 0)
+                << "m=" << m << (block ? " block128" : " per_row") << " fp8_rows " << 4 * variant;
         }
       }
 }

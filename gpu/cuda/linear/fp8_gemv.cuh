@@ -12,7 +12,7 @@
 
 namespace actorserve::gpu::cuda::dev::fp8 {
 
-inline constexpr int kRows = 4;  // weight rows per block (register kernel) or per group (bulk kernel)
+inline constexpr int kRows = 4;  // weight rows per block of the register kernel
 
 /// Two E4M3 values (low byte first) as floats.
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two) {

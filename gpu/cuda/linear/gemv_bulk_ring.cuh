@@ -53,6 +53,60 @@ __device__ __forceinline__ uint64_t evict_first_policy() {
 /// Waits for the 128 consumer threads (named barrier 1; the producer warp does not take part).
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"r"(kThreads) : "memory"); }
 
+/// One xor step of warp_sum's butterfly for the kN rows v[0..kN) a lane carries, and the steps
+/// after it: while kN > 1 the lanes whose bit kO is set carry on with the upper half of the rows
+/// (`row`, their first, grows by kN / 2), the others with the lower half, each adding what its
+/// partner lane held of the rows it keeps, as the butterfly adds it (own value first).
+template <int kN, int kO>
+__device__ __forceinline__ void scatter_sum_step(float* v, int lane, int& row) {
+  if constexpr (kO > 0) {
+    constexpr int kKeep = kN > 1 ? kN / 2 : 1;
+    if constexpr (kN > 1) {
+      const bool upper = (lane & kO) != 0;
+#pragma unroll
+      for (int i = 0; i < kKeep; ++i) {
+        const float keep = upper ? v[i + kKeep] : v[i], send = upper ? v[i] : v[i + kKeep];
+        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, kO);
+      }
+      if (upper) row += kKeep;
+    } else {
+      v[0] += __shfl_xor_sync(0xffffffffu, v[0], kO);
+    }
+    scatter_sum_step<kKeep, kO / 2>(v, lane, row);
+  }
+}
+
+/// What reduce_warps<1, kRows> stores, the same bits (kRows a power of two, at most 32): each
+/// lane's sum of a row is the butterfly's at every step, but a lane carries on with only the
+/// rows its partner does not, so a warp shuffles kRows - 1 + log2(32 / kRows) values where
+/// reduce_warps shuffles 5 kRows (9 against 40 for 8 rows).
+template <int kRows>
+__device__ __forceinline__ void reduce_warps_scattered(const float (&acc)[kRows][1], partials<1, kRows>& red) {
+  static_assert(kRows >= 1 && kRows <= 32 && (kRows & (kRows - 1)) == 0, "kRows a power of two up to 32");
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x % kThreads) >> 5;
+  float v[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) v[r] = acc[r][0];
+  int row = 0;
+  scatter_sum_step<kRows, 16>(v, lane, row);
+  if ((lane & (32 / kRows - 1)) == 0) red.v[warp][row] = v[0];  // one lane of those holding the row
+}
+
+/// How consume reduces a group's sums over the warps: reduce_warps (the 16-bit GEMVs) or
+/// reduce_warps_scattered (the FP8 GEMV); the same stores either way.
+struct warp_sums {
+  template <int kRows>
+  __device__ __forceinline__ void operator()(const float (&acc)[kRows][1], partials<1, kRows>& red) const {
+    reduce_warps<1, kRows>(acc, red);
+  }
+};
+struct scattered_warp_sums {
+  template <int kRows>
+  __device__ __forceinline__ void operator()(const float (&acc)[kRows][1], partials<1, kRows>& red) const {
+    reduce_warps_scattered<kRows>(acc, red);
+  }
+};
+
 /// The shared memory of a block: the ring, a full and an empty barrier per stage, and two sets of
 /// per-warp partial sums (groups alternate between them, so one barrier per group suffices).
 template <int kRows>
@@ -127,10 +181,10 @@ __device__ __forceinline__ void produce(const ring_smem<kRows>& sm, const void* 
 /// The consumers (threads 0..127), once the previous grid has finished: for each of the block's
 /// groups g, the fp32 sums acc[r][0] of its kRows rows start at 0; each full stage of its slices
 /// goes to stage(g, acc, stage's chunks, c0) and is released; then the sums are reduced over the
-/// warps and epi.finish<T>(g, partial sums, thread) writes the group's outputs.
-template <class T, int kRows, class Epi, class Stage>
+/// warps (by `reduce`) and epi.finish<T>(g, partial sums, thread) writes the group's outputs.
+template <class T, int kRows, class Epi, class Stage, class Reduce = warp_sums>
 __device__ __forceinline__ void consume(const ring_smem<kRows>& sm, int chunks, const Epi& epi, int stages,
-                                        Stage stage) {
+                                        Stage stage, Reduce reduce = {}) {
   constexpr int kRowChunks = kSlice<kRows>;
   wait_for_previous_grid();  // x and the outputs belong to earlier kernels until now
   const int tid = threadIdx.x, slices = (chunks + kRowChunks - 1) / kRowChunks, groups = epi.groups();
@@ -149,7 +203,7 @@ __device__ __forceinline__ void consume(const ring_smem<kRows>& sm, int chunks, 
         phase ^= 1;
       }
     }
-    reduce_warps<1, kRows>(acc, sm.red[buf]);
+    reduce(acc, sm.red[buf]);
     consumers_sync();
     epi.template finish<T>(g, sm.red[buf], tid);
   }
