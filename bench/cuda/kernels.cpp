@@ -217,9 +217,11 @@ void bench_gemm_sweep(decode_sim& sim) {
 
 /// FP8 E4M3 weights (one scale per row, then one per 128 x 128 block) against the bf16 weights of
 /// the same projections, per row count, through gemm_runner with each FP8 path forced in turn: the
-/// FP8 GEMV (up to cuda::fp8_gemv_max_m rows), the FP8 tensor-core GEMM (activations quantized per
-/// token or per 128-element group, then cuBLASLt; fp32 out as run(), and 16-bit out as run_act()
-/// gives gate/up), and dequantize + cuBLAS. "default" names the path gemm_runner takes at
+/// FP8 GEMV (up to cuda::fp8_gemv_max_m rows; the register kernel, fp8_linear.hpp), at m = 1 the
+/// bulk-copy FP8 GEMV (fp8_gemv_bulk.hpp, on the sim's bulk grid, with groups of 4 and of 8 weight
+/// rows; '-' where the GPU does not run it), with the weight bytes a second each GEMV streams at
+/// m = 1, the FP8 tensor-core GEMM (activations quantized per token or per 128-element group, then
+/// cuBLASLt; fp32 out as run(), and 16-bit out as run_act() gives gate/up), and dequantize + cuBLAS. "default" names the path gemm_runner takes at
 /// cuda::default_fp8_gemm_min_rows. Each projection is replayed over 32 layers' copies of its
 /// weights (nothing stays in L2).
 void bench_fp8_sweep(decode_sim& sim) {
@@ -230,13 +232,15 @@ void bench_fp8_sweep(decode_sim& sim) {
   constexpr int kMaxM = 1024;  // gate_up's fp32 output of kMaxM rows fits the logits buffer
   std::mt19937 rng(3);
   cuda::gemm_runner& g = sim.gemm();
+  const gpu::bulk_gemv_tuning bulk0 = g.bulk_gemv();
   if (!g.reserve_fp8_scratch(cuda::act_dtype::bf16, size_t(2) * kInter * kHidden).ok()) return;
   if (!g.reserve_fp8_activations(kMaxM, kInter).ok()) return;
   for (const bool block : {false, true}) {
     report("\n## FP8 weights, %s, vs bf16 (bf16 activations in; us per projection; '-': the path does not take m)\n",
            block ? "128 x 128 block scales" : "one scale per row");
-    report("| proj | n x k | m | bf16 | fp8 gemv | fp8 gemm | fp8 gemm 16-bit out | dequant + cuBLAS | default | "
-           "default/bf16 |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    report("| proj | n x k | m | bf16 | fp8 gemv | gemv TB/s | fp8 bulk 4 rows | TB/s | fp8 bulk 8 rows | TB/s | "
+           "fp8 gemm | fp8 gemm 16-bit out | dequant + cuBLAS | default | default/bf16 |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const projection& p : projs) {
       const size_t elems = size_t(p.n) * p.k;
       std::vector<uint8_t> codes(elems);
@@ -272,22 +276,43 @@ void bench_fp8_sweep(decode_sim& sim) {
           return expect_lt && g.fp8_gemm_runs() == before ? -1.0 : us;
         };
         constexpr int kNever = std::numeric_limits<int>::max();
-        const double gemv_us = m <= cuda::fp8_gemv_max_m ? fp8_path(cuda::fp8_gemv_max_m, kNever, false, false) : -1;
+        // -1: the ring was asked for and did not run; rows: its weight rows per group.
+        const auto gemv_kernel = [&](bool ring, int rows) {
+          gpu::bulk_gemv_tuning t = bulk0;
+          t.fp8 = ring;
+          t.fp8_rows = rows;
+          g.set_bulk_gemv(t);
+          const int64_t before = g.fp8_gemv_bulk_runs();
+          const double us = fp8_path(cuda::fp8_gemv_max_m, kNever, false, false);
+          g.set_bulk_gemv(bulk0);
+          return ring && g.fp8_gemv_bulk_runs() == before ? -1.0 : us;
+        };
+        const double gemv_us = m <= cuda::fp8_gemv_max_m ? gemv_kernel(false, bulk0.fp8_rows) : -1;
+        const double bulk4_us = m == 1 ? gemv_kernel(true, 4) : -1, bulk8_us = m == 1 ? gemv_kernel(true, 8) : -1;
+        const double bulk_us = bulk0.fp8_rows == 4 ? bulk4_us : bulk8_us;
         const double lt_us = fp8_path(0, 1, false, true), lt16_us = fp8_path(0, 1, true, true);
         const double deq_us = fp8_path(0, kNever, false, false);
         g.set_fp8_paths(cuda::fp8_gemv_max_m, cuda::default_fp8_gemm_min_rows);
-        const bool default_gemv = cuda::fp8_gemv_by_default(m);
-        const double default_us = default_gemv ? gemv_us : lt_us >= 0 ? lt_us : deq_us;
+        const bool default_gemv = cuda::fp8_gemv_by_default(m), default_bulk = bulk0.fp8 && bulk_us >= 0;
+        const double default_us = default_bulk ? bulk_us : default_gemv ? gemv_us : lt_us >= 0 ? lt_us : deq_us;
         const auto cell = [](double us) {
           if (us >= 0) report(" %.1f |", us);
           else report(" - |");
         };
         report("| %s | %d x %d | %d | %.1f |", p.name, p.n, p.k, m, bf16_us);
-        cell(gemv_us);
+        const auto time_and_rate = [&](double us) {  // m = 1: the weight bytes a second
+          cell(us);
+          if (us >= 0 && m == 1) report(" %.2f |", double(elems) / us / 1e6);
+          else report(" - |");
+        };
+        time_and_rate(gemv_us);
+        time_and_rate(bulk4_us);
+        time_and_rate(bulk8_us);
         cell(lt_us);
         cell(lt16_us);
         cell(deq_us);
-        report(" %s | %.2f |\n", default_gemv ? "gemv" : lt_us >= 0 ? "gemm" : "dequant", default_us / bf16_us);
+        report(" %s | %.2f |\n", default_bulk ? "bulk gemv" : default_gemv ? "gemv" : lt_us >= 0 ? "gemm" : "dequant",
+               default_us / bf16_us);
       }
       for (auto& w : fp8) {
         cudaFree(w.data);

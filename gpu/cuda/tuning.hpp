@@ -64,11 +64,15 @@ struct bulk_gemv_tuning {
   bool plain = true;    ///< the plain GEMV at m = 1 with beta 0 (o, down, lm_head)
   bool qkv = true;      ///< the QKV + rope GEMV
   bool gate_up = true;  ///< the gate/up + SiLU GEMV
+  bool fp8 = true;      ///< the FP8 GEMV at m = 1 (gemm_runner; fp8_gemv_bulk.hpp)
   /// 4 blocks per SM of 3 16-KiB stages: 196 KiB of shared memory an SM, so the next kernel's
   /// blocks are placed as this one's leave, evenly.
   int blocks_per_sm = 4;
   int stages = 3;       ///< 1 to 13
   int qkv_pairs = 2;    ///< rotary pairs per group of the QKV GEMV: 1 (2 rows) or 2 (4 rows)
+  /// Weight rows per group of the FP8 GEMV: 4 or 8 (8: half the block reductions and activation
+  /// unpacks per weight byte; the same outputs either way).
+  int fp8_rows = 8;
   bool evict_first = true;  ///< the weights' L2 lines marked first to evict
 };
 
@@ -141,7 +145,7 @@ inline cuda_tuning cuda_tuning_for(cuda_tuning requested, const gpu_target& t, k
   if (!hopper || !runs_wgmma(t)) out.attention.prefill = prefill_kernel::mma_sync;
   if (!hopper || !runs_tma(t)) {
     out.attention.decode = decode_kernel::cp_async;
-    out.bulk.plain = out.bulk.qkv = out.bulk.gate_up = false;
+    out.bulk.plain = out.bulk.qkv = out.bulk.gate_up = out.bulk.fp8 = false;
   }
   if (!hopper || !runs_pdl(t)) out.programmatic_launch = false;
   return out;
@@ -157,7 +161,8 @@ inline std::string describe_kernels(const cuda_tuning& t) {
     case prefill_kernel::mma_sync: s += "mma.sync"; break;
   }
   s += t.attention.decode == decode_kernel::tma ? ", flash-decoding TMA" : ", flash-decoding cp.async";
-  s += t.bulk.plain || t.bulk.qkv || t.bulk.gate_up ? ", one-token GEMVs bulk-copy" : ", one-token GEMVs register";
+  const bool bulk = t.bulk.plain || t.bulk.qkv || t.bulk.gate_up || t.bulk.fp8;
+  s += bulk ? ", one-token GEMVs bulk-copy" : ", one-token GEMVs register";
   s += t.programmatic_launch ? ", programmatic dependent launch" : ", plain launches";
   return s;
 }

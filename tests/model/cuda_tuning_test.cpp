@@ -29,6 +29,7 @@ void expect_portable(const cuda_tuning& t, bool pdl) {
   EXPECT_FALSE(t.bulk.plain);
   EXPECT_FALSE(t.bulk.qkv);
   EXPECT_FALSE(t.bulk.gate_up);
+  EXPECT_FALSE(t.bulk.fp8);
   EXPECT_EQ(t.programmatic_launch, pdl);
 }
 
@@ -36,7 +37,7 @@ TEST(cuda_tuning, hopper_with_sm90a_code_keeps_the_defaults) {
   const cuda_tuning t = gpu::cuda_tuning_for({}, target(9, 0, 90, true), kernel_choice::automatic);
   EXPECT_EQ(t.attention.prefill, gpu::prefill_kernel::automatic);
   EXPECT_EQ(t.attention.decode, gpu::decode_kernel::tma);
-  EXPECT_TRUE(t.bulk.plain && t.bulk.qkv && t.bulk.gate_up);
+  EXPECT_TRUE(t.bulk.plain && t.bulk.qkv && t.bulk.gate_up && t.bulk.fp8);
   EXPECT_TRUE(t.programmatic_launch);
 }
 

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "gpu/cuda/fp8_code.cuh"
+#include "gpu/cuda/linear/fp8_gemv.cuh"
 #include "gpu/cuda/linear/fp8_linear.hpp"
 #include "gpu/cuda/linear/gemv_common.cuh"
 
@@ -22,72 +23,46 @@ namespace {
 
 using namespace dev;
 using namespace dev::gemv;
+using dev::fp8::e4m3_weights;
+using dev::fp8::kRows;
 
-inline constexpr int kFp8Rows = 4;  // weight rows per block
-
-/// Two E4M3 values (low byte first) as floats.
-__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two & 0xffffu), __NV_E4M3);
-  return __half22float2(__half2(h));
-}
-
-/// E4M3 weights for the GEMV's main loop (gemv_common.cuh): 16 per 16-byte load, in memory order.
-struct e4m3_weights {
-  static constexpr int kPerLoad = 16;
-  __device__ __forceinline__ static void unpack(const uint4& raw, float* out) {
-    const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 lo = e4m3x2_to_float2(words[i]), hi = e4m3x2_to_float2(words[i] >> 16);
-      out[4 * i] = lo.x;
-      out[4 * i + 1] = lo.y;
-      out[4 * i + 2] = hi.x;
-      out[4 * i + 3] = hi.y;
-    }
-  }
-};
-
-/// The block scales of kFp8Rows weight rows (fp8_scale_mode::block128): each 16-weight chunk c of
+/// The block scales of kRows weight rows (fp8_scale_mode::block128): each 16-weight chunk c of
 /// row r lies in the 128-wide block c / 8 of its row's scale row.
 struct block128_chunks {
   static constexpr bool kScaled = true;
-  const float* row[kFp8Rows];
+  const float* row[kRows];
   __device__ __forceinline__ float of(int r, int c) const { return __ldg(row[r] + (c >> 3)); }
 };
 
-/// kFp8Rows weight rows per block against m (<= M) activation rows. per_row: the row's scale
+/// kRows weight rows per block against m (<= M) activation rows. per_row: the row's scale
 /// applies once to its sum; block128: each chunk's partial sum takes its block's scale.
 template <class T, int M, fp8_scale_mode Mode>
 __global__ void __launch_bounds__(kThreads) fp8_gemv_kernel(const T* x, int m, int k, const uint8_t* q,
                                                              const float* scale, int n, float* y, float beta) {
-  __shared__ partials<M, kFp8Rows> red;
-  const int row0 = blockIdx.x * kFp8Rows;
-  const uint4* wp[kFp8Rows];
+  __shared__ partials<M, kRows> red;
+  const int row0 = blockIdx.x * kRows;
+  const uint4* wp[kRows];
 #pragma unroll
-  for (int r = 0; r < kFp8Rows; ++r) wp[r] = reinterpret_cast<const uint4*>(q + size_t(min(row0 + r, n - 1)) * k);
+  for (int r = 0; r < kRows; ++r) wp[r] = reinterpret_cast<const uint4*>(q + size_t(min(row0 + r, n - 1)) * k);
   if constexpr (Mode == fp8_scale_mode::block128) {
     block128_chunks chunks;
-    const int blocks_per_row = (k + kFp8Block - 1) / kFp8Block;
 #pragma unroll
-    for (int r = 0; r < kFp8Rows; ++r)
-      chunks.row[r] = scale + size_t(min(row0 + r, n - 1) / kFp8Block) * blocks_per_row;
-    accumulate<T, M, kFp8Rows, no_hook, e4m3_weights>(x, m, k, wp, red, no_hook{}, chunks);
+    for (int r = 0; r < kRows; ++r) chunks.row[r] = dev::fp8::block128_scale_row(scale, min(row0 + r, n - 1), k);
+    accumulate<T, M, kRows, no_hook, e4m3_weights>(x, m, k, wp, red, no_hook{}, chunks);
   } else {
-    accumulate<T, M, kFp8Rows, no_hook, e4m3_weights>(x, m, k, wp, red);
+    accumulate<T, M, kRows, no_hook, e4m3_weights>(x, m, k, wp, red);
   }
-  for (int t = threadIdx.x; t < kFp8Rows * M; t += kThreads) {
+  for (int t = threadIdx.x; t < kRows * M; t += kThreads) {
     const int r = t / M, i = t % M, row = row0 + r;
     if (i >= m || row >= n) continue;
-    const float v = Mode == fp8_scale_mode::block128 ? red.total(r, i) : red.total(r, i) * scale[row];
-    float* dst = y + size_t(i) * n + row;
-    *dst = beta == 0.0f ? v : v + beta * *dst;
+    dev::fp8::store_row<Mode>(y + size_t(i) * n + row, red.total(r, i), scale, row, beta);
   }
 }
 
 template <class T, int M, fp8_scale_mode Mode>
 void launch_fp8(const T* x, int m, int k, const uint8_t* q, const float* scale, int n, float* y, float beta,
                 cudaStream_t s) {
-  fp8_gemv_kernel<T, M, Mode><<<(n + kFp8Rows - 1) / kFp8Rows, kThreads, 0, s>>>(x, m, k, q, scale, n, y, beta);
+  fp8_gemv_kernel<T, M, Mode><<<(n + kRows - 1) / kRows, kThreads, 0, s>>>(x, m, k, q, scale, n, y, beta);
 }
 
 /// One thread per 4 weights of a row (k % 4 == 0) or per weight (any k); a group of 4 never

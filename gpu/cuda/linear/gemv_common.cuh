@@ -1,6 +1,6 @@
 #pragma once
 // Device pieces shared by the GEMV kernels (gemv_kernel.cu, gemv_norm_kernel.cu,
-// fp8_linear_kernel.cu): the streamed weight loads, the per-warp partial sums and their fixed
+// fp8_linear_kernel.cu, fp8_gemv_bulk_kernel.cu): the streamed weight loads, the per-warp partial sums and their fixed
 // reduction order, the main loop and the QKV projection's rope + KV-write epilogue. Every kernel
 // built from them computes a weight row's dot product in the same order, so their fp32 outputs
 // agree bit for bit.
@@ -94,6 +94,22 @@ struct same_as_activations {
   __device__ __forceinline__ static void unpack(const uint4& raw, float* out) { unpack8<T>(raw, out); }
 };
 
+/// acc plus the dot product of one load's kN weights `wf` with activations `xf`: each product
+/// joins acc in element order, or (kScaled) the products' fp32 sum from 0 joins acc times `sc`.
+template <int kN, bool kScaled>
+__device__ __forceinline__ float dot_load(const float* wf, const float* xf, float sc, float acc) {
+  if constexpr (kScaled) {
+    float part = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kN; ++e) part = fmaf(wf[e], xf[e], part);
+    return fmaf(part, sc, acc);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kN; ++e) acc = fmaf(wf[e], xf[e], acc);
+    return acc;
+  }
+}
+
 /// The GEMV's main loop: the dot products of the weight rows `wp` (in format W) with the m (<= M)
 /// rows of x, reduced per warp into `red`; ends with a __syncthreads, after the previous grid
 /// finished. `after_wait` runs once per thread right after the wait for the previous grid (to
@@ -148,17 +164,7 @@ __device__ __forceinline__ void accumulate(const T* x, int m, int k, const uint4
 #pragma unroll
         for (int j = 0; j < kXLoads; ++j) unpack8<T>(__ldg(xr + j), xf + 8 * j);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          if constexpr (S::kScaled) {
-            float part = 0.0f;
-#pragma unroll
-            for (int e = 0; e < W::kPerLoad; ++e) part = fmaf(wf[r][e], xf[e], part);
-            acc[r][i] = fmaf(part, sc[r], acc[r][i]);
-          } else {
-#pragma unroll
-            for (int e = 0; e < W::kPerLoad; ++e) acc[r][i] = fmaf(wf[r][e], xf[e], acc[r][i]);
-          }
-        }
+        for (int r = 0; r < kRows; ++r) acc[r][i] = dot_load<W::kPerLoad, S::kScaled>(wf[r], xf, sc[r], acc[r][i]);
       }
     }
   }

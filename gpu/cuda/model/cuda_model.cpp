@@ -10,6 +10,7 @@
 
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_status.hpp"
+#include "gpu/cuda/linear/fp8_gemv_bulk.hpp"
 #include "gpu/cuda/linear/fp8_linear.hpp"
 #include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/model/dtype_convert.hpp"
@@ -544,6 +545,13 @@ status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const device_
   if (m == 0) return {};
   const auto* q = static_cast<const uint8_t*>(w.data);
   if (m < fp8_gemm_min_rows_ && m <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, m, k, q)) {
+    // One token streams its weights through the bulk-copy ring where the GPU runs it (the same
+    // bits as fp8_gemv).
+    if (m == 1 && bulk_.fp8 && fp8_gemv_bulk_supported(x, k, q)) {
+      AS_CUDA_TRY(fp8_gemv_bulk(dt, x, k, q, w.scales(), n, y, beta, stream_, w.scale_mode(), bulk_));
+      ++fp8_gemv_bulk_runs_;
+      return {};
+    }
     AS_CUDA_TRY(fp8_gemv(dt, x, m, k, q, w.scales(), n, y, beta, stream_, w.scale_mode()));
     return {};
   }

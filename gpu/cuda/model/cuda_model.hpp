@@ -147,7 +147,9 @@ class gemm_runner {
   status run_act(act_dtype dt, const void* x, int m, int k, const void* w, int n, void* y);
   /// run() and run_act() for a layer's weight: an act-dtype one as above. An FP8 one: run() takes
   /// the FP8 GEMV (fp8_linear.hpp) for m below the FP8 GEMM's first row count and up to
-  /// fp8_gemv_max_m rows where the GEMV supports the operands; run() from that row count and
+  /// fp8_gemv_max_m rows where the GEMV supports the operands (at m = 1 its bulk-copy form,
+  /// fp8_gemv_bulk.hpp, where bulk_gemv().fp8 says so and the GPU runs it: the same bits); run()
+  /// from that row count and
   /// run_act() at every m take the FP8 GEMM (fp8_gemm.hpp: the activations quantized per token,
   /// cuBLASLt on the tensor cores) where it supports the operands; the rest (k or n not a multiple
   /// of 16, misaligned pointers, more rows than reserve_fp8_activations reserved, or a shape
@@ -181,6 +183,8 @@ class gemm_runner {
   int64_t fp8_gemm_runs() const { return fp8_gemm_.runs(); }
   /// FP8 weights dequantized into the scratch for cuBLAS so far (counted when enqueued).
   int64_t fp8_dequantize_runs() const { return fp8_dequantize_runs_; }
+  /// One-token FP8 GEMVs run on the bulk-copy ring so far (fp8_gemv_bulk.hpp; counted when enqueued).
+  int64_t fp8_gemv_bulk_runs() const { return fp8_gemv_bulk_runs_; }
   /// Whether run() takes the GEMV for m rows (its output then stays fp32 for the fused paths).
   bool uses_gemv(int m) const { return m <= gemv_max_rows_; }
   /// Uses the GEMV for m <= rows (0: always cuBLAS); for benchmarks and tests.
@@ -190,7 +194,8 @@ class gemm_runner {
   void set_gemv_rows_per_block(int rows) { gemv_rows_per_block_ = rows; }
   /// Weight rows per GEMV block it uses at m = 1 for n output rows (2 or 4).
   int gemv_rows_for(int n) const;
-  /// Which one-token GEMVs run on the bulk-copy path, and its grid (gemv_bulk.hpp).
+  /// Which one-token GEMVs run on the bulk-copy path, and its grid (gemv_bulk.hpp, and
+  /// fp8_gemv_bulk.hpp for FP8 weights at m = 1).
   void set_bulk_gemv(const bulk_gemv_tuning& bulk) { bulk_ = bulk; }
   const bulk_gemv_tuning& bulk_gemv() const { return bulk_; }
 
@@ -208,6 +213,7 @@ class gemm_runner {
   int fp8_gemv_max_rows_ = fp8_gemv_max_m;
   int fp8_gemm_min_rows_ = default_fp8_gemm_min_rows;
   int64_t fp8_dequantize_runs_ = 0;
+  int64_t fp8_gemv_bulk_runs_ = 0;
   /// Y = X W^T + beta * Y through cuBLAS.
   status cublas(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta);
   /// The FP8 weight `w` [n][k] dequantized into the scratch (on the stream).
