@@ -153,6 +153,8 @@ int64_t matcher::fill_next_token_bitmask(std::span<uint32_t> words) {
   const size_t mark = nodes_.size();
   std::vector<uint32_t>& sink = scratch_to_;
   for (const auto& [id, table] : c->uncertain) {
+    // Past an overflow the generation ends in an error: no more closures to the bound.
+    if (overflowed_) break;
     uint32_t& w = words[static_cast<size_t>(id) >> 5];
     const uint32_t bit = 1u << (id & 31);
     if (w & bit) continue;
