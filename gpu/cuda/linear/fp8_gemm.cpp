@@ -28,6 +28,10 @@ int bucket_of(int m) { return std::max(kMinBucket, int(std::bit_ceil(unsigned(m)
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
+/// The scales of one activation row of k elements: one per 128-element group (block-scaled
+/// weights), else one for the row.
+size_t act_scale_groups(int k, bool block) { return block ? (size_t(k) + kFp8Block - 1) / kFp8Block : 1; }
+
 }  // namespace
 
 /// One shape's descriptors: op(A) = Q^T over the weight [n][k] (column-major k x n, TN), B = the
@@ -140,7 +144,7 @@ status fp8_gemm::reserve(int rows, int cols) {
   // (block-scaled). Zeroed once, so the padding rows a run leaves unwritten hold finite codes and
   // scales (their output rows are dropped).
   const size_t padded_rows = size_t(rows) + fp8_gemm_block_tail_rows;
-  const size_t groups = (size_t(cols) + kFp8Block - 1) / kFp8Block;
+  const size_t groups = act_scale_groups(cols, true);
   AS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&act_q_), padded_rows * cols));
   AS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&act_scale_), padded_rows * groups * sizeof(float)));
   AS_CUDA_TRY(cudaMemsetAsync(act_q_, 0, padded_rows * cols, stream_));
@@ -166,7 +170,7 @@ result<bool> fp8_gemm::usable(const problem& pr, int cols) {
 }
 
 status fp8_gemm::quantize(const problem& pr, const void* x, int m, int code_row, int stride) {
-  const size_t groups = pr.block ? (size_t(pr.k) + kFp8Block - 1) / kFp8Block : 1;
+  const size_t groups = act_scale_groups(pr.k, pr.block);
   AS_CUDA_TRY(fp8_quantize_activations(pr.dt, x, m, pr.k, act_q_ + size_t(code_row) * pr.k,
                                        act_scale_ + size_t(code_row) * groups, stream_,
                                        pr.block ? fp8_act_scales::per_128 : fp8_act_scales::per_token, stride));
@@ -174,7 +178,7 @@ status fp8_gemm::quantize(const problem& pr, const void* x, int m, int code_row,
 }
 
 result<bool> fp8_gemm::multiply(const problem& pr, int code_row, int cols, void* out) {
-  const size_t groups = pr.block ? (size_t(pr.k) + kFp8Block - 1) / kFp8Block : 1;
+  const size_t groups = act_scale_groups(pr.k, pr.block);
   const uint8_t* codes = act_q_ + size_t(code_row) * pr.k;
   const void* b_scale = act_scale_ + size_t(code_row) * groups;
   auto found = impl_->plan(pr.dt, pr.y_f32, pr.beta != 0.0f, pr.block, pr.n, pr.k, cols, pr.w_scale, b_scale);
