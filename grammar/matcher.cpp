@@ -30,7 +30,13 @@ struct matcher::stacks {
   matcher& m;
   bool& complete;
 
-  uint32_t top(const item& it) { return it.existing != none ? it.existing : m.intern(it.pos, it.below); }
+  // NOTE: a new top is not interned: a closure's tops are distinct already (its visited set),
+  // and a top never lies below another frame, so no later stack can share it.
+  uint32_t top(const item& it) {
+    if (it.existing != none) return it.existing;
+    m.nodes_.push_back({it.pos, it.below});
+    return static_cast<uint32_t>(m.nodes_.size() - 1);
+  }
   void pop(const item& it, std::vector<item>& work) {
     if (it.below == bottom) {
       complete = true;  // the root rule ended: the input may end here

@@ -3,8 +3,8 @@
 /// of stacks (the grammar may be ambiguous: every reading is kept), each a chain of frames
 /// (grammar positions) shared through parent links; reading a byte makes new frames and never
 /// changes old ones, so a rejected token leaves the state as it was (no rollback needed).
-/// Frames are interned: one node per (position, node below), so two readings that reach the same
-/// stack share it and are expanded once (an ambiguous grammar such as a nested `(t*)*` would
+/// Return frames are interned: one node per (position, node below), so two readings that reach
+/// the same stack share it and are expanded once (an ambiguous grammar such as a nested `(t*)*` would
 /// otherwise multiply its stacks with every byte). A grammar whose readings still multiply (such
 /// as a regex of nested repetitions, `((t*|u)*|u)*...`) is stopped: a closure of more frames
 /// than the bound below makes the read fail and marks the matcher overflowed() for good, so
