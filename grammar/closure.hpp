@@ -22,6 +22,10 @@
 
 namespace actorserve::grammar::detail {
 
+/// The key of a frame at `pos` over the stack `below`: the closure's visited items, the matcher's
+/// and the mask compiler's node indexes.
+constexpr uint64_t frame_key(uint32_t pos, uint32_t below) { return (uint64_t{pos} << 32) | below; }
+
 /// Expands `work` until every stack top reads a byte (appended to `tops`). False, with `work`
 /// dropped, once the closure would expand more than `max_items` items.
 template <class Stacks>
@@ -33,7 +37,7 @@ bool expand(const grammar& g, Stacks& stacks, std::vector<typename Stacks::item>
     work.pop_back();
     // NOTE: a frame over a stack is expanded once per closure; this also ends the loops that
     // tail calls through rules matching "" would make.
-    if (!visited.insert((uint64_t{it.pos} << 32) | it.below)) continue;
+    if (!visited.insert(frame_key(it.pos, it.below))) continue;
     if (visited.size() > max_items) {
       work.clear();
       return false;

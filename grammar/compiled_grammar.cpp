@@ -137,7 +137,7 @@ class walker {
   };
 
   uint32_t node(uint32_t pos, uint32_t below) {
-    const uint64_t key = (uint64_t{pos} << 32) | below;
+    const uint64_t key = detail::frame_key(pos, below);
     if (const uint32_t* hit = node_ids_.find(key)) return *hit;
     const uint32_t id = static_cast<uint32_t>(nodes_.size());
     nodes_.push_back({pos, below});

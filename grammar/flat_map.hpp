@@ -68,9 +68,9 @@ class flat_map64 {
   size_t size_ = 0;
 };
 
-/// The items one closure has expanded, as (pos << 32 | below) keys: a short list while they are
-/// few (a closure usually expands a few dozen), hashed past it so that a large closure is not
-/// quadratic.
+/// The items one closure has expanded, as frame keys (closure.hpp's frame_key(pos, below)): a
+/// short list while they are few (a closure usually expands a few dozen), hashed past it so that
+/// a large closure is not quadratic.
 class visited_items {
  public:
   void clear() {

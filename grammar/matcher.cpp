@@ -58,7 +58,7 @@ std::string matcher::overflow_message() {
 }
 
 uint32_t matcher::intern(uint32_t pos, uint32_t below) {
-  const uint64_t key = (uint64_t{pos} << 32) | below;
+  const uint64_t key = detail::frame_key(pos, below);
   if (const uint32_t* id = index_.find(key); id && *id < nodes_.size() && nodes_[*id].pos == pos && nodes_[*id].below == below)
     return *id;
   const auto id = static_cast<uint32_t>(nodes_.size());
@@ -73,7 +73,7 @@ uint32_t matcher::intern(uint32_t pos, uint32_t below) {
 void matcher::reindex() {
   index_.clear(nodes_.size() + 256);
   for (size_t i = 0; i < nodes_.size(); ++i)
-    index_.put((uint64_t{nodes_[i].pos} << 32) | nodes_[i].below, static_cast<uint32_t>(i));
+    index_.put(detail::frame_key(nodes_[i].pos, nodes_[i].below), static_cast<uint32_t>(i));
 }
 
 bool matcher::expand(std::vector<uint32_t>& tops, bool& complete) {

@@ -298,6 +298,7 @@ TEST(Constraints, LargeChoicesStayWithinTheMatchersBound) {
     ASSERT_TRUE(g.ok()) << spec.field << ": " << g.err().message;
     matcher m(*g);
     EXPECT_GE(m.num_stacks(), 4096u) << spec.field;
+    EXPECT_GE(m.max_closure_items(), matcher::closure_items_per_element * (*g)->rules().num_elements()) << spec.field;
     EXPECT_TRUE(m.accept_bytes(text) && m.is_complete()) << spec.field;
     EXPECT_FALSE(m.overflowed()) << spec.field;
   }
