@@ -30,7 +30,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 /// The scales of one activation row of k elements: one per 128-element group (block-scaled
 /// weights), else one for the row.
-size_t act_scale_groups(int k, bool block) { return block ? (size_t(k) + kFp8Block - 1) / kFp8Block : 1; }
+size_t act_scale_groups(int k, bool block) { return block ? fp8_blocks(size_t(k)) : 1; }
 
 }  // namespace
 

@@ -40,7 +40,7 @@ struct e4m3_weights {
 /// The block scales of weight row `row` (fp8_scale_mode::block128, k columns): its 16-weight
 /// load c lies in the 128-wide block c / 8 of the returned scale row.
 __device__ __forceinline__ const float* block128_scale_row(const float* scale, int row, int k) {
-  return scale + size_t(row / kFp8Block) * ((k + kFp8Block - 1) / kFp8Block);
+  return scale + size_t(row / kFp8Block) * fp8_blocks(size_t(k));
 }
 
 /// Writes the output of weight row `row` whose dot product is `sum` (per_row: times its scale;

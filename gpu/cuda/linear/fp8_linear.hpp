@@ -8,6 +8,7 @@
 /// Plain C++ interface (no device code).
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "gpu/cuda/act_dtype.hpp"
@@ -21,6 +22,9 @@ enum class fp8_scale_mode { per_row, block128 };
 
 /// The block edge of fp8_scale_mode::block128.
 inline constexpr int kFp8Block = 128;
+
+/// The 128-wide blocks that cover `n` rows or columns (the last one may be ragged).
+constexpr size_t fp8_blocks(size_t n) { return (n + kFp8Block - 1) / kFp8Block; }
 
 /// The most activation rows fp8_gemv takes at once.
 inline constexpr int fp8_gemv_max_m = 8;

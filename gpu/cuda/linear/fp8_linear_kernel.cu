@@ -70,7 +70,7 @@ void launch_fp8(const T* x, int m, int k, const uint8_t* q, const float* scale, 
 template <class T, int kPer, fp8_scale_mode Mode>
 __global__ void fp8_dequantize_kernel(const uint8_t* q, const float* scale, int n, int k, T* out) {
   const size_t groups = size_t(n) * (k / kPer);
-  const size_t blocks_per_row = (size_t(k) + kFp8Block - 1) / kFp8Block;
+  const size_t blocks_per_row = fp8_blocks(size_t(k));
   for (size_t g = blockIdx.x * size_t(blockDim.x) + threadIdx.x; g < groups; g += size_t(gridDim.x) * blockDim.x) {
     const size_t i = g * kPer, row = i / k;
     const float s = Mode == fp8_scale_mode::block128

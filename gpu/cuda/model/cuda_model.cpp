@@ -135,8 +135,8 @@ class uploader {
 
   /// The views' stored E4M3 bytes and their block scales (as fp32), concatenated along rows.
   result<device_weight> block_weight(const std::vector<const tensor_view*>& views, size_t rows, size_t cols) {
-    const size_t block_cols = (cols + kFp8Block - 1) / kFp8Block;
-    const size_t block_rows = (rows + kFp8Block - 1) / kFp8Block;
+    const size_t block_cols = fp8_blocks(cols);
+    const size_t block_rows = fp8_blocks(rows);
     std::vector<float> scales(block_rows * block_cols);
     void* dst = nullptr;
     if (auto st = m_.alloc(&dst, rows * cols); !st) return st.err();
@@ -144,7 +144,7 @@ class uploader {
     if (auto st = m_.alloc(&scale, scales.size() * sizeof(float)); !st) return st.err();
     size_t row = 0;
     for (auto* v : views) {
-      const size_t r = size_t(v->shape[0]), n = (r + kFp8Block - 1) / kFp8Block * block_cols;
+      const size_t r = size_t(v->shape[0]), n = fp8_blocks(r) * block_cols;
       upcast_to_f32(v->scale->data, v->scale->dtype, n, scales.data() + row / kFp8Block * block_cols);
       AS_CUDA_TRY(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + row * cols, v->data, r * cols,
                                   cudaMemcpyHostToDevice, s_));
