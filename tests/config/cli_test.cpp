@@ -5,6 +5,7 @@
 #include <string>
 
 #include "config/cli.hpp"
+#include "scratch_dir.hpp"
 
 using namespace actorserve;
 
@@ -184,7 +185,8 @@ TEST(Cli, TheApiKeyComesFromTheEnvironmentOrAFile) {
   ::unsetenv("ACTORSERVE_API_KEY");
   ASSERT_TRUE(cl.ok()) << cl.err().message;
   EXPECT_EQ(cl->engine.server.api_key, "from-env");
-  const std::string file = ::testing::TempDir() + "/api_key.txt";
+  const actorserve::testing::scratch_dir dir("cli_api_key");
+  const std::string file = (dir / "api_key.txt").string();
   FILE* f = std::fopen(file.c_str(), "w");
   ASSERT_NE(f, nullptr);
   std::fputs("from-file\n", f);
@@ -262,19 +264,19 @@ TEST(Cli, NcclLibraryTakesAFileAndRefusesAMissingOneNamingIt) {
   auto cl = parse({"serve", "m"});
   ASSERT_TRUE(cl.ok()) << cl.err().message;
   EXPECT_TRUE(cl->engine.executor.nccl_library.empty());
-  const std::string file = ::testing::TempDir() + "cli_test_libnccl.so.2";
+  const actorserve::testing::scratch_dir dir("cli_nccl_library");
+  const std::string file = (dir / "libnccl.so.2").string();
   std::FILE* f = std::fopen(file.c_str(), "w");
   ASSERT_NE(f, nullptr);
   std::fclose(f);
   cl = parse({"serve", "m", "--nccl-library", file.c_str()});
   ASSERT_TRUE(cl.ok()) << cl.err().message;
   EXPECT_EQ(cl->engine.executor.nccl_library, file);
-  std::remove(file.c_str());
   cl = parse({"serve", "m", "--nccl-library", "/no/such/dir/libnccl.so.2"});
   ASSERT_FALSE(cl.ok());
   EXPECT_NE(cl.err().message.find("--nccl-library"), std::string::npos) << cl.err().message;
   EXPECT_NE(cl.err().message.find("/no/such/dir/libnccl.so.2"), std::string::npos) << cl.err().message;
-  cl = parse({"serve", "m", "--nccl-library", ::testing::TempDir().c_str()});
+  cl = parse({"serve", "m", "--nccl-library", dir.path().c_str()});
   ASSERT_FALSE(cl.ok()) << "a directory is no library";
   EXPECT_NE(cl.err().message.find("--nccl-library"), std::string::npos) << cl.err().message;
 }
