@@ -81,32 +81,6 @@ TEST(MoeGemmTile, TheChoiceFollowsTheAverageRowsPerExpert) {
   EXPECT_TRUE(cuda::moe_gemm_tile_runs(moe_gemm_tile::m128, moe_gemm_tile::m128));
 }
 
-TEST(MoeGemmTile, CublasPiecesAreEqualAndCoverTheRows) {
-  EXPECT_EQ(cuda::moe_cublas_pieces(0, 2048), 0);
-  EXPECT_EQ(cuda::moe_cublas_pieces(5, 0), 0);  // no scratch: the path never runs
-  // Mixtral-8x7B's experts in an 8,192-token chunk, about 2,048 rows each: one piece, or two
-  // halves, never 2,048 and a remainder of a few rows.
-  EXPECT_EQ(cuda::moe_cublas_pieces(2048, 2048), 1);
-  EXPECT_EQ(cuda::moe_cublas_pieces(2049, 2048), 2);
-  EXPECT_EQ(cuda::moe_cublas_piece_rows_at(2049, 2, 0), 1025);
-  EXPECT_EQ(cuda::moe_cublas_piece_rows_at(2049, 2, 1), 1024);
-  for (int rows : {1, 7, 2047, 2048, 2049, 2090, 4097, 10000})
-    for (int cap : {1, 3, 1000, 2048}) {
-      const int pieces = cuda::moe_cublas_pieces(rows, cap);
-      int sum = 0, least = rows, most = 0;
-      for (int i = 0; i < pieces; ++i) {
-        const int m = cuda::moe_cublas_piece_rows_at(rows, pieces, i);
-        sum += m;
-        least = std::min(least, m);
-        most = std::max(most, m);
-      }
-      EXPECT_EQ(sum, rows) << rows << " rows, cap " << cap;
-      EXPECT_LE(most, cap) << rows << " rows, cap " << cap;
-      EXPECT_LE(most - least, 1) << rows << " rows, cap " << cap;
-      EXPECT_EQ(pieces, (rows + cap - 1) / cap) << "as few pieces as fit";
-    }
-}
-
 TEST(MoeGemmTile, ThresholdsFromABenchmarkPlaceTheDecodeTiles) {
   // The m48 range switched on, as a decode table would set it: m16 up to 12 rows an expert, m32
   // to 23, m48 from 24 to the prefill tiles, whatever prefill tile the device caps at.

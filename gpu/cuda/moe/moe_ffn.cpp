@@ -166,19 +166,16 @@ status moe_ffn::run_experts_cublas(gemm_runner& gemm, const device_experts& w, c
   // gate/up: an expert's [2 x inter][hidden] weights are its gate rows, then its up rows, so one
   // GEMM gives each row's gate in columns [0, inter) and its up in [inter, 2 x inter), rounded to
   // dt (run_act), which silu_and_mul_act reads: the grouped GEMM's epilogue's numbers, summed in
-  // cuBLAS's order. In equal pieces of at most cublas_piece_rows_ rows (the scratch behind the
-  // rows; moe_cublas_pieces).
+  // cuBLAS's order. In pieces of at most cublas_piece_rows_ rows (the scratch behind the rows).
   const auto* gate_up_w = static_cast<const uint8_t*>(w.gate_up);
   auto* act = static_cast<uint8_t*>(act_);
   for (int e = 0; e < E; ++e) {
     const void* we = gate_up_w + size_t(e) * 2 * inter_ * hidden_ * es;
-    const int expert_rows = off[e + 1] - off[e], pieces = moe_cublas_pieces(expert_rows, cublas_piece_rows_);
-    for (int i = 0, r0 = off[e]; i < pieces; ++i) {
-      const int m = moe_cublas_piece_rows_at(expert_rows, pieces, i);
+    for (int r0 = off[e]; r0 < off[e + 1]; r0 += cublas_piece_rows_) {
+      const int m = std::min(cublas_piece_rows_, off[e + 1] - r0);
       const void* rows = gathered + size_t(r0) * hidden_ * es;
       if (auto st = gemm.run_act(dt_, rows, m, hidden_, we, 2 * inter_, cublas_scratch_); !st) return st;
       AS_CUDA_TRY(silu_and_mul_act(dt_, cublas_scratch_, m, inter_, act + size_t(r0) * inter_ * es, s));
-      r0 += m;
     }
   }
   // down: y_ rows of expert e = its act_ rows x its [hidden][inter] down weights^T, in fp32

@@ -118,17 +118,6 @@ constexpr int moe_cublas_min_rows_for(int inter, int hidden) {
   return static_cast<int>(rows > moe_cublas_min_rows_floor ? (rows < (1 << 30) ? rows : 1 << 30) : moe_cublas_min_rows_floor);
 }
 
-/// The per-expert cuBLAS path's gate/up pieces: an expert's `rows` permuted rows in as few pieces
-/// of at most `cap` rows as hold them, of equal size within one row (piece `i` of `pieces`). Equal,
-/// not `cap` and a remainder: a GEMM of a few rows still reads all of the expert's weights (on
-/// Mixtral-8x7B 117 MB, ~30 µs of an H200's bandwidth), and an 8,192-token chunk routes about
-/// 2,048 +- 40 rows to each of Mixtral-8x7B's experts, so half of them would run such a remainder
-/// behind a 2,048-row piece.
-constexpr int moe_cublas_pieces(int rows, int cap) { return rows > 0 && cap > 0 ? (rows + cap - 1) / cap : 0; }
-constexpr int moe_cublas_piece_rows_at(int rows, int pieces, int i) {
-  return rows / pieces + (i < rows % pieces ? 1 : 0);
-}
-
 /// cuda_tuning::moe_cublas_min_rows_per_expert's default: moe_cublas_min_rows_for the model's
 /// experts (a count of 0 or more overrides it).
 inline constexpr int moe_cublas_rows_by_expert_size = -1;
