@@ -89,6 +89,16 @@ constexpr int kTiles = mla_max_rank / 64;   ///< mma n-tiles of 8 latent values 
 /// tiles in flight (150 KB at V2's 576) cover an SM's share of HBM bandwidth times its latency.
 constexpr int kStages = 2;
 static_assert(mla_min_piece % kKeys == 0, "pieces of whole tiles");
+/// Warps that compute a tile's scores (8 keys each); the others issue the next tile's copies
+/// meanwhile, so the block-table reads before those copies never delay the scores.
+constexpr int kScoreWarps = kKeys / 8;
+static_assert(kScoreWarps < kWarps, "copying warps left over");
+/// Independent mma accumulators a score warp runs over the 16-wide slices of the dot product
+/// (slice i into chain i % kScoreChains, summed at the end): four dependent chains of 9 mmas at
+/// V2's 576 instead of one of 36.
+constexpr int kScoreChains = 4;
+/// Query float4s a thread loads at once, all in flight: the widest latent's 16 rows.
+constexpr int kQLoads = (kHeads * (mla_max_rank + mla_max_rope_dim) / 4 + kThreads - 1) / kThreads;
 
 /// Row stride (elements) of the query and key tiles in shared memory: W rounded up to the mma's k
 /// of 16, plus 8, so that a warp's 32-bit fragment loads meet no bank conflict at V2's 576.
@@ -216,9 +226,9 @@ __device__ __forceinline__ row_pieces pieces_of(const latent_attention_args& a, 
 /// (mma.sync m16n8k16, the CTA's 16 heads its rows): warp w accumulates latent values [64 w,
 /// 64 w + 64) of every head in the mma's C layout (rows lane / 4 and lane / 4 + 8, values
 /// 8 i + 2 (lane % 4) and the next of n-tile i). The key tiles stream through a kStages ring of
-/// cp.async copies (a warp a key row, a lane 16 bytes), tile i + 1's in flight while tile i is
-/// used. With one piece the CTA writes its heads' normalised output; with more, its piece's
-/// partials, and the last piece's CTA merges them.
+/// cp.async copies (by the warps past kScoreWarps: a warp a key row, a lane 16 bytes), tile
+/// i + 1's in flight while tile i is used. With one piece the CTA writes its heads' normalised
+/// output; with more, its piece's partials, and the last piece's CTA merges them.
 template <class T>
 __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(latent_attention_args a) {
   extern __shared__ float smem[];
@@ -245,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
   // zero probability times a NaN would still be NaN).
   const auto issue = [&](int tile, int stage) {
     const int k0 = kb + tile * kKeys;
-    for (int j = warp; j < kKeys; j += kWarps) {
+    for (int j = warp - kScoreWarps; j >= 0 && j < kKeys; j += kWarps - kScoreWarps) {
       const int key = k0 + j;
       const bool ok = key < ke;
       const T* src = ok ? cache + (size_t(table[key / a.block_size]) * a.block_size + key % a.block_size) * W : cache;
@@ -254,14 +264,26 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
     }
   };
   attn_dev::kv_ring_start<kStages>(ntiles, issue);
-  // The key tiles' columns [W, Ws) zeros (the scores' mma reads up to K16; the copies write [0, W));
-  // the query rounded to T for the tensor cores, its columns past W zeros.
-  const int pad = (Ws - W) / 8;
-  for (int i = threadIdx.x; i < kStages * kKeys * pad; i += kThreads)
-    reinterpret_cast<uint4*>(k_s + size_t(i / pad) * Ws + W)[i % pad] = make_uint4(0, 0, 0, 0);
-  for (int i = threadIdx.x; i < kHeads * Ws; i += kThreads) {
-    const int hh = h0 + i / Ws, d = i % Ws;
-    q_s[i] = from_f32<T>(hh < H && seq >= 0 && d < W ? a.q_abs[(size_t(t) * H + hh) * W + d] : 0.0f);
+  // The query's and the key tiles' columns [W, Ws) zeros (the scores' mma reads up to K16; the
+  // copies write [0, W)); the query rounded to T for the tensor cores, every float4 of a thread
+  // loaded before the first is stored (all in flight at once).
+  const int pad = (Ws - W) / 8, qv = W / 4;  // 16-byte pieces past W a row; float4s of a query row
+  for (int i = threadIdx.x; i < (kStages * kKeys + kHeads) * pad; i += kThreads)
+    reinterpret_cast<uint4*>(q_s + size_t(i / pad) * Ws + W)[i % pad] = make_uint4(0, 0, 0, 0);
+  float4 qx[kQLoads];
+#pragma unroll
+  for (int k = 0; k < kQLoads; ++k) {
+    const int i = threadIdx.x + k * kThreads, hh = h0 + i / qv;
+    qx[k] = i < kHeads * qv && hh < H && seq >= 0
+                ? __ldg(reinterpret_cast<const float4*>(a.q_abs + (size_t(t) * H + hh) * W) + i % qv)
+                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+#pragma unroll
+  for (int k = 0; k < kQLoads; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    if (i < kHeads * qv)
+      *reinterpret_cast<uint2*>(q_s + size_t(i / qv) * Ws + (i % qv) * 4) =
+          make_uint2(attn_dev::elem<T>::pack(qx[k].x, qx[k].y), attn_dev::elem<T>::pack(qx[k].z, qx[k].w));
   }
   if (threadIdx.x < kHeads) {
     m_s[threadIdx.x] = -INFINITY;
@@ -273,18 +295,28 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
     attn_dev::kv_ring_next<kStages>(tile, ntiles, issue);
     const T* kt = k_s + size_t(tile % kStages) * kKeys * Ws;
     const int nk = min(kKeys, ke - (kb + tile * kKeys));
-    // Scores on tensor cores: warp w < kKeys / 8 takes keys [8w, 8w + 8) of the 16 heads, one
-    // mma.sync m16n8k16 per 16 dimensions (A: the query tile's rows, B: the keys' rows).
+    // Scores on tensor cores: warp w < kScoreWarps takes keys [8w, 8w + 8) of the 16 heads, one
+    // mma.sync m16n8k16 per 16 dimensions (A: the query tile's rows, B: the keys' rows), the
+    // slices spread over kScoreChains accumulators.
     static_assert(kHeads == 16, "the mma's 16 rows");
-    if (warp < kKeys / 8) {
+    if (warp < kScoreWarps) {
       const T* qa = q_s + size_t(grp) * Ws + c2;
       const T* kr = kt + size_t(warp * 8 + grp) * Ws + c2;
-      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-      for (int kd = 0; kd < K16; kd += 16) {
-        const uint32_t af[4] = {ld32(qa + kd), ld32(qa + 8 * Ws + kd), ld32(qa + kd + 8), ld32(qa + 8 * Ws + kd + 8)};
-        attn_dev::elem<T>::mma(c, af, ld32(kr + kd), ld32(kr + kd + 8));
+      float cc[kScoreChains][4] = {};
+      for (int kd0 = 0; kd0 < K16; kd0 += 16 * kScoreChains) {
+#pragma unroll
+        for (int ch = 0; ch < kScoreChains; ++ch) {
+          const int kd = kd0 + 16 * ch;
+          if (kd >= K16) break;
+          const uint32_t af[4] = {ld32(qa + kd), ld32(qa + 8 * Ws + kd), ld32(qa + kd + 8),
+                                  ld32(qa + 8 * Ws + kd + 8)};
+          attn_dev::elem<T>::mma(cc[ch], af, ld32(kr + kd), ld32(kr + kd + 8));
+        }
       }
+      float c[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[e] = (cc[0][e] + cc[1][e]) + (cc[2][e] + cc[3][e]);
+      static_assert(kScoreChains == 4, "the sum above");
       const int j = warp * 8 + c2;
       s_s[grp * kKeys + j] = j < nk ? c[0] * a.scale : -INFINITY;
       s_s[grp * kKeys + j + 1] = j + 1 < nk ? c[1] * a.scale : -INFINITY;
@@ -293,18 +325,30 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
     }
     __syncthreads();
     // Online softmax: a warp per head, a lane per key (scores past nk are -inf: exp gives 0).
+    // A warp's heads side by side, so that their shuffle reductions overlap.
     static_assert(kKeys == 32, "a lane per key");
-    for (int hh = warp; hh < kHeads; hh += kWarps) {
-      float* s = s_s + hh * kKeys;
-      const float m_old = m_s[hh];
-      const float mx = fmaxf(m_old, warp_max(s[lane]));
-      const float e = expf(s[lane] - mx);
-      s[lane] = e;
-      const float sum = warp_sum(e);
-      if (lane == 0) {
-        const float alpha = expf(m_old - mx);  // exp(-inf) = 0 on the first tile
-        m_s[hh] = mx;
-        l_s[hh] = l_s[hh] * alpha + sum;
+    constexpr int kWarpHeads = kHeads / kWarps;
+    static_assert(kHeads % kWarps == 0, "heads spread evenly over the warps");
+    float sv[kWarpHeads], mx[kWarpHeads], sum[kWarpHeads];
+#pragma unroll
+    for (int k = 0; k < kWarpHeads; ++k) sv[k] = s_s[(warp + k * kWarps) * kKeys + lane];
+#pragma unroll
+    for (int k = 0; k < kWarpHeads; ++k) mx[k] = warp_max(sv[k]);
+#pragma unroll
+    for (int k = 0; k < kWarpHeads; ++k) {
+      mx[k] = fmaxf(m_s[warp + k * kWarps], mx[k]);
+      sv[k] = expf(sv[k] - mx[k]);
+      s_s[(warp + k * kWarps) * kKeys + lane] = sv[k];
+    }
+#pragma unroll
+    for (int k = 0; k < kWarpHeads; ++k) sum[k] = warp_sum(sv[k]);
+    if (lane == 0) {
+#pragma unroll
+      for (int k = 0; k < kWarpHeads; ++k) {
+        const int hh = warp + k * kWarps;
+        const float alpha = expf(m_s[hh] - mx[k]);  // exp(-inf) = 0 on the first tile
+        m_s[hh] = mx[k];
+        l_s[hh] = l_s[hh] * alpha + sum[k];
         alpha_s[hh] = alpha;
       }
     }
