@@ -119,8 +119,8 @@ static_assert(mla_ctas_per_sm * (attention_smem(mla_max_rank + mla_max_rope_dim)
 __device__ __forceinline__ uint32_t ld32(const void* p) { return *static_cast<const uint32_t*>(p); }
 
 /// Partial vectors of one piece a thread of the merge loads at once, two pieces' in flight: V2's
-/// 16 heads x 512 in two even sweeps of float4s. 8 would raise attention_kernel's registers from
-/// 73 to 110: two CTAs an SM instead of three.
+/// 16 heads x 512 in two even sweeps of float4s. 8 would push attention_kernel from 106 registers
+/// to the 128 cap of two CTAs an SM, with spills.
 constexpr int kMergeVecs = 4;
 
 /// Reads V floats at p (16-byte aligned for V = 4) from L2, past L1, which may hold no copy
