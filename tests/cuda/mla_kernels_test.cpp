@@ -161,8 +161,9 @@ TEST_P(CudaMla, LatentAttentionMatchesAHostLoopInOnePieceAndSplit) {
                                     {20, 64, 16, 7, {97, 1, 33, 0, 64}},    // two CTAs of heads, the second partial
                                     {16, 512, 64, 64, {300, 1, 129}},       // DeepSeek-V2-Lite's widths
                                     {16, 512, 64, 16, {1100}},              // V2-Lite's batch-1 decode
-                                    // Up to 9 pieces of 256 keys (2100), pieces ending mid-tile
-                                    // (700), one whole piece (256) and a last one of one key (257).
+                                    // 16 pieces of 160 keys (2100), pieces ending mid-tile (700),
+                                    // a context shorter than a tile (31), pieces of mla_min_piece
+                                    // keys (256) and a last one of one key (257).
                                     {16, 512, 64, 16, {2100, 31, 0, 700, 256, 257}}};
   for (const attention_shape& sh : shapes) {
     latent_attention_case c(dt, sh);
