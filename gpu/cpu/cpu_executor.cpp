@@ -67,8 +67,8 @@ result<int64_t> plan_num_blocks(const cpu_executor_options& opts, const shard_pl
     const int64_t num_blocks = *opts.kv_cache_memory_bytes / static_cast<int64_t>(shard_block);
     if (num_blocks < 1 || num_blocks > INT32_MAX)
       return make_error(error_code::out_of_memory,
-                        fmt::format("--kv-cache-memory-bytes {}: holds {} KV blocks of {} bytes (a shard's block of "
-                                    "{} tokens); give between one block and {} blocks",
+                        fmt::format("--kv-cache-memory-bytes {}: holds {} KV blocks of {} bytes (a shard's fp32 K and "
+                                    "V of {} tokens in every layer); a pool takes 1 to {} blocks",
                                     *opts.kv_cache_memory_bytes, num_blocks, shard_block, opts.block_size, INT32_MAX));
     return num_blocks;
   }
