@@ -329,6 +329,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     last_aa.q = rows_q_;
     last_aa.q_stride = H * D;
     last_aa.q16 = nullptr;
+    last_aa.older_keys_cached = false;  // a sampled prefill row's keys are all this step's
     use_plan(last_aa, meta_, last_layer_work(layout_), shape.last_attn);
   }
   const int32_t* sample_row_ids = at<int32_t>(meta_, layout_.sample_rows);

@@ -38,6 +38,10 @@ struct backend_case {
   std::vector<seq_spec> seqs;
   std::vector<shared_prefix> groups = {};  ///< planned as cascade groups, when given
   int window = 0;                            ///< sliding window (attention_shape::window; 0: none)
+  /// With `late`: every key and value, not only the newest rows, is written by the late kernel,
+  /// as for the sampled rows of a prefill-carrying step's last layer (attn_launch::
+  /// older_keys_cached false).
+  bool all_keys_late = false;
 };
 
 /// Runs `c` through `backend` (decode grid forced to `decode_grid` when > 0, which makes the
@@ -120,7 +124,12 @@ backend_outputs run_backend_outputs(act_dtype dt, kv_cache_layout layout, const 
   // Late: the newest rows poisoned (NaN; 448 for E4M3, whose NaN code reads as 480) until the copy.
   std::vector<uint16_t> k_now = in.k_cache, v_now = in.v_cache;
   std::vector<uint8_t> k8_now = k8, v8_now = v8;
-  if (late)
+  if (late && c.all_keys_late) {
+    std::fill(k_now.begin(), k_now.end(), uint16_t(0xffff));
+    std::fill(v_now.begin(), v_now.end(), uint16_t(0xffff));
+    std::fill(k8_now.begin(), k8_now.end(), uint8_t(0x7e));
+    std::fill(v8_now.begin(), v8_now.end(), uint8_t(0x7e));
+  } else if (late) {
     for (const cuda::attn_seq& s : seqs) {
       const int pos = s.context_len - 1;
       const size_t row = (size_t(in.block_tables[s.bt_offset + pos / bs]) * bs + pos % bs) * KVH * D;
@@ -131,6 +140,7 @@ backend_outputs run_backend_outputs(act_dtype dt, kv_cache_layout layout, const 
         std::fill_n(v8_now.begin() + row, KVH * D, uint8_t(0x7e));
       }
     }
+  }
   dev_vec<uint8_t> d_k8(e4m3 ? k8_now : std::vector<uint8_t>(1)), d_v8(e4m3 ? v8_now : std::vector<uint8_t>(1));
   dev_vec<uint8_t> d_k8_late(e4m3 ? k8 : std::vector<uint8_t>(1)), d_v8_late(e4m3 ? v8 : std::vector<uint8_t>(1));
   dev_vec<float> d_q(in.q), d_q_late(in.q);
@@ -175,6 +185,7 @@ backend_outputs run_backend_outputs(act_dtype dt, kv_cache_layout layout, const 
   a.head_dim = D;
   a.block_size = bs;
   a.scale = 1.0f / std::sqrt(float(D));
+  a.older_keys_cached = !c.all_keys_late;
   if (e4m3) {
     a.k_cache = d_k8.get();
     a.v_cache = d_v8.get();
@@ -421,6 +432,28 @@ TEST_P(AttentionBackend, DecodeWaitsForLateQueryAndNewestKv) {
                 split ? " (split)" : "", err);
     EXPECT_LT(err, 1e-2) << split;
   }
+}
+
+TEST_P(AttentionBackend, SampledPrefillRowsWaitForAllTheirKeys) {
+  const auto [dt, layout] = GetParam();
+  // The last layer of a prefill-carrying step attends from the sampled rows only, as decodes
+  // whose whole chunk of keys the step's rope_kv_write wrote: nothing may be copied before the
+  // dependency wait. Every key is poisoned until the late kernel writes it; chunks of 63 and 333
+  // tokens (several leading tiles), a long one that splits, and a strided grid; flash-decoding
+  // at an awkward block size (its cp.async kernel) and at 64 tokens (its TMA kernel).
+  const std::vector<seq_spec> seqs = {{63, 1}, {333, 1}, {17, 1}, {1000, 1}};
+  const bool fd = layout == kv_cache_layout::flash_decoding;
+  for (int bs : fd ? std::vector<int>{block_size(16), 64} : std::vector<int>{16})
+    for (bool split : {false, true}) {
+      backend_case c{32, 8, 128, bs, split ? std::vector<seq_spec>{{5000, 1}} : seqs};
+      c.all_keys_late = true;
+      for (int grid : {0, 3}) {
+        const double err = run_backend_case(dt, layout, c, 41, grid, true);
+        std::printf("backend %s block %d all keys late%s grid %d: max abs err / max abs ref %.3g\n",
+                    to_string(layout), bs, split ? " (split)" : "", grid, err);
+        EXPECT_LT(err, 1e-2) << "block " << bs << (split ? " split" : "") << " grid " << grid;
+      }
+    }
 }
 
 TEST_P(AttentionBackend, CascadeMatchesReference) {

@@ -19,11 +19,12 @@ __device__ __forceinline__ void allow_dependents() { dev::pdl_launch_dependents(
 __device__ __forceinline__ void wait_for_previous_kernel() { dev::pdl_wait(); }
 
 /// Whether the rows [k0, min(k0 + n, kv_end)) of a decode piece precede its sequence's newest
-/// key (context_len - 1, written by this step's rope_kv_write), so may be copied before
-/// wait_for_previous_kernel(). The step's metadata (counts, items, sequences, block tables) is
-/// copied from the host before the step's first kernel and is always safe to read.
-__device__ __forceinline__ bool rows_precede_newest(int k0, int n, int kv_end, int context_len) {
-  return min(kv_end, k0 + n) < context_len;
+/// key (context_len - 1, written by this step's rope_kv_write) and were cached before this step
+/// (attn_launch::older_keys_cached), so may be copied before wait_for_previous_kernel(). The
+/// step's metadata (counts, items, sequences, block tables) is copied from the host before the
+/// step's first kernel and is always safe to read.
+__device__ __forceinline__ bool rows_precede_newest(const attn_launch& a, int k0, int n, int kv_end, int context_len) {
+  return a.older_keys_cached && min(kv_end, k0 + n) < context_len;
 }
 
 /// Merges the NW warps' states of the same 16 rows (each warp saw different keys) through

@@ -87,7 +87,7 @@ __device__ __forceinline__ void fd_decode_item(const attn_launch& a, const attn_
   // Leading tiles older than the newest key before the dependency wait, Q right after it (its
   // loads do not queue behind the rest of the copies), the remaining prologue tiles next.
   int s = 0;
-  for (; s < kSt - 1 && s < ntiles && rows_precede_newest(it.kv_begin + s * kTile, kTile, it.kv_end, it.context_len);
+  for (; s < kSt - 1 && s < ntiles && rows_precede_newest(a, it.kv_begin + s * kTile, kTile, it.kv_end, it.context_len);
        ++s)
     issue(s);
   wait_for_previous_kernel();
@@ -182,7 +182,7 @@ __device__ __forceinline__ void fd_decode_item_tma(const attn_launch& a, const k
   };
   // As fd_decode_item: tiles older than the newest key before the dependency wait, then Q.
   int s = 0;
-  for (; s < kSt - 1 && s < ntiles && rows_precede_newest(it.kv_begin + s * kTile, kTile, it.kv_end, it.context_len);
+  for (; s < kSt - 1 && s < ntiles && rows_precede_newest(a, it.kv_begin + s * kTile, kTile, it.kv_end, it.context_len);
        ++s)
     issue(s);
   wait_for_previous_kernel();
@@ -275,7 +275,7 @@ __device__ __forceinline__ void vllm_decode_item(const attn_launch& a, const att
   // dependency wait, Q, the rest of the prologue.
   int s = 0;
   for (; s < kSt - 1 && s < mine &&
-         rows_precede_newest(it.kv_begin + (warp + s * kWarps) * kU, kU, it.kv_end, it.context_len);
+         rows_precede_newest(a, it.kv_begin + (warp + s * kWarps) * kU, kU, it.kv_end, it.context_len);
        ++s)
     issue(s);
   wait_for_previous_kernel();

@@ -96,6 +96,11 @@ struct attn_launch {
   /// [max(0, p - window + 1), p]. Filled by the backend in run() from attention_shape::window,
   /// which its plan() also reads (items start at the tile holding the first key in the window).
   int window = 0;
+  /// Every decode row's keys before its newest one were in the cache before this step, so a
+  /// decode piece may copy them before waiting for the previous kernel (rope_kv_write's K/V
+  /// writes). False for the sampled rows of a prefill-carrying step's last layer: there a row's
+  /// whole chunk of keys was written by this step, and nothing is copied before the wait.
+  bool older_keys_cached = true;
 };
 
 /// The first key a query at position `pos` sees under `window` (attn_launch::window; 0: none,
