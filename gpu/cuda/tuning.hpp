@@ -64,7 +64,9 @@ struct bulk_gemv_tuning {
   bool plain = true;    ///< the plain GEMV at m = 1 with beta 0 (o, down, lm_head)
   bool qkv = true;      ///< the QKV + rope GEMV
   bool gate_up = true;  ///< the gate/up + SiLU GEMV
-  bool fp8 = true;      ///< the FP8 GEMV at m = 1 (gemm_runner; fp8_gemv_bulk.hpp)
+  /// The FP8 GEMVs at m = 1 (fp8_gemv_bulk.hpp): gemm_runner's, and with qkv / gate_up the fused
+  /// FP8 ones (fp8_gemv_fused.hpp).
+  bool fp8 = true;
   /// 4 blocks per SM of 3 16-KiB stages: 196 KiB of shared memory an SM, so the next kernel's
   /// blocks are placed as this one's leave, evenly.
   int blocks_per_sm = 4;

@@ -13,6 +13,7 @@
 
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/linear/fp8_linear.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/cuda/tuning.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -32,5 +33,15 @@ bool fp8_gemv_bulk_supported(const void* x, int k, const void* q);
 int fp8_gemv_bulk(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale, int n, float* y,
                   float beta, cudaStream_t s, fp8_scale_mode mode = fp8_scale_mode::per_row,
                   const bulk_gemv_tuning& bulk = {});
+
+/// The fused one-token FP8 GEMVs of fp8_gemv_fused.hpp (per-row scales) on the ring: the same
+/// outputs as there, bit for bit. The QKV + rope GEMV takes groups of bulk.qkv_pairs rotary pairs
+/// (1 or 2: 2 or 4 rows), the gate/up + SiLU GEMV groups of rows_per_block rows (2 or 4: half gate
+/// rows, half their up rows). Operands fp8_gemv_bulk_supported refuses return
+/// cudaErrorInvalidValue (nothing launched). Returns the launch's cudaError_t.
+int fp8_gemv_bulk_qkv_rope(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale,
+                           const rope_kv_args& a, cudaStream_t s, const bulk_gemv_tuning& bulk = {});
+int fp8_gemv_bulk_gate_up_silu(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale, int inter,
+                               void* act, int rows_per_block, cudaStream_t s, const bulk_gemv_tuning& bulk = {});
 
 }  // namespace actorserve::gpu::cuda
