@@ -292,19 +292,20 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   // One token: the qkv and gate/up projections fuse the element-wise kernel after them into their
   // GEMVs (gemv_kernel.hpp for 16-bit weights, fp8_gemv_fused.hpp for FP8 weights with one scale
   // per row), the QKV one writing the 16-bit or FP8 KV cache as rope_kv_write does. A block-scaled
-  // FP8 weight (128 x 128 scales) has no fused GEMV: it takes the FP8 GEMV and the element-wise
-  // kernel after it, as does an FP8 weight the FP8 GEMV cannot take. Qwen3's q/k norm sits between
-  // the QKV projection and rope, so its qkv takes the unfused path: the projection into fp32 qkv_,
-  // qk_rmsnorm in place (with the bias), then rope_kv_write.
+  // FP8 weight (128 x 128 scales) has no fused GEMV, nor has an FP8 weight the FP8 GEMV cannot
+  // take (fp8_gemv_supported): their projection (gemm_runner; the block-scaled FP8 GEMV) and the
+  // element-wise kernel after it run instead. Qwen3's q/k norm sits between the QKV projection and
+  // rope, so its qkv takes the unfused path: the projection into fp32 qkv_, qk_rmsnorm in place
+  // (with the bias), then rope_kv_write.
   const bool fused = n == 1 && tuning.fused_decode && hidden % 8 == 0;
-  const auto fuses = [&](const device_weight& wt) {
+  const auto fuses = [&](const device_weight& wt) {  // whether wt's projection takes a fused GEMV
     return !wt.fp8() ||
            (!wt.block_scaled() && fp8_gemv_supported(x_, 1, hidden, static_cast<const uint8_t*>(wt.data)));
   };
   const bool qk_norm = c.qk_norm;
   const bool fused_qkv = fused && !qk_norm && std::all_of(m.layers.begin(), m.layers.end(), [&](const device_layer& l) {
-                           return l.mla.kv_b_proj != nullptr || fuses(l.qkv);
-                         });
+    return l.mla.kv_b_proj != nullptr || fuses(l.qkv);  // latent attention has no qkv
+  });
   qk_norm_args na{.qkv = qkv_, .eps = eps, .n = n, .num_heads = H, .num_kv_heads = KVH, .head_dim = D};
   // Prefill tiles copy rope's 16-bit queries in; then rope writes the fp32 q of decode tokens
   // only, and reads the QKV GEMM's output rounded to the activation dtype (half the bytes; not

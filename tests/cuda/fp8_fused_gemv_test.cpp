@@ -54,7 +54,8 @@ gpu::bulk_gemv_tuning ring_of(int qkv_pairs) {
   t.qkv_pairs = qkv_pairs;
   return t;
 }
-const where kWheres[] = {{"registers", false, registers()}, {"ring", true, ring_of(2)}, {"ring, 1 pair", true, ring_of(1)}};
+const where kWheres[] = {
+    {"registers", false, registers()}, {"ring", true, ring_of(2)}, {"ring, 1 pair", true, ring_of(1)}};
 
 bool runs_ring() { return gpu::runs_tma(cuda::loaded_gpu_target()); }
 
@@ -144,7 +145,8 @@ TEST_P(CudaFp8FusedGemv, SixteenBitQkvRopeWritesTheFp8CacheAsRopeKvWrite) {
   uint32_t seed = 950;
   for (const qkv_rope_shape& sh : kShapes) {
     const qkv_rope_case qc(sh);
-    const auto x = random_act_bits(dt, size_t(sh.k), seed++), w = random_act_bits(dt, size_t(qc.width) * sh.k, seed++, 0.2f);
+    const auto x = random_act_bits(dt, size_t(sh.k), seed++);
+    const auto w = random_act_bits(dt, size_t(qc.width) * sh.k, seed++, 0.2f);
     dev_vec<uint16_t> dx(x), dw(w);
     dev_vec<float> qkv_u(static_cast<size_t>(qc.width));
     caches unfused(qc.cache, true);
@@ -221,7 +223,8 @@ TEST_P(CudaFp8FusedGemv, RefusesWhatTheFp8GemvCannotTake) {
               cudaErrorInvalidValue)
         << w.name;
   }
-  EXPECT_EQ(cuda::fp8_gemv_bulk_qkv_rope(dt, dx.get(), sh.k, dq.get(), dscale.get(), a, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::fp8_gemv_bulk_qkv_rope(dt, dx.get(), sh.k, dq.get(), dscale.get(), a, nullptr),
+            cudaErrorInvalidValue);
   EXPECT_EQ(cuda::fp8_gemv_bulk_gate_up_silu(dt, dx.get(), 24, dq.get(), dscale.get(), 4, act.get(), 2, nullptr),
             cudaErrorInvalidValue);
   // Misaligned activations (x one element past a 16-byte boundary) are refused too.

@@ -156,9 +156,11 @@ int fp8_gemv_bulk_gate_up_silu(act_dtype dt, const void* x, int k, const uint8_t
   if (!fp8_gemv_bulk_supported(x, k, q)) return int(cudaErrorInvalidValue);
   int rc = 0;
   if (rows_per_block == 2)
-    AS_DISPATCH_ACT(dt, rc = launch_epilogue<T, 2>(x, k, q, row_scaled<gate_up_epilogue<1>>{{act, inter}, scale}, s, bulk));
+    AS_DISPATCH_ACT(dt, rc = launch_epilogue<T, 2>(x, k, q, row_scaled<gate_up_epilogue<1>>{{act, inter}, scale}, s,
+                                                   bulk));
   else
-    AS_DISPATCH_ACT(dt, rc = launch_epilogue<T, 4>(x, k, q, row_scaled<gate_up_epilogue<2>>{{act, inter}, scale}, s, bulk));
+    AS_DISPATCH_ACT(dt, rc = launch_epilogue<T, 4>(x, k, q, row_scaled<gate_up_epilogue<2>>{{act, inter}, scale}, s,
+                                                   bulk));
   return rc;
 }
 

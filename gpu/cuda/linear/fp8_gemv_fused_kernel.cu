@@ -47,7 +47,8 @@ int launch_fused(const void* x, int k, const uint8_t* q, const Epi& epi, cudaStr
 int fp8_gemv_qkv_rope(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale,
                       const rope_kv_args& a, cudaStream_t s, const bulk_gemv_tuning& bulk) {
   if (!fp8_gemv_supported(x, 1, k, q)) return int(cudaErrorInvalidValue);
-  if (bulk.fp8 && bulk.qkv && fp8_gemv_bulk_supported(x, k, q)) return fp8_gemv_bulk_qkv_rope(dt, x, k, q, scale, a, s, bulk);
+  if (bulk.fp8 && bulk.qkv && fp8_gemv_bulk_supported(x, k, q))
+    return fp8_gemv_bulk_qkv_rope(dt, x, k, q, scale, a, s, bulk);
   int rc = 0;
   AS_DISPATCH_ACT(dt, rc = launch_fused<T, 2>(x, k, q, row_scaled<qkv_rope_epilogue<1>>{{a}, scale}, s));
   return rc;

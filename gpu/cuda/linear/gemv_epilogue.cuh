@@ -15,7 +15,9 @@ namespace actorserve::gpu::cuda::dev::gemv {
 template <int kPairs = 1>
 struct qkv_rope_epilogue {
   rope_kv_args a;
-  __host__ __device__ __forceinline__ int pairs() const { return (a.num_heads + 2 * a.num_kv_heads) * (a.head_dim / 2); }
+  __host__ __device__ __forceinline__ int pairs() const {
+    return (a.num_heads + 2 * a.num_kv_heads) * (a.head_dim / 2);
+  }
   __host__ __device__ __forceinline__ int groups() const { return (pairs() + kPairs - 1) / kPairs; }
   __device__ __forceinline__ int row(int g, int r) const {
     const int half = a.head_dim / 2, p = min(g * kPairs + r % kPairs, pairs() - 1);
