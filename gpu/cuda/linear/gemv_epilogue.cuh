@@ -46,7 +46,7 @@ struct gate_up_epilogue {
     const int r = tid, j = g * kPairs + r;
     if (r >= kPairs || j >= inter) return;
     const float gv = red.total(r, 0), u = red.total(kPairs + r, 0);
-    static_cast<T*>(act)[j] = from_f32<T>(gv / (1.0f + expf(-gv)) * u);
+    static_cast<T*>(act)[j] = silu_mul<T>(gv, u);
   }
 };
 

@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads) gemv_gate_up_silu_kernel(const T* x,
   const int r = threadIdx.x;
   if (r >= kPairs || j0 + r >= inter) return;
   const float g = red.total(r, 0), u = red.total(kPairs + r, 0);
-  act[j0 + r] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+  act[j0 + r] = silu_mul<T>(g, u);
 }
 
 template <class T, int M, int R>

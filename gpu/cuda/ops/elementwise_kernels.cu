@@ -297,7 +297,7 @@ __global__ void silu_mul4_kernel(const float* gu, int n, int inter, T* out) {
     const float ga[4] = {gv.x, gv.y, gv.z, gv.w}, ua[4] = {uv.x, uv.y, uv.z, uv.w};
     T* o = out + size_t(t) * inter + g * 4;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o[e] = from_f32<T>(ga[e] / (1.0f + expf(-ga[e])) * ua[e]);
+    for (int e = 0; e < 4; ++e) o[e] = silu_mul<T>(ga[e], ua[e]);
   }
 }
 
@@ -315,7 +315,7 @@ __global__ void silu_mul8_kernel(const T* gu, int n, int inter, T* out) {
     uint4 raw;
     T* o = reinterpret_cast<T*>(&raw);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) o[e] = from_f32<T>(ga[e] / (1.0f + expf(-ga[e])) * ua[e]);
+    for (int e = 0; e < 8; ++e) o[e] = silu_mul<T>(ga[e], ua[e]);
     *reinterpret_cast<uint4*>(out + size_t(t) * inter + g * 8) = raw;
   }
 }
@@ -328,7 +328,7 @@ __global__ void silu_mul_kernel(const In* gu, int n, int inter, T* out) {
   for (size_t idx = blockIdx.x * size_t(blockDim.x) + threadIdx.x; idx < total; idx += size_t(gridDim.x) * blockDim.x) {
     const size_t t = idx / inter, i = idx % inter;
     const float g = to_f32(gu[t * 2 * inter + i]), u = to_f32(gu[t * 2 * inter + inter + i]);
-    out[idx] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+    out[idx] = silu_mul<T>(g, u);
   }
 }
 
