@@ -41,7 +41,7 @@ struct fp8_store_epilogue {
   const float* scale;
   int n, k;
   float beta;
-  __device__ __forceinline__ int groups() const { return (n + kRows - 1) / kRows; }
+  __host__ __device__ __forceinline__ int groups() const { return (n + kRows - 1) / kRows; }
   __device__ __forceinline__ int row(int g, int r) const { return min(g * kRows + r, n - 1); }
   /// The block scale of load c of row r of group g (block128).
   __device__ __forceinline__ float load_scale(int g, int r, int c) const {
