@@ -3,7 +3,8 @@
 // writing the FP8 KV cache (rope_kv_args::kv_fp8) over FP8 and 16-bit weights, against the
 // unfused launches they replace on the same random operands (fp8_gemv or gemv into fp32, then
 // rope_kv_write or silu_and_mul): q, k and v in qkv, both caches whole (the slot written, nothing
-// else) and SiLU-and-mul's output, all bit for bit.
+// else) and SiLU-and-mul's output, all bit for bit. Then the executor's FP8 one-token steps on the
+// ring against the register kernels.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "cuda_test_util.hpp"
+#include "executor_test_util.hpp"
 #include "fp8_operands.hpp"
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/device_info.hpp"
@@ -23,6 +25,7 @@
 #include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/cuda/tuning.hpp"
 #include "qkv_rope_case.hpp"
+#include "test_data.hpp"
 
 namespace actorserve::testing {
 namespace {
@@ -233,6 +236,45 @@ TEST_P(CudaFp8FusedGemv, RefusesWhatTheFp8GemvCannotTake) {
   for (uint8_t b : c.v.download()) ASSERT_EQ(b, 0xff) << "a refused call wrote the v cache";
   for (float v : qkv.download()) ASSERT_TRUE(std::isnan(v)) << "a refused call wrote qkv";
   for (uint16_t b : act.download()) ASSERT_EQ(b, 0xffff) << "a refused call wrote act";
+}
+
+/// The executor's one-token steps under --quantization fp8 and --kv-cache-dtype fp8: with the
+/// bulk-copy kernels (the default tuning) the logits are those of the register kernels bit for
+/// bit, and both took the fused FP8 GEMVs.
+TEST(CudaFp8FusedExecutor, RingStepsEqualTheRegisterKernels) {
+  AS_REQUIRE_CUDA();
+  if (!runs_ring()) GTEST_SKIP() << "the bulk-copy engine needs compute capability 9.x";
+  const std::string dir = model_dir("llama-hd128-bf16");
+  const int steps = 16;
+  const auto options = [](bool eager, const gpu::bulk_gemv_tuning& bulk) {
+    gpu::cuda_executor_options o = test_options(eager);
+    o.quantize_fp8 = true;
+    o.kv_cache_fp8 = true;
+    o.kv_layout = kv_cache_layout::flash_decoding;  // the FP8 cache's kernels, in 64-token blocks
+    o.block_size = 64;
+    o.tuning.bulk = bulk;
+    return o;
+  };
+  const auto fused_both = [](gpu::executor& ex) {
+    const auto* probe = dynamic_cast<gpu::cuda_executor_probe*>(&ex);
+    return probe->fused_qkv_gemvs() > 0 && probe->fused_gate_up_gemvs() > 0;
+  };
+  auto plain = gpu::make_cuda_executor(dir, options(false, registers()));
+  ASSERT_TRUE(plain.ok()) << plain.err().message;
+  auto [tp, lp] = one_sequence(*plain.value(), steps, {});
+  EXPECT_TRUE(fused_both(*plain.value()));
+  plain.value().reset();
+  for (bool eager : {false, true}) {
+    auto ex = gpu::make_cuda_executor(dir, options(eager, gpu::bulk_gemv_tuning{}));
+    ASSERT_TRUE(ex.ok()) << ex.err().message;
+    auto [tb, lb] = one_sequence(*ex.value(), steps, tp);
+    EXPECT_TRUE(fused_both(*ex.value())) << (eager ? "eager" : "graphs");
+    EXPECT_EQ(tb, tp) << (eager ? "eager" : "graphs");
+    ASSERT_EQ(lb.size(), lp.size());
+    int unequal = 0;
+    for (size_t k = 0; k < lb.size(); ++k) unequal += count_unequal(lb[k], lp[k]);
+    EXPECT_EQ(unequal, 0) << (eager ? "eager" : "graphs") << ": logits differing from the register kernels";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFp8FusedGemv, ::testing::Values(act_dtype::bf16, act_dtype::fp16),
