@@ -20,6 +20,29 @@ CLI::Validator named_choices(const std::map<std::string, T>& choices) {
   return CLI::CheckedTransformer(choices, CLI::ignore_case).description("");
 }
 
+/// --kv-cache-memory-bytes: a positive integer of bytes, or one followed by KiB, MiB or GiB
+/// (binary units, the only suffixes: vLLM's k/K pair of decimal and binary would be ambiguous).
+int64_t parse_kv_cache_bytes(std::string_view text) {
+  static constexpr std::string_view flag = "--kv-cache-memory-bytes";
+  static constexpr std::pair<std::string_view, int> units[] = {{"KiB", 10}, {"MiB", 20}, {"GiB", 30}};
+  int shift = 0;
+  for (const auto& [suffix, bits] : units) {
+    if (text.size() > suffix.size() && text.substr(text.size() - suffix.size()) == suffix) {
+      text.remove_suffix(suffix.size());
+      shift = bits;
+      break;
+    }
+  }
+  int64_t n = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (text.empty() || ec != std::errc{} || ptr != text.data() + text.size())
+    throw CLI::ValidationError(std::string(flag),
+                               fmt::format("'{}' is not a whole number of bytes (optionally KiB, MiB or GiB)", text));
+  if (n < 1) throw CLI::ValidationError(std::string(flag), fmt::format("must be > 0 bytes, got {}", n));
+  if (n > (INT64_MAX >> shift)) throw CLI::ValidationError(std::string(flag), fmt::format("'{}' is too large", text));
+  return n << shift;
+}
+
 void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional_model) {
   auto& m = cfg.model;
   app.add_option("--model", m.model_dir, "Hugging Face model directory (or give it as the first argument)");
@@ -71,9 +94,15 @@ void add_engine_flags(CLI::App& app, engine_config& cfg, std::string& positional
   auto& c = cfg.cache;
   app.add_option("--block-size", c.block_size,
                  "tokens per KV block (default: 64 with flash-decoding, 16 with vllm and on the CPU executor)");
-  app.add_option("--num-gpu-blocks-override", c.num_gpu_blocks_override, "cap the KV pool at N blocks (any executor)");
+  app.add_option("--num-gpu-blocks-override", c.num_gpu_blocks_override,
+                 "cap the KV pool at N blocks (any executor; wins over --kv-cache-memory-bytes)");
   app.add_option("--gpu-memory-utilization", c.gpu_memory_utilization, "fraction of GPU memory to use");
   app.add_option("--cpu-kv-cache-space", c.cpu_kv_cache_gib, "GiB of KV cache for the CPU executor");
+  app.add_option_function<std::string>(
+      "--kv-cache-memory-bytes", [&c](const std::string& v) { c.kv_cache_memory_bytes = parse_kv_cache_bytes(v); },
+      "N[KiB|MiB|GiB]: the KV pool of each GPU (each tensor-parallel shard) in bytes, whatever else uses the "
+      "device; replaces --gpu-memory-utilization and --cpu-kv-cache-space (not given with either); "
+      "--num-gpu-blocks-override wins over it");
   app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", c.enable_prefix_caching,
                "reuse cached KV blocks of shared prompt prefixes");
   static const std::map<std::string, kv_cache_layout> layouts{
@@ -228,6 +257,7 @@ void warn_engine_flags_on_front_end(const CLI::App& serve, std::vector<std::stri
   static const char* const engine_only[] = {
       "--max-model-len", "--dtype", "--load-format", "--max-num-seqs", "--max-num-batched-tokens", "--enable-chunked-prefill",
       "--async-scheduling", "--block-size", "--num-gpu-blocks-override", "--gpu-memory-utilization",
+      "--kv-cache-memory-bytes",
       "--cpu-kv-cache-space", "--enable-prefix-caching", "--paged-kv-cache-type", "--device",
       "--quantization", "--kv-cache-dtype", "--enforce-eager", "--kernels",
       "--profile-steps", "--cpu-threads", "--disable-cascade-attn", "--tensor-parallel-size",
@@ -237,6 +267,26 @@ void warn_engine_flags_on_front_end(const CLI::App& serve, std::vector<std::stri
     if (opt && opt->count() > 0)
       warnings.push_back(fmt::format("{}: no effect on a front end of --engines; give it to `actorserve engine`", flag));
   }
+}
+
+/// --kv-cache-memory-bytes fixes the pool's size, which the utilization (or the CPU space)
+/// would derive instead: given together on the command line they contradict each other.
+/// --num-gpu-blocks-override wins over it (vLLM's order), and the command line says so.
+status check_kv_cache_size_flags(const CLI::App& app, std::vector<std::string>& warnings) {
+  auto given = [&app](const char* flag) {
+    const CLI::Option* opt = app.get_option_no_throw(flag);
+    return opt && opt->count() > 0;
+  };
+  if (!given("--kv-cache-memory-bytes")) return {};
+  for (const char* derived : {"--gpu-memory-utilization", "--cpu-kv-cache-space"}) {
+    if (given(derived))
+      return make_error(error_code::invalid_argument,
+                        fmt::format("--kv-cache-memory-bytes and {} both size the KV cache; give one", derived));
+  }
+  if (given("--num-gpu-blocks-override"))
+    warnings.push_back("--kv-cache-memory-bytes: --num-gpu-blocks-override is given too and sets the KV pool's "
+                       "size in blocks; the byte size has no effect");
+  return {};
 }
 
 /// The model comes from --model or the first argument, not from two different places.
@@ -384,6 +434,10 @@ result<command_line> parse_command_line(int argc, const char* const* argv) {
                         "generate: give --prompt, --prompt-ids or --requests");
     if (auto st = validate(out.generate.sampling); !st)
       return make_error(error_code::invalid_argument, "--" + st.err().message);
+  }
+  for (const CLI::App* sub : {serve, host, gen}) {
+    if (!sub->parsed()) continue;
+    if (auto st = check_kv_cache_size_flags(*sub, out.warnings); !st) return st.err();
   }
   if (auto st = validate(out.engine); !st) return st.err();
   return out;

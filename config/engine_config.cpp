@@ -96,6 +96,8 @@ status validate(const engine_config& cfg) {
   if (c.num_gpu_blocks_override && *c.num_gpu_blocks_override < 1)
     return bad_flag("--num-gpu-blocks-override",
                     fmt::format("must be >= 1, got {}", *c.num_gpu_blocks_override));
+  if (c.kv_cache_memory_bytes && *c.kv_cache_memory_bytes < 1)
+    return bad_flag("--kv-cache-memory-bytes", fmt::format("must be > 0 bytes, got {}", *c.kv_cache_memory_bytes));
   if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0))
     return bad_flag("--gpu-memory-utilization",
                     fmt::format("must be in (0, 1], got {}", c.gpu_memory_utilization));

@@ -64,8 +64,14 @@ struct cache_options {
   /// --block-size (tokens per KV block); unset: the layout's default (cuda_block_size,
   /// cpu_block_size).
   std::optional<int64_t> block_size;
-  std::optional<int64_t> num_gpu_blocks_override;  ///< --num-gpu-blocks-override (any executor)
+  /// --num-gpu-blocks-override (any executor): the pool's size in blocks; it wins over
+  /// --kv-cache-memory-bytes, as in vLLM (the command line warns when both are given).
+  std::optional<int64_t> num_gpu_blocks_override;
   double gpu_memory_utilization = 0.9;      ///< --gpu-memory-utilization
+  /// --kv-cache-memory-bytes: each GPU's (each tensor-parallel shard's) KV pool in bytes, so the
+  /// pool no longer depends on what else uses the device; replaces --gpu-memory-utilization (and
+  /// --cpu-kv-cache-space on the CPU executor).
+  std::optional<int64_t> kv_cache_memory_bytes;
   double cpu_kv_cache_gib = 1.0;            ///< --cpu-kv-cache-space (GiB) for the CPU executor
   bool enable_prefix_caching = true;        ///< --enable-prefix-caching / --no-enable-prefix-caching
   /// --paged-kv-cache-type (the CUDA executor's); unset: cuda_kv_layout's choice.

@@ -34,6 +34,7 @@ cpu_executor_options cpu_options_from(const engine_config& cfg) {
   o.block_size = static_cast<int32_t>(cpu_block_size(cfg.cache));
   o.num_blocks = cfg.cache.num_gpu_blocks_override ? static_cast<int32_t>(*cfg.cache.num_gpu_blocks_override) : 0;
   o.kv_cache_bytes = static_cast<int64_t>(cfg.cache.cpu_kv_cache_gib * double(int64_t{1} << 30));
+  o.kv_cache_memory_bytes = cfg.cache.kv_cache_memory_bytes;
   o.threads = static_cast<int32_t>(cfg.executor.cpu_threads);
   o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);
   o.tensor_parallel_size = static_cast<int32_t>(cfg.executor.tensor_parallel_size);
@@ -53,6 +54,7 @@ cuda_executor_options cuda_options_from(const engine_config& cfg) {
   o.kv_layout = cuda_kv_layout(cfg.cache);
   o.num_blocks_override = cfg.cache.num_gpu_blocks_override;
   o.gpu_memory_utilization = cfg.cache.gpu_memory_utilization;
+  o.kv_cache_memory_bytes = cfg.cache.kv_cache_memory_bytes;  // per shard: each GPU's pool
   o.max_num_batched_tokens = static_cast<int32_t>(cfg.scheduler.max_num_batched_tokens);
   o.max_num_seqs = static_cast<int32_t>(cfg.scheduler.max_num_seqs);
   o.max_model_len = static_cast<int32_t>(cfg.model.max_model_len);

@@ -6,10 +6,14 @@
 // the absorbed kernel over every row, and the up-projected one per sequence (gather, kv_b_proj's
 // expansion, scores, causal softmax, P V).
 // Each table gives ms per layer, ms over the 27 layers, and the whole of mla_attention::run plus
-// o_proj as the executor launches it.
+// o_proj as the executor launches it. A last table gives the absorbed attention kernel alone at
+// decode batches 1, 32, 64 and 196 and contexts 1,100, 2,048 and 4,096: its GB/s of latent-cache
+// reads (rows x context x 576 x 2 bytes over its time), each launch over another layer's cache
+// as decode steps run, so that the caches' sum outgrows L2.
 //   bench_cuda_mla [--out DIR]
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -149,7 +153,7 @@ void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int
   void* o_lat = act(size_t(n) * H * kRank);
   void* attn = act(size_t(n) * H * kV);
   float* residual = f32(size_t(n) * kHidden);
-  const int splits = cuda::mla_num_splits(n, H, num_sms, 256);
+  const int splits = cuda::mla_num_splits(n, H, num_sms, cuda::mla_partial_rows(n, H, num_sms));
   float* partial_o = splits > 1 ? f32(size_t(splits) * n * H * kRank) : nullptr;
   float* partial_ml = splits > 1 ? f32(size_t(splits) * n * H * 2) : nullptr;
   const size_t counter_bytes = size_t(n) * ((H + cuda::mla_heads_per_cta - 1) / cuda::mla_heads_per_cta) * 4;
@@ -278,6 +282,60 @@ void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int
   print_table(title, stages, whole);
 }
 
+/// Latent-cache bytes the layers' caches of one bandwidth point hold at least (as many layers as
+/// that takes, past the model's 27 for small batches): well past an H100's or H200's 50 MB of L2,
+/// so that each launch reads its keys from HBM.
+constexpr size_t kColdBytes = size_t(256) << 20;
+
+/// The absorbed attention kernel alone for `batch` decode rows at `context` keys (as the
+/// executor splits it): ms a launch and GB/s of latent-cache reads, the launches of one replayed
+/// graph each over its own layer's cache.
+void bench_kernel_bandwidth(cudaStream_t s, int num_sms, int batch, int context) {
+  const scenario sc = make_scenario(batch, 1, context, false);
+  const int n = sc.rows, H = kHeads;
+  arena mem;
+  const size_t cache_bytes = sc.tables.size() * kBlock * size_t(kW) * 2;
+  const int layers = int((kColdBytes + cache_bytes - 1) / cache_bytes);  // 202 at batch 1 x 1,100
+  std::vector<void*> caches;
+  caches.push_back(upload(normal_bf16(cache_bytes / 2, 1.0f, 6)));
+  mem.blocks.push_back(caches[0]);
+  for (int i = 1; i < layers; ++i) {
+    caches.push_back(mem.get(cache_bytes));
+    check(cudaMemcpy(caches[i], caches[0], cache_bytes, cudaMemcpyDeviceToDevice) == cudaSuccess, "cache copy");
+  }
+  const auto dev = [&](const auto& v) {
+    void* p = upload(v);
+    mem.blocks.push_back(p);
+    return p;
+  };
+  std::vector<float> q(size_t(n) * H * kW);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = 0.01f * float(int(i % 17) - 8);
+  const int splits = cuda::mla_num_splits(n, H, num_sms, cuda::mla_partial_rows(n, H, num_sms));
+  const size_t counter_bytes = size_t(n) * ((H + cuda::mla_heads_per_cta - 1) / cuda::mla_heads_per_cta) * 4;
+  auto* counters = static_cast<int32_t*>(mem.get(counter_bytes));
+  check(cudaMemset(counters, 0, counter_bytes) == cudaSuccess, "counters");
+  cuda::latent_attention_args a{
+      .q_abs = static_cast<const float*>(dev(q)), .cache = nullptr,
+      .block_tables = static_cast<const int32_t*>(dev(sc.tables)),
+      .seqs = static_cast<const cuda::attn_seq*>(dev(sc.seqs)),
+      .token_seqs = static_cast<const int32_t*>(dev(sc.token_seqs)),
+      .positions = static_cast<const int32_t*>(dev(sc.positions)), .n = n, .num_heads = H, .rank = kRank,
+      .rope_dim = kRope, .block_size = kBlock, .num_splits = splits, .scale = 1.0f / std::sqrt(float(kQk)),
+      .partial_o = splits > 1 ? static_cast<float*>(mem.get(size_t(splits) * n * H * kRank * 4)) : nullptr,
+      .partial_ml = splits > 1 ? static_cast<float*>(mem.get(size_t(splits) * n * H * 2 * 4)) : nullptr,
+      .split_counters = counters, .out = mem.get(size_t(n) * H * kRank * 2)};
+  const double ms = graph_ms(s, [&] {
+                      for (void* c : caches) {
+                        a.cache = c;
+                        check(cuda::latent_attention(kDt, a, s) == 0, "latent attention");
+                      }
+                    }) /
+                    layers;
+  check(cudaStreamSynchronize(s) == cudaSuccess, "the bandwidth point");
+  const double read = double(n) * context * kW * 2;
+  report("| %d | %d | %d | %.1f | %.1f | %.0f |\n", batch, context, splits, read / 1e6, ms * 1e3, read / (ms * 1e6));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -304,6 +362,11 @@ int main(int argc, char** argv) {
   }
   bench_scenario(gemm, l, s, p.num_sms, "prefill 45 x 1000 tokens, absorbed (eager)", 45, 1000, 1000, false);
   bench_scenario(gemm, l, s, p.num_sms, "prefill 45 x 1000 tokens, up-projected (eager)", 45, 1000, 1000, true);
+  report("\nabsorbed attention kernel alone: latent-cache reads (bf16, 576 wide; CUDA graphs, each launch over "
+         "another layer's cache)\n");
+  report("| batch | context | splits | MB read | us a launch | GB/s |\n|---|---|---|---|---|---|\n");
+  for (int batch : {1, 32, 64, 196})
+    for (int context : {1100, 2048, 4096}) bench_kernel_bandwidth(s, p.num_sms, batch, context);
   if (g_out) std::fclose(g_out);
   return 0;
 }

@@ -187,9 +187,11 @@ inline void bench_moe_decode_gemm() {
     const moe_bench_model& m;
     std::vector<int> token_counts;
   };
-  const decode_case cases[] = {{moe_bench_models[1], {128, 256, 512}},  // Qwen3-30B-A3B: 8 to 32 rows an expert
-                               {moe_bench_models[0], {16, 64}},         // Mixtral-8x7B: 4 and 16
-                               {moe_bench_models[2], {256}}};           // DeepSeek-V2-Lite: 24
+  // The offline workloads' decode batches among them: Qwen3-30B-A3B at 500 sequences (31 rows an
+  // expert), Mixtral-8x7B at 196 (49: one row past an m48 tile) and 256 (64).
+  const decode_case cases[] = {{moe_bench_models[1], {128, 256, 512, 784}},  // Qwen3-30B-A3B: 8 to 49 rows an expert
+                               {moe_bench_models[0], {16, 64, 160, 196, 256}},  // Mixtral-8x7B: 4 to 64
+                               {moe_bench_models[2], {256}}};                  // DeepSeek-V2-Lite: 24
   const cuda::moe_gemm_tile largest = cuda::largest_moe_gemm_tile();
   cuda::set_programmatic_launch(false);  // kernels one after another, as timed
   std::mt19937 rng(11);

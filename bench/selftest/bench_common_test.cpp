@@ -19,26 +19,19 @@
 #include "gpu/cpu/cpu_executor.hpp"
 #include "gpu/model/model_weights.hpp"
 #include "protocol/tokenizer/tokenizer.hpp"
+#include "tests/scratch_dir.hpp"
 
 namespace actorserve::bench {
 namespace {
 
 namespace fs = std::filesystem;
+using actorserve::testing::scratch_dir;
 
 std::string fixture_tokenizer() {
   const char* env = std::getenv("ACTORSERVE_TEST_DATA");
   const std::string root = env && *env ? env : ACTORSERVE_SOURCE_DIR "/tests/data";
   return root + "/models/llama-tiny/tokenizer.json";
 }
-
-/// A fresh temporary directory, removed at the end of the test.
-struct temp_dir {
-  fs::path path;
-  explicit temp_dir(const std::string& name) : path(fs::temp_directory_path() / ("actorserve_bench_" + name)) {
-    fs::remove_all(path);
-  }
-  ~temp_dir() { fs::remove_all(path); }
-};
 
 model_shape small_qwen2() {
   model_shape s = preset_shape("qwen2-7b").value();
@@ -73,9 +66,9 @@ TEST(RandomModel, PresetsCarryTheRealShapes) {
 }
 
 TEST(RandomModel, WrittenDirectoryLoadsAndRunsOnTheCpuExecutor) {
-  temp_dir dir("load");
+  scratch_dir dir("bench_load");
   random_model_options o;
-  o.output_dir = dir.path.string();
+  o.output_dir = dir.path().string();
   o.tokenizer_json = fixture_tokenizer();
   o.shard_bytes = 60000;  // several shards
   o.threads = 2;
@@ -179,9 +172,9 @@ TEST(RandomModel, DeepseekV2LitePresetHasTheRealShapeAndConfig) {
 
 TEST(RandomModel, WrittenMixtureOfExpertsModelsGenerateOnTheCpuExecutor) {
   for (const char* preset : {"tiny-moe", "tiny-mixtral", "deepseek-tiny"}) {
-    temp_dir dir(preset);
+    scratch_dir dir(std::string("bench_") + preset);
     random_model_options o;
-    o.output_dir = dir.path.string();
+    o.output_dir = dir.path().string();
     o.tokenizer_json = fixture_tokenizer();
     o.threads = 2;
     ASSERT_TRUE(write_random_model(preset_shape(preset).value(), o).ok()) << preset;
@@ -216,21 +209,21 @@ TEST(RandomModel, WrittenMixtureOfExpertsModelsGenerateOnTheCpuExecutor) {
 }
 
 TEST(RandomModel, WeightsAreNormalWithUnitNormsAndIndependentOfThreadCount) {
-  temp_dir a("threads_a"), b("threads_b");
+  scratch_dir a("bench_threads_a"), b("bench_threads_b");
   random_model_options o;
   o.tokenizer_json = fixture_tokenizer();
   o.seed = 7;
   model_shape shape = preset_shape("tiny").value();
-  o.output_dir = a.path.string();
+  o.output_dir = a.path().string();
   o.threads = 1;
   ASSERT_TRUE(write_random_model(shape, o).ok());
-  o.output_dir = b.path.string();
+  o.output_dir = b.path().string();
   o.threads = 3;
   ASSERT_TRUE(write_random_model(shape, o).ok());
   const std::string shard = "model-00001-of-00001.safetensors";
-  EXPECT_EQ(read_bytes(a.path / shard), read_bytes(b.path / shard));
+  EXPECT_EQ(read_bytes(a / shard), read_bytes(b / shard));
 
-  auto files = gpu::open_model_files(a.path.string());
+  auto files = gpu::open_model_files(a.path().string());
   ASSERT_TRUE(files.ok()) << files.err().message;
   const auto embed = gpu::weight_store::to_f32(files->views.embed_tokens);  // 1024 x 64
   const double mean = std::accumulate(embed.begin(), embed.end(), 0.0) / double(embed.size());
@@ -243,22 +236,22 @@ TEST(RandomModel, WeightsAreNormalWithUnitNormsAndIndependentOfThreadCount) {
 }
 
 TEST(RandomModel, ConfigOnlyWritesNoWeightsAndLoadsWithDummyWeights) {
-  temp_dir dir("config_only");
+  scratch_dir dir("bench_config_only");
   random_model_options o;
   o.tokenizer_json = fixture_tokenizer();
-  o.output_dir = dir.path.string();
+  o.output_dir = dir.path().string();
   const model_shape shape = preset_shape("tiny-mixtral").value();
   ASSERT_TRUE(write_random_model(shape, o).ok());
-  ASSERT_TRUE(fs::exists(dir.path / "model.safetensors.index.json"));
+  ASSERT_TRUE(fs::exists(dir / "model.safetensors.index.json"));
   o.config_only = true;
   auto rep = write_random_model(shape, o);
   ASSERT_TRUE(rep.ok()) << rep.err().message;
   EXPECT_EQ(rep->bytes_written, 0);
-  for (const auto& entry : fs::directory_iterator(dir.path))
+  for (const auto& entry : fs::directory_iterator(dir.path()))
     EXPECT_NE(entry.path().extension(), ".safetensors") << entry.path();
-  EXPECT_FALSE(fs::exists(dir.path / "model.safetensors.index.json"));
-  EXPECT_FALSE(gpu::open_model_files(dir.path.string()).ok());
-  auto files = gpu::open_model_files(dir.path.string(), gpu::weight_source{true, 0});
+  EXPECT_FALSE(fs::exists(dir / "model.safetensors.index.json"));
+  EXPECT_FALSE(gpu::open_model_files(dir.path().string()).ok());
+  auto files = gpu::open_model_files(dir.path().string(), gpu::weight_source{true, 0});
   ASSERT_TRUE(files.ok()) << files.err().message;
   EXPECT_EQ(files->store.total_bytes(), static_cast<uint64_t>(shape.num_parameters()) * 2);
 }

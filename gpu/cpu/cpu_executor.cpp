@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 
@@ -47,6 +48,39 @@ status read_fp8_kv_scales(const model_files& files, std::vector<float>& k_scales
   return {};
 }
 
+/// Bytes of one KV block over all shards (fp32 K and V of every layer).
+size_t group_bytes_per_block(const shard_plan& plan, int64_t block_size) {
+  size_t bytes = 0;
+  for (int64_t r = 0; r < plan.size(); ++r) bytes += cpu::model_shard::bytes_per_block(plan, r, block_size);
+  return bytes;
+}
+
+/// The pool's blocks, the same in every shard: opts.num_blocks where set; else as many as
+/// --kv-cache-memory-bytes holds of the largest shard's blocks (each shard's pool within it);
+/// else as many as --cpu-kv-cache-space holds of all shards' blocks together.
+result<int64_t> plan_num_blocks(const cpu_executor_options& opts, const shard_plan& plan) {
+  if (opts.num_blocks > 0) return int64_t{opts.num_blocks};
+  if (opts.kv_cache_memory_bytes) {
+    size_t shard_block = 0;
+    for (int64_t r = 0; r < plan.size(); ++r)
+      shard_block = std::max(shard_block, cpu::model_shard::bytes_per_block(plan, r, opts.block_size));
+    const int64_t num_blocks = *opts.kv_cache_memory_bytes / static_cast<int64_t>(shard_block);
+    if (num_blocks < 1 || num_blocks > INT32_MAX)
+      return make_error(error_code::out_of_memory,
+                        fmt::format("--kv-cache-memory-bytes {}: holds {} KV blocks of {} bytes (a shard's fp32 K and "
+                                    "V of {} tokens in every layer); a pool takes 1 to {} blocks",
+                                    *opts.kv_cache_memory_bytes, num_blocks, shard_block, opts.block_size, INT32_MAX));
+    return num_blocks;
+  }
+  const size_t per_block = group_bytes_per_block(plan, opts.block_size);
+  const int64_t num_blocks = opts.kv_cache_bytes / static_cast<int64_t>(per_block);
+  if (num_blocks < 1 || num_blocks > INT32_MAX)
+    return make_error(error_code::out_of_memory,
+                      fmt::format("KV cache of {} bytes holds {} blocks of {} bytes", opts.kv_cache_bytes, num_blocks,
+                                  per_block));
+  return num_blocks;
+}
+
 }  // namespace
 
 result<std::vector<std::unique_ptr<cpu_executor>>> cpu_executor::create_shards(
@@ -69,8 +103,6 @@ result<std::vector<std::unique_ptr<cpu_executor>>> cpu_executor::create_shards(
                                   cfg.max_position_embeddings));
   auto plan = shard_plan::make(cfg, tp, opts.expert_parallel ? moe_parallelism::expert : moe_parallelism::tensor);
   if (!plan) return plan.err();
-  size_t per_block = 0;   // over all shards: the KV budget is the whole group's
-  for (int64_t r = 0; r < tp; ++r) per_block += cpu::model_shard::bytes_per_block(plan.value(), r, opts.block_size);
   if (opts.kv_cache_fp8 && cfg.mla)
     return make_error(error_code::unsupported,
                       fmt::format("--kv-cache-dtype fp8: {} caches the latent of multi-head latent attention, which "
@@ -81,12 +113,9 @@ result<std::vector<std::unique_ptr<cpu_executor>>> cpu_executor::create_shards(
                       "--quantization fp8: per-channel scales are computed over whole weights, which the CPU "
                       "executor does before slicing only at --tensor-parallel-size 1 (FP8 checkpoints shard "
                       "at any size)");
-  const int64_t num_blocks =
-      opts.num_blocks > 0 ? opts.num_blocks : static_cast<int64_t>(opts.kv_cache_bytes / static_cast<int64_t>(per_block));
-  if (num_blocks < 1 || num_blocks > INT32_MAX)
-    return make_error(error_code::out_of_memory,
-                      fmt::format("KV cache of {} bytes holds {} blocks of {} bytes", opts.kv_cache_bytes, num_blocks,
-                                  per_block));
+  auto planned = plan_num_blocks(opts, plan.value());
+  if (!planned) return planned.err();
+  const int64_t num_blocks = planned.value();
   loaded_model m{files.value(), plan.value(), max_len, num_blocks, {}, {}};
   if (opts.kv_cache_fp8)
     if (auto st = read_fp8_kv_scales(m.files, m.k_scales, m.v_scales); !st) return st.err();
@@ -111,7 +140,7 @@ result<std::vector<std::unique_ptr<cpu_executor>>> cpu_executor::create_shards(
             cfg.architecture, cfg.num_layers, cfg.hidden_size, tp,
             opts.expert_parallel ? " holding whole experts (expert parallel)" : "", num_blocks, opts.block_size,
             shards.front()->model_->cache_layout().is_latent() ? "latent" : "per-head",
-            per_block / static_cast<size_t>(opts.block_size), threads);
+            group_bytes_per_block(plan.value(), opts.block_size) / static_cast<size_t>(opts.block_size), threads);
   return shards;
 }
 

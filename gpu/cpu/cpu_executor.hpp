@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -34,8 +35,11 @@ namespace actorserve::gpu {
 
 struct cpu_executor_options {
   int32_t block_size = 16;                  ///< tokens per KV block
-  int32_t num_blocks = 0;                   ///< KV blocks; 0: as many as kv_cache_bytes holds
-  int64_t kv_cache_bytes = int64_t{1} << 30;
+  int32_t num_blocks = 0;                   ///< KV blocks; 0: as many as the byte budget holds
+  int64_t kv_cache_bytes = int64_t{1} << 30;  ///< --cpu-kv-cache-space: the budget of all shards together
+  /// --kv-cache-memory-bytes: each shard's budget instead (fp32 K and V of every layer, as
+  /// vLLM's per-GPU bytes); the pool is as many blocks as the largest shard's fit in it.
+  std::optional<int64_t> kv_cache_memory_bytes;
   int32_t threads = 0;                      ///< compute threads (over all shards); 0: all cores
   int32_t max_model_len = 0;                ///< 0: config.json's max_position_embeddings
   /// How latent attention (DeepSeek-V2) computes: automatic picks, per sequence of each step, the

@@ -367,22 +367,38 @@ status cuda_executor::plan_memory(const std::function<bool()>& before_step) {
   kv_pool_ = nullptr;
   const double used = double(total_b - free_b) - double(probe_pool);
   const size_t per_block = size_t(num_caches_) * block_bytes_;
+  // The flag that sizes the pool, for the errors: the override, else the byte size, else the
+  // utilization's share of what the worst-case step leaves.
+  const char* sizing_flag = opts_.num_blocks_override    ? "--num-gpu-blocks-override"
+                            : opts_.kv_cache_memory_bytes ? "--kv-cache-memory-bytes"
+                                                          : "--gpu-memory-utilization";
+  auto log_budget = [&](const std::string& setting, double budget) {
+    log::info("GPU memory: {:.2f} GiB total, {:.2f} GiB in use after the worst-case step (weights {:.2f} GiB); "
+              "KV budget at {} {} is {:.2f} GiB", total_b / 1073741824.0, used / 1073741824.0,
+              model_->bytes / 1073741824.0, sizing_flag, setting, std::max(0.0, budget) / 1073741824.0);
+  };
   int64_t num_blocks = 0;
   if (opts_.num_blocks_override) {
     num_blocks = *opts_.num_blocks_override;
+  } else if (opts_.kv_cache_memory_bytes) {
+    // Exactly the bytes asked for, whatever else holds memory on the device.
+    num_blocks = *opts_.kv_cache_memory_bytes / int64_t(per_block);
+    log_budget(fmt::format("{}", *opts_.kv_cache_memory_bytes), double(*opts_.kv_cache_memory_bytes));
   } else {
     const double budget = double(total_b) * opts_.gpu_memory_utilization - used;
     num_blocks = budget > 0 ? static_cast<int64_t>(budget / double(per_block)) : 0;
-    log::info("GPU memory: {:.2f} GiB total, {:.2f} GiB in use after the worst-case step (weights {:.2f} GiB); "
-              "KV budget at --gpu-memory-utilization {} is {:.2f} GiB", total_b / 1073741824.0, used / 1073741824.0,
-              model_->bytes / 1073741824.0, opts_.gpu_memory_utilization, std::max(0.0, budget) / 1073741824.0);
+    log_budget(fmt::format("{}", opts_.gpu_memory_utilization), budget);
   }
   if (num_blocks < max_blocks_per_seq_)
     return make_error(error_code::out_of_memory,
                       fmt::format("KV cache too small: {} blocks of {} tokens cannot hold one sequence of "
-                                  "--max-model-len {} (needs {}); raise --gpu-memory-utilization or lower "
-                                  "--max-model-len", num_blocks, bs, max_len, max_blocks_per_seq_));
-  if (auto st = allocate_kv_pool(num_blocks); !st) return st;
+                                  "--max-model-len {} (needs {}); raise {} or lower --max-model-len",
+                                  num_blocks, bs, max_len, max_blocks_per_seq_, sizing_flag));
+  if (auto st = allocate_kv_pool(num_blocks); !st)
+    return make_error(st.err().code,
+                      fmt::format("{}: {}; {:.2f} GiB of the device's {:.2f} GiB are free after the worst-case step",
+                                  sizing_flag, st.err().message, (double(free_b) + double(probe_pool)) / 1073741824.0,
+                                  total_b / 1073741824.0));
   log::info("KV cache: {} blocks of {} tokens ({:.2f} GiB); max concurrency at {} tokens per sequence: {:.2f}x",
             num_blocks, bs, double(num_blocks) * per_block / 1073741824.0, max_len,
             double(num_blocks) * bs / double(max_len));

@@ -1,8 +1,9 @@
 #pragma once
 /// The CUDA executor: weights in device memory (bf16/fp16), cuBLAS GEMMs with fp32 accumulation,
-/// the kernels of ops/, linear/, attention/ and sampling/, a paged KV pool sized from --gpu-memory-utilization, steps staged
-/// in double-buffered pinned memory and completed through cudaLaunchHostFunc on the executor's
-/// own thread, decode steps replayed from CUDA graphs unless enforce_eager.
+/// the kernels of ops/, linear/, attention/ and sampling/, a paged KV pool sized from
+/// --gpu-memory-utilization or --kv-cache-memory-bytes, steps staged in double-buffered pinned
+/// memory and completed through cudaLaunchHostFunc on the executor's own thread, decode steps
+/// replayed from CUDA graphs unless enforce_eager.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -27,6 +28,9 @@ struct cuda_executor_options {
   kv_cache_layout kv_layout = kv_cache_layout::vllm;  ///< attention backend (--paged-kv-cache-type)
   std::optional<int64_t> num_blocks_override;       ///< --num-gpu-blocks-override
   double gpu_memory_utilization = 0.9;              ///< share of device memory this process may use
+  /// --kv-cache-memory-bytes: the pool is this many bytes (all layers' K and V) whatever else
+  /// uses the device, instead of the utilization's share; num_blocks_override wins over it.
+  std::optional<int64_t> kv_cache_memory_bytes;
   int32_t max_num_batched_tokens = 2048;            ///< tokens per step at most
   int32_t max_num_seqs = 256;                       ///< sequences per step at most
   int32_t max_model_len = 0;                        ///< 0: max_position_embeddings of the model

@@ -6,8 +6,10 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "processes.hpp"
+#include "scratch_dir.hpp"
 #include "test_data.hpp"
 
 namespace actorserve::testing {
@@ -51,8 +53,7 @@ void run_parallel(size_t n, size_t threads, F job) {
 class cluster : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / ("actorserve-cluster-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
+    dir_.emplace("cluster");
     for (size_t i = 0; i < num_engines; ++i) start_engine(i, 0);
     for (size_t i = 0; i < num_engines; ++i) {
       const auto line = engines_[i].wait_for_line("engine listening on", 60s);
@@ -63,7 +64,7 @@ class cluster : public ::testing::Test {
     round_robin_ = start_front("round-robin", "front-round-robin", &round_robin_port_);
     reference_ = process({"serve", "--model", model_dir("llama-tiny"), "--port", "0", "--device", "cpu",
                           "--cpu-threads", "1", "--cpu-kv-cache-space", "0.05", "--disable-log-stats"},
-                         (dir_ / "reference.log").string());
+                         (*dir_ / "reference.log").string());
     const auto line = reference_.wait_for_line("listening on http", 60s);
     ASSERT_FALSE(line.empty()) << "see " << reference_.log();
     reference_port_ = port_in(line, "http://");
@@ -74,13 +75,16 @@ class cluster : public ::testing::Test {
     round_robin_.kill_now();
     reference_.kill_now();
     for (auto& e : engines_) e.kill_now();
-    // The logs stay after a failure, or with ACTORSERVE_KEEP_TEST_LOGS set.
-    if (!::testing::Test::HasFailure() && !std::getenv("ACTORSERVE_KEEP_TEST_LOGS")) fs::remove_all(dir_);
+    // The logs stay after a failure, or with ACTORSERVE_KEEP_TEST_LOGS set. NOTE: the suite's
+    // Failed(), since Test::HasFailure() here sees only the suite set-up's and tear-down's own.
+    if (::testing::UnitTest::GetInstance()->current_test_suite()->Failed() || std::getenv("ACTORSERVE_KEEP_TEST_LOGS"))
+      dir_->keep();
+    dir_.reset();
   }
 
   static void start_engine(size_t i, uint16_t port) {
     engines_.resize(num_engines);
-    engines_[i] = process(engine_args(port), (dir_ / ("engine" + std::to_string(i) + ".log")).string());
+    engines_[i] = process(engine_args(port), (*dir_ / ("engine" + std::to_string(i) + ".log")).string());
   }
 
   /// Starts engine `i` again on its port and waits until both front ends have it up.
@@ -93,7 +97,7 @@ class cluster : public ::testing::Test {
 
   static process start_front(const std::string& routing, const std::string& name, uint16_t* port,
                              std::vector<std::string> extra = {}) {
-    process p(front_args(ports_, routing, std::move(extra)), (dir_ / (name + ".log")).string());
+    process p(front_args(ports_, routing, std::move(extra)), (*dir_ / (name + ".log")).string());
     const auto line = p.wait_for_line("listening on http", 60s);
     EXPECT_FALSE(line.empty()) << "front end " << name << " did not start; see " << p.log();
     *port = port_in(line, "http://");
@@ -145,7 +149,8 @@ class cluster : public ::testing::Test {
     return queries > 0 ? double(hits) / double(queries) : 0.0;
   }
 
-  static inline fs::path dir_;
+  /// The processes' logs, and the TLS test's certificates.
+  static inline std::optional<scratch_dir> dir_;
   static inline std::vector<process> engines_;
   static inline std::vector<uint16_t> ports_;
   static inline process cache_aware_, round_robin_, reference_;
@@ -305,13 +310,13 @@ TEST_F(cluster, a_killed_front_end_s_requests_are_freed_on_the_engines_and_other
 }
 
 TEST_F(cluster, streams_wait_for_their_only_engine_to_come_back) {
-  process lone(engine_args(0), (dir_ / "engine-lone.log").string());
+  process lone(engine_args(0), (*dir_ / "engine-lone.log").string());
   const auto line = lone.wait_for_line("engine listening on", 60s);
   ASSERT_FALSE(line.empty()) << lone.log();
   const uint16_t port = port_in(line, "listening on");
   process front({"serve", "--model", model_dir("llama-tiny"), "--port", "0", "--engines",
                  "127.0.0.1:" + std::to_string(port), "--disable-log-stats"},
-                (dir_ / "front-lone.log").string());
+                (*dir_ / "front-lone.log").string());
   const auto ready = front.wait_for_line("listening on http", 60s);
   ASSERT_FALSE(ready.empty()) << front.log();
   const uint16_t front_port = port_in(ready, "http://");
@@ -326,7 +331,7 @@ TEST_F(cluster, streams_wait_for_their_only_engine_to_come_back) {
   EXPECT_TRUE(eventually([&] { return health_of(front_port)[0].running >= 1; }, 30s));
   lone.kill_now();
   EXPECT_TRUE(eventually([&] { return !health_of(front_port)[0].up; }, 10s));
-  lone = process(engine_args(port), (dir_ / "engine-lone-again.log").string());
+  lone = process(engine_args(port), (*dir_ / "engine-lone-again.log").string());
   ASSERT_FALSE(lone.wait_for_line("engine listening on", 60s).empty()) << lone.log();
   clients.join();
   for (size_t i = 0; i < some.size(); ++i) EXPECT_EQ(got[i], expected[i]) << "request " << i;
@@ -345,13 +350,13 @@ bool make_certs(const fs::path& dir, const std::string& name) {
 
 TEST_F(cluster, with_tls_a_front_end_without_a_valid_certificate_is_refused) {
   if (std::system("command -v openssl >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl command";
-  ASSERT_TRUE(make_certs(dir_, "good"));
-  ASSERT_TRUE(make_certs(dir_, "rogue"));
+  ASSERT_TRUE(make_certs(dir_->path(), "good"));
+  ASSERT_TRUE(make_certs(dir_->path(), "rogue"));
   auto tls = [&](const std::string& name, const std::string& ca) {
-    return std::vector<std::string>{"--tls-cert", (dir_ / (name + ".pem")).string(), "--tls-key",
-                                    (dir_ / (name + ".key")).string(), "--tls-ca", (dir_ / (ca + "-ca.pem")).string()};
+    return std::vector<std::string>{"--tls-cert", (*dir_ / (name + ".pem")).string(), "--tls-key",
+                                    (*dir_ / (name + ".key")).string(), "--tls-ca", (*dir_ / (ca + "-ca.pem")).string()};
   };
-  process engine(engine_args(0, tls("good", "good")), (dir_ / "engine-tls.log").string());
+  process engine(engine_args(0, tls("good", "good")), (*dir_ / "engine-tls.log").string());
   const auto line = engine.wait_for_line("engine listening on", 60s);
   ASSERT_FALSE(line.empty()) << engine.log();
   EXPECT_NE(line.find("with TLS"), std::string::npos);
@@ -366,14 +371,14 @@ TEST_F(cluster, with_tls_a_front_end_without_a_valid_certificate_is_refused) {
   // A certificate from another CA, and no TLS at all: refused, the front end does not start.
   for (auto [name, extra] : std::vector<std::pair<std::string, std::vector<std::string>>>{
            {"rogue", tls("rogue", "good")}, {"plain", {}}}) {
-    process front(args(extra), (dir_ / ("front-tls-" + name + ".log")).string());
+    process front(args(extra), (*dir_ / ("front-tls-" + name + ".log")).string());
     const auto exit_status = front.wait_exit(30s);
     ASSERT_TRUE(exit_status) << name << ": still running; " << front.log();
     EXPECT_NE(*exit_status, 0) << name << ": " << front.log();
     EXPECT_FALSE(front.wait_for_line("no engine of", 1s).empty()) << name << ": " << front.log();
   }
   // A certificate the engine's CA signed: served.
-  process front(args(tls("good", "good"), "30"), (dir_ / "front-tls-good.log").string());
+  process front(args(tls("good", "good"), "30"), (*dir_ / "front-tls-good.log").string());
   const auto ready = front.wait_for_line("listening on http", 60s);
   ASSERT_FALSE(ready.empty()) << front.log();
   const auto r = stream_completion(port_in(ready, "http://"), "over TLS", "\"max_tokens\":8,\"temperature\":0");

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "config/cli.hpp"
+#include "scratch_dir.hpp"
 
 using namespace actorserve;
 
@@ -100,6 +101,62 @@ TEST(Cli, BadValueNamesTheFlag) {
   EXPECT_NE(cl.err().message.find("--device"), std::string::npos) << cl.err().message;
 }
 
+TEST(Cli, KvCacheMemoryBytesTakesBytesOrBinaryUnits) {
+  auto plain = parse({"serve", "--model", "m"});
+  ASSERT_TRUE(plain.ok()) << plain.err().message;
+  EXPECT_FALSE(plain->engine.cache.kv_cache_memory_bytes) << "unset: the utilization sizes the pool";
+  const std::pair<const char*, int64_t> cases[] = {
+      {"1000", 1000}, {"3KiB", 3 << 10}, {"256MiB", int64_t{256} << 20}, {"40GiB", int64_t{40} << 30}};
+  for (const auto& [text, bytes] : cases) {
+    auto cl = parse({"generate", "--model", "m", "--prompt", "hi", "--kv-cache-memory-bytes", text});
+    ASSERT_TRUE(cl.ok()) << text << ": " << cl.err().message;
+    EXPECT_EQ(cl->engine.cache.kv_cache_memory_bytes.value_or(0), bytes) << text;
+    EXPECT_TRUE(cl->warnings.empty()) << text;
+  }
+  auto engine = parse({"engine", "--model", "m", "--listen", "127.0.0.1:0", "--kv-cache-memory-bytes", "1GiB"});
+  ASSERT_TRUE(engine.ok()) << engine.err().message;
+  EXPECT_EQ(engine->engine.cache.kv_cache_memory_bytes.value_or(0), int64_t{1} << 30);
+}
+
+TEST(Cli, KvCacheMemoryBytesRefusesWhatIsNotAPositiveSize) {
+  for (const char* bad : {"0", "-5", "1.5GiB", "12GB", "GiB", "", "9223372036854775807GiB", "1 MiB", "1MiBKiB"}) {
+    auto cl = parse({"serve", "--model", "m", "--kv-cache-memory-bytes", bad});
+    ASSERT_FALSE(cl.ok()) << "'" << bad << "'";
+    EXPECT_NE(cl.err().message.find("--kv-cache-memory-bytes"), std::string::npos) << cl.err().message;
+  }
+  engine_config cfg;
+  cfg.model.model_dir = "m";
+  cfg.cache.kv_cache_memory_bytes = 0;
+  auto st = validate(cfg);
+  ASSERT_FALSE(st);
+  EXPECT_NE(st.err().message.find("--kv-cache-memory-bytes: must be > 0"), std::string::npos) << st.err().message;
+}
+
+TEST(Cli, KvCacheMemoryBytesConflictsWithAnExplicitUtilizationOrCpuSpace) {
+  for (const char* derived : {"--gpu-memory-utilization", "--cpu-kv-cache-space"}) {
+    auto cl = parse({"serve", "--model", "m", "--kv-cache-memory-bytes", "1GiB", derived, "0.5"});
+    ASSERT_FALSE(cl.ok()) << derived;
+    EXPECT_NE(cl.err().message.find("--kv-cache-memory-bytes"), std::string::npos) << cl.err().message;
+    EXPECT_NE(cl.err().message.find(derived), std::string::npos) << cl.err().message;
+    auto alone = parse({"serve", "--model", "m", derived, "0.5"});
+    EXPECT_TRUE(alone.ok()) << derived;
+  }
+}
+
+TEST(Cli, BlockOverrideWinsOverKvCacheMemoryBytesAndSaysSo) {
+  auto cl = parse({"serve", "--model", "m", "--kv-cache-memory-bytes", "1GiB", "--num-gpu-blocks-override", "64"});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_EQ(cl->engine.cache.num_gpu_blocks_override.value_or(0), 64);
+  ASSERT_EQ(cl->warnings.size(), 1u);
+  EXPECT_NE(cl->warnings[0].find("--kv-cache-memory-bytes"), std::string::npos) << cl->warnings[0];
+  EXPECT_NE(cl->warnings[0].find("--num-gpu-blocks-override"), std::string::npos) << cl->warnings[0];
+  auto front = parse({"serve", "--model", "m", "--engines", "h:1", "--kv-cache-memory-bytes", "1GiB"});
+  ASSERT_TRUE(front.ok()) << front.err().message;
+  ASSERT_EQ(front->warnings.size(), 1u);
+  EXPECT_NE(front->warnings[0].find("--kv-cache-memory-bytes: no effect on a front end"), std::string::npos)
+      << front->warnings[0];
+}
+
 TEST(Cli, MissingModelIsAnError) {
   auto cl = parse({"serve"});
   ASSERT_FALSE(cl.ok());
@@ -184,7 +241,8 @@ TEST(Cli, TheApiKeyComesFromTheEnvironmentOrAFile) {
   ::unsetenv("ACTORSERVE_API_KEY");
   ASSERT_TRUE(cl.ok()) << cl.err().message;
   EXPECT_EQ(cl->engine.server.api_key, "from-env");
-  const std::string file = ::testing::TempDir() + "/api_key.txt";
+  const actorserve::testing::scratch_dir dir("cli_api_key");
+  const std::string file = (dir / "api_key.txt").string();
   FILE* f = std::fopen(file.c_str(), "w");
   ASSERT_NE(f, nullptr);
   std::fputs("from-file\n", f);
@@ -262,19 +320,19 @@ TEST(Cli, NcclLibraryTakesAFileAndRefusesAMissingOneNamingIt) {
   auto cl = parse({"serve", "m"});
   ASSERT_TRUE(cl.ok()) << cl.err().message;
   EXPECT_TRUE(cl->engine.executor.nccl_library.empty());
-  const std::string file = ::testing::TempDir() + "cli_test_libnccl.so.2";
+  const actorserve::testing::scratch_dir dir("cli_nccl_library");
+  const std::string file = (dir / "libnccl.so.2").string();
   std::FILE* f = std::fopen(file.c_str(), "w");
   ASSERT_NE(f, nullptr);
   std::fclose(f);
   cl = parse({"serve", "m", "--nccl-library", file.c_str()});
   ASSERT_TRUE(cl.ok()) << cl.err().message;
   EXPECT_EQ(cl->engine.executor.nccl_library, file);
-  std::remove(file.c_str());
   cl = parse({"serve", "m", "--nccl-library", "/no/such/dir/libnccl.so.2"});
   ASSERT_FALSE(cl.ok());
   EXPECT_NE(cl.err().message.find("--nccl-library"), std::string::npos) << cl.err().message;
   EXPECT_NE(cl.err().message.find("/no/such/dir/libnccl.so.2"), std::string::npos) << cl.err().message;
-  cl = parse({"serve", "m", "--nccl-library", ::testing::TempDir().c_str()});
+  cl = parse({"serve", "m", "--nccl-library", dir.path().c_str()});
   ASSERT_FALSE(cl.ok()) << "a directory is no library";
   EXPECT_NE(cl.err().message.find("--nccl-library"), std::string::npos) << cl.err().message;
 }

@@ -12,6 +12,7 @@
 #include "executor_test_util.hpp"
 #include "gpu/cpu/cpu_executor.hpp"
 #include "gpu/cuda/model/dummy_fill.hpp"
+#include "scratch_dir.hpp"
 #include "test_data.hpp"
 
 namespace actorserve::testing {
@@ -41,13 +42,11 @@ TEST(DummyFill, DeviceValuesEqualTheHostsElementForElement) {
   cudaFree(d);
 }
 
-std::string config_only_copy(const std::string& fixture) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("cuda-dummy-" + fixture);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+scratch_dir config_only_copy(const std::string& fixture) {
+  scratch_dir dir("cuda_dummy_" + fixture);
   for (const char* f : {"config.json", "generation_config.json", "tokenizer.json"})
     if (fs::exists(fs::path(model_dir(fixture)) / f)) fs::copy_file(fs::path(model_dir(fixture)) / f, dir / f);
-  return dir.string();
+  return dir;
 }
 
 class DummyCudaVsCpu : public ::testing::TestWithParam<std::string> {
@@ -58,7 +57,8 @@ class DummyCudaVsCpu : public ::testing::TestWithParam<std::string> {
 /// The generated weights of `fixture` through both executors (`quantize_fp8`: --quantization fp8
 /// on both, the CUDA executor rounding the device-generated weights at load), one prefill.
 void expect_dummy_prefill_agrees(const std::string& fixture, bool quantize_fp8) {
-  const std::string dir = config_only_copy(fixture);
+  const scratch_dir copy = config_only_copy(fixture);
+  const std::string dir = copy.path().string();
   const gpu::weight_source dummy{true, 11};
   gpu::cpu_executor_options co;
   co.num_blocks = 64;

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <random>
 
+#include "config/model_config.hpp"
 #include "cuda_test_util.hpp"
 #include "executor_test_util.hpp"
 #include "test_data.hpp"
@@ -153,12 +154,49 @@ TEST_F(CudaExecutor, PlansTheKvPoolFromMemoryUtilization) {
   std::printf("utilization 1e-6: %s\n", tiny.err().message.c_str());
 }
 
-TEST_F(CudaExecutor, Fp8KvCacheHoldsTwiceTheBlocks) {
-  // --kv-cache-dtype fp8: one byte a K/V element, so the same memory plans twice the blocks (up
-  // to the rounding of the budget and what the two executors' other buffers measure).
+/// Bytes of one KV block of llama-hd128-bf16 (2 layers, 2 KV heads of 128) from its config.json:
+/// K and V of every layer, `element_bytes` an element.
+int64_t hd128_block_bytes(int64_t block_size, int64_t element_bytes) {
+  auto c = load_model_config(model_dir("llama-hd128-bf16"));
+  EXPECT_TRUE(c.ok());
+  return 2 * c->num_layers * block_size * c->num_kv_heads * c->head_dim * element_bytes;
+}
+
+TEST_F(CudaExecutor, PlansTheKvPoolFromMemoryBytes) {
+  // --kv-cache-memory-bytes: floor(bytes / block) blocks, whatever else holds device memory.
   auto o = test_options();
   o.num_blocks_override.reset();
-  o.gpu_memory_utilization = 0.05;
+  o.kv_layout = kv_cache_layout::flash_decoding;
+  o.block_size = 64;
+  const int64_t block = hd128_block_bytes(64, 2);
+  for (int64_t blocks : {int64_t{32}, int64_t{1000}}) {
+    o.kv_cache_memory_bytes = blocks * block + block - 1;
+    auto made = gpu::make_cuda_executor(model_dir("llama-hd128-bf16"), o);
+    ASSERT_TRUE(made.ok()) << made.err().message;
+    EXPECT_EQ(made.value()->info().num_blocks, blocks);
+  }
+  // 31 blocks cannot hold one sequence of --max-model-len 2048 (32 blocks of 64).
+  o.kv_cache_memory_bytes = 32 * block - 1;
+  auto small = gpu::make_cuda_executor(model_dir("llama-hd128-bf16"), o);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.err().code, error_code::out_of_memory);
+  EXPECT_NE(small.err().message.find("raise --kv-cache-memory-bytes"), std::string::npos) << small.err().message;
+  // More than any GPU has: the allocation fails, naming the flag.
+  o.kv_cache_memory_bytes = int64_t{1} << 44;
+  auto huge = gpu::make_cuda_executor(model_dir("llama-hd128-bf16"), o);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.err().code, error_code::out_of_memory);
+  EXPECT_NE(huge.err().message.find("--kv-cache-memory-bytes"), std::string::npos) << huge.err().message;
+  std::printf("16 TiB of KV cache: %s\n", huge.err().message.c_str());
+}
+
+TEST_F(CudaExecutor, Fp8KvCacheHoldsTwiceTheBlocks) {
+  // --kv-cache-dtype fp8: one byte a K/V element, so the same bytes hold exactly twice the blocks.
+  // The pool is a byte size, not a share of free memory, so other processes on the GPU (other
+  // test shards) change nothing.
+  auto o = test_options();
+  o.num_blocks_override.reset();
+  o.kv_cache_memory_bytes = int64_t{256} << 20;
   o.kv_layout = kv_cache_layout::flash_decoding;
   o.block_size = 64;
   int32_t bf16_blocks = 0, fp8_blocks = 0;
@@ -168,9 +206,10 @@ TEST_F(CudaExecutor, Fp8KvCacheHoldsTwiceTheBlocks) {
     ASSERT_TRUE(made.ok()) << made.err().message;
     (fp8 ? fp8_blocks : bf16_blocks) = made.value()->info().num_blocks;
   }
-  std::printf("utilization 0.05, 64-token blocks: %d bf16 blocks, %d FP8 blocks\n", bf16_blocks, fp8_blocks);
-  EXPECT_GE(fp8_blocks, 2 * bf16_blocks * 95 / 100);
-  EXPECT_LE(fp8_blocks, 2 * bf16_blocks * 105 / 100 + 1);
+  std::printf("256 MiB, 64-token blocks: %d bf16 blocks, %d FP8 blocks\n", bf16_blocks, fp8_blocks);
+  EXPECT_EQ(bf16_blocks, *o.kv_cache_memory_bytes / hd128_block_bytes(64, 2));
+  EXPECT_EQ(fp8_blocks, *o.kv_cache_memory_bytes / hd128_block_bytes(64, 1));
+  EXPECT_EQ(fp8_blocks, 2 * bf16_blocks) << "256 MiB is a whole number of bf16 blocks";
 }
 
 TEST_F(CudaExecutor, Float16MatchesReferenceLogits) {

@@ -2,8 +2,10 @@
 // the latent norm, interleaved rope (with YaRN's attention factor) and cache write against
 // gpu/model/rope's apply_rope_interleaved, and the absorbed attention over a shuffled paged cache
 // at awkward sizes (1, 17, 97 keys, a block size that does not divide them, padding rows, heads
-// that are not a multiple of 16) in one piece and split over the context into up to 16 pieces,
-// which the last piece's CTA merges, alike launch after launch and in CUDA graph replays with
+// that are not a multiple of 16) in one piece and split over the context into up to 16 pieces
+// (never shorter than mla_min_piece keys: a short context takes fewer, its spare CTAs idle, a
+// last piece of one key), which the last piece's CTA merges, alike launch after launch and in
+// CUDA graph replays with
 // its counters never reset by hand; and the up-projected
 // prefill (gather, kv_b_proj's expansion, scores, causal softmax, P V) against the same attention
 // computed per head in fp64: several sequences of one step, chunks after a cached prefix, one
@@ -158,11 +160,15 @@ TEST_P(CudaMla, LatentAttentionMatchesAHostLoopInOnePieceAndSplit) {
   const attention_shape shapes[] = {{4, 32, 8, 16, {1, 17, 97, 0}},         // deepseek-v2-tiny's sizes
                                     {20, 64, 16, 7, {97, 1, 33, 0, 64}},    // two CTAs of heads, the second partial
                                     {16, 512, 64, 64, {300, 1, 129}},       // DeepSeek-V2-Lite's widths
-                                    {16, 512, 64, 16, {1100}}};             // V2-Lite's batch-1 decode
+                                    {16, 512, 64, 16, {1100}},              // V2-Lite's batch-1 decode
+                                    // 16 pieces of 160 keys (2100), pieces ending mid-tile (700),
+                                    // a context shorter than a tile (31), pieces of mla_min_piece
+                                    // keys (256) and a last one of one key (257).
+                                    {16, 512, 64, 16, {2100, 31, 0, 700, 256, 257}}};
   for (const attention_shape& sh : shapes) {
     latent_attention_case c(dt, sh);
-    // One piece (no merge), and pieces of lengths that do not divide the contexts, some of them
-    // empty (a context shorter than the pieces), up to the most the kernel takes.
+    // One piece (no merge), and pieces of lengths that do not divide the contexts, fewer than
+    // the splits for a short context, up to the most the kernel takes.
     // The merge reads float4s, or single floats where the partials are not 16-byte aligned.
     for (int splits : {1, 2, 3, 7, cuda::mla_max_splits})
       for (bool misaligned : {false, true}) {
@@ -184,6 +190,7 @@ TEST_P(CudaMla, LatentAttentionMergesAlikeLaunchAfterLaunchAndInGraphReplays) {
     int splits;
   };
   const repeat_case cases[] = {{{16, 512, 64, 16, {1100}}, cuda::mla_max_splits},  // V2-Lite's batch-1 decode
+                               {{16, 512, 64, 16, {2100, 31, 0, 700, 257}}, 7},  // 1 to 7 pieces a row
                                {{20, 64, 16, 7, {97, 1, 33, 0, 64}}, 5}};            // two head groups, padding
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);

@@ -31,17 +31,20 @@ TEST(MoeGemmTile, TheChoiceFollowsTheAverageRowsPerExpert) {
   EXPECT_EQ(rows, (std::vector<int>{16, 32, 48, 64, 128}));
   const int m16 = cuda::moe_m16_max_rows_per_expert, m48 = cuda::moe_m48_min_rows_per_expert;
   const int m64 = cuda::moe_m64_min_rows_per_expert, m128 = cuda::moe_m128_min_rows_per_expert;
-  // Measured: m128 from as few rows an expert as m64 (moe_tile.hpp), so m64 only where m128 cannot run.
-  ASSERT_EQ(m64, m128);
+  // m64 just past m48's rows (one tile where m48 cuts an expert in two), m128 from 64 (moe_tile.hpp).
+  ASSERT_EQ(m64, cuda::moe_tile_rows(moe_gemm_tile::m48) + 1);
+  ASSERT_EQ(m128, 64);
   ASSERT_LT(m16, m48);
-  ASSERT_LT(m48, m128);
+  ASSERT_LT(m48, m64);
   for (int E : {1, 4, 8, 60, 64, 128, 160, 1024}) {
     EXPECT_EQ(cuda::choose_moe_gemm_tile(0, E), moe_gemm_tile::m16) << E << " experts";
     EXPECT_EQ(cuda::choose_moe_gemm_tile(m16 * E, E), moe_gemm_tile::m16) << E << " experts";
     EXPECT_EQ(cuda::choose_moe_gemm_tile(m16 * E + 1, E), moe_gemm_tile::m32) << E << " experts";
     EXPECT_EQ(cuda::choose_moe_gemm_tile(m48 * E - 1, E), moe_gemm_tile::m32) << E << " experts";
     EXPECT_EQ(cuda::choose_moe_gemm_tile(m48 * E, E), moe_gemm_tile::m48) << E << " experts";
-    EXPECT_EQ(cuda::choose_moe_gemm_tile(m128 * E - 1, E), moe_gemm_tile::m48) << E << " experts";
+    EXPECT_EQ(cuda::choose_moe_gemm_tile(m64 * E - 1, E), moe_gemm_tile::m48) << E << " experts";
+    EXPECT_EQ(cuda::choose_moe_gemm_tile(m64 * E, E), moe_gemm_tile::m64) << E << " experts";
+    EXPECT_EQ(cuda::choose_moe_gemm_tile(m128 * E - 1, E), moe_gemm_tile::m64) << E << " experts";
     EXPECT_EQ(cuda::choose_moe_gemm_tile(m128 * E, E), moe_gemm_tile::m128) << E << " experts";
     EXPECT_EQ(cuda::choose_moe_gemm_tile(m64 * E, E, moe_gemm_tile::m64), moe_gemm_tile::m64) << E << " experts";
   }
@@ -51,6 +54,10 @@ TEST(MoeGemmTile, TheChoiceFollowsTheAverageRowsPerExpert) {
   EXPECT_EQ(cuda::choose_moe_gemm_tile(192 * 8, 128), moe_gemm_tile::m32);
   EXPECT_EQ(cuda::choose_moe_gemm_tile(256 * 8, 128), moe_gemm_tile::m48);
   EXPECT_EQ(cuda::choose_moe_gemm_tile(512 * 8, 128), moe_gemm_tile::m48);
+  // Mixtral-8x7B (top-2 of 8) decoding 196 sequences, 49 rows an expert: one m64 tile an expert;
+  // where m64 cannot run, m48 (a decode tile runs on every device).
+  EXPECT_EQ(cuda::choose_moe_gemm_tile(196 * 2, 8), moe_gemm_tile::m64);
+  EXPECT_EQ(cuda::choose_moe_gemm_tile(196 * 2, 8, moe_gemm_tile::m32), moe_gemm_tile::m48);
   // A prefill chunk of 8,192 tokens takes the 128-row tile on each model: Mixtral-8x7B (top-2 of
   // 8), Qwen3-30B-A3B (top-8 of 128), DeepSeek-V2-Lite (top-6 of 64).
   EXPECT_EQ(cuda::choose_moe_gemm_tile(8192 * 2, 8), moe_gemm_tile::m128);

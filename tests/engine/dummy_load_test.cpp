@@ -7,23 +7,23 @@
 #include <filesystem>
 
 #include "engine_harness.hpp"
+#include "scratch_dir.hpp"
 
 namespace actorserve::actors {
 namespace {
 
 using namespace actors::testing;
+using actorserve::testing::scratch_dir;
 namespace fs = std::filesystem;
 
 /// A fresh directory with `fixture`'s config.json and tokenizer files, no weights.
-std::string config_only_copy(const std::string& fixture, const std::string& name) {
-  const fs::path dir = fs::path(::testing::TempDir()) / ("dummy-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+scratch_dir config_only_copy(const std::string& fixture, const std::string& name) {
+  scratch_dir dir("dummy_" + name);
   for (const char* f : {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"}) {
     const fs::path src = fs::path(actorserve::testing::model_dir(fixture)) / f;
     if (fs::exists(src)) fs::copy_file(src, dir / f);
   }
-  return dir.string();
+  return dir;
 }
 
 engine_config dummy_config(const std::string& dir, uint64_t seed) {
@@ -56,7 +56,8 @@ std::vector<std::vector<int32_t>> generate(engine& e, int32_t max_tokens) {
 }
 
 TEST(dummy_load, a_config_only_directory_serves_the_same_tokens_for_the_same_seed) {
-  const std::string dir = config_only_copy("llama-tiny", "llama");
+  const scratch_dir copy = config_only_copy("llama-tiny", "llama");
+  const std::string dir = copy.path().string();
   ASSERT_FALSE(fs::exists(dir + "/model.safetensors"));
   auto first = start_engine(dummy_config(dir, 7));
   ASSERT_TRUE(first);
@@ -71,7 +72,8 @@ TEST(dummy_load, a_config_only_directory_serves_the_same_tokens_for_the_same_see
 }
 
 TEST(dummy_load, moe_models_shard_over_tensor_and_expert_parallel_with_the_same_tokens) {
-  const std::string dir = config_only_copy("mixtral-tiny", "mixtral");
+  const scratch_dir copy = config_only_copy("mixtral-tiny", "mixtral");
+  const std::string dir = copy.path().string();
   auto one = start_engine(dummy_config(dir, 3));
   ASSERT_TRUE(one);
   const auto a = generate(*one, 6);
@@ -87,7 +89,8 @@ TEST(dummy_load, moe_models_shard_over_tensor_and_expert_parallel_with_the_same_
 }
 
 TEST(dummy_load, a_missing_config_json_is_named) {
-  const std::string dir = config_only_copy("llama-tiny", "no-config");
+  const scratch_dir copy = config_only_copy("llama-tiny", "no_config");
+  const std::string dir = copy.path().string();
   fs::remove(dir + "/config.json");
   auto e = engine::start(dummy_config(dir, 0));
   ASSERT_FALSE(e.ok());
@@ -95,8 +98,9 @@ TEST(dummy_load, a_missing_config_json_is_named) {
 }
 
 TEST(dummy_load, without_the_flag_the_missing_weights_are_named) {
+  const scratch_dir copy = config_only_copy("llama-tiny", "no_flag");
   engine_config cfg = tiny_config(512);
-  cfg.model.model_dir = config_only_copy("llama-tiny", "no-flag");
+  cfg.model.model_dir = copy.path().string();
   auto e = engine::start(cfg);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.err().message.find("model.safetensors"), std::string::npos) << e.err().message;

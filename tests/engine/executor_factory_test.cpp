@@ -3,13 +3,13 @@
 // expert-parallel shards run on the CPU only.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
 
 #include "engine_harness.hpp"
 #include "gpu/executor_factory.hpp"
+#include "scratch_dir.hpp"
 #ifdef ACTORSERVE_HAS_CUDA
 #include "gpu/cuda/device_info.hpp"
 #endif
@@ -18,17 +18,17 @@ namespace actorserve::actors {
 namespace {
 
 using namespace actors::testing;
+using actorserve::testing::scratch_dir;
 
 /// A model directory holding deepseek-v2-tiny's config.json with a 48-key sliding window, which
 /// its latent attention cannot apply (the CUDA executor refuses it below --max-model-len 49).
-std::string windowed_latent_model_dir() {
-  const auto dir = std::filesystem::temp_directory_path() / "actorserve-windowed-latent";
-  std::filesystem::create_directories(dir);
+scratch_dir windowed_latent_model_dir() {
+  scratch_dir dir("windowed_latent");
   std::ifstream in(actorserve::testing::model_dir("deepseek-v2-tiny") + "/config.json");
   std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   json.insert(json.find('{') + 1, R"("use_sliding_window": true, "sliding_window": 48,)");
   std::ofstream(dir / "config.json") << json;
-  return dir.string();
+  return dir;
 }
 
 TEST(executor_factory, cuda_support_reads_the_model_and_max_model_len) {
@@ -36,7 +36,8 @@ TEST(executor_factory, cuda_support_reads_the_model_and_max_model_len) {
   EXPECT_TRUE(gpu::check_cuda_support(cfg).ok());
   cfg.model.model_dir = actorserve::testing::model_dir("mistral-sliding-window");
   EXPECT_TRUE(gpu::check_cuda_support(cfg).ok());  // the attention backends mask the window
-  cfg.model.model_dir = windowed_latent_model_dir();
+  const scratch_dir windowed_latent = windowed_latent_model_dir();
+  cfg.model.model_dir = windowed_latent.path().string();
   status st = gpu::check_cuda_support(cfg);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.err().message.find(cfg.model.model_dir), std::string::npos) << st.err().message;

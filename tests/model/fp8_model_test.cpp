@@ -18,6 +18,7 @@
 #include "gpu/model/dtype_convert.hpp"
 #include "model/model_test_util.hpp"
 #include "model/safetensors_test_util.hpp"
+#include "scratch_dir.hpp"
 #include "test_data.hpp"
 
 namespace actorserve::testing {
@@ -153,10 +154,10 @@ class fp8_model_test : public ::testing::TestWithParam<fixture> {};
 
 TEST_P(fp8_model_test, computes_what_its_dequantized_weights_compute_and_stays_close_to_bf16) {
   const fixture f = GetParam();
-  const fs::path deq = fs::path(::testing::TempDir()) / (std::string(f.fp8) + "-dequantized");
-  write_dequantized(f.fp8, f.bf16, f.block, deq);
+  const scratch_dir deq(std::string(f.fp8) + "-dequantized");
+  write_dequantized(f.fp8, f.bf16, f.block, deq.path());
   auto fp8 = executor(model_dir(f.fp8));
-  auto dequantized = executor(deq.string());
+  auto dequantized = executor(deq.path().string());
   auto bf16 = executor(model_dir(f.bf16));
   ASSERT_TRUE(fp8 && dequantized && bf16);
   const comparison same = compare(*fp8, *dequantized, f.bf16);

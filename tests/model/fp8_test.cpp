@@ -142,16 +142,16 @@ TEST(fp8_e4m3, per_channel_quantization_uses_all_448_and_stays_on_the_grid) {
 
 // ---- the loader on broken copies of the FP8 fixtures ----
 
-std::string load_error(const fs::path& dir) { return cpu_load_error(dir.string()); }
+std::string load_error(const scratch_dir& dir) { return cpu_load_error(dir.path().string()); }
 
-void rename_tensor(const fs::path& dir, const std::string& from, const std::string& to) {
+void rename_tensor(const scratch_dir& dir, const std::string& from, const std::string& to) {
   auto parts = split_safetensors(read_file(dir / "model.safetensors"));
   parts.header = replace_once(parts.header, "\"" + from + "\"", "\"" + to + "\"");
   write_file(dir / "model.safetensors", join_safetensors(parts.header, parts.data));
 }
 
 TEST(fp8_loader, nan_weight_element_is_named) {
-  const fs::path dir = copy_model("qwen3-hd128-fp8", "fp8_nan");
+  const scratch_dir dir = copy_model("qwen3-hd128-fp8", "fp8_nan");
   const std::string bytes = read_file(dir / "model.safetensors");
   auto header = parse_safetensors_header(bytes, bytes.size(), "f");
   ASSERT_TRUE(header.ok()) << header.err().message;
@@ -163,17 +163,17 @@ TEST(fp8_loader, nan_weight_element_is_named) {
 }
 
 TEST(fp8_loader, missing_scale_or_input_scale_is_named) {
-  const fs::path dir = copy_model("qwen3-hd128-fp8", "fp8_no_scale");
+  const scratch_dir dir = copy_model("qwen3-hd128-fp8", "fp8_no_scale");
   rename_tensor(dir, "model.layers.0.mlp.up_proj.weight_scale", "model.layers.0.mlp.up_proj.weight_scalX");
   expect_has(load_error(dir), {"'model.layers.0.mlp.up_proj.weight'", "no scale tensor",
                                "'model.layers.0.mlp.up_proj.weight_scale'"});
-  const fs::path dir2 = copy_model("qwen3-hd128-fp8", "fp8_no_input_scale");
+  const scratch_dir dir2 = copy_model("qwen3-hd128-fp8", "fp8_no_input_scale");
   rename_tensor(dir2, "model.layers.1.self_attn.o_proj.input_scale", "model.layers.1.self_attn.o_proj.input_scalX");
   expect_has(load_error(dir2), {"missing tensor 'model.layers.1.self_attn.o_proj.input_scale'"});
 }
 
 TEST(fp8_loader, fp8_weights_without_quantization_config_are_refused) {
-  const fs::path dir = copy_model("qwen3-hd128-fp8", "fp8_no_config");
+  const scratch_dir dir = copy_model("qwen3-hd128-fp8", "fp8_no_config");
   fs::copy_file(fs::path(model_dir("qwen3-hd128-bf16")) / "config.json", dir / "config.json",
                 fs::copy_options::overwrite_existing);
   expect_has(load_error(dir), {"self_attn.q_proj.weight", "F8_E4M3"});
@@ -181,20 +181,20 @@ TEST(fp8_loader, fp8_weights_without_quantization_config_are_refused) {
 
 TEST(fp8_loader, the_ignore_list_decides_which_modules_are_fp8) {
   // The ignore list names layer 1's down_proj (stored bf16); without that entry it must be FP8.
-  const fs::path dir = copy_model("qwen3-hd128-fp8-channel", "fp8_ignore_removed");
+  const scratch_dir dir = copy_model("qwen3-hd128-fp8-channel", "fp8_ignore_removed");
   write_file(dir / "config.json", replace_once(read_file(dir / "config.json"), R"("lm_head",
       "re:.*layers\\.1\\.mlp\\.down_proj$")",
                                                R"("lm_head")"));
   expect_has(load_error(dir), {"'model.layers.1.mlp.down_proj.weight' has dtype BF16", "quantizes it", "ignore"});
   // A module in the ignore list must not be FP8.
-  const fs::path dir2 = copy_model("qwen3-hd128-fp8-channel", "fp8_ignore_added");
+  const scratch_dir dir2 = copy_model("qwen3-hd128-fp8-channel", "fp8_ignore_added");
   write_file(dir2 / "config.json", replace_once(read_file(dir2 / "config.json"), R"("lm_head",)",
                                                 R"("lm_head", "model.layers.0.mlp.up_proj",)"));
   expect_has(load_error(dir2), {"'model.layers.0.mlp.up_proj.weight'", "F8_E4M3", "ignore list"});
 }
 
 TEST(fp8_loader, block_scales_must_match_the_block_size) {
-  const fs::path dir = copy_model("mixtral-fp8-block", "fp8_block_64");
+  const scratch_dir dir = copy_model("mixtral-fp8-block", "fp8_block_64");
   std::string cfg = read_file(dir / "config.json");
   cfg = replace_once(cfg, "\"weight_block_size\": [\n      128,\n      128\n    ]",
                      "\"weight_block_size\": [\n      64,\n      64\n    ]");

@@ -16,23 +16,23 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string load_error(const fs::path& dir) { return cpu_load_error(dir.string()); }
+std::string load_error(const scratch_dir& dir) { return cpu_load_error(dir.path().string()); }
 
 TEST(model_dir, missing_config_json) {
-  const fs::path dir = copy_model("llama-tiny", "no_config");
+  const scratch_dir dir = copy_model("llama-tiny", "no_config");
   fs::remove(dir / "config.json");
   expect_has(load_error(dir), {(dir / "config.json").string()});
 }
 
 TEST(model_dir, unsupported_architecture) {
-  const fs::path dir = copy_model("llama-tiny", "gpt2");
+  const scratch_dir dir = copy_model("llama-tiny", "gpt2");
   write_file(dir / "config.json",
              replace_once(read_file(dir / "config.json"), "LlamaForCausalLM", "GPT2LMHeadModel"));
   expect_has(load_error(dir), {"config.json", "GPT2LMHeadModel"});
 }
 
 TEST(model_dir, missing_tensor) {
-  const fs::path dir = copy_model("llama-tiny", "missing_tensor");
+  const scratch_dir dir = copy_model("llama-tiny", "missing_tensor");
   auto parts = split_safetensors(read_file(dir / "model.safetensors"));
   parts.header = replace_once(parts.header, "\"model.norm.weight\"", "\"model.nrom.weight\"");
   write_file(dir / "model.safetensors", join_safetensors(parts.header, parts.data));
@@ -55,7 +55,7 @@ TEST(model_dir, missing_expert_router_or_qk_norm_tensor_is_named) {
                           broken{"deepseek-v2-qlora-yarn-bf16", "model.layers.2.self_attn.q_a_layernorm.weight"},
                           broken{"deepseek-v2-qlora-yarn-bf16", "model.layers.1.self_attn.kv_a_proj_with_mqa.weight"},
                           broken{"deepseek-v2-qlora-yarn-bf16", "model.layers.0.mlp.up_proj.weight"}}) {
-    const fs::path dir = copy_model(b.model, "missing_expert");
+    const scratch_dir dir = copy_model(b.model, "missing_expert");
     auto parts = split_safetensors(read_file(dir / "model.safetensors"));
     const std::string name = b.tensor;
     parts.header = replace_once(parts.header, "\"" + name + "\"", "\"" + name + "_gone\"");
@@ -65,14 +65,14 @@ TEST(model_dir, missing_expert_router_or_qk_norm_tensor_is_named) {
 }
 
 TEST(model_dir, mis_shaped_tensor) {
-  const fs::path dir = copy_model("llama-tiny", "mis_shaped");
+  const scratch_dir dir = copy_model("llama-tiny", "mis_shaped");
   write_file(dir / "config.json",
              replace_once(read_file(dir / "config.json"), "\"intermediate_size\": 172", "\"intermediate_size\": 171"));
   expect_has(load_error(dir), {"model.safetensors", "'model.layers.0.mlp.gate_proj.weight'", "[172, 64]", "[171, 64]"});
 }
 
 TEST(model_dir, truncated_safetensors) {
-  const fs::path dir = copy_model("llama-tiny", "truncated");
+  const scratch_dir dir = copy_model("llama-tiny", "truncated");
   const std::string bytes = read_file(dir / "model.safetensors");
   write_file(dir / "model.safetensors", bytes.substr(0, bytes.size() / 2));
   expect_has(load_error(dir), {"model.safetensors", "tensor '", "outside the data section"});
@@ -81,7 +81,7 @@ TEST(model_dir, truncated_safetensors) {
 }
 
 TEST(model_dir, header_offsets_outside_the_file) {
-  const fs::path dir = copy_model("llama-tiny", "offsets");
+  const scratch_dir dir = copy_model("llama-tiny", "offsets");
   auto parts = split_safetensors(read_file(dir / "model.safetensors"));
   const size_t at = parts.header.find("\"model.norm.weight\"");
   ASSERT_NE(at, std::string::npos);
@@ -93,7 +93,7 @@ TEST(model_dir, header_offsets_outside_the_file) {
 }
 
 /// Writes the fixture's tensors into two shard files plus model.safetensors.index.json.
-void shard_model(const fs::path& dir) {
+void shard_model(const scratch_dir& dir) {
   const std::string bytes = read_file(dir / "model.safetensors");
   auto header = parse_safetensors_header(bytes, bytes.size(), "src");
   ASSERT_TRUE(header.ok());
@@ -118,15 +118,15 @@ void shard_model(const fs::path& dir) {
 }
 
 TEST(model_dir, sharded_checkpoint_gives_the_same_logits) {
-  const fs::path dir = copy_model("llama-tiny", "sharded");
+  const scratch_dir dir = copy_model("llama-tiny", "sharded");
   shard_model(dir);
-  auto store = gpu::weight_store::open_dir(dir.string());
+  auto store = gpu::weight_store::open_dir(dir.path().string());
   ASSERT_TRUE(store.ok()) << store.err().message;
   EXPECT_EQ(store->size(), 21u);
   gpu::cpu_executor_options opts;
   opts.num_blocks = 8;
   opts.threads = 2;
-  auto sharded = gpu::cpu_executor::create(dir.string(), opts);
+  auto sharded = gpu::cpu_executor::create(dir.path().string(), opts);
   ASSERT_TRUE(sharded.ok()) << sharded.err().message;
   const auto cases = load_reference("llama-tiny");
   generation g = run_greedy(*sharded.value(), cases[1].prompt_ids, block_range(0, 1), 0, 1);
@@ -135,7 +135,7 @@ TEST(model_dir, sharded_checkpoint_gives_the_same_logits) {
   write_file(dir / "model.safetensors.index.json",
              replace_once(read_file(dir / "model.safetensors.index.json"),
                           "\"model.norm.weight\":\"model-00001-of-00002", "\"model.norm.weight\":\"model-00002-of-00002"));
-  auto bad = gpu::weight_store::open_dir(dir.string());
+  auto bad = gpu::weight_store::open_dir(dir.path().string());
   ASSERT_FALSE(bad.ok());
   expect_has(bad.err().message, {"model.safetensors.index.json", "'model.norm.weight'"});
 }

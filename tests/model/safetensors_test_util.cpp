@@ -1,7 +1,6 @@
 #include "model/safetensors_test_util.hpp"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <sstream>
@@ -35,12 +34,9 @@ void write_file(const std::filesystem::path& p, const std::string& bytes) {
   out << bytes;
 }
 
-std::filesystem::path copy_model(const std::string& name, const std::string& tag) {
+scratch_dir copy_model(const std::string& name, const std::string& tag) {
   namespace fs = std::filesystem;
-  // The process id keeps test runs of several checkouts at once from editing one copy.
-  const fs::path dst = fs::path(::testing::TempDir()) / ("actorserve_model_" + tag + "_" + std::to_string(::getpid()));
-  fs::remove_all(dst);
-  fs::create_directories(dst);
+  scratch_dir dst("model_" + tag);
   for (const auto& e : fs::directory_iterator(model_dir(name))) {
     if (e.path().filename() == "reference.json") continue;
     fs::copy_file(e.path(), dst / e.path().filename());

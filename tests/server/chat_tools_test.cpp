@@ -11,6 +11,7 @@
 #include "fake_engine.hpp"
 #include "http_client.hpp"
 #include "protocol/openai/parse.hpp"
+#include "scratch_dir.hpp"
 #include "server/prompt_builder.hpp"
 #include "server/serve.hpp"
 #include "test_data.hpp"
@@ -74,13 +75,12 @@ TEST(ChatToolsPrompt, MistralRendersToolCallsWithTheirIds) {
 
 TEST(ChatToolsPrompt, ToolUseNamedTemplateIsChosenWhenToolsAreGiven) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("chat_tools_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const scratch_dir dir("chat_tools");
   fs::copy_file(model_dir("llama-tiny") + "/tokenizer.json", dir / "tokenizer.json", fs::copy_options::overwrite_existing);
   std::ofstream(dir / "tokenizer_config.json") << R"({"chat_template": [
     {"name": "default", "template": "D{{ messages|length }}"},
     {"name": "tool_use", "template": "T{{ tools|length }} {{ enable_thinking }}"}]})";
-  auto tok = protocol::tokenizer::from_model_dir(dir.string());
+  auto tok = protocol::tokenizer::from_model_dir(dir.path().string());
   ASSERT_TRUE(tok.ok()) << tok.err().message;
   auto builder = server::prompt_builder::create(*tok, "");
   ASSERT_TRUE(builder.ok()) << builder.err().message;
@@ -90,7 +90,6 @@ TEST(ChatToolsPrompt, ToolUseNamedTemplateIsChosenWhenToolsAreGiven) {
   ASSERT_TRUE(req.ok()) << req.err().message;
   EXPECT_EQ(*(*builder)->render_chat(req->messages, true), "D1");
   EXPECT_EQ(*(*builder)->render_chat(req->messages, true, {req->tools, req->chat_template_kwargs, {}}), "T1 False");
-  fs::remove_all(dir);
 }
 
 class ChatTools : public ::testing::Test {
@@ -270,15 +269,14 @@ TEST_F(ChatTools, StreamedChoicesKeepTheirIndices) {
 
 TEST_F(ChatTools, GenerationConfigDefaultsFillUnsetFieldsUnlessVllm) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() / ("gen_defaults_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const scratch_dir dir("gen_defaults");
   for (const char* f : {"config.json", "tokenizer.json"})
     fs::copy_file(model_dir("llama-tiny") + "/" + f, dir / f, fs::copy_options::overwrite_existing);
   std::ofstream(dir / "generation_config.json")
       << R"({"eos_token_id": 1, "temperature": 0.25, "top_k": 7, "top_p": 0.8, "max_new_tokens": 5})";
   const std::string body = R"({"messages": [{"role": "user", "content": "x"}], "top_p": 0.5})";
   for (auto source : {generation_config_source::auto_detect, generation_config_source::vllm}) {
-    start({}, {}, tools_template("qwen2.5-instruct.jinja"), dir.string(), source);
+    start({}, {}, tools_template("qwen2.5-instruct.jinja"), dir.path().string(), source);
     ASSERT_EQ(http_call(server_->port(), "POST", "/v1/chat/completions", body).status, 200);
     const sampling_params p = engine_->last_params();
     const bool file = source == generation_config_source::auto_detect;
@@ -289,7 +287,6 @@ TEST_F(ChatTools, GenerationConfigDefaultsFillUnsetFieldsUnlessVllm) {
     else EXPECT_GT(p.max_tokens, 5);  // the room left in the context
     engine_->shutdown(0ms);
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -2,11 +2,11 @@
 // greedy tokens equal to the Hugging Face reference of the llama-tiny fixture.
 #include <gtest/gtest.h>
 #include <simdjson.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
+#include "scratch_dir.hpp"
 #include "server/offline_generate.hpp"
 #include "test_data.hpp"
 
@@ -46,8 +46,8 @@ std::vector<int64_t> ids_of(simdjson::dom::element e) {
 TEST(offline_generate, batches_prompts_and_prints_results_in_input_order) {
   const auto cases = load_reference(3);
   ASSERT_EQ(cases.size(), 3u);
-  const auto file =
-      std::filesystem::temp_directory_path() / ("actorserve_engine_requests_" + std::to_string(::getpid()) + ".jsonl");
+  const actorserve::testing::scratch_dir dir("offline_generate");
+  const auto file = dir / "requests.jsonl";
   {
     std::ofstream out(file);
     out << "{\"prompt_ids\": [" << join(cases[1].prompt) << "], \"max_tokens\": 24}\n";
@@ -62,7 +62,6 @@ TEST(offline_generate, batches_prompts_and_prints_results_in_input_order) {
   auto cl = parse_command_line(static_cast<int>(std::size(argv)), argv);
   ASSERT_TRUE(cl.ok()) << cl.err().message;
   auto out = generate_json(*cl);
-  std::filesystem::remove(file);
   ASSERT_TRUE(out.ok()) << out.err().message;
   EXPECT_TRUE(out->all_ok);
 
@@ -93,8 +92,8 @@ TEST(offline_generate, batches_prompts_and_prints_results_in_input_order) {
 }
 
 TEST(offline_generate, a_bad_requests_line_names_the_file_line_and_field) {
-  const auto file =
-      std::filesystem::temp_directory_path() / ("actorserve_engine_bad_" + std::to_string(::getpid()) + ".jsonl");
+  const actorserve::testing::scratch_dir dir("offline_generate_bad");
+  const auto file = dir / "requests.jsonl";
   {
     std::ofstream out(file);
     out << "{\"prompt_ids\": [1, 2]}\n{\"prompt\": \"x\", \"top_p\": \"high\"}\n";
@@ -105,7 +104,6 @@ TEST(offline_generate, a_bad_requests_line_names_the_file_line_and_field) {
   auto cl = parse_command_line(static_cast<int>(std::size(argv)), argv);
   ASSERT_TRUE(cl.ok()) << cl.err().message;
   auto out = generate_json(*cl);
-  std::filesystem::remove(file);
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.err().message.find(":2: top_p"), std::string::npos) << out.err().message;
 }

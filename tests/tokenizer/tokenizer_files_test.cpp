@@ -1,35 +1,27 @@
 // Loading: tokenizer_config.json / generation_config.json fields, added-token options, and
 // clear errors (naming the file and the field) for missing, malformed or unsupported files.
-#include <filesystem>
 #include <fstream>
 
+#include "scratch_dir.hpp"
 #include "tokenizer_fixture.hpp"
 
 namespace actorserve::testing {
 namespace {
 
-namespace fs = std::filesystem;
 using protocol::tokenizer;
 
-/// A fresh temporary directory, removed at the end of the test.
+/// A fresh directory named for the running test, removed at the end of the test.
 class temp_dir {
  public:
-  temp_dir() {
-    path_ = fs::temp_directory_path() /
-            ("tok_test_" + std::to_string(::getpid()) + "_" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~temp_dir() { fs::remove_all(path_); }
   std::string file(const std::string& name, const std::string& content) const {
-    std::string p = (path_ / name).string();
+    std::string p = (dir_ / name).string();
     std::ofstream(p, std::ios::binary) << content;
     return p;
   }
-  std::string path() const { return path_.string(); }
+  std::string path() const { return dir_.path().string(); }
 
  private:
-  fs::path path_;
+  scratch_dir dir_{std::string("tok_test_") + ::testing::UnitTest::GetInstance()->current_test_info()->name()};
 };
 
 std::string replace_once(std::string s, const std::string& from, const std::string& to) {

@@ -3,11 +3,11 @@
 // (UAX #15), then a real fixture tokenizer with an NFC normalizer, as Qwen2's tokenizer.json has.
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "protocol/tokenizer/unicode_normalize.hpp"
+#include "scratch_dir.hpp"
 #include "tokenizer_fixture.hpp"
 
 namespace actorserve::testing {
@@ -57,12 +57,10 @@ protocol::tokenizer with_normalizer(const std::string& normalizer) {
   const size_t at = json.find(null_normalizer);
   EXPECT_NE(at, std::string::npos);
   json.replace(at, null_normalizer.size(), "\"normalizer\": " + normalizer);
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("actorserve-normalizer-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-                     "-" + std::to_string(std::hash<std::string>{}(normalizer)) + ".json");
+  const scratch_dir dir("normalizer");
+  const auto path = dir / "tokenizer.json";
   std::ofstream(path) << json;
   auto tok = protocol::tokenizer::from_files(path.string(), "");
-  std::filesystem::remove(path);
   EXPECT_TRUE(tok.ok()) << (tok.ok() ? "" : tok.err().message);
   return std::move(*tok);
 }

@@ -17,11 +17,6 @@ namespace {
 // not config.rms_norm_eps (as gpu/cpu/mla_attention does).
 constexpr float latent_norm_eps = 1e-6f;
 
-/// Rows of split partials the buffers hold: a step of n rows splits its context at most
-/// kPartialRows / n ways (mla_num_splits), so decode batches up to this size can split, and the
-/// split counters' rows cover every row of a step that splits.
-constexpr int kPartialRows = 256;
-
 int round8(int x) { return (x + 7) & ~7; }
 
 }  // namespace
@@ -91,7 +86,10 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
   rope_dim_ = static_cast<int>(m.qk_rope_head_dim);
   v_dim_ = static_cast<int>(m.v_head_dim);
   num_sms_ = num_sms;
-  max_partial_rows_ = kPartialRows;
+  // Rows of split partials: as many as mla_num_splits asks for at any step of up to max_tokens
+  // rows (n x splits), so that the buffers never cap its choice; the split counters' rows then
+  // cover every row of a step that splits (n <= rows / 2). At least one row: no empty buffer.
+  max_partial_rows_ = std::max(1, mla_partial_rows(max_tokens, heads_, num_sms));
   scale_ = static_cast<float>(yarn_softmax_scale_factor(cfg.rope) / std::sqrt(static_cast<double>(m.qk_head_dim())));
   inv_freq_ = inv_freq;
   attention_factor_ = attention_factor;
@@ -102,7 +100,7 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
                                   "multiple of 8",
                                   rank_, rope_dim_, mla_max_rank, mla_max_rope_dim));
   const size_t T = size_t(max_tokens), H = size_t(heads_), W = size_t(rank_ + rope_dim_), es = act_size(dt);
-  const size_t qk = size_t(nope_dim_ + rope_dim_), P = size_t(kPartialRows);
+  const size_t qk = size_t(nope_dim_ + rope_dim_), P = size_t(max_partial_rows_);
   const size_t counters = P * size_t((heads_ + mla_heads_per_cta - 1) / mla_heads_per_cta);
   prefill_.max_context = max_context;
   prefill_.score_elems = mla_score_elems(heads_, max_context, max_tokens, mla_score_budget);

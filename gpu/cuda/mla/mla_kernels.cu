@@ -82,22 +82,45 @@ __global__ void __launch_bounds__(kNormThreads) latent_write_kernel(mla_latent_a
 constexpr int kHeads = mla_heads_per_cta;   ///< heads per CTA
 constexpr int kKeys = 32;                   ///< keys per tile
 constexpr int kThreads = 256;               ///< 8 warps, each 64 latent values of every head
+constexpr int kWarps = kThreads / 32;
 constexpr int kTiles = mla_max_rank / 64;   ///< mma n-tiles of 8 latent values a warp accumulates
+/// Key tiles in the cp.async ring: the next tile's copies are in flight while this one's scores,
+/// softmax and weighted sum run. Two stages keep two CTAs an SM (mla_ctas_per_sm), whose four
+/// tiles in flight (150 KB at V2's 576) cover an SM's share of HBM bandwidth times its latency.
+constexpr int kStages = 2;
+static_assert(mla_min_piece % kKeys == 0, "pieces of whole tiles");
+/// Warps that compute a tile's scores (8 keys each); the others issue the next tile's copies
+/// meanwhile, so the block-table reads before those copies never delay the scores.
+constexpr int kScoreWarps = kKeys / 8;
+static_assert(kScoreWarps < kWarps, "copying warps left over");
+/// Independent mma accumulators a score warp runs over the 16-wide slices of the dot product
+/// (slice i into chain i % kScoreChains, summed at the end): four dependent chains of 9 mmas at
+/// V2's 576 instead of one of 36.
+constexpr int kScoreChains = 4;
+/// Query float4s a thread loads at once, all in flight: the widest latent's 16 rows.
+constexpr int kQLoads = (kHeads * (mla_max_rank + mla_max_rope_dim) / 4 + kThreads - 1) / kThreads;
 
 /// Row stride (elements) of the query and key tiles in shared memory: W rounded up to the mma's k
 /// of 16, plus 8, so that a warp's 32-bit fragment loads meet no bank conflict at V2's 576.
 __host__ __device__ constexpr int tile_stride(int W) { return (W + 15) / 16 * 16 + 8; }
 
-/// Dynamic shared memory: q [kHeads][stride] and keys [kKeys][stride] of T, scores [kHeads][kKeys].
-size_t attention_smem(int W) {
-  return size_t(kHeads + kKeys) * tile_stride(W) * 2 + size_t(kHeads) * kKeys * sizeof(float);
+/// Dynamic shared memory: q [kHeads][stride] and kStages key tiles [kKeys][stride] of T, scores
+/// [kHeads][kKeys].
+constexpr size_t attention_smem(int W) {
+  return size_t(kHeads + kStages * kKeys) * tile_stride(W) * 2 + size_t(kHeads) * kKeys * sizeof(float);
 }
+/// The static shared memory of attention_kernel (running max, sum and rescale, the merge's
+/// weights, counted_last's flag) is under this; each CTA also takes 1 KB the runtime reserves.
+constexpr size_t kStaticSmemBound = 2048, kReservedSmem = 1024, kSmemPerSm = 228 * 1024;
+static_assert(mla_ctas_per_sm * (attention_smem(mla_max_rank + mla_max_rope_dim) + kStaticSmemBound + kReservedSmem) <=
+                  kSmemPerSm,
+              "mla_ctas_per_sm CTAs of the widest latent fit an SM's shared memory (sm_90)");
 
 __device__ __forceinline__ uint32_t ld32(const void* p) { return *static_cast<const uint32_t*>(p); }
 
 /// Partial vectors of one piece a thread of the merge loads at once, two pieces' in flight: V2's
-/// 16 heads x 512 in two even sweeps of float4s. 8 would raise attention_kernel's registers from
-/// 73 to 110: two CTAs an SM instead of three.
+/// 16 heads x 512 in two even sweeps of float4s. 8 would push attention_kernel from 106 registers
+/// to the 128 cap of two CTAs an SM, with spills.
 constexpr int kMergeVecs = 4;
 
 /// Reads V floats at p (16-byte aligned for V = 4) from L2, past L1, which may hold no copy
@@ -120,7 +143,7 @@ __device__ __forceinline__ void load_cg(const float* p, float (&x)[V]) {
 /// out[h][d] = sum_s w[s][h] o_s[h][d] * inv[h] rounded to T. The heads' r-wide rows lie end to
 /// end in each piece's partial_o, so a CTA-wide sweep of heads x r floats reads them coalesced.
 template <class T, int V>
-__device__ __forceinline__ void merge_rows(const latent_attention_args& a, int t, int h0, int heads,
+__device__ __forceinline__ void merge_rows(const latent_attention_args& a, int t, int h0, int heads, int pieces,
                                            const float* w_s, const float* inv_s) {
   const int r = a.rank, total = heads * r;
   const size_t piece = size_t(a.n) * a.num_heads * r;  // floats from one piece's rows to the next's
@@ -132,7 +155,7 @@ __device__ __forceinline__ void merge_rows(const latent_attention_args& a, int t
 #pragma unroll
     for (int k = 0; k < kMergeVecs; ++k) hl[k] = min(e0 + k * kThreads * V, total - 1) / r;
 #pragma unroll 2
-    for (int s = 0; s < a.num_splits; ++s) {
+    for (int s = 0; s < pieces; ++s) {
       float x[kMergeVecs][V];
 #pragma unroll
       for (int k = 0; k < kMergeVecs; ++k) {
@@ -158,12 +181,11 @@ __device__ __forceinline__ void merge_rows(const latent_attention_args& a, int t
   }
 }
 
-/// The pieces of row t's heads [h0, h0 + kHeads) (those below H) merged and normalised into out,
-/// by the whole CTA once every piece's partials are visible: with M the pieces' largest max,
-/// out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s; a piece without keys (m_s = -inf) weighs
-/// 0, and a row without any (a padding row) gets zeros.
+/// The `pieces` pieces of row t's heads [h0, h0 + kHeads) (those below H) merged and normalised
+/// into out, by the whole CTA once every piece's partials are visible: with M the pieces' largest
+/// max, out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s (every piece has keys).
 template <class T>
-__device__ void merge_pieces(const latent_attention_args& a, int t, int h0) {
+__device__ void merge_pieces(const latent_attention_args& a, int t, int h0, int pieces) {
   __shared__ float w_s[mla_max_splits * kHeads];  // [piece][head]: e^(m_s - M)
   __shared__ float inv_s[kHeads];                 // 1 / sum_s e^(m_s - M) l_s, 0 for no keys
   const int H = a.num_heads, heads = min(kHeads, H - h0);
@@ -171,9 +193,9 @@ __device__ void merge_pieces(const latent_attention_args& a, int t, int h0) {
   if (threadIdx.x < heads) {
     const float* ml = a.partial_ml + (size_t(t) * H + h0 + threadIdx.x) * 2;
     float mx = -INFINITY;
-    for (int s = 0; s < a.num_splits; ++s) mx = fmaxf(mx, __ldcg(ml + s * piece * 2));
+    for (int s = 0; s < pieces; ++s) mx = fmaxf(mx, __ldcg(ml + s * piece * 2));
     float l = 0.0f;
-    for (int s = 0; s < a.num_splits; ++s) {
+    for (int s = 0; s < pieces; ++s) {
       const float ms = __ldcg(ml + s * piece * 2);
       const float w = ms != -INFINITY ? expf(ms - mx) : 0.0f;
       w_s[s * kHeads + threadIdx.x] = w;
@@ -184,74 +206,117 @@ __device__ void merge_pieces(const latent_attention_args& a, int t, int h0) {
   __syncthreads();
   // Rows of a multiple of 4 floats from a 16-byte aligned buffer load as float4.
   if (a.rank % 4 == 0 && reinterpret_cast<uintptr_t>(a.partial_o) % 16 == 0)
-    merge_rows<T, 4>(a, t, h0, heads, w_s, inv_s);
+    merge_rows<T, 4>(a, t, h0, heads, pieces, w_s, inv_s);
   else
-    merge_rows<T, 1>(a, t, h0, heads, w_s, inv_s);
+    merge_rows<T, 1>(a, t, h0, heads, pieces, w_s, inv_s);
+}
+
+/// Row t's context cut into pieces (latent_attention_args): keys [0, context) in `count` pieces
+/// of `piece` keys (whole tiles), the last one shorter; a padding row: no keys, one piece.
+struct row_pieces {
+  int context, piece, count;
+};
+__device__ __forceinline__ row_pieces pieces_of(const latent_attention_args& a, int t) {
+  const int context = a.token_seqs[t] >= 0 ? a.positions[t] + 1 : 0;
+  const int piece = (max((context + a.num_splits - 1) / a.num_splits, mla_min_piece) + kKeys - 1) / kKeys * kKeys;
+  return {context, piece, max(1, (context + piece - 1) / piece)};
 }
 
 /// Grid (n, ceil(H / kHeads), num_splits) of kThreads. Scores and the weighted sum on tensor cores
 /// (mma.sync m16n8k16, the CTA's 16 heads its rows): warp w accumulates latent values [64 w,
 /// 64 w + 64) of every head in the mma's C layout (rows lane / 4 and lane / 4 + 8, values
-/// 8 i + 2 (lane % 4) and the next of n-tile i). With one piece the CTA writes its heads'
-/// normalised output; with more, its piece's partials, and the last piece's CTA merges them.
+/// 8 i + 2 (lane % 4) and the next of n-tile i). The key tiles stream through a kStages ring of
+/// cp.async copies (by the warps past kScoreWarps: a warp a key row, a lane 16 bytes), tile
+/// i + 1's in flight while tile i is used. With one piece the CTA writes its heads' normalised
+/// output; with more, its piece's partials, and the last piece's CTA merges them.
 template <class T>
-__global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_args a) {
+__global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(latent_attention_args a) {
   extern __shared__ float smem[];
   __shared__ float m_s[kHeads], l_s[kHeads], alpha_s[kHeads];
   pdl_begin();
   const int t = blockIdx.x, h0 = blockIdx.y * kHeads, split = blockIdx.z;
+  const row_pieces rp = pieces_of(a, t);
+  if (split >= rp.count) return;  // a context shorter than num_splits pieces: no keys left for this CTA
   const int r = a.rank, W = r + a.rope_dim, H = a.num_heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = lane >> 2, c2 = (lane & 3) * 2;
   const int Ws = tile_stride(W), K16 = (W + 15) / 16 * 16;
-  T* q_s = reinterpret_cast<T*>(smem);                                // [kHeads][Ws]
-  T* k_s = q_s + size_t(kHeads) * Ws;                                 // [kKeys][Ws]
-  float* s_s = reinterpret_cast<float*>(k_s + size_t(kKeys) * Ws);    // [kHeads][kKeys]
+  T* q_s = reinterpret_cast<T*>(smem);                                        // [kHeads][Ws]
+  T* k_s = q_s + size_t(kHeads) * Ws;                                         // [kStages][kKeys][Ws]
+  float* s_s = reinterpret_cast<float*>(k_s + size_t(kStages) * kKeys * Ws);  // [kHeads][kKeys]
   const int seq = a.token_seqs[t];
-  // This CTA's piece of the context: keys [kb, ke).
-  int kb = 0, ke = 0;
-  if (seq >= 0) {
-    const int context = a.positions[t] + 1;
-    const int piece = (context + a.num_splits - 1) / a.num_splits;
-    kb = min(context, split * piece);
-    ke = min(context, kb + piece);
+  // This CTA's piece of the context: keys [kb, ke), in ntiles tiles.
+  const int kb = split * rp.piece, ke = min(rp.context, kb + rp.piece);
+  const int ntiles = (ke - kb + kKeys - 1) / kKeys;
+  const int32_t* table = seq >= 0 ? a.block_tables + a.seqs[seq].bt_offset : nullptr;
+  const T* cache = static_cast<const T*>(a.cache);
+  const int vecs = W / 8;  // 16-byte pieces of one key row
+  const uint32_t k_addr = attn_dev::smem_addr(k_s);
+  // Tile `tile`'s key rows into ring stage `stage`; rows past the piece's end are zero-filled (a
+  // zero probability times a NaN would still be NaN).
+  const auto issue = [&](int tile, int stage) {
+    const int k0 = kb + tile * kKeys;
+    for (int j = warp - kScoreWarps; j >= 0 && j < kKeys; j += kWarps - kScoreWarps) {
+      const int key = k0 + j;
+      const bool ok = key < ke;
+      const T* src = ok ? cache + (size_t(table[key / a.block_size]) * a.block_size + key % a.block_size) * W : cache;
+      const uint32_t dst = k_addr + uint32_t((stage * kKeys + j) * Ws * 2);
+      for (int v = lane; v < vecs; v += 32) attn_dev::cp_async16(dst + v * 16, src + (ok ? v * 8 : 0), ok ? 16 : 0);
+    }
+  };
+  attn_dev::kv_ring_start<kStages>(ntiles, issue);
+  // The query's and the key tiles' columns [W, Ws) zeros (the scores' mma reads up to K16; the
+  // copies write [0, W)); the query rounded to T for the tensor cores, every float4 of a thread
+  // loaded before the first is stored (all in flight at once).
+  const int pad = (Ws - W) / 8, qv = W / 4;  // 16-byte pieces past W a row; float4s of a query row
+  for (int i = threadIdx.x; i < (kStages * kKeys + kHeads) * pad; i += kThreads)
+    reinterpret_cast<uint4*>(q_s + size_t(i / pad) * Ws + W)[i % pad] = make_uint4(0, 0, 0, 0);
+  float4 qx[kQLoads];
+#pragma unroll
+  for (int k = 0; k < kQLoads; ++k) {
+    const int i = threadIdx.x + k * kThreads, hh = h0 + i / qv;
+    qx[k] = i < kHeads * qv && hh < H && seq >= 0
+                ? __ldg(reinterpret_cast<const float4*>(a.q_abs + (size_t(t) * H + hh) * W) + i % qv)
+                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  // The query rounded to T for the tensor cores, its columns past W zeros; the key tile all zeros
-  // first (the tile loads write [0, W) of nk rows: the others must hold no NaN, whose product with
-  // a zero probability would still be NaN).
-  for (int i = threadIdx.x; i < kHeads * Ws; i += kThreads) {
-    const int hh = h0 + i / Ws, d = i % Ws;
-    q_s[i] = from_f32<T>(hh < H && seq >= 0 && d < W ? a.q_abs[(size_t(t) * H + hh) * W + d] : 0.0f);
+#pragma unroll
+  for (int k = 0; k < kQLoads; ++k) {
+    const int i = threadIdx.x + k * kThreads;
+    if (i < kHeads * qv)
+      *reinterpret_cast<uint2*>(q_s + size_t(i / qv) * Ws + (i % qv) * 4) =
+          make_uint2(attn_dev::elem<T>::pack(qx[k].x, qx[k].y), attn_dev::elem<T>::pack(qx[k].z, qx[k].w));
   }
-  for (int i = threadIdx.x; i < kKeys * Ws / 8; i += kThreads) reinterpret_cast<uint4*>(k_s)[i] = make_uint4(0, 0, 0, 0);
   if (threadIdx.x < kHeads) {
     m_s[threadIdx.x] = -INFINITY;
     l_s[threadIdx.x] = 0.0f;
   }
   float acc[kTiles][4] = {};
-  const int32_t* table = seq >= 0 ? a.block_tables + a.seqs[seq].bt_offset : nullptr;
-  const T* cache = static_cast<const T*>(a.cache);
-  const int vecs = W / 8;  // 16-byte pieces of one key row
-  for (int k0 = kb; k0 < ke; k0 += kKeys) {
-    __syncthreads();  // the previous tile's keys and probabilities are consumed
-    const int nk = min(kKeys, ke - k0);
-    for (int i = threadIdx.x; i < nk * vecs; i += kThreads) {
-      const int j = i / vecs, v = i % vecs, key = k0 + j;
-      const size_t slot = size_t(table[key / a.block_size]) * a.block_size + key % a.block_size;
-      reinterpret_cast<uint4*>(k_s + size_t(j) * Ws)[v] = reinterpret_cast<const uint4*>(cache + slot * W)[v];
-    }
-    __syncthreads();
-    // Scores on tensor cores: warp w < kKeys / 8 takes keys [8w, 8w + 8) of the 16 heads, one
-    // mma.sync m16n8k16 per 16 dimensions (A: the query tile's rows, B: the keys' rows).
+  for (int tile = 0; tile < ntiles; ++tile) {
+    // Tile `tile` has landed and every warp is done with the previous one: its stage takes the next.
+    attn_dev::kv_ring_next<kStages>(tile, ntiles, issue);
+    const T* kt = k_s + size_t(tile % kStages) * kKeys * Ws;
+    const int nk = min(kKeys, ke - (kb + tile * kKeys));
+    // Scores on tensor cores: warp w < kScoreWarps takes keys [8w, 8w + 8) of the 16 heads, one
+    // mma.sync m16n8k16 per 16 dimensions (A: the query tile's rows, B: the keys' rows), the
+    // slices spread over kScoreChains accumulators.
     static_assert(kHeads == 16, "the mma's 16 rows");
-    if (warp < kKeys / 8) {
+    if (warp < kScoreWarps) {
       const T* qa = q_s + size_t(grp) * Ws + c2;
-      const T* kr = k_s + size_t(warp * 8 + grp) * Ws + c2;
-      float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-      for (int kd = 0; kd < K16; kd += 16) {
-        const uint32_t af[4] = {ld32(qa + kd), ld32(qa + 8 * Ws + kd), ld32(qa + kd + 8), ld32(qa + 8 * Ws + kd + 8)};
-        attn_dev::elem<T>::mma(c, af, ld32(kr + kd), ld32(kr + kd + 8));
+      const T* kr = kt + size_t(warp * 8 + grp) * Ws + c2;
+      float cc[kScoreChains][4] = {};
+      for (int kd0 = 0; kd0 < K16; kd0 += 16 * kScoreChains) {
+#pragma unroll
+        for (int ch = 0; ch < kScoreChains; ++ch) {
+          const int kd = kd0 + 16 * ch;
+          if (kd >= K16) break;
+          const uint32_t af[4] = {ld32(qa + kd), ld32(qa + 8 * Ws + kd), ld32(qa + kd + 8),
+                                  ld32(qa + 8 * Ws + kd + 8)};
+          attn_dev::elem<T>::mma(cc[ch], af, ld32(kr + kd), ld32(kr + kd + 8));
+        }
       }
+      float c[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) c[e] = (cc[0][e] + cc[1][e]) + (cc[2][e] + cc[3][e]);
+      static_assert(kScoreChains == 4, "the sum above");
       const int j = warp * 8 + c2;
       s_s[grp * kKeys + j] = j < nk ? c[0] * a.scale : -INFINITY;
       s_s[grp * kKeys + j + 1] = j + 1 < nk ? c[1] * a.scale : -INFINITY;
@@ -260,18 +325,30 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
     }
     __syncthreads();
     // Online softmax: a warp per head, a lane per key (scores past nk are -inf: exp gives 0).
+    // A warp's heads side by side, so that their shuffle reductions overlap.
     static_assert(kKeys == 32, "a lane per key");
-    for (int hh = warp; hh < kHeads; hh += kThreads / 32) {
-      float* s = s_s + hh * kKeys;
-      const float m_old = m_s[hh];
-      const float mx = fmaxf(m_old, warp_max(s[lane]));
-      const float e = expf(s[lane] - mx);
-      s[lane] = e;
-      const float sum = warp_sum(e);
-      if (lane == 0) {
-        const float alpha = expf(m_old - mx);  // exp(-inf) = 0 on the first tile
-        m_s[hh] = mx;
-        l_s[hh] = l_s[hh] * alpha + sum;
+    constexpr int kWarpHeads = kHeads / kWarps;
+    static_assert(kHeads % kWarps == 0, "heads spread evenly over the warps");
+    float sv[kWarpHeads], mx[kWarpHeads], sum[kWarpHeads];
+#pragma unroll
+    for (int k = 0; k < kWarpHeads; ++k) sv[k] = s_s[(warp + k * kWarps) * kKeys + lane];
+#pragma unroll
+    for (int k = 0; k < kWarpHeads; ++k) mx[k] = warp_max(sv[k]);
+#pragma unroll
+    for (int k = 0; k < kWarpHeads; ++k) {
+      mx[k] = fmaxf(m_s[warp + k * kWarps], mx[k]);
+      sv[k] = expf(sv[k] - mx[k]);
+      s_s[(warp + k * kWarps) * kKeys + lane] = sv[k];
+    }
+#pragma unroll
+    for (int k = 0; k < kWarpHeads; ++k) sum[k] = warp_sum(sv[k]);
+    if (lane == 0) {
+#pragma unroll
+      for (int k = 0; k < kWarpHeads; ++k) {
+        const int hh = warp + k * kWarps;
+        const float alpha = expf(m_s[hh] - mx[k]);  // exp(-inf) = 0 on the first tile
+        m_s[hh] = mx[k];
+        l_s[hh] = l_s[hh] * alpha + sum[k];
         alpha_s[hh] = alpha;
       }
     }
@@ -298,7 +375,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
         const int d0 = (warp * kTiles + i) * 8;  // n-tiles i and i + 1: values [d0, d0 + 16)
         if (d0 >= r) break;
         uint32_t b0, b1, b2, b3;
-        attn_dev::ldsm_x4_t(attn_dev::smem_addr(k_s + size_t(key) * Ws + d0 + (lane >> 4) * 8), b0, b1, b2, b3);
+        attn_dev::ldsm_x4_t(attn_dev::smem_addr(kt + size_t(key) * Ws + d0 + (lane >> 4) * 8), b0, b1, b2, b3);
         attn_dev::elem<T>::mma(acc[i], pf, b0, b1);
         attn_dev::elem<T>::mma(acc[i + 1], pf, b2, b3);
       }
@@ -306,12 +383,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
   }
   __syncthreads();
   // This thread's two rows of the C layout: heads grp and grp + 8 of the CTA's.
+  const bool whole = rp.count == 1;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int hl = grp + 8 * half, h = h0 + hl;
     if (h >= H) continue;
     const size_t row = size_t(t) * H + h;
-    if (a.num_splits == 1) {
+    if (whole) {
       const float l = l_s[hl], inv = l > 0.0f ? 1.0f / l : 0.0f;  // a padding row has no keys: zeros
       T* out = static_cast<T*>(a.out) + row * r;
 #pragma unroll
@@ -337,9 +415,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(latent_attention_ar
       a.partial_ml[prow * 2 + 1] = l_s[hl];
     }
   }
-  if (a.num_splits == 1) return;
+  if (whole) return;
   // The CTA that stores the last piece of this row's head group merges every piece.
-  if (counted_last(a.split_counters + size_t(t) * gridDim.y + blockIdx.y, a.num_splits)) merge_pieces<T>(a, t, h0);
+  if (counted_last(a.split_counters + size_t(t) * gridDim.y + blockIdx.y, rp.count)) merge_pieces<T>(a, t, h0, rp.count);
 }
 
 constexpr int kGatherThreads = 128;
@@ -440,11 +518,16 @@ int latent_attention(act_dtype dt, const latent_attention_args& a, cudaStream_t 
   const size_t smem = attention_smem(W);
   const dim3 grid(a.n, (a.num_heads + kHeads - 1) / kHeads, a.num_splits);
   AS_DISPATCH_ACT(dt, {
-    // Once per dtype, for the widest latent: the attribute is never set inside a graph capture
-    // after that.
-    static const cudaError_t attr = cudaFuncSetAttribute(
-        attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        int(attention_smem(mla_max_rank + mla_max_rope_dim)));
+    // Once per dtype, for the widest latent: the attributes are never set inside a graph capture
+    // after that. The largest shared-memory carveout holds mla_ctas_per_sm CTAs an SM (the keys
+    // come through cp.async.cg, past L1).
+    static const cudaError_t attr = [] {
+      const cudaError_t e = cudaFuncSetAttribute(attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 int(attention_smem(mla_max_rank + mla_max_rope_dim)));
+      return e != cudaSuccess ? e
+                              : cudaFuncSetAttribute(attention_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                     int(cudaSharedmemCarveoutMaxShared));
+    }();
     if (attr != cudaSuccess) return int(attr);
     return int(launch_pdl_smem(attention_kernel<T>, grid, dim3(kThreads), smem, s, a));
   });
@@ -460,15 +543,6 @@ int mla_causal_softmax(act_dtype dt, const mla_softmax_args& a, cudaStream_t s) 
   if (a.keys > a.ld || a.first_position + a.rows > a.keys) return int(cudaErrorInvalidValue);
   AS_DISPATCH_ACT(dt, return int(launch_pdl(causal_softmax_kernel<T>, dim3(a.rows, a.num_heads),
                                             dim3(kSoftmaxThreads), s, a)));
-}
-
-int mla_num_splits(int n, int num_heads, int num_sms, int max_partial_rows) {
-  if (n <= 0) return 1;
-  const int ctas = n * ((num_heads + kHeads - 1) / kHeads);
-  int splits = (num_sms + ctas - 1) / ctas;
-  splits = std::min(splits, mla_max_splits);
-  splits = std::min(splits, max_partial_rows / n);
-  return std::max(splits, 1);
 }
 
 }  // namespace actorserve::gpu::cuda

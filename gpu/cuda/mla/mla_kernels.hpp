@@ -11,6 +11,7 @@
 
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/cuda/mla/mla_splits.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -18,10 +19,6 @@ namespace actorserve::gpu::cuda {
 inline constexpr int mla_max_rank = 512;
 /// Widest rope part (qk_rope_head_dim) the kernels take.
 inline constexpr int mla_max_rope_dim = 128;
-/// Most context splits of one token's attention (the partial buffers' depth).
-inline constexpr int mla_max_splits = 16;
-/// Heads a CTA of latent_attention takes (a head group: ceil(H / mla_heads_per_cta) counters a row).
-inline constexpr int mla_heads_per_cta = 16;
 
 /// out[t] = rmsnorm(x[t] + bias) * weight rounded to dt, in fp32 (q_a_layernorm over q_a_proj's
 /// output, bias from attention_bias or null).
@@ -54,9 +51,12 @@ int mla_latent_write(act_dtype dt, const mla_latent_args& a, cudaStream_t s);
 ///   score(j) = (q_abs[t][h][:r] . c_kv(j) + q_abs[t][h][r:] . k_pe(j)) * scale,   j = 0 .. p
 ///   out[t][h] = sum_j softmax(score)(j) c_kv(j)                                   (r wide)
 /// Grid (n, ceil(H / 16), num_splits): each CTA takes 16 heads of one token over one contiguous
-/// piece of its context, so the heads share each key read; with num_splits > 1 the pieces'
-/// unnormalised sums and (max, sum) go to the partial buffers, and the CTA that stores the last
-/// piece of a (row, head group), told by its counter, merges them (no second launch).
+/// piece of its context, so the heads share each key read. A row's context of c keys is cut into
+/// pieces of max(ceil(c / num_splits), mla_min_piece) keys rounded up to whole 32-key tiles
+/// (fewer than num_splits for a short context; the CTAs past them exit). With one piece its CTA
+/// writes the output; with more, the pieces' unnormalised sums and (max, sum) go to the partial
+/// buffers, and the CTA that stores the last piece of a (row, head group), told by its counter,
+/// merges them (no second launch).
 struct latent_attention_args {
   const float* q_abs = nullptr;        ///< [n][H][r + dr]: q_lat = W_UK^T q_nope, then the rotated q_pe
   const void* cache = nullptr;         ///< one layer: [num_blocks * block_size][r + dr] of dt
@@ -101,9 +101,5 @@ struct mla_softmax_args {
   float scale = 1.0f;
 };
 int mla_causal_softmax(act_dtype dt, const mla_softmax_args& a, cudaStream_t s);
-
-/// How many context splits latent_attention takes for n rows of num_heads heads on num_sms SMs:
-/// enough CTAs to fill the GPU once, at most mla_max_splits and max_partial_rows / n.
-int mla_num_splits(int n, int num_heads, int num_sms, int max_partial_rows);
 
 }  // namespace actorserve::gpu::cuda
