@@ -6,7 +6,8 @@
 //   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor|offline|bulk|fp8|moe]
 //                      [TUNING FLAGS]
 // (offline, bulk, fp8, moe: only with --only; offline: the offline workloads' decode and mixed prefill
-// steps; bulk: batch-1 step variants; fp8: the projections with FP8 E4M3 weights against bf16; moe:
+// steps; bulk: batch-1 step variants; fp8: the projections with FP8 E4M3 weights against bf16, then
+// the fused one-token FP8 GEMVs against the FP8 GEMV + element-wise kernel (fp8_fused_bench.hpp); moe:
 // the grouped expert GEMM per tile shape at prefill and decode batches and a chunk's routed FFN
 // on it and on per-expert cuBLAS, moe_gemm_bench.hpp). TUNING FLAGS (tuning_flags.hpp, e.g. --gate-up-16bit 0)
 // set the paths of the simulated step and of the executor for an A/B run.
@@ -29,6 +30,7 @@
 
 #include "bench_timing.hpp"
 #include "decode_sim.hpp"
+#include "fp8_fused_bench.hpp"
 #include "moe_gemm_bench.hpp"
 #include "gpu/cuda/attention/backend.hpp"
 #include "gpu/cuda/attention/attention_plan.hpp"
@@ -568,6 +570,7 @@ int main(int argc, char** argv) {
     decode_sim sim(tuning);
     cuda::set_programmatic_launch(false);
     bench_fp8_sweep(sim);
+    bench_fp8_fused_decode(sim, tuning.bulk);
   }
   if (only == "moe") {
     bench_moe_grouped_gemm();

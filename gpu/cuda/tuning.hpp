@@ -71,9 +71,10 @@ struct bulk_gemv_tuning {
   /// blocks are placed as this one's leave, evenly.
   int blocks_per_sm = 4;
   int stages = 3;       ///< 1 to 13
-  int qkv_pairs = 2;    ///< rotary pairs per group of the QKV GEMV: 1 (2 rows) or 2 (4 rows)
-  /// Weight rows per group of the FP8 GEMV: 4 or 8 (8: half the block reductions and activation
-  /// unpacks per weight byte; the same outputs either way).
+  int qkv_pairs = 2;    ///< rotary pairs per group of the 16-bit QKV GEMV: 1 (2 rows) or 2 (4 rows)
+  /// Weight rows per group of the FP8 GEMVs, plain and fused: 4 or 8 (8: half the block
+  /// reductions and activation unpacks per weight byte; the fused ones then take 4 rotary pairs
+  /// or 4 gate/up pairs a group, 4: 2; the same outputs either way).
   int fp8_rows = 8;
   bool evict_first = true;  ///< the weights' L2 lines marked first to evict
 };

@@ -40,8 +40,9 @@ const qkv_rope_shape kShapes[] = {{4, 2, 16, 64, true, 37},
                                   {6, 3, 64, 528, false, -1},
                                   {3, 1, 8, 1040, true, 5}};
 
-/// Where a fused GEMV runs: in registers (every bulk-copy flag off) or on the ring (the default
-/// tuning, and groups of one rotary pair or two rows).
+/// Where a fused GEMV runs: in registers (every bulk-copy flag off) or on the ring: groups of
+/// fp8_rows FP8 weight rows (8, the default: 4 rotary pairs or 4 gate/up pairs; 4: 2 and 2) and,
+/// for the 16-bit GEMVs, of qkv_pairs rotary pairs (2, the default, and 1).
 struct where {
   const char* name;
   bool ring;
@@ -52,13 +53,15 @@ gpu::bulk_gemv_tuning registers() {
   t.plain = t.qkv = t.gate_up = t.fp8 = false;
   return t;
 }
-gpu::bulk_gemv_tuning ring_of(int qkv_pairs) {
+gpu::bulk_gemv_tuning ring_of(int fp8_rows, int qkv_pairs) {
   gpu::bulk_gemv_tuning t;
+  t.fp8_rows = fp8_rows;
   t.qkv_pairs = qkv_pairs;
   return t;
 }
-const where kWheres[] = {
-    {"registers", false, registers()}, {"ring", true, ring_of(2)}, {"ring, 1 pair", true, ring_of(1)}};
+const where kWheres[] = {{"registers", false, registers()},
+                         {"ring, 8 FP8 rows, 2 pairs", true, ring_of(8, 2)},
+                         {"ring, 4 FP8 rows, 1 pair", true, ring_of(4, 1)}};
 
 bool runs_ring() { return gpu::runs_tma(cuda::loaded_gpu_target()); }
 
@@ -184,7 +187,7 @@ TEST_P(CudaFp8FusedGemv, GateUpSiluEqualsFp8GemvThenSiluMul) {
       const auto want = act_u.download();
       for (const where& w : kWheres) {
         if (w.ring && !runs_ring()) continue;
-        for (int rows : {2, 4}) {
+        for (int rows : {2, 4}) {  // the register kernel's rows a block (the ring's: w.bulk.fp8_rows)
           const std::string what = std::string(dt == act_dtype::bf16 ? "bf16" : "fp16") + " inter=" +
                                    std::to_string(inter) + " k=" + std::to_string(k) + " rows=" +
                                    std::to_string(rows) + ", " + w.name;
@@ -195,9 +198,9 @@ TEST_P(CudaFp8FusedGemv, GateUpSiluEqualsFp8GemvThenSiluMul) {
                     0)
               << what;
           EXPECT_EQ(count_unequal(act_f.download(), want), 0) << what;
-          if (!w.ring) continue;
+          if (!w.ring || rows != 2) continue;
           act_f.poison();
-          ASSERT_EQ(cuda::fp8_gemv_bulk_gate_up_silu(dt, dx.get(), k, dq.get(), dscale.get(), inter, act_f.get(), rows,
+          ASSERT_EQ(cuda::fp8_gemv_bulk_gate_up_silu(dt, dx.get(), k, dq.get(), dscale.get(), inter, act_f.get(),
                                                      nullptr, w.bulk),
                     0)
               << what;
@@ -228,7 +231,14 @@ TEST_P(CudaFp8FusedGemv, RefusesWhatTheFp8GemvCannotTake) {
   }
   EXPECT_EQ(cuda::fp8_gemv_bulk_qkv_rope(dt, dx.get(), sh.k, dq.get(), dscale.get(), a, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::fp8_gemv_bulk_gate_up_silu(dt, dx.get(), 24, dq.get(), dscale.get(), 4, act.get(), 2, nullptr),
+  EXPECT_EQ(cuda::fp8_gemv_bulk_gate_up_silu(dt, dx.get(), 24, dq.get(), dscale.get(), 4, act.get(), nullptr),
+            cudaErrorInvalidValue);
+  // Operands the ring takes (k = 32), but groups of 6 rows: refused as fp8_gemv_bulk refuses them.
+  gpu::bulk_gemv_tuning six_rows;
+  six_rows.fp8_rows = 6;
+  EXPECT_EQ(cuda::fp8_gemv_bulk_qkv_rope(dt, dx.get(), 32, dq.get(), dscale.get(), a, nullptr, six_rows),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::fp8_gemv_bulk_gate_up_silu(dt, dx.get(), 32, dq.get(), dscale.get(), 4, act.get(), nullptr, six_rows),
             cudaErrorInvalidValue);
   // Misaligned activations (x one element past a 16-byte boundary) are refused too.
   EXPECT_EQ(cuda::fp8_gemv_qkv_rope(dt, dx.get() + 1, 16, dq.get(), dscale.get(), a, nullptr), cudaErrorInvalidValue);
@@ -239,8 +249,8 @@ TEST_P(CudaFp8FusedGemv, RefusesWhatTheFp8GemvCannotTake) {
 }
 
 /// The executor's one-token steps under --quantization fp8 and --kv-cache-dtype fp8: with the
-/// bulk-copy kernels (the default tuning) the logits are those of the register kernels bit for
-/// bit, and both took the fused FP8 GEMVs.
+/// bulk-copy kernels (the default tuning, groups of 8 FP8 rows, and of 4) the logits are those of
+/// the register kernels bit for bit, and both took the fused FP8 GEMVs.
 TEST(CudaFp8FusedExecutor, RingStepsEqualTheRegisterKernels) {
   AS_REQUIRE_CUDA();
   if (!runs_ring()) GTEST_SKIP() << "the bulk-copy engine needs compute capability 9.x";
@@ -264,17 +274,21 @@ TEST(CudaFp8FusedExecutor, RingStepsEqualTheRegisterKernels) {
   auto [tp, lp] = one_sequence(*plain.value(), steps, {});
   EXPECT_TRUE(fused_both(*plain.value()));
   plain.value().reset();
-  for (bool eager : {false, true}) {
-    auto ex = gpu::make_cuda_executor(dir, options(eager, gpu::bulk_gemv_tuning{}));
-    ASSERT_TRUE(ex.ok()) << ex.err().message;
-    auto [tb, lb] = one_sequence(*ex.value(), steps, tp);
-    EXPECT_TRUE(fused_both(*ex.value())) << (eager ? "eager" : "graphs");
-    EXPECT_EQ(tb, tp) << (eager ? "eager" : "graphs");
-    ASSERT_EQ(lb.size(), lp.size());
-    int unequal = 0;
-    for (size_t k = 0; k < lb.size(); ++k) unequal += count_unequal(lb[k], lp[k]);
-    EXPECT_EQ(unequal, 0) << (eager ? "eager" : "graphs") << ": logits differing from the register kernels";
-  }
+  for (int rows : {8, 4})
+    for (bool eager : {false, true}) {
+      gpu::bulk_gemv_tuning ring;
+      ring.fp8_rows = rows;
+      const std::string what = std::string(eager ? "eager" : "graphs") + ", " + std::to_string(rows) + " FP8 rows";
+      auto ex = gpu::make_cuda_executor(dir, options(eager, ring));
+      ASSERT_TRUE(ex.ok()) << ex.err().message;
+      auto [tb, lb] = one_sequence(*ex.value(), steps, tp);
+      EXPECT_TRUE(fused_both(*ex.value())) << what;
+      EXPECT_EQ(tb, tp) << what;
+      ASSERT_EQ(lb.size(), lp.size());
+      int unequal = 0;
+      for (size_t k = 0; k < lb.size(); ++k) unequal += count_unequal(lb[k], lp[k]);
+      EXPECT_EQ(unequal, 0) << what << ": logits differing from the register kernels";
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFp8FusedGemv, ::testing::Values(act_dtype::bf16, act_dtype::fp16),

@@ -35,13 +35,15 @@ int fp8_gemv_bulk(act_dtype dt, const void* x, int k, const uint8_t* q, const fl
                   const bulk_gemv_tuning& bulk = {});
 
 /// The fused one-token FP8 GEMVs of fp8_gemv_fused.hpp (per-row scales) on the ring: the same
-/// outputs as there, bit for bit. The QKV + rope GEMV takes groups of bulk.qkv_pairs rotary pairs
-/// (1 or 2: 2 or 4 rows), the gate/up + SiLU GEMV groups of rows_per_block rows (2 or 4: half gate
-/// rows, half their up rows). Operands fp8_gemv_bulk_supported refuses return
-/// cudaErrorInvalidValue (nothing launched). Returns the launch's cudaError_t.
+/// outputs as there, bit for bit. Their groups are the FP8 GEMV's bulk.fp8_rows weight rows, so a
+/// stage carries as many weight bytes a row as fp8_gemv_bulk's (half those of a 16-bit row): for
+/// 8, the QKV + rope GEMV takes 4 rotary pairs a group and the gate/up + SiLU GEMV 4 gate rows
+/// and their 4 up rows; for 4, 2 and 2. Operands fp8_gemv_bulk_supported refuses, and fp8_rows
+/// other than 4 or 8, return cudaErrorInvalidValue (nothing launched). Returns the launch's
+/// cudaError_t.
 int fp8_gemv_bulk_qkv_rope(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale,
                            const rope_kv_args& a, cudaStream_t s, const bulk_gemv_tuning& bulk = {});
 int fp8_gemv_bulk_gate_up_silu(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale, int inter,
-                               void* act, int rows_per_block, cudaStream_t s, const bulk_gemv_tuning& bulk = {});
+                               void* act, cudaStream_t s, const bulk_gemv_tuning& bulk = {});
 
 }  // namespace actorserve::gpu::cuda

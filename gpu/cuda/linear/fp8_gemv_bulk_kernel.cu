@@ -7,8 +7,9 @@
 // unpack each activation chunk for twice the rows; the rows of a chunk are converted and summed
 // one at a time, so the registers do not grow with the group. The warp sums go through
 // reduce_warps_scattered (gemv_bulk_ring.cuh): fp8_gemv's butterfly sums, fewer shuffles. The
-// fused GEMVs (fp8_gemv_fused.hpp) run the same kernel in groups of 2 or 4 rows with a fused
-// epilogue that takes the rows' scales first (fp8_gemv_epilogue.cuh).
+// fused GEMVs (fp8_gemv_fused.hpp) run the same kernel in groups of the same fp8_rows rows (8: 4
+// rotary pairs, or 4 gate rows and their 4 up rows; 4: 2 and 2) with a fused epilogue that takes
+// the rows' scales first (fp8_gemv_epilogue.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -142,21 +143,23 @@ int fp8_gemv_bulk(act_dtype dt, const void* x, int k, const uint8_t* q, const fl
 
 int fp8_gemv_bulk_qkv_rope(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale,
                            const rope_kv_args& a, cudaStream_t s, const bulk_gemv_tuning& bulk) {
-  if (!fp8_gemv_bulk_supported(x, k, q)) return int(cudaErrorInvalidValue);
+  if (!fp8_gemv_bulk_supported(x, k, q) || (bulk.fp8_rows != 4 && bulk.fp8_rows != 8))
+    return int(cudaErrorInvalidValue);
   int rc = 0;
-  if (bulk.qkv_pairs == 1)
-    AS_DISPATCH_ACT(dt, rc = launch_epilogue<T, 2>(x, k, q, row_scaled<qkv_rope_epilogue<1>>{{a}, scale}, s, bulk));
+  if (bulk.fp8_rows == 8)
+    AS_DISPATCH_ACT(dt, rc = launch_epilogue<T, 8>(x, k, q, row_scaled<qkv_rope_epilogue<4>>{{a}, scale}, s, bulk));
   else
     AS_DISPATCH_ACT(dt, rc = launch_epilogue<T, 4>(x, k, q, row_scaled<qkv_rope_epilogue<2>>{{a}, scale}, s, bulk));
   return rc;
 }
 
 int fp8_gemv_bulk_gate_up_silu(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale, int inter,
-                               void* act, int rows_per_block, cudaStream_t s, const bulk_gemv_tuning& bulk) {
-  if (!fp8_gemv_bulk_supported(x, k, q)) return int(cudaErrorInvalidValue);
+                               void* act, cudaStream_t s, const bulk_gemv_tuning& bulk) {
+  if (!fp8_gemv_bulk_supported(x, k, q) || (bulk.fp8_rows != 4 && bulk.fp8_rows != 8))
+    return int(cudaErrorInvalidValue);
   int rc = 0;
-  if (rows_per_block == 2)
-    AS_DISPATCH_ACT(dt, rc = launch_epilogue<T, 2>(x, k, q, row_scaled<gate_up_epilogue<1>>{{act, inter}, scale}, s,
+  if (bulk.fp8_rows == 8)
+    AS_DISPATCH_ACT(dt, rc = launch_epilogue<T, 8>(x, k, q, row_scaled<gate_up_epilogue<4>>{{act, inter}, scale}, s,
                                                    bulk));
   else
     AS_DISPATCH_ACT(dt, rc = launch_epilogue<T, 4>(x, k, q, row_scaled<gate_up_epilogue<2>>{{act, inter}, scale}, s,

@@ -58,7 +58,7 @@ int fp8_gemv_gate_up_silu(act_dtype dt, const void* x, int k, const uint8_t* q, 
                           void* act, int rows_per_block, cudaStream_t s, const bulk_gemv_tuning& bulk) {
   if (!fp8_gemv_supported(x, 1, k, q)) return int(cudaErrorInvalidValue);
   if (bulk.fp8 && bulk.gate_up && fp8_gemv_bulk_supported(x, k, q))
-    return fp8_gemv_bulk_gate_up_silu(dt, x, k, q, scale, inter, act, rows_per_block, s, bulk);
+    return fp8_gemv_bulk_gate_up_silu(dt, x, k, q, scale, inter, act, s, bulk);
   int rc = 0;
   if (rows_per_block == 2)
     AS_DISPATCH_ACT(dt, rc = launch_fused<T, 2>(x, k, q, row_scaled<gate_up_epilogue<1>>{{act, inter}, scale}, s));
