@@ -252,6 +252,12 @@ void add_generate_flags(CLI::App& app, generate_options& g, std::vector<std::str
   app.add_option("--stop", p.stop, "stop string (repeatable)");
 }
 
+/// Whether `flag` was given on `app`'s command line (not only its default).
+bool given_on_command_line(const CLI::App& app, const char* flag) {
+  const CLI::Option* opt = app.get_option_no_throw(flag);
+  return opt && opt->count() > 0;
+}
+
 /// A front end of --engines runs no engine: the engine's own flags belong to `actorserve engine`.
 void warn_engine_flags_on_front_end(const CLI::App& serve, std::vector<std::string>& warnings) {
   static const char* const engine_only[] = {
@@ -263,8 +269,7 @@ void warn_engine_flags_on_front_end(const CLI::App& serve, std::vector<std::stri
       "--profile-steps", "--cpu-threads", "--disable-cascade-attn", "--tensor-parallel-size",
       "--nccl-library", "--inject-step-failures"};
   for (const char* flag : engine_only) {
-    const CLI::Option* opt = serve.get_option_no_throw(flag);
-    if (opt && opt->count() > 0)
+    if (given_on_command_line(serve, flag))
       warnings.push_back(fmt::format("{}: no effect on a front end of --engines; give it to `actorserve engine`", flag));
   }
 }
@@ -273,10 +278,7 @@ void warn_engine_flags_on_front_end(const CLI::App& serve, std::vector<std::stri
 /// would derive instead: given together on the command line they contradict each other.
 /// --num-gpu-blocks-override wins over it (vLLM's order), and the command line says so.
 status check_kv_cache_size_flags(const CLI::App& app, std::vector<std::string>& warnings) {
-  auto given = [&app](const char* flag) {
-    const CLI::Option* opt = app.get_option_no_throw(flag);
-    return opt && opt->count() > 0;
-  };
+  auto given = [&app](const char* flag) { return given_on_command_line(app, flag); };
   if (!given("--kv-cache-memory-bytes")) return {};
   for (const char* derived : {"--gpu-memory-utilization", "--cpu-kv-cache-space"}) {
     if (given(derived))

@@ -4,6 +4,8 @@
 #include <array>
 #include <bit>
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -22,6 +24,13 @@ constexpr uint32_t ref_mask = 0x7FFFFFFFu;
 constexpr uint32_t taint_flag = 0x80000000u;
 /// Merged tables kept per grammar (each a mask over the vocabulary: 16 KiB at 128k tokens).
 constexpr size_t max_combined_tables = 1024;
+/// Units of compile work (see compiled_grammar::compile_within), weighted by what they cost: a
+/// trie node whose transition is known is a table lookup; a new transition hashes and interns a
+/// set of stacks; each stack top it reads from and each frame its closure expands is a few hash
+/// lookups more.
+constexpr uint64_t known_step_work = 1;
+constexpr uint64_t new_transition_work = 16;
+constexpr uint64_t frame_work = 4;
 /// A return site meaning "the end of the input" (the root rule ends).
 constexpr uint32_t end_site = ~0u;
 
@@ -68,7 +77,8 @@ std::vector<std::vector<uint32_t>> return_sites(const grammar& g) {
 /// Runs the automaton from single positions over sets of hash-consed stacks (see the header).
 class walker {
  public:
-  explicit walker(const grammar& g) : g_(g) {
+  walker(const grammar& g, uint64_t max_work, uint64_t max_closure)
+      : g_(g), max_work_(max_work), max_closure_(max_closure) {
     const auto sites = return_sites(g);
     std::map<std::vector<uint32_t>, uint32_t> ids;
     sentinel_of_rule_.resize(g.num_rules());
@@ -78,6 +88,7 @@ class walker {
       sentinel_of_rule_[r] = it->second;
     }
     states_.emplace_back();  // state 0: no stack left
+    reads_.emplace_back();
     lookups_.push_back(0);
   }
 
@@ -90,6 +101,9 @@ class walker {
   /// The state after `byte`, packed: next state << 2 | some branch read it << 1 | some
   /// context-independent branch read it.
   uint32_t step(uint32_t state, uint8_t byte) {
+    work_done_ += known_step_work;
+    // A byte no stack top reads ends the branch: most of a trie's first level at most positions.
+    if (!reads_[state].test(byte)) return 0;
     // A state met often (string content, digits) gets a direct table of its 256 transitions.
     if (state < dense_.size() && dense_[state]) {
       const uint32_t hit = (*dense_[state])[byte];
@@ -108,6 +122,7 @@ class walker {
     const uint64_t key = (uint64_t{state} << 8) | byte;
     if (const uint32_t* hit = memo_.find(key)) return *hit;
     work_.clear();
+    work_done_ += new_transition_work + frame_work * states_[state].size();
     bool read = false, untainted = false;
     for (uint32_t t : states_[state]) {
       const auto& n = nodes_[t];
@@ -117,7 +132,7 @@ class walker {
       work_.push_back({n.pos + 1, n.below});
     }
     std::vector<uint32_t> tops;
-    expand(tops);
+    if (!expand(tops)) return 0;  // over the budget: the compile stops (see exhausted())
     const uint32_t next = intern(std::move(tops));
     const uint32_t packed = (next << 2) | (read ? 2u : 0u) | (untainted ? 1u : 0u);
     memo_.put(key, packed);
@@ -125,6 +140,11 @@ class walker {
   }
 
   uint32_t num_states() const { return static_cast<uint32_t>(states_.size()); }
+  uint64_t work_done() const { return work_done_; }
+  uint64_t largest_closure() const { return largest_closure_; }
+  /// Whether the work passed the budget or a closure its bound: the tables are incomplete and
+  /// the compile fails.
+  bool exhausted() const { return work_done_ > max_work_ || closure_overflowed_; }
 
  private:
   struct stack_node {
@@ -152,6 +172,9 @@ class walker {
     std::string key(reinterpret_cast<const char*>(tops.data()), tops.size() * sizeof(uint32_t));
     auto [it, fresh] = state_ids_.emplace(std::move(key), static_cast<uint32_t>(states_.size()));
     if (fresh) {
+      byte_set reads;
+      for (uint32_t t : tops) reads |= g_.bytes_at(nodes_[t].pos);
+      reads_.push_back(reads);
       states_.push_back(std::move(tops));
       lookups_.push_back(0);
     }
@@ -185,17 +208,30 @@ class walker {
     item start(uint32_t pos, uint32_t below) { return {pos, below}; }
   };
 
-  void expand(std::vector<uint32_t>& tops) {
+  /// The closure, its frames counted as work; false once they pass the budget.
+  bool expand(std::vector<uint32_t>& tops) {
     stacks s{*this};
-    detail::expand(g_, s, work_, visited_, tops);
+    const uint64_t left = exhausted() ? 0 : (max_work_ - work_done_) / frame_work;
+    const uint64_t max_items = std::min<uint64_t>({left, max_closure_, SIZE_MAX});
+    const bool within = detail::expand(g_, s, work_, visited_, tops, static_cast<size_t>(max_items));
+    work_done_ += frame_work * visited_.size();
+    largest_closure_ = std::max<uint64_t>(largest_closure_, visited_.size());
+    if (!within) closure_overflowed_ = true;
+    return !exhausted();
   }
 
   const grammar& g_;
+  uint64_t max_work_;
+  uint64_t max_closure_;
+  bool closure_overflowed_ = false;
+  uint64_t work_done_ = 0;
+  uint64_t largest_closure_ = 0;
   std::vector<std::vector<uint32_t>> sentinel_sites_;
   std::vector<uint32_t> sentinel_of_rule_;
   std::vector<stack_node> nodes_;
   detail::flat_map64 node_ids_;
   std::vector<std::vector<uint32_t>> states_;
+  std::vector<byte_set> reads_;  ///< per state: the bytes some stack top reads
   std::unordered_map<std::string, uint32_t> state_ids_;
   detail::flat_map64 memo_;
   static constexpr uint32_t unknown = ~0u;
@@ -207,6 +243,14 @@ class walker {
   detail::visited_items visited_;
 };
 
+/// a x b and a + b, saturating (an unbounded compile's budget is the largest value).
+uint64_t saturating_product(uint64_t a, uint64_t b) {
+  return b != 0 && a > std::numeric_limits<uint64_t>::max() / b ? std::numeric_limits<uint64_t>::max() : a * b;
+}
+uint64_t saturating_sum(uint64_t a, uint64_t b) {
+  return a > std::numeric_limits<uint64_t>::max() - b ? std::numeric_limits<uint64_t>::max() : a + b;
+}
+
 /// Walks the trie from `pos`: the accepted and uncertain token ids.
 void walk_position(walker& w, const token_trie& trie, uint32_t pos, std::vector<int32_t>& accepted,
                    std::vector<int32_t>& uncertain) {
@@ -215,6 +259,7 @@ void walk_position(walker& w, const token_trie& trie, uint32_t pos, std::vector<
   for (uint32_t i = 0; i < trie.num_nodes();) {
     const uint32_t d = trie.depth[i];
     const uint32_t r = w.step(state_at[d - 1], trie.byte[i]);
+    if (w.exhausted()) return;
     if ((r & 2u) == 0) {
       i = trie.end[i];
       continue;
@@ -249,6 +294,12 @@ token_table make_table(std::vector<int32_t>&& accepted, std::vector<int32_t>&& u
 }  // namespace
 
 std::shared_ptr<const compiled_grammar> compiled_grammar::compile(grammar g, std::shared_ptr<const vocabulary> vocab) {
+  return compile_within(std::move(g), std::move(vocab), work_budget{});
+}
+
+std::shared_ptr<const compiled_grammar> compiled_grammar::compile_within(grammar g,
+                                                                         std::shared_ptr<const vocabulary> vocab,
+                                                                         work_budget budget) {
   const auto t0 = std::chrono::steady_clock::now();
   auto out = std::shared_ptr<compiled_grammar>(new compiled_grammar(std::move(g), std::move(vocab)));
   const grammar& gr = out->grammar_;
@@ -271,7 +322,10 @@ std::shared_ptr<const compiled_grammar> compiled_grammar::compile(grammar g, std
     }
   }
 
-  walker w(gr);
+  uint64_t walked = 0;
+  for (uint32_t p = 0; p < gr.num_elements(); ++p) walked += gr.at(p).type == element::kind::bytes && alias[p] == none;
+  walker w(gr, saturating_sum(budget.floor, saturating_product(budget.per_position, walked)),
+           std::max(budget.closure_floor, saturating_product(budget.closure_per_element, gr.num_elements())));
   std::vector<int32_t> accepted, uncertain;
   for (uint32_t p = 0; p < gr.num_elements(); ++p) {
     if (gr.at(p).type != element::kind::bytes) continue;
@@ -280,6 +334,7 @@ std::shared_ptr<const compiled_grammar> compiled_grammar::compile(grammar g, std
     accepted.clear();
     uncertain.clear();
     walk_position(w, v.trie(), p, accepted, uncertain);
+    if (w.exhausted()) return nullptr;
     out->stats_.num_uncertain += uncertain.size();
     out->table_of_[p] = static_cast<uint32_t>(out->tables_.size());
     out->tables_.push_back(make_table(std::move(accepted), std::move(uncertain), v));
@@ -288,6 +343,8 @@ std::shared_ptr<const compiled_grammar> compiled_grammar::compile(grammar g, std
     if (alias[p] != none && gr.at(p).type == element::kind::bytes) out->table_of_[p] = out->table_of_[alias[p]];
   out->stats_.num_tables = static_cast<uint32_t>(out->tables_.size());
   out->stats_.num_states = w.num_states();
+  out->stats_.work = w.work_done();
+  out->stats_.largest_closure = w.largest_closure();
   out->stats_.milliseconds =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return out;

@@ -13,6 +13,7 @@
 /// uncertain when only marked branches do, rejected otherwise. The walk memoises transitions
 /// between sets of (hash-consed) stacks, so a trie node costs one lookup once its state was seen.
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,12 +47,30 @@ struct compile_stats {
   uint32_t num_tables = 0;         ///< tables computed (positions of deep repetition levels share)
   uint64_t num_uncertain = 0;      ///< uncertain entries over all tables
   uint32_t num_states = 0;         ///< distinct stack sets the walks met
+  uint64_t work = 0;               ///< units of work done (see compiled_grammar::compile_within)
+  uint64_t largest_closure = 0;    ///< the most frames one transition's closure expanded
   double milliseconds = 0.0;
 };
 
 class compiled_grammar {
  public:
   static std::shared_ptr<const compiled_grammar> compile(grammar g, std::shared_ptr<const vocabulary> vocab);
+  /// The same within a budget, or nullptr once the compile would pass it. Work is counted in
+  /// units, not time (see compiled_grammar.cpp: trie nodes walked, new transitions, stack tops
+  /// read and closure frames expanded), so the same grammar always passes or always fails. The
+  /// budget is `floor` plus `per_position` per position whose table is computed (positions of
+  /// deep repetition levels share one and count once); besides, no one transition's closure may
+  /// expand more than max(closure_floor, closure_per_element x elements) frames (a grammar
+  /// whose readings multiply with every byte is caught at its first large closure, long before
+  /// its work reaches the budget). The defaults are no bound (tests, benchmarks).
+  struct work_budget {
+    uint64_t floor = std::numeric_limits<uint64_t>::max();
+    uint64_t per_position = 0;
+    uint64_t closure_floor = std::numeric_limits<uint64_t>::max();
+    uint64_t closure_per_element = 0;
+  };
+  static std::shared_ptr<const compiled_grammar> compile_within(grammar g, std::shared_ptr<const vocabulary> vocab,
+                                                                work_budget budget);
 
   const grammar& rules() const { return grammar_; }
   const vocabulary& vocab() const { return *vocab_; }

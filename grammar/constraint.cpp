@@ -80,6 +80,12 @@ result<grammar> constraint_grammar(const constraint_spec& spec) {
   return g;
 }
 
+std::string grammar_compiler::too_complex_message() {
+  return "the output constraint is too complex to compile: preparing its token masks takes more work than a "
+         "constraint of its size may (nested or adjacent repetitions whose readings overlap, such as ((a*|a)*|a)* "
+         "or [a-z]{1,8}[a-z0-9]{1,8}..., do this); simplify the regex or schema";
+}
+
 grammar_compiler::grammar_compiler(std::shared_ptr<const vocabulary> vocab, size_t cache_entries)
     : vocab_(std::move(vocab)), capacity_(std::max<size_t>(cache_entries, 1)) {}
 
@@ -95,7 +101,11 @@ result<std::shared_ptr<const compiled_grammar>> grammar_compiler::compile(const 
   // NOTE: compiled outside the lock: two requests with a new spec may both compile it.
   auto g = constraint_grammar(spec);
   if (!g) return g.err();
-  auto compiled = compiled_grammar::compile(std::move(*g), vocab_);
+  auto compiled = compiled_grammar::compile_within(std::move(*g), vocab_, compile_work);
+  // NOTE: a refusal is not cached: it costs at most the budget again, and caching refusals
+  // would let distinct hostile specs push legitimate grammars out of the cache.
+  if (!compiled)
+    return make_error(error_code::invalid_argument, fmt::format("{}: {}", spec.field, too_complex_message()));
   // A grammar whose start alone overflows the matcher could generate nothing.
   if (matcher(compiled).overflowed())
     return make_error(error_code::invalid_argument, fmt::format("{}: {}", spec.field, matcher::overflow_message()));

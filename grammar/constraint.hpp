@@ -2,6 +2,7 @@
 /// What a request constrains its output to, and the compiler that turns it into a grammar
 /// prepared for one vocabulary (cached, since clients repeat their schemas).
 #include <cstddef>
+#include <cstdint>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include "config/error.hpp"
 #include "grammar/compiled_grammar.hpp"
 #include "grammar/grammar.hpp"
+#include "grammar/matcher.hpp"
 
 namespace actorserve::grammar {
 
@@ -46,6 +48,20 @@ result<grammar> constraint_grammar(const constraint_spec& spec);
 /// grammars by spec.
 class grammar_compiler {
  public:
+  /// What one compile may do (compiled_grammar::compile_within). Work: this floor plus this
+  /// much per position whose token table is computed; the floor holds three times the work of
+  /// the benchmark's user-record schema (email and date-time formats: 41M units, ~0.5 s) at a
+  /// 128k vocabulary, the per-position part large choices and enums (a 6,000-value enum: 12M)
+  /// many times over. A closure: four times the matcher's bound (the tables' stacks end in
+  /// stand-ins for every place a rule returns to, so their closures run larger than the
+  /// matcher's), so that a grammar whose readings multiply (((t*|t)*|t)* nested 250 deep) is
+  /// refused at its first such closure, in milliseconds, and one whose work does (a pattern of
+  /// a thousand [a-z0-9]{1,8}: 3.2G units, a minute) at the floor, instead of holding the thread.
+  static constexpr compiled_grammar::work_budget compile_work{128'000'000, 16384, 4 * matcher::closure_items_floor,
+                                                              4 * matcher::closure_items_per_element};
+  /// What a request is told when its constraint passes the budget.
+  static std::string too_complex_message();
+
   explicit grammar_compiler(std::shared_ptr<const vocabulary> vocab, size_t cache_entries = 64);
 
   result<std::shared_ptr<const compiled_grammar>> compile(const constraint_spec& spec);

@@ -156,7 +156,7 @@ void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int
   const int splits = cuda::mla_num_splits(n, H, num_sms, cuda::mla_partial_rows(n, H, num_sms));
   float* partial_o = splits > 1 ? f32(size_t(splits) * n * H * kRank) : nullptr;
   float* partial_ml = splits > 1 ? f32(size_t(splits) * n * H * 2) : nullptr;
-  const size_t counter_bytes = size_t(n) * ((H + cuda::mla_heads_per_cta - 1) / cuda::mla_heads_per_cta) * 4;
+  const size_t counter_bytes = size_t(n) * cuda::mla_head_groups(H) * 4;
   auto* split_counters = static_cast<int32_t*>(mem.get(counter_bytes));
   check(cudaMemset(split_counters, 0, counter_bytes) == cudaSuccess, "counters");
   // Every context token's latent: random values (the timed latent write rewrites the new ones).
@@ -311,7 +311,7 @@ void bench_kernel_bandwidth(cudaStream_t s, int num_sms, int batch, int context)
   std::vector<float> q(size_t(n) * H * kW);
   for (size_t i = 0; i < q.size(); ++i) q[i] = 0.01f * float(int(i % 17) - 8);
   const int splits = cuda::mla_num_splits(n, H, num_sms, cuda::mla_partial_rows(n, H, num_sms));
-  const size_t counter_bytes = size_t(n) * ((H + cuda::mla_heads_per_cta - 1) / cuda::mla_heads_per_cta) * 4;
+  const size_t counter_bytes = size_t(n) * cuda::mla_head_groups(H) * 4;
   auto* counters = static_cast<int32_t*>(mem.get(counter_bytes));
   check(cudaMemset(counters, 0, counter_bytes) == cudaSuccess, "counters");
   cuda::latent_attention_args a{

@@ -117,7 +117,7 @@ class latent_attention_case {
   }
 
   int rows() const { return int(sh_.contexts.size()); }
-  int head_groups() const { return (sh_.heads + cuda::mla_heads_per_cta - 1) / cuda::mla_heads_per_cta; }
+  int head_groups() const { return cuda::mla_head_groups(sh_.heads); }
 
   /// The arguments for `splits` pieces; misaligned: partial_o one float past a 16-byte boundary,
   /// which the merge reads a float at a time.

@@ -101,7 +101,7 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
                                   rank_, rope_dim_, mla_max_rank, mla_max_rope_dim));
   const size_t T = size_t(max_tokens), H = size_t(heads_), W = size_t(rank_ + rope_dim_), es = act_size(dt);
   const size_t qk = size_t(nope_dim_ + rope_dim_), P = size_t(max_partial_rows_);
-  const size_t counters = P * size_t((heads_ + mla_heads_per_cta - 1) / mla_heads_per_cta);
+  const size_t counters = P * size_t(mla_head_groups(heads_));
   prefill_.max_context = max_context;
   prefill_.score_elems = mla_score_elems(heads_, max_context, max_tokens, mla_score_budget);
   const size_t C = size_t(max_context), S = prefill_.score_elems;

@@ -7,6 +7,8 @@ namespace actorserve::gpu::cuda {
 inline constexpr int mla_max_splits = 16;
 /// Heads a CTA of latent_attention takes (a head group: ceil(H / mla_heads_per_cta) counters a row).
 inline constexpr int mla_heads_per_cta = 16;
+/// Head groups of num_heads heads: the CTAs a row takes in one split (and its split counters).
+constexpr int mla_head_groups(int num_heads) { return (num_heads + mla_heads_per_cta - 1) / mla_heads_per_cta; }
 /// Resident latent_attention CTAs an SM holds (its shared memory at V2's 576-wide latent: two
 /// stages of 32 keys plus the query); mla_kernels.cu asserts it.
 inline constexpr int mla_ctas_per_sm = 2;
