@@ -6,10 +6,13 @@
 //   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor|offline|bulk|fp8|moe]
 //                      [TUNING FLAGS]
 // (offline, bulk, fp8, moe: only with --only; offline: the offline workloads' decode and mixed prefill
-// steps; bulk: batch-1 step variants; fp8: the projections with FP8 E4M3 weights against bf16; moe:
+// steps; bulk: batch-1 step variants; fp8: the projections with FP8 E4M3 weights against bf16, then
+// the fused one-token FP8 GEMVs against the FP8 GEMV + element-wise kernel (fp8_fused_bench.hpp); moe:
 // the grouped expert GEMM per tile shape at prefill and decode batches and a chunk's routed FFN
 // on it and on per-expert cuBLAS, moe_gemm_bench.hpp). TUNING FLAGS (tuning_flags.hpp, e.g. --gate-up-16bit 0)
-// set the paths of the simulated step and of the executor for an A/B run.
+// set the paths of the simulated step and of the executor for an A/B run. The executor section
+// runs the llama-hd128-bf16 fixture, or [--executor-model DIR] [--executor-dummy 0|1]
+// [--executor-fp8 0|1] (executor_model below).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -29,6 +32,7 @@
 
 #include "bench_timing.hpp"
 #include "decode_sim.hpp"
+#include "fp8_fused_bench.hpp"
 #include "moe_gemm_bench.hpp"
 #include "gpu/cuda/attention/backend.hpp"
 #include "gpu/cuda/attention/attention_plan.hpp"
@@ -485,12 +489,29 @@ gpu::step_result run(gpu::executor& ex, gpu::step_batch b) {
   return f.get();
 }
 
-void bench_executor(const std::string& dir, bool eager, const gpu::cuda_tuning& tuning) {
+/// The executor section's model: the llama-hd128-bf16 fixture, or --executor-model DIR (with
+/// --executor-dummy 1 its config.json only, the weights generated on the device as
+/// --load-format dummy does); with --executor-fp8 1, FP8 weights (--quantization fp8) and the FP8
+/// KV cache (--kv-cache-dtype fp8: flash-decoding, 64-token blocks), so the tuning flags A/B the
+/// fused FP8 GEMVs in the executor's own steps.
+struct executor_model {
+  std::string dir;
+  bool dummy = false, fp8 = false;
+};
+
+void bench_executor(const executor_model& m, bool eager, const gpu::cuda_tuning& tuning) {
   gpu::cuda_executor_options o;
   o.tuning = tuning;
   o.num_blocks_override = 4096;
   o.max_num_batched_tokens = 16384;
   o.enforce_eager = eager;
+  o.weights.dummy = m.dummy;
+  if (m.fp8) {
+    o.quantize_fp8 = o.kv_cache_fp8 = true;
+    o.kv_layout = actorserve::kv_cache_layout::flash_decoding;
+    o.block_size = 64;
+  }
+  const std::string& dir = m.dir;
   auto ex = gpu::make_cuda_executor(dir, o);
   if (!ex.ok()) { report("executor: %s\n", ex.err().message.c_str()); return; }
   for (int batch : {1, 32, 128}) {
@@ -525,8 +546,9 @@ void bench_executor(const std::string& dir, bool eager, const gpu::cuda_tuning& 
       wall += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
       dev += r.device_ms;
     }
-    report("executor llama-hd128-bf16 %s batch %d: prefill %d tokens/seq %.2f ms wall; decode %.3f ms/step wall, "
-           "%.3f ms/step device (%d steps)\n", eager ? "eager" : "graphs", batch, len, pre_ms, wall / steps,
+    report("executor %s%s %s batch %d: prefill %d tokens/seq %.2f ms wall; decode %.3f ms/step wall, "
+           "%.3f ms/step device (%d steps)\n", dir.substr(dir.find_last_of('/') + 1).c_str(),
+           m.fp8 ? " (FP8 weights and KV cache)" : "", eager ? "eager" : "graphs", batch, len, pre_ms, wall / steps,
            dev / steps, steps);
   }
 }
@@ -536,9 +558,14 @@ void bench_executor(const std::string& dir, bool eager, const gpu::cuda_tuning& 
 int main(int argc, char** argv) {
   std::string out_dir, only;
   gpu::cuda_tuning tuning;
+  executor_model exec_model;
   for (int i = 1; i + 1 < argc; ++i) {
+    const auto on = [&] { return pick(argv[i], argv[i + 1], {"0", "1"}) == 1; };
     if (std::strcmp(argv[i], "--out") == 0) out_dir = argv[i + 1];
     if (std::strcmp(argv[i], "--only") == 0) only = argv[i + 1];
+    if (std::strcmp(argv[i], "--executor-model") == 0) exec_model.dir = argv[i + 1];
+    if (std::strcmp(argv[i], "--executor-dummy") == 0) exec_model.dummy = on();
+    if (std::strcmp(argv[i], "--executor-fp8") == 0) exec_model.fp8 = on();
     (void)parse_tuning_flag(i, argc, argv, tuning);
   }
   const auto want = [&](const char* section) { return only.empty() || only == section; };
@@ -568,6 +595,7 @@ int main(int argc, char** argv) {
     decode_sim sim(tuning);
     cuda::set_programmatic_launch(false);
     bench_fp8_sweep(sim);
+    bench_fp8_fused_decode(sim, tuning.bulk);
   }
   if (only == "moe") {
     bench_moe_grouped_gemm();
@@ -598,9 +626,10 @@ int main(int argc, char** argv) {
     cuda::set_programmatic_launch(true);
   }
   const char* data = std::getenv("ACTORSERVE_TEST_DATA");
-  if (data && want("executor")) {
-    bench_executor(std::string(data) + "/models/llama-hd128-bf16", true, tuning);
-    bench_executor(std::string(data) + "/models/llama-hd128-bf16", false, tuning);
+  if (exec_model.dir.empty() && data) exec_model.dir = std::string(data) + "/models/llama-hd128-bf16";
+  if (!exec_model.dir.empty() && want("executor")) {
+    bench_executor(exec_model, true, tuning);
+    bench_executor(exec_model, false, tuning);
   }
   if (g_out) std::fclose(g_out);
   return 0;

@@ -79,6 +79,11 @@ class cuda_executor_probe {
   virtual int64_t sampled_only_steps() const = 0;
   /// Mixture-of-experts chunks whose experts ran through the per-expert cuBLAS path so far.
   virtual int64_t moe_cublas_chunks() const = 0;
+  /// Layers' one-token QKV projections that ran as a fused QKV + rope + KV-write GEMV so far
+  /// (16-bit or FP8 weights; counted when enqueued, also while capturing a graph).
+  virtual int64_t fused_qkv_gemvs() const = 0;
+  /// Likewise the one-token gate/up projections that ran fused with SiLU-and-mul.
+  virtual int64_t fused_gate_up_gemvs() const = 0;
 };
 
 }  // namespace actorserve::gpu

@@ -103,6 +103,8 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   int64_t graph_replays() const override { return graph_replays_.load(); }
   int64_t sampled_only_steps() const override { return sampled_only_steps_.load(); }
   int64_t moe_cublas_chunks() const override { return moe_.cublas_chunks(); }
+  int64_t fused_qkv_gemvs() const override { return fused_qkv_gemvs_.load(); }
+  int64_t fused_gate_up_gemvs() const override { return fused_gate_up_gemvs_.load(); }
 
   /// create()'s two halves, apart for a tensor-parallel group (start_shard_executors): load the
   /// weights and allocate everything but the KV pool, then plan the pool with a worst-case step,
@@ -219,6 +221,7 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   std::map<int, cudaGraphExec_t> graphs_;
   std::atomic<int64_t> graph_replays_{0};
   std::atomic<int64_t> sampled_only_steps_{0};
+  std::atomic<int64_t> fused_qkv_gemvs_{0}, fused_gate_up_gemvs_{0};
   // Opt-in per-class timing of the eager steps (staged under submit_mu_, collected by the worker).
   step_profile profile_;
 };

@@ -11,6 +11,7 @@
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_executor_impl.hpp"
 #include "gpu/cuda/cuda_status.hpp"
+#include "gpu/cuda/linear/fp8_gemv_fused.hpp"
 #include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/cuda/step/step_inputs.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
@@ -288,15 +289,23 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   ra.head_dim = D;
   ra.kv_fp8 = aa.kv_fp8 = opts_.kv_cache_fp8;
   const cuda_tuning& tuning = opts_.tuning;
-  // One token: the qkv and gate/up projections fuse the element-wise kernel after them. Qwen3's
-  // q/k norm sits between the QKV projection and rope, so its qkv takes the unfused path: the
-  // projection into fp32 qkv_, qk_rmsnorm in place (with the bias), then rope_kv_write.
-  // FP8 weights take the plain projections (the FP8 GEMV) and the element-wise kernels after them.
-  // The FP8 KV cache (--kv-cache-dtype fp8) is written by rope_kv_write only (the fused QKV +
-  // rope GEMVs store 16-bit K/V): its steps take the unfused QKV path.
-  const bool fused = n == 1 && tuning.fused_decode && hidden % 8 == 0 && !m.has_fp8();
+  // One token: the qkv and gate/up projections fuse the element-wise kernel after them into their
+  // GEMVs (gemv_kernel.hpp for 16-bit weights, fp8_gemv_fused.hpp for FP8 weights with one scale
+  // per row), the QKV one writing the 16-bit or FP8 KV cache as rope_kv_write does. A block-scaled
+  // FP8 weight (128 x 128 scales) has no fused GEMV, nor has an FP8 weight the FP8 GEMV cannot
+  // take (fp8_gemv_supported): their projection (gemm_runner; the block-scaled FP8 GEMV) and the
+  // element-wise kernel after it run instead. Qwen3's q/k norm sits between the QKV projection and
+  // rope, so its qkv takes the unfused path: the projection into fp32 qkv_, qk_rmsnorm in place
+  // (with the bias), then rope_kv_write.
+  const bool fused = n == 1 && tuning.fused_decode && hidden % 8 == 0;
+  const auto fuses = [&](const device_weight& wt) {  // whether wt's projection takes a fused GEMV
+    return !wt.fp8() ||
+           (!wt.block_scaled() && fp8_gemv_supported(x_, 1, hidden, static_cast<const uint8_t*>(wt.data)));
+  };
   const bool qk_norm = c.qk_norm;
-  const bool fused_qkv = fused && !qk_norm && !opts_.kv_cache_fp8;
+  const bool fused_qkv = fused && !qk_norm && std::all_of(m.layers.begin(), m.layers.end(), [&](const device_layer& l) {
+    return l.mla.kv_b_proj != nullptr || fuses(l.qkv);  // latent attention has no qkv
+  });
   qk_norm_args na{.qkv = qkv_, .eps = eps, .n = n, .num_heads = H, .num_kv_heads = KVH, .head_dim = D};
   // Prefill tiles copy rope's 16-bit queries in; then rope writes the fp32 q of decode tokens
   // only, and reads the QKV GEMM's output rounded to the activation dtype (half the bytes; not
@@ -334,13 +343,17 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
   }
   const int32_t* sample_row_ids = at<int32_t>(meta_, layout_.sample_rows);
   // A dense SwiGLU MLP of width `width` over `rows` rows of x_: out (+)= down(silu(gate) * up).
-  // An FP8 weight never takes the fused path (`fused` is off for a model with FP8 weights).
   const auto dense_mlp = [&](const device_weight& gate_up_w, const device_weight& down_w, int width, int rows,
                              float* out, bool add) -> status {
-    if (fused) {
+    if (fused && fuses(gate_up_w)) {
       mark(step_op::gate_up);
-      AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, gate_up_w.data, width, act_, gemm_.gemv_rows_for(2 * width),
-                                    stream_, tuning.bulk));
+      const int per_block = gemm_.gemv_rows_for(2 * width);
+      if (gate_up_w.fp8())
+        AS_CUDA_TRY(fp8_gemv_gate_up_silu(dt_, x_, hidden, static_cast<const uint8_t*>(gate_up_w.data),
+                                          gate_up_w.row_scale, width, act_, per_block, stream_, tuning.bulk));
+      else
+        AS_CUDA_TRY(gemv_gate_up_silu(dt_, x_, hidden, gate_up_w.data, width, act_, per_block, stream_, tuning.bulk));
+      fused_gate_up_gemvs_.fetch_add(1);
     } else if (gemm_.uses_gemv(rows) || !tuning.gate_up_16bit) {
       mark(step_op::gate_up);
       if (auto st = gemm_.run(dt_, x_, rows, hidden, gate_up_w, 2 * width, gate_up_); !st) return st;
@@ -391,7 +404,12 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     } else {
       if (fused_qkv) {
         mark(step_op::qkv);
-        AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv.data, ra, stream_, tuning.bulk));
+        if (w.qkv.fp8())
+          AS_CUDA_TRY(fp8_gemv_qkv_rope(dt_, x_, hidden, static_cast<const uint8_t*>(w.qkv.data), w.qkv.row_scale, ra,
+                                        stream_, tuning.bulk));
+        else
+          AS_CUDA_TRY(gemv_qkv_rope(dt_, x_, hidden, w.qkv.data, ra, stream_, tuning.bulk));
+        fused_qkv_gemvs_.fetch_add(1);
       } else {
         mark(step_op::qkv);
         if (qkv16) {

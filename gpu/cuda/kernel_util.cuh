@@ -23,6 +23,13 @@ __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { retu
 template <>
 __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
 
+/// SiLU(g) * u rounded to T: SwiGLU's one formula, for every kernel that applies it (silu_and_mul,
+/// the fused gate/up GEMVs, the experts' kernels), so they agree bit for bit on the same g and u.
+template <class T>
+__device__ __forceinline__ T silu_mul(float g, float u) {
+  return from_f32<T>(g / (1.0f + expf(-g)) * u);
+}
+
 /// Eight 16-bit elements (one 16-byte load) as floats.
 template <class T>
 __device__ __forceinline__ void load8(const T* p, float* out) {

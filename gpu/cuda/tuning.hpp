@@ -64,14 +64,17 @@ struct bulk_gemv_tuning {
   bool plain = true;    ///< the plain GEMV at m = 1 with beta 0 (o, down, lm_head)
   bool qkv = true;      ///< the QKV + rope GEMV
   bool gate_up = true;  ///< the gate/up + SiLU GEMV
-  bool fp8 = true;      ///< the FP8 GEMV at m = 1 (gemm_runner; fp8_gemv_bulk.hpp)
+  /// The FP8 GEMVs at m = 1 (fp8_gemv_bulk.hpp): gemm_runner's, and with qkv / gate_up the fused
+  /// FP8 ones (fp8_gemv_fused.hpp).
+  bool fp8 = true;
   /// 4 blocks per SM of 3 16-KiB stages: 196 KiB of shared memory an SM, so the next kernel's
   /// blocks are placed as this one's leave, evenly.
   int blocks_per_sm = 4;
   int stages = 3;       ///< 1 to 13
-  int qkv_pairs = 2;    ///< rotary pairs per group of the QKV GEMV: 1 (2 rows) or 2 (4 rows)
-  /// Weight rows per group of the FP8 GEMV: 4 or 8 (8: half the block reductions and activation
-  /// unpacks per weight byte; the same outputs either way).
+  int qkv_pairs = 2;    ///< rotary pairs per group of the 16-bit QKV GEMV: 1 (2 rows) or 2 (4 rows)
+  /// Weight rows per group of the FP8 GEMVs, plain and fused: 4 or 8 (8: half the block
+  /// reductions and activation unpacks per weight byte; the fused ones then take 4 rotary pairs
+  /// or 4 gate/up pairs a group, 4: 2; the same outputs either way).
   int fp8_rows = 8;
   bool evict_first = true;  ///< the weights' L2 lines marked first to evict
 };

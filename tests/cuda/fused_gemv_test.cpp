@@ -1,6 +1,8 @@
 // The fused one-token GEMVs (gpu/cuda/linear/gemv_kernel.hpp) against the unfused pair of launches they
 // replace (gemv, then rope_kv_write / silu_and_mul) on the same random operands, and
-// against fp64 CPU references; then the executor's one-token steps with and without them.
+// against fp64 CPU references; then the executor's one-token steps with and without them, with
+// 16-bit and FP8 weights (fp8_gemv_fused.hpp) and the 16-bit and FP8 KV cache
+// (fp8_fused_gemv_test.cpp has the FP8 kernels' own comparisons).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +11,7 @@
 
 #include "cuda_test_util.hpp"
 #include "executor_test_util.hpp"
+#include "config/model_config.hpp"
 #include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "qkv_rope_case.hpp"
 #include "test_data.hpp"
@@ -133,42 +136,94 @@ TEST_P(CudaFusedGemv, QkvRopeMatchesGemvThenRopeKvWrite) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFusedGemv, ::testing::Values(act_dtype::bf16, act_dtype::fp16),
                          [](const auto& info) { return info.param == act_dtype::bf16 ? "bf16" : "fp16"; });
 
-class CudaFusedExecutor : public ::testing::TestWithParam<std::string> {
+/// A model and its precision for the executor comparison: FP8 weights (--quantization fp8, one
+/// scale per row), the FP8 KV cache (--kv-cache-dtype fp8; its kernels take head dims 64 and 128
+/// only, so not qwen2-tiny's 32), and whether its QKV projection fuses (not with Qwen3's q/k norm).
+struct fused_run {
+  std::string model;
+  bool quantize_fp8 = false;
+  bool kv_fp8 = false;
+  bool fused_qkv = true;
+};
+
+std::string run_name(const ::testing::TestParamInfo<fused_run>& info) {
+  std::string s = info.param.model + (info.param.quantize_fp8 ? "_fp8_weights" : "") +
+                  (info.param.kv_fp8 ? "_fp8_cache" : "");
+  for (char& c : s)
+    if (c == '-') c = '_';
+  return s;
+}
+
+void PrintTo(const fused_run& run, std::ostream* os) { *os << run_name({run, 0}); }
+
+class CudaFusedExecutor : public ::testing::TestWithParam<fused_run> {
  protected:
   void SetUp() override { AS_REQUIRE_CUDA(); }
 };
 
 TEST_P(CudaFusedExecutor, OneTokenStepsMatchTheUnfusedPath) {
-  const std::string dir = model_dir(GetParam());
+  const fused_run& run = GetParam();
+  const std::string dir = model_dir(run.model);
   const int steps = 16;
-  gpu::cuda_executor_options unfused_options = test_options(false);
+  const auto options = [&](bool eager) {
+    gpu::cuda_executor_options o = test_options(eager);
+    o.quantize_fp8 = run.quantize_fp8;
+    if (run.kv_fp8) {  // the FP8 cache is read by flash-decoding's kernels, in 64-token blocks
+      o.kv_cache_fp8 = true;
+      o.kv_layout = kv_cache_layout::flash_decoding;
+      o.block_size = 64;
+    }
+    return o;
+  };
+  const auto probe = [](const std::unique_ptr<gpu::executor>& ex) {
+    return dynamic_cast<gpu::cuda_executor_probe*>(ex.get());
+  };
+  gpu::cuda_executor_options unfused_options = options(false);
   unfused_options.tuning.fused_decode = false;
   auto unfused = gpu::make_cuda_executor(dir, unfused_options);
   ASSERT_TRUE(unfused.ok()) << unfused.err().message;
   auto [tu, lu] = one_sequence(*unfused.value(), steps, {});
+  EXPECT_EQ(probe(unfused.value())->fused_qkv_gemvs(), 0);
+  EXPECT_EQ(probe(unfused.value())->fused_gate_up_gemvs(), 0);
   unfused.value().reset();
-  auto graphs = gpu::make_cuda_executor(dir, test_options(false));
-  auto eager = gpu::make_cuda_executor(dir, test_options(true));
+  auto graphs = gpu::make_cuda_executor(dir, options(false));
+  auto eager = gpu::make_cuda_executor(dir, options(true));
   ASSERT_TRUE(graphs.ok() && eager.ok());
   auto [tg, lg] = one_sequence(*graphs.value(), steps, tu);
   auto [te, le] = one_sequence(*eager.value(), steps, tu);
   EXPECT_EQ(tg, te);
   ASSERT_EQ(lu.size(), size_t(steps));
   ASSERT_EQ(lg.size(), size_t(steps));
+  // The one-token steps took the fused GEMVs: each eager step once a layer.
+  auto cfg = load_model_config(dir);
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  const int64_t layer_steps = int64_t(steps) * cfg.value().num_layers;
+  EXPECT_GE(probe(eager.value())->fused_gate_up_gemvs(), layer_steps);
+  if (run.fused_qkv)
+    EXPECT_GE(probe(eager.value())->fused_qkv_gemvs(), layer_steps);
+  else
+    EXPECT_EQ(probe(eager.value())->fused_qkv_gemvs(), 0);
+  EXPECT_GT(probe(graphs.value())->fused_gate_up_gemvs(), 0);
+  EXPECT_EQ(probe(graphs.value())->fused_qkv_gemvs() > 0, run.fused_qkv);
   double fused_vs_unfused = 0, graph_vs_eager = 0;
   for (int k = 0; k < steps; ++k) {
     fused_vs_unfused = std::max(fused_vs_unfused, rel_max_err(lg[k], lu[k]));
     graph_vs_eager = std::max(graph_vs_eager, rel_max_err(lg[k], le[k]));
   }
   std::printf("%s, %d one-token steps: fused vs unfused logits max abs err / max abs ref %.3g; fused graphs vs "
-              "fused eager %.3g\n", GetParam().c_str(), steps, fused_vs_unfused, graph_vs_eager);
+              "fused eager %.3g\n", run_name({run, 0}).c_str(), steps, fused_vs_unfused, graph_vs_eager);
   EXPECT_LT(fused_vs_unfused, 1e-2);
   EXPECT_LT(graph_vs_eager, 1e-5);
-  EXPECT_GE(dynamic_cast<gpu::cuda_executor_probe*>(graphs.value().get())->graph_replays(), steps);
+  EXPECT_GE(probe(graphs.value())->graph_replays(), steps);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CudaFusedExecutor, ::testing::Values("llama-hd128-bf16", "qwen2-tiny"),
-                         model_param_name);
+INSTANTIATE_TEST_SUITE_P(
+    Models, CudaFusedExecutor,
+    ::testing::Values(fused_run{"llama-hd128-bf16"}, fused_run{"qwen2-tiny"},
+                      fused_run{"llama-hd128-bf16", true}, fused_run{"qwen2-tiny", true},
+                      fused_run{"llama-hd128-bf16", false, true}, fused_run{"llama-hd128-bf16", true, true},
+                      fused_run{"qwen3-hd128-fp8-channel", false, false, false}),
+    run_name);
 
 }  // namespace
 }  // namespace actorserve::testing

@@ -1,7 +1,8 @@
 #pragma once
 // Device pieces shared by the FP8 E4M3 GEMVs (fp8_linear_kernel.cu's register kernel for m up
-// to 8, fp8_gemv_bulk_kernel.cu's bulk-copy kernel for m = 1): how a 16-byte load of codes
-// unpacks, where a row's 128 x 128 block scales lie, and how a row's sum becomes its output.
+// to 8, fp8_gemv_bulk_kernel.cu's bulk-copy kernel for m = 1, and the fused one-token GEMVs of
+// fp8_gemv_fused_kernel.cu and fp8_gemv_bulk_kernel.cu): how a 16-byte load of codes unpacks,
+// where a row's 128 x 128 block scales lie, and how a row's sum becomes its output.
 // Both kernels use these and gemv_common.cuh's dot_load, so their outputs agree bit for bit.
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -43,13 +44,19 @@ __device__ __forceinline__ const float* block128_scale_row(const float* scale, i
   return scale + size_t(row / kFp8Block) * fp8_blocks(size_t(k));
 }
 
-/// Writes the output of weight row `row` whose dot product is `sum` (per_row: times its scale;
-/// block128: the loads' block scales are already in the sum), adding beta times what `dst` holds.
-/// The rounding is spelled out (a product, then one fma), so no contraction choice of the
-/// compiler can tell the kernels that share it apart.
+/// The output of weight row `row` whose dot product is `sum`: per_row, times its scale; block128,
+/// the sum (the loads' block scales are already in it). The product is spelled out, so no
+/// contraction choice of the compiler can tell the kernels that share it apart (fp8_gemv, its
+/// bulk-copy form and the fused GEMVs' epilogues, fp8_gemv_epilogue.cuh).
+template <fp8_scale_mode Mode>
+__device__ __forceinline__ float scaled_sum(float sum, const float* scale, int row) {
+  return Mode == fp8_scale_mode::block128 ? sum : __fmul_rn(sum, scale[row]);
+}
+
+/// Writes scaled_sum of weight row `row`, adding beta times what `dst` holds (one fma).
 template <fp8_scale_mode Mode>
 __device__ __forceinline__ void store_row(float* dst, float sum, const float* scale, int row, float beta) {
-  const float v = Mode == fp8_scale_mode::block128 ? sum : __fmul_rn(sum, scale[row]);
+  const float v = scaled_sum<Mode>(sum, scale, row);
   *dst = beta == 0.0f ? v : fmaf(beta, *dst, v);
 }
 

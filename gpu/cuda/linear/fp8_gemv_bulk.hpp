@@ -13,6 +13,7 @@
 
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/linear/fp8_linear.hpp"
+#include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/cuda/tuning.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -32,5 +33,17 @@ bool fp8_gemv_bulk_supported(const void* x, int k, const void* q);
 int fp8_gemv_bulk(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale, int n, float* y,
                   float beta, cudaStream_t s, fp8_scale_mode mode = fp8_scale_mode::per_row,
                   const bulk_gemv_tuning& bulk = {});
+
+/// The fused one-token FP8 GEMVs of fp8_gemv_fused.hpp (per-row scales) on the ring: the same
+/// outputs as there, bit for bit. Their groups are the FP8 GEMV's bulk.fp8_rows weight rows, so a
+/// stage carries as many weight bytes a row as fp8_gemv_bulk's (half those of a 16-bit row): for
+/// 8, the QKV + rope GEMV takes 4 rotary pairs a group and the gate/up + SiLU GEMV 4 gate rows
+/// and their 4 up rows; for 4, 2 and 2. Operands fp8_gemv_bulk_supported refuses, and fp8_rows
+/// other than 4 or 8, return cudaErrorInvalidValue (nothing launched). Returns the launch's
+/// cudaError_t.
+int fp8_gemv_bulk_qkv_rope(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale,
+                           const rope_kv_args& a, cudaStream_t s, const bulk_gemv_tuning& bulk = {});
+int fp8_gemv_bulk_gate_up_silu(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale, int inter,
+                               void* act, cudaStream_t s, const bulk_gemv_tuning& bulk = {});
 
 }  // namespace actorserve::gpu::cuda

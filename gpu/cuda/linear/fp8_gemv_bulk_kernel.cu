@@ -1,4 +1,4 @@
-// The one-token FP8 GEMV on the bulk-copy ring (fp8_gemv_bulk.hpp, gemv_bulk_ring.cuh): groups of
+// The one-token FP8 GEMVs on the bulk-copy ring (fp8_gemv_bulk.hpp, gemv_bulk_ring.cuh): groups of
 // 4 or 8 E4M3 weight rows (bulk_gemv_tuning::fp8_rows), 16 weights per 16-byte chunk. Consumer
 // thread t takes chunks t, t + 128, ... of each row in order, as thread t of fp8_linear_kernel.cu's
 // block does at m = 1, and converts and sums each as it does (fp8_gemv.cuh, dot_load): the same
@@ -6,7 +6,10 @@
 // 16 KiB, so 8 rows a group take one block reduction per twice the weight bytes of 4 rows and
 // unpack each activation chunk for twice the rows; the rows of a chunk are converted and summed
 // one at a time, so the registers do not grow with the group. The warp sums go through
-// reduce_warps_scattered (gemv_bulk_ring.cuh): fp8_gemv's butterfly sums, fewer shuffles.
+// reduce_warps_scattered (gemv_bulk_ring.cuh): fp8_gemv's butterfly sums, fewer shuffles. The
+// fused GEMVs (fp8_gemv_fused.hpp) run the same kernel in groups of the same fp8_rows rows (8: 4
+// rotary pairs, or 4 gate rows and their 4 up rows; 4: 2 and 2) with a fused epilogue that takes
+// the rows' scales first (fp8_gemv_epilogue.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -17,6 +20,7 @@
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/device_info.hpp"
 #include "gpu/cuda/linear/fp8_gemv.cuh"
+#include "gpu/cuda/linear/fp8_gemv_epilogue.cuh"
 #include "gpu/cuda/linear/fp8_gemv_bulk.hpp"
 #include "gpu/cuda/linear/gemv_bulk_ring.cuh"
 #include "gpu/cuda/linear/gemv_common.cuh"
@@ -28,37 +32,40 @@ using namespace dev;
 using namespace dev::gemv;
 using namespace dev::gemv::bulk;
 using dev::fp8::e4m3_weights;
+using dev::fp8::row_scaled;
 
 /// Group g holds weight rows g * kRows + r; its outputs are stored as fp8_gemv stores them.
 template <fp8_scale_mode Mode, int kRows>
 struct fp8_store_epilogue {
+  static constexpr bool kBlockScaled = Mode == fp8_scale_mode::block128;  // scales inside the sums
   float* y;
   const float* scale;
   int n, k;
   float beta;
-  __device__ __forceinline__ int groups() const { return (n + kRows - 1) / kRows; }
+  __host__ __device__ __forceinline__ int groups() const { return (n + kRows - 1) / kRows; }
   __device__ __forceinline__ int row(int g, int r) const { return min(g * kRows + r, n - 1); }
   /// The block scale of load c of row r of group g (block128).
   __device__ __forceinline__ float load_scale(int g, int r, int c) const {
     return __ldg(dev::fp8::block128_scale_row(scale, row(g, r), k) + (c >> 3));
   }
-  template <class T>
-  __device__ __forceinline__ void finish(int g, const partials<1, kRows>& red, int tid) const {
+  template <class T, class Red>
+  __device__ __forceinline__ void finish(int g, const Red& red, int tid) const {
     const int r = tid, out = g * kRows + r;
     if (r < kRows && out < n) dev::fp8::store_row<Mode>(y + out, red.total(r, 0), scale, out, beta);
   }
 };
 
 /// The bulk-copy engine and mbarrier transaction counts need sm_90: for older targets the kernel
-/// traps, and fp8_gemv_bulk_supported refuses where the GPU or the loaded code lacks them.
-template <class T, fp8_scale_mode Mode, int kRows>
+/// traps, and fp8_gemv_bulk_supported refuses where the GPU or the loaded code lacks them. Epi:
+/// fp8_store_epilogue, or a fused epilogue with row scales (fp8_gemv_epilogue.cuh, row_scaled);
+/// Epi::kBlockScaled says whether each load's partial sum takes its block's scale (load_scale).
+template <class T, int kRows, class Epi>
 __global__ void __launch_bounds__(kBlockThreads, 1) fp8_gemv_bulk_kernel(const T* x, int k, const uint8_t* q,
-                                                                          fp8_store_epilogue<Mode, kRows> epi,
-                                                                          int stages, bool evict_first) {
+                                                                          Epi epi, int stages, bool evict_first) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
   __trap();
 #else
-  constexpr bool kScaled = Mode == fp8_scale_mode::block128;
+  constexpr bool kScaled = Epi::kBlockScaled;
   constexpr int kPer = e4m3_weights::kPerLoad, kUnroll = kLoadsInFlight / kRows, kRowChunks = kSlice<kRows>;
   extern __shared__ uint4 smem[];
   const ring_smem<kRows> sm(smem, stages);
@@ -83,7 +90,8 @@ __global__ void __launch_bounds__(kBlockThreads, 1) fp8_gemv_bulk_kernel(const T
       for (int r = 0; r < kRows; ++r) {  // one row's 16 weights live at a time
         float wf[kPer];
         e4m3_weights::unpack(st[r * kRowChunks + cl], wf);
-        const float sc = kScaled ? epi.load_scale(g, r, c) : 1.0f;
+        float sc = 1.0f;
+        if constexpr (kScaled) sc = epi.load_scale(g, r, c);
         acc[r][0] = dot_load<kPer, kScaled>(wf, xf, sc, acc[r][0]);
       }
     }
@@ -91,13 +99,18 @@ __global__ void __launch_bounds__(kBlockThreads, 1) fp8_gemv_bulk_kernel(const T
 #endif
 }
 
+template <class T, int kRows, class Epi>
+int launch_epilogue(const void* x, int k, const uint8_t* q, const Epi& epi, cudaStream_t s,
+                    const bulk_gemv_tuning& bulk) {
+  static std::atomic<size_t> allowed{48 * 1024};  // per kernel: the dynamic shared memory it may take
+  return launch_ring<kRows>(fp8_gemv_bulk_kernel<T, kRows, Epi>, allowed, epi.groups(), s, bulk,
+                            static_cast<const T*>(x), k, q, epi);
+}
+
 template <class T, fp8_scale_mode Mode, int kRows>
 int launch_fp8_bulk(const T* x, int k, const uint8_t* q, const float* scale, int n, float* y, float beta,
                     cudaStream_t s, const bulk_gemv_tuning& bulk) {
-  static std::atomic<size_t> allowed{48 * 1024};  // per kernel: the dynamic shared memory it may take
-  const fp8_store_epilogue<Mode, kRows> epi{y, scale, n, k, beta};
-  return launch_ring<kRows>(fp8_gemv_bulk_kernel<T, Mode, kRows>, allowed, (n + kRows - 1) / kRows, s, bulk, x, k,
-                            q, epi);
+  return launch_epilogue<T, kRows>(x, k, q, fp8_store_epilogue<Mode, kRows>{y, scale, n, k, beta}, s, bulk);
 }
 
 template <class T, int kRows>
@@ -125,6 +138,32 @@ int fp8_gemv_bulk(act_dtype dt, const void* x, int k, const uint8_t* q, const fl
     rc = bulk.fp8_rows == 8 ? launch_fp8_bulk_mode<T, 8>(xt, k, q, scale, n, y, beta, s, mode, bulk)
                             : launch_fp8_bulk_mode<T, 4>(xt, k, q, scale, n, y, beta, s, mode, bulk);
   });
+  return rc;
+}
+
+int fp8_gemv_bulk_qkv_rope(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale,
+                           const rope_kv_args& a, cudaStream_t s, const bulk_gemv_tuning& bulk) {
+  if (!fp8_gemv_bulk_supported(x, k, q) || (bulk.fp8_rows != 4 && bulk.fp8_rows != 8))
+    return int(cudaErrorInvalidValue);
+  int rc = 0;
+  if (bulk.fp8_rows == 8)
+    AS_DISPATCH_ACT(dt, rc = launch_epilogue<T, 8>(x, k, q, row_scaled<qkv_rope_epilogue<4>>{{a}, scale}, s, bulk));
+  else
+    AS_DISPATCH_ACT(dt, rc = launch_epilogue<T, 4>(x, k, q, row_scaled<qkv_rope_epilogue<2>>{{a}, scale}, s, bulk));
+  return rc;
+}
+
+int fp8_gemv_bulk_gate_up_silu(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale, int inter,
+                               void* act, cudaStream_t s, const bulk_gemv_tuning& bulk) {
+  if (!fp8_gemv_bulk_supported(x, k, q) || (bulk.fp8_rows != 4 && bulk.fp8_rows != 8))
+    return int(cudaErrorInvalidValue);
+  int rc = 0;
+  if (bulk.fp8_rows == 8)
+    AS_DISPATCH_ACT(dt, rc = launch_epilogue<T, 8>(x, k, q, row_scaled<gate_up_epilogue<4>>{{act, inter}, scale}, s,
+                                                   bulk));
+  else
+    AS_DISPATCH_ACT(dt, rc = launch_epilogue<T, 4>(x, k, q, row_scaled<gate_up_epilogue<2>>{{act, inter}, scale}, s,
+                                                   bulk));
   return rc;
 }
 

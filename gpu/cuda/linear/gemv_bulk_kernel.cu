@@ -72,7 +72,6 @@ int gemv_bulk(act_dtype dt, const void* x, int k, const void* w, int n, float* y
 
 int gemv_bulk_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_kv_args& a, cudaStream_t s,
                        const bulk_gemv_tuning& bulk) {
-  if (a.kv_fp8) return int(cudaErrorNotSupported);  // the epilogue stores 16-bit K/V (rope_kv_write writes E4M3)
   const int pairs = (a.num_heads + 2 * a.num_kv_heads) * (a.head_dim / 2);
   int rc = 0;
   if (bulk.qkv_pairs == 1)

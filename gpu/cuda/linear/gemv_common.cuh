@@ -1,13 +1,14 @@
 #pragma once
-// Device pieces shared by the GEMV kernels (gemv_kernel.cu, gemv_norm_kernel.cu,
-// fp8_linear_kernel.cu, fp8_gemv_bulk_kernel.cu): the streamed weight loads, the per-warp partial sums and their fixed
-// reduction order, the main loop and the QKV projection's rope + KV-write epilogue. Every kernel
-// built from them computes a weight row's dot product in the same order, so their fp32 outputs
-// agree bit for bit.
+// Device pieces shared by the GEMV kernels (gemv_kernel.cu, gemv_bulk_kernel.cu,
+// fp8_linear_kernel.cu, fp8_gemv_bulk_kernel.cu, fp8_gemv_fused_kernel.cu): the streamed weight
+// loads, the per-warp partial sums and their fixed reduction order, the main loop and the QKV
+// projection's rope + KV-write epilogue. Every kernel built from them computes a weight row's dot
+// product in the same order, so their fp32 outputs agree bit for bit.
 #include <cstdint>
 
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/ops/elementwise.hpp"
+#include "gpu/cuda/ops/rope_kv.cuh"
 
 namespace actorserve::gpu::cuda::dev::gemv {
 
@@ -177,7 +178,8 @@ __device__ __forceinline__ void accumulate(const T* x, int m, int k, const uint4
 }
 
 /// The QKV projection's epilogue for the rotary pair (c0, c0 + D/2) of head h, column i < D/2,
-/// whose projections are g1 and g2 (one thread): what rope_kv_write does for that pair.
+/// whose projections are g1 and g2 (one thread): what rope_kv_write does for that pair, with its
+/// maths (ops/rope_kv.cuh), into a 16-bit or (a.kv_fp8) FP8 E4M3 cache.
 template <class T>
 __device__ __forceinline__ void qkv_rope_store(const rope_kv_args& a, int h, int i, float g1, float g2) {
   const int D = a.head_dim, half = D / 2, H = a.num_heads, KVH = a.num_kv_heads;
@@ -188,30 +190,28 @@ __device__ __forceinline__ void qkv_rope_store(const rope_kv_args& a, int h, int
     x2 += a.bias[c1];
   }
   const int slot = a.slots[0];
-  const int kvd = KVH * D;
+  const size_t kvd = size_t(KVH) * D;
   if (h < H + KVH) {
-    const float ang = float(a.positions[0]) * a.inv_freq[i];
-    const float c = cosf(ang) * a.attention_factor, s = sinf(ang) * a.attention_factor;
-    const float y1 = x1 * c - x2 * s, y2 = x2 * c + x1 * s;
+    const float2 y = rope_rotate(x1, x2, rope_cos_sin(a.positions[0], a.inv_freq[i], a.attention_factor));
     if (h < H) {
-      a.qkv[c0] = y1;
-      a.qkv[c1] = y2;
+      a.qkv[c0] = y.x;
+      a.qkv[c1] = y.y;
       return;
     }
     a.qkv[c0] = g1;  // k as the projection left it, as rope_kv_write does
     a.qkv[c1] = g2;
     if (slot < 0) return;
-    T* dst = static_cast<T*>(a.k_cache) + size_t(slot) * kvd + (h - H) * D;
-    dst[i] = from_f32<T>(y1);
-    dst[i + half] = from_f32<T>(y2);
+    const size_t at = size_t(slot) * kvd + size_t(h - H) * D + i;
+    store_kv<T>(a.k_cache, at, y.x, a.kv_fp8, a.k_scale);
+    store_kv<T>(a.k_cache, at + half, y.y, a.kv_fp8, a.k_scale);
     return;
   }
   a.qkv[c0] = g1;
   a.qkv[c1] = g2;
   if (slot < 0) return;
-  T* dst = static_cast<T*>(a.v_cache) + size_t(slot) * kvd + (h - H - KVH) * D;
-  dst[i] = from_f32<T>(x1);
-  dst[i + half] = from_f32<T>(x2);
+  const size_t at = size_t(slot) * kvd + size_t(h - H - KVH) * D + i;
+  store_kv<T>(a.v_cache, at, x1, a.kv_fp8, a.v_scale);
+  store_kv<T>(a.v_cache, at + half, x2, a.kv_fp8, a.v_scale);
 }
 
 }  // namespace actorserve::gpu::cuda::dev::gemv

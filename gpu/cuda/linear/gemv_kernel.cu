@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads) gemv_gate_up_silu_kernel(const T* x,
   const int r = threadIdx.x;
   if (r >= kPairs || j0 + r >= inter) return;
   const float g = red.total(r, 0), u = red.total(kPairs + r, 0);
-  act[j0 + r] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+  act[j0 + r] = silu_mul<T>(g, u);
 }
 
 template <class T, int M, int R>
@@ -113,7 +113,6 @@ int gemv(act_dtype dt, const void* x, int m, int k, const void* w, int n, float*
 
 int gemv_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_kv_args& a, cudaStream_t s,
                   const bulk_gemv_tuning& bulk) {
-  if (a.kv_fp8) return int(cudaErrorNotSupported);  // the epilogue stores 16-bit K/V (rope_kv_write writes E4M3)
   if (bulk.qkv && runs_tma(loaded_gpu_target())) return gemv_bulk_qkv_rope(dt, x, k, w, a, s, bulk);
   const int blocks = (a.num_heads + 2 * a.num_kv_heads) * (a.head_dim / 2);
   AS_DISPATCH_ACT(dt, launch_pdl(gemv_qkv_rope_kernel<T>, dim3(blocks), dim3(kThreads), s, static_cast<const T*>(x),

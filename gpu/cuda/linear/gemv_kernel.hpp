@@ -32,8 +32,9 @@ int gemv(act_dtype dt, const void* x, int m, int k, const void* w, int n, float*
 // gemv_bulk.hpp counterpart where `bulk` says so.
 
 /// The QKV projection of token 0 (w: [(H + 2*KVH) * D, k]) followed by rope_kv_write(a) with
-/// a.n = 1: a.qkv receives the rotated q (and k, v as projected); k and v go to the paged cache
-/// (16-bit: a.kv_fp8 is cudaErrorNotSupported, rope_kv_write writes the FP8 cache).
+/// a.n = 1: a.qkv receives the rotated q (and k, v as projected); k and v go to the paged cache,
+/// 16-bit or (a.kv_fp8) E4M3 with a.k_scale / a.v_scale, the bits rope_kv_write writes from the
+/// same projections.
 int gemv_qkv_rope(act_dtype dt, const void* x, int k, const void* w, const rope_kv_args& a, cudaStream_t s,
                   const bulk_gemv_tuning& bulk = {});
 

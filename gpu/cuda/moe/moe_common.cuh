@@ -74,11 +74,4 @@ __device__ __forceinline__ void sort_slots_by_expert(const int32_t* experts, con
   }
 }
 
-/// SiLU(g) * u rounded to T, from gate and up values already rounded to T: what
-/// silu_and_mul_act computes from a 16-bit gate_up row.
-template <class T>
-__device__ __forceinline__ T silu_mul(float g, float u) {
-  return from_f32<T>(g / (1.0f + expf(-g)) * u);
-}
-
 }  // namespace actorserve::gpu::cuda::dev

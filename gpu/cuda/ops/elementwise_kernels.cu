@@ -1,15 +1,14 @@
 // Element-wise and row-wise kernels: dtype conversion, embedding gather, residual add + RMSNorm,
 // SiLU-and-mul, rotary embedding fused with the paged KV write, KV block copies.
 #include <algorithm>
-#include <type_traits>
 
-#include "gpu/cuda/fp8_code.cuh"
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/sm_count.hpp"
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/device_info.hpp"
 #include "gpu/cuda/programmatic_launch.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
+#include "gpu/cuda/ops/rope_kv.cuh"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -298,7 +297,7 @@ __global__ void silu_mul4_kernel(const float* gu, int n, int inter, T* out) {
     const float ga[4] = {gv.x, gv.y, gv.z, gv.w}, ua[4] = {uv.x, uv.y, uv.z, uv.w};
     T* o = out + size_t(t) * inter + g * 4;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o[e] = from_f32<T>(ga[e] / (1.0f + expf(-ga[e])) * ua[e]);
+    for (int e = 0; e < 4; ++e) o[e] = silu_mul<T>(ga[e], ua[e]);
   }
 }
 
@@ -316,7 +315,7 @@ __global__ void silu_mul8_kernel(const T* gu, int n, int inter, T* out) {
     uint4 raw;
     T* o = reinterpret_cast<T*>(&raw);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) o[e] = from_f32<T>(ga[e] / (1.0f + expf(-ga[e])) * ua[e]);
+    for (int e = 0; e < 8; ++e) o[e] = silu_mul<T>(ga[e], ua[e]);
     *reinterpret_cast<uint4*>(out + size_t(t) * inter + g * 8) = raw;
   }
 }
@@ -329,7 +328,7 @@ __global__ void silu_mul_kernel(const In* gu, int n, int inter, T* out) {
   for (size_t idx = blockIdx.x * size_t(blockDim.x) + threadIdx.x; idx < total; idx += size_t(gridDim.x) * blockDim.x) {
     const size_t t = idx / inter, i = idx % inter;
     const float g = to_f32(gu[t * 2 * inter + i]), u = to_f32(gu[t * 2 * inter + inter + i]);
-    out[idx] = from_f32<T>(g / (1.0f + expf(-g)) * u);
+    out[idx] = silu_mul<T>(g, u);
   }
 }
 
@@ -361,16 +360,6 @@ __device__ __forceinline__ void load4(const T* p, float (&x)[4]) {
   for (int e = 0; e < 4; ++e) x[e] = to_f32(h[e]);
 }
 
-/// One cache element: the value rounded to the activation dtype, or (C = uint8_t, the FP8 cache)
-/// the E4M3 code of value / scale, as gpu::e4m3_encode gives it.
-template <class T, class C>
-__device__ __forceinline__ C kv_elem(float x, float scale) {
-  if constexpr (std::is_same_v<C, uint8_t>)
-    return dev::e4m3_code(__float_as_uint(dev::div_rn_ieee(x, scale)));
-  else
-    return (void)scale, from_f32<T>(x);
-}
-
 /// Rotary embedding of one token's q and k heads, written back (q) or into the paged cache (k),
 /// plus the copy of its v into the cache; grid (tokens, kRopeSplit), head_dim % 8 == 0. The
 /// token's angles are computed once (every head rotates by the same ones); each thread rotates 4
@@ -386,12 +375,12 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
   float* row = a.qkv + size_t(t) * width;
   const In* in = (a.qkv16 ? static_cast<const In*>(a.qkv16) : reinterpret_cast<const In*>(a.qkv)) + size_t(t) * width;
   const bool q32 = !a.q32 || a.q32[t] != 0;
-  const float pos = float(a.positions[t]);
+  const int pos = a.positions[t];
   const int slot = a.slots[t];
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float ang = pos * a.inv_freq[i];
-    cos_s[i] = cosf(ang) * a.attention_factor;
-    sin_s[i] = sinf(ang) * a.attention_factor;
+    const float2 cs = rope_cos_sin(pos, a.inv_freq[i], a.attention_factor);
+    cos_s[i] = cs.x;
+    sin_s[i] = cs.y;
   }
   __syncthreads();
   const int first = blockIdx.y * blockDim.x + threadIdx.x, stride = gridDim.y * blockDim.x;
@@ -410,9 +399,9 @@ __global__ void rope_kv_kernel(rope_kv_args a) {
         x1[e] += a.bias[c0 + e];
         x2[e] += a.bias[c1 + e];
       }
-      const float c = cos_s[i + e], s = sin_s[i + e];
-      y1[e] = x1[e] * c - x2[e] * s;
-      y2[e] = x2[e] * c + x1[e] * s;
+      const float2 y = rope_rotate(x1[e], x2[e], make_float2(cos_s[i + e], sin_s[i + e]));
+      y1[e] = y.x;
+      y2[e] = y.y;
     }
     if (h < H) {
       if (q32) {
