@@ -442,6 +442,9 @@ result<command_line> parse_command_line(int argc, const char* const* argv) {
     if (auto st = check_kv_cache_size_flags(*sub, out.warnings); !st) return st.err();
   }
   if (auto st = validate(out.engine); !st) return st.err();
+  const auto& x = out.engine.executor;
+  if (!x.nccl_library.empty() && (x.tensor_parallel_size == 1 || x.device == device_kind::cpu))
+    out.warnings.push_back("--nccl-library: no effect: NCCL is opened only for --tensor-parallel-size > 1 on GPUs");
   return out;
 }
 

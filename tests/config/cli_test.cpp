@@ -328,6 +328,15 @@ TEST(Cli, NcclLibraryTakesAFileAndRefusesAMissingOneNamingIt) {
   cl = parse({"serve", "m", "--nccl-library", file.c_str()});
   ASSERT_TRUE(cl.ok()) << cl.err().message;
   EXPECT_EQ(cl->engine.executor.nccl_library, file);
+  ASSERT_EQ(cl->warnings.size(), 1u) << "one shard opens no NCCL";
+  EXPECT_NE(cl->warnings[0].find("--nccl-library: no effect"), std::string::npos) << cl->warnings[0];
+  cl = parse({"serve", "m", "--device", "cpu", "-tp", "2", "--nccl-library", file.c_str()});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  ASSERT_EQ(cl->warnings.size(), 1u) << "the CPU executor's shards sum in memory";
+  EXPECT_NE(cl->warnings[0].find("--nccl-library: no effect"), std::string::npos) << cl->warnings[0];
+  cl = parse({"serve", "m", "--device", "cuda", "-tp", "2", "--nccl-library", file.c_str()});
+  ASSERT_TRUE(cl.ok()) << cl.err().message;
+  EXPECT_TRUE(cl->warnings.empty()) << cl->warnings[0];
   cl = parse({"serve", "m", "--nccl-library", "/no/such/dir/libnccl.so.2"});
   ASSERT_FALSE(cl.ok());
   EXPECT_NE(cl.err().message.find("--nccl-library"), std::string::npos) << cl.err().message;
