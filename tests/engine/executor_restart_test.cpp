@@ -149,6 +149,24 @@ TEST(executor_restart, a_step_failed_by_one_shard_restarts_the_group_and_greedy_
   EXPECT_TRUE(s.healthy);
 }
 
+TEST(executor_restart, the_flag_wraps_a_group_of_shards_like_any_executor) {
+  const auto ps = prompts(16, 17);
+  const int32_t max_tokens = 8;
+  auto calm = start_engine(tiny_config());
+  ASSERT_NE(calm, nullptr);
+  const auto expected = run_all(*calm, ps, greedy(max_tokens), false, nullptr);
+  auto cfg = failing_at({4});
+  cfg.executor.tensor_parallel_size = 4;
+  auto e = start_engine(cfg);
+  ASSERT_NE(e, nullptr);
+  const auto got = run_all(*e, ps, greedy(max_tokens), false, nullptr);
+  ASSERT_EQ(got.size(), ps.size());
+  for (size_t i = 0; i < ps.size(); ++i)
+    EXPECT_EQ(got.at(static_cast<int>(i)).at(0).tokens, expected.at(static_cast<int>(i)).at(0).tokens)
+        << "request " << i;
+  EXPECT_EQ(wait_idle(*e).executor_restarts, 1);
+}
+
 TEST(executor_restart, seeded_sampling_continues_with_the_same_tokens) {
   const auto ps = prompts(32, 11);
   sampling_params p;
