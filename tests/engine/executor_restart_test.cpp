@@ -104,6 +104,13 @@ TEST(executor_restart, a_failed_step_restarts_and_greedy_outputs_match_an_undist
   EXPECT_EQ(e->stats().executor_restarts, 1);
 }
 
+/// The greedy outputs of `ps` on one undisturbed executor of tiny_config.
+results undisturbed_greedy(const std::vector<std::vector<int32_t>>& ps, int32_t max_tokens) {
+  auto calm = start_engine(tiny_config());
+  if (!calm) return {};
+  return run_all(*calm, ps, greedy(max_tokens), false, nullptr);
+}
+
 /// Two tensor-parallel shards of llama-tiny as make_executor groups them for tiny_config, with
 /// the steps `steps` failing in shard 1 only (shard 0 computes them with a partner that reports
 /// failure): the group, not a wrapper around it, has to fail the step and be restarted.
@@ -125,10 +132,7 @@ result<std::unique_ptr<gpu::executor>> group_failing_in_one_shard(std::vector<in
 TEST(executor_restart, a_step_failed_by_one_shard_restarts_the_group_and_greedy_outputs_match) {
   const auto ps = prompts(32, 13);
   const int32_t max_tokens = 10;
-  auto calm = start_engine(tiny_config());
-  ASSERT_NE(calm, nullptr);
-  const auto expected = run_all(*calm, ps, greedy(max_tokens), false, nullptr);
-
+  const auto expected = undisturbed_greedy(ps, max_tokens);
   auto cfg = tiny_config();
   cfg.executor.tensor_parallel_size = 2;
   auto started = engine::start(cfg, [] { return group_failing_in_one_shard({5}); });
@@ -147,6 +151,22 @@ TEST(executor_restart, a_step_failed_by_one_shard_restarts_the_group_and_greedy_
   EXPECT_EQ(s.executor_restarts, 1);
   EXPECT_EQ(s.kv_blocks_used, 0);
   EXPECT_TRUE(s.healthy);
+}
+
+TEST(executor_restart, the_flag_wraps_a_group_of_shards_like_any_executor) {
+  const auto ps = prompts(16, 17);
+  const int32_t max_tokens = 8;
+  const auto expected = undisturbed_greedy(ps, max_tokens);
+  auto cfg = failing_at({4});
+  cfg.executor.tensor_parallel_size = 4;
+  auto e = start_engine(cfg);
+  ASSERT_NE(e, nullptr);
+  const auto got = run_all(*e, ps, greedy(max_tokens), false, nullptr);
+  ASSERT_EQ(got.size(), ps.size());
+  for (size_t i = 0; i < ps.size(); ++i)
+    EXPECT_EQ(got.at(static_cast<int>(i)).at(0).tokens, expected.at(static_cast<int>(i)).at(0).tokens)
+        << "request " << i;
+  EXPECT_EQ(wait_idle(*e).executor_restarts, 1);
 }
 
 TEST(executor_restart, seeded_sampling_continues_with_the_same_tokens) {

@@ -91,7 +91,7 @@ TEST(executor_group, steps_come_back_in_submission_order_when_shards_finish_out_
   std::vector<std::unique_ptr<gpu::executor>> shards;
   shards.push_back(std::move(a));
   shards.push_back(std::move(b));
-  int aborts = 0;
+  std::atomic<int> aborts{0};
   gpu::executor_group group(std::move(shards), [&] { ++aborts; });
   EXPECT_EQ(group.info().name, "fake");
   EXPECT_EQ(group.info().num_blocks, 80);
