@@ -9,7 +9,9 @@
 //   bench_cuda_attention --pdl               decode after a 4 µs predecessor, PDL off / on
 //   bench_cuda_attention --cascade           the cascade point alone: 256 decodes sharing a
 //                                            4096-token prefix, 256 private tokens each, 32/8,
-//                                            flash-decoding / 64, cascade against per-sequence
+//                                            flash-decoding / 64, cascade against per-sequence;
+//                                            then its parts alone (suffixes, prefix pass + merge)
+//                                            and the point with the prefix pass on one stream
 //   bench_cuda_attention --fp8-kv            flash-decoding decode over the FP8 (E4M3) KV cache
 //                                            against the bf16 one: 32/8, batch 32 and 64, KV 2048
 //                                            and 8192; GB/s counts the cache bytes read (one a
@@ -328,6 +330,26 @@ std::pair<result_row, result_row> run_cascade_point(device_state& st, int reps, 
           run_lens(st, kv_cache_layout::flash_decoding, 32, lens, false, reps, tuning, label, 4096, true)};
 }
 
+/// The cascade point's parts, each alone: the private suffixes (256 x 256 keys, per sequence),
+/// the shared prefix (256 members whose keys end with the 4096 shared ones: the prefix pass and
+/// the merge, no suffix pieces), and the whole point with the prefix pass after the suffix pieces
+/// on one stream (attention_tuning::cascade_overlap off); us each.
+std::string cascade_breakdown(device_state& st, int reps, const gpu::attention_tuning& tuning) {
+  const kv_cache_layout fd = kv_cache_layout::flash_decoding;
+  const result_row suffix = run_lens(st, fd, 32, std::vector<int>(256, 256), false, reps, tuning);
+  const result_row prefix = run_lens(st, fd, 32, std::vector<int>(256, 4096), false, reps, tuning, {}, 4096, true);
+  gpu::attention_tuning one_stream = tuning;
+  one_stream.cascade_overlap = false;
+  const result_row serial =
+      run_lens(st, fd, 32, std::vector<int>(256, 4096 + 256), false, reps, one_stream, {}, 4096, true);
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "cascade parts: suffixes alone (256 x 256, per sequence) %.1f us; prefix alone (256 x 4096 shared, "
+                "prefix pass + merge) %.1f us; the whole point on one stream %.1f us\n",
+                suffix.us, prefix.us, serial.us);
+  return line;
+}
+
 std::string cascade_summary(const std::pair<result_row, result_row>& c) {
   char line[320];
   std::snprintf(line, sizeof line,
@@ -542,7 +564,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (cascade) {
-    std::printf("%s", cascade_summary(run_cascade_point(st, one_reps > 1 ? one_reps : 15, tuning.attention)).c_str());
+    const int reps = one_reps > 1 ? one_reps : 15;
+    std::printf("%s", cascade_summary(run_cascade_point(st, reps, tuning.attention)).c_str());
+    std::printf("%s", cascade_breakdown(st, reps, tuning.attention).c_str());
     return 0;
   }
   if (fp8_kv) {
