@@ -34,6 +34,9 @@ using namespace dev::gemv::bulk;
 using dev::fp8::e4m3_weights;
 using dev::fp8::row_scaled;
 
+// kBlockScaled is read by the kernel only: nvcc's host pass, which drops kernel bodies, would
+// call it unreferenced (warning 177).
+#pragma nv_diag_suppress 177
 /// Group g holds weight rows g * kRows + r; its outputs are stored as fp8_gemv stores them.
 template <fp8_scale_mode Mode, int kRows>
 struct fp8_store_epilogue {
@@ -54,6 +57,7 @@ struct fp8_store_epilogue {
     if (r < kRows && out < n) dev::fp8::store_row<Mode>(y + out, red.total(r, 0), scale, out, beta);
   }
 };
+#pragma nv_diag_default 177
 
 /// The bulk-copy engine and mbarrier transaction counts need sm_90: for older targets the kernel
 /// traps, and fp8_gemv_bulk_supported refuses where the GPU or the loaded code lacks them. Epi:
