@@ -1,6 +1,7 @@
 // DeepSeek-V2-Lite's latent attention on the device, one layer stage by stage (random bf16
 // weights, gpu/cuda/mla): the projections, the absorbed form's W_UK, latent write, attention
-// kernel (its split pieces merged by the last piece's CTA) and W_UV for decode batches of 1, 32
+// kernel (its split pieces merged as the executor merges them: within clusters on a 9.x GPU) and
+// W_UV for decode batches of 1, 32
 // and 196 at context 1,100 (each stage replayed as a CUDA graph, as decode steps run); and a
 // 45,000-token prefill step of 1,000-token sequences in both forms (eager, as prefill steps run):
 // the absorbed kernel over every row, and the up-projected one per sequence (gather, kv_b_proj's
@@ -9,7 +10,8 @@
 // o_proj as the executor launches it. A last table gives the absorbed attention kernel alone at
 // decode batches 1, 32, 64 and 196 and contexts 1,100, 2,048 and 4,096: its GB/s of latent-cache
 // reads (rows x context x 576 x 2 bytes over its time), each launch over another layer's cache
-// as decode steps run, so that the caches' sum outgrows L2.
+// as decode steps run, so that the caches' sum outgrows L2, with the split pieces merged within
+// clusters (9.x GPUs) and by the last piece's CTA.
 //   bench_cuda_mla [--out DIR]
 #include <cuda_runtime.h>
 
@@ -38,6 +40,9 @@ namespace {
 constexpr int kHidden = 2048, kHeads = 16, kRank = 512, kNope = 128, kRope = 64, kV = 128, kLayers = 27;
 constexpr int kQk = kNope + kRope, kW = kRank + kRope, kBlock = 16;
 constexpr cuda::act_dtype kDt = cuda::act_dtype::bf16;
+
+/// The GPU runs the cluster merge (compute capability 9.x, as cuda_tuning_for allows it).
+bool g_cluster = false;
 constexpr long long kKvbHead = static_cast<long long>(kNope + kV) * kRank;
 
 void check(bool ok, const char* what) {
@@ -183,7 +188,8 @@ void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int
   const cuda::latent_attention_args aa{.q_abs = q_abs, .cache = cache, .block_tables = tables, .seqs = seqs,
                                        .token_seqs = token_seqs, .positions = positions, .n = n, .num_heads = H,
                                        .rank = kRank, .rope_dim = kRope, .block_size = kBlock,
-                                       .num_splits = splits, .scale = scale, .partial_o = partial_o,
+                                       .num_splits = splits, .scale = scale, .cluster_merge = g_cluster,
+                                       .partial_o = partial_o,
                                        .partial_ml = partial_ml, .split_counters = split_counters,
                                        .out = o_lat};
   const char* w_uv = static_cast<const char*>(l.w.kv_b_proj) + size_t(kNope) * kRank * 2;
@@ -269,7 +275,7 @@ void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int
     *out = mem.get(bytes);
     return {};
   };
-  ok(mla.init(lite_config(), kDt, l.inv_freq, 1.0f, n, context, num_sms, alloc), "mla init");
+  ok(mla.init(lite_config(), kDt, l.inv_freq, 1.0f, n, context, num_sms, g_cluster, alloc), "mla init");
   cuda::mla_step step{.positions = positions, .slots = slots, .token_seqs = token_seqs, .block_tables = tables,
                       .seqs = seqs};
   if (up_projected) step.up_projected = sc.seqs;
@@ -321,19 +327,30 @@ void bench_kernel_bandwidth(cudaStream_t s, int num_sms, int batch, int context)
       .token_seqs = static_cast<const int32_t*>(dev(sc.token_seqs)),
       .positions = static_cast<const int32_t*>(dev(sc.positions)), .n = n, .num_heads = H, .rank = kRank,
       .rope_dim = kRope, .block_size = kBlock, .num_splits = splits, .scale = 1.0f / std::sqrt(float(kQk)),
-      .partial_o = splits > 1 ? static_cast<float*>(mem.get(size_t(splits) * n * H * kRank * 4)) : nullptr,
+      .cluster_merge = false, .partial_o = splits > 1 ? static_cast<float*>(mem.get(size_t(splits) * n * H * kRank * 4)) : nullptr,
       .partial_ml = splits > 1 ? static_cast<float*>(mem.get(size_t(splits) * n * H * 2 * 4)) : nullptr,
       .split_counters = counters, .out = mem.get(size_t(n) * H * kRank * 2)};
-  const double ms = graph_ms(s, [&] {
-                      for (void* c : caches) {
-                        a.cache = c;
-                        check(cuda::latent_attention(kDt, a, s) == 0, "latent attention");
-                      }
-                    }) /
-                    layers;
-  check(cudaStreamSynchronize(s) == cudaSuccess, "the bandwidth point");
+  const auto launch_ms = [&](bool cluster) {
+    a.cluster_merge = cluster;
+    const double ms = graph_ms(s, [&] {
+                        for (void* c : caches) {
+                          a.cache = c;
+                          check(cuda::latent_attention(kDt, a, s) == 0, "latent attention");
+                        }
+                      }) /
+                      layers;
+    check(cudaStreamSynchronize(s) == cudaSuccess, "the bandwidth point");
+    return ms;
+  };
   const double read = double(n) * context * kW * 2;
-  report("| %d | %d | %d | %.1f | %.1f | %.0f |\n", batch, context, splits, read / 1e6, ms * 1e3, read / (ms * 1e6));
+  char cluster[64] = "- | -";
+  if (g_cluster) {
+    const double ms = launch_ms(true);
+    std::snprintf(cluster, sizeof cluster, "%.1f | %.0f", ms * 1e3, read / (ms * 1e6));
+  }
+  const double last = launch_ms(false);
+  report("| %d | %d | %d | %.1f | %s | %.1f | %.0f |\n", batch, context, splits, read / 1e6, cluster, last * 1e3,
+         read / (last * 1e6));
 }
 
 }  // namespace
@@ -348,6 +365,7 @@ int main(int argc, char** argv) {
   }
   if (!out_dir.empty()) g_out = std::fopen((out_dir + "/bench_cuda_mla.txt").c_str(), "w");
   const auto p = cuda::properties(0);
+  g_cluster = p.sm_major == 9;
   report("device: %s, %d SMs; DeepSeek-V2-Lite's attention (hidden %d, %d heads, kv_lora_rank %d, qk %d + %d, "
          "v %d, bf16), one layer\n",
          p.name.c_str(), p.num_sms, kHidden, kHeads, kRank, kNope, kRope, kV);
@@ -364,7 +382,8 @@ int main(int argc, char** argv) {
   bench_scenario(gemm, l, s, p.num_sms, "prefill 45 x 1000 tokens, up-projected (eager)", 45, 1000, 1000, true);
   report("\nabsorbed attention kernel alone: latent-cache reads (bf16, 576 wide; CUDA graphs, each launch over "
          "another layer's cache)\n");
-  report("| batch | context | splits | MB read | us a launch | GB/s |\n|---|---|---|---|---|---|\n");
+  report("| batch | context | splits | MB read | cluster merge: us a launch | GB/s | last-piece merge: us a launch | "
+         "GB/s |\n|---|---|---|---|---|---|---|---|\n");
   for (int batch : {1, 32, 64, 196})
     for (int context : {1100, 2048, 4096}) bench_kernel_bandwidth(s, p.num_sms, batch, context);
   if (g_out) std::fclose(g_out);

@@ -210,7 +210,8 @@ status cuda_executor::allocate_buffers() {
   if (c.mla) {
     const mla_attention::alloc_fn mla_alloc = [&](size_t bytes, void** out) { return alloc(bytes, out); };
     if (auto st = mla_.init(c, dt_, model_->inv_freq, model_->rope_attention_factor, static_cast<int>(rows),
-                            info_.max_model_len, num_sms_, mla_alloc);
+                            info_.max_model_len, num_sms_, opts_.tuning.attention.latent_cluster_merge,
+                            mla_alloc);
         !st)
       return st;
   }

@@ -56,6 +56,10 @@ struct attention_tuning {
   /// two branches): the prefix pass is bound by tensor-core math, the suffix pieces by memory
   /// bandwidth. Off: the prefix pieces run after the decode pieces on the step's stream.
   bool cascade_overlap = true;
+  /// The latent (MLA) decode kernel merges a row's split pieces within a thread-block cluster,
+  /// through distributed shared memory (compute capability 9.x); off: through partial buffers in
+  /// global memory, by the CTA of the last piece (mla_kernels.hpp, latent_attention_args).
+  bool latent_cluster_merge = true;
 };
 
 /// Which one-token GEMVs stream their weights through the bulk-copy engine into a shared-memory
@@ -148,6 +152,7 @@ inline cuda_tuning cuda_tuning_for(cuda_tuning requested, const gpu_target& t, k
   if (!hopper || !runs_wgmma(t)) out.attention.prefill = prefill_kernel::mma_sync;
   if (!hopper || !runs_tma(t)) {
     out.attention.decode = decode_kernel::cp_async;
+    out.attention.latent_cluster_merge = false;
     out.bulk.plain = out.bulk.qkv = out.bulk.gate_up = out.bulk.fp8 = false;
   }
   if (!hopper || !runs_pdl(t)) out.programmatic_launch = false;
@@ -164,6 +169,7 @@ inline std::string describe_kernels(const cuda_tuning& t) {
     case prefill_kernel::mma_sync: s += "mma.sync"; break;
   }
   s += t.attention.decode == decode_kernel::tma ? ", flash-decoding TMA" : ", flash-decoding cp.async";
+  s += t.attention.latent_cluster_merge ? ", latent merge in clusters" : ", latent merge by the last piece";
   const bool bulk = t.bulk.plain || t.bulk.qkv || t.bulk.gate_up || t.bulk.fp8;
   s += bulk ? ", one-token GEMVs bulk-copy" : ", one-token GEMVs register";
   s += t.programmatic_launch ? ", programmatic dependent launch" : ", plain launches";

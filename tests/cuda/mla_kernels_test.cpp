@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "cuda_test_util.hpp"
+#include "gpu/cuda/device_info.hpp"
 #include "gpu/cuda/mla/mla_attention.hpp"
 #include "gpu/cuda/mla/mla_kernels.hpp"
 #include "gpu/cuda/model/cuda_model.hpp"
@@ -119,13 +120,15 @@ class latent_attention_case {
   int rows() const { return int(sh_.contexts.size()); }
   int head_groups() const { return cuda::mla_head_groups(sh_.heads); }
 
-  /// The arguments for `splits` pieces; misaligned: partial_o one float past a 16-byte boundary,
-  /// which the merge reads a float at a time.
-  cuda::latent_attention_args args(int splits, bool misaligned = false) const {
+  /// The arguments for `splits` pieces merged within clusters, or by the last piece's CTA;
+  /// misaligned: partial_o one float past a 16-byte boundary, which that merge reads a float at a
+  /// time.
+  cuda::latent_attention_args args(int splits, bool cluster, bool misaligned = false) const {
     return {.q_abs = q_.get(), .cache = cache_.get(), .block_tables = tables_.get(), .seqs = seqs_.get(),
             .token_seqs = token_seqs_dev_.get(), .positions = positions_.get(), .n = rows(),
             .num_heads = sh_.heads, .rank = sh_.rank, .rope_dim = sh_.rope_dim, .block_size = sh_.block_size,
-            .num_splits = splits, .scale = kScale, .partial_o = partial_o_.get() + (misaligned ? 1 : 0),
+            .num_splits = splits, .scale = kScale, .cluster_merge = cluster,
+            .partial_o = partial_o_.get() + (misaligned ? 1 : 0),
             .partial_ml = partial_ml_.get(), .split_counters = counters.get(), .out = out.get()};
   }
 
@@ -155,6 +158,13 @@ class latent_attention_case {
   dev_vec<cuda::attn_seq> seqs_;
 };
 
+/// The merges a GPU runs: the last piece's CTA's everywhere, the cluster merge on 9.x.
+std::vector<bool> merges() {
+  if (gpu::runs_tma(cuda::loaded_gpu_target())) return {false, true};
+  return {false};
+}
+std::string merge_name(bool cluster) { return cluster ? "cluster merge" : "last-piece merge"; }
+
 TEST_P(CudaMla, LatentAttentionMatchesAHostLoopInOnePieceAndSplit) {
   const act_dtype dt = GetParam();
   const attention_shape shapes[] = {{4, 32, 8, 16, {1, 17, 97, 0}},         // deepseek-v2-tiny's sizes
@@ -169,17 +179,20 @@ TEST_P(CudaMla, LatentAttentionMatchesAHostLoopInOnePieceAndSplit) {
     latent_attention_case c(dt, sh);
     // One piece (no merge), and pieces of lengths that do not divide the contexts, fewer than
     // the splits for a short context, up to the most the kernel takes.
-    // The merge reads float4s, or single floats where the partials are not 16-byte aligned.
-    for (int splits : {1, 2, 3, 7, cuda::mla_max_splits})
-      for (bool misaligned : {false, true}) {
-        if (splits == 1 && misaligned) continue;
-        const std::string what = std::to_string(splits) + " splits" + (misaligned ? ", partials misaligned" : "");
-        c.out.poison();
-        ASSERT_EQ(cuda::latent_attention(dt, c.args(splits, misaligned), nullptr), 0);
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        c.expect_matches(download_act(dt, c.out), what);
-        for (int32_t v : c.counters.download()) ASSERT_EQ(v, 0) << what << ": a counter left behind";
-      }
+    // The last piece's merge reads float4s, or single floats where the partials are not 16-byte
+    // aligned; clusters of 8 and of more (the GPU's largest placeable size).
+    for (bool cluster : merges())
+      for (int splits : {1, 2, 3, 7, 8, 9, cuda::mla_max_splits})
+        for (bool misaligned : {false, true}) {
+          if ((splits == 1 || cluster) && misaligned) continue;
+          const std::string what = std::to_string(splits) + " splits, " + merge_name(cluster) +
+                                   (misaligned ? ", partials misaligned" : "");
+          c.out.poison();
+          ASSERT_EQ(cuda::latent_attention(dt, c.args(splits, cluster, misaligned), nullptr), 0) << what;
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+          c.expect_matches(download_act(dt, c.out), what);
+          for (int32_t v : c.counters.download()) ASSERT_EQ(v, 0) << what << ": a counter left behind";
+        }
   }
 }
 
@@ -194,49 +207,60 @@ TEST_P(CudaMla, LatentAttentionMergesAlikeLaunchAfterLaunchAndInGraphReplays) {
                                {{20, 64, 16, 7, {97, 1, 33, 0, 64}}, 5}};            // two head groups, padding
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
-  for (const repeat_case& rc : cases) {
-    latent_attention_case c(dt, rc.shape);
-    const cuda::latent_attention_args a = c.args(rc.splits);
-    cuda::latent_attention_args no_counters = a;
-    no_counters.split_counters = nullptr;
-    EXPECT_EQ(cuda::latent_attention(dt, no_counters, stream), int(cudaErrorInvalidValue));
-    // The first launch against the host loop, then every later one bit for bit against it, the
-    // counters never reset in between: a launch that found them non-zero would merge nothing and
-    // leave the poison.
-    c.out.poison();
-    ASSERT_EQ(cuda::latent_attention(dt, a, stream), 0);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    const std::vector<uint16_t> first = c.out.download();
-    c.expect_matches(download_act(dt, c.out), std::to_string(rc.splits) + " splits");
-    for (int i = 0; i < 3; ++i) {
+  for (const repeat_case& rc : cases)
+    for (bool cluster : merges()) {
+      latent_attention_case c(dt, rc.shape);
+      const cuda::latent_attention_args a = c.args(rc.splits, cluster);
+      const std::string what = std::to_string(rc.splits) + " splits, " + merge_name(cluster);
+      // The last piece's merge needs its counters; the cluster merge touches none of the buffers.
+      cuda::latent_attention_args no_buffers = a;
+      no_buffers.split_counters = nullptr;
+      if (!cluster) {
+        EXPECT_EQ(cuda::latent_attention(dt, no_buffers, stream), int(cudaErrorInvalidValue));
+      } else {
+        no_buffers.partial_o = no_buffers.partial_ml = nullptr;
+        c.out.poison();
+        ASSERT_EQ(cuda::latent_attention(dt, no_buffers, stream), 0);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        c.expect_matches(download_act(dt, c.out), what + ", no partial buffers");
+      }
+      // The first launch against the host loop, then every later one bit for bit against it, the
+      // counters never reset in between: a launch that found them non-zero would merge nothing and
+      // leave the poison.
       c.out.poison();
       ASSERT_EQ(cuda::latent_attention(dt, a, stream), 0);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      EXPECT_EQ(count_unequal(c.out.download(), first), 0) << "launch " << i + 2 << ", " << rc.splits << " splits";
-    }
-    // Three launches back to back, then the replays of one captured launch.
-    c.out.poison();
-    for (int i = 0; i < 3; ++i) ASSERT_EQ(cuda::latent_attention(dt, a, stream), 0);
-    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    EXPECT_EQ(count_unequal(c.out.download(), first), 0) << "back to back, " << rc.splits << " splits";
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    const int launched = cuda::latent_attention(dt, a, stream);
-    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-    ASSERT_EQ(launched, 0);
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    for (int i = 0; i < 3; ++i) {
+      const std::vector<uint16_t> first = c.out.download();
+      c.expect_matches(download_act(dt, c.out), what);
+      for (int i = 0; i < 3; ++i) {
+        c.out.poison();
+        ASSERT_EQ(cuda::latent_attention(dt, a, stream), 0);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        EXPECT_EQ(count_unequal(c.out.download(), first), 0) << "launch " << i + 2 << ", " << what;
+      }
+      // Three launches back to back, then the replays of one captured launch.
       c.out.poison();
-      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      for (int i = 0; i < 3; ++i) ASSERT_EQ(cuda::latent_attention(dt, a, stream), 0);
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      EXPECT_EQ(count_unequal(c.out.download(), first), 0) << "replay " << i + 1 << ", " << rc.splits << " splits";
+      EXPECT_EQ(count_unequal(c.out.download(), first), 0) << "back to back, " << what;
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+      const int launched = cuda::latent_attention(dt, a, stream);
+      ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+      ASSERT_EQ(launched, 0);
+      ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+      for (int i = 0; i < 3; ++i) {
+        c.out.poison();
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        EXPECT_EQ(count_unequal(c.out.download(), first), 0) << "replay " << i + 1 << ", " << what;
+      }
+      ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
+      ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+      for (int32_t v : c.counters.download()) EXPECT_EQ(v, 0) << what << ": a counter left behind";
     }
-    ASSERT_EQ(cudaGraphExecDestroy(exec), cudaSuccess);
-    ASSERT_EQ(cudaGraphDestroy(graph), cudaSuccess);
-    for (int32_t v : c.counters.download()) EXPECT_EQ(v, 0) << rc.splits << " splits: a counter left behind";
-  }
   ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
 }
 

@@ -98,8 +98,10 @@ class mla_attention {
   /// the rope's frequencies on the device (`inv_freq`, [dr / 2]) and attention factor, and sizes
   /// the buffers for up to `max_tokens` rows a step through `alloc` (memory the caller owns).
   /// The up-projected prefill's workspace is sized for contexts of up to `max_context` tokens.
+  /// With `cluster_merge` (attention_tuning::latent_cluster_merge) the decode's split pieces
+  /// merge within their clusters and no partial buffers are allocated.
   status init(const model_config& cfg, act_dtype dt, const float* inv_freq, float attention_factor, int max_tokens,
-              int max_context, int num_sms, const alloc_fn& alloc);
+              int max_context, int num_sms, bool cluster_merge, const alloc_fn& alloc);
 
   /// One layer for `rows` rows of x ([rows][hidden] of dt, the normalised input): writes the
   /// rows' latents into `cache` ([num_blocks * block_size][r + dr] of dt) and the heads'
@@ -115,6 +117,7 @@ class mla_attention {
   act_dtype dt_ = act_dtype::bf16;
   int hidden_ = 0, heads_ = 0, q_lora_ = 0, rank_ = 0, nope_dim_ = 0, rope_dim_ = 0, v_dim_ = 0;
   int num_sms_ = 0, max_partial_rows_ = 0;
+  bool cluster_merge_ = false;
   float scale_ = 1.0f, attention_factor_ = 1.0f;
   const float* inv_freq_ = nullptr;
   float* q_a_ = nullptr;        ///< [tokens][q_lora_rank]: q_a_proj's output
@@ -123,10 +126,10 @@ class mla_attention {
   float* kv_a_ = nullptr;       ///< [tokens][r + dr]: kv_a_proj_with_mqa's output
   float* q_abs_ = nullptr;      ///< [tokens][H][r + dr]: q_lat = W_UK^T q_nope, then the rotated q_pe
   void* o_lat_ = nullptr;       ///< [tokens][H][r] of dt: each head's attention-weighted latent
-  float* partial_o_ = nullptr;  ///< [partial rows][H][r]
-  float* partial_ml_ = nullptr; ///< [partial rows][H][2]
-  /// [partial rows][ceil(H / mla_heads_per_cta)]: the split pieces' counters, zeroed once here;
-  /// latent_attention leaves them zero after every launch
+  float* partial_o_ = nullptr;  ///< [partial rows][H][r] (no cluster merge)
+  float* partial_ml_ = nullptr; ///< [partial rows][H][2] (no cluster merge)
+  /// [partial rows][ceil(H / mla_heads_per_cta)] (no cluster merge): the split pieces' counters,
+  /// zeroed once here; latent_attention leaves them zero after every launch
   int32_t* split_counters_ = nullptr;
   mla_prefill_workspace prefill_;
 };

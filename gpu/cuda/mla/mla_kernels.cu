@@ -1,10 +1,12 @@
 // DeepSeek-V2's latent attention kernels (mla_kernels.hpp): the latent norm, rope and cache
-// write, and the absorbed attention over the latent cache, whose pieces of a split context the
-// last piece's CTA merges. Every sum is in fp32; the cache and the outputs are the activation dtype.
+// write, and the absorbed attention over the latent cache, whose pieces of a split context merge
+// within their thread-block cluster (or in the last piece's CTA). Every sum is in fp32; the cache
+// and the outputs are the activation dtype.
 #include <algorithm>
 #include <cmath>
 
 #include "gpu/cuda/attention/tile_ops.cuh"
+#include "gpu/cuda/cluster.cuh"
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/mla/mla_kernels.hpp"
 
@@ -211,6 +213,78 @@ __device__ void merge_pieces(const latent_attention_args& a, int t, int h0, int 
     merge_rows<T, 1>(a, t, h0, heads, pieces, w_s, inv_s);
 }
 
+/// Row stride (floats) of a CTA's unnormalised partial output in shared memory for the cluster
+/// merge: r plus 8, so that the C layout's 8-byte stores of a half-warp (8 rows of 4 lanes) meet
+/// no bank conflict and rows stay 16-byte aligned for r a multiple of 4.
+__host__ __device__ constexpr int cluster_partial_stride(int r) { return r + 8; }
+
+/// The cluster merge (latent_attention_args::cluster_merge): every CTA of the cluster (one per
+/// split of row t's head group h0) holds its piece's unnormalised output in o_s ([kHeads]
+/// [cluster_partial_stride(r)] floats) and its (max, sum) in m_s / l_s; after a cluster barrier
+/// CTA `rank` of S merges its 1/S of the heads x r outputs from the first `pieces` CTAs' shared
+/// memory, and a second barrier keeps every CTA's shared memory alive until all have read it.
+template <class T>
+__device__ void cluster_merge(const latent_attention_args& a, int t, int h0, int pieces, int rank, int S,
+                              const float* o_s, const float* m_s, const float* l_s) {
+  __shared__ float w_s[mla_max_splits * kHeads];  // [piece][head]: e^(m_s - M)
+  __shared__ float inv_s[kHeads];                 // 1 / sum_s e^(m_s - M) l_s, 0 for no keys
+  const int H = a.num_heads, heads = min(kHeads, H - h0), r = a.rank, os = cluster_partial_stride(r);
+  cluster_sync();
+  if (threadIdx.x < heads) {
+    const int h = threadIdx.x;
+    float ms[mla_max_splits];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < mla_max_splits; ++s) {
+      ms[s] = s < pieces ? ld_cluster(cluster_smem_addr(m_s + h, s)) : -INFINITY;
+      mx = fmaxf(mx, ms[s]);
+    }
+    float l = 0.0f;
+#pragma unroll
+    for (int s = 0; s < mla_max_splits; ++s) {
+      if (s >= pieces) break;
+      const float w = ms[s] != -INFINITY ? expf(ms[s] - mx) : 0.0f;
+      w_s[s * kHeads + h] = w;
+      l += w * ld_cluster(cluster_smem_addr(l_s + h, s));
+    }
+    inv_s[h] = l > 0.0f ? 1.0f / l : 0.0f;
+  }
+  __syncthreads();
+  T* out = static_cast<T*>(a.out) + (size_t(t) * H + h0) * r;
+  if (r % 4 == 0) {
+    // This CTA's float4s of the heads x r outputs, each from every piece's CTA (the loads unrolled
+    // so that they are in flight together).
+    const int n4 = heads * r / 4, per = (n4 + S - 1) / S, e1 = min(n4, (rank + 1) * per);
+    for (int i = rank * per + threadIdx.x; i < e1; i += kThreads) {
+      const int e = i * 4, h = e / r, d = e % r;
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 8
+      for (int s = 0; s < pieces; ++s) {
+        const float4 x = ld_cluster4(cluster_smem_addr(o_s + h * os + d, s));
+        const float w = w_s[s * kHeads + h];
+        o.x += w * x.x;
+        o.y += w * x.y;
+        o.z += w * x.z;
+        o.w += w * x.w;
+      }
+      const float inv = inv_s[h];
+      out[e] = from_f32<T>(o.x * inv);
+      out[e + 1] = from_f32<T>(o.y * inv);
+      out[e + 2] = from_f32<T>(o.z * inv);
+      out[e + 3] = from_f32<T>(o.w * inv);
+    }
+  } else {
+    const int n = heads * r, per = (n + S - 1) / S, e1 = min(n, (rank + 1) * per);
+    for (int e = rank * per + threadIdx.x; e < e1; e += kThreads) {
+      const int h = e / r, d = e % r;
+      float o = 0.0f;
+      for (int s = 0; s < pieces; ++s) o += w_s[s * kHeads + h] * ld_cluster(cluster_smem_addr(o_s + h * os + d, s));
+      out[e] = from_f32<T>(o * inv_s[h]);
+    }
+  }
+  cluster_sync();
+}
+
 /// Row t's context cut into pieces (latent_attention_args): keys [0, context) in `count` pieces
 /// of `piece` keys (whole tiles), the last one shorter; a padding row: no keys, one piece.
 struct row_pieces {
@@ -228,15 +302,21 @@ __device__ __forceinline__ row_pieces pieces_of(const latent_attention_args& a, 
 /// 8 i + 2 (lane % 4) and the next of n-tile i). The key tiles stream through a kStages ring of
 /// cp.async copies (by the warps past kScoreWarps: a warp a key row, a lane 16 bytes), tile
 /// i + 1's in flight while tile i is used. With one piece the CTA writes its heads' normalised
-/// output; with more, its piece's partials, and the last piece's CTA merges them.
-template <class T>
+/// output; with more, kCluster (a cluster of the grid's num_splits CTAs along z, one row's head
+/// group) merges the pieces through the cluster's shared memory (cluster_merge; the CTAs past a
+/// short context's pieces take their share of it), otherwise each CTA stores its piece's partials
+/// and the last piece's CTA merges them.
+template <class T, bool kCluster>
 __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(latent_attention_args a) {
   extern __shared__ float smem[];
   __shared__ float m_s[kHeads], l_s[kHeads], alpha_s[kHeads];
   pdl_begin();
   const int t = blockIdx.x, h0 = blockIdx.y * kHeads, split = blockIdx.z;
   const row_pieces rp = pieces_of(a, t);
-  if (split >= rp.count) return;  // a context shorter than num_splits pieces: no keys left for this CTA
+  // A context shorter than num_splits pieces leaves this CTA no keys: it leaves, unless it is
+  // needed for its share of a cluster merge.
+  const bool idle = split >= rp.count;
+  if (idle && (!kCluster || rp.count == 1)) return;
   const int r = a.rank, W = r + a.rope_dim, H = a.num_heads;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, grp = lane >> 2, c2 = (lane & 3) * 2;
   const int Ws = tile_stride(W), K16 = (W + 15) / 16 * 16;
@@ -246,7 +326,7 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
   const int seq = a.token_seqs[t];
   // This CTA's piece of the context: keys [kb, ke), in ntiles tiles.
   const int kb = split * rp.piece, ke = min(rp.context, kb + rp.piece);
-  const int ntiles = (ke - kb + kKeys - 1) / kKeys;
+  const int ntiles = idle ? 0 : (ke - kb + kKeys - 1) / kKeys;
   const int32_t* table = seq >= 0 ? a.block_tables + a.seqs[seq].bt_offset : nullptr;
   const T* cache = static_cast<const T*>(a.cache);
   const int vecs = W / 8;  // 16-byte pieces of one key row
@@ -274,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
 #pragma unroll
   for (int k = 0; k < kQLoads; ++k) {
     const int i = threadIdx.x + k * kThreads, hh = h0 + i / qv;
-    qx[k] = i < kHeads * qv && hh < H && seq >= 0
+    qx[k] = i < kHeads * qv && hh < H && seq >= 0 && !idle
                 ? __ldg(reinterpret_cast<const float4*>(a.q_abs + (size_t(t) * H + hh) * W) + i % qv)
                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
@@ -382,8 +462,12 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
     }
   }
   __syncthreads();
-  // This thread's two rows of the C layout: heads grp and grp + 8 of the CTA's.
+  // This thread's two rows of the C layout: heads grp and grp + 8 of the CTA's. For the cluster
+  // merge, the piece's unnormalised output goes to shared memory over the key ring, free now.
   const bool whole = rp.count == 1;
+  float* o_s = reinterpret_cast<float*>(k_s);
+  static_assert(kHeads * cluster_partial_stride(mla_max_rank) * 4 <= kStages * kKeys * tile_stride(mla_max_rank) * 2,
+                "the partial output fits the key ring (r + 8 <= tile_stride(r + dr) for every r)");
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int hl = grp + 8 * half, h = h0 + hl;
@@ -398,6 +482,16 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
         if (d >= r) break;
         out[d] = from_f32<T>(acc[i][2 * half] * inv);
         out[d + 1] = from_f32<T>(acc[i][2 * half + 1] * inv);
+      }
+      continue;
+    }
+    if constexpr (kCluster) {
+      float* os = o_s + hl * cluster_partial_stride(r);
+#pragma unroll
+      for (int i = 0; i < kTiles; ++i) {
+        const int d = (warp * kTiles + i) * 8 + c2;
+        if (d >= r) break;
+        *reinterpret_cast<float2*>(os + d) = make_float2(acc[i][2 * half], acc[i][2 * half + 1]);
       }
       continue;
     }
@@ -416,6 +510,10 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
     }
   }
   if (whole) return;
+  if constexpr (kCluster) {
+    cluster_merge<T>(a, t, h0, rp.count, split, gridDim.z, o_s, m_s, l_s);
+    return;
+  }
   // The CTA that stores the last piece of this row's head group merges every piece.
   if (counted_last(a.split_counters + size_t(t) * gridDim.y + blockIdx.y, rp.count)) merge_pieces<T>(a, t, h0, rp.count);
 }
@@ -493,6 +591,68 @@ __global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_kernel(mla_sof
     p[j] = from_f32<T>(j < valid ? expf(s[j] * a.scale - mx) * inv : 0.0f);
 }
 
+/// The dynamic shared memory, the largest carveout (the keys come through cp.async.cg, past L1)
+/// and, for the cluster form, clusters past 8 CTAs, set once per kernel for the widest latent:
+/// never inside a graph capture after the first launch. Returns the largest cluster the kernel
+/// launches with (16 where the GPU places a cluster of 16 such CTAs, else 8; 1 without
+/// clusters), or 0 on an error.
+template <class T, bool kCluster>
+int prepare_attention_kernel() {
+  static const int largest = [] {
+    const int smem = int(attention_smem(mla_max_rank + mla_max_rope_dim));
+    if (cudaFuncSetAttribute(attention_kernel<T, kCluster>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+            cudaSuccess ||
+        cudaFuncSetAttribute(attention_kernel<T, kCluster>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                             int(cudaSharedmemCarveoutMaxShared)) != cudaSuccess)
+      return 0;
+    if (!kCluster) return 1;
+    if (cudaFuncSetAttribute(attention_kernel<T, kCluster>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) !=
+        cudaSuccess) {
+      (void)cudaGetLastError();
+      return 8;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(1, 1, mla_max_splits);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = size_t(smem);
+    cudaLaunchAttribute attr = {};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = mla_max_splits;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, attention_kernel<T, kCluster>, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();
+      clusters = 0;
+    }
+    return clusters > 0 ? mla_max_splits : 8;
+  }();
+  return largest;
+}
+
+/// attention_kernel<T, true> as clusters of grid.z CTAs along z, a programmatic dependent of the
+/// kernel before it where programmatic_launch() is on.
+template <class T>
+cudaError_t launch_cluster(const latent_attention_args& a, dim3 grid, size_t smem, cudaStream_t s) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attrs[2] = {};
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = 1;
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = grid.z;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = programmatic_launch() ? 2 : 1;
+  return cudaLaunchKernelEx(&cfg, attention_kernel<T, true>, a);
+}
+
 }  // namespace
 
 int mla_rmsnorm(act_dtype dt, const float* x, const float* bias, const float* weight, float eps, int n, int width,
@@ -513,23 +673,22 @@ int latent_attention(act_dtype dt, const latent_attention_args& a, cudaStream_t 
   const int W = a.rank + a.rope_dim;
   if (a.rank > mla_max_rank || a.rope_dim > mla_max_rope_dim || W % 8 != 0 || a.num_splits < 1 ||
       a.num_splits > mla_max_splits ||
-      (a.num_splits > 1 && (!a.partial_o || !a.partial_ml || !a.split_counters)))
+      (a.num_splits > 1 && !a.cluster_merge && (!a.partial_o || !a.partial_ml || !a.split_counters)))
     return int(cudaErrorInvalidValue);
   const size_t smem = attention_smem(W);
-  const dim3 grid(a.n, (a.num_heads + kHeads - 1) / kHeads, a.num_splits);
   AS_DISPATCH_ACT(dt, {
-    // Once per dtype, for the widest latent: the attributes are never set inside a graph capture
-    // after that. The largest shared-memory carveout holds mla_ctas_per_sm CTAs an SM (the keys
-    // come through cp.async.cg, past L1).
-    static const cudaError_t attr = [] {
-      const cudaError_t e = cudaFuncSetAttribute(attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                 int(attention_smem(mla_max_rank + mla_max_rope_dim)));
-      return e != cudaSuccess ? e
-                              : cudaFuncSetAttribute(attention_kernel<T>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                     int(cudaSharedmemCarveoutMaxShared));
-    }();
-    if (attr != cudaSuccess) return int(attr);
-    return int(launch_pdl_smem(attention_kernel<T>, grid, dim3(kThreads), smem, s, a));
+    if (a.cluster_merge && a.num_splits > 1) {
+      const int largest = prepare_attention_kernel<T, true>();
+      if (largest == 0) return int(cudaErrorInvalidValue);
+      // More splits than the GPU places in one cluster run as that many (fewer, longer pieces).
+      latent_attention_args c = a;
+      c.num_splits = std::min(a.num_splits, largest);
+      const dim3 grid(a.n, (a.num_heads + kHeads - 1) / kHeads, c.num_splits);
+      return int(launch_cluster<T>(c, grid, smem, s));
+    }
+    if (prepare_attention_kernel<T, false>() == 0) return int(cudaErrorInvalidValue);
+    const dim3 grid(a.n, (a.num_heads + kHeads - 1) / kHeads, a.num_splits);
+    return int(launch_pdl_smem(attention_kernel<T, false>, grid, dim3(kThreads), smem, s, a));
   });
 }
 

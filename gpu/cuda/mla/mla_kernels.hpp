@@ -53,10 +53,13 @@ int mla_latent_write(act_dtype dt, const mla_latent_args& a, cudaStream_t s);
 /// Grid (n, ceil(H / 16), num_splits): each CTA takes 16 heads of one token over one contiguous
 /// piece of its context, so the heads share each key read. A row's context of c keys is cut into
 /// pieces of max(ceil(c / num_splits), mla_min_piece) keys rounded up to whole 32-key tiles
-/// (fewer than num_splits for a short context; the CTAs past them exit). With one piece its CTA
-/// writes the output; with more, the pieces' unnormalised sums and (max, sum) go to the partial
-/// buffers, and the CTA that stores the last piece of a (row, head group), told by its counter,
-/// merges them (no second launch).
+/// (fewer than num_splits for a short context). With one piece its CTA writes the output. With
+/// more, cluster_merge (compute capability 9.x): a row's head group is one thread-block cluster
+/// of num_splits CTAs, whose pieces' unnormalised sums and (max, sum) stay in shared memory and
+/// are merged by all of the cluster's CTAs, each a share of the outputs, through distributed
+/// shared memory (num_splits past the largest cluster the GPU places, 16 or 8, run as that
+/// many); otherwise the pieces' sums go to the partial buffers and the CTA that stores the last
+/// piece of a (row, head group), told by its counter, merges them. No second launch either way.
 struct latent_attention_args {
   const float* q_abs = nullptr;        ///< [n][H][r + dr]: q_lat = W_UK^T q_nope, then the rotated q_pe
   const void* cache = nullptr;         ///< one layer: [num_blocks * block_size][r + dr] of dt
@@ -66,7 +69,10 @@ struct latent_attention_args {
   const int32_t* positions = nullptr;  ///< [n]: a row attends to keys 0 .. its position
   int n = 0, num_heads = 0, rank = 0, rope_dim = 0, block_size = 0, num_splits = 1;
   float scale = 1.0f;                  ///< softmax scale (YaRN's mscale correction included)
-  float* partial_o = nullptr;          ///< [num_splits][n][H][r] (num_splits > 1)
+  /// The pieces merge within their cluster (sm_90 code on a 9.x GPU); the partial buffers and
+  /// counters are then not used.
+  bool cluster_merge = false;
+  float* partial_o = nullptr;          ///< [num_splits][n][H][r] (num_splits > 1 without cluster_merge)
   float* partial_ml = nullptr;         ///< [num_splits][n][H][2]: running max and sum
   /// [n][ceil(H / mla_heads_per_cta)] (num_splits > 1): pieces stored per (row, head group); zeros before the
   /// first launch, and zeros again after each, which the merging CTA resets
@@ -74,8 +80,8 @@ struct latent_attention_args {
   void* out = nullptr;                 ///< [n][H][r] of dt: the normalised latent output
 };
 /// rank at most mla_max_rank, rope_dim at most mla_max_rope_dim, r + dr a multiple of 8,
-/// num_splits in [1, mla_max_splits], and with num_splits > 1 the partial buffers and counters
-/// (cudaErrorInvalidValue otherwise). One launch: with num_splits > 1 the pieces merge in it.
+/// num_splits in [1, mla_max_splits], and with num_splits > 1 and no cluster_merge the partial
+/// buffers and counters (cudaErrorInvalidValue otherwise). One launch: with num_splits > 1 the pieces merge in it.
 int latent_attention(act_dtype dt, const latent_attention_args& a, cudaStream_t s);
 
 /// The up-projected form's operands for one sequence's context of c tokens (mla_prefill):
