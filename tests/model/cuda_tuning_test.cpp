@@ -30,6 +30,7 @@ void expect_portable(const cuda_tuning& t, bool pdl) {
   EXPECT_FALSE(t.bulk.qkv);
   EXPECT_FALSE(t.bulk.gate_up);
   EXPECT_FALSE(t.bulk.fp8);
+  EXPECT_FALSE(t.attention.latent_cluster_merge);
   EXPECT_EQ(t.programmatic_launch, pdl);
 }
 
@@ -38,6 +39,7 @@ TEST(cuda_tuning, hopper_with_sm90a_code_keeps_the_defaults) {
   EXPECT_EQ(t.attention.prefill, gpu::prefill_kernel::automatic);
   EXPECT_EQ(t.attention.decode, gpu::decode_kernel::tma);
   EXPECT_TRUE(t.bulk.plain && t.bulk.qkv && t.bulk.gate_up && t.bulk.fp8);
+  EXPECT_TRUE(t.attention.latent_cluster_merge);
   EXPECT_TRUE(t.programmatic_launch);
 }
 
@@ -69,6 +71,7 @@ TEST(cuda_tuning, hopper_running_compute_90_code_keeps_tma_but_not_wgmma) {
   EXPECT_EQ(t.attention.prefill, gpu::prefill_kernel::mma_sync);
   EXPECT_EQ(t.attention.decode, gpu::decode_kernel::tma);
   EXPECT_TRUE(t.bulk.plain);
+  EXPECT_TRUE(t.attention.latent_cluster_merge);  // clusters need sm_90 code, not sm_90a
   EXPECT_TRUE(t.programmatic_launch);
 }
 
@@ -133,10 +136,12 @@ TEST(cuda_tuning, the_log_line_names_the_choices) {
   const std::string hopper = gpu::describe_kernels(gpu::cuda_tuning_for({}, target(9, 0, 90, true), kernel_choice::automatic));
   EXPECT_NE(hopper.find("wgmma"), std::string::npos) << hopper;
   EXPECT_NE(hopper.find("TMA"), std::string::npos) << hopper;
+  EXPECT_NE(hopper.find("latent merge in clusters"), std::string::npos) << hopper;
   const std::string ampere = gpu::describe_kernels(gpu::cuda_tuning_for({}, target(8, 0, 80, false), kernel_choice::automatic));
   EXPECT_NE(ampere.find("mma.sync"), std::string::npos) << ampere;
   EXPECT_NE(ampere.find("cp.async"), std::string::npos) << ampere;
   EXPECT_NE(ampere.find("plain launches"), std::string::npos) << ampere;
+  EXPECT_NE(ampere.find("latent merge by the last piece"), std::string::npos) << ampere;
 }
 
 TEST(cuda_tuning, the_oldest_gpu_is_ampere) { EXPECT_EQ(gpu::kMinSmMajor, 8); }
