@@ -188,7 +188,8 @@ void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int
   const cuda::latent_attention_args aa{.q_abs = q_abs, .cache = cache, .block_tables = tables, .seqs = seqs,
                                        .token_seqs = token_seqs, .positions = positions, .n = n, .num_heads = H,
                                        .rank = kRank, .rope_dim = kRope, .block_size = kBlock,
-                                       .num_splits = splits, .scale = scale, .cluster_merge = g_cluster,
+                                       .num_splits = splits, .scale = scale,
+                                       .cluster_merge = cuda::mla_merges_in_cluster(g_cluster, splits),
                                        .partial_o = partial_o,
                                        .partial_ml = partial_ml, .split_counters = split_counters,
                                        .out = o_lat};

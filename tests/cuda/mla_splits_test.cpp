@@ -75,5 +75,17 @@ TEST(MlaSplits, PartialRowsCoverEveryChoiceUpToTheBatch) {
   EXPECT_LE(mla_partial_rows(32, 16, kSms), mla_partial_rows(4096, 16, kSms));
 }
 
+// The cluster merge takes the many short pieces of small batches (16 splits at batch 1, 7 at 32
+// on 132 SMs), not the 4 long ones of batches 64 and 196; never where the GPU lacks it.
+TEST(MlaSplits, ClusterMergeFromSevenSplits) {
+  using gpu::cuda::mla_merges_in_cluster;
+  EXPECT_TRUE(mla_merges_in_cluster(true, mla_num_splits(1, 16, kSms, INT_MAX)));
+  EXPECT_TRUE(mla_merges_in_cluster(true, mla_num_splits(32, 16, kSms, INT_MAX)));
+  EXPECT_FALSE(mla_merges_in_cluster(true, mla_num_splits(64, 16, kSms, INT_MAX)));
+  EXPECT_FALSE(mla_merges_in_cluster(true, mla_num_splits(196, 16, kSms, INT_MAX)));
+  EXPECT_FALSE(mla_merges_in_cluster(true, 1));
+  EXPECT_FALSE(mla_merges_in_cluster(false, mla_max_splits));
+}
+
 }  // namespace
 }  // namespace actorserve::testing

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 
 #include "gpu/cuda/cuda_status.hpp"
@@ -89,11 +88,11 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
   v_dim_ = static_cast<int>(m.v_head_dim);
   num_sms_ = num_sms;
   cluster_merge_ = cluster_merge;
-  // Rows of split partials (no cluster merge): as many as mla_num_splits asks for at any step of
-  // up to max_tokens rows (n x splits), so that the buffers never cap its choice; the split
-  // counters' rows then cover every row of a step that splits (n <= rows / 2). At least one row:
-  // no empty buffer. With the cluster merge no buffer caps it.
-  max_partial_rows_ = cluster_merge ? INT_MAX : std::max(1, mla_partial_rows(max_tokens, heads_, num_sms));
+  // Rows of split partials (for the steps that merge by the last piece): as many as
+  // mla_num_splits asks for at any step of up to max_tokens rows (n x splits), so that the
+  // buffers never cap its choice; the split counters' rows then cover every row of a step that
+  // splits (n <= rows / 2). At least one row: no empty buffer.
+  max_partial_rows_ = std::max(1, mla_partial_rows(max_tokens, heads_, num_sms));
   scale_ = static_cast<float>(yarn_softmax_scale_factor(cfg.rope) / std::sqrt(static_cast<double>(m.qk_head_dim())));
   inv_freq_ = inv_freq;
   attention_factor_ = attention_factor;
@@ -104,7 +103,7 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
                                   "multiple of 8",
                                   rank_, rope_dim_, mla_max_rank, mla_max_rope_dim));
   const size_t T = size_t(max_tokens), H = size_t(heads_), W = size_t(rank_ + rope_dim_), es = act_size(dt);
-  const size_t qk = size_t(nope_dim_ + rope_dim_), P = cluster_merge ? 0 : size_t(max_partial_rows_);
+  const size_t qk = size_t(nope_dim_ + rope_dim_), P = size_t(max_partial_rows_);
   const size_t counters = P * size_t(mla_head_groups(heads_));
   prefill_.max_context = max_context;
   prefill_.score_elems = mla_score_elems(heads_, max_context, max_tokens, mla_score_budget);
@@ -128,7 +127,6 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
   };
   for (const want& w : wants)
     if (auto st = alloc(w.bytes, w.where); !st) return st;
-  if (counters == 0) return {};
   // NOTE: the step's stream (non-blocking) does not wait for the legacy stream's memset: waiting
   // for that stream here makes the zeros land before any launch counts on them. Not a device-wide
   // sync, which could wait on another shard's collective that waits on this one.
@@ -178,11 +176,12 @@ status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x,
     return {};
   };
   if (!absorbed) return up_projected();
+  const int splits = mla_num_splits(n, H, num_sms_, max_partial_rows_);
   const latent_attention_args aa{.q_abs = q_abs_, .cache = cache, .block_tables = step.block_tables,
                                  .seqs = step.seqs, .token_seqs = step.token_seqs, .positions = step.positions,
                                  .n = n, .num_heads = H, .rank = r, .rope_dim = dr, .block_size = block_size,
-                                 .num_splits = mla_num_splits(n, H, num_sms_, max_partial_rows_),
-                                 .scale = scale_, .cluster_merge = cluster_merge_, .partial_o = partial_o_,
+                                 .num_splits = splits, .scale = scale_,
+                                 .cluster_merge = mla_merges_in_cluster(cluster_merge_, splits), .partial_o = partial_o_,
                                  .partial_ml = partial_ml_,
                                  .split_counters = split_counters_, .out = o_lat_};
   AS_CUDA_TRY(latent_attention(dt_, aa, s));

@@ -99,7 +99,7 @@ class mla_attention {
   /// the buffers for up to `max_tokens` rows a step through `alloc` (memory the caller owns).
   /// The up-projected prefill's workspace is sized for contexts of up to `max_context` tokens.
   /// With `cluster_merge` (attention_tuning::latent_cluster_merge) the decode's split pieces
-  /// merge within their clusters and no partial buffers are allocated.
+  /// merge within their clusters where mla_merges_in_cluster says so.
   status init(const model_config& cfg, act_dtype dt, const float* inv_freq, float attention_factor, int max_tokens,
               int max_context, int num_sms, bool cluster_merge, const alloc_fn& alloc);
 
@@ -126,10 +126,10 @@ class mla_attention {
   float* kv_a_ = nullptr;       ///< [tokens][r + dr]: kv_a_proj_with_mqa's output
   float* q_abs_ = nullptr;      ///< [tokens][H][r + dr]: q_lat = W_UK^T q_nope, then the rotated q_pe
   void* o_lat_ = nullptr;       ///< [tokens][H][r] of dt: each head's attention-weighted latent
-  float* partial_o_ = nullptr;  ///< [partial rows][H][r] (no cluster merge)
-  float* partial_ml_ = nullptr; ///< [partial rows][H][2] (no cluster merge)
-  /// [partial rows][ceil(H / mla_heads_per_cta)] (no cluster merge): the split pieces' counters,
-  /// zeroed once here; latent_attention leaves them zero after every launch
+  float* partial_o_ = nullptr;  ///< [partial rows][H][r]
+  float* partial_ml_ = nullptr; ///< [partial rows][H][2]
+  /// [partial rows][ceil(H / mla_heads_per_cta)]: the split pieces' counters, zeroed once here;
+  /// latent_attention leaves them zero after every launch
   int32_t* split_counters_ = nullptr;
   mla_prefill_workspace prefill_;
 };

@@ -28,6 +28,16 @@ inline constexpr int mla_min_piece = 64;
 /// step replays at any.
 int mla_num_splits(int n, int num_heads, int num_sms, int max_partial_rows);
 
+/// Fewest splits whose pieces merge within a thread-block cluster (where the GPU runs the
+/// cluster merge: attention_tuning::latent_cluster_merge); fewer merge by the last piece's CTA.
+/// Measured on an H100 (bench_cuda_mla, context 1,100 to 4,096): the cluster merge took 0.78x
+/// the last piece's time at 16 splits (batch 1) and 0.83-0.92x at 7 (batch 32), but 1.2-1.7x at
+/// 4 (batches 64 and 196), whose long pieces gain little from a faster merge.
+inline constexpr int mla_cluster_min_splits = 7;
+constexpr bool mla_merges_in_cluster(bool cluster_merge, int splits) {
+  return cluster_merge && splits >= mla_cluster_min_splits;
+}
+
 /// Partial rows (one row: a token's heads' sums of one piece) that mla_num_splits can ask for at
 /// any step of up to max_rows rows when the buffers are unbounded: max over n of n x splits(n),
 /// over the n that split at all (0 where none does).
