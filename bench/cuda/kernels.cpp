@@ -503,6 +503,9 @@ void bench_executor(const executor_model& m, bool eager, const gpu::cuda_tuning&
   gpu::cuda_executor_options o;
   o.tuning = tuning;
   o.num_blocks_override = 4096;
+  // The steps here reach 160 tokens a sequence; a model's own max_position_embeddings (163,840
+  // for DeepSeek-V2-Lite) would not fit the 4,096-block pool and the executor would refuse it.
+  o.max_model_len = 8192;
   o.max_num_batched_tokens = 16384;
   o.enforce_eager = eager;
   o.weights.dummy = m.dummy;
