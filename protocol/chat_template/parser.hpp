@@ -71,6 +71,17 @@ class parser {
   bool skip_op(std::string_view op);
   bool skip_name(std::string_view name);
   void expect_op(std::string_view op);
+  /// Items separated by commas up to and including `close` (a trailing comma allowed), each
+  /// read by `item`: the bodies of list and dict literals.
+  template <class Item>
+  void comma_items(std::string_view close, Item&& item) {
+    for (bool first = true; !is_op(close); first = false) {
+      if (!first) expect_op(",");
+      if (is_op(close)) break;
+      item();
+    }
+    expect_op(close);
+  }
   std::string expect_name();
   void expect_block_end();
   [[noreturn]] void unexpected(std::string_view expected) const;

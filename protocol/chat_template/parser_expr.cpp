@@ -299,24 +299,16 @@ expr_ptr parser::parse_primary() {
       }
       if (skip_op("[")) {
         e->kind = expr_kind::list;
-        while (!is_op("]")) {
-          if (!e->items.empty()) expect_op(",");
-          if (is_op("]")) break;
-          e->items.push_back(parse_expression());
-        }
-        expect_op("]");
+        comma_items("]", [&] { e->items.push_back(parse_expression()); });
         return e;
       }
       if (skip_op("{")) {
         e->kind = expr_kind::dict;
-        while (!is_op("}")) {
-          if (!e->items.empty()) expect_op(",");
-          if (is_op("}")) break;
+        comma_items("}", [&] {
           e->items.push_back(parse_expression());
           expect_op(":");
           e->items.push_back(parse_expression());
-        }
-        expect_op("}");
+        });
         return e;
       }
       break;

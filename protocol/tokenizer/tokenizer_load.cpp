@@ -26,11 +26,14 @@ result<dom::element> parse_file(const std::string& path, dom::parser& parser, si
   return root;
 }
 
-result<json_obj> root_object(dom::element root, const std::string& file) {
+/// The top-level object of the JSON file `path` (which must outlive the result); errors name it.
+result<json_obj> open_object(const std::string& path, dom::parser& parser, simdjson::padded_string& buf) {
+  auto root = parse_file(path, parser, buf);
+  if (!root) return root.err();
   dom::object o;
-  if (root.get_object().get(o) != simdjson::SUCCESS)
-    return make_error(error_code::malformed_file, fmt::format("{}: top level must be a JSON object", file));
-  return json_obj{o, &file, ""};
+  if (root->get_object().get(o) != simdjson::SUCCESS)
+    return make_error(error_code::malformed_file, fmt::format("{}: top level must be a JSON object", path));
+  return json_obj{o, &path, ""};
 }
 
 /// Token ids index a dense table, so an id is bounded by the entries that declare ids: at most
@@ -238,9 +241,7 @@ status load_chat_template(tokenizer_impl& t, const json_obj& o) {
 status load_config(tokenizer_impl& t, const std::string& path) {
   dom::parser parser;
   simdjson::padded_string buf;
-  auto root = parse_file(path, parser, buf);
-  if (!root) return root.err();
-  auto o = root_object(*root, path);
+  auto o = open_object(path, parser, buf);
   if (!o) return o.err();
   if (status s = get_token_field(*o, "bos_token", t.bos_token); !s) return s;
   if (status s = get_token_field(*o, "eos_token", t.eos_token); !s) return s;
@@ -257,9 +258,7 @@ status load_config(tokenizer_impl& t, const std::string& path) {
 status load_generation_config(tokenizer_impl& t, const std::string& path) {
   dom::parser parser;
   simdjson::padded_string buf;
-  auto root = parse_file(path, parser, buf);
-  if (!root) return root.err();
-  auto o = root_object(*root, path);
+  auto o = open_object(path, parser, buf);
   if (!o) return o.err();
   std::vector<int32_t> eos;
   if (status s = o->get_id_list("eos_token_id", eos); !s) return s;
@@ -297,9 +296,7 @@ result<std::shared_ptr<tokenizer_impl>> load_tokenizer(const std::string& json_p
   {
     dom::parser parser;
     simdjson::padded_string buf;
-    auto root = parse_file(json_path, parser, buf);
-    if (!root) return root.err();
-    auto o = root_object(*root, json_path);
+    auto o = open_object(json_path, parser, buf);
     if (!o) return o.err();
     // The pre-tokenizer decides whether the model works on bytes, so it is read first.
     for (auto step : {load_pre_tokenizer, load_model, load_added_tokens, load_normalizer, load_post_processor,
