@@ -142,17 +142,27 @@ result<protocol::chat_output::output_options> output_parsing(const server_contex
   return o;
 }
 
-}  // namespace
-
-result<job_spec> make_completion_job(server_context& ctx, protocol::openai::completion_request&& r) {
+/// What a completion or chat job starts from: the model checked, the output's form, n, the
+/// response's id (`kind`: cmpl or chatcmpl) and the fan-out of `prompts` x n checked.
+template <class Request>
+result<job_spec> start_job(server_context& ctx, const Request& r, bool chat, size_t prompts) {
   if (auto st = check_model(ctx, r.model); !st) return st.err();
   job_spec job;
-  job.chat = false;
+  job.chat = chat;
   job.stream = r.output.stream;
   job.flags = {r.logprobs, r.output.return_token_ids, r.output.stream && r.output.include_usage};
   job.n = r.params.n;
-  job.meta = make_meta(ctx, "cmpl");
-  if (auto st = check_fan_out(ctx, r.prompts.size(), r.params.n); !st) return st.err();
+  job.meta = make_meta(ctx, chat ? "chatcmpl" : "cmpl");
+  if (auto st = check_fan_out(ctx, prompts, r.params.n); !st) return st.err();
+  return job;
+}
+
+}  // namespace
+
+result<job_spec> make_completion_job(server_context& ctx, protocol::openai::completion_request&& r) {
+  auto started = start_job(ctx, r, false, r.prompts.size());
+  if (!started) return started.err();
+  job_spec job = std::move(*started);
   protocol::openai::apply_generation_defaults(r.params, r.given, ctx.sampling_defaults);
   const auto spec = spec_of(r.constraint);
   for (size_t i = 0; i < r.prompts.size(); ++i) {
@@ -175,14 +185,9 @@ result<job_spec> make_completion_job(server_context& ctx, protocol::openai::comp
 }
 
 result<job_spec> make_chat_job(server_context& ctx, protocol::openai::chat_request&& r) {
-  if (auto st = check_model(ctx, r.model); !st) return st.err();
-  job_spec job;
-  job.chat = true;
-  job.stream = r.output.stream;
-  job.flags = {r.logprobs, r.output.return_token_ids, r.output.stream && r.output.include_usage};
-  job.n = r.params.n;
-  job.meta = make_meta(ctx, "chatcmpl");
-  if (auto st = check_fan_out(ctx, 1, r.params.n); !st) return st.err();
+  auto started = start_job(ctx, r, true, 1);
+  if (!started) return started.err();
+  job_spec job = std::move(*started);
   auto parsing = output_parsing(ctx, r);
   if (!parsing) return parsing.err();
   job.output_parsing = *parsing;
