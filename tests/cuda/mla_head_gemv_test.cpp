@@ -83,7 +83,8 @@ TEST_P(CudaMlaHeadGemv, MatchesCublasStridedBatchedGemm) {
       {"W_UV, V2-Lite", 16, 128, 512, true, 512, kv_b_head, 0, false},
       {"W_UV into fp32", 16, 128, 512, true, 512, kv_b_head, 0, true},
       // V2's 128 heads; the tiny fixture's widths (r 32, dn 16, dv 16); columns past one CTA's
-      // 256 that end mid-CTA (n 264); an uneven k of [k][n] (k 72) and n of [n][k] (n 13).
+      // 64 that end mid-CTA (n 264); an uneven k of [k][n] (k 72: 32 groups of rows, unequal) and n of
+      // [n][k] (n 13).
       {"W_UK, 128 heads", 128, 512, 128, false, 512, kv_b_head, 64, true},
       {"W_UK, tiny", 4, 32, 16, false, 32, (16 + 16) * 32, 8, true},
       {"W_UV, tiny", 4, 16, 32, true, 32, (16 + 16) * 32, 0, false},

@@ -12,8 +12,11 @@ using namespace dev;
 
 constexpr int kThreads = 256, kWarps = kThreads / 32;
 constexpr int kRows = mla_head_gemv_max_rows, kMaxK = mla_head_gemv_max_k;
-/// Columns of a [k][n] block a CTA of the kn kernel takes: a lane 8, its warps the same 256.
-constexpr int kKnCols = 32 * 8;
+/// The kn kernel's CTA: kColGroups threads side by side take 8 columns each (a 16-byte load of
+/// a B row), kKGroups of them stacked take every kKGroups-th row of k: 64 columns a CTA, so that
+/// V2's W_UK (16 heads x 512 columns) spreads over 128 CTAs, each thread's 4 loads of its 128
+/// rows in flight together.
+constexpr int kColGroups = 8, kKGroups = kThreads / kColGroups, kKnCols = kColGroups * 8;
 
 /// Head h's rows of A as floats in a_s[row][0, k).
 template <class T>
@@ -34,23 +37,23 @@ __device__ __forceinline__ void store(const head_gemv_args& g, int h, int row, i
     static_cast<T*>(g.c)[at] = from_f32<T>(v);
 }
 
-/// B_h [k][n]: grid (ceil(n / kKnCols), batch). Lane l of every warp takes columns c0 + 8 l ..
-/// + 8; warp w the k rows w, w + kWarps, ...; the warps' sums meet in shared memory, a row at a
-/// time.
+/// B_h [k][n]: grid (ceil(n / kKnCols), batch). Thread t takes columns c0 + 8 (t % kColGroups)
+/// .. + 8 over the k rows t / kColGroups, + kKGroups, ...; the groups' sums meet in shared
+/// memory, a row of A at a time.
 template <class T>
 __global__ void __launch_bounds__(kThreads) head_gemv_kn_kernel(head_gemv_args g) {
   __shared__ float a_s[kRows][kMaxK];
-  __shared__ float red_s[kWarps][kKnCols];
+  __shared__ float red_s[kKGroups][kKnCols];
   pdl_begin();
-  const int h = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int c = blockIdx.x * kKnCols + lane * 8;
+  const int h = blockIdx.y, cg = threadIdx.x % kColGroups, kg = threadIdx.x / kColGroups;
+  const int c = blockIdx.x * kKnCols + cg * 8;
   stage_rows<T>(g, h, a_s);
   __syncthreads();
   float acc[kRows][8] = {};
   if (c < g.n) {
     const T* b = static_cast<const T*>(g.b) + size_t(h) * g.stride_b + c;
 #pragma unroll 4
-    for (int kk = warp; kk < g.k; kk += kWarps) {
+    for (int kk = kg; kk < g.k; kk += kKGroups) {
       float w[8];
       load8(b + size_t(kk) * g.ldb, w);
 #pragma unroll
@@ -62,15 +65,18 @@ __global__ void __launch_bounds__(kThreads) head_gemv_kn_kernel(head_gemv_args g
       }
     }
   }
-  for (int row = 0; row < g.m; ++row) {
+  // Unrolled, so that acc stays in registers (the break is uniform: every thread sees g.m).
 #pragma unroll
-    for (int j = 0; j < 8; ++j) red_s[warp][lane * 8 + j] = acc[row][j];
+  for (int row = 0; row < kRows; ++row) {
+    if (row >= g.m) break;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) red_s[kg][cg * 8 + j] = acc[row][j];
     __syncthreads();
     const int col = blockIdx.x * kKnCols + threadIdx.x;
     if (threadIdx.x < kKnCols && col < g.n) {
       float v = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) v += red_s[w][threadIdx.x];
+#pragma unroll 8
+      for (int i = 0; i < kKGroups; ++i) v += red_s[i][threadIdx.x];
       store<T>(g, h, row, col, v);
     }
     __syncthreads();
