@@ -9,6 +9,7 @@
 #include "gpu/cuda/cluster.cuh"
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/mla/mla_kernels.hpp"
+#include "gpu/cuda/ops/rope_kv.cuh"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -45,11 +46,11 @@ __global__ void __launch_bounds__(kNormThreads) latent_write_kernel(mla_latent_a
   pdl_begin();
   const int t = blockIdx.x, r = a.rank, dr = a.rope_dim, half = dr / 2, W = r + dr;
   const int H = a.num_heads, qk = a.nope_dim + dr;
-  const float pos = float(a.positions[t]);
+  const int pos = a.positions[t];
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float ang = pos * a.inv_freq[i];
-    cos_s[i] = cosf(ang) * a.attention_factor;
-    sin_s[i] = sinf(ang) * a.attention_factor;
+    const float2 cs = rope_cos_sin(pos, a.inv_freq[i], a.attention_factor);
+    cos_s[i] = cs.x;
+    sin_s[i] = cs.y;
   }
   const float* row = a.kv_a + size_t(t) * W;
   const auto in = [&](int i) { return row[i] + (a.kv_a_bias ? a.kv_a_bias[i] : 0.0f); };
@@ -61,9 +62,9 @@ __global__ void __launch_bounds__(kNormThreads) latent_write_kernel(mla_latent_a
     T* dst = static_cast<T*>(a.cache) + size_t(slot) * W;
     for (int i = threadIdx.x; i < r; i += blockDim.x) dst[i] = from_f32<T>(a.kv_a_norm[i] * (in(i) * inv));
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-      const float re = in(r + 2 * i), im = in(r + 2 * i + 1);
-      dst[r + 2 * i] = from_f32<T>(re * cos_s[i] - im * sin_s[i]);
-      dst[r + 2 * i + 1] = from_f32<T>(re * sin_s[i] + im * cos_s[i]);
+      const float2 k = rope_rotate(in(r + 2 * i), in(r + 2 * i + 1), make_float2(cos_s[i], sin_s[i]));
+      dst[r + 2 * i] = from_f32<T>(k.x);
+      dst[r + 2 * i + 1] = from_f32<T>(k.y);
     }
   }
   T* q = static_cast<T*>(a.q) + size_t(t) * H * qk;
@@ -71,13 +72,12 @@ __global__ void __launch_bounds__(kNormThreads) latent_write_kernel(mla_latent_a
   for (int idx = threadIdx.x; idx < H * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
     T* pe = q + size_t(h) * qk + a.nope_dim;
-    const float re = to_f32(pe[2 * i]), im = to_f32(pe[2 * i + 1]);
-    const float x = re * cos_s[i] - im * sin_s[i], y = re * sin_s[i] + im * cos_s[i];
+    const float2 x = rope_rotate(to_f32(pe[2 * i]), to_f32(pe[2 * i + 1]), make_float2(cos_s[i], sin_s[i]));
     float* dst = q_abs + size_t(h) * W + r;
-    dst[2 * i] = x;
-    dst[2 * i + 1] = y;
-    pe[2 * i] = from_f32<T>(x);
-    pe[2 * i + 1] = from_f32<T>(y);
+    dst[2 * i] = x.x;
+    dst[2 * i + 1] = x.y;
+    pe[2 * i] = from_f32<T>(x.x);
+    pe[2 * i + 1] = from_f32<T>(x.y);
   }
 }
 
