@@ -123,6 +123,7 @@ class cluster_engine final : public engine {
       sum.decode_seqs += s.decode_seqs;
       sum.decode_busy_us += s.decode_busy_us;
       sum.decode_idle_us += s.decode_idle_us;
+      sum.untimed_busy_us += s.untimed_busy_us;
       sum.cascade_seqs += s.cascade_seqs;
       for (size_t i = 0; i < std::min(sum.iteration_tokens.size(), s.iteration_tokens.size()); ++i)
         sum.iteration_tokens[i] += s.iteration_tokens[i];

@@ -250,6 +250,7 @@ class engine_impl final : public engine {
     e.decode_seqs = s.decode_seqs.load(r);
     e.decode_busy_us = s.decode_busy_us.load(r);
     e.decode_idle_us = s.decode_idle_us.load(r);
+    e.untimed_busy_us = s.untimed_busy_us.load(r);
     e.cascade_seqs = s.cascade_seqs.load(r);
     for (size_t i = 0; i < s.iteration_tokens.size(); ++i) e.iteration_tokens[i] = s.iteration_tokens[i].load(r);
     s.read_experts(e);

@@ -109,6 +109,10 @@ struct engine_stats {
   /// timed steps.
   int64_t timed_steps = 0, timed_tokens = 0, step_busy_us = 0, step_idle_us = 0;
   int64_t decode_steps = 0, decode_seqs = 0, decode_busy_us = 0, decode_idle_us = 0;
+  /// Executor busy time of the other steps (num_steps - timed_steps of them: the first of a burst
+  /// of work, whose device idle time before it is the engine's waiting for work), so that busy
+  /// time over every step is step_busy_us + untimed_busy_us.
+  int64_t untimed_busy_us = 0;
   /// Sequences whose attention over a prefix shared with others took one pass per group
   /// (cascade attention), summed over the steps (gpu::step_result::cascade_seqs).
   int64_t cascade_seqs = 0;

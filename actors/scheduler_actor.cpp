@@ -164,12 +164,16 @@ void kick(scheduler_self self) {
   reserve(self, std::move(*r));
 }
 
-/// Adds a completed step's busy time and the device's idle time before it to the stats.
+/// Adds a completed step's busy time and the device's idle time before it to the stats (a step
+/// not run back to back with the one before: its busy time only, apart).
 void record_timing(scheduler_self self, const scheduler_state::flight& f, const gpu::step_result& r) {
-  if (!f.back_to_back || r.idle_before_ms < 0) return;
   auto& s = *self->state.stats;
   constexpr auto relaxed = std::memory_order_relaxed;
   const auto busy = static_cast<int64_t>(r.device_ms * 1000.0);
+  if (!f.back_to_back || r.idle_before_ms < 0) {
+    if (busy > 0) s.untimed_busy_us.fetch_add(busy, relaxed);
+    return;
+  }
   const auto idle = static_cast<int64_t>(r.idle_before_ms * 1000.0);
   s.timed_steps.fetch_add(1, relaxed);
   s.timed_tokens.fetch_add(f.num_tokens, relaxed);

@@ -29,6 +29,7 @@ struct stats_board {
   std::atomic<int64_t> requests_finished{0}, requests_cancelled{0};
   std::atomic<int64_t> timed_steps{0}, timed_tokens{0}, step_busy_us{0}, step_idle_us{0};  ///< see engine_stats
   std::atomic<int64_t> decode_steps{0}, decode_seqs{0}, decode_busy_us{0}, decode_idle_us{0};
+  std::atomic<int64_t> untimed_busy_us{0};  ///< see engine_stats
   std::atomic<int64_t> cascade_seqs{0};   ///< see engine_stats
   std::array<std::atomic<int64_t>, num_iteration_tokens_buckets> iteration_tokens{};  ///< see engine_stats
   std::atomic<int64_t> last_progress_ns{0};   ///< steady_clock time of the last step or idle point

@@ -85,7 +85,7 @@ typename Inspector::result_type inspect(Inspector& f, engine_stats& x) {
            x.num_preemptions, x.num_recomputed_tokens, x.num_computed_tokens, x.prompt_tokens, x.generation_tokens,
            x.num_steps, x.executor_restarts, x.requests_finished, x.requests_cancelled, x.healthy, x.timed_steps,
            x.timed_tokens, x.step_busy_us, x.step_idle_us, x.decode_steps, x.decode_seqs, x.decode_busy_us,
-           x.decode_idle_us, x.cascade_seqs, x.iteration_tokens, x.moe_layers, x.num_experts, x.moe_expert_tokens);
+           x.decode_idle_us, x.untimed_busy_us, x.cascade_seqs, x.iteration_tokens, x.moe_layers, x.num_experts, x.moe_expert_tokens);
 }
 
 /// Adds the wire types to an actor system's config (before the system starts).

@@ -118,6 +118,7 @@ result<bench::run_report> run_once(const engine_config& cfg, const options& o, i
              cfg.executor.cascade_attention ? "on" : "off (--disable-cascade-attn)", a.cascade_seqs - b.cascade_seqs);
   fmt::print("Async scheduling:         {}\n{}{}", cfg.scheduler.async_scheduling ? "on" : "off",
              bench::gpu_idle_lines(b, a), bench::step_phase_lines(b, a));
+  fmt::print("{}", bench::outside_steps_line(b, a, r.elapsed_s));
   std::fflush(stdout);
   return rep;
 }

@@ -61,8 +61,18 @@ std::string step_phase_lines(const actors::engine_stats& b, const actors::engine
                               dec, mean(double(dec_us) / 1000.0, dec), mean(double(dec_seqs), dec), double(dec_us) / 1e6);
   s += fmt::format("Prefill-carrying steps:   {} of {:.2f} ms mean, {:.1f} tokens mean ({:.2f} s busy)\n", pre,
                    mean(double(pre_us) / 1000.0, pre), mean(double(pre_tokens), pre), double(pre_us) / 1e6);
-  if (untimed > 0) s += fmt::format("Steps not timed:          {} (not run back to back with the one before)\n", untimed);
+  if (untimed > 0)
+    s += fmt::format("Steps not timed:          {} of {:.2f} s busy (not run back to back with the one before)\n", untimed,
+                     double(a.untimed_busy_us - b.untimed_busy_us) / 1e6);
   return s;
+}
+
+std::string outside_steps_line(const actors::engine_stats& b, const actors::engine_stats& a, double elapsed_s) {
+  const double busy = double((a.step_busy_us - b.step_busy_us) + (a.untimed_busy_us - b.untimed_busy_us)) / 1e6;
+  const double idle = double(a.step_idle_us - b.step_idle_us) / 1e6;
+  return fmt::format("Outside the steps:        {:.2f} s of the {:.2f} s elapsed ({:.2f} s busy in steps, {:.2f} s idle "
+                     "between timed steps)\n",
+                     elapsed_s - busy - idle, elapsed_s, busy, idle);
 }
 
 result<std::unique_ptr<actors::engine>> start_engine(const engine_config& cfg, double& seconds) {

@@ -53,6 +53,12 @@ std::string gpu_idle_lines(const actors::engine_stats& before, const actors::eng
 /// (device busy time per step; the tokens of a prefill-carrying step include its decode rows).
 std::string step_phase_lines(const actors::engine_stats& before, const actors::engine_stats& after);
 
+/// The part of a run's elapsed time (first submit to last finish) in no step's busy time nor in
+/// the device's idle time between timed steps: host work before the first step (admission,
+/// scheduling) and the gaps before untimed steps.
+///   `Outside the steps:        0.00 s of the 0.61 s elapsed (0.61 s busy in steps, 0.00 s idle between timed steps)`
+std::string outside_steps_line(const actors::engine_stats& before, const actors::engine_stats& after, double elapsed_s);
+
 /// Starts an engine, timing the start; logs the error (naming the flag or file) on failure.
 result<std::unique_ptr<actors::engine>> start_engine(const engine_config& cfg, double& seconds);
 

@@ -132,6 +132,9 @@ TEST(async_engine, reports_busy_and_idle_step_time_of_decode_steps) {
     EXPECT_GT(s.decode_steps, 10) << "async " << on;
     EXPECT_LE(s.decode_steps, s.timed_steps);
     EXPECT_LT(s.timed_steps, s.num_steps + 1);
+    // The first step waited for work: untimed, its busy time counted apart.
+    EXPECT_LT(s.timed_steps, s.num_steps);
+    EXPECT_GT(s.untimed_busy_us, 0);
     EXPECT_GT(s.decode_busy_us, 0);
     EXPECT_GE(s.decode_idle_us, 0);
     EXPECT_GE(s.decode_seqs, s.decode_steps);

@@ -103,6 +103,7 @@ TEST(wire, engine_info_and_stats_cross) {
   s.prefix_cache_hits = 640;
   s.healthy = true;
   s.decode_idle_us = 5;
+  s.untimed_busy_us = 6;
   s.iteration_tokens[0] = 7;
   s.iteration_tokens.back() = 2;
   s.moe_layers = {1, 3};
@@ -114,6 +115,7 @@ TEST(wire, engine_info_and_stats_cross) {
   EXPECT_EQ(bs.prefix_cache_hits, 640);
   EXPECT_TRUE(bs.healthy);
   EXPECT_EQ(bs.decode_idle_us, 5);
+  EXPECT_EQ(bs.untimed_busy_us, 6);
   EXPECT_EQ(bs.iteration_tokens, s.iteration_tokens);
   EXPECT_EQ(bs.moe_layers, s.moe_layers);
   EXPECT_EQ(bs.num_experts, 2);
