@@ -186,6 +186,25 @@ __device__ __forceinline__ void merge_rows(const latent_attention_args& a, int t
 /// The `pieces` pieces of row t's heads [h0, h0 + kHeads) (those below H) merged and normalised
 /// into out, by the whole CTA once every piece's partials are visible: with M the pieces' largest
 /// max, out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s (every piece has keys).
+/// Head h's merge weights over `pieces` pieces (by the thread of head h): w_s[s][h] = e^(m_s - M)
+/// and inv_s[h] = 1 / sum_s w_s[s][h] l_s (0 for no keys), with m_s = max_of(s), l_s = sum_of(s)
+/// the piece's running max and sum and M the largest m_s. Both merges take it, each reading the
+/// pieces' (max, sum) from where it keeps them.
+template <class MaxOf, class SumOf>
+__device__ __forceinline__ void merge_weights(int h, int pieces, MaxOf max_of, SumOf sum_of, float* w_s,
+                                              float* inv_s) {
+  float mx = -INFINITY;
+  for (int s = 0; s < pieces; ++s) mx = fmaxf(mx, max_of(s));
+  float l = 0.0f;
+  for (int s = 0; s < pieces; ++s) {
+    const float ms = max_of(s);
+    const float w = ms != -INFINITY ? expf(ms - mx) : 0.0f;
+    w_s[s * kHeads + h] = w;
+    l += w * sum_of(s);
+  }
+  inv_s[h] = l > 0.0f ? 1.0f / l : 0.0f;
+}
+
 template <class T>
 __device__ void merge_pieces(const latent_attention_args& a, int t, int h0, int pieces) {
   __shared__ float w_s[mla_max_splits * kHeads];  // [piece][head]: e^(m_s - M)
@@ -194,16 +213,9 @@ __device__ void merge_pieces(const latent_attention_args& a, int t, int h0, int 
   const size_t piece = size_t(a.n) * H;  // (max, sum) pairs from one piece's rows to the next's
   if (threadIdx.x < heads) {
     const float* ml = a.partial_ml + (size_t(t) * H + h0 + threadIdx.x) * 2;
-    float mx = -INFINITY;
-    for (int s = 0; s < pieces; ++s) mx = fmaxf(mx, __ldcg(ml + s * piece * 2));
-    float l = 0.0f;
-    for (int s = 0; s < pieces; ++s) {
-      const float ms = __ldcg(ml + s * piece * 2);
-      const float w = ms != -INFINITY ? expf(ms - mx) : 0.0f;
-      w_s[s * kHeads + threadIdx.x] = w;
-      l += w * __ldcg(ml + s * piece * 2 + 1);
-    }
-    inv_s[threadIdx.x] = l > 0.0f ? 1.0f / l : 0.0f;
+    merge_weights(
+        threadIdx.x, pieces, [&](int s) { return __ldcg(ml + s * piece * 2); },
+        [&](int s) { return __ldcg(ml + s * piece * 2 + 1); }, w_s, inv_s);
   }
   __syncthreads();
   // Rows of a multiple of 4 floats from a 16-byte aligned buffer load as float4.
@@ -232,22 +244,9 @@ __device__ void cluster_merge(const latent_attention_args& a, int t, int h0, int
   cluster_sync();
   if (threadIdx.x < heads) {
     const int h = threadIdx.x;
-    float ms[mla_max_splits];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < mla_max_splits; ++s) {
-      ms[s] = s < pieces ? ld_cluster(cluster_smem_addr(m_s + h, s)) : -INFINITY;
-      mx = fmaxf(mx, ms[s]);
-    }
-    float l = 0.0f;
-#pragma unroll
-    for (int s = 0; s < mla_max_splits; ++s) {
-      if (s >= pieces) break;
-      const float w = ms[s] != -INFINITY ? expf(ms[s] - mx) : 0.0f;
-      w_s[s * kHeads + h] = w;
-      l += w * ld_cluster(cluster_smem_addr(l_s + h, s));
-    }
-    inv_s[h] = l > 0.0f ? 1.0f / l : 0.0f;
+    merge_weights(
+        h, pieces, [&](int s) { return ld_cluster(cluster_smem_addr(m_s + h, s)); },
+        [&](int s) { return ld_cluster(cluster_smem_addr(l_s + h, s)); }, w_s, inv_s);
   }
   __syncthreads();
   T* out = static_cast<T*>(a.out) + (size_t(t) * H + h0) * r;
