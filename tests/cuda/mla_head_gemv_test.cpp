@@ -58,8 +58,8 @@ void expect_alike(act_dtype dt, cuda::gemm_runner& gemm, cudaStream_t s, const p
                          .stride_a = p.k + p.a_extra, .b = b.get(), .b_rows_are_n = p.b_rows_are_n,
                          .ldb = p.b_rows_apart, .stride_b = p.b_head, .c = nullptr, .c_f32 = p.c_f32, .ldc = ldc,
                          .stride_c = p.n};
-  ASSERT_TRUE(cuda::mla_head_gemv_supported(g));
   g.c = p.c_f32 ? static_cast<void*>(c32_gemv.get()) : static_cast<void*>(c16_gemv.get());
+  ASSERT_TRUE(cuda::mla_head_gemv_supported(g));
   c32_gemv.poison();
   c16_gemv.poison();
   ASSERT_EQ(cuda::mla_head_gemv(dt, g, s), 0);
