@@ -194,26 +194,36 @@ void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int
                                        .partial_ml = partial_ml, .split_counters = split_counters,
                                        .out = o_lat};
   const char* w_uv = static_cast<const char*>(l.w.kv_b_proj) + size_t(kNope) * kRank * 2;
+  // The absorbed form's per-head products as the executor runs them (mla_head_product: the head
+  // GEMV at up to mla_head_gemv_max_rows rows, cuBLAS's strided-batched GEMM past them).
+  const cuda::head_gemv_args w_uk_args{.batch = H, .m = n, .n = kRank, .k = kNope, .a = q, .lda = H * kQk,
+                                       .stride_a = kQk, .b = l.w.kv_b_proj, .b_rows_are_n = false, .ldb = kRank,
+                                       .stride_b = kKvbHead, .c = q_abs, .c_f32 = true, .ldc = H * kW, .stride_c = kW};
+  const cuda::head_gemv_args w_uv_args{.batch = H, .m = n, .n = kV, .k = kRank, .a = o_lat, .lda = H * kRank,
+                                       .stride_a = kRank, .b = w_uv, .b_rows_are_n = true, .ldb = kRank,
+                                       .stride_b = kKvbHead, .c = attn, .c_f32 = false, .ldc = H * kV, .stride_c = kV};
+  const auto by_cublas = [&](const cuda::head_gemv_args& g) {
+    ok(gemm.run_batched(kDt, g.batch, g.m, g.n, g.k, g.a, g.lda, g.stride_a, g.b, g.b_rows_are_n, g.ldb, g.stride_b,
+                        g.c, g.c_f32, g.ldc, g.stride_c),
+       "strided-batched GEMM");
+  };
+  const bool head_gemv = !up_projected && cuda::mla_head_gemv_supported(w_uk_args);
   std::vector<stage> stages;
   stages.push_back({"q_proj", timed([&] { ok(gemm.run_act(kDt, x, n, kHidden, l.w.q_proj, H * kQk, q), "q_proj"); })});
   stages.push_back({"kv_a_proj_with_mqa", timed([&] {
                       ok(gemm.run(kDt, x, n, kHidden, l.w.kv_a_proj, kW, kv_a), "kv_a_proj");
                     })});
   if (!up_projected)
-    stages.push_back({"W_UK absorb (q_lat)", timed([&] {
-                        ok(gemm.run_batched(kDt, H, n, kRank, kNope, q, H * kQk, kQk, l.w.kv_b_proj, false, kRank,
-                                            kKvbHead, q_abs, true, H * kW, kW),
-                           "W_UK");
+    stages.push_back({head_gemv ? "W_UK absorb (q_lat), head GEMV" : "W_UK absorb (q_lat)", timed([&] {
+                        ok(cuda::mla_head_product(gemm, kDt, w_uk_args, s), "W_UK");
                       })});
   stages.push_back({"latent write (norm, rope, cache)",
                     timed([&] { check(cuda::mla_latent_write(kDt, la, s) == 0, "latent write"); })});
   if (!up_projected) {
     stages.push_back({"absorbed attention kernel (" + std::to_string(splits) + " splits, merged in it)",
                       timed([&] { check(cuda::latent_attention(kDt, aa, s) == 0, "latent attention"); })});
-    stages.push_back({"W_UV (o_lat to heads)", timed([&] {
-                        ok(gemm.run_batched(kDt, H, n, kV, kRank, o_lat, H * kRank, kRank, w_uv, true, kRank,
-                                            kKvbHead, attn, false, H * kV, kV),
-                           "W_UV");
+    stages.push_back({head_gemv ? "W_UV (o_lat to heads), head GEMV" : "W_UV (o_lat to heads)", timed([&] {
+                        ok(cuda::mla_head_product(gemm, kDt, w_uv_args, s), "W_UV");
                       })});
   } else {
     // The up-projected pieces, per sequence as mla_prefill launches them (one tile a sequence).
@@ -287,6 +297,11 @@ void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int
                     })};
   check(cudaStreamSynchronize(s) == cudaSuccess, "the scenario");
   print_table(title, stages, whole);
+  if (head_gemv) {
+    const double uk = timed([&] { by_cublas(w_uk_args); }), uv = timed([&] { by_cublas(w_uv_args); });
+    check(cudaStreamSynchronize(s) == cudaSuccess, "the cuBLAS products");
+    report("the same W_UK and W_UV by cuBLAS's strided-batched GEMM: %.4f and %.4f ms a layer\n", uk, uv);
+  }
 }
 
 /// Latent-cache bytes the layers' caches of one bandwidth point hold at least (as many layers as

@@ -74,6 +74,15 @@ status mla_prefill(gemm_runner& gemm, act_dtype dt, const mla_dims& d, const mla
   return {};
 }
 
+status mla_head_product(gemm_runner& gemm, act_dtype dt, const head_gemv_args& g, cudaStream_t s) {
+  if (mla_head_gemv_supported(g)) {
+    AS_CUDA_TRY(mla_head_gemv(dt, g, s));
+    return {};
+  }
+  return gemm.run_batched(dt, g.batch, g.m, g.n, g.k, g.a, g.lda, g.stride_a, g.b, g.b_rows_are_n, g.ldb, g.stride_b,
+                          g.c, g.c_f32, g.ldc, g.stride_c);
+}
+
 status mla_attention::init(const model_config& cfg, act_dtype dt, const float* inv_freq, float attention_factor,
                            int max_tokens, int max_context, int num_sms, bool cluster_merge,
                            const alloc_fn& alloc) {
@@ -156,8 +165,11 @@ status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x,
   // rows of head h) into q_abs_[.][h][0, r).
   const long long kv_b_head = static_cast<long long>(dn + dv) * r;
   if (absorbed)
-    if (auto st = gemm.run_batched(dt_, H, n, r, dn, q_, H * qk, qk, w.kv_b_proj, false, r, kv_b_head, q_abs_, true,
-                                   H * W, W);
+    if (auto st = mla_head_product(gemm, dt_,
+                                   {.batch = H, .m = n, .n = r, .k = dn, .a = q_, .lda = H * qk, .stride_a = qk,
+                                    .b = w.kv_b_proj, .b_rows_are_n = false, .ldb = r, .stride_b = kv_b_head,
+                                    .c = q_abs_, .c_f32 = true, .ldc = H * W, .stride_c = W},
+                                   s);
         !st)
       return st;
   const mla_latent_args la{.kv_a = kv_a_, .kv_a_bias = w.kv_a_bias, .kv_a_norm = w.kv_a_norm,
@@ -188,7 +200,11 @@ status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x,
   // Head h's output = W_UV_h o_lat_h: [rows][r] times W_UV_h^T (kv_b_proj's value rows of head h,
   // [dv][r]) into out[.][h * dv, (h + 1) * dv).
   const char* w_uv = static_cast<const char*>(w.kv_b_proj) + size_t(dn) * r * act_size(dt_);
-  if (auto st = gemm.run_batched(dt_, H, n, dv, r, o_lat_, H * r, r, w_uv, true, r, kv_b_head, out, false, H * dv, dv);
+  if (auto st = mla_head_product(gemm, dt_,
+                                 {.batch = H, .m = n, .n = dv, .k = r, .a = o_lat_, .lda = H * r, .stride_a = r,
+                                  .b = w_uv, .b_rows_are_n = true, .ldb = r, .stride_b = kv_b_head, .c = out,
+                                  .c_f32 = false, .ldc = H * dv, .stride_c = dv},
+                                 s);
       !st)
     return st;
   return up_projected();

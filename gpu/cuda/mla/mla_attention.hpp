@@ -17,6 +17,7 @@
 #include "config/model_config.hpp"
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
+#include "gpu/cuda/mla/head_gemv.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -89,6 +90,10 @@ size_t mla_score_elems(int heads, int max_context, int queries, size_t budget);
 status mla_prefill(gemm_runner& gemm, act_dtype dt, const mla_dims& d, const mla_prefill_workspace& ws,
                    const void* kv_b_proj, const void* q, const attn_seq& seq, const int32_t* block_tables,
                    const void* cache, int block_size, float scale, void* out, cudaStream_t s);
+
+/// One per-head product of the absorbed form (W_UK or W_UV, head_gemv_args): mla_head_gemv where
+/// it takes the operands (decode-sized row counts), cuBLAS's strided-batched GEMM otherwise.
+status mla_head_product(gemm_runner& gemm, act_dtype dt, const head_gemv_args& g, cudaStream_t s);
 
 class mla_attention {
  public:

@@ -9,6 +9,7 @@
 #include "gpu/cuda/cluster.cuh"
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/mla/mla_kernels.hpp"
+#include "gpu/cuda/ops/rope_kv.cuh"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -45,11 +46,11 @@ __global__ void __launch_bounds__(kNormThreads) latent_write_kernel(mla_latent_a
   pdl_begin();
   const int t = blockIdx.x, r = a.rank, dr = a.rope_dim, half = dr / 2, W = r + dr;
   const int H = a.num_heads, qk = a.nope_dim + dr;
-  const float pos = float(a.positions[t]);
+  const int pos = a.positions[t];
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float ang = pos * a.inv_freq[i];
-    cos_s[i] = cosf(ang) * a.attention_factor;
-    sin_s[i] = sinf(ang) * a.attention_factor;
+    const float2 cs = rope_cos_sin(pos, a.inv_freq[i], a.attention_factor);
+    cos_s[i] = cs.x;
+    sin_s[i] = cs.y;
   }
   const float* row = a.kv_a + size_t(t) * W;
   const auto in = [&](int i) { return row[i] + (a.kv_a_bias ? a.kv_a_bias[i] : 0.0f); };
@@ -61,9 +62,9 @@ __global__ void __launch_bounds__(kNormThreads) latent_write_kernel(mla_latent_a
     T* dst = static_cast<T*>(a.cache) + size_t(slot) * W;
     for (int i = threadIdx.x; i < r; i += blockDim.x) dst[i] = from_f32<T>(a.kv_a_norm[i] * (in(i) * inv));
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-      const float re = in(r + 2 * i), im = in(r + 2 * i + 1);
-      dst[r + 2 * i] = from_f32<T>(re * cos_s[i] - im * sin_s[i]);
-      dst[r + 2 * i + 1] = from_f32<T>(re * sin_s[i] + im * cos_s[i]);
+      const float2 k = rope_rotate(in(r + 2 * i), in(r + 2 * i + 1), make_float2(cos_s[i], sin_s[i]));
+      dst[r + 2 * i] = from_f32<T>(k.x);
+      dst[r + 2 * i + 1] = from_f32<T>(k.y);
     }
   }
   T* q = static_cast<T*>(a.q) + size_t(t) * H * qk;
@@ -71,13 +72,12 @@ __global__ void __launch_bounds__(kNormThreads) latent_write_kernel(mla_latent_a
   for (int idx = threadIdx.x; idx < H * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
     T* pe = q + size_t(h) * qk + a.nope_dim;
-    const float re = to_f32(pe[2 * i]), im = to_f32(pe[2 * i + 1]);
-    const float x = re * cos_s[i] - im * sin_s[i], y = re * sin_s[i] + im * cos_s[i];
+    const float2 x = rope_rotate(to_f32(pe[2 * i]), to_f32(pe[2 * i + 1]), make_float2(cos_s[i], sin_s[i]));
     float* dst = q_abs + size_t(h) * W + r;
-    dst[2 * i] = x;
-    dst[2 * i + 1] = y;
-    pe[2 * i] = from_f32<T>(x);
-    pe[2 * i + 1] = from_f32<T>(y);
+    dst[2 * i] = x.x;
+    dst[2 * i + 1] = x.y;
+    pe[2 * i] = from_f32<T>(x.x);
+    pe[2 * i + 1] = from_f32<T>(x.y);
   }
 }
 
@@ -186,6 +186,25 @@ __device__ __forceinline__ void merge_rows(const latent_attention_args& a, int t
 /// The `pieces` pieces of row t's heads [h0, h0 + kHeads) (those below H) merged and normalised
 /// into out, by the whole CTA once every piece's partials are visible: with M the pieces' largest
 /// max, out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s (every piece has keys).
+/// Head h's merge weights over `pieces` pieces (by the thread of head h): w_s[s][h] = e^(m_s - M)
+/// and inv_s[h] = 1 / sum_s w_s[s][h] l_s (0 for no keys), with m_s = max_of(s), l_s = sum_of(s)
+/// the piece's running max and sum and M the largest m_s. Both merges take it, each reading the
+/// pieces' (max, sum) from where it keeps them.
+template <class MaxOf, class SumOf>
+__device__ __forceinline__ void merge_weights(int h, int pieces, MaxOf max_of, SumOf sum_of, float* w_s,
+                                              float* inv_s) {
+  float mx = -INFINITY;
+  for (int s = 0; s < pieces; ++s) mx = fmaxf(mx, max_of(s));
+  float l = 0.0f;
+  for (int s = 0; s < pieces; ++s) {
+    const float ms = max_of(s);
+    const float w = ms != -INFINITY ? expf(ms - mx) : 0.0f;
+    w_s[s * kHeads + h] = w;
+    l += w * sum_of(s);
+  }
+  inv_s[h] = l > 0.0f ? 1.0f / l : 0.0f;
+}
+
 template <class T>
 __device__ void merge_pieces(const latent_attention_args& a, int t, int h0, int pieces) {
   __shared__ float w_s[mla_max_splits * kHeads];  // [piece][head]: e^(m_s - M)
@@ -194,16 +213,9 @@ __device__ void merge_pieces(const latent_attention_args& a, int t, int h0, int 
   const size_t piece = size_t(a.n) * H;  // (max, sum) pairs from one piece's rows to the next's
   if (threadIdx.x < heads) {
     const float* ml = a.partial_ml + (size_t(t) * H + h0 + threadIdx.x) * 2;
-    float mx = -INFINITY;
-    for (int s = 0; s < pieces; ++s) mx = fmaxf(mx, __ldcg(ml + s * piece * 2));
-    float l = 0.0f;
-    for (int s = 0; s < pieces; ++s) {
-      const float ms = __ldcg(ml + s * piece * 2);
-      const float w = ms != -INFINITY ? expf(ms - mx) : 0.0f;
-      w_s[s * kHeads + threadIdx.x] = w;
-      l += w * __ldcg(ml + s * piece * 2 + 1);
-    }
-    inv_s[threadIdx.x] = l > 0.0f ? 1.0f / l : 0.0f;
+    merge_weights(
+        threadIdx.x, pieces, [&](int s) { return __ldcg(ml + s * piece * 2); },
+        [&](int s) { return __ldcg(ml + s * piece * 2 + 1); }, w_s, inv_s);
   }
   __syncthreads();
   // Rows of a multiple of 4 floats from a 16-byte aligned buffer load as float4.
@@ -232,22 +244,9 @@ __device__ void cluster_merge(const latent_attention_args& a, int t, int h0, int
   cluster_sync();
   if (threadIdx.x < heads) {
     const int h = threadIdx.x;
-    float ms[mla_max_splits];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int s = 0; s < mla_max_splits; ++s) {
-      ms[s] = s < pieces ? ld_cluster(cluster_smem_addr(m_s + h, s)) : -INFINITY;
-      mx = fmaxf(mx, ms[s]);
-    }
-    float l = 0.0f;
-#pragma unroll
-    for (int s = 0; s < mla_max_splits; ++s) {
-      if (s >= pieces) break;
-      const float w = ms[s] != -INFINITY ? expf(ms[s] - mx) : 0.0f;
-      w_s[s * kHeads + h] = w;
-      l += w * ld_cluster(cluster_smem_addr(l_s + h, s));
-    }
-    inv_s[h] = l > 0.0f ? 1.0f / l : 0.0f;
+    merge_weights(
+        h, pieces, [&](int s) { return ld_cluster(cluster_smem_addr(m_s + h, s)); },
+        [&](int s) { return ld_cluster(cluster_smem_addr(l_s + h, s)); }, w_s, inv_s);
   }
   __syncthreads();
   T* out = static_cast<T*>(a.out) + (size_t(t) * H + h0) * r;
