@@ -19,17 +19,36 @@ namespace actorserve::gpu::cuda {
 
 class gemm_runner;
 
-/// Most tokens the routed experts take at once: a longer step's tokens go through the
-/// permutation, the grouped GEMMs and the combine in chunks of this many, so that the expert
-/// buffers (top_k rows a token, of the intermediate and the hidden width) are sized for a chunk,
-/// not for the step: Mixtral-8x7B's at 65,536 tokens take ~0.7 GB instead of ~5.9 GB. A chunk of
-/// 8,192 tokens still gives every expert of the supported models hundreds of rows.
+/// The fewest tokens the routed experts take at once: a longer step's tokens go through the
+/// permutation, the grouped GEMMs and the combine in chunks (moe_chunk_tokens_for), so that the
+/// expert buffers (top_k rows a token, of the intermediate and the hidden width) are sized for a
+/// chunk, not for the step: Mixtral-8x7B's at 65,536 tokens take ~0.7 GB instead of ~5.9 GB.
 inline constexpr int moe_ffn_chunk_tokens = 8192;
 
 /// Most permuted rows of one expert that one cuBLAS gate/up GEMM of the per-expert path takes: its
 /// [rows][2 x inter] output in the activation dtype waits in a scratch (inside the fp32 down
 /// output's buffer, moe_ffn::init) until SiLU-and-mul reads it, so an expert's rows go in pieces.
 inline constexpr int moe_cublas_piece_rows = 2048;
+
+/// The rows an expert a chunk is grown to hold on average, and the most bytes its expert buffers
+/// (act and y: top_k rows a token of inter values in the activation dtype and of hidden fp32
+/// values) may take for it (moe_chunk_tokens_for).
+inline constexpr int moe_chunk_rows_per_expert = moe_cublas_piece_rows;
+inline constexpr long long moe_chunk_max_bytes = 3LL << 30;
+
+/// The chunk of a model's experts: moe_ffn_chunk_tokens, or more where that leaves an expert fewer
+/// than moe_chunk_rows_per_expert rows on average, so that many small experts still give cuBLAS
+/// products of a full piece (Qwen3-30B-A3B's 128 experts of top 8 get 512 rows at 8,192 tokens,
+/// 2,048 at 32,768), at most as many tokens as moe_chunk_max_bytes of buffers hold; in multiples of
+/// 1,024 tokens. Mixtral-8x7B 8,192; DeepSeek-V2-Lite 22,528; Qwen3-30B-A3B 32,768.
+constexpr int moe_chunk_tokens_for(int num_experts, int top_k, int hidden, int inter, int act_bytes) {
+  const long long k = top_k > 0 ? top_k : 1, e = num_experts > 0 ? num_experts : 1;
+  const long long want = ((moe_chunk_rows_per_expert * e + k - 1) / k + 1023) / 1024 * 1024;
+  const long long per_token = k * (static_cast<long long>(inter) * act_bytes + static_cast<long long>(hidden) * 4);
+  const long long fits = per_token > 0 ? moe_chunk_max_bytes / per_token / 1024 * 1024 : want;
+  const long long tokens = want < fits ? want : fits;
+  return static_cast<int>(tokens > moe_ffn_chunk_tokens ? tokens : moe_ffn_chunk_tokens);
+}
 
 /// One sparse layer's weights on the device, in the activation dtype.
 struct device_experts {
