@@ -43,6 +43,9 @@ status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_to
   const size_t CP = size_t(std::min(max_tokens, chunk_tokens)) * top_k_;
   const size_t spare = moe_cublas_row_multiple;
   pair_rows_capacity_ = static_cast<int>(CP + spare);
+  // y_ also holds the gathered rows and at least one rounded gate/up piece behind them (below).
+  const size_t gathered_bytes = (CP + spare) * hidden_ * es, piece_row_bytes = size_t(2) * inter_ * es;
+  const size_t y_bytes = std::max((CP + spare) * hidden_ * 4, gathered_bytes + spare * piece_row_bytes);
   struct want { size_t bytes; void** where; };
   const want wants[] = {
       {T * E * 4, reinterpret_cast<void**>(&logits_)},
@@ -54,24 +57,24 @@ status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_to
       {CP * 4, reinterpret_cast<void**>(&sorted_pairs_)},
       {CP * 4, reinterpret_cast<void**>(&pair_rows_)},
       {(CP + spare) * inter_ * es, &act_},
-      {(CP + spare) * hidden_ * 4, reinterpret_cast<void**>(&y_)},
+      {y_bytes, reinterpret_cast<void**>(&y_)},
   };
   for (const want& w : wants)
     if (auto st = alloc(w.bytes, w.where); !st) return st;
   AS_CUDA_TRY(cudaMemset(route_counter_, 0, sizeof(int32_t)));
   // The cuBLAS path reads the offsets back into pinned memory and needs no device buffer of its
-  // own: y_ (CP x hidden fp32) is written by a chunk's down and read by its combine only, so
-  // before down it holds the chunk's gathered rows (at most CP + spare rows of dt: its first half
-  // at 2 bytes a value) and, behind them, the gate/up pieces of [cublas_piece_rows_][2 x inter]
-  // of dt: min(moe_cublas_piece_rows, what is left / (2 x inter)) rows in multiples of
-  // moe_cublas_row_multiple, Mixtral-8x7B's 2,048 once a chunk holds 7,168 tokens
+  // own: y_ ((CP + spare) x hidden fp32) is written by a chunk's down and read by its combine
+  // only, so before down it holds the chunk's gathered rows (at most CP + spare rows of dt: its
+  // first half at 2 bytes a value) and, behind them, the gate/up pieces of
+  // [cublas_piece_rows_][2 x inter] of dt: min(moe_cublas_piece_rows, what is left / (2 x inter))
+  // rows in multiples of moe_cublas_row_multiple (y_ grown to hold one where a chunk's rows
+  // leave less), Mixtral-8x7B's 2,048 once a chunk holds 7,168 tokens
   // (CP x 4,096 x 2 bytes >= 2,048 x 2 x 14,336 x 2).
   if (host_offsets_) cudaFreeHost(host_offsets_);
   host_offsets_ = nullptr;
   AS_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_offsets_), (E + 1) * sizeof(int32_t)));
-  const size_t gathered_bytes = (CP + spare) * hidden_ * es, piece_row_bytes = size_t(2) * inter_ * es;
   cublas_scratch_ = reinterpret_cast<uint8_t*>(y_) + gathered_bytes;
-  const size_t fits = piece_row_bytes == 0 ? 0 : ((CP + spare) * hidden_ * 4 - gathered_bytes) / piece_row_bytes;
+  const size_t fits = piece_row_bytes == 0 ? 0 : (y_bytes - gathered_bytes) / piece_row_bytes;
   cublas_piece_rows_ = static_cast<int>(std::min<size_t>(moe_cublas_piece_rows, fits) / moe_cublas_row_multiple *
                                         moe_cublas_row_multiple);
   return {};
