@@ -3,13 +3,14 @@
 // cuBLAS against the decode GEMV per projection and row count, paged attention (decode and
 // prefill), the device sampler, and the executor's prefill and decode steps (eager and graph) on
 // the llama-hd128-bf16 fixture.
-//   bench_cuda_kernels [--out DIR] [--only attention|sampler|sweep|step|executor|offline|bulk|fp8|moe]
+//   bench_cuda_kernels [--out DIR]
+//                      [--only attention|sampler|sweep|step|executor|offline|bulk|fp8|moe|moe-ffn]
 //                      [TUNING FLAGS]
-// (offline, bulk, fp8, moe: only with --only; offline: the offline workloads' decode and mixed prefill
+// (offline, bulk, fp8, moe, moe-ffn: only with --only; offline: the offline workloads' decode and mixed prefill
 // steps; bulk: batch-1 step variants; fp8: the projections with FP8 E4M3 weights against bf16, then
 // the fused one-token FP8 GEMVs against the FP8 GEMV + element-wise kernel (fp8_fused_bench.hpp); moe:
 // the grouped expert GEMM per tile shape at prefill and decode batches and a chunk's routed FFN
-// on it and on per-expert cuBLAS, moe_gemm_bench.hpp). TUNING FLAGS (tuning_flags.hpp, e.g. --gate-up-16bit 0)
+// on it and on per-expert cuBLAS, moe_gemm_bench.hpp; moe-ffn: that last table alone). TUNING FLAGS (tuning_flags.hpp, e.g. --gate-up-16bit 0)
 // set the paths of the simulated step and of the executor for an A/B run. The executor section
 // runs the llama-hd128-bf16 fixture, or [--executor-model DIR] [--executor-dummy 0|1]
 // [--executor-fp8 0|1] (executor_model below).
@@ -603,8 +604,8 @@ int main(int argc, char** argv) {
   if (only == "moe") {
     bench_moe_grouped_gemm();
     bench_moe_decode_gemm();
-    bench_moe_ffn_paths();
   }
+  if (only == "moe" || only == "moe-ffn") bench_moe_ffn_paths();
   if (only == "bulk") {
     decode_sim sim(tuning);
     cuda::set_programmatic_launch(false);

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <numeric>
@@ -235,19 +236,24 @@ inline void bench_moe_decode_gemm() {
 /// experts' products, combine), the experts on the grouped GEMM and on the per-expert cuBLAS path
 /// (its host wait for the row offsets included), with a random router over random tokens: ms and
 /// TFLOP/s of the routed products (6 x pairs x hidden x inter), the two paths' ratio and the path
-/// the default rule (moe_cublas_min_rows_for the model's experts) picks.
+/// the default rule (moe_cublas_min_rows_for the model's experts) picks. Each count is one chunk,
+/// up to 65,536 tokens (an offline step), beyond the model's own chunk (moe_chunk_tokens_for,
+/// printed per model), so the table shows what larger chunks would give.
 inline void bench_moe_ffn_paths() {
   namespace cuda = gpu::cuda;
   constexpr cuda::act_dtype dt = cuda::act_dtype::bf16;
-  constexpr int kMaxTokens = cuda::moe_ffn_chunk_tokens;
-  const int token_counts[] = {1024, 2048, 4096, 6144, 8192};
+  constexpr int kMaxTokens = 65536;
+  const int token_counts[] = {1024, 2048, 4096, 6144, 8192, 16384, 32768, 65536};
   cuda::set_programmatic_launch(false);  // kernels one after another, as timed
   cuda::gemm_runner gemm;
   if (!gemm.init(nullptr, size_t(32) << 20).ok()) return;
   report("\n## Routed FFN of one chunk: grouped GEMM against one cuBLAS GEMM per expert (bf16, random router; "
          "router, permutation and combine included in both; TFLOP/s of the routed products)\n");
+  for (const moe_bench_model& m : moe_bench_models)
+    report("%s: the engine's chunks hold %d tokens (moe_chunk_tokens_for)\n", m.name,
+           cuda::moe_chunk_tokens_for(m.experts, m.top_k, m.hidden, m.inter, 2));
   report("| model | tokens | rows/expert | grouped ms | grouped TFLOP/s | cuBLAS ms | cuBLAS TFLOP/s "
-         "| cuBLAS / grouped | default path |\n|---|---|---|---|---|---|---|---|---|\n");
+         "| cuBLAS first run ms | cuBLAS / grouped | default path |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const moe_bench_model& m : moe_bench_models) {
     const size_t E = size_t(m.experts);
     const size_t gate_up_elems = E * 2 * m.inter * m.hidden, down_elems = E * m.hidden * m.inter;
@@ -272,19 +278,23 @@ inline void bench_moe_ffn_paths() {
       *p = device(std::max<size_t>(bytes, 16));
       return {};
     };
-    if (auto st = ffn.init(cfg, m.hidden, dt, kMaxTokens, alloc); !st) {
+    if (auto st = ffn.init(cfg, m.hidden, dt, kMaxTokens, alloc, kMaxTokens); !st) {
       report("moe_ffn init: %s\n", st.err().message.c_str());
       for (void* p : owned) cudaFree(p);
       break;
     }
     const cuda::device_experts w{.router = router, .gate_up = w_gate_up, .down = w_down};
     for (int tokens : token_counts) {
+      double first_ms = 0;  // the wall time of the untimed first run, its new GEMM shapes' set-up included
       const auto run_ms = [&](int min_rows) -> double {
         ffn.set_cublas_min_rows_per_expert(min_rows);
+        const auto t0 = std::chrono::steady_clock::now();
         if (auto st = ffn.run(gemm, w, x, tokens, out, false, nullptr); !st) {  // once untimed: it runs
           report("moe_ffn::run: %s\n", st.err().message.c_str());
           return NAN;
         }
+        (void)cudaDeviceSynchronize();
+        first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         return time_ms([&] { (void)ffn.run(gemm, w, x, tokens, out, false, nullptr); }, 10);
       };
       const double grouped = run_ms(INT_MAX), cublas = run_ms(0);
@@ -292,9 +302,9 @@ inline void bench_moe_ffn_paths() {
       const double flops = 6.0 * pairs * m.hidden * m.inter;
       ffn.set_cublas_min_rows_per_expert(cuda::moe_cublas_rows_by_expert_size);
       const bool by_default = cuda::reaches_moe_cublas_rows(pairs, m.experts, ffn.cublas_min_rows_per_expert());
-      report("| %s | %d | %.0f | %.3f | %.0f | %.3f | %.0f | %.2f | %s |\n", m.name, tokens, double(pairs) / m.experts,
-             grouped, flops / grouped / 1e9, cublas, flops / cublas / 1e9, cublas / grouped,
-             by_default ? "cuBLAS" : "grouped");
+      report("| %s | %d | %.0f | %.3f | %.0f | %.3f | %.0f | %.3f | %.2f | %s |\n", m.name, tokens,
+             double(pairs) / m.experts, grouped, flops / grouped / 1e9, cublas, flops / cublas / 1e9, first_ms,
+             cublas / grouped, by_default ? "cuBLAS" : "grouped");
     }
     for (void* p : owned) cudaFree(p);
   }

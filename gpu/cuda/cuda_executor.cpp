@@ -203,9 +203,18 @@ status cuda_executor::allocate_buffers() {
   }
   if (c.moe) {
     const moe_ffn::alloc_fn moe_alloc = [&](size_t bytes, void** out) { return alloc(bytes, out); };
-    if (auto st = moe_.init(*c.moe, static_cast<int>(c.hidden_size), dt_, static_cast<int>(rows), moe_alloc); !st)
+    const moe_config& m = *c.moe;
+    const int chunk = moe_chunk_tokens_for(static_cast<int>(m.num_experts), static_cast<int>(m.top_k),
+                                           static_cast<int>(c.hidden_size),
+                                           static_cast<int>(m.expert_intermediate_size), static_cast<int>(es));
+    if (auto st = moe_.init(m, static_cast<int>(c.hidden_size), dt_, static_cast<int>(rows), moe_alloc, chunk); !st)
       return st;
     moe_.set_cublas_min_rows_per_expert(opts_.tuning.moe_cublas_min_rows_per_expert);
+    for (const device_layer& l : model_->layers)
+      if (l.experts.router) {  // one sparse layer's experts serve for the shapes of all
+        if (auto st = moe_.warm_cublas(gemm_, l.experts, stream_); !st) return st;
+        break;
+      }
   }
   if (c.mla) {
     const mla_attention::alloc_fn mla_alloc = [&](size_t bytes, void** out) { return alloc(bytes, out); };

@@ -38,7 +38,14 @@ status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_to
   scaling_ = static_cast<float>(cfg.routed_scaling_factor);
   // The router's buffers for every token of a step (P pairs), the experts' for one chunk's (CP).
   const size_t T = size_t(max_tokens), P = T * top_k_, E = size_t(num_experts_), es = act_size(dt);
+  // The cuBLAS path's rounded pieces run up to moe_cublas_row_multiple - 1 rows past a chunk's
+  // last pair: act_ and y_ hold that many rows more.
   const size_t CP = size_t(std::min(max_tokens, chunk_tokens)) * top_k_;
+  const size_t spare = moe_cublas_row_multiple;
+  pair_rows_capacity_ = static_cast<int>(CP + spare);
+  // y_ also holds the gathered rows and at least one rounded gate/up piece behind them (below).
+  const size_t gathered_bytes = (CP + spare) * hidden_ * es, piece_row_bytes = size_t(2) * inter_ * es;
+  const size_t y_bytes = std::max((CP + spare) * hidden_ * 4, gathered_bytes + spare * piece_row_bytes);
   struct want { size_t bytes; void** where; };
   const want wants[] = {
       {T * E * 4, reinterpret_cast<void**>(&logits_)},
@@ -49,26 +56,27 @@ status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_to
       {(E + 1) * 4, reinterpret_cast<void**>(&tile_offsets_)},
       {CP * 4, reinterpret_cast<void**>(&sorted_pairs_)},
       {CP * 4, reinterpret_cast<void**>(&pair_rows_)},
-      {CP * inter_ * es, &act_},
-      {CP * hidden_ * 4, reinterpret_cast<void**>(&y_)},
+      {(CP + spare) * inter_ * es, &act_},
+      {y_bytes, reinterpret_cast<void**>(&y_)},
   };
   for (const want& w : wants)
     if (auto st = alloc(w.bytes, w.where); !st) return st;
   AS_CUDA_TRY(cudaMemset(route_counter_, 0, sizeof(int32_t)));
   // The cuBLAS path reads the offsets back into pinned memory and needs no device buffer of its
-  // own: y_ (CP x hidden fp32) is written by a chunk's down and read by its combine only, so
-  // before down it holds the chunk's gathered rows (at most CP x hidden of dt: its first half at
-  // 2 bytes a value) and, behind them, the gate/up pieces of [cublas_piece_rows_][2 x inter] of
-  // dt: min(moe_cublas_piece_rows, CP x hidden / (2 x inter)) rows, Mixtral-8x7B's 2,048 once a
-  // chunk holds 7,168 tokens (CP x 4,096 x 2 bytes >= 2,048 x 2 x 14,336 x 2).
+  // own: y_ ((CP + spare) x hidden fp32) is written by a chunk's down and read by its combine
+  // only, so before down it holds the chunk's gathered rows (at most CP + spare rows of dt: its
+  // first half at 2 bytes a value) and, behind them, the gate/up pieces of
+  // [cublas_piece_rows_][2 x inter] of dt: min(moe_cublas_piece_rows, what is left / (2 x inter))
+  // rows in multiples of moe_cublas_row_multiple (y_ grown to hold one where a chunk's rows
+  // leave less), Mixtral-8x7B's 2,048 once a chunk holds 7,168 tokens
+  // (CP x 4,096 x 2 bytes >= 2,048 x 2 x 14,336 x 2).
   if (host_offsets_) cudaFreeHost(host_offsets_);
   host_offsets_ = nullptr;
   AS_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_offsets_), (E + 1) * sizeof(int32_t)));
-  const size_t gathered_bytes = CP * hidden_ * es, piece_row_bytes = size_t(2) * inter_ * es;
   cublas_scratch_ = reinterpret_cast<uint8_t*>(y_) + gathered_bytes;
-  cublas_piece_rows_ = piece_row_bytes == 0 ? 0
-                       : static_cast<int>(std::min<size_t>(moe_cublas_piece_rows,
-                                                           (CP * hidden_ * 4 - gathered_bytes) / piece_row_bytes));
+  const size_t fits = piece_row_bytes == 0 ? 0 : (y_bytes - gathered_bytes) / piece_row_bytes;
+  cublas_piece_rows_ = static_cast<int>(std::min<size_t>(moe_cublas_piece_rows, fits) / moe_cublas_row_multiple *
+                                        moe_cublas_row_multiple);
   return {};
 }
 
@@ -166,7 +174,9 @@ status moe_ffn::run_experts_cublas(gemm_runner& gemm, const device_experts& w, c
   // gate/up: an expert's [2 x inter][hidden] weights are its gate rows, then its up rows, so one
   // GEMM gives each row's gate in columns [0, inter) and its up in [inter, 2 x inter), rounded to
   // dt (run_act), which silu_and_mul_act reads: the grouped GEMM's epilogue's numbers, summed in
-  // cuBLAS's order. In pieces of at most cublas_piece_rows_ rows (the scratch behind the rows).
+  // cuBLAS's order. In pieces of at most cublas_piece_rows_ rows (the scratch behind the rows),
+  // each GEMM over its rows rounded up (moe_cublas_row_multiple): the extra rows are the next
+  // expert's or spare rows, their outputs in the scratch never read.
   const auto* gate_up_w = static_cast<const uint8_t*>(w.gate_up);
   auto* act = static_cast<uint8_t*>(act_);
   for (int e = 0; e < E; ++e) {
@@ -174,24 +184,38 @@ status moe_ffn::run_experts_cublas(gemm_runner& gemm, const device_experts& w, c
     for (int r0 = off[e]; r0 < off[e + 1]; r0 += cublas_piece_rows_) {
       const int m = std::min(cublas_piece_rows_, off[e + 1] - r0);
       const void* rows = gathered + size_t(r0) * hidden_ * es;
-      if (auto st = gemm.run_act(dt_, rows, m, hidden_, we, 2 * inter_, cublas_scratch_); !st) return st;
+      if (auto st = gemm.run_act(dt_, rows, cublas_rows(m), hidden_, we, 2 * inter_, cublas_scratch_); !st) return st;
       AS_CUDA_TRY(silu_and_mul_act(dt_, cublas_scratch_, m, inter_, act + size_t(r0) * inter_ * es, s));
     }
   }
-  // down: y_ rows of expert e = its act_ rows x its [hidden][inter] down weights^T, in fp32
-  // (cuBLAS, or the runner's GEMV for an expert of as few rows as it gives the GEMV). The
-  // gathered rows and pieces in y_ are dead: every gate/up GEMM and SiLU that read them is
-  // before on the stream.
+  // down: y_ rows of expert e = its act_ rows x its [hidden][inter] down weights^T, in fp32, in
+  // the same rounded pieces. The gathered rows and pieces in y_ are dead: every gate/up GEMM and
+  // SiLU that read them is before on the stream. A piece's extra rows write the next expert's
+  // rows of y_, which its own down overwrites after (experts in ascending order), or spare rows.
   const auto* down_w = static_cast<const uint8_t*>(w.down);
   for (int e = 0; e < E; ++e) {
-    const int m = off[e + 1] - off[e];
-    if (m == 0) continue;
-    if (auto st = gemm.run(dt_, act + size_t(off[e]) * inter_ * es, m, inter_,
-                           down_w + size_t(e) * hidden_ * inter_ * es, hidden_, y_ + size_t(off[e]) * hidden_);
-        !st)
-      return st;
+    const void* we = down_w + size_t(e) * hidden_ * inter_ * es;
+    for (int r0 = off[e]; r0 < off[e + 1]; r0 += cublas_piece_rows_) {
+      const int m = std::min(cublas_piece_rows_, off[e + 1] - r0);
+      if (auto st = gemm.run(dt_, act + size_t(r0) * inter_ * es, cublas_rows(m), inter_, we, hidden_,
+                             y_ + size_t(r0) * hidden_);
+          !st)
+        return st;
+    }
   }
   cublas_chunks_.fetch_add(1);
+  return {};
+}
+
+status moe_ffn::warm_cublas(gemm_runner& gemm, const device_experts& w, cudaStream_t s) {
+  if (cublas_piece_rows_ == 0) return {};
+  // Expert 0's weights over whatever the buffers hold: as run_experts_cublas's pieces of m rows.
+  const int most = std::min(cublas_piece_rows_, pair_rows_capacity_);
+  for (int m = moe_cublas_row_multiple; m <= most; m += moe_cublas_row_multiple) {
+    if (auto st = gemm.run_act(dt_, y_, m, hidden_, w.gate_up, 2 * inter_, cublas_scratch_); !st) return st;
+    if (auto st = gemm.run(dt_, act_, m, inter_, w.down, hidden_, y_); !st) return st;
+  }
+  AS_CUDA_TRY(cudaStreamSynchronize(s));
   return {};
 }
 

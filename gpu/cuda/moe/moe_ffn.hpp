@@ -19,17 +19,44 @@ namespace actorserve::gpu::cuda {
 
 class gemm_runner;
 
-/// Most tokens the routed experts take at once: a longer step's tokens go through the
-/// permutation, the grouped GEMMs and the combine in chunks of this many, so that the expert
-/// buffers (top_k rows a token, of the intermediate and the hidden width) are sized for a chunk,
-/// not for the step: Mixtral-8x7B's at 65,536 tokens take ~0.7 GB instead of ~5.9 GB. A chunk of
-/// 8,192 tokens still gives every expert of the supported models hundreds of rows.
+/// The fewest tokens the routed experts take at once: a longer step's tokens go through the
+/// permutation, the grouped GEMMs and the combine in chunks (moe_chunk_tokens_for), so that the
+/// expert buffers (top_k rows a token, of the intermediate and the hidden width) are sized for a
+/// chunk, not for the step: Mixtral-8x7B's at 65,536 tokens take ~0.7 GB instead of ~5.9 GB.
 inline constexpr int moe_ffn_chunk_tokens = 8192;
 
 /// Most permuted rows of one expert that one cuBLAS gate/up GEMM of the per-expert path takes: its
 /// [rows][2 x inter] output in the activation dtype waits in a scratch (inside the fp32 down
 /// output's buffer, moe_ffn::init) until SiLU-and-mul reads it, so an expert's rows go in pieces.
 inline constexpr int moe_cublas_piece_rows = 2048;
+
+/// The per-expert cuBLAS path runs each piece's rows rounded up to a multiple of this many (the
+/// extra rows read the next expert's rows, or the buffers' spare rows past the last, and their
+/// outputs are overwritten or never read), so that its GEMMs take at most piece rows / 64
+/// shapes a projection, which moe_ffn::warm_cublas runs once at start: cuBLAS sets up each new
+/// shape on its first call, and a step that met hundreds of new row counts spent most of a
+/// second doing so.
+inline constexpr int moe_cublas_row_multiple = 64;
+
+/// The rows an expert a chunk is grown to hold on average, and the most bytes its expert buffers
+/// (act and y: top_k rows a token of inter values in the activation dtype and of hidden fp32
+/// values) may take for it (moe_chunk_tokens_for).
+inline constexpr int moe_chunk_rows_per_expert = moe_cublas_piece_rows;
+inline constexpr long long moe_chunk_max_bytes = 3LL << 30;
+
+/// The chunk of a model's experts: moe_ffn_chunk_tokens, or more where that leaves an expert fewer
+/// than moe_chunk_rows_per_expert rows on average, so that many small experts still give cuBLAS
+/// products of a full piece (Qwen3-30B-A3B's 128 experts of top 8 get 512 rows at 8,192 tokens,
+/// 2,048 at 32,768), at most as many tokens as moe_chunk_max_bytes of buffers hold; in multiples of
+/// 1,024 tokens. Mixtral-8x7B 8,192; DeepSeek-V2-Lite 22,528; Qwen3-30B-A3B 32,768.
+constexpr int moe_chunk_tokens_for(int num_experts, int top_k, int hidden, int inter, int act_bytes) {
+  const long long k = top_k > 0 ? top_k : 1, e = num_experts > 0 ? num_experts : 1;
+  const long long want = ((moe_chunk_rows_per_expert * e + k - 1) / k + 1023) / 1024 * 1024;
+  const long long per_token = k * (static_cast<long long>(inter) * act_bytes + static_cast<long long>(hidden) * 4);
+  const long long fits = per_token > 0 ? moe_chunk_max_bytes / per_token / 1024 * 1024 : want;
+  const long long tokens = want < fits ? want : fits;
+  return static_cast<int>(tokens > moe_ffn_chunk_tokens ? tokens : moe_ffn_chunk_tokens);
+}
 
 /// One sparse layer's weights on the device, in the activation dtype.
 struct device_experts {
@@ -69,6 +96,12 @@ class moe_ffn {
   /// Chunks whose experts ran through cuBLAS so far.
   int64_t cublas_chunks() const { return cublas_chunks_.load(); }
 
+  /// Runs the per-expert cuBLAS path's GEMMs once at every row count it takes (multiples of
+  /// moe_cublas_row_multiple up to its piece rows), on expert 0 of `w` into this object's
+  /// buffers, so that no step meets a GEMM shape for the first time; nothing when the path never
+  /// runs. At start, outside graph capture; the outputs are discarded.
+  status warm_cublas(gemm_runner& gemm, const device_experts& w, cudaStream_t s);
+
   /// out[t] (+)= the experts' weighted sum for each of `rows` tokens of x ([rows][hidden] of dt):
   /// added into out when `accumulate` (the residual), else written (a delta added later). Rows
   /// that `gemm` gives its GEMV (one token) take expert_gemv with SiLU-and-mul fused over the
@@ -92,6 +125,11 @@ class moe_ffn {
   /// the offsets read back, the rows gathered, per expert gate/up in pieces with SiLU-and-mul into
   /// act_, then down into y_.
   status run_experts_cublas(gemm_runner& gemm, const device_experts& w, const void* x, int P, cudaStream_t s);
+  /// The rows a cuBLAS GEMM of the path runs for a piece of m rows: m rounded up to
+  /// moe_cublas_row_multiple (at most cublas_piece_rows_, itself a multiple).
+  static int cublas_rows(int m) {
+    return (m + moe_cublas_row_multiple - 1) / moe_cublas_row_multiple * moe_cublas_row_multiple;
+  }
 
   act_dtype dt_ = act_dtype::bf16;
   int hidden_ = 0, inter_ = 0, num_experts_ = 0, top_k_ = 0, chunk_tokens_ = moe_ffn_chunk_tokens;
@@ -113,6 +151,7 @@ class moe_ffn {
   // The cuBLAS path.
   int cublas_min_rows_ = moe_cublas_rows_by_expert_size;  ///< set_cublas_min_rows_per_expert
   int cublas_piece_rows_ = 0;         ///< rows of a gate/up piece the scratch holds (0: the path never runs)
+  int pair_rows_capacity_ = 0;        ///< rows of act_ and y_: a chunk's pairs and the rounding's spare rows
   void* cublas_scratch_ = nullptr;    ///< the gate/up pieces: inside y_, behind the gathered rows
   int32_t* host_offsets_ = nullptr;   ///< [E + 1]: offsets_ read back (cudaMallocHost)
   std::atomic<int64_t> cublas_chunks_{0};  ///< chunks run through cuBLAS
