@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda_test_util.hpp"
+#include "stream_gemm_fixture.hpp"
 #include "gpu/cuda/mla/head_gemv.hpp"
 #include "gpu/cuda/mla/mla_attention.hpp"
 #include "gpu/cuda/model/cuda_model.hpp"
@@ -19,19 +20,7 @@ namespace {
 
 using cuda::act_dtype;
 
-class CudaMlaHeadGemv : public ::testing::TestWithParam<act_dtype> {
- protected:
-  void SetUp() override {
-    AS_REQUIRE_CUDA();
-    ASSERT_EQ(cudaStreamCreate(&s_), cudaSuccess);
-    ASSERT_TRUE(gemm_.init(s_, 1 << 22).ok());
-  }
-  void TearDown() override {
-    if (s_) cudaStreamDestroy(s_);
-  }
-  cudaStream_t s_ = nullptr;
-  cuda::gemm_runner gemm_;
-};
+class CudaMlaHeadGemv : public stream_gemm_fixture<::testing::TestWithParam<act_dtype>> {};
 
 /// One product's shape: heads, n, k, B's rows ([n][k] or [k][n]) and the rows of A and C.
 struct product_shape {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cuda_test_util.hpp"
+#include "stream_gemm_fixture.hpp"
 #include "gpu/cuda/model/cuda_model.hpp"
 #include "gpu/cuda/model/dummy_fill.hpp"
 #include "gpu/cuda/moe/moe_ffn.hpp"
@@ -34,16 +35,11 @@ const cuda::device_layer* first_sparse_layer(const cuda::device_model& m) {
   return nullptr;
 }
 
-class CudaMoeFfn : public ::testing::Test {
+class CudaMoeFfn : public stream_gemm_fixture<> {
  protected:
-  void SetUp() override {
-    AS_REQUIRE_CUDA();
-    ASSERT_EQ(cudaStreamCreate(&s_), cudaSuccess);
-    ASSERT_TRUE(gemm_.init(s_, 1 << 22).ok());
-  }
   void TearDown() override {
     for (void* p : buffers_) cudaFree(p);
-    if (s_) cudaStreamDestroy(s_);
+    stream_gemm_fixture::TearDown();
   }
   /// An FFN of the layer's experts for up to `max_tokens` tokens, in chunks of `chunk_tokens`.
   void init(cuda::moe_ffn& ffn, const cuda::device_model& m, int max_tokens, int chunk_tokens) {
@@ -68,8 +64,6 @@ class CudaMoeFfn : public ::testing::Test {
     EXPECT_TRUE(st.ok()) << st.err().message;
     return out.download();
   }
-  cudaStream_t s_ = nullptr;
-  cuda::gemm_runner gemm_;
   std::vector<void*> buffers_;
 };
 
