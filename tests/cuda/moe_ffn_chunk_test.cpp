@@ -325,5 +325,33 @@ TEST_F(CudaMoeFfn, GraphCaptureNeverTakesTheCublasPath) {
   cudaGraphDestroy(graph);
 }
 
+// The chunk size is host arithmetic: no device needed.
+TEST(MoeChunkTokens, GrowsToTheRowsAnExpertWithinTheBufferBudget) {
+  struct model {
+    const char* name;
+    int experts, top_k, hidden, inter, want;
+  };
+  const auto buffer_bytes = [](const model& m, long long tokens) {
+    return tokens * m.top_k * (static_cast<long long>(m.inter) * 2 + static_cast<long long>(m.hidden) * 4);
+  };
+  for (const model& m : {model{"Mixtral-8x7B", 8, 2, 4096, 14336, 8192},
+                         model{"Qwen3-30B-A3B", 128, 8, 2048, 768, 32768},
+                         model{"DeepSeek-V2-Lite", 64, 6, 2048, 1408, 22528},
+                         model{"DeepSeek-V3 (the byte cap)", 256, 8, 7168, 2048, 12288},
+                         model{"one expert (the floor)", 1, 1, 64, 128, cuda::moe_ffn_chunk_tokens}}) {
+    SCOPED_TRACE(m.name);
+    const int tokens = cuda::moe_chunk_tokens_for(m.experts, m.top_k, m.hidden, m.inter, 2);
+    EXPECT_EQ(tokens, m.want);
+    EXPECT_EQ(tokens % 1024, 0);
+    EXPECT_GE(tokens, cuda::moe_ffn_chunk_tokens);
+    const bool floor = tokens == cuda::moe_ffn_chunk_tokens;
+    const bool enough_rows = static_cast<long long>(tokens) * m.top_k >=
+                             static_cast<long long>(cuda::moe_chunk_rows_per_expert) * m.experts;
+    // Either every expert gets its rows on average or the buffers reach the budget (or the floor).
+    EXPECT_TRUE(floor || enough_rows || buffer_bytes(m, tokens + 1024) > cuda::moe_chunk_max_bytes);
+    EXPECT_TRUE(floor || buffer_bytes(m, tokens) <= cuda::moe_chunk_max_bytes);
+  }
+}
+
 }  // namespace
 }  // namespace actorserve::testing
