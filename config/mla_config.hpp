@@ -18,6 +18,9 @@ struct mla_config {
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   /// Floats one token caches per layer: c_kv then k_pe.
   int64_t cache_dim() const { return kv_lora_rank + qk_rope_head_dim; }
+  /// Values one token would cache per layer with per-head keys and values (what the latent
+  /// replaces): num_heads x (qk_head_dim + v_head_dim), 5,120 for V2-Lite against its 576.
+  int64_t per_head_cache_dim(int64_t num_heads) const { return num_heads * (qk_head_dim() + v_head_dim); }
 };
 
 }  // namespace actorserve

@@ -412,6 +412,12 @@ status cuda_executor::plan_memory(const std::function<bool()>& before_step) {
   log::info("KV cache: {} blocks of {} tokens ({:.2f} GiB); max concurrency at {} tokens per sequence: {:.2f}x",
             num_blocks, bs, double(num_blocks) * per_block / 1073741824.0, max_len,
             double(num_blocks) * bs / double(max_len));
+  // What the latent buys (one GPU; a tensor-parallel shard would split per-head caches' heads).
+  if (const auto& mla = model_->cfg.mla; mla && !tensor_parallel()) {
+    const double per_head = double(mla->per_head_cache_dim(model_->cfg.num_heads)) / double(mla->cache_dim());
+    log::info("KV cache: {} tokens as latents; a per-head cache of the same bytes would hold {} ({:.1f}x fewer)",
+              num_blocks * bs, static_cast<int64_t>(double(num_blocks * bs) / per_head), per_head);
+  }
   return {};
 }
 

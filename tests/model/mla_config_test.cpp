@@ -28,6 +28,7 @@ TEST(mla_config, the_three_deepseek_fixtures) {
   EXPECT_EQ(tiny.mla->v_head_dim, 16);
   EXPECT_EQ(tiny.mla->qk_head_dim(), 24);
   EXPECT_EQ(tiny.mla->cache_dim(), 40);
+  EXPECT_EQ(tiny.mla->per_head_cache_dim(tiny.num_heads), tiny.num_heads * (24 + 16));
   EXPECT_FALSE(tiny.mla->down_proj_bias);
   EXPECT_FALSE(tiny.o_bias);
   EXPECT_FALSE(tiny.qkv_bias);
