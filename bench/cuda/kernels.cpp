@@ -4,13 +4,14 @@
 // prefill), the device sampler, and the executor's prefill and decode steps (eager and graph) on
 // the llama-hd128-bf16 fixture.
 //   bench_cuda_kernels [--out DIR]
-//                      [--only attention|sampler|sweep|step|executor|offline|bulk|fp8|moe|moe-ffn]
+//                      [--only attention|sampler|sweep|step|executor|offline|bulk|fp8|moe|moe-ffn|gemm-first]
 //                      [TUNING FLAGS]
-// (offline, bulk, fp8, moe, moe-ffn: only with --only; offline: the offline workloads' decode and mixed prefill
+// (offline, bulk, fp8, moe, moe-ffn, gemm-first: only with --only; offline: the offline workloads' decode and mixed prefill
 // steps; bulk: batch-1 step variants; fp8: the projections with FP8 E4M3 weights against bf16, then
 // the fused one-token FP8 GEMVs against the FP8 GEMV + element-wise kernel (fp8_fused_bench.hpp); moe:
 // the grouped expert GEMM per tile shape at prefill and decode batches and a chunk's routed FFN
-// on it and on per-expert cuBLAS, moe_gemm_bench.hpp; moe-ffn: that last table alone). TUNING FLAGS (tuning_flags.hpp, e.g. --gate-up-16bit 0)
+// on it and on per-expert cuBLAS, moe_gemm_bench.hpp; moe-ffn: that last table alone; gemm-first:
+// what a cuBLAS shape's first call costs, gemm_first_call_bench.hpp). TUNING FLAGS (tuning_flags.hpp, e.g. --gate-up-16bit 0)
 // set the paths of the simulated step and of the executor for an A/B run. The executor section
 // runs the llama-hd128-bf16 fixture, or [--executor-model DIR] [--executor-dummy 0|1]
 // [--executor-fp8 0|1] (executor_model below).
@@ -34,6 +35,7 @@
 #include "bench_timing.hpp"
 #include "decode_sim.hpp"
 #include "fp8_fused_bench.hpp"
+#include "gemm_first_call_bench.hpp"
 #include "moe_gemm_bench.hpp"
 #include "gpu/cuda/attention/backend.hpp"
 #include "gpu/cuda/attention/attention_plan.hpp"
@@ -606,6 +608,7 @@ int main(int argc, char** argv) {
     bench_moe_decode_gemm();
   }
   if (only == "moe" || only == "moe-ffn") bench_moe_ffn_paths();
+  if (only == "gemm-first") bench_gemm_first_call();
   if (only == "bulk") {
     decode_sim sim(tuning);
     cuda::set_programmatic_launch(false);
