@@ -13,6 +13,7 @@
 #include "gpu/cuda/cuda_status.hpp"
 #include "gpu/cuda/linear/fp8_gemv_fused.hpp"
 #include "gpu/cuda/linear/gemv_kernel.hpp"
+#include "gpu/cuda/moe/moe_kernels.hpp"
 #include "gpu/cuda/step/step_inputs.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/cuda/ops/qk_norm.hpp"
@@ -437,6 +438,8 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       mark(step_op::attention);
       AS_CUDA_TRY(run_attention(last && shape.sampled_only ? last_aa : aa));
     }
+    moe_norm_args post_norm;
+    const moe_norm_args* norm_in_router = nullptr;  // the post-attention norm, where the router runs it
     if (add_in_gemm && !w.o_bias) {
       mark(step_op::o);
       if (auto st = gemm_.run(dt_, attn_, rows_on, attn_width, w.o, hidden, residual, 1.0f); !st) return st;
@@ -446,15 +449,24 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
       mark(step_op::o);
       if (auto st = gemm_.run(dt_, attn_, rows_on, attn_width, w.o, hidden, delta_); !st) return st;
       if (auto st = all_reduce(rows_on); !st) return st;
-      mark(step_op::norm);
-      AS_CUDA_TRY(add_rmsnorm(dt_, residual, delta_, w.o_bias, w.post_norm, eps, nullptr, rows_on, hidden, x_, stream_));
+      // One token of a sparse layer: the router's launch runs this norm (moe_norm_route_gemv).
+      if (w.experts.router && moe_.takes_norm(gemm_, w.experts, x_, rows_on)) {
+        post_norm = {.residual = residual, .delta = delta_, .bias = w.o_bias, .weight = w.post_norm, .eps = eps,
+                     .out = x_};
+        norm_in_router = &post_norm;
+      } else {
+        mark(step_op::norm);
+        AS_CUDA_TRY(
+            add_rmsnorm(dt_, residual, delta_, w.o_bias, w.post_norm, eps, nullptr, rows_on, hidden, x_, stream_));
+      }
     }
     // The FFN's output goes into the residual in the down GEMM's epilogue (add_in_gemm), else
     // into delta_, which the next add_rmsnorm adds (tensor parallel: once summed over the shards).
     float* const ffn_out = add_in_gemm ? residual : delta_;
     if (w.experts.router) {  // a sparse layer: the experts' weighted sum goes where down's output would
       mark(step_op::gate_up);
-      if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, ffn_out, add_in_gemm, stream_); !st) return st;
+      if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, ffn_out, add_in_gemm, stream_, norm_in_router); !st)
+        return st;
       // The shared experts: a dense MLP over every token, added after the routed sum.
       if (w.experts.shared_gate_up)
         if (auto st = dense_mlp(device_weight{w.experts.shared_gate_up}, device_weight{w.experts.shared_down},

@@ -179,6 +179,87 @@ TEST_F(CudaMoe, RouterGemvIsBitIdenticalToGemvThenRoute) {
   }
 }
 
+TEST_F(CudaMoe, NormInTheRouterIsBitIdenticalToAddRmsnormThenRouterGemv) {
+  struct norm_case {
+    router_case r;
+    int hidden;
+    bool delta, bias;
+  };
+  const norm_case cases[] = {{{8, 2, moe_scoring::softmax, true, 1.0}, 4096, true, false},  // Mixtral-8x7B
+                             {{8, 2, moe_scoring::softmax, true, 1.0}, 4096, false, false},
+                             {{4, 2, moe_scoring::sigmoid, false, 2.5}, 1024, true, true},
+                             {{6, 3, moe_scoring::softmax, true, 1.0, 3, 2}, 2056, true, true},
+                             {{8, 8, moe_scoring::softmax, true, 1.0}, 3000, true, false}};
+  EXPECT_TRUE(cuda::moe_norm_route_supported(4096, 8));
+  EXPECT_FALSE(cuda::moe_norm_route_supported(4096, 16));  // Qwen3's and DeepSeek's routers take more than one block
+  EXPECT_FALSE(cuda::moe_norm_route_supported(1016, 8));   // add_rmsnorm's block is not 1,024 threads there
+  EXPECT_FALSE(cuda::moe_norm_route_supported(6144, 8));
+  std::mt19937 rng(29);
+  for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16}) {
+    for (const norm_case& nc : cases) {
+      const router_case& rc = nc.r;
+      const int E = rc.experts, k = rc.top_k, H = nc.hidden;
+      const std::string what = std::string(dt == act_dtype::bf16 ? "bf16, " : "fp16, ") + std::to_string(E) +
+                               " experts, top " + std::to_string(k) + ", hidden " + std::to_string(H) +
+                               (nc.delta ? ", delta" : "") + (nc.bias ? ", bias" : "");
+      const size_t h = static_cast<size_t>(H), ne = static_cast<size_t>(E), nk = static_cast<size_t>(k);
+      const auto residual = randn(h, rng, 4.0f), delta = randn(h, rng), bias = randn(h, rng, 0.5f);
+      dev_vec<float> d_delta(delta), d_bias(bias), d_norm_w(randn(h, rng, 0.3f));
+      dev_vec<uint16_t> d_w(random_act_bits(dt, ne * h, rng()));
+      // What runs today: add_rmsnorm, then the router GEMV with the routing.
+      dev_vec<float> want_res(residual), want_logits(ne), want_w(nk);
+      dev_vec<uint16_t> want_x(h);
+      dev_vec<int32_t> want_e(nk), counter(std::vector<int32_t>{0});
+      const float* del = nc.delta ? d_delta.get() : nullptr;
+      const float* b = nc.bias ? d_bias.get() : nullptr;
+      ASSERT_EQ(cuda::add_rmsnorm(dt, want_res.get(), del, b, d_norm_w.get(), 1e-5f, nullptr, 1, H, want_x.get(),
+                                  nullptr),
+                0)
+          << what;
+      cuda::moe_route_args a{.logits = nullptr, .n = 1, .num_experts = E, .top_k = k, .num_groups = rc.num_groups,
+                             .topk_groups = rc.topk_groups, .sigmoid = rc.scoring == moe_scoring::sigmoid,
+                             .renormalize = rc.renormalize, .scaling = float(rc.scaling), .experts = want_e.get(),
+                             .weights = want_w.get()};
+      ASSERT_EQ(cuda::moe_route_gemv(dt, {.x = want_x.get(), .w = d_w.get(), .hidden = H, .logits = want_logits.get(),
+                                          .counter = counter.get()},
+                                     a, nullptr),
+                0)
+          << what;
+      // The same in one launch.
+      dev_vec<float> got_res(residual), got_logits(ne), got_w(nk);
+      dev_vec<uint16_t> got_x(h);
+      dev_vec<int32_t> got_e(nk);
+      got_x.poison();
+      got_logits.poison();
+      got_e.poison();
+      a.experts = got_e.get();
+      a.weights = got_w.get();
+      const cuda::moe_norm_args n{.residual = got_res.get(), .delta = del, .bias = b, .weight = d_norm_w.get(),
+                                  .eps = 1e-5f, .out = got_x.get()};
+      ASSERT_EQ(cuda::moe_norm_route_gemv(dt, n, {.x = got_x.get(), .w = d_w.get(), .hidden = H,
+                                                  .logits = got_logits.get()},
+                                          a, nullptr),
+                0)
+          << what;
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+      EXPECT_EQ(got_res.download(), want_res.download()) << what;
+      EXPECT_EQ(got_x.download(), want_x.download()) << what;
+      EXPECT_EQ(got_logits.download(), want_logits.download()) << what;
+      EXPECT_EQ(got_e.download(), want_e.download()) << what;
+      EXPECT_EQ(got_w.download(), want_w.download()) << what;
+    }
+  }
+  // A shape it does not take is refused, not computed another way.
+  dev_vec<float> res(std::vector<float>(2048, 1.0f)), w(std::vector<float>(2048, 1.0f)), logits(16), weights(2);
+  dev_vec<uint16_t> x(2048), router(std::vector<uint16_t>(16 * 2048, 0));
+  dev_vec<int32_t> experts(2);
+  const cuda::moe_route_args a{.n = 1, .num_experts = 16, .top_k = 2, .experts = experts.get(),
+                               .weights = weights.get()};
+  EXPECT_EQ(cuda::moe_norm_route_gemv(act_dtype::bf16, {.residual = res.get(), .weight = w.get(), .out = x.get()},
+                                      {.w = router.get(), .hidden = 2048, .logits = logits.get()}, a, nullptr),
+            int(cudaErrorInvalidValue));
+}
+
 /// The device permutation of `routes`, checked against permute_by_expert; returns its arrays.
 struct device_permutation {
   dev_vec<int32_t> offsets, tiles, sorted, pair_rows;

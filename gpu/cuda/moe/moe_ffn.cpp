@@ -80,9 +80,17 @@ status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_to
   return {};
 }
 
+bool moe_ffn::takes_norm(const gemm_runner& gemm, const device_experts& w, const void* x, int rows) const {
+  return rows == 1 && gemm.uses_gemv(rows) && gemv_supported(x, 1, hidden_, w.router) &&
+         moe_norm_route_supported(hidden_, num_experts_);
+}
+
 status moe_ffn::run(gemm_runner& gemm, const device_experts& w, const void* x, int rows, float* out, bool accumulate,
-                    cudaStream_t s) {
+                    cudaStream_t s, const moe_norm_args* norm) {
   if (rows == 0) return {};
+  if (norm && (norm->out != x || !takes_norm(gemm, w, x, rows)))
+    return make_error(error_code::invalid_argument, "moe_ffn: the norm goes into the router only for one token on the "
+                                                    "GEMV path of a shape moe_norm_route_supported takes, writing x");
   const moe_route_args ra{.logits = logits_, .n = rows, .num_experts = num_experts_, .top_k = top_k_,
                           .num_groups = num_groups_, .topk_groups = topk_groups_, .sigmoid = sigmoid_,
                           .renormalize = renormalize_, .scaling = scaling_,
@@ -95,7 +103,10 @@ status moe_ffn::run(gemm_runner& gemm, const device_experts& w, const void* x, i
   if (gemv && rows == 1 && gemv_supported(x, 1, hidden_, w.router)) {  // the logits gemm.run would give
     const moe_router_gemv_args rg{.x = x, .w = w.router, .hidden = hidden_, .logits = logits_,
                                   .counter = route_counter_};
-    AS_CUDA_TRY(moe_route_gemv(dt_, rg, ra, s));
+    if (norm)
+      AS_CUDA_TRY(moe_norm_route_gemv(dt_, *norm, rg, ra, s));
+    else
+      AS_CUDA_TRY(moe_route_gemv(dt_, rg, ra, s));
   } else {
     if (auto st = gemm.run(dt_, x, rows, hidden_, w.router, num_experts_, logits_); !st) return st;
     AS_CUDA_TRY(moe_route(ra, s));

@@ -18,6 +18,7 @@
 namespace actorserve::gpu::cuda {
 
 class gemm_runner;
+struct moe_norm_args;
 
 /// The fewest tokens the routed experts take at once: a longer step's tokens go through the
 /// permutation, the grouped GEMMs and the combine in chunks (moe_chunk_tokens_for), so that the
@@ -112,8 +113,13 @@ class moe_ffn {
   /// takes the per-expert cuBLAS path unless `s` is capturing a graph: it waits for the stream
   /// once (the experts' row offsets) and gives the grouped GEMM's numbers within the rounding of
   /// its 16-bit gate/up and activations (cuBLAS sums in another order). `gemm` enqueues on `s`.
+  /// With `norm` (where takes_norm says so; its out is x), the router's launch runs the
+  /// post-attention add_rmsnorm that writes x first (moe_norm_route_gemv), the same bits.
   status run(gemm_runner& gemm, const device_experts& w, const void* x, int rows, float* out, bool accumulate,
-             cudaStream_t s);
+             cudaStream_t s, const moe_norm_args* norm = nullptr);
+  /// Whether run() takes the add_rmsnorm that writes x (`rows` rows) into the router's launch:
+  /// one token on the GEMV path, of a shape moe_norm_route_supported takes.
+  bool takes_norm(const gemm_runner& gemm, const device_experts& w, const void* x, int rows) const;
 
  private:
   /// The experts of `rows` (<= chunk_tokens_) routed tokens from token `first` on: x and out

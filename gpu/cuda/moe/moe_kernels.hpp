@@ -49,6 +49,31 @@ struct moe_router_gemv_args {
 /// and x, w 16-byte aligned (cudaErrorInvalidValue otherwise).
 int moe_route_gemv(act_dtype dt, const moe_router_gemv_args& g, const moe_route_args& a, cudaStream_t s);
 
+/// The post-attention residual add and RMSNorm of the one token whose normed row the router reads,
+/// for moe_norm_route_gemv: residual += delta (+ bias), out = rmsnorm(residual) * weight as dt.
+struct moe_norm_args {
+  float* residual = nullptr;      ///< [hidden] fp32
+  const float* delta = nullptr;   ///< [hidden] fp32, or null (nothing added)
+  const float* bias = nullptr;    ///< [hidden] fp32, or null
+  const float* weight = nullptr;  ///< [hidden] fp32
+  float eps = 0.0f;
+  void* out = nullptr;            ///< [hidden] of dt: the experts' input (16-byte aligned)
+};
+/// Most experts and largest hidden size moe_norm_route_gemv takes: its one block of 1,024 threads
+/// reads the router's weights (at most 64 KB) before waiting for the previous kernel.
+inline constexpr int moe_norm_route_max_experts = 8;
+inline constexpr int moe_norm_route_max_hidden = 4096;
+/// Whether moe_norm_route_gemv takes a model of this hidden size and expert count: hidden a
+/// multiple of 8 in [1024, moe_norm_route_max_hidden], at most moe_norm_route_max_experts.
+bool moe_norm_route_supported(int hidden, int num_experts);
+/// add_rmsnorm of one row (n.out, the bits add_rmsnorm gives) and moe_route_gemv on that row (the
+/// logits, experts and weights it gives) in one launch of one block, saving the launch between
+/// them that a one-token step waits for in every sparse layer. g.x is not read (the row is
+/// n.out); g.counter is not used. cudaErrorInvalidValue where moe_norm_route_supported says no,
+/// a.n is not 1, or g.w or n.out is not 16-byte aligned.
+int moe_norm_route_gemv(act_dtype dt, const moe_norm_args& n, const moe_router_gemv_args& g, const moe_route_args& a,
+                        cudaStream_t s);
+
 /// A stable counting sort of the (token, slot) pairs p = t * top_k + j by expert, as
 /// gpu/model/expert_permutation: experts ascending, pairs ascending within one expert.
 struct moe_permute_args {

@@ -1,11 +1,12 @@
 // The mixture-of-experts router on the device (moe_kernels.hpp): gpu/model/moe_router's greedy
 // and group-limited greedy top-k, one warp per token; and, for one token, the router GEMV with the
-// routing (either top-k) in one launch.
+// routing (either top-k) in one launch, with or without the post-attention norm before it.
 #include <cmath>
 
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/linear/gemv_common.cuh"
 #include "gpu/cuda/moe/moe_kernels.hpp"
+#include "gpu/cuda/ops/rmsnorm_row.cuh"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -140,6 +141,63 @@ __global__ void __launch_bounds__(gemv::kThreads) route_gemv_kernel(moe_router_g
   if (threadIdx.x < 32) route_token(a, 0, scores, threadIdx.x);
 }
 
+constexpr int kNormThreads = 1024;  ///< add_rmsnorm's block for one row of hidden >= 1024
+constexpr int kNormChunks = moe_norm_route_max_hidden / 8 / gemv::kThreads;  ///< router chunks a thread
+static_assert(moe_norm_route_max_experts * gemv::kThreads == kNormThreads, "one 128-thread GEMV group an expert");
+
+/// One block of kNormThreads: the token's add_rmsnorm (rmsnorm_row.cuh, the bits add_rmsnorm
+/// gives at one row), its row written to n.out and kept in shared memory; then each expert's
+/// logit by a group of gemv::kThreads threads in gemv::accumulate's order (thread t of a group
+/// takes chunks t, t + 128, ... with its products in element order, then warp sums added in warp
+/// order: the bits route_gemv_kernel gives); then route_token. The router's weights are loaded
+/// before waiting for the previous kernel. Dynamic shared memory: route_scratch_floats.
+template <class T>
+__global__ void __launch_bounds__(kNormThreads, 1)
+    norm_route_gemv_kernel(moe_norm_args n, moe_router_gemv_args g, moe_route_args a) {
+  extern __shared__ float scores[];
+  __shared__ float scratch[32];
+  __shared__ float part[moe_norm_route_max_experts][gemv::kWarps];
+  __shared__ __align__(16) T row[moe_norm_route_max_hidden];
+  const int t = threadIdx.x % gemv::kThreads, e = threadIdx.x / gemv::kThreads;
+  const int chunks = g.hidden / 8, E = a.num_experts;
+  const uint4* w = reinterpret_cast<const uint4*>(static_cast<const T*>(g.w) + size_t(min(e, E - 1)) * g.hidden);
+  uint4 wv[kNormChunks];
+#pragma unroll
+  for (int i = 0; i < kNormChunks; ++i) {
+    const int c = t + i * gemv::kThreads;
+    wv[i] = e < E && c < chunks ? gemv::load_stream(w + c) : make_uint4(0, 0, 0, 0);
+  }
+  pdl_begin();
+  T* out = static_cast<T*>(n.out);
+  add_rmsnorm_row<T>(n.residual, n.delta, n.bias, n.weight, n.eps, g.hidden, scratch, [&](int k, T v) {
+    out[k] = v;
+    row[k] = v;
+  });
+  __syncthreads();
+  const uint4* x = reinterpret_cast<const uint4*>(row);
+  float acc = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kNormChunks; ++i) {
+    const int c = t + i * gemv::kThreads;
+    if (c >= chunks) break;
+    float wf[8], xf[8];
+    gemv::unpack8<T>(wv[i], wf);
+    gemv::unpack8<T>(x[c], xf);
+    acc = gemv::dot_load<8, false>(wf, xf, 1.0f, acc);
+  }
+  acc = warp_sum(acc);
+  if ((threadIdx.x & 31) == 0 && e < E) part[e][t >> 5] = acc;
+  __syncthreads();
+  if (int(threadIdx.x) < E) {
+    float s = 0.0f;
+#pragma unroll
+    for (int q = 0; q < gemv::kWarps; ++q) s += part[threadIdx.x][q];
+    g.logits[threadIdx.x] = s;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) route_token(a, 0, scores, threadIdx.x);
+}
+
 /// Whether moe_route and moe_route_gemv take `a`: top_k in [1, moe_max_top_k] and at most the
 /// experts, at most moe_max_experts, and group limits that leave at least top_k experts.
 bool route_args_valid(const moe_route_args& a) {
@@ -147,6 +205,8 @@ bool route_args_valid(const moe_route_args& a) {
          a.num_groups >= 1 && a.num_experts % a.num_groups == 0 && a.topk_groups >= 1 &&
          a.topk_groups <= a.num_groups && a.top_k <= a.topk_groups * (a.num_experts / a.num_groups);
 }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
@@ -158,8 +218,7 @@ int moe_route(const moe_route_args& a, cudaStream_t s) {
 }
 
 int moe_route_gemv(act_dtype dt, const moe_router_gemv_args& g, const moe_route_args& a, cudaStream_t s) {
-  if (a.n != 1 || !route_args_valid(a) || g.hidden % 8 != 0 || reinterpret_cast<uintptr_t>(g.x) % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(g.w) % 16 != 0)
+  if (a.n != 1 || !route_args_valid(a) || g.hidden % 8 != 0 || !aligned16(g.x) || !aligned16(g.w))
     return int(cudaErrorInvalidValue);
   moe_route_args ra = a;
   ra.logits = g.logits;
@@ -167,6 +226,24 @@ int moe_route_gemv(act_dtype dt, const moe_router_gemv_args& g, const moe_route_
   const dim3 grid((a.num_experts + kGemvRows - 1) / kGemvRows);
   cudaError_t e = cudaSuccess;
   AS_DISPATCH_ACT(dt, e = launch_pdl_smem(route_gemv_kernel<T>, grid, dim3(gemv::kThreads), smem, s, g, ra));
+  return int(e);
+}
+
+bool moe_norm_route_supported(int hidden, int num_experts) {
+  return hidden % 8 == 0 && hidden >= kNormThreads && hidden <= moe_norm_route_max_hidden && num_experts >= 1 &&
+         num_experts <= moe_norm_route_max_experts;
+}
+
+int moe_norm_route_gemv(act_dtype dt, const moe_norm_args& n, const moe_router_gemv_args& g, const moe_route_args& a,
+                        cudaStream_t s) {
+  if (a.n != 1 || !route_args_valid(a) || !moe_norm_route_supported(g.hidden, a.num_experts) || !aligned16(g.w) ||
+      !aligned16(n.out))
+    return int(cudaErrorInvalidValue);
+  moe_route_args ra = a;
+  ra.logits = g.logits;
+  const size_t smem = size_t(route_scratch_floats(a)) * sizeof(float);
+  cudaError_t e = cudaSuccess;
+  AS_DISPATCH_ACT(dt, e = launch_pdl_smem(norm_route_gemv_kernel<T>, dim3(1), dim3(kNormThreads), smem, s, n, g, ra));
   return int(e);
 }
 

@@ -8,6 +8,7 @@
 #include "gpu/cuda/device_info.hpp"
 #include "gpu/cuda/programmatic_launch.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
+#include "gpu/cuda/ops/rmsnorm_row.cuh"
 #include "gpu/cuda/ops/rope_kv.cuh"
 
 namespace actorserve::gpu::cuda {
@@ -95,50 +96,20 @@ __global__ void add_rmsnorm_kernel(float* residual, const float* delta, const fl
   for (int k = threadIdx.x; k < hidden; k += blockDim.x) o[k] = from_f32<T>(weight[k] * (res[k] * rstd));
 }
 
-/// Values of add_rmsnorm_kernel a thread keeps in registers.
-constexpr int kNormPerThread = 8;
 /// Rows up to which add_rmsnorm keeps values in registers: faster up to 128 rows; past that, too
 /// few of its register-heavy 1024-thread blocks are resident per SM (docs/attention.md, Decisions).
 constexpr int kNormRegsMaxRows = 128;
 
-/// add_rmsnorm_kernel for hidden <= kNormPerThread * blockDim.x: every load is issued before the
-/// first store (one round trip instead of one per element), the values stay in registers, and
-/// the sum runs in the same order (the same results).
+/// add_rmsnorm_kernel for hidden <= kNormPerThread * blockDim.x (rmsnorm_row.cuh): every load is
+/// issued before the first store (one round trip instead of one per element), the values stay in
+/// registers, and the sum runs in the same order (the same results).
 template <class T>
 __global__ void add_rmsnorm_regs_kernel(float* residual, const float* delta, const float* bias, const float* weight,
                                         float eps, const int32_t* rows, int hidden, T* out) {
   __shared__ float scratch[32];
   const norm_rows row(residual, delta, rows, hidden);
-  const int i = blockIdx.x;
-  float* res = row.res;
-  const float* del = row.del;
-  float v[kNormPerThread], w[kNormPerThread];
-#pragma unroll
-  for (int j = 0; j < kNormPerThread; ++j) {
-    const int k = threadIdx.x + j * blockDim.x;
-    v[j] = 0.0f;
-    w[j] = 0.0f;
-    if (k < hidden) {
-      v[j] = res[k];
-      if (del) v[j] += del[k] + (bias ? bias[k] : 0.0f);
-      w[j] = weight[k];
-    }
-  }
-  float ss = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kNormPerThread; ++j) {
-    const int k = threadIdx.x + j * blockDim.x;
-    if (k >= hidden) break;
-    if (del) res[k] = v[j];
-    ss += v[j] * v[j];
-  }
-  const float rstd = rsqrtf(block_sum(ss, scratch) / float(hidden) + eps);
-  T* o = out + size_t(i) * hidden;
-#pragma unroll
-  for (int j = 0; j < kNormPerThread; ++j) {
-    const int k = threadIdx.x + j * blockDim.x;
-    if (k < hidden) o[k] = from_f32<T>(w[j] * (v[j] * rstd));
-  }
+  T* o = out + size_t(blockIdx.x) * hidden;
+  add_rmsnorm_row<T>(row.res, row.del, bias, weight, eps, hidden, scratch, [o](int k, T v) { o[k] = v; });
 }
 
 /// Sums of R rows over the block, each in block_sum's order (the same results); `scratch` holds
