@@ -470,7 +470,9 @@ TEST_F(CudaMoe, ExpertGemvMatchesTheProductOfItsRoundedOperandsInPairOrder) {
 /// kernel's last warp has one column; the gate/up GEMV, whose K it is, takes it rounded up to 8);
 /// inter 8.
 const std::vector<std::tuple<int, int, int, int, int>> one_token_shapes = {
-    {1, 16, 8, 2048, 768}, {3, 8, 2, 200, 264}, {2, 16, 4, 101, 72}, {4, 4, 2, 64, 8}};
+    {1, 16, 8, 2048, 768}, {3, 8, 2, 200, 264}, {2, 16, 4, 101, 72}, {4, 4, 2, 64, 8},
+    {1, 64, 6, 2048, 1408},  // DeepSeek-V2-Lite's experts
+    {2, 32, 12, 96, 64}};    // more slots than the down kernel's warps a block
 
 TEST_F(CudaMoe, ExpertGemvWithSiluIsBitIdenticalToGemvThenSiluAndMul) {
   std::mt19937 rng(17);
