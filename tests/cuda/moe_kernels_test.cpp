@@ -470,7 +470,10 @@ TEST_F(CudaMoe, ExpertGemvMatchesTheProductOfItsRoundedOperandsInPairOrder) {
 /// kernel's last warp has one column; the gate/up GEMV, whose K it is, takes it rounded up to 8);
 /// inter 8.
 const std::vector<std::tuple<int, int, int, int, int>> one_token_shapes = {
-    {1, 16, 8, 2048, 768}, {3, 8, 2, 200, 264}, {2, 16, 4, 101, 72}, {4, 4, 2, 64, 8}};
+    {1, 16, 8, 2048, 768}, {3, 8, 2, 200, 264}, {2, 16, 4, 101, 72}, {4, 4, 2, 64, 8},
+    {1, 64, 6, 2048, 1408},  // DeepSeek-V2-Lite's experts
+    {2, 8, 2, 256, 4096},    // rows long enough for a warp a slot (moe_down_slot_warps_min_k)
+    {1, 32, 12, 96, 4096}};  // and more slots than that kernel's warps a block
 
 TEST_F(CudaMoe, ExpertGemvWithSiluIsBitIdenticalToGemvThenSiluAndMul) {
   std::mt19937 rng(17);

@@ -1,9 +1,9 @@
-// The one-token down projection fused with the weighted combine (moe_kernels.hpp): a warp takes
-// one output column of one token and, slot by slot in ascending expert order, computes each
-// slot's dot product exactly as expert_gemv does and adds it weighted exactly as moe_combine
-// does, so the fp32 y between the two kernels never goes to memory and the result is the same
-// bits. Two slots' loads go out together (the sum still adds them in order), so that a step's
-// loads in flight cover the memory latency.
+// The one-token down projection fused with the weighted combine (moe_kernels.hpp): each slot's
+// dot product of one output column is computed exactly as expert_gemv computes it, and the
+// column's slots are added weighted in ascending expert order exactly as moe_combine adds them,
+// so the fp32 y between the two kernels never goes to memory and the result is the same bits.
+// Two kernels share that order: a warp a column (two slots' loads in flight at a time), or, for
+// long rows (moe_down_slot_warps_min_k), a warp a slot.
 #include "gpu/cuda/moe/moe_common.cuh"
 #include "gpu/cuda/moe/moe_kernels.hpp"
 
@@ -12,20 +12,34 @@ namespace {
 
 using namespace dev;
 
+/// The slots of token t in ascending expert order, as moe_combine sorts them, into shared
+/// ex / pair / weight (thread 0 sorts; the caller syncs).
+__device__ __forceinline__ void sort_token_slots(const moe_down_combine_args& a, int t, int32_t* ex, int32_t* pair,
+                                                 float* weight) {
+  if (threadIdx.x != 0) return;
+  const int K = a.top_k;
+  const auto pair_of = [&](int j) { return t * K + j; };
+  sort_slots_by_expert(a.experts + size_t(t) * K, a.weights + size_t(t) * K, K, pair_of, ex, pair, weight);
+}
+
+/// out[t][c] as a.accumulate says.
+__device__ __forceinline__ void store_column(const moe_down_combine_args& a, int t, int c, float sum) {
+  float* out = a.out + size_t(t) * a.hidden + c;
+  *out = a.accumulate ? *out + sum : sum;
+}
+
+namespace column_warps {
 constexpr int kWarps = 4;       ///< columns a CTA: 512 CTAs a token at hidden 2048
 constexpr int kMinBlocks = 4;   ///< 128 registers at most: a one-token grid fits in one wave
 
-/// Grid (ceil(hidden / kWarps), n).
+/// A warp a column. Grid (ceil(hidden / kWarps), n).
 template <class T>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) down_combine_kernel(moe_down_combine_args a) {
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) kernel(moe_down_combine_args a) {
   __shared__ int32_t ex[moe_max_top_k], pair[moe_max_top_k];
   __shared__ float weight[moe_max_top_k];
   pdl_begin();
   const int t = blockIdx.y, K = a.top_k;
-  if (threadIdx.x == 0) {  // the slots by ascending expert, as moe_combine sorts them
-    const auto pair_of = [&](int j) { return t * K + j; };
-    sort_slots_by_expert(a.experts + size_t(t) * K, a.weights + size_t(t) * K, K, pair_of, ex, pair, weight);
-  }
+  sort_token_slots(a, t, ex, pair, weight);
   __syncthreads();
   const int lane = threadIdx.x & 31, c = blockIdx.x * kWarps + (threadIdx.x >> 5);
   if (c >= a.hidden) return;
@@ -50,10 +64,50 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) down_combine_kernel(m
     lane_dots<T, 1, 1>(xs, ws, a.k, lane, acc);
     sum += weight[j] * warp_sum(acc[0]);
   }
-  if (lane != 0) return;
-  float* out = a.out + size_t(t) * a.hidden + c;
-  *out = a.accumulate ? *out + sum : sum;
+  if (lane == 0) store_column(a, t, c, sum);
 }
+}  // namespace column_warps
+
+namespace slot_warps {
+constexpr int kWarps = 8;      ///< warps a block at most
+constexpr int kMinBlocks = 4;  ///< at most 64 registers: 32 warps an SM keep their loads in flight
+
+/// Warps a column takes: one a slot, at most kWarps (a warp then takes every kWarps-th slot).
+__host__ __device__ inline int per_column(int top_k) { return top_k < kWarps ? top_k : kWarps; }
+
+/// A warp a slot; a block takes kWarps / per_column(top_k) columns. Grid (ceil(hidden /
+/// columns), n) of columns * per_column(top_k) warps. The column's first warp adds the slots'
+/// dot products, kept in shared memory, in slot order.
+template <class T>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) kernel(moe_down_combine_args a) {
+  __shared__ int32_t ex[moe_max_top_k], pair[moe_max_top_k];
+  __shared__ float weight[moe_max_top_k];
+  __shared__ float dots[kWarps][moe_max_top_k];  ///< [column of the block][slot]
+  pdl_begin();
+  const int t = blockIdx.y, K = a.top_k, P = per_column(K), columns = kWarps / P;
+  sort_token_slots(a, t, ex, pair, weight);
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int col = warp / P, c = blockIdx.x * columns + col;
+  const T* act = static_cast<const T*>(a.act);
+  const T* w = static_cast<const T*>(a.w);
+  if (c < a.hidden) {
+    for (int j = warp % P; j < K; j += P) {
+      const T* const xs[1] = {act + size_t(pair[j]) * a.k};
+      const T* const ws[1] = {w + (size_t(ex[j]) * a.hidden + c) * a.k};
+      float acc[1] = {0.0f};
+      lane_dots<T, 1, 1>(xs, ws, a.k, lane, acc);
+      const float d = warp_sum(acc[0]);
+      if (lane == 0) dots[col][j] = d;
+    }
+  }
+  __syncthreads();
+  if (c >= a.hidden || warp % P != 0 || lane != 0) return;
+  float sum = 0.0f;
+  for (int j = 0; j < K; ++j) sum += weight[j] * dots[col][j];
+  store_column(a, t, c, sum);
+}
+}  // namespace slot_warps
 
 }  // namespace
 
@@ -62,9 +116,15 @@ int moe_down_combine(act_dtype dt, const moe_down_combine_args& a, cudaStream_t 
   if (a.top_k < 1 || a.top_k > moe_max_top_k || a.k % 8 != 0 || reinterpret_cast<uintptr_t>(a.act) % 16 != 0 ||
       reinterpret_cast<uintptr_t>(a.w) % 16 != 0)
     return int(cudaErrorInvalidValue);
-  const dim3 grid((a.hidden + kWarps - 1) / kWarps, a.n);
   cudaError_t e = cudaSuccess;
-  AS_DISPATCH_ACT(dt, e = launch_pdl(down_combine_kernel<T>, grid, dim3(kWarps * 32), s, a));
+  if (a.k >= moe_down_slot_warps_min_k) {
+    const int per_column = slot_warps::per_column(a.top_k), columns = slot_warps::kWarps / per_column;
+    const dim3 grid((a.hidden + columns - 1) / columns, a.n);
+    AS_DISPATCH_ACT(dt, e = launch_pdl(slot_warps::kernel<T>, grid, dim3(columns * per_column * 32), s, a));
+  } else {
+    const dim3 grid((a.hidden + column_warps::kWarps - 1) / column_warps::kWarps, a.n);
+    AS_DISPATCH_ACT(dt, e = launch_pdl(column_warps::kernel<T>, grid, dim3(column_warps::kWarps * 32), s, a));
+  }
   return int(e);
 }
 
