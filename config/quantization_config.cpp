@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <optional>
 #include <regex>
 #include <string_view>
 
@@ -105,8 +106,11 @@ status parse_fp8(const json_obj& r, quantization_config& q) {
   return {};
 }
 
-/// compressed-tensors' weights or input_activations of one config group: 8-bit float, symmetric.
+/// compressed-tensors' quantization arguments (a group's weights or input_activations, the
+/// kv_cache_scheme): known keys only, 8-bit float, symmetric.
 status check_float8_args(const json_obj& a) {
+  AS_TRY(only_known_keys(a, {"num_bits", "type", "strategy", "symmetric", "dynamic", "group_size", "block_structure",
+                             "actorder", "observer", "observer_kwargs", "zp_dtype", "scale_dtype"}));
   AS_TRY(must_be(a, "num_bits", {"8"}, "only 8-bit FP8 loads"));
   AS_TRY(must_be(a, "type", {"\"float\""}, "only FP8 (type float) loads; int schemes are not supported"));
   AS_TRY(must_be(a, "symmetric", {"true"}, "FP8 scales are symmetric"));
@@ -116,9 +120,18 @@ status check_float8_args(const json_obj& a) {
   return {};
 }
 
+/// The quantization arguments under `key` of `r`, or nothing where the key is absent or null.
+result<std::optional<json_obj>> optional_args(const json_obj& r, std::string_view key) {
+  auto e = r.find(key);
+  if (!e) return std::optional<json_obj>{};
+  dom::object o;
+  if (e->get_object().get(o) != simdjson::SUCCESS) return r.bad(key, "an object or null");
+  const json_obj a = r.child(o, key);
+  AS_TRY(check_float8_args(a));
+  return std::optional<json_obj>{a};
+}
+
 status parse_ct_weights(const json_obj& w, quantization_config& q) {
-  AS_TRY(only_known_keys(w, {"num_bits", "type", "strategy", "symmetric", "dynamic", "group_size", "block_structure",
-                             "actorder", "observer", "observer_kwargs", "zp_dtype", "scale_dtype"}));
   AS_TRY(check_float8_args(w));
   AS_TRY(must_be(w, "dynamic", {"false"}, "weights carry stored scales"));
   AS_TRY(must_be(w, "scale_dtype", {}, "scales are read in their stored dtype"));
@@ -139,17 +152,13 @@ status parse_ct_weights(const json_obj& w, quantization_config& q) {
 }
 
 status parse_ct_inputs(const json_obj& r, quantization_config& q) {
-  auto e = r.find("input_activations");
-  if (!e) {
+  auto args = optional_args(r, "input_activations");
+  if (!args) return args.err();
+  if (!args.value()) {
     q.activations = fp8_activation_scheme::none;
     return {};
   }
-  dom::object o;
-  if (e->get_object().get(o) != simdjson::SUCCESS) return r.bad("input_activations", "an object or null");
-  const json_obj a = r.child(o, "input_activations");
-  AS_TRY(only_known_keys(a, {"num_bits", "type", "strategy", "symmetric", "dynamic", "group_size", "block_structure",
-                             "actorder", "observer", "observer_kwargs", "zp_dtype", "scale_dtype"}));
-  AS_TRY(check_float8_args(a));
+  const json_obj& a = *args.value();
   AS_TRY(must_be(a, "block_structure", {}, "activations are quantized per tensor or per token"));
   bool dynamic = false;
   AS_TRY(a.get_bool("dynamic", dynamic));
@@ -163,8 +172,24 @@ status parse_ct_inputs(const json_obj& r, quantization_config& q) {
   return {};
 }
 
+/// compressed-tensors' kv_cache_scheme: FP8 E4M3 with one static scale per tensor, stored as each
+/// layer's self_attn.k_scale / v_scale (llm-compressor's calibration); per-head, dynamic and
+/// integer schemes are refused.
+status parse_ct_kv_scheme(const json_obj& r, quantization_config& q) {
+  auto args = optional_args(r, "kv_cache_scheme");
+  if (!args) return args.err();
+  if (!args.value()) return {};
+  const json_obj& k = *args.value();
+  AS_TRY(must_be(k, "block_structure", {}, "KV scales are per tensor"));
+  AS_TRY(must_be(k, "dynamic", {"false"}, "the KV scales are read from the checkpoint's self_attn.k_scale / v_scale"));
+  AS_TRY(must_be(k, "strategy", {"\"tensor\""},
+                 "one KV scale per tensor loads; per-head or per-channel KV scales are not supported"));
+  q.kv_cache_scales = true;
+  return {};
+}
+
 /// compressed-tensors: one config group targeting Linear with FP8 weights (and optionally FP8
-/// activations), no sparsity, no KV-cache scheme.
+/// activations), no sparsity; an FP8 KV-cache scheme of one scale per tensor.
 status parse_compressed_tensors(const json_obj& r, quantization_config& q) {
   q.method = quant_method::compressed_tensors;
   AS_TRY(only_known_keys(r, {"quant_method", "format", "config_groups", "ignore", "kv_cache_scheme",
@@ -173,8 +198,7 @@ status parse_compressed_tensors(const json_obj& r, quantization_config& q) {
   AS_TRY(must_be(r, "format", {"\"float-quantized\"", "\"naive-quantized\""},
                  "float-quantized or naive-quantized FP8 weights only"));
   AS_TRY(must_be(r, "quantization_status", {"\"compressed\"", "\"frozen\""}, "compressed or frozen"));
-  AS_TRY(must_be(r, "kv_cache_scheme", {},
-                 "a KV-cache scheme of compressed-tensors is not loaded; --kv-cache-dtype fp8 quantizes the cache"));
+  AS_TRY(parse_ct_kv_scheme(r, q));
   AS_TRY(must_be(r, "sparsity_config", {"{}"}, "sparse checkpoints are not supported"));
   AS_TRY(must_be(r, "transform_config", {"{}"}, "transformed (rotated) checkpoints are not supported"));
   AS_TRY(get_module_list(r, "ignore", q.ignore));
@@ -220,6 +244,13 @@ bool quantization_config::ignores(const std::string& module) const {
       return true;   // a parent module: everything under it
   }
   return false;
+}
+
+std::string kv_cache_scheme_unused(std::string_view cache_dtype) {
+  return fmt::format("the checkpoint's kv_cache_scheme (FP8 E4M3, one scale per tensor) is not used: the KV cache "
+                     "stays {}; --kv-cache-dtype fp8 stores it in E4M3 with the checkpoint's self_attn.k_scale / "
+                     "v_scale",
+                     cache_dtype);
 }
 
 const char* to_string(quant_method m) { return m == quant_method::fp8 ? "fp8" : "compressed-tensors"; }

@@ -2,10 +2,12 @@
 /// config.json's `quantization_config` for the FP8 checkpoints Hugging Face models ship, as a plain
 /// struct: `quant_method` "fp8" (per-tensor `weight_scale`, optional static `input_scale`, or 128 x 128
 /// blocks with `weight_scale_inv` and `weight_block_size`) and "compressed-tensors" (one config
-/// group of FP8 E4M3 weights per tensor, per channel or per block). Everything else is refused
-/// with an error naming the key and its value (docs/fp8.md).
+/// group of FP8 E4M3 weights per tensor, per channel or per block, and an FP8 KV-cache scheme of one
+/// scale per tensor). Everything else is refused with an error naming the key and its value
+/// (docs/fp8.md).
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace actorserve {
@@ -27,10 +29,18 @@ struct quantization_config {
   /// compressed-tensors' `ignore`): a module name, a suffix of one after a dot, a parent module,
   /// or "re:REGEX" matched from the name's start.
   std::vector<std::string> ignore;
+  /// compressed-tensors' kv_cache_scheme (FP8 E4M3, one static scale per tensor): each layer's
+  /// self_attn.k_scale / v_scale were calibrated for an FP8 cache. They apply where the cache is
+  /// FP8 (--kv-cache-dtype fp8, which reads those tensors for any checkpoint), as in vLLM.
+  bool kv_cache_scales = false;
 
   /// Whether the linear module `module` (e.g. "model.layers.0.mlp.up_proj") stays unquantized.
   bool ignores(const std::string& module) const;
 };
+
+/// The start-up warning for a checkpoint with kv_cache_scales whose cache is not FP8 (its scales
+/// unused): the cache's dtype as `cache_dtype` names it.
+std::string kv_cache_scheme_unused(std::string_view cache_dtype);
 
 /// Names as config.json spells them.
 const char* to_string(quant_method m);

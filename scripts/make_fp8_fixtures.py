@@ -6,7 +6,8 @@ the three layouts Hugging Face FP8 checkpoints ship (tests/data/README.md, docs/
   qwen3-hd128-fp8          quant_method fp8, per-tensor weight_scale (F32, shape []), static
                            activations (input_scale, F32 [1]), self_attn.k_scale / v_scale
   qwen3-hd128-fp8-channel  compressed-tensors, per-channel weight_scale (BF16, [out, 1]), dynamic
-                           per-token activations; layer 1's down_proj stays bf16 (its `ignore` list)
+                           per-token activations; layer 1's down_proj stays bf16 (its `ignore` list);
+                           an FP8 kv_cache_scheme with self_attn.k_scale / v_scale
   mixtral-fp8-block        quant_method fp8 with weight_block_size [128, 128], weight_scale_inv
                            (F32, [ceil(out/128), ceil(in/128)]); k/v_proj are 32 x 128 (ragged blocks)
 
@@ -182,6 +183,13 @@ def make(source, target, quantization_config, quantize_one, ignored=(), extra=No
     print(target, os.path.getsize(os.path.join(dst, "model.safetensors")), "bytes")
 
 
+def add_kv_scales(out, num_layers, k_scale, v_scale):
+    """Per-layer KV-cache scales as a calibration stores them (self_attn.k_scale / v_scale)."""
+    for layer in range(num_layers):
+        out["model.layers.%d.self_attn.k_scale" % layer] = ("F32", [], [k_scale])
+        out["model.layers.%d.self_attn.v_scale" % layer] = ("F32", [], [v_scale])
+
+
 def static_extras(num_layers):
     def add(out):
         for name in list(out):
@@ -189,9 +197,7 @@ def static_extras(num_layers):
                 # The activation scale a calibration would store; the CPU reference checks it and
                 # computes activations in fp32 (docs/fp8.md).
                 out[name[:-len("weight_scale")] + "input_scale"] = ("F32", [1], [0.0625])
-        for layer in range(num_layers):
-            out["model.layers.%d.self_attn.k_scale" % layer] = ("F32", [], [0.5])
-            out["model.layers.%d.self_attn.v_scale" % layer] = ("F32", [], [0.25])
+        add_kv_scales(out, num_layers, 0.5, 0.25)
     return add
 
 
@@ -205,7 +211,9 @@ def main():
         "format": "float-quantized",
         "quantization_status": "compressed",
         "global_compression_ratio": None,
-        "kv_cache_scheme": None,
+        "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": True,
+                            "dynamic": False, "group_size": None, "block_structure": None, "actorder": None,
+                            "observer": "minmax", "observer_kwargs": {}},
         "sparsity_config": {},
         "ignore": ["lm_head", r"re:.*layers\.1\.mlp\.down_proj$"],
         "config_groups": {"group_0": {
@@ -219,7 +227,7 @@ def main():
             "output_activations": None}},
     }
     make("qwen3-hd128-bf16", "qwen3-hd128-fp8-channel", ct, lambda s, v: per_channel(s, v, bf16_round),
-         ignored=(down1,))
+         ignored=(down1,), extra=lambda out: add_kv_scales(out, 2, 0.375, 0.1875))
     block = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
              "weight_block_size": [128, 128], "modules_to_not_convert": ["lm_head"]}
     make("mixtral-bf16", "mixtral-fp8-block", block, lambda s, v: per_block(s, v, 128), scale_name="weight_scale_inv")

@@ -135,6 +135,8 @@ result<std::vector<std::unique_ptr<cpu_executor>>> cpu_executor::create_shards(
   else if (opts.quantize_weights_fp8)
     log::info("cpu executor: --quantization fp8: linear weights rounded to FP8 E4M3 per output channel");
   if (opts.kv_cache_fp8) log::info("cpu executor: --kv-cache-dtype fp8: K/V rounded to FP8 E4M3 as they are stored");
+  else if (cfg.quantization && cfg.quantization->kv_cache_scales)
+    log::warn("cpu executor: {}", kv_cache_scheme_unused("fp32"));
   log::info("cpu executor: {} ({} layers, hidden {}), {} tensor-parallel shard(s){}, {} KV blocks of {} tokens ({} "
             "layout, {} bytes a token over all shards), {} threads a shard",
             cfg.architecture, cfg.num_layers, cfg.hidden_size, tp,

@@ -136,6 +136,8 @@ status cuda_executor::load(const std::string& model_dir, const cuda_executor_opt
                                               "prefix is not seen whole by every query)", ashape.window)
                                 : std::string());
   }
+  if (!opts.kv_cache_fp8 && c.quantization && c.quantization->kv_cache_scales)
+    log::warn("attention: {}", kv_cache_scheme_unused(dt_ == act_dtype::bf16 ? "bf16" : "fp16"));
   if (c.moe) shared_inter_ = static_cast<int>(model_->plan->shared_expert_intermediate(model_->rank).size());
   ffn_width_ = static_cast<int>(dense_mlp_width(c, shared_inter_));
   if (auto st = allocate_buffers(); !st) return st;

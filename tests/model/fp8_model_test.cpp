@@ -203,7 +203,8 @@ TEST(fp8_options, quantization_fp8_rounds_the_linear_weights_of_a_bf16_checkpoin
 }
 
 TEST(fp8_options, kv_cache_fp8_rounds_k_and_v_with_the_checkpoint_scales_or_one) {
-  for (const char* model : {"qwen3-hd128-fp8", "qwen3-hd128-bf16"}) {   // k/v_scale 0.5 / 0.25; none (1.0)
+  // k/v_scale 0.5 / 0.25 (fp8); 0.375 / 0.1875 under a compressed-tensors kv_cache_scheme; none (1.0)
+  for (const char* model : {"qwen3-hd128-fp8", "qwen3-hd128-fp8-channel", "qwen3-hd128-bf16"}) {
     auto fp8_kv = executor(model_dir(model), false, true);
     auto plain = executor(model_dir(model));
     ASSERT_TRUE(fp8_kv && plain);

@@ -59,6 +59,8 @@ TEST(quantization_config, reads_the_fixture_checkpoints) {
   EXPECT_EQ(channel->quantization->activations, fp8_activation_scheme::dynamic);
   EXPECT_TRUE(channel->quantization->ignores("model.layers.1.mlp.down_proj"));
   EXPECT_FALSE(channel->quantization->ignores("model.layers.0.mlp.down_proj"));
+  EXPECT_TRUE(channel->quantization->kv_cache_scales);   // its FP8 kv_cache_scheme
+  EXPECT_FALSE(tensor->quantization->kv_cache_scales);   // fp8's k_scale / v_scale come without a scheme
 
   auto block = load_model_config(model_dir("mixtral-fp8-block"));
   ASSERT_TRUE(block.ok()) << block.err().message;
@@ -88,6 +90,22 @@ TEST(quantization_config, compressed_tensors_schemes) {
   EXPECT_EQ(block->quantization->block_rows, 128);
   EXPECT_EQ(block->quantization->block_cols, 64);
   EXPECT_EQ(block->quantization->weight_scale_name, "weight_scale");
+  EXPECT_FALSE(block->quantization->kv_cache_scales);
+  // An FP8 KV-cache scheme of one scale per tensor (strategy absent means per tensor, as in
+  // compressed-tensors); null is no scheme.
+  for (const char* scheme : {R"({"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": true,
+                                 "dynamic": false, "observer": "minmax", "observer_kwargs": {}})",
+                             R"({"num_bits": 8, "type": "float"})"}) {
+    auto kv = parse_quant(ct(channel_weights, "null", std::string(R"( "kv_cache_scheme": )") + scheme + ","));
+    ASSERT_TRUE(kv.ok()) << kv.err().message;
+    EXPECT_TRUE(kv->quantization->kv_cache_scales) << scheme;
+  }
+  auto none = parse_quant(ct(channel_weights, "null", R"( "kv_cache_scheme": null,)"));
+  ASSERT_TRUE(none.ok()) << none.err().message;
+  EXPECT_FALSE(none->quantization->kv_cache_scales);
+  const std::string note = kv_cache_scheme_unused("bf16");
+  for (const char* part : {"kv_cache_scheme", "stays bf16", "--kv-cache-dtype fp8", "self_attn.k_scale"})
+    EXPECT_NE(note.find(part), std::string::npos) << part << " not in: " << note;
 }
 
 TEST(quantization_config, ignore_lists_match_names_suffixes_parents_and_patterns) {
@@ -136,8 +154,16 @@ TEST(quantization_config, refuses_compressed_tensors_schemes_it_cannot_load) {
                  {"input_activations.strategy", "\"token\""});
   expect_refused(ct(channel_weights, R"({"num_bits": 8, "type": "int", "strategy": "token", "dynamic": true})"),
                  {"input_activations.type", "\"int\""});
-  expect_refused(ct(channel_weights, "null", R"( "kv_cache_scheme": {"num_bits": 8, "type": "float"},)"),
-                 {"quantization_config.kv_cache_scheme", "--kv-cache-dtype fp8"});
+  const auto kv = [](const std::string& scheme) { return ct(channel_weights, "null", R"( "kv_cache_scheme": )" + scheme + ","); };
+  expect_refused(kv(R"({"num_bits": 8, "type": "float", "strategy": "attn_head"})"),
+                 {"quantization_config.kv_cache_scheme.strategy", "\"attn_head\"", "per tensor"});
+  expect_refused(kv(R"({"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": true})"),
+                 {"kv_cache_scheme.dynamic", "true"});
+  expect_refused(kv(R"({"num_bits": 8, "type": "int", "strategy": "tensor"})"), {"kv_cache_scheme.type", "\"int\""});
+  expect_refused(kv(R"({"num_bits": 4, "type": "float"})"), {"kv_cache_scheme.num_bits", "4"});
+  expect_refused(kv(R"({"num_bits": 8, "type": "float", "symmetric": false})"), {"kv_cache_scheme.symmetric"});
+  expect_refused(kv(R"({"num_bits": 8, "type": "float", "future": 1})"), {"kv_cache_scheme.future", "unknown key"});
+  expect_refused(kv("8"), {"kv_cache_scheme", "an object or null"});
   expect_refused(ct(channel_weights, "null", R"( "sparsity_config": {"format": "sparse-24"},)"),
                  {"quantization_config.sparsity_config", "sparse"});
   expect_refused(ct(channel_weights, "null", R"( "transform_config": {"config_groups": {}},)"),
