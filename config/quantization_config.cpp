@@ -82,24 +82,46 @@ status get_block(const json_obj& r, std::string_view key, int64_t& rows, int64_t
   return {};
 }
 
+/// Whether the ignore-list entry or group target `entry` (a name or "re:REGEX") names `module`: the
+/// name itself, its last components after a dot ("lm_head", "mlp.down_proj"), a parent module, or
+/// a pattern matched from the name's start.
+bool names_module(const std::string& entry, const std::string& module) {
+  if (entry.rfind("re:", 0) == 0)
+    return std::regex_search(module, std::regex(entry.substr(3)), std::regex_constants::match_continuous);
+  if (module == entry) return true;
+  if (module.size() > entry.size() && module.compare(module.size() - entry.size(), entry.size(), entry) == 0 &&
+      module[module.size() - entry.size() - 1] == '.')
+    return true;
+  return module.size() > entry.size() && module.compare(0, entry.size(), entry) == 0 && module[entry.size()] == '.';
+}
+
+/// How strongly `target` picks `module`, as vLLM orders them: 3 a module name, 2 a re: pattern,
+/// 1 Linear, 0 not at all.
+int target_rank(const std::string& target, const std::string& module) {
+  if (target == "Linear") return 1;
+  if (!names_module(target, module)) return 0;
+  return target.rfind("re:", 0) == 0 ? 2 : 3;
+}
+
 /// vLLM's Fp8Config (and transformers' FineGrainedFP8Config): activation_scheme, ignored_layers or
 /// modules_to_not_convert, weight_block_size, fmt.
 status parse_fp8(const json_obj& r, quantization_config& q) {
   AS_TRY(only_known_keys(r, {"quant_method", "activation_scheme", "ignored_layers", "modules_to_not_convert",
                              "weight_block_size", "fmt"}));
   AS_TRY(must_be(r, "fmt", {"\"e4m3\""}, "only FP8 E4M3 weights load; E5M2 is not supported"));
+  fp8_scheme& s = q.groups.emplace_back(fp8_group{.name = "fp8", .targets = {"Linear"}}).scheme;
   std::string scheme = "dynamic";
   AS_TRY(r.get_string("activation_scheme", scheme));
-  if (scheme == "dynamic") q.activations = fp8_activation_scheme::dynamic;
-  else if (scheme == "static") q.activations = fp8_activation_scheme::static_scale;
+  if (scheme == "dynamic") s.activations = fp8_activation_scheme::dynamic;
+  else if (scheme == "static") s.activations = fp8_activation_scheme::static_scale;
   else return refuse(r, "activation_scheme", fmt::format("\"{}\"", scheme), "dynamic or static");
   AS_TRY(get_module_list(r, "ignored_layers", q.ignore));
   AS_TRY(get_module_list(r, "modules_to_not_convert", q.ignore));
   if (r.find("weight_block_size")) {
-    AS_TRY(get_block(r, "weight_block_size", q.block_rows, q.block_cols));
-    q.weights = fp8_weight_granularity::block;
+    AS_TRY(get_block(r, "weight_block_size", s.block_rows, s.block_cols));
+    s.weights = fp8_weight_granularity::block;
     q.weight_scale_name = "weight_scale_inv";
-    if (q.activations == fp8_activation_scheme::static_scale)
+    if (s.activations == fp8_activation_scheme::static_scale)
       return refuse(r, "activation_scheme", "\"static\"",
                     "block-wise weights (weight_block_size) come with dynamic activations only, as in vLLM");
   }
@@ -131,7 +153,7 @@ result<std::optional<json_obj>> optional_args(const json_obj& r, std::string_vie
   return std::optional<json_obj>{a};
 }
 
-status parse_ct_weights(const json_obj& w, quantization_config& q) {
+status parse_ct_weights(const json_obj& w, fp8_scheme& q) {
   AS_TRY(check_float8_args(w));
   AS_TRY(must_be(w, "dynamic", {"false"}, "weights carry stored scales"));
   AS_TRY(must_be(w, "scale_dtype", {}, "scales are read in their stored dtype"));
@@ -151,7 +173,7 @@ status parse_ct_weights(const json_obj& w, quantization_config& q) {
   return {};
 }
 
-status parse_ct_inputs(const json_obj& r, quantization_config& q) {
+status parse_ct_inputs(const json_obj& r, fp8_scheme& q) {
   auto args = optional_args(r, "input_activations");
   if (!args) return args.err();
   if (!args.value()) {
@@ -188,8 +210,9 @@ status parse_ct_kv_scheme(const json_obj& r, quantization_config& q) {
   return {};
 }
 
-/// compressed-tensors: one config group targeting Linear with FP8 weights (and optionally FP8
-/// activations), no sparsity; an FP8 KV-cache scheme of one scale per tensor.
+/// compressed-tensors: config groups of FP8 weights (and optionally FP8 activations), each
+/// targeting Linear, module names or re: patterns; no sparsity; an FP8 KV-cache scheme of one
+/// scale per tensor.
 status parse_compressed_tensors(const json_obj& r, quantization_config& q) {
   q.method = quant_method::compressed_tensors;
   AS_TRY(only_known_keys(r, {"quant_method", "format", "config_groups", "ignore", "kv_cache_scheme",
@@ -205,45 +228,56 @@ status parse_compressed_tensors(const json_obj& r, quantization_config& q) {
   auto groups_obj = r.get_object("config_groups");
   if (!groups_obj) return groups_obj.err();
   const json_obj& groups = groups_obj.value();
-  if (groups.obj.size() != 1)
-    return refuse(r, "config_groups", fmt::format("{} groups", groups.obj.size()),
-                  "exactly one group of FP8 Linear weights loads");
+  if (groups.obj.size() == 0) return refuse(r, "config_groups", "{}", "at least one group of FP8 weights");
   for (dom::key_value_pair kv : groups.obj) {
     dom::object go;
     if (kv.value.get_object().get(go) != simdjson::SUCCESS) return groups.bad(kv.key, "an object");
     const json_obj g = groups.child(go, kv.key);
     AS_TRY(only_known_keys(g, {"targets", "weights", "input_activations", "output_activations", "format"}));
-    AS_TRY(must_be(g, "targets", {"[\"Linear\"]"}, "the group must target [\"Linear\"]"));
     AS_TRY(must_be(g, "output_activations", {}, "output activations are not quantized"));
     AS_TRY(must_be(g, "format", {"\"float-quantized\"", "\"naive-quantized\""},
                    "float-quantized or naive-quantized FP8 weights only"));
+    fp8_group& group = q.groups.emplace_back(fp8_group{.name = std::string(kv.key)});
+    AS_TRY(get_module_list(g, "targets", group.targets));
+    if (group.targets.empty()) return g.bad("targets", "a non-empty list of targets");
+    for (const std::string& t : group.targets)
+      if (t != "Linear" && t.rfind("re:", 0) != 0 && t.find('.') == std::string::npos && t != "lm_head")
+        return refuse(g, "targets", fmt::format("\"{}\"", t),
+                      "targets are Linear, module names or re: patterns; other module classes are not matched");
     auto w = g.get_object("weights");
     if (!w) return w.err();
-    AS_TRY(parse_ct_weights(w.value(), q));
-    AS_TRY(parse_ct_inputs(g, q));
+    AS_TRY(parse_ct_weights(w.value(), group.scheme));
+    AS_TRY(parse_ct_inputs(g, group.scheme));
+    if (group.scheme.weights == fp8_weight_granularity::block &&
+        group.scheme.activations == fp8_activation_scheme::static_scale)
+      return refuse(g, "input_activations", "static with block weights",
+                    "block-wise weights come with dynamic activations only, as in vLLM");
   }
-  if (q.weights == fp8_weight_granularity::block && q.activations == fp8_activation_scheme::static_scale)
-    return refuse(r, "config_groups", "static input_activations with block weights",
-                  "block-wise weights come with dynamic activations only, as in vLLM");
   return {};
 }
 
 }  // namespace
 
 bool quantization_config::ignores(const std::string& module) const {
-  for (const std::string& entry : ignore) {
-    if (entry.rfind("re:", 0) == 0) {
-      if (std::regex_search(module, std::regex(entry.substr(3)), std::regex_constants::match_continuous)) return true;
-      continue;
-    }
-    if (module == entry) return true;
-    if (module.size() > entry.size() && module.compare(module.size() - entry.size(), entry.size(), entry) == 0 &&
-        module[module.size() - entry.size() - 1] == '.')
-      return true;   // "lm_head" or "mlp.down_proj" names the module by its last components
-    if (module.size() > entry.size() && module.compare(0, entry.size(), entry) == 0 && module[entry.size()] == '.')
-      return true;   // a parent module: everything under it
+  return std::any_of(ignore.begin(), ignore.end(), [&](const std::string& e) { return names_module(e, module); });
+}
+
+result<const fp8_scheme*> quantization_config::scheme_for(const std::string& module) const {
+  if (ignores(module)) return static_cast<const fp8_scheme*>(nullptr);
+  const fp8_group* best = nullptr;
+  int best_rank = 0;
+  for (const fp8_group& g : groups) {
+    int rank = 0;
+    for (const std::string& t : g.targets) rank = std::max(rank, target_rank(t, module));
+    if (rank == 0 || rank < best_rank) continue;
+    if (rank == best_rank)
+      return make_error(error_code::unsupported,
+                        fmt::format("quantization_config: config groups '{}' and '{}' both target module {}; which "
+                                    "scheme it is stored in is ambiguous", best->name, g.name, module));
+    best = &g;
+    best_rank = rank;
   }
-  return false;
+  return best ? &best->scheme : nullptr;
 }
 
 std::string kv_cache_scheme_unused(std::string_view cache_dtype) {

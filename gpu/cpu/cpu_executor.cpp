@@ -128,10 +128,11 @@ result<std::vector<std::unique_ptr<cpu_executor>>> cpu_executor::create_shards(
     shards.push_back(std::move(shard).value());
   }
   if (cfg.quantization)
-    log::info("cpu executor: FP8 checkpoint ({}, {} weights, {} activations) dequantized to fp32; activations "
-              "compute in fp32",
-              to_string(cfg.quantization->method), to_string(cfg.quantization->weights),
-              to_string(cfg.quantization->activations));
+    for (const fp8_group& g : cfg.quantization->groups)
+      log::info("cpu executor: FP8 checkpoint ({} {}: {} weights, {} activations) dequantized to fp32; activations "
+                "compute in fp32",
+                to_string(cfg.quantization->method), g.name, to_string(g.scheme.weights),
+                to_string(g.scheme.activations));
   else if (opts.quantize_weights_fp8)
     log::info("cpu executor: --quantization fp8: linear weights rounded to FP8 E4M3 per output channel");
   if (opts.kv_cache_fp8) log::info("cpu executor: --kv-cache-dtype fp8: K/V rounded to FP8 E4M3 as they are stored");

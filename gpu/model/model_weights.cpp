@@ -22,24 +22,35 @@ class binder {
     if (!wanted) return std::nullopt;
     return need(name, std::move(shape));
   }
-  /// A linear layer's weight "`module`.weight": F8_E4M3 with its scale when quantization_config
-  /// quantizes the module (and its input_scale checked when activations are static), else as stored.
+  /// A linear layer's weight "`module`.weight": F8_E4M3 with its scale where quantization_config
+  /// quantizes the module (its group's scheme; its input_scale checked when that scheme's
+  /// activations are static), else as stored.
   tensor_view linear(const std::string& module, std::vector<int64_t> shape) {
     if (err_) return {};
-    if (!quant_ || quant_->ignores(module)) {
+    const fp8_scheme* scheme = nullptr;
+    if (quant_) {
+      auto s = quant_->scheme_for(module);
+      if (!s) {
+        err_ = s.err();
+        return {};
+      }
+      scheme = s.value();
+    }
+    if (!scheme) {
       auto it = store_.get(module + ".weight", shape);
       if (!it && quant_ && store_.contains(module + ".weight")) {
-        err_ = make_error(it.err().code, fmt::format("{} (the module is in quantization_config's ignore list, so it "
-                                                     "stays unquantized)", it.err().message));
+        err_ = make_error(it.err().code, fmt::format("{} (quantization_config's ignore list names the module or no "
+                                                     "config group targets it, so it stays unquantized)",
+                                                     it.err().message));
         return {};
       }
       return keep(std::move(it));
     }
-    const quantization_config& q = *quant_;
+    const fp8_scheme& q = *scheme;
     const fp8_scale_kind kind = q.weights == fp8_weight_granularity::per_tensor    ? fp8_scale_kind::per_tensor
                                 : q.weights == fp8_weight_granularity::per_channel ? fp8_scale_kind::per_channel
                                                                                    : fp8_scale_kind::block;
-    auto v = store_.get_fp8(module + ".weight", shape, module + "." + q.weight_scale_name, kind, q.block_rows,
+    auto v = store_.get_fp8(module + ".weight", shape, module + "." + quant_->weight_scale_name, kind, q.block_rows,
                             q.block_cols);
     if (v && q.activations == fp8_activation_scheme::static_scale) {
       // NOTE: the CPU reference computes activations in fp32; the static scale is checked, not applied.

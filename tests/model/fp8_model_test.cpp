@@ -216,6 +216,35 @@ TEST(fp8_options, kv_cache_fp8_rounds_k_and_v_with_the_checkpoint_scales_or_one)
   }
 }
 
+TEST(fp8_options, config_groups_split_by_module_load_what_one_group_loads) {
+  // qwen3-hd128-fp8-channel's one group of Linear, written as two groups by pattern (attention with
+  // dynamic activations, the MLP weight-only): the same weights, so the same logits.
+  const scratch_dir dir = copy_model("qwen3-hd128-fp8-channel", "fp8_two_groups");
+  const std::string cfg = read_file(dir / "config.json");
+  const size_t at = cfg.find("\"quantization_config\": ");
+  ASSERT_NE(at, std::string::npos);
+  const std::string weights = R"({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true,
+                                  "dynamic": false})";
+  write_file(dir / "config.json",
+             cfg.substr(0, at) + R"("quantization_config": {"quant_method": "compressed-tensors",
+      "format": "float-quantized", "ignore": ["lm_head", "re:.*layers\\.1\\.mlp\\.down_proj$"],
+      "config_groups": {
+        "attention": {"targets": ["re:.*self_attn\\..*"], "weights": )" + weights + R"(,
+                      "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": true}},
+        "mlp": {"targets": ["re:.*\\.mlp\\..*"], "weights": )" + weights + R"(}}}
+})");
+  auto split = executor(dir.path().string());
+  auto one = executor(model_dir("qwen3-hd128-fp8-channel"));
+  ASSERT_TRUE(split && one);
+  EXPECT_EQ(compare(*split, *one, "qwen3-hd128-bf16").max_logit_rel_err, 0.0);
+  // A module no group targets must be stored unquantized: drop the MLP's group.
+  const std::string attention_only = replace_once(read_file(dir / "config.json"), R"(,
+        "mlp": {"targets": ["re:.*\\.mlp\\..*"], "weights": )" + weights + "}", "");
+  write_file(dir / "config.json", attention_only);
+  expect_has(cpu_load_error(dir.path().string()),
+             {".mlp.", "F8_E4M3", "no config group targets it"});
+}
+
 TEST(fp8_options, kv_cache_fp8_is_refused_for_latent_attention) {
   gpu::cpu_executor_options opts;
   opts.num_blocks = 4;

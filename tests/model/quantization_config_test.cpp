@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "config/model_config.hpp"
+#include "model/model_test_util.hpp"
 #include "test_data.hpp"
 
 namespace actorserve::testing {
@@ -46,8 +47,8 @@ TEST(quantization_config, reads_the_fixture_checkpoints) {
   ASSERT_TRUE(tensor.ok()) << tensor.err().message;
   ASSERT_TRUE(tensor->quantization);
   EXPECT_EQ(tensor->quantization->method, quant_method::fp8);
-  EXPECT_EQ(tensor->quantization->weights, fp8_weight_granularity::per_tensor);
-  EXPECT_EQ(tensor->quantization->activations, fp8_activation_scheme::static_scale);
+  EXPECT_EQ(tensor->quantization->groups.at(0).scheme.weights, fp8_weight_granularity::per_tensor);
+  EXPECT_EQ(tensor->quantization->groups.at(0).scheme.activations, fp8_activation_scheme::static_scale);
   EXPECT_EQ(tensor->quantization->weight_scale_name, "weight_scale");
   EXPECT_TRUE(tensor->quantization->ignores("lm_head"));
 
@@ -55,8 +56,8 @@ TEST(quantization_config, reads_the_fixture_checkpoints) {
   ASSERT_TRUE(channel.ok()) << channel.err().message;
   ASSERT_TRUE(channel->quantization);
   EXPECT_EQ(channel->quantization->method, quant_method::compressed_tensors);
-  EXPECT_EQ(channel->quantization->weights, fp8_weight_granularity::per_channel);
-  EXPECT_EQ(channel->quantization->activations, fp8_activation_scheme::dynamic);
+  EXPECT_EQ(channel->quantization->groups.at(0).scheme.weights, fp8_weight_granularity::per_channel);
+  EXPECT_EQ(channel->quantization->groups.at(0).scheme.activations, fp8_activation_scheme::dynamic);
   EXPECT_TRUE(channel->quantization->ignores("model.layers.1.mlp.down_proj"));
   EXPECT_FALSE(channel->quantization->ignores("model.layers.0.mlp.down_proj"));
   EXPECT_TRUE(channel->quantization->kv_cache_scales);   // its FP8 kv_cache_scheme
@@ -65,9 +66,9 @@ TEST(quantization_config, reads_the_fixture_checkpoints) {
   auto block = load_model_config(model_dir("mixtral-fp8-block"));
   ASSERT_TRUE(block.ok()) << block.err().message;
   ASSERT_TRUE(block->quantization);
-  EXPECT_EQ(block->quantization->weights, fp8_weight_granularity::block);
-  EXPECT_EQ(block->quantization->block_rows, 128);
-  EXPECT_EQ(block->quantization->block_cols, 128);
+  EXPECT_EQ(block->quantization->groups.at(0).scheme.weights, fp8_weight_granularity::block);
+  EXPECT_EQ(block->quantization->groups.at(0).scheme.block_rows, 128);
+  EXPECT_EQ(block->quantization->groups.at(0).scheme.block_cols, 128);
   EXPECT_EQ(block->quantization->weight_scale_name, "weight_scale_inv");
 }
 
@@ -77,18 +78,18 @@ TEST(quantization_config, compressed_tensors_schemes) {
                                R"({"num_bits": 8, "type": "float", "strategy": "tensor", "symmetric": true,
                                    "dynamic": false})"));
   ASSERT_TRUE(tensor.ok()) << tensor.err().message;
-  EXPECT_EQ(tensor->quantization->weights, fp8_weight_granularity::per_tensor);
-  EXPECT_EQ(tensor->quantization->activations, fp8_activation_scheme::static_scale);
+  EXPECT_EQ(tensor->quantization->groups.at(0).scheme.weights, fp8_weight_granularity::per_tensor);
+  EXPECT_EQ(tensor->quantization->groups.at(0).scheme.activations, fp8_activation_scheme::static_scale);
   auto weight_only = parse_quant(ct(channel_weights));
   ASSERT_TRUE(weight_only.ok()) << weight_only.err().message;
-  EXPECT_EQ(weight_only->quantization->activations, fp8_activation_scheme::none);
+  EXPECT_EQ(weight_only->quantization->groups.at(0).scheme.activations, fp8_activation_scheme::none);
   auto block = parse_quant(ct(R"({"num_bits": 8, "type": "float", "strategy": "block", "symmetric": true,
                                   "dynamic": false, "block_structure": [128, 64]})",
                               token_inputs));
   ASSERT_TRUE(block.ok()) << block.err().message;
-  EXPECT_EQ(block->quantization->weights, fp8_weight_granularity::block);
-  EXPECT_EQ(block->quantization->block_rows, 128);
-  EXPECT_EQ(block->quantization->block_cols, 64);
+  EXPECT_EQ(block->quantization->groups.at(0).scheme.weights, fp8_weight_granularity::block);
+  EXPECT_EQ(block->quantization->groups.at(0).scheme.block_rows, 128);
+  EXPECT_EQ(block->quantization->groups.at(0).scheme.block_cols, 64);
   EXPECT_EQ(block->quantization->weight_scale_name, "weight_scale");
   EXPECT_FALSE(block->quantization->kv_cache_scales);
   // An FP8 KV-cache scheme of one scale per tensor (strategy absent means per tensor, as in
@@ -106,6 +107,56 @@ TEST(quantization_config, compressed_tensors_schemes) {
   const std::string note = kv_cache_scheme_unused("bf16");
   for (const char* part : {"kv_cache_scheme", "stays bf16", "--kv-cache-dtype fp8", "self_attn.k_scale"})
     EXPECT_NE(note.find(part), std::string::npos) << part << " not in: " << note;
+}
+
+TEST(quantization_config, several_config_groups_give_each_module_its_scheme) {
+  // Linear (per channel, dynamic); attention by pattern (per tensor, static); one module by name
+  // (block): a name wins over a pattern, a pattern over Linear, as vLLM picks them.
+  const std::string quant = R"({"quant_method": "compressed-tensors", "format": "float-quantized",
+      "ignore": ["lm_head", "model.layers.1.mlp.gate_proj"], "config_groups": {
+      "group_0": {"targets": ["Linear"], "weights": )" + channel_weights + R"(, "input_activations": )" +
+                            token_inputs + R"(},
+      "group_1": {"targets": ["re:.*self_attn\\..*"], "weights": {"num_bits": 8, "type": "float",
+                  "strategy": "tensor", "dynamic": false}, "input_activations": {"num_bits": 8, "type": "float",
+                  "strategy": "tensor", "dynamic": false}},
+      "group_2": {"targets": ["model.layers.0.mlp.down_proj"], "weights": {"num_bits": 8, "type": "float",
+                  "strategy": "block", "dynamic": false, "block_structure": [128, 128]}}}})";
+  auto cfg = parse_quant(quant);
+  ASSERT_TRUE(cfg.ok()) << cfg.err().message;
+  const quantization_config& q = *cfg->quantization;
+  ASSERT_EQ(q.groups.size(), 3u);
+  const auto scheme = [&](const std::string& module) {
+    auto s = q.scheme_for(module);
+    EXPECT_TRUE(s.ok()) << module << ": " << (s.ok() ? "" : s.err().message);
+    return s.ok() ? s.value() : nullptr;
+  };
+  EXPECT_EQ(scheme("model.layers.0.mlp.up_proj"), &q.groups[0].scheme);
+  EXPECT_EQ(scheme("model.layers.1.self_attn.q_proj"), &q.groups[1].scheme);
+  EXPECT_EQ(scheme("model.layers.0.mlp.down_proj"), &q.groups[2].scheme);
+  EXPECT_EQ(scheme("model.layers.1.mlp.down_proj"), &q.groups[0].scheme);
+  EXPECT_EQ(scheme("model.layers.1.mlp.gate_proj"), nullptr);   // ignored
+  EXPECT_EQ(scheme("lm_head"), nullptr);
+  EXPECT_EQ(q.groups[1].scheme.activations, fp8_activation_scheme::static_scale);
+  EXPECT_EQ(q.groups[2].scheme.weights, fp8_weight_granularity::block);
+  EXPECT_EQ(q.groups[2].scheme.activations, fp8_activation_scheme::none);
+
+  // Only attention targeted: the MLP stays unquantized.
+  std::string attention_only = ct(channel_weights);
+  attention_only.replace(attention_only.find("[\"Linear\"]"), 10, "[\"re:.*self_attn.*\"]");
+  auto a = parse_quant(attention_only);
+  ASSERT_TRUE(a.ok()) << a.err().message;
+  EXPECT_NE(a->quantization->scheme_for("model.layers.0.self_attn.o_proj").value(), nullptr);
+  EXPECT_EQ(a->quantization->scheme_for("model.layers.0.mlp.up_proj").value(), nullptr);
+
+  // Two groups that target a module alike: an error naming both and the module.
+  std::string two = ct(channel_weights);
+  two = two.substr(0, two.size() - 2) + R"(, "group_1": {"targets": ["Linear"], "weights": )" + channel_weights +
+        "}}}";
+  auto both = parse_quant(two);
+  ASSERT_TRUE(both.ok()) << both.err().message;
+  auto s = both->quantization->scheme_for("model.layers.0.mlp.up_proj");
+  ASSERT_FALSE(s.ok());
+  expect_has(s.err().message, {"'group_0'", "'group_1'", "model.layers.0.mlp.up_proj", "ambiguous"});
 }
 
 TEST(quantization_config, ignore_lists_match_names_suffixes_parents_and_patterns) {
@@ -172,13 +223,21 @@ TEST(quantization_config, refuses_compressed_tensors_schemes_it_cannot_load) {
   packed.replace(packed.find("float-quantized"), 15, "pack-quantized");
   expect_refused(packed, {"quantization_config.format", "\"pack-quantized\""});
   expect_refused(ct(channel_weights, "null", R"( "future_key": 1,)"), {"quantization_config.future_key", "unknown key"});
-  std::string two_groups = ct(channel_weights);
-  two_groups = two_groups.substr(0, two_groups.size() - 2) +
-               R"(, "group_1": {"targets": ["Linear"], "weights": )" + channel_weights + "}}}";
-  expect_refused(two_groups, {"quantization_config.config_groups", "2 groups"});
-  std::string attention_only = ct(channel_weights);
-  attention_only.replace(attention_only.find("[\"Linear\"]"), 10, "[\"re:.*self_attn.*\"]");
-  expect_refused(attention_only, {"config_groups.group_0.targets"});
+  std::string attention = ct(channel_weights);
+  attention.replace(attention.find("[\"Linear\"]"), 10, "[\"Attention\"]");
+  expect_refused(attention, {"config_groups.group_0.targets", "\"Attention\"", "Linear"});
+  std::string no_targets = ct(channel_weights);
+  no_targets.replace(no_targets.find("[\"Linear\"]"), 10, "[]");
+  expect_refused(no_targets, {"config_groups.group_0.targets"});
+  std::string bad_pattern = ct(channel_weights);
+  bad_pattern.replace(bad_pattern.find("[\"Linear\"]"), 10, "[\"re:(\"]");
+  expect_refused(bad_pattern, {"group_0.targets", "re:("});
+  expect_refused(R"({"quant_method": "compressed-tensors", "format": "float-quantized", "config_groups": {}})",
+                 {"quantization_config.config_groups", "at least one group"});
+  std::string static_block = ct(R"({"num_bits": 8, "type": "float", "strategy": "block", "dynamic": false,
+                                    "block_structure": [128, 128]})",
+                                R"({"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": false})");
+  expect_refused(static_block, {"group_0.input_activations", "block"});
   std::string output = ct(channel_weights);
   output.replace(output.find("\"output_activations\": null"), 26, "\"output_activations\": " + token_inputs);
   expect_refused(output, {"group_0.output_activations"});
