@@ -78,6 +78,12 @@ result<bench::run_report> run_once(const engine_config& cfg, const options& o, i
     one.push_back(std::move(warm));
     auto w = bench::run_requests(*eng.value(), std::move(one), false, o.timeout_s);
     if (!w) return w.err();
+    if (w->num_failed > 0) {
+      eng.value()->shutdown(std::chrono::milliseconds(0));
+      return make_error(error_code::invalid_argument,
+                        fmt::format("the shared prefix of {} tokens failed: {}", o.w.prefix_len,
+                                    bench::first_failure(w.value())));
+    }
     fmt::print("[{}] shared prefix: {} tokens computed by an untimed request in {:.2f} s\n", label, o.w.prefix_len,
                w->elapsed_s);
   }
@@ -95,6 +101,7 @@ result<bench::run_report> run_once(const engine_config& cfg, const options& o, i
   }
   const double t = std::max(r.elapsed_s, 1e-9);
   fmt::print("[{}] engine start: {:.2f} s; {} requests, {} failed\n", label, start_s, r.requests.size(), r.num_failed);
+  if (r.num_failed > 0) fmt::print("[{}] first failure: {}\n", label, bench::first_failure(r));
   if (r.timed_out)
     fmt::print("TIMED OUT after {:.0f} s: the unfinished requests were cancelled; figures cover the tokens generated "
                "until then\n",

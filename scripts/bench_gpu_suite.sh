@@ -7,6 +7,8 @@
 #      (3 and 4 at bench_throughput's offline limits: --max-num-seqs 512 --max-num-batched-tokens 65536)
 #   5. online: 1000 ShareGPT-like requests at 16 req/s against `actorserve serve --device cuda`
 #      started in the background                              (bench_serving)
+#   6. (only when STAGES names it) 256 streams behind one 4096-token system prompt, cascade
+#      attention on, then --disable-cascade-attn              (bench_throughput --preset shared-system-prompt)
 # then prints a summary table. Every stage has a timeout and its own log under RESULTS_DIR.
 #
 #   bench_gpu_suite.sh RESULTS_DIR
@@ -14,9 +16,10 @@
 # build-gpu/ of the source tree. Tokenizer: $TOKENIZER, else data/models/llama-tiny/tokenizer.json
 # of the bundle or of $ACTORSERVE_TEST_DATA or of tests/, else a synthetic one.
 # Knobs: MODEL_DIR, PRESET (llama-3-8b), MODEL_FLAGS (extra writer flags), DEVICE (cuda), PORT
-# (8011), ENGINE_FLAGS (extra engine flags for every stage), DIV (divides every prompt/request
-# count: DIV=20 DEVICE=cpu PRESET=tiny is a CPU dry run), T_MODEL T_LATENCY T_OFFLINE1 T_OFFLINE2
-# T_SERVING (stage timeouts, s).
+# (8011), ENGINE_FLAGS (extra engine flags for every stage), STAGES (the stages after the model to
+# run, "02 03 04 05" by default; e.g. "02" for the single stream only, "06" for the shared prompt),
+# DIV (divides every prompt/request count: DIV=20 DEVICE=cpu PRESET=tiny is a CPU dry run),
+# T_MODEL T_LATENCY T_OFFLINE1 T_OFFLINE2 T_SERVING T_SHARED (stage timeouts, s).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: bench_gpu_suite.sh RESULTS_DIR}
@@ -51,6 +54,8 @@ read -r -a model_flags <<< "${MODEL_FLAGS:-}"
 engine=(--model "$model" --device "$device" --log-level warn "${extra[@]}")
 summary="$out/bench_summary.txt"
 suite_start=$(date +%s)
+stages=" ${STAGES:-02 03 04 05} "
+want() { [[ "$stages" == *" $1 "* ]]; }  # want NN: STAGES names stage NN
 
 header() {  # header NAME CMD... -> the result file's '#' header
   echo "# name: $1"
@@ -91,6 +96,7 @@ figure() {  # the headline numbers of one result file (or its first error)
     /^wrote .* GB in/ { add(sprintf("%s GB in %s s, %s GB/s", $2, $8, substr($10, 2))) }
     /^Throughput:/ && !t { t = 1; add(sprintf("%s req/s, %s total tok/s, %s out tok/s; ", $2, $4, $7)) }
     /^Preemptions:/ { add(sprintf("preemptions %s", $2)) }
+    /^Cascade attention:/ { n = $0; sub(/.*\(/, "", n); sub(/ sequence-steps.*/, "", n); add(sprintf("; cascade %s seq-steps", n)) }
     /^GPU idle between steps:/ && !g { g = 1; add(sprintf("; GPU idle %s %%", $5)) }
     /^Decode-only steps:/ && !d { d = 1; add(sprintf("; decode-only %s x %s ms (batch %s)", $3, $5, $10)) }
     /^Prefill-carrying steps:/ && !p { p = 1; add(sprintf("; prefill-carrying %s x %s ms (%s tok)", $3, $5, $8)) }
@@ -127,27 +133,40 @@ else
 fi
 
 # 2-4. Engine benchmarks in-process.
-stage 02-latency-128in-256out "${T_LATENCY:-70}" "$bin/bench_latency" "${engine[@]}" \
+want 02 && stage 02-latency-128in-256out "${T_LATENCY:-70}" "$bin/bench_latency" "${engine[@]}" \
   --input-len 128 --output-len 256 --num-iters 5 --num-iters-warmup 2
-stage 03-offline-200x1000in-100out "${T_OFFLINE1:-75}" "$bin/bench_throughput" "${engine[@]}" \
+want 03 && stage 03-offline-200x1000in-100out "${T_OFFLINE1:-75}" "$bin/bench_throughput" "${engine[@]}" \
   --num-prompts $((200 / div)) --input-len 1000 --output-len 100 --timeout 50
-stage 04-offline-1000x128in-1024out "${T_OFFLINE2:-160}" "$bin/bench_throughput" "${engine[@]}" \
+want 04 && stage 04-offline-1000x128in-1024out "${T_OFFLINE2:-160}" "$bin/bench_throughput" "${engine[@]}" \
   --num-prompts $((1000 / div)) --input-len 128 --output-len 1024 --timeout 120
 
 # 5. Online: the server in the background, the client against it.
-server_log="$out/05-server.log"
-"$server_bin" serve "${engine[@]}" --host 127.0.0.1 --port "$port" --drain-timeout 5 > "$server_log" 2>&1 &
-server_pid=$!
-stage 05-serving-sharegpt-1000req-16rps "${T_SERVING:-150}" "$bin/bench_serving" --host 127.0.0.1 --port "$port" \
-  --model-dir "$model" --num-prompts $((1000 / div)) --request-rate 16 --length-distribution sharegpt --wait-for-server 50 --server-pid "$server_pid" \
-  --duration-limit 85 --timeout 60
-if kill -0 "$server_pid" 2>/dev/null; then
-  kill -TERM "$server_pid"
-  for _ in $(seq 1 20); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
-  kill -0 "$server_pid" 2>/dev/null && kill -KILL "$server_pid"
+if want 05; then
+  server_log="$out/05-server.log"
+  "$server_bin" serve "${engine[@]}" --host 127.0.0.1 --port "$port" --drain-timeout 5 > "$server_log" 2>&1 &
+  server_pid=$!
+  stage 05-serving-sharegpt-1000req-16rps "${T_SERVING:-150}" "$bin/bench_serving" --host 127.0.0.1 --port "$port" \
+    --model-dir "$model" --num-prompts $((1000 / div)) --request-rate 16 --length-distribution sharegpt --wait-for-server 50 --server-pid "$server_pid" \
+    --duration-limit 85 --timeout 60
+  if kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid"
+    for _ in $(seq 1 20); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.5; done
+    kill -0 "$server_pid" 2>/dev/null && kill -KILL "$server_pid"
+  fi
+  wait "$server_pid" 2>/dev/null
+  echo "server exit status: $?" >> "$server_log"
 fi
-wait "$server_pid" 2>/dev/null
-echo "server exit status: $?" >> "$server_log"
+
+# 6. The shared system prompt (issue 37's workload), cascade attention on and off.
+if want 06; then
+  for cascade in on off; do
+    flags=()
+    [[ $cascade == off ]] && flags=(--disable-cascade-attn)
+    stage "06-shared-prompt-cascade-$cascade" "${T_SHARED:-120}" "$bin/bench_throughput" \
+      "${engine[@]}" "${flags[@]}" --preset shared-system-prompt --num-prompts $((256 / div)) --temperature 0 \
+      --timeout 100
+  done
+fi
 
 {
   echo

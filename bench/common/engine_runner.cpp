@@ -170,4 +170,15 @@ result<run_report> run_requests(actors::engine& eng, std::vector<actors::generat
   return rep;
 }
 
+std::string first_failure(const run_report& rep) {
+  for (const auto& r : rep.requests) {
+    if (!r.error.empty()) return fmt::format("request {}: {}", r.request_id, r.error);
+    if (!r.finish) return fmt::format("request {}: never finished", r.request_id);
+    if (*r.finish == actors::finish_reason::error || *r.finish == actors::finish_reason::cancelled)
+      return fmt::format("request {}: finished as {}", r.request_id,
+                         *r.finish == actors::finish_reason::error ? "error" : "cancelled");
+  }
+  return "none";
+}
+
 }  // namespace actorserve::bench

@@ -42,6 +42,9 @@ struct run_report {
 result<run_report> run_requests(actors::engine& eng, std::vector<actors::generation_request> reqs, bool keep_outputs,
                                 double timeout_s, bool one_by_one = false);
 
+/// What the first failed request of `rep` reports: its error, else how it finished.
+std::string first_failure(const run_report& rep);
+
 /// The step-timing line for the steps between two stats snapshots, e.g.
 /// `GPU idle between steps: 1.2 % (busy 950.0 ms of 961.6 ms, 100 steps, batch mean 256.0)`
 /// over decode steps, then the same over all steps run back to back.
