@@ -10,7 +10,7 @@ inline constexpr int mla_heads_per_cta = 16;
 /// Head groups of num_heads heads: the CTAs a row takes in one split (and its split counters).
 constexpr int mla_head_groups(int num_heads) { return (num_heads + mla_heads_per_cta - 1) / mla_heads_per_cta; }
 /// Resident latent_attention CTAs an SM holds (its shared memory at V2's 576-wide latent: two
-/// stages of 32 keys plus the query); mla_kernels.cu asserts it.
+/// stages of 32 keys plus the query); latent_attention_kernel.cu asserts it.
 inline constexpr int mla_ctas_per_sm = 2;
 /// Fewest keys of a split piece: a row's context is cut into at most ceil(context / this) pieces
 /// (whole 32-key tiles), so that the pieces' partials and merge never outweigh their key reads.

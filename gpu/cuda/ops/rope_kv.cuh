@@ -1,7 +1,7 @@
 #pragma once
 // The per-pair maths of rope_kv_write (elementwise_kernels.cu), which the fused QKV + rope GEMVs'
 // epilogue (linear/gemv_common.cuh, qkv_rope_store) repeats for its rotary pair, and whose cos,
-// sin and rotation the MLA latent write (mla/mla_kernels.cu) takes for DeepSeek's interleaved
+// sin and rotation the MLA latent write (mla/latent_write_kernel.cu) takes for DeepSeek's interleaved
 // pairs: the angle's cos and sin, the rotation, and a paged-cache element (16-bit or FP8 E4M3). The rounding is spelled
 // out (named products and fmas), so no contraction choice of the compiler can tell the two
 // kernels apart: from the same projections they write the same bits.

@@ -1,7 +1,7 @@
-// DeepSeek-V2's latent attention kernels (mla_kernels.hpp): the latent norm, rope and cache
-// write, and the absorbed attention over the latent cache, whose pieces of a split context merge
-// within their thread-block cluster (or in the last piece's CTA). Every sum is in fp32; the cache
-// and the outputs are the activation dtype.
+// DeepSeek-V2's absorbed attention over the latent cache (mla_kernels.hpp), whose pieces of a
+// split context merge within their thread-block cluster (or in the last piece's CTA). Every sum is
+// in fp32; the cache and the outputs are the activation dtype. The latent norm and cache write are
+// in latent_write_kernel.cu, the prefill's gather and softmax in prefill_kernels.cu.
 #include <algorithm>
 #include <cmath>
 
@@ -9,77 +9,11 @@
 #include "gpu/cuda/cluster.cuh"
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/mla/mla_kernels.hpp"
-#include "gpu/cuda/ops/rope_kv.cuh"
 
 namespace actorserve::gpu::cuda {
 namespace {
 
 using namespace dev;
-
-constexpr int kNormThreads = 256;
-
-/// Grid n of kNormThreads: one row each.
-template <class T>
-__global__ void __launch_bounds__(kNormThreads)
-    rmsnorm_kernel(const float* x, const float* bias, const float* weight, float eps, int width, T* out) {
-  __shared__ float scratch[32];
-  pdl_begin();
-  const float* row = x + size_t(blockIdx.x) * width;
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < width; i += blockDim.x) {
-    const float v = row[i] + (bias ? bias[i] : 0.0f);
-    ss += v * v;
-  }
-  const float inv = rsqrtf(block_sum(ss, scratch) / float(width) + eps);
-  for (int i = threadIdx.x; i < width; i += blockDim.x) {
-    const float v = row[i] + (bias ? bias[i] : 0.0f);
-    out[size_t(blockIdx.x) * width + i] = from_f32<T>(weight[i] * (v * inv));
-  }
-}
-
-/// Grid n of kNormThreads: one token each. Its cos and sin are computed once for the rope key
-/// and every head's q_pe.
-template <class T>
-__global__ void __launch_bounds__(kNormThreads) latent_write_kernel(mla_latent_args a) {
-  __shared__ float scratch[32];
-  __shared__ float cos_s[mla_max_rope_dim / 2], sin_s[mla_max_rope_dim / 2];
-  pdl_begin();
-  const int t = blockIdx.x, r = a.rank, dr = a.rope_dim, half = dr / 2, W = r + dr;
-  const int H = a.num_heads, qk = a.nope_dim + dr;
-  const int pos = a.positions[t];
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const float2 cs = rope_cos_sin(pos, a.inv_freq[i], a.attention_factor);
-    cos_s[i] = cs.x;
-    sin_s[i] = cs.y;
-  }
-  const float* row = a.kv_a + size_t(t) * W;
-  const auto in = [&](int i) { return row[i] + (a.kv_a_bias ? a.kv_a_bias[i] : 0.0f); };
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < r; i += blockDim.x) ss += in(i) * in(i);
-  const float inv = rsqrtf(block_sum(ss, scratch) / float(r) + a.eps);  // block_sum synchronises: cos_s is set
-  const int slot = a.slots[t];
-  if (slot >= 0) {
-    T* dst = static_cast<T*>(a.cache) + size_t(slot) * W;
-    for (int i = threadIdx.x; i < r; i += blockDim.x) dst[i] = from_f32<T>(a.kv_a_norm[i] * (in(i) * inv));
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-      const float2 k = rope_rotate(in(r + 2 * i), in(r + 2 * i + 1), make_float2(cos_s[i], sin_s[i]));
-      dst[r + 2 * i] = from_f32<T>(k.x);
-      dst[r + 2 * i + 1] = from_f32<T>(k.y);
-    }
-  }
-  T* q = static_cast<T*>(a.q) + size_t(t) * H * qk;
-  float* q_abs = a.q_abs + size_t(t) * H * W;
-  for (int idx = threadIdx.x; idx < H * half; idx += blockDim.x) {
-    const int h = idx / half, i = idx % half;
-    T* pe = q + size_t(h) * qk + a.nope_dim;
-    const float2 x = rope_rotate(to_f32(pe[2 * i]), to_f32(pe[2 * i + 1]), make_float2(cos_s[i], sin_s[i]));
-    float* dst = q_abs + size_t(h) * W + r;
-    dst[2 * i] = x.x;
-    dst[2 * i + 1] = x.y;
-    pe[2 * i] = from_f32<T>(x.x);
-    pe[2 * i + 1] = from_f32<T>(x.y);
-  }
-}
 
 constexpr int kHeads = mla_heads_per_cta;   ///< heads per CTA
 constexpr int kKeys = 32;                   ///< keys per tile
@@ -517,79 +451,6 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
   if (counted_last(a.split_counters + size_t(t) * gridDim.y + blockIdx.y, rp.count)) merge_pieces<T>(a, t, h0, rp.count);
 }
 
-constexpr int kGatherThreads = 128;
-
-/// Grid context of kGatherThreads: one key each.
-template <class T>
-__global__ void __launch_bounds__(kGatherThreads) gather_kernel(mla_gather_args a) {
-  pdl_begin();
-  const int j = blockIdx.x, r = a.rank, dr = a.rope_dim, W = r + dr, H = a.num_heads, qk = a.nope_dim + dr;
-  const size_t slot = size_t(a.block_table[j / a.block_size]) * a.block_size + j % a.block_size;
-  const T* src = static_cast<const T*>(a.cache) + slot * W;
-  T* lat = static_cast<T*>(a.latents) + size_t(j) * r;
-  for (int i = threadIdx.x; i < r; i += blockDim.x) lat[i] = src[i];
-  T* k = static_cast<T*>(a.k) + size_t(j) * H * qk + a.nope_dim;
-  for (int i = threadIdx.x; i < H * dr; i += blockDim.x) k[size_t(i / dr) * qk + i % dr] = src[r + i % dr];
-}
-
-constexpr int kSoftmaxThreads = 256;
-constexpr int kSoftmaxHeld = 16;  ///< scores a thread holds in registers: rows of up to 4,096 keys are read once
-
-/// The block's maximum; `scratch` holds 32 floats. Every thread gets the result.
-__device__ __forceinline__ float block_max(float v, float* scratch) {
-  v = warp_max(v);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  v = (threadIdx.x & 31) < (blockDim.x >> 5) ? scratch[threadIdx.x & 31] : -INFINITY;
-  return warp_max(v);
-}
-
-/// Grid (rows, H) of kSoftmaxThreads: one row of one head each. A row of up to
-/// kSoftmaxThreads x kSoftmaxHeld keys is read once into registers; a longer one three times.
-template <class T>
-__global__ void __launch_bounds__(kSoftmaxThreads) causal_softmax_kernel(mla_softmax_args a) {
-  __shared__ float scratch[32];
-  pdl_begin();
-  const int i = blockIdx.x, h = blockIdx.y;
-  const size_t row = (size_t(h) * a.rows + i) * a.ld;
-  const float* s = a.scores + row;
-  T* p = static_cast<T*>(a.probs) + row;
-  const int valid = min(a.keys, a.first_position + i + 1);
-  if (a.keys <= kSoftmaxThreads * kSoftmaxHeld) {
-    float v[kSoftmaxHeld];
-    float mx = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < kSoftmaxHeld; ++k) {
-      const int j = threadIdx.x + k * kSoftmaxThreads;
-      v[k] = j < valid ? s[j] * a.scale : -INFINITY;
-      mx = fmaxf(mx, v[k]);
-    }
-    mx = block_max(mx, scratch);
-    float sum = 0.0f;
-#pragma unroll
-    for (int k = 0; k < kSoftmaxHeld; ++k) {
-      v[k] = expf(v[k] - mx);  // exp(-inf) = 0 past the causal bound
-      sum += v[k];
-    }
-    const float inv = 1.0f / block_sum(sum, scratch);
-#pragma unroll
-    for (int k = 0; k < kSoftmaxHeld; ++k) {
-      const int j = threadIdx.x + k * kSoftmaxThreads;
-      if (j < a.keys) p[j] = from_f32<T>(v[k] * inv);
-    }
-    return;
-  }
-  float mx = -INFINITY;
-  for (int j = threadIdx.x; j < valid; j += blockDim.x) mx = fmaxf(mx, s[j] * a.scale);
-  mx = block_max(mx, scratch);
-  float sum = 0.0f;
-  for (int j = threadIdx.x; j < valid; j += blockDim.x) sum += expf(s[j] * a.scale - mx);
-  const float inv = 1.0f / block_sum(sum, scratch);
-  for (int j = threadIdx.x; j < a.keys; j += blockDim.x)
-    p[j] = from_f32<T>(j < valid ? expf(s[j] * a.scale - mx) * inv : 0.0f);
-}
-
 /// The dynamic shared memory, the largest carveout (the keys come through cp.async.cg, past L1)
 /// and, for the cluster form, clusters past 8 CTAs, set once per kernel for the widest latent:
 /// never inside a graph capture after the first launch. Returns the largest cluster the kernel
@@ -654,19 +515,6 @@ cudaError_t launch_cluster(const latent_attention_args& a, dim3 grid, size_t sme
 
 }  // namespace
 
-int mla_rmsnorm(act_dtype dt, const float* x, const float* bias, const float* weight, float eps, int n, int width,
-                void* out, cudaStream_t s) {
-  if (n == 0) return 0;
-  AS_DISPATCH_ACT(dt, return int(launch_pdl(rmsnorm_kernel<T>, dim3(n), dim3(kNormThreads), s, x, bias, weight, eps,
-                                            width, static_cast<T*>(out))));
-}
-
-int mla_latent_write(act_dtype dt, const mla_latent_args& a, cudaStream_t s) {
-  if (a.n == 0) return 0;
-  if (a.rope_dim % 2 != 0 || a.rope_dim > mla_max_rope_dim) return int(cudaErrorInvalidValue);
-  AS_DISPATCH_ACT(dt, return int(launch_pdl(latent_write_kernel<T>, dim3(a.n), dim3(kNormThreads), s, a)));
-}
-
 int latent_attention(act_dtype dt, const latent_attention_args& a, cudaStream_t s) {
   if (a.n == 0) return 0;
   const int W = a.rank + a.rope_dim;
@@ -689,18 +537,6 @@ int latent_attention(act_dtype dt, const latent_attention_args& a, cudaStream_t 
     const dim3 grid(a.n, (a.num_heads + kHeads - 1) / kHeads, a.num_splits);
     return int(launch_pdl_smem(attention_kernel<T, false>, grid, dim3(kThreads), smem, s, a));
   });
-}
-
-int mla_gather_latents(act_dtype dt, const mla_gather_args& a, cudaStream_t s) {
-  if (a.context == 0) return 0;
-  AS_DISPATCH_ACT(dt, return int(launch_pdl(gather_kernel<T>, dim3(a.context), dim3(kGatherThreads), s, a)));
-}
-
-int mla_causal_softmax(act_dtype dt, const mla_softmax_args& a, cudaStream_t s) {
-  if (a.rows == 0 || a.num_heads == 0) return 0;
-  if (a.keys > a.ld || a.first_position + a.rows > a.keys) return int(cudaErrorInvalidValue);
-  AS_DISPATCH_ACT(dt, return int(launch_pdl(causal_softmax_kernel<T>, dim3(a.rows, a.num_heads),
-                                            dim3(kSoftmaxThreads), s, a)));
 }
 
 }  // namespace actorserve::gpu::cuda
