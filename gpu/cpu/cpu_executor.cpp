@@ -103,11 +103,6 @@ result<std::vector<std::unique_ptr<cpu_executor>>> cpu_executor::create_shards(
                                   cfg.max_position_embeddings));
   auto plan = shard_plan::make(cfg, tp, opts.expert_parallel ? moe_parallelism::expert : moe_parallelism::tensor);
   if (!plan) return plan.err();
-  if (opts.kv_cache_fp8 && cfg.mla)
-    return make_error(error_code::unsupported,
-                      fmt::format("--kv-cache-dtype fp8: {} caches the latent of multi-head latent attention, which "
-                                  "has no FP8 form here yet; use --kv-cache-dtype auto",
-                                  cfg.architecture));
   if (opts.quantize_weights_fp8 && !cfg.quantization && tp > 1)
     return make_error(error_code::unsupported,
                       "--quantization fp8: per-channel scales are computed over whole weights, which the CPU "
@@ -135,7 +130,9 @@ result<std::vector<std::unique_ptr<cpu_executor>>> cpu_executor::create_shards(
                 to_string(g.scheme.activations));
   else if (opts.quantize_weights_fp8)
     log::info("cpu executor: --quantization fp8: linear weights rounded to FP8 E4M3 per output channel");
-  if (opts.kv_cache_fp8) log::info("cpu executor: --kv-cache-dtype fp8: K/V rounded to FP8 E4M3 as they are stored");
+  if (opts.kv_cache_fp8)
+    log::info("cpu executor: --kv-cache-dtype fp8: {} rounded to FP8 E4M3 as they are stored",
+              cfg.mla ? "latent rows (one scale a layer: self_attn.k_scale, else 1.0)" : "K/V");
   else if (cfg.quantization && cfg.quantization->kv_cache_scales)
     log::warn("cpu executor: {}", kv_cache_scheme_unused("fp32"));
   log::info("cpu executor: {} ({} layers, hidden {}), {} tensor-parallel shard(s){}, {} KV blocks of {} tokens ({} "

@@ -25,6 +25,10 @@ cpu_model::cpu_model(model_config cfg, model_weights_f32 weights, int64_t vocab_
 }
 
 void cpu_model::set_fp8_kv_scales(std::vector<float> k_scales, std::vector<float> v_scales) {
+  if (mla_) {  // one latent row a token: the layer's k_scale covers it
+    mla_->set_fp8_scales(std::move(k_scales));
+    return;
+  }
   k_scale_ = std::move(k_scales);
   v_scale_ = std::move(v_scales);
 }

@@ -37,6 +37,7 @@ class cpu_model {
   const model_config& config() const { return cfg_; }
   /// `--kv-cache-dtype fp8`: K and V are stored rounded to FP8 E4M3 with these per-layer scales
   /// (value = e4m3(x / scale) x scale), as an FP8 cache holds them; the cache stays fp32 in memory.
+  /// Latent attention stores its latent rows so, each layer's with its k_scale.
   void set_fp8_kv_scales(std::vector<float> k_scales, std::vector<float> v_scales);
   /// Sets up a step: token positions, rope tables, attention work items. Call before the stages.
   /// `cascade` groups decodes that share prefix blocks: their attention over the prefix is one

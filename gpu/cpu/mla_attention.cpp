@@ -6,6 +6,7 @@
 
 #include "config/check.hpp"
 #include "gpu/cpu/kernels.hpp"
+#include "gpu/model/fp8.hpp"
 #include "gpu/model/rope.hpp"
 #include "gpu/model/softmax.hpp"
 
@@ -94,8 +95,11 @@ void mla_attention::write_latents(paged_kv_cache& cache, int64_t layer, const st
   for (size_t t = 0; t < step.num_tokens(); ++t) {
     const int64_t pos = step.pos[t];
     const int64_t block = step.seqs[static_cast<size_t>(step.seq_of[t])].block_table[static_cast<size_t>(pos / bs)];
-    std::memcpy(cache.latent(layer, block) + static_cast<size_t>(pos % bs) * width, &kv_a_[t * width],
-                width * sizeof(float));
+    float* row = cache.latent(layer, block) + static_cast<size_t>(pos % bs) * width;
+    std::memcpy(row, &kv_a_[t * width], width * sizeof(float));
+    if (fp8_scale_.empty()) continue;
+    const float s = fp8_scale_[static_cast<size_t>(layer)];
+    for (size_t i = 0; i < width; ++i) row[i] = round_to_e4m3(row[i] / s) * s;
   }
 }
 

@@ -55,6 +55,10 @@ class mla_attention {
   /// (the heads' outputs, before o_proj). Writes the step's latents into `cache` first.
   void forward(thread_pool& pool, paged_kv_cache& cache, int64_t layer, const mla_weights_f32& w,
                const step_tokens& step, const float* xn, float* out);
+  /// --kv-cache-dtype fp8: each layer's latent rows (c_kv and k_pe alike) are stored rounded to
+  /// E4M3 with that layer's scale, e4m3(x / s) x s, as vLLM's FP8 latent cache takes one scale
+  /// (the layer's k_scale). Empty: stored as computed.
+  void set_fp8_scales(std::vector<float> scales) { fp8_scale_ = std::move(scales); }
 
  private:
   /// Some consecutive new tokens of one sequence and one head.
@@ -74,6 +78,7 @@ class mla_attention {
   float scale_;                          ///< softmax scale
   mla_form form_;
   std::vector<std::vector<float>> uk_t_;   ///< per layer [H][r][dn]: q_lat = uk_t[h] q_nope[h]
+  std::vector<float> fp8_scale_;         ///< per layer, --kv-cache-dtype fp8; empty otherwise
   // Per-step scratch. T = tokens in the step.
   std::vector<float> q_;                 ///< [T][H][dn + dr], q_pe rotated
   std::vector<float> q_a_;               ///< [T][q_lora_rank]
