@@ -8,7 +8,9 @@
 #include <initializer_list>
 #include <optional>
 #include <regex>
+#include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "config/model_config_parse.hpp"
 
@@ -82,12 +84,21 @@ status get_block(const json_obj& r, std::string_view key, int64_t& rows, int64_t
   return {};
 }
 
+/// `pattern` compiled, once a thread: a checkpoint's patterns are tried against every linear
+/// module's name at load (tens of thousands with many experts). Parsing checked that they compile.
+const std::regex& compiled(const std::string& pattern) {
+  thread_local std::unordered_map<std::string, std::regex> cache;
+  auto it = cache.find(pattern);
+  if (it == cache.end()) it = cache.emplace(pattern, std::regex(pattern)).first;
+  return it->second;
+}
+
 /// Whether the ignore-list entry or group target `entry` (a name or "re:REGEX") names `module`: the
 /// name itself, its last components after a dot ("lm_head", "mlp.down_proj"), a parent module, or
 /// a pattern matched from the name's start.
 bool names_module(const std::string& entry, const std::string& module) {
   if (entry.rfind("re:", 0) == 0)
-    return std::regex_search(module, std::regex(entry.substr(3)), std::regex_constants::match_continuous);
+    return std::regex_search(module, compiled(entry.substr(3)), std::regex_constants::match_continuous);
   if (module == entry) return true;
   if (module.size() > entry.size() && module.compare(module.size() - entry.size(), entry.size(), entry) == 0 &&
       module[module.size() - entry.size() - 1] == '.')
