@@ -99,13 +99,8 @@ void cpu_model::write_kv(paged_kv_cache& cache, int64_t layer, std::span<const f
       std::memcpy(cache.k(layer, block, h) + slot * hd, &k_[(t * kvh + h) * hd], hd * sizeof(float));
       std::memcpy(cache.v(layer, block, h) + slot * hd, &v_[(t * kvh + h) * hd], hd * sizeof(float));
       if (!k_scale_.empty()) {
-        const float ks = k_scale_[static_cast<size_t>(layer)], vs = v_scale_[static_cast<size_t>(layer)];
-        float* kd = cache.k(layer, block, h) + slot * hd;
-        float* vd = cache.v(layer, block, h) + slot * hd;
-        for (int64_t d = 0; d < hd; ++d) {
-          kd[d] = round_to_e4m3(kd[d] / ks) * ks;
-          vd[d] = round_to_e4m3(vd[d] / vs) * vs;
-        }
+        round_through_e4m3(cache.k(layer, block, h) + slot * hd, hd, k_scale_[static_cast<size_t>(layer)]);
+        round_through_e4m3(cache.v(layer, block, h) + slot * hd, hd, v_scale_[static_cast<size_t>(layer)]);
       }
     }
   }

@@ -97,9 +97,8 @@ void mla_attention::write_latents(paged_kv_cache& cache, int64_t layer, const st
     const int64_t block = step.seqs[static_cast<size_t>(step.seq_of[t])].block_table[static_cast<size_t>(pos / bs)];
     float* row = cache.latent(layer, block) + static_cast<size_t>(pos % bs) * width;
     std::memcpy(row, &kv_a_[t * width], width * sizeof(float));
-    if (fp8_scale_.empty()) continue;
-    const float s = fp8_scale_[static_cast<size_t>(layer)];
-    for (size_t i = 0; i < width; ++i) row[i] = round_to_e4m3(row[i] / s) * s;
+    if (!fp8_scale_.empty())
+      round_through_e4m3(row, static_cast<int64_t>(width), fp8_scale_[static_cast<size_t>(layer)]);
   }
 }
 

@@ -104,9 +104,12 @@ void quantize_rows_e4m3(float* w, int64_t rows, int64_t cols) {
     float amax = 0;
     for (int64_t c = 0; c < cols; ++c) amax = std::fmax(amax, std::fabs(row[c]));
     if (amax == 0) continue;
-    const float s = amax / e4m3_max;
-    for (int64_t c = 0; c < cols; ++c) row[c] = round_to_e4m3(row[c] / s) * s;
+    round_through_e4m3(row, cols, amax / e4m3_max);
   }
+}
+
+void round_through_e4m3(float* v, int64_t n, float scale) {
+  for (int64_t i = 0; i < n; ++i) v[i] = round_to_e4m3(v[i] / scale) * scale;
 }
 
 }  // namespace actorserve::gpu

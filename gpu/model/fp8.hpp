@@ -27,6 +27,10 @@ float e4m3_to_f32(uint8_t bits);
 /// clamp before the cast; NaN stays NaN.
 float round_to_e4m3(float x);
 
+/// v[i] = round_to_e4m3(v[i] / scale) x scale for i < n: the values an E4M3 store with `scale`
+/// gives back (a quantized weight row, an FP8 KV-cache or latent-cache row).
+void round_through_e4m3(float* v, int64_t n, float scale);
+
 /// The E4M3 code of round_to_e4m3(x) (e4m3_to_f32 of it gives that value back); NaN -> 0x7f.
 uint8_t e4m3_encode(float x);
 
