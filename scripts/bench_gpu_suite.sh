@@ -20,6 +20,11 @@
 # run, "02 03 04 05" by default; e.g. "02" for the single stream only, "06" for the shared prompt),
 # DIV (divides every prompt/request count: DIV=20 DEVICE=cpu PRESET=tiny is a CPU dry run),
 # T_MODEL T_LATENCY T_OFFLINE1 T_OFFLINE2 T_SERVING T_SHARED (stage timeouts, s).
+# A/B: BASELINE_BIN_DIR names a second build's binaries (a bundle's bin/ or a build tree); the
+# in-process stages (02, 03, 04, 06) then run ROUNDS times (2 unless set), this build's run
+# followed by the baseline's (NAME-rN, NAME-base-rN), so that drift over the run (clocks, other
+# tenants of the host) falls on both. Stage 05 runs once, on this build. ROUNDS alone repeats
+# this build's stages.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:?usage: bench_gpu_suite.sh RESULTS_DIR}
@@ -35,6 +40,14 @@ find_bin_dir() {
 }
 bin=$(find_bin_dir)
 [[ -n "$bin" ]] || { echo "bench_gpu_suite: no bench_throughput found (set BIN_DIR)" >&2; exit 1; }
+baseline=
+if [[ -n "${BASELINE_BIN_DIR:-}" ]]; then
+  for d in "$BASELINE_BIN_DIR" "$BASELINE_BIN_DIR/bench"; do [[ -x "$d/bench_throughput" ]] && { baseline=$(cd "$d" && pwd); break; }; done
+  [[ -n "$baseline" ]] || { echo "bench_gpu_suite: no bench_throughput in BASELINE_BIN_DIR=$BASELINE_BIN_DIR" >&2; exit 1; }
+  [[ -d "$baseline/../lib" ]] && export LD_LIBRARY_PATH="$baseline/../lib:${LD_LIBRARY_PATH:-}"
+fi
+rounds=${ROUNDS:-$([[ -n "$baseline" ]] && echo 2 || echo 1)}
+[[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "bench_gpu_suite: ROUNDS=$rounds is not a positive count" >&2; exit 1; }
 server_bin="$bin/actorserve"
 [[ -x "$server_bin" ]] || server_bin="$bin/../server/actorserve"
 for lib in "$bin/../lib" "$here/lib"; do [[ -d "$lib" ]] && export LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"; done
@@ -57,13 +70,19 @@ suite_start=$(date +%s)
 stages=" ${STAGES:-02 03 04 05} "
 want() { [[ "$stages" == *" $1 "* ]]; }  # want NN: STAGES names stage NN
 
+commit_of() {  # commit_of BIN_DIR: a bundle's COMMIT beside bin/, the build tree's checkout, else this script's
+  local dir=$1
+  cat "$dir/../COMMIT" 2>/dev/null || git -C "$dir" rev-parse --short HEAD 2>/dev/null ||
+    cat "$here/COMMIT" 2>/dev/null || git -C "$here/.." rev-parse --short HEAD 2>/dev/null || echo unknown
+}
+
 header() {  # header NAME CMD... -> the result file's '#' header
   echo "# name: $1"
   echo "# date: $(date -u +%FT%TZ)"
   echo "# host: $(hostname) ($(uname -sr))"
   echo "# cpu: $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo) x $(nproc)"
   echo "# gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
-  echo "# commit: $(cat "$here/COMMIT" 2>/dev/null || git -C "$here/.." rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "# commit: $(commit_of "$(dirname "$2")")"
   shift
   echo "# command: $(printf '%q ' "$@")"
   echo "#"
@@ -88,6 +107,20 @@ stage() {  # stage NAME TIMEOUT CMD... -> runs with a timeout, logs to $out/NAME
   esac
   figures+=("$(figure "$file")")
   return $rc
+}
+
+engine_stage() {  # engine_stage NAME TIMEOUT BENCH ARGS...: $bin/BENCH, by rounds and against the baseline
+  local name=$1 limit=$2 bench=$3 r
+  shift 3
+  if [[ -z "$baseline" && "$rounds" == 1 ]]; then
+    stage "$name" "$limit" "$bin/$bench" "$@"
+    return
+  fi
+  for r in $(seq 1 "$rounds"); do
+    stage "$name-r$r" "$limit" "$bin/$bench" "$@"
+    [[ -n "$baseline" ]] && stage "$name-base-r$r" "$limit" "$baseline/$bench" "$@"
+  done
+  return 0
 }
 
 figure() {  # the headline numbers of one result file (or its first error)
@@ -116,6 +149,7 @@ figure() {  # the headline numbers of one result file (or its first error)
 {
   echo "bench_gpu_suite: $(date -u +%FT%TZ) on $(hostname); binaries $bin"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader 2>/dev/null || echo "nvidia-smi: unavailable"
+  [[ -n "$baseline" ]] && echo "baseline binaries $baseline; $rounds rounds, alternated"
 } | tee "$out/bench_environment.txt"
 
 # 1. The model (kept across runs: a marker names the preset once the write completed).
@@ -133,11 +167,11 @@ else
 fi
 
 # 2-4. Engine benchmarks in-process.
-want 02 && stage 02-latency-128in-256out "${T_LATENCY:-70}" "$bin/bench_latency" "${engine[@]}" \
+want 02 && engine_stage 02-latency-128in-256out "${T_LATENCY:-70}" bench_latency "${engine[@]}" \
   --input-len 128 --output-len 256 --num-iters 5 --num-iters-warmup 2
-want 03 && stage 03-offline-200x1000in-100out "${T_OFFLINE1:-75}" "$bin/bench_throughput" "${engine[@]}" \
+want 03 && engine_stage 03-offline-200x1000in-100out "${T_OFFLINE1:-75}" bench_throughput "${engine[@]}" \
   --num-prompts $((200 / div)) --input-len 1000 --output-len 100 --timeout 50
-want 04 && stage 04-offline-1000x128in-1024out "${T_OFFLINE2:-160}" "$bin/bench_throughput" "${engine[@]}" \
+want 04 && engine_stage 04-offline-1000x128in-1024out "${T_OFFLINE2:-160}" bench_throughput "${engine[@]}" \
   --num-prompts $((1000 / div)) --input-len 128 --output-len 1024 --timeout 120
 
 # 5. Online: the server in the background, the client against it.
@@ -162,7 +196,7 @@ if want 06; then
   for cascade in on off; do
     flags=()
     [[ $cascade == off ]] && flags=(--disable-cascade-attn)
-    stage "06-shared-prompt-cascade-$cascade" "${T_SHARED:-120}" "$bin/bench_throughput" \
+    engine_stage "06-shared-prompt-cascade-$cascade" "${T_SHARED:-120}" bench_throughput \
       "${engine[@]}" "${flags[@]}" --preset shared-system-prompt --num-prompts $((256 / div)) --temperature 0 \
       --timeout 100
   done
@@ -172,8 +206,8 @@ fi
   echo
   echo "============================== bench summary =============================="
   echo "total wall time: $(( $(date +%s) - suite_start )) s; results in $out"
-  printf '%-36s %-10s %s\n' "stage" "status" "figures"
-  for i in "${!names[@]}"; do printf '%-36s %-10s %s\n' "${names[$i]}" "${statuses[$i]}" "${figures[$i]}"; done
+  printf '%-44s %-10s %s\n' "stage" "status" "figures"
+  for i in "${!names[@]}"; do printf '%-44s %-10s %s\n' "${names[$i]}" "${statuses[$i]}" "${figures[$i]}"; done
 } | tee "$summary"
 for s in "${statuses[@]}"; do [[ "$s" == ok || "$s" == reused ]] || exit 1; done
 exit 0
