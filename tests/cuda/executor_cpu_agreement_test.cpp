@@ -218,8 +218,12 @@ const std::vector<std::string>& agreement_fixtures() {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpu, ::testing::ValuesIn(agreement_fixtures()), model_param_name);
 
+// The mixture-of-experts fixtures: dense layers in E4M3, experts (and DeepSeek-V2's latent
+// projections) rounded through E4M3 and kept in bf16.
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpuQuantizedFp8,
-                         ::testing::Values("llama-hd128-bf16", "qwen3-hd128-bf16", "qwen2-tiny"), model_param_name);
+                         ::testing::Values("llama-hd128-bf16", "qwen3-hd128-bf16", "qwen2-tiny", "mixtral-bf16",
+                                           "qwen3-moe-bf16", "deepseek-v2-qlora-yarn-bf16"),
+                         model_param_name);
 
 // The checkpoints whose dense layers stay E4M3 on the device (mixtral-fp8-block's are dequantized).
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsCpuFp8Activations,

@@ -47,7 +47,10 @@ class uploader {
   uploader(device_model& m, cudaStream_t s, load_progress& progress) : m_(m), s_(s), progress_(progress) {}
   uploader(const uploader&) = delete;
   uploader& operator=(const uploader&) = delete;
-  ~uploader() { if (staging_) cudaFree(staging_); }
+  ~uploader() {
+    if (staging_) cudaFree(staging_);
+    if (rounding_) cudaFree(rounding_);
+  }
 
   /// Converts `views`, concatenated along rows, into one new act-dtype matrix (F8_E4M3 views
   /// dequantized on the host first).
@@ -117,6 +120,53 @@ class uploader {
     m_.fp8_max_elements = std::max(m_.fp8_max_elements, rows * cols);
     m_.fp8_max_cols = std::max(m_.fp8_max_cols, cols);
     return device_weight{dst, static_cast<float*>(scale)};
+  }
+
+  /// `views` concatenated along rows into one act-dtype matrix whose rows are first rounded
+  /// through E4M3 with one scale per row of each view (`quantize`, --quantization fp8, for the
+  /// weights whose kernels read 16-bit operands: experts and latent-attention projections): the
+  /// values quantize_rows_e4m3 gives the CPU executor (fp8_quantize_rows from the stored or
+  /// generated values), dequantized once to the act dtype. Without `quantize`, or for an FP8
+  /// checkpoint (which --quantization fp8 loads as it is), matrix().
+  result<void*> rounded_matrix(const std::vector<const tensor_view*>& views, bool quantize) {
+    if (!quantize || std::any_of(views.begin(), views.end(),
+                                 [](const tensor_view* v) { return v->dtype == st_dtype::f8_e4m3; }))
+      return matrix(views);
+    size_t total = 0;
+    for (auto* v : views) total += v->num_elements();
+    void* dst = nullptr;
+    if (auto st = m_.alloc(&dst, total * act_size(m_.dt)); !st) return st.err();
+    size_t offset = 0;
+    for (auto* v : views) {
+      const size_t r = size_t(v->shape[0]), cols = size_t(v->shape[1]);
+      const size_t codes_bytes = (r * cols + 3) / 4 * 4;  // the scales behind, 4-byte aligned
+      auto codes = rounding_scratch(codes_bytes + r * sizeof(float));
+      if (!codes) return codes.err();
+      uint8_t* q = static_cast<uint8_t*>(*codes);
+      float* scales = reinterpret_cast<float*>(q + codes_bytes);
+      const void* src = nullptr;
+      src_dtype sd = src_dtype::bf16;
+      if (v->dummy) {  // generated bf16-exact values, rounded as a read bf16 view is (weight())
+        auto buf = staging(r * cols * act_size(act_dtype::bf16));
+        if (!buf) return buf.err();
+        AS_CUDA_TRY(fill_dummy_act(*v->dummy, act_dtype::bf16, *buf, r * cols, s_));
+        progress_.advance(v->num_bytes());
+        src = *buf;
+      } else {
+        auto stored = source_dtype(*v);
+        if (!stored) return stored.err();
+        auto staged = stage(*v);
+        if (!staged) return staged.err();
+        src = *staged;
+        sd = *stored;
+      }
+      AS_CUDA_TRY(fp8_quantize_rows(src, sd, int(r), int(cols), q, scales, s_));
+      AS_CUDA_TRY(fp8_dequantize(m_.dt, q, scales, int(r), int(cols),
+                                 static_cast<char*>(dst) + offset * act_size(m_.dt), s_));
+      AS_CUDA_TRY(cudaStreamSynchronize(s_));  // start-up only: the staging buffers are reused
+      offset += r * cols;
+    }
+    return dst;
   }
 
   /// Whether `views` concatenate along rows into one block-scaled E4M3 weight: each is F8_E4M3
@@ -231,6 +281,18 @@ class uploader {
     return staging_;
   }
 
+  /// The device buffer of rounded_matrix's codes and scales, grown to at least `bytes`.
+  result<void*> rounding_scratch(size_t bytes) {
+    if (bytes > rounding_bytes_) {
+      if (rounding_) cudaFree(rounding_);
+      rounding_ = nullptr;
+      rounding_bytes_ = 0;
+      AS_CUDA_TRY(cudaMalloc(&rounding_, bytes));
+      rounding_bytes_ = bytes;
+    }
+    return rounding_;
+  }
+
   result<const void*> stage_bytes(const tensor_view& v, const void* data, size_t bytes) {
     auto buf = staging(bytes);
     if (!buf) return buf.err();
@@ -247,11 +309,14 @@ class uploader {
   load_progress& progress_;
   void* staging_ = nullptr;
   size_t staging_bytes_ = 0;
+  void* rounding_ = nullptr;
+  size_t rounding_bytes_ = 0;
 };
 
 /// A sparse layer's router and its experts stacked: gate/up as [E][2 * inter][hidden], down as
-/// [E][hidden][inter]; the shared experts, when present, as one dense MLP.
-status upload_experts(uploader& up, const moe_views& v, device_experts& out) {
+/// [E][hidden][inter]; the shared experts, when present, as one dense MLP. `quantize`
+/// (--quantization fp8): the experts' rows rounded through E4M3 (rounded_matrix).
+status upload_experts(uploader& up, const moe_views& v, device_experts& out, bool quantize) {
   auto router = up.matrix({&v.router});
   if (!router) return router.err();
   out.router = *router;
@@ -261,27 +326,28 @@ status upload_experts(uploader& up, const moe_views& v, device_experts& out) {
     gate_up.push_back(&e.up_proj);
     down.push_back(&e.down_proj);
   }
-  auto gu = up.matrix(gate_up);
+  auto gu = up.rounded_matrix(gate_up, quantize);
   if (!gu) return gu.err();
   out.gate_up = *gu;
-  auto d = up.matrix(down);
+  auto d = up.rounded_matrix(down, quantize);
   if (!d) return d.err();
   out.down = *d;
   if (v.shared) {
-    auto sgu = up.matrix({&v.shared->gate_proj, &v.shared->up_proj});
+    auto sgu = up.rounded_matrix({&v.shared->gate_proj, &v.shared->up_proj}, quantize);
     if (!sgu) return sgu.err();
     out.shared_gate_up = *sgu;
-    auto sd = up.matrix({&v.shared->down_proj});
+    auto sd = up.rounded_matrix({&v.shared->down_proj}, quantize);
     if (!sd) return sd.err();
     out.shared_down = *sd;
   }
   return {};
 }
 
-/// A latent-attention layer's projections (DeepSeek-V2), as stored; norms and biases in fp32.
-status upload_mla(uploader& up, const mla_views& v, device_mla& out) {
+/// A latent-attention layer's projections (DeepSeek-V2), as stored, or with `quantize`
+/// (--quantization fp8) rounded through E4M3 (rounded_matrix); norms and biases in fp32.
+status upload_mla(uploader& up, const mla_views& v, device_mla& out, bool quantize) {
   const auto matrix = [&](const tensor_view& t, void*& dst) -> status {
-    auto m = up.matrix({&t});
+    auto m = up.rounded_matrix({&t}, quantize);
     if (!m) return m.err();
     dst = *m;
     return {};
@@ -386,11 +452,6 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
                       fmt::format("--quantization fp8: per-row scales are computed over whole weights, which the CUDA "
                                   "executor does at --tensor-parallel-size 1 only, not {} (FP8 checkpoints shard)",
                                   num_shards));
-  if (quantize_fp8 && cfg.moe)
-    return make_error(error_code::unsupported,
-                      fmt::format("{}: --quantization fp8 rounds the dense layers only on the CUDA executor, and this "
-                                  "is a mixture-of-experts model; start without it, or with --device cpu (docs/fp8.md)",
-                                  model_dir));
   if (rope_depends_on_length(cfg.rope))
     return make_error(error_code::unsupported,
                       fmt::format("{}/config.json: rope_type dynamic is not supported by the CUDA executor", model_dir));
@@ -425,7 +486,7 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
     const layer_views& lv = v.layers[i];
     device_layer d;
     if (lv.mla) {  // its projections in the act dtype (an FP8 checkpoint's dequantized by matrix())
-      if (auto st = upload_mla(up, *lv.mla, d.mla); !st) return st.err();
+      if (auto st = upload_mla(up, *lv.mla, d.mla, quantize_fp8); !st) return st.err();
     } else {
       auto qkv = up.weight({&lv.q_proj, &lv.k_proj, &lv.v_proj}, quantize_fp8);
       if (!qkv) return qkv.err();
@@ -446,7 +507,7 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
       d.o_bias = *b;
     }
     if (lv.moe) {
-      if (auto st = upload_experts(up, *lv.moe, d.experts); !st) return st.err();
+      if (auto st = upload_experts(up, *lv.moe, d.experts, quantize_fp8); !st) return st.err();
     } else {
       auto gu = up.weight({&lv.gate_proj, &lv.up_proj}, quantize_fp8);
       if (!gu) return gu.err();
@@ -494,6 +555,10 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
     log::info("{} of {} dense-layer weight matrices are FP8 E4M3 with per-row scales and {} with 128 x 128 block "
               "scales; the rest (fused matrices whose parts do not end on a block row, experts, unquantized) are {}",
               rows, dense, blocks, *dt == act_dtype::bf16 ? "bfloat16" : "float16");
+    if (quantize_fp8 && (cfg.moe || cfg.mla))
+      log::info("--quantization fp8: the {} rows are rounded through E4M3 with one scale a row and kept in {} (their "
+                "kernels read 16-bit weights)", cfg.mla ? "experts' and latent-attention projections'" : "experts'",
+                *dt == act_dtype::bf16 ? "bfloat16" : "float16");
   }
   // The checkpoint dtype rounds HF's inv_freq buffer; match it (see gpu/model/rope.hpp).
   const std::vector<float> inv_freq = model_rope_inv_freq(cfg);
