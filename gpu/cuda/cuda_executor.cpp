@@ -209,7 +209,11 @@ status cuda_executor::allocate_buffers() {
     const int chunk = moe_chunk_tokens_for(static_cast<int>(m.num_experts), static_cast<int>(m.top_k),
                                            static_cast<int>(c.hidden_size),
                                            static_cast<int>(m.expert_intermediate_size), static_cast<int>(es));
-    if (auto st = moe_.init(m, static_cast<int>(c.hidden_size), dt_, static_cast<int>(rows), moe_alloc, chunk); !st)
+    const bool e4m3_experts = std::any_of(model_->layers.begin(), model_->layers.end(),
+                                          [](const device_layer& l) { return l.experts.gate_up_fp8.scale != nullptr; });
+    if (auto st = moe_.init(m, static_cast<int>(c.hidden_size), dt_, static_cast<int>(rows), moe_alloc, chunk,
+                            e4m3_experts);
+        !st)
       return st;
     moe_.set_cublas_min_rows_per_expert(opts_.tuning.moe_cublas_min_rows_per_expert);
     for (const device_layer& l : model_->layers)

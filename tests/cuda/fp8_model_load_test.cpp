@@ -1,7 +1,7 @@
 // What load_device_model puts on the device for FP8: a per-channel and a per-tensor checkpoint's
 // dense weights as their stored E4M3 bytes with one scale per row (layer 1's unquantized
-// down_proj as bf16), a block-scaled checkpoint's o_proj as its E4M3 bytes and block scales (its
-// fused QKV, whose k_proj ends mid-block, dequantized to bf16), and --quantization fp8 as
+// down_proj as bf16), a block-scaled checkpoint's o_proj and experts as their E4M3 bytes and block
+// scales (its fused QKV, whose k_proj ends mid-block, dequantized to bf16), and --quantization fp8 as
 // the codes and scales of the CPU's per-row rounding, of read and of generated (--load-format
 // dummy) weights.
 #include <cuda_runtime.h>
@@ -101,7 +101,8 @@ TEST_F(CudaFp8Load, CheckpointWeightsStayE4m3WithTheirRowScales) {
 
 // mixtral-fp8-block: o_proj (128 x 128) stays E4M3 with its block scales; the fused QKV does not
 // (k_proj's 32 rows end mid-block, so a block row of the fused matrix would mix two parts' scales)
-// and is dequantized to bf16, as are the experts.
+// and is dequantized to bf16. The experts stay E4M3, each view's block grid after the previous
+// one's (gate/up in two parts).
 TEST_F(CudaFp8Load, BlockScaledWeightsStayE4m3WithTheirBlockScales) {
   auto files = gpu::open_model_files(model_dir("mixtral-fp8-block"));
   ASSERT_TRUE(files.ok()) << files.err().message;
@@ -122,6 +123,27 @@ TEST_F(CudaFp8Load, BlockScaledWeightsStayE4m3WithTheirBlockScales) {
     gpu::upcast_to_f32(v.o_proj.scale->data, v.o_proj.scale->dtype, blocks, want.data());
     EXPECT_EQ(download<float>(d.o.block_scale, blocks), want) << "layer " << l;
     EXPECT_FALSE(d.qkv.fp8()) << "layer " << l;
+    ASSERT_TRUE(v.moe.has_value());
+    for (bool gate_up : {true, false}) {
+      const cuda::moe_fp8_scales& f = gate_up ? d.experts.gate_up_fp8 : d.experts.down_fp8;
+      ASSERT_NE(f.scale, nullptr) << "layer " << l;
+      EXPECT_EQ(f.mode, cuda::fp8_scale_mode::block128);
+      EXPECT_EQ(f.parts, gate_up ? 2 : 1);
+      size_t row = 0, block_row = 0;
+      for (const gpu::mlp_views& e : v.moe->experts)
+        for (const gpu::tensor_view* t : gate_up ? std::vector{&e.gate_proj, &e.up_proj} : std::vector{&e.down_proj}) {
+          ASSERT_EQ(t->dtype, st_dtype::f8_e4m3);
+          const size_t r = size_t(t->shape[0]), c = size_t(t->shape[1]);
+          const size_t blocks = ((r + 127) / 128) * ((c + 127) / 128);
+          const auto* data = static_cast<const uint8_t*>(gate_up ? d.experts.gate_up : d.experts.down);
+          EXPECT_EQ(std::memcmp(download<uint8_t>(data + row * c, r * c).data(), t->data, r * c), 0) << t->name;
+          std::vector<float> want(blocks);
+          gpu::upcast_to_f32(t->scale->data, t->scale->dtype, blocks, want.data());
+          EXPECT_EQ(download<float>(f.scale + block_row * ((c + 127) / 128), blocks), want) << t->name;
+          row += r;
+          block_row += (r + 127) / 128;
+        }
+    }
   }
   const gpu::layer_views& v = files->views.layers[0];
   ASSERT_EQ(v.k_proj.dtype, st_dtype::f8_e4m3);
@@ -134,17 +156,25 @@ TEST_F(CudaFp8Load, BlockScaledWeightsStayE4m3WithTheirBlockScales) {
   for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], f32_to_bf16_bits(want[i])) << i;
 }
 
-// The block-scaled o_proj takes half the bytes of the bf16 model it came from (one byte a weight
-// and one fp32 scale a block, against two bytes a weight); everything else is stored alike.
+// The block-scaled o_proj and experts take half the bytes of the bf16 model they came from (one
+// byte a weight and one fp32 scale a block, against two bytes a weight); everything else is
+// stored alike.
 TEST_F(CudaFp8Load, BlockScaledWeightsHoldHalfTheBytesOfBf16) {
   auto fp8 = load("mixtral-fp8-block", false);
   auto bf16 = load("mixtral-bf16", false);
   ASSERT_NE(fp8, nullptr);
   ASSERT_NE(bf16, nullptr);
+  // A [rows][cols] matrix's bytes in bf16 and as E4M3 with block scales.
+  const auto saved = [](size_t rows, size_t cols) {
+    const size_t fp8_bytes = rows * cols + ((rows + 127) / 128) * ((cols + 127) / 128) * sizeof(float);
+    EXPECT_LT(fp8_bytes, rows * cols * 2 * 51 / 100);
+    return rows * cols * 2 - fp8_bytes;
+  };
   const size_t n = size_t(fp8->cfg.hidden_size), k = size_t(fp8->cfg.num_heads * fp8->cfg.head_dim);
-  const size_t o_bf16 = n * k * 2, o_fp8 = n * k + ((n + 127) / 128) * ((k + 127) / 128) * sizeof(float);
-  EXPECT_LT(o_fp8, o_bf16 * 51 / 100);
-  EXPECT_EQ(bf16->bytes - fp8->bytes, fp8->layers.size() * (o_bf16 - o_fp8))
+  const size_t inter = size_t(fp8->cfg.moe->expert_intermediate_size), E = size_t(fp8->cfg.moe->num_experts);
+  // o_proj; each expert's gate_proj, up_proj and down_proj.
+  const size_t per_layer = saved(n, k) + E * (2 * saved(inter, n) + saved(n, inter));
+  EXPECT_EQ(bf16->bytes - fp8->bytes, fp8->layers.size() * per_layer)
       << "bf16 " << bf16->bytes << " bytes, block-scaled fp8 " << fp8->bytes;
 }
 
@@ -167,6 +197,39 @@ TEST_F(CudaFp8Load, QuantizationFlagStoresTheCpuRounding) {
   for (const cuda::device_layer& d : m->layers)
     EXPECT_TRUE(d.qkv.fp8() && d.o.fp8() && d.gate_up.fp8() && d.down.fp8());
   EXPECT_EQ(m->lm_head == m->embed, files->views.lm_head_tied);
+}
+
+// --quantization fp8 on a mixture-of-experts model: the experts' matrices as E4M3 codes with one
+// scale a row, the CPU's rounding of each expert's gate_proj, up_proj and down_proj.
+TEST_F(CudaFp8Load, QuantizationFlagStoresTheExpertsAsE4m3) {
+  auto files = gpu::open_model_files(model_dir("mixtral-bf16"));
+  ASSERT_TRUE(files.ok()) << files.err().message;
+  auto m = load("mixtral-bf16", true);
+  ASSERT_NE(m, nullptr);
+  for (size_t l = 0; l < m->layers.size(); ++l) {
+    const cuda::device_experts& d = m->layers[l].experts;
+    ASSERT_TRUE(files->views.layers[l].moe.has_value());
+    for (bool gate_up : {true, false}) {
+      const cuda::moe_fp8_scales& f = gate_up ? d.gate_up_fp8 : d.down_fp8;
+      ASSERT_NE(f.scale, nullptr) << "layer " << l;
+      EXPECT_EQ(f.mode, cuda::fp8_scale_mode::per_row);
+      size_t row = 0;
+      for (const gpu::mlp_views& e : files->views.layers[l].moe->experts)
+        for (const gpu::tensor_view* t : gate_up ? std::vector{&e.gate_proj, &e.up_proj} : std::vector{&e.down_proj}) {
+          const size_t rows = size_t(t->shape[0]), cols = size_t(t->shape[1]);
+          std::vector<float> want = gpu::weight_store::to_f32(*t);
+          gpu::quantize_rows_e4m3(want.data(), int64_t(rows), int64_t(cols));
+          const auto codes = download<uint8_t>(static_cast<const uint8_t*>(gate_up ? d.gate_up : d.down) + row * cols,
+                                               rows * cols);
+          const auto scales = download<float>(f.scale + row, rows);
+          for (size_t r = 0; r < rows; ++r)
+            for (size_t c = 0; c < cols; ++c)
+              ASSERT_EQ(gpu::e4m3_to_f32(codes[r * cols + c]) * scales[r], want[r * cols + c])
+                  << t->name << " " << r << ", " << c;
+          row += rows;
+        }
+    }
+  }
 }
 
 TEST_F(CudaFp8Load, QuantizationFlagRoundsGeneratedWeightsAsTheCpu) {

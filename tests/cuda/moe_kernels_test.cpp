@@ -20,6 +20,7 @@
 #include "gpu/cuda/moe/moe_kernels.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/model/expert_permutation.hpp"
+#include "gpu/model/fp8.hpp"
 #include "gpu/model/moe_router.hpp"
 
 namespace actorserve::testing {
@@ -539,6 +540,198 @@ TEST_F(CudaMoe, DownCombineIsBitIdenticalToGemvThenCombine) {
       EXPECT_LT(rel_max_err(got.download(), ref), 1e-4) << what << " against the host";
     }
   }
+}
+
+/// Random E4M3 experts: codes (no NaN) and the scales `s` describes (per_row: one a row;
+/// block128: `parts` parts of rows / parts rows with their own block grids), and the values
+/// e4m3 x scale that they stand for, [E][rows][K].
+struct fp8_experts {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales, values;
+};
+fp8_experts random_fp8_experts(int E, int rows, int K, cuda::fp8_scale_mode mode, int parts, std::mt19937& rng) {
+  fp8_experts f;
+  f.codes.resize(size_t(E) * rows * K);
+  for (auto& c : f.codes) {
+    c = uint8_t(rng());
+    if (gpu::e4m3_is_nan(c)) c = 0x3c;
+  }
+  std::uniform_real_distribution<float> scale(0.001f, 0.01f);
+  const size_t part_rows = size_t(rows / parts), kb = cuda::fp8_blocks(size_t(K));
+  const size_t per_expert = mode == cuda::fp8_scale_mode::per_row ? size_t(rows) : parts * cuda::fp8_blocks(part_rows) * kb;
+  f.scales.resize(size_t(E) * per_expert);
+  for (auto& s : f.scales) s = scale(rng);
+  f.values.resize(f.codes.size());
+  for (int e = 0; e < E; ++e)
+    for (int r = 0; r < rows; ++r)
+      for (int i = 0; i < K; ++i) {
+        const size_t at = (size_t(e) * rows + r) * K + i;
+        const size_t part = size_t(r) / part_rows, in_part = size_t(r) % part_rows;
+        const float s = mode == cuda::fp8_scale_mode::per_row
+                            ? f.scales[size_t(e) * rows + r]
+                            : f.scales[size_t(e) * per_expert + (part * cuda::fp8_blocks(part_rows) + in_part / 128) * kb +
+                                       size_t(i) / 128];
+        f.values[at] = gpu::e4m3_to_f32(f.codes[at]) * s;
+      }
+  return f;
+}
+
+/// The one-token kernels over E4M3 experts (per-row and block scales, gate/up as two parts
+/// whose rows need not end on a block): gate/up with SiLU and down + combine against the host's
+/// products of the same activations and the values the codes and scales stand for.
+TEST_F(CudaMoe, E4m3ExpertsMatchTheProductsOfTheirValues) {
+  std::mt19937 rng(41);
+  // (tokens, experts, top_k, hidden, inter): Mixtral's 8 x top 2 at a warp a slot's K; Qwen3's
+  // top 8 of 768-wide rows; DeepSeek-V2-Lite's top 6 of 1,408 (11 blocks); parts ending mid-block.
+  const std::vector<std::tuple<int, int, int, int, int>> shapes = {
+      {1, 8, 2, 512, 4096}, {1, 16, 8, 2048, 768}, {1, 8, 6, 2048, 1408}, {2, 8, 3, 208, 144}, {3, 4, 2, 64, 16}};
+  for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16})
+    for (auto mode : {cuda::fp8_scale_mode::per_row, cuda::fp8_scale_mode::block128})
+      for (auto [n, E, k, hidden, inter] : shapes) {
+        const std::string what = shape_name(dt, n, E, k, inter, hidden) +
+                                 (mode == cuda::fp8_scale_mode::per_row ? ", per-row scales" : ", block scales");
+        const int P = n * k;
+        const auto routes = random_routes(n, E, k, rng);
+        const auto xb = random_act_bits(dt, size_t(n) * hidden, rng());
+        const fp8_experts gu = random_fp8_experts(E, 2 * inter, hidden, mode, 2, rng);
+        const fp8_experts dn = random_fp8_experts(E, hidden, inter, mode, 1, rng);
+        dev_vec<uint16_t> d_x(xb), d_act(size_t(P) * inter);
+        dev_vec<uint8_t> d_gu(gu.codes), d_dn(dn.codes);
+        dev_vec<float> d_gus(gu.scales), d_dns(dn.scales);
+        dev_vec<int32_t> d_e(routes);
+        d_act.poison();
+        const cuda::expert_gemv_args g{.a = d_x.get(), .a_rows_div = k, .experts = d_e.get(), .w = d_gu.get(),
+                                       .num_pairs = P, .n = inter, .k = hidden, .y = d_act.get(),
+                                       .silu_and_mul = true,
+                                       .fp8 = {.scale = d_gus.get(), .mode = mode, .parts = 2}};
+        ASSERT_EQ(cuda::expert_gemv(dt, g, nullptr), 0) << what;
+        // Host: gate and up in double, each rounded to dt, SiLU(gate) * up.
+        std::vector<float> want_act(size_t(P) * inter);
+        for (int p = 0; p < P; ++p) {
+          const int t = p / k, e = routes[size_t(p)];
+          for (int c = 0; c < inter; ++c) {
+            double dg = 0, du = 0;
+            for (int i = 0; i < hidden; ++i) {
+              const double x = from_act_bits(dt, xb[size_t(t) * hidden + i]);
+              dg += x * gu.values[(size_t(e) * 2 * inter + c) * hidden + i];
+              du += x * gu.values[(size_t(e) * 2 * inter + inter + c) * hidden + i];
+            }
+            const float gate = round_act(dt, float(dg)), up = round_act(dt, float(du));
+            want_act[size_t(p) * inter + c] = gate / (1.0f + std::exp(-gate)) * up;
+          }
+        }
+        const std::vector<float> got_act = download_act(dt, d_act);
+        EXPECT_LT(rel_max_err(got_act, want_act), dt == act_dtype::bf16 ? 2e-2 : 4e-3) << what << ", gate/up";
+        // Down + combine on the device's activations, both accumulating and not.
+        const auto weights = randn(size_t(P), rng);
+        const auto residual = randn(size_t(n) * hidden, rng);
+        dev_vec<float> d_weights(weights), out(size_t(n) * hidden);
+        const std::vector<uint16_t> act_bits = d_act.download();
+        std::vector<float> want(size_t(n) * hidden);
+        for (int t = 0; t < n; ++t)
+          for (int c = 0; c < hidden; ++c) {
+            double sum = 0;
+            for (int j = 0; j < k; ++j) {
+              const int p = t * k + j, e = routes[size_t(p)];
+              double d = 0;
+              for (int i = 0; i < inter; ++i)
+                d += double(from_act_bits(dt, act_bits[size_t(p) * inter + i])) *
+                     dn.values[(size_t(e) * hidden + c) * inter + i];
+              sum += weights[size_t(p)] * d;
+            }
+            want[size_t(t) * hidden + c] = float(sum);
+          }
+        cuda::moe_down_combine_args d{.act = d_act.get(), .experts = d_e.get(), .weights = d_weights.get(),
+                                      .w = d_dn.get(), .n = n, .top_k = k, .hidden = hidden, .k = inter,
+                                      .out = out.get(), .fp8 = {.scale = d_dns.get(), .mode = mode, .parts = 1}};
+        out.poison();
+        ASSERT_EQ(cuda::moe_down_combine(dt, d, nullptr), 0) << what;
+        EXPECT_LT(rel_max_err(out.download(), want), 1e-4) << what << ", down + combine";
+        out.upload(residual);
+        d.accumulate = true;
+        ASSERT_EQ(cuda::moe_down_combine(dt, d, nullptr), 0) << what;
+        std::vector<float> want_acc(want.size());
+        for (size_t i = 0; i < want.size(); ++i) want_acc[i] = residual[i] + want[i];
+        EXPECT_LT(rel_max_err(out.download(), want_acc), 1e-4) << what << ", down + combine accumulated";
+      }
+  // What the E4M3 path refuses: K not a multiple of 16, no SiLU, shared slots, a down of parts 2.
+  dev_vec<uint16_t> x(64), y(64);
+  dev_vec<uint8_t> w(64 * 64);
+  dev_vec<float> s(64);
+  dev_vec<int32_t> e(std::vector<int32_t>{0});
+  const cuda::moe_fp8_scales fp8{.scale = s.get()};
+  cuda::expert_gemv_args g{.a = x.get(), .experts = e.get(), .w = w.get(), .num_pairs = 1, .n = 8, .k = 24,
+                           .y = y.get(), .silu_and_mul = true, .fp8 = fp8};
+  EXPECT_EQ(cuda::expert_gemv(act_dtype::bf16, g, nullptr), int(cudaErrorInvalidValue));
+  g.k = 32;
+  g.silu_and_mul = false;
+  EXPECT_EQ(cuda::expert_gemv(act_dtype::bf16, g, nullptr), int(cudaErrorInvalidValue));
+  cuda::moe_down_combine_args d{.act = x.get(), .experts = e.get(), .weights = s.get(), .w = w.get(), .n = 1,
+                                .top_k = 1, .hidden = 8, .k = 24, .out = s.get(), .fp8 = fp8};
+  EXPECT_EQ(cuda::moe_down_combine(act_dtype::bf16, d, nullptr), int(cudaErrorInvalidValue));
+  d.k = 32;
+  d.fp8.parts = 2;
+  EXPECT_EQ(cuda::moe_down_combine(act_dtype::bf16, d, nullptr), int(cudaErrorInvalidValue));
+}
+
+/// The grouped GEMM over E4M3 experts (every tile; per-row and block scales; gate/up with SiLU in
+/// two parts, and a plain product in fp32 and dt) gives the bits of the 16-bit GEMM over the
+/// weights fp8_dequantize makes of the same codes and scales.
+TEST_F(CudaMoe, GroupedGemmOverE4m3IsBitIdenticalToItOverTheDequantizedWeights) {
+  std::mt19937 rng(43);
+  // (tokens, experts, top_k, N, K): partial column blocks; K a multiple of 16 not of a slice's 64
+  // or of a 128-wide block; parts ending mid-block (N 200); several tiles an expert.
+  const std::vector<std::tuple<int, int, int, int, int>> shapes = {
+      {1, 8, 2, 64, 64}, {70, 8, 2, 200, 144}, {5, 16, 8, 128, 272}, {300, 4, 2, 256, 528}};
+  for (act_dtype dt : {act_dtype::bf16, act_dtype::fp16})
+    for (auto mode : {cuda::fp8_scale_mode::per_row, cuda::fp8_scale_mode::block128})
+      for (auto [n, E, k, N, K] : shapes)
+        for (bool silu : {true, false}) {
+          const std::string what = shape_name(dt, n, E, k, N, K) + (silu ? ", gate/up + SiLU" : ", plain") +
+                                   (mode == cuda::fp8_scale_mode::per_row ? ", per-row" : ", blocks");
+          const int P = n * k, rows = silu ? 2 * N : N, parts = silu ? 2 : 1;
+          const auto routes = random_routes(n, E, k, rng);
+          const fp8_experts f = random_fp8_experts(E, rows, K, mode, parts, rng);
+          dev_vec<uint16_t> d_x(random_act_bits(dt, size_t(n) * K, rng())), d_deq(size_t(E) * rows * K);
+          dev_vec<uint8_t> d_q(f.codes);
+          dev_vec<float> d_s(f.scales);
+          // The dequantized weights, expert by expert and part by part, as the cuBLAS path makes them.
+          const size_t part_rows = size_t(rows / parts), kb = cuda::fp8_blocks(size_t(K));
+          for (int e = 0; e < E; ++e)
+            for (int p = 0; p < (mode == cuda::fp8_scale_mode::per_row ? 1 : parts); ++p) {
+              const size_t r0 = mode == cuda::fp8_scale_mode::per_row ? 0 : p * part_rows;
+              const size_t nr = mode == cuda::fp8_scale_mode::per_row ? size_t(rows) : part_rows;
+              const float* s = mode == cuda::fp8_scale_mode::per_row
+                                   ? d_s.get() + size_t(e) * rows
+                                   : d_s.get() + (size_t(e) * parts + p) * cuda::fp8_blocks(part_rows) * kb;
+              ASSERT_EQ(cuda::fp8_dequantize(dt, d_q.get() + (size_t(e) * rows + r0) * K, s, int(nr), K,
+                                             d_deq.get() + (size_t(e) * rows + r0) * K, nullptr, mode),
+                        0)
+                  << what;
+            }
+          for (cuda::moe_gemm_tile tile : device_tiles()) {
+            device_permutation perm;
+            permute_and_check(routes, k, E, perm, tile);
+            cuda::grouped_gemm_args g{.a = d_x.get(), .a_rows = perm.sorted.get(), .a_rows_div = k, .w = d_deq.get(),
+                                      .offsets = perm.offsets.get(), .tile_offsets = perm.tiles.get(), .tile = tile,
+                                      .num_pairs = P, .num_experts = E, .n = N, .k = K, .silu_and_mul = silu};
+            for (bool y_act : silu ? std::vector{true} : std::vector{false, true}) {
+              const size_t out = size_t(P) * N * (y_act ? 1 : 2);  // 16-bit words: dt, or fp32 as two
+              dev_vec<uint16_t> want(out), got(out);
+              got.poison();
+              g.y_act = y_act && !silu;
+              g.w = d_deq.get();
+              g.fp8 = {};
+              g.y = want.get();
+              ASSERT_EQ(cuda::grouped_gemm(dt, g, nullptr), 0) << what;
+              g.w = d_q.get();
+              g.fp8 = {.scale = d_s.get(), .mode = mode, .parts = parts};
+              g.y = got.get();
+              ASSERT_EQ(cuda::grouped_gemm(dt, g, nullptr), 0) << what;
+              EXPECT_EQ(got.download(), want.download()) << what << ", " << tile_name(tile) << (y_act ? ", dt out" : "");
+            }
+          }
+        }
 }
 
 TEST_F(CudaMoe, CombineMatchesCombineRows) {

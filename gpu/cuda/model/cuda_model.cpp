@@ -75,12 +75,43 @@ class uploader {
     }
     const bool any_fp8 = std::any_of(views.begin(), views.end(),
                                      [](const tensor_view* v) { return v->dtype == st_dtype::f8_e4m3; });
-    if (block_scaled(views)) return block_weight(views, rows, cols);
-    if (fp8_views != views.size() && (any_fp8 || !quantize)) {
+    if (fp8_views != views.size() && !block_scaled(views) && (any_fp8 || !quantize)) {
       auto m = matrix(views);
       if (!m) return m.err();
       return device_weight{*m, nullptr};
     }
+    auto w = block_scaled(views) ? block_weight(views, rows, cols) : row_scaled_weight(views, rows, cols);
+    if (!w) return w.err();
+    m_.fp8_max_elements = std::max(m_.fp8_max_elements, rows * cols);
+    m_.fp8_max_cols = std::max(m_.fp8_max_cols, cols);
+    return w;
+  }
+
+  /// An MoE layer's experts' matrices from `views` (stacked along rows, each expert's parts in
+  /// turn) as E4M3 codes where the expert kernels take them: every view a per-tensor or
+  /// per-channel F8_E4M3 weight or, with `quantize`, none F8_E4M3 (per-row scales, as weight());
+  /// every view F8_E4M3 with 128 x 128 block scales (each view's block grid in turn); K a multiple
+  /// of 16. Otherwise no data (the caller stores them in the act dtype).
+  result<device_weight> expert_weight(const std::vector<const tensor_view*>& views, bool quantize) {
+    size_t row_views = 0, block_views = 0, fp8_views = 0, rows = 0;
+    const size_t cols = size_t(views.front()->shape[1]);
+    for (auto* v : views) {
+      if (v->dtype == st_dtype::f8_e4m3) ++fp8_views;
+      if (v->dtype == st_dtype::f8_e4m3 && v->scale && v->scale->kind != fp8_scale_kind::block) ++row_views;
+      if (v->dtype == st_dtype::f8_e4m3 && v->scale && v->scale->kind == fp8_scale_kind::block &&
+          v->scale->block_rows == kFp8Block && v->scale->block_cols == kFp8Block)
+        ++block_views;
+      rows += size_t(v->shape[0]);
+    }
+    if (cols % 16 != 0) return device_weight{};
+    if (block_views == views.size()) return block_weight(views, rows, cols);
+    if (row_views == views.size() || (quantize && fp8_views == 0)) return row_scaled_weight(views, rows, cols);
+    return device_weight{};
+  }
+
+  /// `views` concatenated along rows as E4M3 codes with one scale a row: an F8_E4M3 view's codes
+  /// and its per-tensor or per-channel scales, a float view rounded on the device (fp8_quantize_rows).
+  result<device_weight> row_scaled_weight(const std::vector<const tensor_view*>& views, size_t rows, size_t cols) {
     void* dst = nullptr;
     if (auto st = m_.alloc(&dst, rows * cols); !st) return st.err();
     void* scale = nullptr;
@@ -117,8 +148,6 @@ class uploader {
       }
       row += r;
     }
-    m_.fp8_max_elements = std::max(m_.fp8_max_elements, rows * cols);
-    m_.fp8_max_cols = std::max(m_.fp8_max_cols, cols);
     return device_weight{dst, static_cast<float*>(scale)};
   }
 
@@ -183,29 +212,31 @@ class uploader {
     return true;
   }
 
-  /// The views' stored E4M3 bytes and their block scales (as fp32), concatenated along rows.
+  /// The views' stored E4M3 bytes and their block scales (as fp32), concatenated along rows, each
+  /// view's block grid after the previous one's (one grid of the whole when every view but the
+  /// last ends on a block row, block_scaled()).
   result<device_weight> block_weight(const std::vector<const tensor_view*>& views, size_t rows, size_t cols) {
     const size_t block_cols = fp8_blocks(cols);
-    const size_t block_rows = fp8_blocks(rows);
+    size_t block_rows = 0;
+    for (auto* v : views) block_rows += fp8_blocks(size_t(v->shape[0]));
     std::vector<float> scales(block_rows * block_cols);
     void* dst = nullptr;
     if (auto st = m_.alloc(&dst, rows * cols); !st) return st.err();
     void* scale = nullptr;
     if (auto st = m_.alloc(&scale, scales.size() * sizeof(float)); !st) return st.err();
-    size_t row = 0;
+    size_t row = 0, block_row = 0;
     for (auto* v : views) {
       const size_t r = size_t(v->shape[0]), n = fp8_blocks(r) * block_cols;
-      upcast_to_f32(v->scale->data, v->scale->dtype, n, scales.data() + row / kFp8Block * block_cols);
+      upcast_to_f32(v->scale->data, v->scale->dtype, n, scales.data() + block_row * block_cols);
       AS_CUDA_TRY(cudaMemcpyAsync(static_cast<uint8_t*>(dst) + row * cols, v->data, r * cols,
                                   cudaMemcpyHostToDevice, s_));
       progress_.advance(v->num_bytes());
       row += r;
+      block_row += fp8_blocks(r);
     }
     // Pageable copies: they complete before the host buffer `scales` dies.
     AS_CUDA_TRY(cudaMemcpyAsync(scale, scales.data(), scales.size() * sizeof(float), cudaMemcpyHostToDevice, s_));
     AS_CUDA_TRY(cudaStreamSynchronize(s_));
-    m_.fp8_max_elements = std::max(m_.fp8_max_elements, rows * cols);
-    m_.fp8_max_cols = std::max(m_.fp8_max_cols, cols);
     return device_weight{dst, nullptr, static_cast<float*>(scale)};
   }
 
@@ -315,8 +346,11 @@ class uploader {
 
 /// A sparse layer's router and its experts stacked: gate/up as [E][2 * inter][hidden], down as
 /// [E][hidden][inter]; the shared experts, when present, as one dense MLP. `quantize`
-/// (--quantization fp8): the experts' rows rounded through E4M3 (rounded_matrix).
-status upload_experts(uploader& up, const moe_views& v, device_experts& out, bool quantize) {
+/// (--quantization fp8): the experts' rows rounded through E4M3. `e4m3` (one shard): the routed
+/// experts' matrices kept as E4M3 codes with their scales where expert_weight can
+/// (device_experts' scales set), each matrix on its own; the rest in the act dtype
+/// (rounded_matrix).
+status upload_experts(uploader& up, const moe_views& v, device_experts& out, bool quantize, bool e4m3) {
   auto router = up.matrix({&v.router});
   if (!router) return router.err();
   out.router = *router;
@@ -326,12 +360,24 @@ status upload_experts(uploader& up, const moe_views& v, device_experts& out, boo
     gate_up.push_back(&e.up_proj);
     down.push_back(&e.down_proj);
   }
-  auto gu = up.rounded_matrix(gate_up, quantize);
-  if (!gu) return gu.err();
-  out.gate_up = *gu;
-  auto d = up.rounded_matrix(down, quantize);
-  if (!d) return d.err();
-  out.down = *d;
+  const auto stack = [&](const std::vector<const tensor_view*>& views, int parts, void*& data,
+                         moe_fp8_scales& fp8) -> status {
+    if (e4m3) {
+      auto w = up.expert_weight(views, quantize);
+      if (!w) return w.err();
+      if (w->data) {
+        data = w->data;
+        fp8 = moe_fp8_scales{.scale = w->scales(), .mode = w->scale_mode(), .parts = parts};
+        return {};
+      }
+    }
+    auto m = up.rounded_matrix(views, quantize);
+    if (!m) return m.err();
+    data = *m;
+    return {};
+  };
+  if (auto st = stack(gate_up, 2, out.gate_up, out.gate_up_fp8); !st) return st;
+  if (auto st = stack(down, 1, out.down, out.down_fp8); !st) return st;
   if (v.shared) {
     auto sgu = up.rounded_matrix({&v.shared->gate_proj, &v.shared->up_proj}, quantize);
     if (!sgu) return sgu.err();
@@ -507,7 +553,7 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
       d.o_bias = *b;
     }
     if (lv.moe) {
-      if (auto st = upload_experts(up, *lv.moe, d.experts, quantize_fp8); !st) return st.err();
+      if (auto st = upload_experts(up, *lv.moe, d.experts, quantize_fp8, num_shards == 1); !st) return st.err();
     } else {
       auto gu = up.weight({&lv.gate_proj, &lv.up_proj}, quantize_fp8);
       if (!gu) return gu.err();
@@ -553,11 +599,26 @@ result<std::unique_ptr<device_model>> load_device_model(const std::string& model
         dense += w->data != nullptr;
       }
     log::info("{} of {} dense-layer weight matrices are FP8 E4M3 with per-row scales and {} with 128 x 128 block "
-              "scales; the rest (fused matrices whose parts do not end on a block row, experts, unquantized) are {}",
+              "scales; the rest (fused matrices whose parts do not end on a block row, unquantized) are {}",
               rows, dense, blocks, *dt == act_dtype::bf16 ? "bfloat16" : "float16");
-    if (quantize_fp8 && (cfg.moe || cfg.mla))
+    if (cfg.moe) {
+      size_t e4m3 = 0, stacks = 0;
+      for (const device_layer& d : m->layers) {
+        if (!d.experts.router) continue;
+        stacks += 2;
+        e4m3 += (d.experts.gate_up_fp8.scale != nullptr) + (d.experts.down_fp8.scale != nullptr);
+      }
+      log::info("{} of {} stacked routed-expert matrices are FP8 E4M3; the rest{} are {}", e4m3, stacks,
+                num_shards > 1 ? " (every one under tensor parallelism)" : "",
+                *dt == act_dtype::bf16 ? "bfloat16" : "float16");
+    }
+    const bool shared = cfg.moe && cfg.moe->num_shared_experts > 0;
+    if (quantize_fp8 && (shared || cfg.mla))
       log::info("--quantization fp8: the {} rows are rounded through E4M3 with one scale a row and kept in {} (their "
-                "kernels read 16-bit weights)", cfg.mla ? "experts' and latent-attention projections'" : "experts'",
+                "kernels read 16-bit weights)",
+                shared && cfg.mla ? "shared experts' and latent-attention projections'"
+                : shared          ? "shared experts'"
+                                  : "latent-attention projections'",
                 *dt == act_dtype::bf16 ? "bfloat16" : "float16");
   }
   // The checkpoint dtype rounds HF's inv_freq buffer; match it (see gpu/model/rope.hpp).

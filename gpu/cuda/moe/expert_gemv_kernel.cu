@@ -64,12 +64,49 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) expert_gemv_silu_kern
   if (ww.lane == 0) static_cast<T*>(a.y)[size_t(ww.p) * a.n + ww.row] = silu_mul<T>(g, u);
 }
 
+/// silu_and_mul over E4M3 experts (a.fp8): warp `row` of pair p takes gate row `row` and up row
+/// N + row of its expert's codes, each dot product scaled as fp8_gemv's, rounded to T, then
+/// SiLU(gate) * up rounded to T.
+template <class T, fp8_scale_mode Mode>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks) expert_gemv_silu_e4m3_kernel(expert_gemv_args a) {
+  pdl_begin();
+  const int p = blockIdx.y, lane = threadIdx.x & 31, row = blockIdx.x * kWarps + (threadIdx.x >> 5);
+  if (row >= a.n) return;
+  const int e = a.experts[p], rows = 2 * a.n;
+  const T* const x[1] = {static_cast<const T*>(a.a) + size_t(p / a.a_rows_div) * a.k};
+  const uint8_t* gate = static_cast<const uint8_t*>(a.w) + (size_t(e) * rows + row) * a.k;
+  const uint8_t* const w[2] = {gate, gate + size_t(a.n) * a.k};
+  const float* const scales[2] = {expert_fp8_scale_row(a.fp8, e, row, rows, a.k),
+                                  expert_fp8_scale_row(a.fp8, e, a.n + row, rows, a.k)};
+  float acc[2] = {0.0f, 0.0f};
+  lane_dots_e4m3<T, Mode, 1, 2>(x, w, scales, a.k, lane, acc);
+  const float g = to_f32(from_f32<T>(expert_fp8_scaled<Mode>(warp_sum(acc[0]), scales[0])));
+  const float u = to_f32(from_f32<T>(expert_fp8_scaled<Mode>(warp_sum(acc[1]), scales[1])));
+  if (lane == 0) static_cast<T*>(a.y)[size_t(p) * a.n + row] = silu_mul<T>(g, u);
+}
+
+/// The E4M3 path of expert_gemv (a.fp8.scale set).
+cudaError_t expert_gemv_e4m3(act_dtype dt, const expert_gemv_args& a, cudaStream_t s) {
+  if (a.k % 16 != 0 || !a.silu_and_mul || a.fp8.parts < 1 || a.fp8.parts > 2)
+    return cudaErrorInvalidValue;
+  const dim3 grid((a.n + kWarps - 1) / kWarps, a.num_pairs);
+  cudaError_t e = cudaSuccess;
+  if (a.fp8.mode == fp8_scale_mode::block128)
+    AS_DISPATCH_ACT(dt, e = launch_pdl(expert_gemv_silu_e4m3_kernel<T, fp8_scale_mode::block128>, grid,
+                                       dim3(kWarps * 32), s, a));
+  else
+    AS_DISPATCH_ACT(dt, e = launch_pdl(expert_gemv_silu_e4m3_kernel<T, fp8_scale_mode::per_row>, grid,
+                                       dim3(kWarps * 32), s, a));
+  return e;
+}
+
 }  // namespace
 
 int expert_gemv(act_dtype dt, const expert_gemv_args& a, cudaStream_t s) {
   if (a.num_pairs == 0) return 0;
   if (a.k % 8 != 0 || reinterpret_cast<uintptr_t>(a.a) % 16 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0)
     return int(cudaErrorInvalidValue);
+  if (a.fp8.scale) return int(expert_gemv_e4m3(dt, a, s));
   const dim3 grid((a.n + kWarps - 1) / kWarps, a.num_pairs);
   cudaError_t e = cudaSuccess;
   if (a.silu_and_mul)

@@ -5,8 +5,12 @@
 // operands, fp32 accumulation) consume the oldest slice: the weights are read at streaming
 // bandwidth instead of one synchronous load per slice. The decode tiles (m16, m32, m48) take at
 // most 99 KB of shared memory, so that two or three CTAs share an SM on 9.x and every device
-// runs them.
+// runs them. E4M3 experts stream their codes (half the bytes) through the same pipeline; each
+// slice is converted in shared memory to the 16-bit operand fp8_dequantize gives (e4m3 x scale
+// rounded once) before the warps' ldmatrix reads it, so the products are the bits of the 16-bit
+// kernel over dequantized weights.
 #include "gpu/cuda/attention/tile_ops.cuh"
+#include "gpu/cuda/linear/fp8_gemv.cuh"
 #include "gpu/cuda/moe/moe_common.cuh"
 #include "gpu/cuda/moe/moe_kernels.hpp"
 
@@ -20,6 +24,7 @@ using attn_dev::cp_async_wait;
 using attn_dev::elem;
 using attn_dev::ldsm_x4;
 using attn_dev::smem_addr;
+using attn_dev::st_shared16;
 using attn_dev::swz;
 
 /// A tile shape: BM permuted rows x BN weight rows a CTA, in kWarpsM x kWarpsN warps of
@@ -72,14 +77,29 @@ using tile_m48 = tile_shape<moe_gemm_tile::m48, 128, 1, 4, 4, 0, true>;
 using tile_m64 = tile_shape<moe_gemm_tile::m64, 256, 2, 4, 4, 8>;
 using tile_m128 = tile_shape<moe_gemm_tile::m128, 256, 2, 4, 4, 8>;
 
+/// Shared memory of shape S's kernel: kStages stages of A rows and weight rows (16-bit, or E4M3
+/// bytes), and with E4M3 one slice of 16-bit weight rows converted from the current stage.
+template <class S, bool kFp8>
+struct smem_layout {
+  static constexpr int kBBytes = S::BN * S::BK * (kFp8 ? 1 : 2);
+  static constexpr int kStageBytes = S::kABytes + kBBytes;
+  static constexpr int kConverted = S::kStages * kStageBytes;  ///< offset of the converted slice
+  static constexpr int kBytes = kConverted + (kFp8 ? S::BN * S::BK * 2 : 0);
+  static constexpr int kFp8Chunks = S::BK / 16;  ///< 16-byte chunks of an E4M3 slice row
+  static_assert(kBytes <= S::kSmem, "E4M3 stages take no more than 16-bit ones");
+  static_assert(!kFp8 || (S::BN * kFp8Chunks) % S::kThreads == 0, "whole copy rounds");
+};
+
 /// 1-D grid of moe_max_tiles x ceil(N / BN) CTAs (ceil(N / (BN / 2)) with kSilu), ordered as
 /// tile_shape says. Out: float, or T. kSilu (Out = T): the CTA's B rows are gate rows
 /// [n0, n0 + BN / 2) and the matching up rows N + n0 + ..., each warp kWarpN / 2 of each, so that
-/// a thread holds gate and up of the same outputs and writes SiLU(gate) * up.
-template <class S, class T, class Out, bool kSilu>
+/// a thread holds gate and up of the same outputs and writes SiLU(gate) * up. kFp8: E4M3 weights
+/// of scale mode Mode (a.fp8).
+template <class S, class T, class Out, bool kSilu, bool kFp8 = false, fp8_scale_mode Mode = fp8_scale_mode::per_row>
 __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(grouped_gemm_args a) {
   constexpr int BM = S::BM, BN = S::BN, BK = S::BK, kStages = S::kStages, kThreads = S::kThreads;
   constexpr int kMt = S::kMt, kNt = S::kNt, kChunks = S::kChunks, kHalf = BN / 2;
+  using L = smem_layout<S, kFp8>;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ int32_t a_row[BM];
   __shared__ int s_e, s_m0, s_rows;
@@ -112,12 +132,20 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(grouped_gemm_
     a_row[r] = r < rows ? (a.a_rows ? a.a_rows[m0 + r] / a.a_rows_div : m0 + r) : -1;
   __syncthreads();
   const T* A = static_cast<const T*>(a.a);
-  const T* W = static_cast<const T*>(a.w) + size_t(e) * (kSilu ? 2 : 1) * N * K;
+  const int w_rows = (kSilu ? 2 : 1) * N;  // rows of an expert's weight matrix
+  const T* W = static_cast<const T*>(a.w) + size_t(e) * w_rows * K;
+  const uint8_t* Q = static_cast<const uint8_t*>(a.w) + size_t(e) * w_rows * K;  // kFp8: its codes
   const uint32_t s0 = smem_addr(smem);
+  // B row r's weight row: n0 + r, or with kSilu gate row n0 + r % kHalf / its up row; col the
+  // output column it feeds (past N: nothing).
+  const auto b_row = [&](int r, int& col) {
+    col = kSilu ? n0 + r % kHalf : n0 + r;
+    return kSilu && r >= kHalf ? N + col : col;
+  };
   // Slice [k0, k0 + BK) into stage `st`; chunks past the rows, columns or K are zero-filled
-  // (K % 8 == 0: a chunk is wholly in or out).
+  // (K % 8 == 0, or 16 with E4M3: a chunk is wholly in or out).
   const auto load = [&](int st, int k0) {
-    const uint32_t as = s0 + st * S::kStageBytes, bs = as + S::kABytes;
+    const uint32_t as = s0 + st * L::kStageBytes, bs = as + S::kABytes;
 #pragma unroll
     for (int i = 0; i < BM * kChunks / kThreads; ++i) {
       const int c = threadIdx.x + i * kThreads, r = c / kChunks, ch = c % kChunks, k = k0 + ch * 8;
@@ -125,16 +153,58 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(grouped_gemm_
       const bool ok = src >= 0 && k < K;
       cp_async16(as + swz<BK>(r, ch), ok ? A + size_t(src) * K + k : A, ok ? 16 : 0);
     }
+    if constexpr (kFp8) {  // rows of BK codes, unswizzled: the conversion reads them row by row
 #pragma unroll
-    for (int i = 0; i < BN * kChunks / kThreads; ++i) {
-      const int c = threadIdx.x + i * kThreads, r = c / kChunks, ch = c % kChunks, k = k0 + ch * 8;
-      // B row r: weight row n0 + r, or with kSilu gate row n0 + r % kHalf / its up row.
-      const int col = kSilu ? n0 + r % kHalf : n0 + r, wrow = kSilu && r >= kHalf ? N + col : col;
-      const bool ok = col < N && k < K;
-      if constexpr (S::kPrefetch256)
-        cp_async16_prefetch256(bs + swz<BK>(r, ch), ok ? W + size_t(wrow) * K + k : W, ok ? 16 : 0);
-      else
-        cp_async16(bs + swz<BK>(r, ch), ok ? W + size_t(wrow) * K + k : W, ok ? 16 : 0);
+      for (int i = 0; i < BN * L::kFp8Chunks / kThreads; ++i) {
+        const int c = threadIdx.x + i * kThreads, r = c / L::kFp8Chunks, ch = c % L::kFp8Chunks, k = k0 + ch * 16;
+        int col;
+        const int wrow = b_row(r, col);
+        const bool ok = col < N && k < K;
+        const uint32_t dst = bs + uint32_t(r * BK + ch * 16);
+        if constexpr (S::kPrefetch256)
+          cp_async16_prefetch256(dst, ok ? Q + size_t(wrow) * K + k : Q, ok ? 16 : 0);
+        else
+          cp_async16(dst, ok ? Q + size_t(wrow) * K + k : Q, ok ? 16 : 0);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < BN * kChunks / kThreads; ++i) {
+        const int c = threadIdx.x + i * kThreads, r = c / kChunks, ch = c % kChunks, k = k0 + ch * 8;
+        int col;
+        const int wrow = b_row(r, col);
+        const bool ok = col < N && k < K;
+        if constexpr (S::kPrefetch256)
+          cp_async16_prefetch256(bs + swz<BK>(r, ch), ok ? W + size_t(wrow) * K + k : W, ok ? 16 : 0);
+        else
+          cp_async16(bs + swz<BK>(r, ch), ok ? W + size_t(wrow) * K + k : W, ok ? 16 : 0);
+      }
+    }
+  };
+  // kFp8: stage st's codes of slice [k0, k0 + BK) -> the converted slice, swizzled as a 16-bit
+  // stage is: each code times its row's (or its 128 x 128 block's) scale, rounded once to T.
+  const auto convert = [&](int st, int k0) {
+    const uint8_t* codes = smem + st * L::kStageBytes + S::kABytes;
+#pragma unroll
+    for (int i = 0; i < BN * L::kFp8Chunks / kThreads; ++i) {
+      const int c = threadIdx.x + i * kThreads, r = c / L::kFp8Chunks, ch = c % L::kFp8Chunks;
+      int col;
+      const int wrow = b_row(r, col);
+      float s = 0.0f;  // rows past N are zero codes; their scale is never read
+      if (col < N) s = expert_fp8_scale_row(a.fp8, e, wrow, w_rows, K)[Mode == fp8_scale_mode::block128 ? k0 / kFp8Block : 0];
+      const uint4 raw = *reinterpret_cast<const uint4*>(codes + r * BK + ch * 16);
+      const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+      uint4 out[2];
+      T* o = reinterpret_cast<T*>(out);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 lo = fp8::e4m3x2_to_float2(words[q]), hi = fp8::e4m3x2_to_float2(words[q] >> 16);
+        o[4 * q] = from_f32<T>(lo.x * s);
+        o[4 * q + 1] = from_f32<T>(lo.y * s);
+        o[4 * q + 2] = from_f32<T>(hi.x * s);
+        o[4 * q + 3] = from_f32<T>(hi.y * s);
+      }
+      st_shared16(s0 + L::kConverted + swz<BK>(r, 2 * ch), out[0]);
+      st_shared16(s0 + L::kConverted + swz<BK>(r, 2 * ch + 1), out[1]);
     }
   };
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -154,7 +224,13 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(grouped_gemm_
     __syncthreads();
     if (kt + kStages - 1 < nk) load((kt + kStages - 1) % kStages, (kt + kStages - 1) * BK);
     cp_async_commit();
-    const uint32_t as = s0 + (kt % kStages) * S::kStageBytes, bs = as + S::kABytes;
+    const uint32_t as = s0 + (kt % kStages) * L::kStageBytes;
+    uint32_t bs = as + S::kABytes;
+    if constexpr (kFp8) {  // every warp is past slice kt - 1's products (the barrier above)
+      convert(kt % kStages, kt * BK);
+      __syncthreads();
+      bs = s0 + L::kConverted;
+    }
 #pragma unroll
     for (int ks = 0; ks < BK / 16; ++ks) {
       uint32_t af[kMt][4];
@@ -210,13 +286,14 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(grouped_gemm_
     }
 }
 
-template <class S, class T, class Out, bool kSilu>
+template <class S, class T, class Out, bool kSilu, bool kFp8, fp8_scale_mode Mode>
 cudaError_t launch(const grouped_gemm_args& a, cudaStream_t s) {
+  constexpr int kSmem = smem_layout<S, kFp8>::kBytes;
   // The largest shared-memory carveout: what lets two or three CTAs of a decode tile share an SM
   // (the kernel reads nothing through L1: cp.async.cg bypasses it).
   static const cudaError_t configured = [] {
-    const auto kernel = grouped_gemm_kernel<S, T, Out, kSilu>;
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
+    const auto kernel = grouped_gemm_kernel<S, T, Out, kSilu, kFp8, Mode>;
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
     return e != cudaSuccess ? e
                             : cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                                    int(cudaSharedmemCarveoutMaxShared));
@@ -225,28 +302,36 @@ cudaError_t launch(const grouped_gemm_args& a, cudaStream_t s) {
   const int cols = kSilu ? S::BN / 2 : S::BN;
   const long long ctas = static_cast<long long>(moe_max_tiles(a.num_pairs, a.num_experts, S::tile)) * ((a.n + cols - 1) / cols);
   if (ctas > 0x7fffffffLL) return cudaErrorInvalidConfiguration;
-  return launch_pdl_smem(grouped_gemm_kernel<S, T, Out, kSilu>, dim3(unsigned(ctas)), dim3(S::kThreads),
-                         size_t(S::kSmem), s, a);
+  return launch_pdl_smem(grouped_gemm_kernel<S, T, Out, kSilu, kFp8, Mode>, dim3(unsigned(ctas)),
+                         dim3(S::kThreads), size_t(kSmem), s, a);
 }
 
-/// The kernel of shape S for dt and the output a asks for.
-template <class S>
-cudaError_t launch_shape(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s) {
+/// The kernel of shape S for dt, the weights' format and the output a asks for.
+template <class S, bool kFp8, fp8_scale_mode Mode>
+cudaError_t launch_format(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s) {
   cudaError_t e = cudaSuccess;
   if (a.silu_and_mul)
-    AS_DISPATCH_ACT(dt, e = launch<S, T, T, true>(a, s));
+    AS_DISPATCH_ACT(dt, e = (launch<S, T, T, true, kFp8, Mode>(a, s)));
   else if (a.y_act)
-    AS_DISPATCH_ACT(dt, e = launch<S, T, T, false>(a, s));
+    AS_DISPATCH_ACT(dt, e = (launch<S, T, T, false, kFp8, Mode>(a, s)));
   else
-    AS_DISPATCH_ACT(dt, e = launch<S, T, float, false>(a, s));
+    AS_DISPATCH_ACT(dt, e = (launch<S, T, float, false, kFp8, Mode>(a, s)));
   return e;
+}
+
+template <class S>
+cudaError_t launch_shape(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s) {
+  if (!a.fp8.scale) return launch_format<S, false, fp8_scale_mode::per_row>(dt, a, s);
+  if (a.fp8.mode == fp8_scale_mode::block128) return launch_format<S, true, fp8_scale_mode::block128>(dt, a, s);
+  return launch_format<S, true, fp8_scale_mode::per_row>(dt, a, s);
 }
 
 }  // namespace
 
 int grouped_gemm(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s) {
   if (a.num_pairs == 0) return 0;
-  if (a.k % 8 != 0 || reinterpret_cast<uintptr_t>(a.a) % 16 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0)
+  if (a.k % 8 != 0 || reinterpret_cast<uintptr_t>(a.a) % 16 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0 ||
+      (a.fp8.scale && (a.k % 16 != 0 || a.fp8.parts < 1 || a.fp8.parts > 2)))
     return int(cudaErrorInvalidValue);
   switch (a.tile) {
     case moe_gemm_tile::m16: return int(launch_shape<tile_m16>(dt, a, s));

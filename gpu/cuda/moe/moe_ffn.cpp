@@ -18,7 +18,7 @@ moe_ffn::~moe_ffn() {
 }
 
 status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_tokens, const alloc_fn& alloc,
-                     int chunk_tokens) {
+                     int chunk_tokens, bool e4m3_experts) {
   if (chunk_tokens <= 0)
     return make_error(error_code::invalid_argument,
                       fmt::format("moe_ffn: a chunk of {} tokens; it takes at least one", chunk_tokens));
@@ -61,6 +61,9 @@ status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_to
   };
   for (const want& w : wants)
     if (auto st = alloc(w.bytes, w.where); !st) return st;
+  expert_scratch_ = nullptr;
+  if (e4m3_experts)
+    if (auto st = alloc(size_t(2) * inter_ * hidden_ * es, &expert_scratch_); !st) return st;
   AS_CUDA_TRY(cudaMemset(route_counter_, 0, sizeof(int32_t)));
   // The cuBLAS path reads the offsets back into pinned memory and needs no device buffer of its
   // own: y_ ((CP + spare) x hidden fp32) is written by a chunk's down and read by its combine
@@ -129,11 +132,12 @@ status moe_ffn::run_experts(gemm_runner& gemm, const device_experts& w, const vo
   if (gemv) {  // the rows the dense layers give the GEMV: each pair reads its expert
     // gate/up with SiLU-and-mul in its epilogue, then down with the combine in its epilogue.
     const expert_gemv_args gate_up{.a = x, .a_rows_div = top_k_, .experts = experts, .w = w.gate_up,
-                                   .num_pairs = P, .n = inter_, .k = hidden_, .y = act_, .silu_and_mul = true};
+                                   .num_pairs = P, .n = inter_, .k = hidden_, .y = act_, .silu_and_mul = true,
+                                   .fp8 = w.gate_up_fp8};
     AS_CUDA_TRY(expert_gemv(dt_, gate_up, s));
     const moe_down_combine_args down{.act = act_, .experts = experts, .weights = weights, .w = w.down,
                                      .n = rows, .top_k = top_k_, .hidden = hidden_, .k = inter_, .out = out,
-                                     .accumulate = accumulate};
+                                     .accumulate = accumulate, .fp8 = w.down_fp8};
     AS_CUDA_TRY(moe_down_combine(dt_, down, s));
     return {};
   }
@@ -151,11 +155,11 @@ status moe_ffn::run_experts(gemm_runner& gemm, const device_experts& w, const vo
     const grouped_gemm_args gate_up{.a = x, .a_rows = sorted_pairs_, .a_rows_div = top_k_, .w = w.gate_up,
                                     .offsets = offsets_, .tile_offsets = tile_offsets_, .tile = tile, .num_pairs = P,
                                     .num_experts = num_experts_, .n = inter_, .k = hidden_, .y = act_,
-                                    .silu_and_mul = true};
+                                    .silu_and_mul = true, .fp8 = w.gate_up_fp8};
     AS_CUDA_TRY(grouped_gemm(dt_, gate_up, s));
     const grouped_gemm_args down{.a = act_, .w = w.down, .offsets = offsets_, .tile_offsets = tile_offsets_,
                                  .tile = tile, .num_pairs = P, .num_experts = num_experts_, .n = hidden_, .k = inter_,
-                                 .y = y_};
+                                 .y = y_, .fp8 = w.down_fp8};
     AS_CUDA_TRY(grouped_gemm(dt_, down, s));
   }
   const moe_combine_args ca{.y = y_, .pair_rows = pair_rows_, .experts = experts, .weights = weights, .n = rows,
@@ -188,10 +192,13 @@ status moe_ffn::run_experts_cublas(gemm_runner& gemm, const device_experts& w, c
   // cuBLAS's order. In pieces of at most cublas_piece_rows_ rows (the scratch behind the rows),
   // each GEMM over its rows rounded up (moe_cublas_row_multiple): the extra rows are the next
   // expert's or spare rows, their outputs in the scratch never read.
-  const auto* gate_up_w = static_cast<const uint8_t*>(w.gate_up);
+  // E4M3 experts: each expert with rows dequantized into expert_scratch_ before its GEMMs, which
+  // the next one's dequantization follows on the stream.
   auto* act = static_cast<uint8_t*>(act_);
   for (int e = 0; e < E; ++e) {
-    const void* we = gate_up_w + size_t(e) * 2 * inter_ * hidden_ * es;
+    if (off[e] == off[e + 1]) continue;
+    const void* we = nullptr;
+    if (auto st = expert_matrix(w.gate_up, w.gate_up_fp8, e, 2 * inter_, hidden_, s, we); !st) return st;
     for (int r0 = off[e]; r0 < off[e + 1]; r0 += cublas_piece_rows_) {
       const int m = std::min(cublas_piece_rows_, off[e + 1] - r0);
       const void* rows = gathered + size_t(r0) * hidden_ * es;
@@ -203,9 +210,10 @@ status moe_ffn::run_experts_cublas(gemm_runner& gemm, const device_experts& w, c
   // the same rounded pieces. The gathered rows and pieces in y_ are dead: every gate/up GEMM and
   // SiLU that read them is before on the stream. A piece's extra rows write the next expert's
   // rows of y_, which its own down overwrites after (experts in ascending order), or spare rows.
-  const auto* down_w = static_cast<const uint8_t*>(w.down);
   for (int e = 0; e < E; ++e) {
-    const void* we = down_w + size_t(e) * hidden_ * inter_ * es;
+    if (off[e] == off[e + 1]) continue;
+    const void* we = nullptr;
+    if (auto st = expert_matrix(w.down, w.down_fp8, e, hidden_, inter_, s, we); !st) return st;
     for (int r0 = off[e]; r0 < off[e + 1]; r0 += cublas_piece_rows_) {
       const int m = std::min(cublas_piece_rows_, off[e + 1] - r0);
       if (auto st = gemm.run(dt_, act + size_t(r0) * inter_ * es, cublas_rows(m), inter_, we, hidden_,
@@ -218,13 +226,43 @@ status moe_ffn::run_experts_cublas(gemm_runner& gemm, const device_experts& w, c
   return {};
 }
 
+status moe_ffn::expert_matrix(const void* w, const moe_fp8_scales& f, int e, int rows, int cols, cudaStream_t s,
+                              const void*& out) {
+  const size_t n = size_t(rows) * cols;
+  if (!f.scale) {
+    out = static_cast<const uint8_t*>(w) + size_t(e) * n * act_size(dt_);
+    return {};
+  }
+  if (!expert_scratch_)
+    return make_error(error_code::internal, "moe_ffn: E4M3 experts on the cuBLAS path without init's scratch");
+  const uint8_t* codes = static_cast<const uint8_t*>(w) + size_t(e) * n;
+  if (f.mode == fp8_scale_mode::per_row) {
+    AS_CUDA_TRY(fp8_dequantize(dt_, codes, f.scale + size_t(e) * rows, rows, cols, expert_scratch_, s));
+  } else {  // each part with its own block grid
+    const int part_rows = rows / f.parts;
+    const size_t part_scales = fp8_blocks(size_t(part_rows)) * fp8_blocks(size_t(cols));
+    for (int p = 0; p < f.parts; ++p)
+      AS_CUDA_TRY(fp8_dequantize(dt_, codes + size_t(p) * part_rows * cols,
+                                 f.scale + (size_t(e) * f.parts + p) * part_scales, part_rows, cols,
+                                 static_cast<uint8_t*>(expert_scratch_) + size_t(p) * part_rows * cols * act_size(dt_),
+                                 s, fp8_scale_mode::block128));
+  }
+  out = expert_scratch_;
+  return {};
+}
+
 status moe_ffn::warm_cublas(gemm_runner& gemm, const device_experts& w, cudaStream_t s) {
   if (cublas_piece_rows_ == 0) return {};
-  // Expert 0's weights over whatever the buffers hold: as run_experts_cublas's pieces of m rows.
+  // Expert 0's weights (E4M3 experts: whatever the scratch holds) over whatever the buffers hold:
+  // as run_experts_cublas's pieces of m rows.
+  const void* gate_up = w.gate_up_fp8.scale ? expert_scratch_ : w.gate_up;
+  const void* down = w.down_fp8.scale ? expert_scratch_ : w.down;
+  if (!gate_up || !down)
+    return make_error(error_code::internal, "moe_ffn: E4M3 experts on the cuBLAS path without init's scratch");
   const int most = std::min(cublas_piece_rows_, pair_rows_capacity_);
   for (int m = moe_cublas_row_multiple; m <= most; m += moe_cublas_row_multiple) {
-    if (auto st = gemm.run_act(dt_, y_, m, hidden_, w.gate_up, 2 * inter_, cublas_scratch_); !st) return st;
-    if (auto st = gemm.run(dt_, act_, m, inter_, w.down, hidden_, y_); !st) return st;
+    if (auto st = gemm.run_act(dt_, y_, m, hidden_, gate_up, 2 * inter_, cublas_scratch_); !st) return st;
+    if (auto st = gemm.run(dt_, act_, m, inter_, down, hidden_, y_); !st) return st;
   }
   AS_CUDA_TRY(cudaStreamSynchronize(s));
   return {};

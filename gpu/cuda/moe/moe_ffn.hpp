@@ -13,6 +13,7 @@
 #include "config/error.hpp"
 #include "config/moe_config.hpp"
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/moe/moe_kernels.hpp"
 #include "gpu/cuda/moe/moe_tile.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -59,11 +60,14 @@ constexpr int moe_chunk_tokens_for(int num_experts, int top_k, int hidden, int i
   return static_cast<int>(tokens > moe_ffn_chunk_tokens ? tokens : moe_ffn_chunk_tokens);
 }
 
-/// One sparse layer's weights on the device, in the activation dtype.
+/// One sparse layer's weights on the device, in the activation dtype, or the routed experts'
+/// in FP8 E4M3 with their scales.
 struct device_experts {
   void* router = nullptr;    ///< [E][hidden]
   void* gate_up = nullptr;   ///< [E][2 * inter][hidden]: each expert's gate rows, then its up rows
   void* down = nullptr;      ///< [E][hidden][inter]
+  /// With scales set, gate_up and down hold E4M3 codes (gate_up: parts 2, down: parts 1).
+  moe_fp8_scales gate_up_fp8, down_fp8;
   /// DeepSeek-V2's shared experts as one dense SwiGLU MLP of shared_inter = n_shared_experts x
   /// the experts' intermediate size, added after the routed sum; null without them.
   void* shared_gate_up = nullptr;   ///< [2 * shared_inter][hidden], gate rows first
@@ -81,9 +85,11 @@ class moe_ffn {
 
   /// Sizes the buffers for up to `max_tokens` tokens a step, run through the experts in chunks of
   /// at most `chunk_tokens` (> 0), through `alloc` (whose memory the caller owns and frees); the
-  /// pinned host copy of the experts' row offsets is this object's.
+  /// pinned host copy of the experts' row offsets is this object's. `e4m3_experts`: the experts
+  /// are E4M3 (device_experts' scales), and the per-expert cuBLAS path dequantizes one expert's
+  /// matrix at a time into a scratch of 2 x inter x hidden values of dt.
   status init(const moe_config& cfg, int hidden, act_dtype dt, int max_tokens, const alloc_fn& alloc,
-              int chunk_tokens = moe_ffn_chunk_tokens);
+              int chunk_tokens = moe_ffn_chunk_tokens, bool e4m3_experts = false);
 
   /// Chunks of at least `rows` routed rows an expert on average (0: every batched chunk) run the
   /// experts through cuBLAS while the stream is not capturing a graph; moe_cublas_rows_by_expert_size
@@ -131,6 +137,11 @@ class moe_ffn {
   /// the offsets read back, the rows gathered, per expert gate/up in pieces with SiLU-and-mul into
   /// act_, then down into y_.
   status run_experts_cublas(gemm_runner& gemm, const device_experts& w, const void* x, int P, cudaStream_t s);
+  /// Expert e's [rows][cols] matrix of w for a cuBLAS GEMM of the act dtype: in place, or for
+  /// E4M3 experts (f's scales set) dequantized into expert_scratch_ on `s`, each part with its
+  /// scales (fp8_dequantize's values, those the grouped GEMM converts to).
+  status expert_matrix(const void* w, const moe_fp8_scales& f, int e, int rows, int cols, cudaStream_t s,
+                       const void*& out);
   /// The rows a cuBLAS GEMM of the path runs for a piece of m rows: m rounded up to
   /// moe_cublas_row_multiple (at most cublas_piece_rows_, itself a multiple).
   static int cublas_rows(int m) {
@@ -159,6 +170,7 @@ class moe_ffn {
   int cublas_piece_rows_ = 0;         ///< rows of a gate/up piece the scratch holds (0: the path never runs)
   int pair_rows_capacity_ = 0;        ///< rows of act_ and y_: a chunk's pairs and the rounding's spare rows
   void* cublas_scratch_ = nullptr;    ///< the gate/up pieces: inside y_, behind the gathered rows
+  void* expert_scratch_ = nullptr;    ///< E4M3 experts: one expert's matrix dequantized (init)
   int32_t* host_offsets_ = nullptr;   ///< [E + 1]: offsets_ read back (cudaMallocHost)
   std::atomic<int64_t> cublas_chunks_{0};  ///< chunks run through cuBLAS
 };

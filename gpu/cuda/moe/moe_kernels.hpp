@@ -9,9 +9,21 @@
 #include <cstdint>
 
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/linear/fp8_linear.hpp"
 #include "gpu/cuda/moe/moe_tile.hpp"
 
 namespace actorserve::gpu::cuda {
+
+/// Experts' weights in FP8 E4M3 (an FP8 checkpoint's, or rounded by --quantization fp8): one byte
+/// a weight and fp32 scales. per_row: scale[e][r] for row r of expert e's [rows][K] matrix;
+/// block128: each expert's matrix as `parts` stacked parts of rows / parts rows (gate/up: 2,
+/// down: 1), each with its own 128 x 128 block grid, scale[e][part][fp8_blocks(rows / parts)]
+/// [fp8_blocks(K)], so a part whose rows do not end on a block keeps its checkpoint's scales.
+struct moe_fp8_scales {
+  const float* scale = nullptr;  ///< null: the weights are of the activation dtype
+  fp8_scale_mode mode = fp8_scale_mode::per_row;
+  int parts = 1;
+};
 
 /// Most experts per token the router and combine kernels take.
 inline constexpr int moe_max_top_k = 32;
@@ -123,8 +135,13 @@ struct grouped_gemm_args {
   /// silu_and_mul_act fused in: W_e is [2N][K] (gate rows, then up rows) and y, of dt, gets
   /// SiLU(gate) * up of the two products each rounded to dt, the product rounded to dt.
   bool silu_and_mul = false;
+  /// E4M3 weights: w holds the codes (gate/up: parts 2 with block scales); each weight enters
+  /// the products as e4m3 x its scale rounded once to dt, the operand fp8_dequantize gives, so
+  /// the outputs are the bits of this GEMM over the dequantized weights.
+  moe_fp8_scales fp8;
 };
-/// K must be a multiple of 8 and a, w 16-byte aligned (cudaErrorInvalidValue otherwise); the
+/// K must be a multiple of 8 (16 with E4M3 weights) and a, w 16-byte aligned
+/// (cudaErrorInvalidValue otherwise); the
 /// tile one the device runs (moe_gemm_tile_runs with largest_moe_gemm_tile(); else the launch's
 /// error).
 int grouped_gemm(act_dtype dt, const grouped_gemm_args& a, cudaStream_t s);
@@ -147,8 +164,14 @@ struct expert_gemv_args {
   /// silu_and_mul_act fused in: W_e is [2N][K] (gate rows, then up rows) and y, of dt, gets
   /// SiLU(gate) * up of the two products each rounded to dt, the product rounded to dt.
   bool silu_and_mul = false;
+  /// E4M3 weights: w is [num_experts][2N][K] codes (parts 2 with block scales). Each row's dot
+  /// product sums the exact E4M3 values times x in fp32 and takes its row's scale once
+  /// (per_row), or each 16-weight partial sum takes its block's scale (block128), in fp8_gemv's
+  /// form; silu_and_mul then rounds gate and up to dt as above.
+  moe_fp8_scales fp8;
 };
-/// K must be a multiple of 8 and a, w 16-byte aligned (cudaErrorInvalidValue otherwise).
+/// K must be a multiple of 8 and a, w 16-byte aligned (cudaErrorInvalidValue otherwise); E4M3
+/// weights only with silu_and_mul and K a multiple of 16.
 int expert_gemv(act_dtype dt, const expert_gemv_args& a, cudaStream_t s);
 
 /// The one-token down projection and combine in one: out[t, c] (+)= sum over slots j, in ascending
@@ -162,8 +185,12 @@ struct moe_down_combine_args {
   int n = 0, top_k = 0, hidden = 0, k = 0;
   float* out = nullptr;              ///< [n][hidden]
   bool accumulate = false;           ///< add into out (the residual) instead of overwriting it
+  /// E4M3 down weights (w [num_experts][hidden][K] codes; parts 1): each slot's dot product in
+  /// expert_gemv's E4M3 form, then combined as above.
+  moe_fp8_scales fp8;
 };
-/// K must be a multiple of 8, act and w 16-byte aligned, top_k in [1, moe_max_top_k]. Rows of
+/// K must be a multiple of 8 (16 with E4M3 weights), act and w 16-byte aligned, top_k in
+/// [1, moe_max_top_k]. Rows of
 /// at least moe_down_slot_warps_min_k take a warp a slot (Mixtral-8x7B's 14,336: 217.5 against
 /// 216.4 tok/s on an H100), shorter ones a warp a column with two slots at a time (a warp a slot
 /// lost 10 % on Qwen3-30B-A3B's 768 and 3.5 % on DeepSeek-V2-Lite's 1,408); the same bits.
