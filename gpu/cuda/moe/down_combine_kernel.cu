@@ -140,6 +140,18 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks) kernel(moe_down_combi
 }
 }  // namespace slot_warps
 
+/// The kernel for a's rows (moe_down_slot_warps_min_k), of weights of T or E4M3 (kFp8, Mode).
+template <class T, bool kFp8, fp8_scale_mode Mode>
+cudaError_t launch_down_combine(const moe_down_combine_args& a, cudaStream_t s) {
+  if (a.k >= moe_down_slot_warps_min_k) {
+    const int per_column = slot_warps::per_column(a.top_k), columns = slot_warps::kWarps / per_column;
+    const dim3 grid((a.hidden + columns - 1) / columns, a.n);
+    return launch_pdl(slot_warps::kernel<T, kFp8, Mode>, grid, dim3(columns * per_column * 32), s, a);
+  }
+  const dim3 grid((a.hidden + column_warps::kWarps - 1) / column_warps::kWarps, a.n);
+  return launch_pdl(column_warps::kernel<T, kFp8, Mode>, grid, dim3(column_warps::kWarps * 32), s, a);
+}
+
 }  // namespace
 
 int moe_down_combine(act_dtype dt, const moe_down_combine_args& a, cudaStream_t s) {
@@ -148,27 +160,13 @@ int moe_down_combine(act_dtype dt, const moe_down_combine_args& a, cudaStream_t 
       reinterpret_cast<uintptr_t>(a.w) % 16 != 0 || (a.fp8.scale && (a.k % 16 != 0 || a.fp8.parts != 1)))
     return int(cudaErrorInvalidValue);
   constexpr auto kRow = fp8_scale_mode::per_row, kBlock = fp8_scale_mode::block128;
-  const bool fp8 = a.fp8.scale != nullptr, block = a.fp8.mode == kBlock;
   cudaError_t e = cudaSuccess;
-  if (a.k >= moe_down_slot_warps_min_k) {
-    const int per_column = slot_warps::per_column(a.top_k), columns = slot_warps::kWarps / per_column;
-    const dim3 grid((a.hidden + columns - 1) / columns, a.n), threads(columns * per_column * 32);
-    if (!fp8)
-      AS_DISPATCH_ACT(dt, e = launch_pdl(slot_warps::kernel<T, false, kRow>, grid, threads, s, a));
-    else if (block)
-      AS_DISPATCH_ACT(dt, e = launch_pdl(slot_warps::kernel<T, true, kBlock>, grid, threads, s, a));
-    else
-      AS_DISPATCH_ACT(dt, e = launch_pdl(slot_warps::kernel<T, true, kRow>, grid, threads, s, a));
-  } else {
-    const dim3 grid((a.hidden + column_warps::kWarps - 1) / column_warps::kWarps, a.n),
-        threads(column_warps::kWarps * 32);
-    if (!fp8)
-      AS_DISPATCH_ACT(dt, e = launch_pdl(column_warps::kernel<T, false, kRow>, grid, threads, s, a));
-    else if (block)
-      AS_DISPATCH_ACT(dt, e = launch_pdl(column_warps::kernel<T, true, kBlock>, grid, threads, s, a));
-    else
-      AS_DISPATCH_ACT(dt, e = launch_pdl(column_warps::kernel<T, true, kRow>, grid, threads, s, a));
-  }
+  if (!a.fp8.scale)
+    AS_DISPATCH_ACT(dt, e = (launch_down_combine<T, false, kRow>(a, s)));
+  else if (a.fp8.mode == kBlock)
+    AS_DISPATCH_ACT(dt, e = (launch_down_combine<T, true, kBlock>(a, s)));
+  else
+    AS_DISPATCH_ACT(dt, e = (launch_down_combine<T, true, kRow>(a, s)));
   return int(e);
 }
 
