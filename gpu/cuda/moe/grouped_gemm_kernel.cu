@@ -190,7 +190,8 @@ __global__ void __launch_bounds__(S::kThreads) grouped_gemm_kernel(grouped_gemm_
       int col;
       const int wrow = b_row(r, col);
       float s = 0.0f;  // rows past N are zero codes; their scale is never read
-      if (col < N) s = expert_fp8_scale_row(a.fp8, e, wrow, w_rows, K)[Mode == fp8_scale_mode::block128 ? k0 / kFp8Block : 0];
+      if (col < N)
+        s = expert_fp8_scale_row(a.fp8, e, wrow, w_rows, K)[Mode == fp8_scale_mode::block128 ? k0 / kFp8Block : 0];
       const uint4 raw = *reinterpret_cast<const uint4*>(codes + r * BK + ch * 16);
       const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
       uint4 out[2];
