@@ -129,21 +129,8 @@ class uploader {
         AS_CUDA_TRY(cudaMemcpyAsync(scales, s.data(), r * sizeof(float), cudaMemcpyHostToDevice, s_));
         AS_CUDA_TRY(cudaStreamSynchronize(s_));
         progress_.advance(v->num_bytes());
-      } else if (v->dummy) {
-        // Generated (--load-format dummy): filled as bf16 (its values are bf16-exact) into the
-        // staging buffer on the device, then rounded as a read bf16 view is.
-        auto buf = staging(r * cols * act_size(act_dtype::bf16));
-        if (!buf) return buf.err();
-        AS_CUDA_TRY(fill_dummy_act(*v->dummy, act_dtype::bf16, *buf, r * cols, s_));
-        progress_.advance(v->num_bytes());
-        AS_CUDA_TRY(fp8_quantize_rows(*buf, src_dtype::bf16, int(r), int(cols), codes, scales, s_));
-        AS_CUDA_TRY(cudaStreamSynchronize(s_));  // start-up only: the staging buffer is reused
       } else {
-        auto sd = source_dtype(*v);
-        if (!sd) return sd.err();
-        auto src = stage(*v);
-        if (!src) return src.err();
-        AS_CUDA_TRY(fp8_quantize_rows(*src, *sd, int(r), int(cols), codes, scales, s_));
+        if (auto st = quantize_view(*v, codes, scales); !st) return st.err();
         AS_CUDA_TRY(cudaStreamSynchronize(s_));  // start-up only: the staging buffer is reused
       }
       row += r;
@@ -173,23 +160,7 @@ class uploader {
       if (!codes) return codes.err();
       uint8_t* q = static_cast<uint8_t*>(*codes);
       float* scales = reinterpret_cast<float*>(q + codes_bytes);
-      const void* src = nullptr;
-      src_dtype sd = src_dtype::bf16;
-      if (v->dummy) {  // generated bf16-exact values, rounded as a read bf16 view is (weight())
-        auto buf = staging(r * cols * act_size(act_dtype::bf16));
-        if (!buf) return buf.err();
-        AS_CUDA_TRY(fill_dummy_act(*v->dummy, act_dtype::bf16, *buf, r * cols, s_));
-        progress_.advance(v->num_bytes());
-        src = *buf;
-      } else {
-        auto stored = source_dtype(*v);
-        if (!stored) return stored.err();
-        auto staged = stage(*v);
-        if (!staged) return staged.err();
-        src = *staged;
-        sd = *stored;
-      }
-      AS_CUDA_TRY(fp8_quantize_rows(src, sd, int(r), int(cols), q, scales, s_));
+      if (auto st = quantize_view(*v, q, scales); !st) return st.err();
       AS_CUDA_TRY(fp8_dequantize(m_.dt, q, scales, int(r), int(cols),
                                  static_cast<char*>(dst) + offset * act_size(m_.dt), s_));
       AS_CUDA_TRY(cudaStreamSynchronize(s_));  // start-up only: the staging buffers are reused
@@ -285,6 +256,28 @@ class uploader {
     return dst;
   }
 
+  /// Enqueues the rounding of float view `v` [r][cols] to E4M3 codes with one scale a row on the
+  /// device (fp8_quantize_rows, as quantize_rows_e4m3 rounds on the CPU), from its stored values
+  /// staged as they are or, generated (--load-format dummy), filled as bf16 (its values are
+  /// bf16-exact) into the staging buffer: the caller syncs before the buffer is reused.
+  status quantize_view(const tensor_view& v, uint8_t* codes, float* scales) {
+    const int r = int(v.shape[0]), cols = int(v.shape[1]);
+    if (v.dummy) {
+      auto buf = staging(size_t(r) * cols * act_size(act_dtype::bf16));
+      if (!buf) return buf.err();
+      AS_CUDA_TRY(fill_dummy_act(*v.dummy, act_dtype::bf16, *buf, size_t(r) * cols, s_));
+      progress_.advance(v.num_bytes());
+      AS_CUDA_TRY(fp8_quantize_rows(*buf, src_dtype::bf16, r, cols, codes, scales, s_));
+      return {};
+    }
+    auto sd = source_dtype(v);
+    if (!sd) return sd.err();
+    auto src = stage(v);
+    if (!src) return src.err();
+    AS_CUDA_TRY(fp8_quantize_rows(*src, *sd, r, cols, codes, scales, s_));
+    return {};
+  }
+
   /// Row `i`'s scale of a per-tensor or per-channel E4M3 weight.
   static float row_scale(const fp8_scale_view& s, size_t i) {
     float v = 0;
@@ -300,29 +293,21 @@ class uploader {
     return stage_bytes(v, w.data(), w.size() * sizeof(float));
   }
 
+  /// Device buffer `buf` of `have` bytes, grown to at least `bytes` (its contents not kept).
+  static result<void*> grown(void*& buf, size_t& have, size_t bytes) {
+    if (bytes > have) {
+      if (buf) cudaFree(buf);
+      buf = nullptr;
+      have = 0;
+      AS_CUDA_TRY(cudaMalloc(&buf, bytes));
+      have = bytes;
+    }
+    return buf;
+  }
   /// The device staging buffer, grown to at least `bytes`.
-  result<void*> staging(size_t bytes) {
-    if (bytes > staging_bytes_) {
-      if (staging_) cudaFree(staging_);
-      staging_ = nullptr;
-      staging_bytes_ = 0;
-      AS_CUDA_TRY(cudaMalloc(&staging_, bytes));
-      staging_bytes_ = bytes;
-    }
-    return staging_;
-  }
-
+  result<void*> staging(size_t bytes) { return grown(staging_, staging_bytes_, bytes); }
   /// The device buffer of rounded_matrix's codes and scales, grown to at least `bytes`.
-  result<void*> rounding_scratch(size_t bytes) {
-    if (bytes > rounding_bytes_) {
-      if (rounding_) cudaFree(rounding_);
-      rounding_ = nullptr;
-      rounding_bytes_ = 0;
-      AS_CUDA_TRY(cudaMalloc(&rounding_, bytes));
-      rounding_bytes_ = bytes;
-    }
-    return rounding_;
-  }
+  result<void*> rounding_scratch(size_t bytes) { return grown(rounding_, rounding_bytes_, bytes); }
 
   result<const void*> stage_bytes(const tensor_view& v, const void* data, size_t bytes) {
     auto buf = staging(bytes);
