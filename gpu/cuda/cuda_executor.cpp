@@ -210,7 +210,9 @@ status cuda_executor::allocate_buffers() {
                                            static_cast<int>(c.hidden_size),
                                            static_cast<int>(m.expert_intermediate_size), static_cast<int>(es));
     const bool e4m3_experts = std::any_of(model_->layers.begin(), model_->layers.end(),
-                                          [](const device_layer& l) { return l.experts.gate_up_fp8.scale != nullptr; });
+                                          [](const device_layer& l) {
+                                            return l.experts.gate_up_fp8.scale || l.experts.down_fp8.scale;
+                                          });
     if (auto st = moe_.init(m, static_cast<int>(c.hidden_size), dt_, static_cast<int>(rows), moe_alloc, chunk,
                             e4m3_experts);
         !st)
