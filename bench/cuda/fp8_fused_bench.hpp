@@ -4,7 +4,7 @@
 // activations, µs a layer: the FP8 GEMV (in registers, and on the bulk-copy ring in groups of
 // `--bulk-fp8-rows` rows, the executor's path without the fused GEMVs) followed by
 // rope_kv_write / silu_and_mul, against the fused GEMVs of fp8_gemv_fused.hpp in registers and on
-// the ring in groups of 4 and of 8 weight rows. Each path is replayed as a CUDA graph over 32
+// the ring in groups of 4 and of 8 weight rows, and on the tensor cores (fp8_gemv_mma.hpp). Each path is replayed as a CUDA graph over 32
 // layers' copies of the weights (nothing stays in L2), with plain launches and with programmatic
 // dependent launches (the executor's), where the ring's copies start beside the kernel before.
 #include <cuda_runtime.h>
@@ -21,6 +21,7 @@
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/linear/fp8_gemv_bulk.hpp"
 #include "gpu/cuda/linear/fp8_gemv_fused.hpp"
+#include "gpu/cuda/linear/fp8_gemv_mma.hpp"
 #include "gpu/cuda/linear/fp8_linear.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
 #include "gpu/cuda/programmatic_launch.hpp"
@@ -162,7 +163,11 @@ inline void bench_fp8_fused_decode(decode_sim& sim, const gpu::bulk_gemv_tuning&
            {unfused_ring + " + rope_kv_write", unfused_qkv(true)},
            {"fused, registers (a block a rotary pair)", fused_qkv(false, off)},
            {"fused, ring, 4 rows (2 pairs)", fused_qkv(true, rows(4))},
-           {"fused, ring, 8 rows (4 pairs)", fused_qkv(true, rows(8))}});
+           {"fused, ring, 8 rows (4 pairs)", fused_qkv(true, rows(8))},
+           {"fused, tensor cores, 16 rows (8 pairs)", [&](int l) {
+              return cuda::fp8_gemv_mma_qkv_rope(dt, x, kHidden, qkv_w.codes[size_t(l)], qkv_w.scales[size_t(l)],
+                                                 rope_args(l), s, bulk0);
+            }}});
   }
   const auto fused_gate_up = [&](bool ring, const gpu::bulk_gemv_tuning& t) {
     return [&, ring, t](int l) {
@@ -187,7 +192,11 @@ inline void bench_fp8_fused_decode(decode_sim& sim, const gpu::bulk_gemv_tuning&
          {unfused_ring + " + silu_and_mul", unfused_gate_up(true)},
          {"fused, registers (" + std::to_string(register_rows) + " rows a block)", fused_gate_up(false, off)},
          {"fused, ring, 4 rows (2 gate + 2 up)", fused_gate_up(true, rows(4))},
-         {"fused, ring, 8 rows (4 gate + 4 up)", fused_gate_up(true, rows(8))}});
+         {"fused, ring, 8 rows (4 gate + 4 up)", fused_gate_up(true, rows(8))},
+         {"fused, tensor cores, 16 rows (8 gate + 8 up)", [&](int l) {
+            return cuda::fp8_gemv_mma_gate_up_silu(dt, x, kHidden, gate_up_w.codes[size_t(l)],
+                                                   gate_up_w.scales[size_t(l)], kInter, act, s, bulk0);
+          }}});
   cuda::set_programmatic_launch(false);
   cudaDeviceSynchronize();
   for (void* p : k_cache) cudaFree(p);

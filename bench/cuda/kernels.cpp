@@ -42,6 +42,7 @@
 #include "gpu/cuda/cuda_executor.hpp"
 #include "gpu/cuda/model/cuda_model.hpp"
 #include "gpu/cuda/device_info.hpp"
+#include "gpu/cuda/linear/fp8_gemv_mma.hpp"
 #include "gpu/cuda/linear/fp8_linear.hpp"
 #include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/cuda/act_dtype.hpp"
@@ -226,8 +227,8 @@ void bench_gemm_sweep(decode_sim& sim) {
 /// the same projections, per row count, through gemm_runner with each FP8 path forced in turn: the
 /// FP8 GEMV (up to cuda::fp8_gemv_max_m rows; the register kernel, fp8_linear.hpp), at m = 1 the
 /// bulk-copy FP8 GEMV (fp8_gemv_bulk.hpp, on the sim's bulk grid, with groups of 4 and of 8 weight
-/// rows; '-' where the GPU does not run it), with the weight bytes a second each GEMV streams at
-/// m = 1, the FP8 tensor-core GEMM (activations quantized per token or per 128-element group, then
+/// rows; '-' where the GPU does not run it), up to 8 rows the tensor-core GEMV (fp8_gemv_mma.hpp;
+/// per-row scales), with the weight bytes a second each GEMV streams at m = 1, the FP8 tensor-core GEMM (activations quantized per token or per 128-element group, then
 /// cuBLASLt; fp32 out as run(), and 16-bit out as run_act() gives gate/up), and dequantize + cuBLAS. "default" names the path gemm_runner takes at
 /// cuda::default_fp8_gemm_min_rows. Each projection is replayed over 32 layers' copies of its
 /// weights (nothing stays in L2).
@@ -246,8 +247,8 @@ void bench_fp8_sweep(decode_sim& sim) {
     report("\n## FP8 weights, %s, vs bf16 (bf16 activations in; us per projection; '-': the path does not take m)\n",
            block ? "128 x 128 block scales" : "one scale per row");
     report("| proj | n x k | m | bf16 | fp8 gemv | gemv TB/s | fp8 bulk 4 rows | TB/s | fp8 bulk 8 rows | TB/s | "
-           "fp8 gemm | fp8 gemm 16-bit out | dequant + cuBLAS | default | default/bf16 |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "fp8 mma gemv | TB/s | fp8 gemm | fp8 gemm 16-bit out | dequant + cuBLAS | default | default/bf16 |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const projection& p : projs) {
       const size_t elems = size_t(p.n) * p.k;
       std::vector<uint8_t> codes(elems);
@@ -283,25 +284,34 @@ void bench_fp8_sweep(decode_sim& sim) {
           return expect_lt && g.fp8_gemm_runs() == before ? -1.0 : us;
         };
         constexpr int kNever = std::numeric_limits<int>::max();
-        // -1: the ring was asked for and did not run; rows: its weight rows per group.
-        const auto gemv_kernel = [&](bool ring, int rows) {
+        // -1: the ring (the tensor-core GEMV: mma) was asked for and did not run; rows: the ring's
+        // weight rows per group.
+        const auto gemv_kernel = [&](bool ring, int rows, bool mma = false) {
           gpu::bulk_gemv_tuning t = bulk0;
           t.fp8 = ring;
           t.fp8_rows = rows;
+          t.fp8_mma_min_rows = mma ? 1 : 0;
           g.set_bulk_gemv(t);
-          const int64_t before = g.fp8_gemv_bulk_runs();
+          const int64_t before = mma ? g.fp8_gemv_mma_runs() : g.fp8_gemv_bulk_runs();
           const double us = fp8_path(cuda::fp8_gemv_max_m, kNever, false, false);
           g.set_bulk_gemv(bulk0);
-          return ring && g.fp8_gemv_bulk_runs() == before ? -1.0 : us;
+          return ring && (mma ? g.fp8_gemv_mma_runs() : g.fp8_gemv_bulk_runs()) == before ? -1.0 : us;
         };
         const double gemv_us = m <= cuda::fp8_gemv_max_m ? gemv_kernel(false, bulk0.fp8_rows) : -1;
         const double bulk4_us = m == 1 ? gemv_kernel(true, 4) : -1, bulk8_us = m == 1 ? gemv_kernel(true, 8) : -1;
+        const double mma_us = m <= cuda::fp8_gemv_mma_max_m ? gemv_kernel(true, bulk0.fp8_rows, true) : -1;
         const double bulk_us = bulk0.fp8_rows == 4 ? bulk4_us : bulk8_us;
         const double lt_us = fp8_path(0, 1, false, true), lt16_us = fp8_path(0, 1, true, true);
         const double deq_us = fp8_path(0, kNever, false, false);
         g.set_fp8_paths(cuda::fp8_gemv_max_m, cuda::default_fp8_gemm_min_rows);
+        const bool default_mma =
+            bulk0.fp8 && bulk0.fp8_mma_min_rows > 0 && m >= bulk0.fp8_mma_min_rows && mma_us >= 0;
         const bool default_gemv = cuda::fp8_gemv_by_default(m), default_bulk = bulk0.fp8 && bulk_us >= 0;
-        const double default_us = default_bulk ? bulk_us : default_gemv ? gemv_us : lt_us >= 0 ? lt_us : deq_us;
+        const double default_us = default_mma    ? mma_us
+                                  : default_bulk ? bulk_us
+                                  : default_gemv ? gemv_us
+                                  : lt_us >= 0   ? lt_us
+                                                 : deq_us;
         const auto cell = [](double us) {
           if (us >= 0) report(" %.1f |", us);
           else report(" - |");
@@ -315,10 +325,16 @@ void bench_fp8_sweep(decode_sim& sim) {
         time_and_rate(gemv_us);
         time_and_rate(bulk4_us);
         time_and_rate(bulk8_us);
+        time_and_rate(mma_us);
         cell(lt_us);
         cell(lt16_us);
         cell(deq_us);
-        report(" %s | %.2f |\n", default_bulk ? "bulk gemv" : default_gemv ? "gemv" : lt_us >= 0 ? "gemm" : "dequant",
+        report(" %s | %.2f |\n",
+               default_mma    ? "mma gemv"
+               : default_bulk ? "bulk gemv"
+               : default_gemv ? "gemv"
+               : lt_us >= 0   ? "gemm"
+                              : "dequant",
                default_us / bf16_us);
       }
       for (auto& w : fp8) {
@@ -520,7 +536,7 @@ void bench_executor(const executor_model& m, bool eager, const gpu::cuda_tuning&
   const std::string& dir = m.dir;
   auto ex = gpu::make_cuda_executor(dir, o);
   if (!ex.ok()) { report("executor: %s\n", ex.err().message.c_str()); return; }
-  for (int batch : {1, 32, 128}) {
+  for (int batch : {1, 2, 3, 4, 8, 32, 128}) {
     gpu::step_batch pre;
     const int len = 128;
     for (int s = 0; s < batch; ++s) {

@@ -6,7 +6,7 @@
 //   --prefill-q16 0|1   --fused-decode 0|1   --gate-up-16bit 0|1   --residual-gemm 0|1
 //   --q32-decode-only 0|1   --qkv-16bit 0|1   --last-layer-all-rows 0|1
 //   --bulk-gemv plain,qkv,gate_up,fp8|none   --bulk-blocks N   --bulk-stages N   --bulk-qkv-pairs 1|2
-//   --bulk-fp8-rows 4|8   --bulk-evict-first 0|1   --cascade-overlap 0|1   --moe-cublas-min-rows N
+//   --bulk-fp8-rows 4|8   --bulk-fp8-mma-rows N   --bulk-evict-first 0|1   --cascade-overlap 0|1   --moe-cublas-min-rows N
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -89,6 +89,8 @@ inline bool parse_tuning_flag(int& i, int argc, char** argv, gpu::cuda_tuning& t
     t.bulk.qkv_pairs = pick(flag.c_str(), v, {"1", "2"}) + 1;
   } else if (flag_is("--bulk-fp8-rows")) {
     t.bulk.fp8_rows = 4 * (pick(flag.c_str(), v, {"4", "8"}) + 1);
+  } else if (flag_is("--bulk-fp8-mma-rows")) {
+    t.bulk.fp8_mma_min_rows = std::atoi(v.c_str());
   } else if (flag_is("--bulk-evict-first")) {
     t.bulk.evict_first = on();
   } else if (flag_is("--moe-cublas-min-rows")) {

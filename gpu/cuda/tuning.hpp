@@ -80,6 +80,12 @@ struct bulk_gemv_tuning {
   /// reductions and activation unpacks per weight byte; the fused ones then take 4 rotary pairs
   /// or 4 gate/up pairs a group, 4: 2; the same outputs either way).
   int fp8_rows = 8;
+  /// With fp8: FP8 GEMVs of fp8_mma_min_rows to 8 rows with per-row scales (the one-token ones
+  /// plain and fused where it is 1) multiply on the tensor cores (fp8_gemv_mma.hpp: groups of 16
+  /// weight rows as one MMA tile's M, the tokens as its N) in place of the register GEMV or the
+  /// FP8 GEMM; 0: never. From a few rows the CUDA-core GEMVs are bound by their instructions;
+  /// at one row the ring above streams faster.
+  int fp8_mma_min_rows = 3;
   bool evict_first = true;  ///< the weights' L2 lines marked first to evict
 };
 
@@ -172,6 +178,8 @@ inline std::string describe_kernels(const cuda_tuning& t) {
   s += t.attention.latent_cluster_merge ? ", latent merge in clusters" : ", latent merge by the last piece";
   const bool bulk = t.bulk.plain || t.bulk.qkv || t.bulk.gate_up || t.bulk.fp8;
   s += bulk ? ", one-token GEMVs bulk-copy" : ", one-token GEMVs register";
+  if (t.bulk.fp8 && t.bulk.fp8_mma_min_rows > 0)
+    s += ", FP8 GEMVs on tensor cores from " + std::to_string(t.bulk.fp8_mma_min_rows) + " rows";
   s += t.programmatic_launch ? ", programmatic dependent launch" : ", plain launches";
   return s;
 }

@@ -57,6 +57,7 @@ gpu::bulk_gemv_tuning ring_of(int fp8_rows, int qkv_pairs) {
   gpu::bulk_gemv_tuning t;
   t.fp8_rows = fp8_rows;
   t.qkv_pairs = qkv_pairs;
+  t.fp8_mma_min_rows = 0;  // the CUDA-core ring (fp8_gemv_mma_test.cpp has the tensor-core one)
   return t;
 }
 const where kWheres[] = {{"registers", false, registers()},
@@ -278,6 +279,7 @@ TEST(CudaFp8FusedExecutor, RingStepsEqualTheRegisterKernels) {
     for (bool eager : {false, true}) {
       gpu::bulk_gemv_tuning ring;
       ring.fp8_rows = rows;
+      ring.fp8_mma_min_rows = 0;
       const std::string what = std::string(eager ? "eager" : "graphs") + ", " + std::to_string(rows) + " FP8 rows";
       auto ex = gpu::make_cuda_executor(dir, options(eager, ring));
       ASSERT_TRUE(ex.ok()) << ex.err().message;

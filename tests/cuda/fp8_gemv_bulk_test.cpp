@@ -28,17 +28,6 @@ using cuda::fp8_scale_mode;
 /// The FP8 GEMV's weight rows per group (bulk_gemv_tuning::fp8_rows).
 constexpr int kGroupRows[] = {4, 8};
 
-gpu::bulk_gemv_tuning grid(int blocks_per_sm, int stages, bool evict_first) {
-  gpu::bulk_gemv_tuning t;
-  t.blocks_per_sm = blocks_per_sm;
-  t.stages = stages;
-  t.evict_first = evict_first;
-  return t;
-}
-/// The default grid first; one stage (every stage waits for its release), the most stages, one
-/// block an SM (many groups a block), 8 blocks an SM.
-const gpu::bulk_gemv_tuning kGrids[] = {gpu::bulk_gemv_tuning{}, grid(1, 1, false), grid(1, 13, true),
-                                        grid(2, 2, true), grid(8, 1, false)};
 
 std::string describe(const fp8_case& c, const gpu::bulk_gemv_tuning& g) {
   return std::string(c.dt == act_dtype::bf16 ? "bf16" : "fp16") + (c.block ? " block128" : " per_row") +
@@ -170,6 +159,7 @@ TEST_F(CudaFp8BulkGemv, GemmRunnerRoutesOneTokenThroughTheRing) {
             gpu::bulk_gemv_tuning t;
             t.fp8 = ring;
             t.fp8_rows = 4 * variant;  // 0, refused by the ring, with the ring off
+            t.fp8_mma_min_rows = 0;    // the CUDA-core ring (fp8_gemv_mma_test.cpp routes the other)
             g.set_bulk_gemv(t);
             dev_vec<float> dy(o.y0);
             const int64_t before = g.fp8_gemv_bulk_runs();

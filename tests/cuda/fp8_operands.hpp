@@ -1,7 +1,7 @@
 #pragma once
 // Random FP8 E4M3 GEMV operands (codes, per-row or 128 x 128 block scales, activations, the
 // output beforehand) and the fp64 reference the FP8 linear tests compare with
-// (fp8_linear_test.cpp, fp8_gemv_bulk_test.cpp).
+// (fp8_linear_test.cpp, fp8_gemv_bulk_test.cpp, fp8_gemv_mma_test.cpp), and the ring grids they run.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,9 +12,23 @@
 #include "cuda_test_util.hpp"
 #include "gpu/cuda/act_dtype.hpp"
 #include "gpu/cuda/linear/fp8_linear.hpp"
+#include "gpu/cuda/tuning.hpp"
 #include "gpu/model/fp8.hpp"
 
 namespace actorserve::testing {
+
+/// A bulk-copy ring grid of the one-token GEMVs (bulk_gemv_tuning's other fields at their defaults).
+inline gpu::bulk_gemv_tuning grid(int blocks_per_sm, int stages, bool evict_first) {
+  gpu::bulk_gemv_tuning t;
+  t.blocks_per_sm = blocks_per_sm;
+  t.stages = stages;
+  t.evict_first = evict_first;
+  return t;
+}
+/// The ring grids the FP8 GEMV tests run: the default first; one stage (every stage waits for its
+/// release), the most stages, one block an SM (many groups a block), 8 blocks an SM.
+inline const gpu::bulk_gemv_tuning kGrids[] = {gpu::bulk_gemv_tuning{}, grid(1, 1, false), grid(1, 13, true),
+                                               grid(2, 2, true), grid(8, 1, false)};
 
 struct fp8_case {
   cuda::act_dtype dt;

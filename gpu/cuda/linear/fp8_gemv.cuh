@@ -1,9 +1,11 @@
 #pragma once
 // Device pieces shared by the FP8 E4M3 GEMVs (fp8_linear_kernel.cu's register kernel for m up
-// to 8, fp8_gemv_bulk_kernel.cu's bulk-copy kernel for m = 1, and the fused one-token GEMVs of
-// fp8_gemv_fused_kernel.cu and fp8_gemv_bulk_kernel.cu): how a 16-byte load of codes unpacks,
-// where a row's 128 x 128 block scales lie, and how a row's sum becomes its output.
+// to 8, fp8_gemv_bulk_kernel.cu's bulk-copy kernel for m = 1, the fused one-token GEMVs of
+// fp8_gemv_fused_kernel.cu and fp8_gemv_bulk_kernel.cu, and the tensor-core GEMVs of
+// fp8_gemv_mma_kernel.cu): how a 16-byte load of codes unpacks, where a row's 128 x 128 block
+// scales lie, how a row's sum becomes its output, and the amax of activation loads.
 // Both kernels use these and gemv_common.cuh's dot_load, so their outputs agree bit for bit.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -14,6 +16,24 @@
 namespace actorserve::gpu::cuda::dev::fp8 {
 
 inline constexpr int kRows = 4;  // weight rows per block of the register kernel
+
+/// The fp32 bits of an element (every conversion exact).
+__device__ __forceinline__ uint32_t f32_bits(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ uint32_t f32_bits(__nv_bfloat16 v) { return uint32_t(__bfloat16_as_ushort(v)) << 16; }
+__device__ __forceinline__ uint32_t f32_bits(__half v) { return __float_as_uint(__half2float(v)); }
+
+/// The largest |x| bits (NaN skipped) of amax and the 8 elements of a 16-byte load; for
+/// non-NaN floats the order of the |x| bits is the order of the values.
+template <class T>
+__device__ __forceinline__ uint32_t amax8(const uint4& raw, uint32_t amax) {
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t a = f32_bits(e[i]) & 0x7fffffffu;
+    if (a <= 0x7f800000u) amax = max(amax, a);
+  }
+  return amax;
+}
 
 /// Two E4M3 values (low byte first) as floats.
 __device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t two) {

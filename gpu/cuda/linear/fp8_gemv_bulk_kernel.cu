@@ -77,12 +77,12 @@ __global__ void __launch_bounds__(kBlockThreads, 1) fp8_gemv_bulk_kernel(const T
   sm.init(stages);
   const int chunks = k / kPer;
   if (threadIdx.x >= kThreads) {  // the producer warp: weights only, no wait for the previous grid
-    if (threadIdx.x == kThreads) produce<kRows>(sm, q, size_t(k), chunks, epi, stages, evict_first);
+    if (threadIdx.x == kThreads) produce(sm, q, size_t(k), chunks, epi, stages, evict_first);
     return;
   }
   const int tid = threadIdx.x;
   const uint4* const xv = reinterpret_cast<const uint4*>(x);
-  consume<T, kRows>(sm, chunks, epi, stages, [&](int g, float (&acc)[kRows][1], const uint4* st, int c0) {
+  consume<T>(sm, chunks, epi, stages, [&](int g, float (&acc)[kRows][1], const uint4* st, int c0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int cl = u * kThreads + tid, c = c0 + cl;
@@ -107,7 +107,7 @@ template <class T, int kRows, class Epi>
 int launch_epilogue(const void* x, int k, const uint8_t* q, const Epi& epi, cudaStream_t s,
                     const bulk_gemv_tuning& bulk) {
   static std::atomic<size_t> allowed{48 * 1024};  // per kernel: the dynamic shared memory it may take
-  return launch_ring<kRows>(fp8_gemv_bulk_kernel<T, kRows, Epi>, allowed, epi.groups(), s, bulk,
+  return launch_ring<ring_smem<kRows>>(fp8_gemv_bulk_kernel<T, kRows, Epi>, allowed, epi.groups(), s, bulk,
                             static_cast<const T*>(x), k, q, epi);
 }
 

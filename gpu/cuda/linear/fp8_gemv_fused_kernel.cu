@@ -10,6 +10,7 @@
 #include "gpu/cuda/linear/fp8_gemv_bulk.hpp"
 #include "gpu/cuda/linear/fp8_gemv_epilogue.cuh"
 #include "gpu/cuda/linear/fp8_gemv_fused.hpp"
+#include "gpu/cuda/linear/fp8_gemv_mma.hpp"
 #include "gpu/cuda/linear/fp8_linear.hpp"
 #include "gpu/cuda/linear/gemv_common.cuh"
 #include "gpu/cuda/linear/gemv_epilogue.cuh"
@@ -47,6 +48,8 @@ int launch_fused(const void* x, int k, const uint8_t* q, const Epi& epi, cudaStr
 int fp8_gemv_qkv_rope(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale,
                       const rope_kv_args& a, cudaStream_t s, const bulk_gemv_tuning& bulk) {
   if (!fp8_gemv_supported(x, 1, k, q)) return int(cudaErrorInvalidValue);
+  if (bulk.fp8 && bulk.fp8_mma_min_rows == 1 && bulk.qkv && fp8_gemv_mma_supported(x, 1, k, q))
+    return fp8_gemv_mma_qkv_rope(dt, x, k, q, scale, a, s, bulk);
   if (bulk.fp8 && bulk.qkv && fp8_gemv_bulk_supported(x, k, q))
     return fp8_gemv_bulk_qkv_rope(dt, x, k, q, scale, a, s, bulk);
   int rc = 0;
@@ -57,6 +60,8 @@ int fp8_gemv_qkv_rope(act_dtype dt, const void* x, int k, const uint8_t* q, cons
 int fp8_gemv_gate_up_silu(act_dtype dt, const void* x, int k, const uint8_t* q, const float* scale, int inter,
                           void* act, int rows_per_block, cudaStream_t s, const bulk_gemv_tuning& bulk) {
   if (!fp8_gemv_supported(x, 1, k, q)) return int(cudaErrorInvalidValue);
+  if (bulk.fp8 && bulk.fp8_mma_min_rows == 1 && bulk.gate_up && fp8_gemv_mma_supported(x, 1, k, q))
+    return fp8_gemv_mma_gate_up_silu(dt, x, k, q, scale, inter, act, s, bulk);
   if (bulk.fp8 && bulk.gate_up && fp8_gemv_bulk_supported(x, k, q))
     return fp8_gemv_bulk_gate_up_silu(dt, x, k, q, scale, inter, act, s, bulk);
   int rc = 0;

@@ -23,7 +23,9 @@ namespace {
 
 using namespace dev;
 using namespace dev::gemv;
+using dev::fp8::amax8;
 using dev::fp8::e4m3_weights;
+using dev::fp8::f32_bits;
 using dev::fp8::kRows;
 
 /// The block scales of kRows weight rows (fp8_scale_mode::block128): each 16-weight chunk c of
@@ -84,13 +86,6 @@ __global__ void fp8_dequantize_kernel(const uint8_t* q, const float* scale, int 
   }
 }
 
-/// The fp32 bits of a source element (every conversion exact).
-__device__ __forceinline__ uint32_t f32_bits(float v) { return __float_as_uint(v); }
-__device__ __forceinline__ uint32_t f32_bits(__nv_bfloat16 v) {
-  return uint32_t(__bfloat16_as_ushort(v)) << 16;
-}
-__device__ __forceinline__ uint32_t f32_bits(__half v) { return __float_as_uint(__half2float(v)); }
-
 inline constexpr int kQuantWarps = 8;  // rows per block of the quantizer
 
 /// One warp per row: the row's amax over the |x| bits (for non-NaN floats their order is the
@@ -121,18 +116,6 @@ void launch_quantize(const void* src, int rows, int cols, uint8_t* q, float* sca
 }
 
 inline constexpr int kActThreads = 128;  // threads per activation row of the per-token quantizer
-
-/// The largest |x| bits (NaN skipped) of the 8 elements of a 16-byte load.
-template <class T>
-__device__ __forceinline__ uint32_t amax8(const uint4& raw, uint32_t amax) {
-  const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t a = f32_bits(e[i]) & 0x7fffffffu;
-    if (a <= 0x7f800000u) amax = max(amax, a);
-  }
-  return amax;
-}
 
 /// The codes of x / s of the 8 elements of a 16-byte load (zeros where the amax is 0).
 template <class T>

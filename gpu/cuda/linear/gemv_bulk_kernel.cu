@@ -34,12 +34,12 @@ __global__ void __launch_bounds__(kBlockThreads, 1) gemv_bulk_kernel(const T* x,
   sm.init(stages);
   const int chunks = k / 8;
   if (threadIdx.x >= kThreads) {  // the producer warp: weights only, no wait for the previous grid
-    if (threadIdx.x == kThreads) produce<kRows>(sm, w, size_t(k) * sizeof(T), chunks, epi, stages, evict_first);
+    if (threadIdx.x == kThreads) produce(sm, w, size_t(k) * sizeof(T), chunks, epi, stages, evict_first);
     return;
   }
   const int tid = threadIdx.x;
   const uint4* const xv = reinterpret_cast<const uint4*>(x);
-  consume<T, kRows>(sm, chunks, epi, stages, [&](int, float (&acc)[kRows][1], const uint4* st, int c0) {
+  consume<T>(sm, chunks, epi, stages, [&](int, float (&acc)[kRows][1], const uint4* st, int c0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int cl = u * kThreads + tid, c = c0 + cl;
@@ -57,7 +57,7 @@ template <class T, int kRows, class Epi>
 int launch_bulk(const T* x, int k, const T* w, const Epi& epi, int groups, cudaStream_t s,
                 const bulk_gemv_tuning& bulk) {
   static std::atomic<size_t> allowed{48 * 1024};  // per kernel: the dynamic shared memory it may take
-  return launch_ring<kRows>(gemv_bulk_kernel<T, kRows, Epi>, allowed, groups, s, bulk, x, k, w, epi);
+  return launch_ring<ring_smem<kRows>>(gemv_bulk_kernel<T, kRows, Epi>, allowed, groups, s, bulk, x, k, w, epi);
 }
 
 }  // namespace

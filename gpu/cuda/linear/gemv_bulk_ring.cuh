@@ -1,13 +1,16 @@
 #pragma once
 // The shared-memory ring of the bulk-copy one-token GEMVs (gemv_bulk_kernel.cu for 16-bit
-// weights, fp8_gemv_bulk_kernel.cu for E4M3 weights; gemv_bulk.hpp describes the scheme). A block
-// is 128 consumer threads and one producer warp, of which one thread works. Stage i of a block's
-// work is slice i % slices of its group g: 16-byte chunks [c0, c0 + kSlice) of each of the
-// group's kRows weight rows, kSlice = 128 * (kLoadsInFlight / kRows) (16 KiB a stage). Consumer
-// thread t takes chunks c0 + t + 128 u of a stage, u ascending: over the slices, the chunks t,
-// t + 128, ... in order, as gemv_common.cuh's accumulate gives thread t of a 128-thread block.
+// weights, fp8_gemv_bulk_kernel.cu and fp8_gemv_mma_kernel.cu for E4M3 weights; gemv_bulk.hpp
+// describes the scheme). A block is 128 consumer threads and one producer warp, of which one
+// thread works. Stage i of a block's work is slice i % slices of its group g: 16-byte chunks
+// [c0, c0 + kSlice) of each of the group's kRows weight rows, kSlice = 128 * (kLoadsInFlight /
+// kRows) (16 KiB of weights a stage; a ring may leave kPad chunks after each row, so that rows
+// read at the same offset fall on different banks). Consumer thread t of the CUDA-core GEMVs
+// takes chunks c0 + t + 128 u of a stage, u ascending: over the slices, the chunks t, t + 128,
+// ... in order, as gemv_common.cuh's accumulate gives thread t of a 128-thread block.
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/linear/gemv_common.cuh"
@@ -107,18 +110,32 @@ struct scattered_warp_sums {
   }
 };
 
-/// The shared memory of a block: the ring, a full and an empty barrier per stage, and two sets of
-/// per-warp partial sums (groups alternate between them, so one barrier per group suffices).
-template <int kRows>
+/// The shared memory of a block: the ring (kRows rows a stage, each followed by kPad unused
+/// chunks), a full and an empty barrier per stage, and two sets of per-warp partial sums of kM
+/// activation rows (groups alternate between them, so one barrier per group suffices).
+template <int kRows_, int kPad_ = 0, int kM_ = 1>
 struct ring_smem {
+  static constexpr int kRows = kRows_, kPad = kPad_, kM = kM_;
+  static constexpr int kRowStride = kSlice<kRows> + kPad;  ///< chunks from one row of a stage to the next
+  static constexpr int kStageChunks = kRows * kRowStride;
+  using red_t = partials<kM, kRows>;
+  /// Bytes of everything but the stages, and the most stages a block's 227 KiB hold.
+  static constexpr size_t kFixedBytes = 2 * sizeof(red_t);
+  static constexpr int kStagesMax =
+      int((227 * 1024 - kFixedBytes) / (kStageChunks * 16 + 2 * sizeof(uint64_t))) < kMaxStages
+          ? int((227 * 1024 - kFixedBytes) / (kStageChunks * 16 + 2 * sizeof(uint64_t)))
+          : kMaxStages;
+  static size_t bytes(int stages) {
+    return size_t(stages) * kStageChunks * 16 + size_t(stages) * 2 * sizeof(uint64_t) + kFixedBytes;
+  }
   uint4* ring;
   uint64_t *full, *empty;
-  partials<1, kRows>* red;
+  red_t* red;
   __device__ __forceinline__ ring_smem(uint4* base, int stages) {
     ring = base;
-    full = reinterpret_cast<uint64_t*>(base + size_t(stages) * (kStageBytes / 16));
+    full = reinterpret_cast<uint64_t*>(base + size_t(stages) * kStageChunks);
     empty = full + stages;
-    red = reinterpret_cast<partials<1, kRows>*>(empty + stages);
+    red = reinterpret_cast<red_t*>(empty + stages);
   }
   /// Thread 0 initialises the barriers; every thread of the block waits for it.
   __device__ __forceinline__ void init(int stages) const {
@@ -133,19 +150,14 @@ struct ring_smem {
   }
 };
 
-template <int kRows>
-size_t ring_smem_bytes(int stages) {
-  return size_t(stages) * kStageBytes + size_t(stages) * 2 * sizeof(uint64_t) + 2 * sizeof(partials<1, kRows>);
-}
-
 /// The producer: for each of the block's (group, slice) stages in order, waits until the
 /// consumers have released the ring slot, then copies the slice of each row into it. Row r of
 /// group g starts at w + epi.row(g, r) * row_bytes and has `chunks` 16-byte chunks. The first
 /// `stages` copies go out at once, before the previous kernel has finished.
-template <int kRows, class Epi>
-__device__ __forceinline__ void produce(const ring_smem<kRows>& sm, const void* w, size_t row_bytes, int chunks,
-                                        const Epi& epi, int stages, bool evict_first) {
-  constexpr int kRowChunks = kSlice<kRows>;
+template <class Ring, class Epi>
+__device__ __forceinline__ void produce(const Ring& sm, const void* w, size_t row_bytes, int chunks, const Epi& epi,
+                                        int stages, bool evict_first) {
+  constexpr int kRows = Ring::kRows, kRowChunks = kSlice<kRows>;
   const uint64_t policy = evict_first ? evict_first_policy() : 0;
   const int slices = (chunks + kRowChunks - 1) / kRowChunks, groups = epi.groups();
   const char* const base = static_cast<const char*>(w);
@@ -161,13 +173,14 @@ __device__ __forceinline__ void produce(const ring_smem<kRows>& sm, const void* 
       const int c0 = sl * kRowChunks, len = min(kRowChunks, chunks - c0);
       const uint32_t bytes = uint32_t(len) * 16;
       mbar_arrive_expect_tx(smem_u32(sm.full + slot), bytes * kRows);
-      uint4* dst = sm.ring + size_t(slot) * (kStageBytes / 16);
+      uint4* dst = sm.ring + size_t(slot) * Ring::kStageChunks;
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
+        uint4* row_dst = dst + r * Ring::kRowStride;
         if (evict_first)
-          bulk_copy_evict_first(dst + r * kRowChunks, rows[r] + size_t(c0) * 16, bytes, sm.full + slot, policy);
+          bulk_copy_evict_first(row_dst, rows[r] + size_t(c0) * 16, bytes, sm.full + slot, policy);
         else
-          bulk_copy(dst + r * kRowChunks, rows[r] + size_t(c0) * 16, bytes, sm.full + slot);
+          bulk_copy(row_dst, rows[r] + size_t(c0) * 16, bytes, sm.full + slot);
       }
       if (++slot == stages) {
         slot = 0;
@@ -178,25 +191,32 @@ __device__ __forceinline__ void produce(const ring_smem<kRows>& sm, const void* 
   }
 }
 
-/// The consumers (threads 0..127), once the previous grid has finished: for each of the block's
-/// groups g, the fp32 sums acc[r][0] of its kRows rows start at 0; each full stage of its slices
-/// goes to stage(g, acc, stage's chunks, c0) and is released; then the sums are reduced over the
-/// warps (by `reduce`) and epi.finish<T>(g, partial sums, thread) writes the group's outputs.
-template <class T, int kRows, class Epi, class Stage, class Reduce = warp_sums>
-__device__ __forceinline__ void consume(const ring_smem<kRows>& sm, int chunks, const Epi& epi, int stages,
-                                        Stage stage, Reduce reduce = {}) {
-  constexpr int kRowChunks = kSlice<kRows>;
+/// The fp32 sums of a group's kRows rows that the CUDA-core consumers carry, one per row.
+template <int kRows>
+using row_sums = float[kRows][1];
+
+/// The consumers (threads 0..127), once the previous grid has finished and after_wait() has run
+/// (on all of them): for each of the block's groups g, a thread's accumulator acc (an AccOrVoid,
+/// value-initialised; void: the fp32 sums acc[r][0] of the kRows rows) starts at 0; each full stage
+/// of its slices goes to stage(g, acc, stage's chunks, c0) and is released; then the sums are
+/// reduced over the warps (by `reduce`) and epi.finish<T>(g, partial sums, thread) writes the
+/// group's outputs.
+template <class T, class AccOrVoid = void, class Ring, class Epi, class Stage, class Reduce = warp_sums,
+          class Hook = no_hook>
+__device__ __forceinline__ void consume(const Ring& sm, int chunks, const Epi& epi, int stages, Stage stage,
+                                        Reduce reduce = {}, Hook after_wait = {}) {
+  using Acc = std::conditional_t<std::is_void_v<AccOrVoid>, row_sums<Ring::kRows>, AccOrVoid>;
+  constexpr int kRowChunks = kSlice<Ring::kRows>;
   wait_for_previous_grid();  // x and the outputs belong to earlier kernels until now
+  after_wait();
   const int tid = threadIdx.x, slices = (chunks + kRowChunks - 1) / kRowChunks, groups = epi.groups();
   int slot = 0, buf = 0;
   uint32_t phase = 0;
   for (int g = blockIdx.x; g < groups; g += gridDim.x, buf ^= 1) {
-    float acc[kRows][1];
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) acc[r][0] = 0.0f;
+    Acc acc{};
     for (int sl = 0; sl < slices; ++sl) {
       mbar_wait(smem_u32(sm.full + slot), phase);
-      stage(g, acc, sm.ring + size_t(slot) * (kStageBytes / 16), sl * kRowChunks);
+      stage(g, acc, sm.ring + size_t(slot) * Ring::kStageChunks, sl * kRowChunks);
       mbar_arrive(smem_u32(sm.empty + slot));
       if (++slot == stages) {
         slot = 0;
@@ -209,16 +229,16 @@ __device__ __forceinline__ void consume(const ring_smem<kRows>& sm, int chunks, 
   }
 }
 
-/// Launches `kernel` (a ring kernel of kRows rows a group, taking its stage count and evict-first
-/// flag after `args`) for `groups` groups on the grid of `bulk`: at most bulk.blocks_per_sm blocks
-/// an SM, 1 to kMaxStages stages. `allowed` is the kernel's own record of the dynamic shared
-/// memory it may take (raised on first need).
-template <int kRows, class... P, class... A>
+/// Launches `kernel` (a ring kernel on a Ring, taking its stage count and evict-first flag after
+/// `args`) for `groups` groups on the grid of `bulk`: at most bulk.blocks_per_sm blocks an SM, 1 to
+/// Ring::kStagesMax stages. `allowed` is the kernel's own record of the dynamic shared memory it
+/// may take (raised on first need).
+template <class Ring, class... P, class... A>
 int launch_ring(void (*kernel)(P...), std::atomic<size_t>& allowed, int groups, cudaStream_t s,
                 const bulk_gemv_tuning& bulk, A... args) {
   if (groups <= 0) return 0;
-  const int stages = bulk.stages < 1 ? 1 : bulk.stages > kMaxStages ? kMaxStages : bulk.stages;
-  const size_t smem = ring_smem_bytes<kRows>(stages);
+  const int stages = bulk.stages < 1 ? 1 : bulk.stages > Ring::kStagesMax ? Ring::kStagesMax : bulk.stages;
+  const size_t smem = Ring::bytes(stages);
   if (smem > allowed.load()) {
     if (const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)))
       return e;

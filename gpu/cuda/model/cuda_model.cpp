@@ -11,6 +11,7 @@
 #include "config/log.hpp"
 #include "gpu/cuda/cuda_status.hpp"
 #include "gpu/cuda/linear/fp8_gemv_bulk.hpp"
+#include "gpu/cuda/linear/fp8_gemv_mma.hpp"
 #include "gpu/cuda/linear/fp8_linear.hpp"
 #include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/model/dtype_convert.hpp"
@@ -655,6 +656,13 @@ status gemm_runner::run(act_dtype dt, const void* x, int m, int k, const device_
   if (!w.fp8()) return run(dt, x, m, k, static_cast<const void*>(w.data), n, y, beta);
   if (m == 0) return {};
   const auto* q = static_cast<const uint8_t*>(w.data);
+  // fp8_mma_min_rows to 8 rows with per-row scales multiply on the tensor cores.
+  if (bulk_.fp8 && bulk_.fp8_mma_min_rows > 0 && m >= bulk_.fp8_mma_min_rows && m <= fp8_gemv_max_rows_ && w.scale_mode() == fp8_scale_mode::per_row &&
+      fp8_gemv_mma_supported(x, m, k, q)) {
+    AS_CUDA_TRY(fp8_gemv_mma(dt, x, m, k, q, w.scales(), n, y, beta, stream_, bulk_));
+    ++fp8_gemv_mma_runs_;
+    return {};
+  }
   if (m < fp8_gemm_min_rows_ && m <= fp8_gemv_max_rows_ && fp8_gemv_supported(x, m, k, q)) {
     // One token streams its weights through the bulk-copy ring where the GPU runs it (the same
     // bits as fp8_gemv).

@@ -185,6 +185,8 @@ class gemm_runner {
   int64_t fp8_dequantize_runs() const { return fp8_dequantize_runs_; }
   /// One-token FP8 GEMVs run on the bulk-copy ring so far (fp8_gemv_bulk.hpp; counted when enqueued).
   int64_t fp8_gemv_bulk_runs() const { return fp8_gemv_bulk_runs_; }
+  /// FP8 GEMVs run on the tensor cores so far (fp8_gemv_mma.hpp; counted when enqueued).
+  int64_t fp8_gemv_mma_runs() const { return fp8_gemv_mma_runs_; }
   /// Whether run() takes the GEMV for m rows (its output then stays fp32 for the fused paths).
   bool uses_gemv(int m) const { return m <= gemv_max_rows_; }
   /// Uses the GEMV for m <= rows (0: always cuBLAS); for benchmarks and tests.
@@ -214,6 +216,7 @@ class gemm_runner {
   int fp8_gemm_min_rows_ = default_fp8_gemm_min_rows;
   int64_t fp8_dequantize_runs_ = 0;
   int64_t fp8_gemv_bulk_runs_ = 0;
+  int64_t fp8_gemv_mma_runs_ = 0;
   /// Y = X W^T + beta * Y through cuBLAS.
   status cublas(act_dtype dt, const void* x, int m, int k, const void* w, int n, float* y, float beta);
   /// The FP8 weight `w` [n][k] dequantized into the scratch (on the stream).
