@@ -156,7 +156,7 @@ TEST_F(CudaFp8MmaGemv, FusedFormsEqualTheGemvThenTheElementwiseKernels) {
                   0);
         ASSERT_EQ(cuda::rope_kv_write(dt, au, nullptr), 0);
         qkv_f.poison();
-        // Through the launcher the executor calls, which routes to the tensor-core form.
+        // Through the launcher the executor uses, which routes to the tensor-core form.
         ASSERT_EQ(cuda::fp8_gemv_qkv_rope(dt, dx.get(), sh.k, dq.get(), dscale.get(), af, nullptr, mma), 0);
         const std::string what = std::string(dt == act_dtype::bf16 ? "bf16" : "fp16") + " H=" + std::to_string(sh.H) +
                                  " D=" + std::to_string(sh.D) + " k=" + std::to_string(sh.k) +
@@ -205,7 +205,7 @@ TEST_F(CudaFp8MmaGemv, RefusesWhatItCannotTake) {
   EXPECT_EQ(cuda::fp8_gemv_mma_gate_up_silu(act_dtype::bf16, buf.get() + 1, 64, bytes, scale.get(), 32, y.get(),
                                             nullptr),
             int(cudaErrorInvalidValue));
-  EXPECT_EQ(count_unequal(y.download(), before), 0) << "a refused call wrote y";
+  EXPECT_EQ(count_unequal(y.download(), before), 0) << "a refused launch wrote y";
 }
 
 // gemm_runner takes the tensor-core GEMV for fp8_mma_min_rows to 8 aligned rows with per-row

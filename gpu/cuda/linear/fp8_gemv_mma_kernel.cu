@@ -50,6 +50,7 @@ constexpr int kWarpChunks = kSlice<kTileRows> / kWarps;  // chunks of a row a wa
 constexpr int kSteps = kWarpChunks / 4;                  // a quad takes 4 chunks a step
 constexpr int kChains = kSteps;                          // accumulator tiles: one a step
 static_assert(kWarpChunks == 16, "4 steps of a quad's 4 chunks a warp");
+static_assert(kTileRows * kTileCols == kThreads, "a consumer thread an output of a group");
 
 /// A lane's fp32 accumulator tiles: rows r and r + 8, columns 2 t and 2 t + 1, one tile per
 /// chain of MMAs.
@@ -144,7 +145,7 @@ struct mma_store_epilogue {
   template <class T, class Red>
   __device__ __forceinline__ void finish(int g, const Red& red, int tid) const {
     const int r = tid / kTileCols, i = tid % kTileCols, out = g * kTileRows + r;
-    if (r < kTileRows && i < m && out < n)
+    if (i < m && out < n)
       dev::fp8::store_row<fp8_scale_mode::per_row>(y + size_t(i) * n + out, red.total(r, i), scale, out, beta);
   }
 };

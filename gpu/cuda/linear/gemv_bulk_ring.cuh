@@ -119,12 +119,10 @@ struct ring_smem {
   static constexpr int kRowStride = kSlice<kRows> + kPad;  ///< chunks from one row of a stage to the next
   static constexpr int kStageChunks = kRows * kRowStride;
   using red_t = partials<kM, kRows>;
-  /// Bytes of everything but the stages, and the most stages a block's 227 KiB hold.
+  /// Bytes of everything but the stages; the stages a block's 227 KiB hold, and the most it takes.
   static constexpr size_t kFixedBytes = 2 * sizeof(red_t);
-  static constexpr int kStagesMax =
-      int((227 * 1024 - kFixedBytes) / (kStageChunks * 16 + 2 * sizeof(uint64_t))) < kMaxStages
-          ? int((227 * 1024 - kFixedBytes) / (kStageChunks * 16 + 2 * sizeof(uint64_t)))
-          : kMaxStages;
+  static constexpr int kStagesFit = int((227 * 1024 - kFixedBytes) / (kStageChunks * 16 + 2 * sizeof(uint64_t)));
+  static constexpr int kStagesMax = kStagesFit < kMaxStages ? kStagesFit : kMaxStages;
   static size_t bytes(int stages) {
     return size_t(stages) * kStageChunks * 16 + size_t(stages) * 2 * sizeof(uint64_t) + kFixedBytes;
   }
