@@ -30,6 +30,7 @@
 #include "gpu/cuda/device_info.hpp"
 #include "gpu/cuda/mla/mla_attention.hpp"
 #include "gpu/cuda/mla/mla_kernels.hpp"
+#include "gpu/cuda/mla/up_projected_plan.hpp"
 #include "gpu/cuda/model/cuda_model.hpp"
 
 namespace cuda = actorserve::gpu::cuda;
@@ -226,55 +227,47 @@ void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int
                         ok(cuda::mla_head_product(gemm, kDt, w_uv_args, s), "W_UV");
                       })});
   } else {
-    // The up-projected pieces, per sequence as mla_prefill launches them (one tile a sequence).
+    // The up-projected pieces, by the groups and launches of mla_prefill.
     cuda::mla_prefill_workspace ws;
-    ws.max_context = context;
-    ws.score_elems = cuda::mla_score_elems(H, context, q_len, cuda::mla_score_budget);
-    check(ws.score_elems >= size_t(H) * q_len * ((context + 7) / 8 * 8), "one tile a sequence");
-    ws.latents = act(size_t(context) * kRank);
-    ws.k = act(size_t(context) * H * kQk);
-    ws.v = act(size_t(context) * H * kV);
-    ws.scores = f32(ws.score_elems);
-    ws.probs = act(ws.score_elems);
-    const int ld = (context + 7) / 8 * 8, first = context - q_len;
-    const auto per_seq = [&](const std::function<void(const cuda::attn_seq&)>& f) {
-      return timed([&] {
-        for (const cuda::attn_seq& a : sc.seqs) f(a);
-      });
-    };
-    stages.push_back({"gather latents", per_seq([&](const cuda::attn_seq& a) {
-                        const cuda::mla_gather_args ga{.cache = cache, .block_table = tables + a.bt_offset,
-                                                       .latents = ws.latents, .k = ws.k, .context = context,
-                                                       .num_heads = H, .rank = kRank, .nope_dim = kNope,
-                                                       .rope_dim = kRope, .block_size = kBlock};
-                        check(cuda::mla_gather_latents(kDt, ga, s) == 0, "gather");
+    ws.tokens = cuda::mla_prefill_workspace_tokens(H, context);
+    ws.latents = act(size_t(ws.tokens) * kRank);
+    ws.k = act(size_t(ws.tokens) * H * kQk);
+    ws.v = act(size_t(ws.tokens) * H * kV);
+    const std::vector<cuda::mla_up_projected_group> groups = cuda::plan_up_projected(sc.seqs, ws.tokens);
+    check(!groups.empty(), "a plan of the prefill");
+    stages.push_back({"gather latents", timed([&] {
+                        for (const cuda::mla_up_projected_group& g : groups)
+                          for (int i = 0, row = 0; i < g.count; row += sc.seqs[size_t(g.first + i)].context_len, ++i) {
+                            const cuda::attn_seq& a = sc.seqs[size_t(g.first + i)];
+                            const cuda::mla_gather_args ga{
+                                .cache = cache, .block_table = tables + a.bt_offset,
+                                .latents = static_cast<char*>(ws.latents) + size_t(row) * kRank * 2,
+                                .k = static_cast<char*>(ws.k) + size_t(row) * H * kQk * 2, .context = a.context_len,
+                                .num_heads = H, .rank = kRank, .nope_dim = kNope, .rope_dim = kRope,
+                                .block_size = kBlock};
+                            check(cuda::mla_gather_latents(kDt, ga, s) == 0, "gather");
+                          }
                       })});
-    stages.push_back({"expand k_nope, v (kv_b_proj)", per_seq([&](const cuda::attn_seq&) {
-                        ok(gemm.run_batched(kDt, H, context, kNope, kRank, ws.latents, kRank, 0, l.w.kv_b_proj, true,
-                                            kRank, kKvbHead, ws.k, false, H * kQk, kQk),
-                           "k_nope");
-                        ok(gemm.run_batched(kDt, H, context, kV, kRank, ws.latents, kRank, 0, w_uv, true, kRank,
-                                            kKvbHead, ws.v, false, H * kV, kV),
-                           "v");
+    stages.push_back({"expand k_nope, v (kv_b_proj, a GEMM each a group)", timed([&] {
+                        for (const cuda::mla_up_projected_group& g : groups) {
+                          ok(gemm.run_batched(kDt, H, g.context_rows, kNope, kRank, ws.latents, kRank, 0,
+                                              l.w.kv_b_proj, true, kRank, kKvbHead, ws.k, false, H * kQk, kQk),
+                             "k_nope");
+                          ok(gemm.run_batched(kDt, H, g.context_rows, kV, kRank, ws.latents, kRank, 0, w_uv,
+                                              true, kRank, kKvbHead, ws.v, false, H * kV, kV),
+                             "v");
+                        }
                       })});
-    stages.push_back({"scores Q K^T", per_seq([&](const cuda::attn_seq& a) {
-                        const char* qa = static_cast<const char*>(q) + size_t(a.q_start) * H * kQk * 2;
-                        ok(gemm.run_batched(kDt, H, q_len, context, kQk, qa, H * kQk, kQk, ws.k, true, H * kQk, kQk,
-                                            ws.scores, true, ld, static_cast<long long>(q_len) * ld),
-                           "scores");
-                      })});
-    stages.push_back({"causal softmax", per_seq([&](const cuda::attn_seq&) {
-                        const cuda::mla_softmax_args sa{.scores = ws.scores, .probs = ws.probs, .num_heads = H,
-                                                        .rows = q_len, .keys = context, .ld = ld,
-                                                        .first_position = first, .scale = scale};
-                        check(cuda::mla_causal_softmax(kDt, sa, s) == 0, "softmax");
-                      })});
-    stages.push_back({"P V", per_seq([&](const cuda::attn_seq& a) {
-                        char* oa = static_cast<char*>(attn) + size_t(a.q_start) * H * kV * 2;
-                        ok(gemm.run_batched(kDt, H, q_len, kV, context, ws.probs, ld,
-                                            static_cast<long long>(q_len) * ld, ws.v, false, H * kV, kV, oa, false,
-                                            H * kV, kV),
-                           "P V");
+    size_t launches = 0;
+    for (const cuda::mla_up_projected_group& g : groups) launches += g.launches.size();
+    stages.push_back({"causal attention (tensor cores, " + std::to_string(launches) + " launches)", timed([&] {
+                        for (const cuda::mla_up_projected_group& g : groups)
+                          for (const cuda::mla_up_projected_launch& pl : g.launches) {
+                            const cuda::mla_up_projected_args ua{.q = q, .k = ws.k, .v = ws.v, .out = attn,
+                                                                 .num_heads = H, .qk_dim = kQk, .v_dim = kV,
+                                                                 .scale = scale, .launch = pl};
+                            check(cuda::mla_up_projected_attention(kDt, ua, s) == 0, "up-projected attention");
+                          }
                       })});
   }
   stages.push_back({"o_proj", timed([&] {

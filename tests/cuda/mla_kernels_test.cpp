@@ -17,6 +17,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test_util.hpp"
@@ -332,9 +333,12 @@ TEST_P(CudaMla, UpProjectedPrefillMatchesAnFp64LoopPerHead) {
     std::vector<prefill_seq> seqs;  ///< one step's sequences, in row order
   };
   const shape shapes[] = {
-      // Odd heads, dv != dn, chunks after a cached prefix, a row longer than the softmax holds in registers.
-      {3, 32, 16, 8, 24, 7, {{5, 5}, {13, 40}, {2, 2}, {1, 9}, {3, 4200}}},
-      {16, 512, 128, 64, 128, 16, {{70, 70}, {33, 129}, {100, 100}}},       // DeepSeek-V2-Lite's widths
+      // Odd heads, dv != dn, chunks after a cached prefix, long contexts (the small-width kernel).
+      {3, 32, 16, 8, 24, 7, {{5, 5}, {13, 40}, {2, 2}, {1, 9}, {3, 4200}, {150, 1100}}},
+      // DeepSeek-V2-Lite's widths: query tiles of 64 whole and partial, diagonal and full key tiles.
+      {16, 512, 128, 64, 128, 16, {{70, 70}, {33, 129}, {100, 100}, {130, 260}, {1, 200}}},
+      // Widths below the widest kernel's (padded with zeros there): qk 96, dv 64.
+      {4, 128, 64, 32, 64, 16, {{130, 130}, {65, 300}}},
   };
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
@@ -411,35 +415,59 @@ TEST_P(CudaMla, UpProjectedPrefillMatchesAnFp64LoopPerHead) {
     }
     dev_vec<uint16_t> d_cache(cache), d_kv_b(kv_b), d_q(q), d_out(size_t(rows) * H * dv);
     dev_vec<int32_t> d_tables(tables);
-    // The workspace: one tile per chunk, then tiles of 3 queries.
-    for (const int tile : {rows, 3}) {
+    // The workspace, poisoned (every value the attention reads is written first): the longest
+    // context (a group a sequence, or two short ones), then every context in one group.
+    int all_contexts = 0;
+    for (const cuda::attn_seq& a : seqs) all_contexts += a.context_len;
+    for (const int tokens : {max_ctx, all_contexts}) {
       cuda::mla_prefill_workspace ws;
-      ws.max_context = max_ctx;
-      ws.score_elems = cuda::mla_score_elems(H, max_ctx, tile, size_t(1) << 30);
-      ASSERT_EQ(ws.score_elems, size_t(H) * ((max_ctx + 7) / 8 * 8) * tile);
-      dev_vec<uint16_t> lat(size_t(max_ctx) * r), k(size_t(max_ctx) * H * qk), v(size_t(max_ctx) * H * dv),
-          probs(ws.score_elems);
-      dev_vec<float> scores(ws.score_elems);
-      for (auto* b : {&lat, &k, &v, &probs}) b->poison();
-      scores.poison();
+      ws.tokens = tokens;
+      dev_vec<uint16_t> lat(size_t(tokens) * r), k(size_t(tokens) * H * qk), v(size_t(tokens) * H * dv);
+      for (auto* b : {&lat, &k, &v}) b->poison();
       ws.latents = lat.get();
       ws.k = k.get();
       ws.v = v.get();
-      ws.scores = scores.get();
-      ws.probs = probs.get();
       d_out.poison();
       const cuda::mla_dims d{.heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr, .v_dim = dv};
-      for (const cuda::attn_seq& a : seqs)
-        ASSERT_TRUE(cuda::mla_prefill(g, dt, d, ws, d_kv_b.get(), d_q.get(), a, d_tables.get(), d_cache.get(), bs,
-                                      scale, d_out.get(), stream)
-                        .ok());
+      ASSERT_TRUE(cuda::mla_prefill(g, dt, d, ws, d_kv_b.get(), d_q.get(), seqs, d_tables.get(), d_cache.get(), bs,
+                                    scale, d_out.get(), stream)
+                      .ok());
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
       const auto got = download_act(dt, d_out);
       EXPECT_LT(rel_max_err(got, want), dt == act_dtype::bf16 ? 2e-2 : 4e-3)
-          << H << " heads, rank " << r << ", tiles of " << tile;
+          << H << " heads, rank " << r << ", workspace of " << tokens << " tokens";
     }
+    cuda::mla_prefill_workspace too_small;
+    too_small.tokens = max_ctx - 1;
+    const cuda::mla_dims d{.heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr, .v_dim = dv};
+    EXPECT_FALSE(cuda::mla_prefill(g, dt, d, too_small, d_kv_b.get(), d_q.get(), seqs, d_tables.get(), d_cache.get(),
+                                   bs, scale, d_out.get(), stream)
+                     .ok());
   }
   ASSERT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+}
+
+TEST(CudaMlaUpProjected, RefusesWidthsItDoesNotTake) {
+  EXPECT_TRUE(cuda::mla_up_projected_supported(192, 128));
+  EXPECT_TRUE(cuda::mla_up_projected_supported(24, 16));
+  for (const auto& [qk, v] : {std::pair{200, 128}, std::pair{192, 136}, std::pair{20, 16}, std::pair{24, 12},
+                              std::pair{0, 16}}) {
+    EXPECT_FALSE(cuda::mla_up_projected_supported(qk, v)) << qk << " / " << v;
+    cuda::mla_up_projected_args a{.num_heads = 1, .qk_dim = qk, .v_dim = v};
+    a.launch.num_pieces = a.launch.num_items = 1;
+    a.launch.pieces[0] = {.q_row = 0, .queries = 1, .kv_row = 0, .context = 1};
+    EXPECT_EQ(cuda::mla_up_projected_attention(act_dtype::bf16, a, nullptr), int(cudaErrorInvalidValue));
+  }
+  // A piece of more queries than keys; an item past its piece's queries or pieces.
+  cuda::mla_up_projected_args a{.num_heads = 1, .qk_dim = 24, .v_dim = 16};
+  a.launch.num_pieces = a.launch.num_items = 1;
+  a.launch.pieces[0] = {.q_row = 0, .queries = 5, .kv_row = 0, .context = 4};
+  EXPECT_EQ(cuda::mla_up_projected_attention(act_dtype::bf16, a, nullptr), int(cudaErrorInvalidValue));
+  a.launch.pieces[0].context = 5;
+  for (const uint32_t item : {1u, 1u << 16}) {
+    a.launch.items[0] = item;
+    EXPECT_EQ(cuda::mla_up_projected_attention(act_dtype::bf16, a, nullptr), int(cudaErrorInvalidValue)) << item;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaMla, ::testing::Values(act_dtype::bf16, act_dtype::fp16),

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gpu/cuda/attention/launch.hpp"
 #include "gpu/cuda/attention/paged_attention.hpp"
@@ -304,13 +305,14 @@ __device__ __forceinline__ void mask_tail(float (&s)[NK / 8][4], int k0, int kv_
 }
 
 /// One warp's 16 query rows: Q fragments in registers, the fp32 output accumulator and the
-/// running max / sum of its two rows per thread (row g = lane / 4 and g + 8). Kv: the K/V
-/// tiles' layout (row_tile or slab_tile); Q is always a row_tile.
-template <class T, int D, class Kv = row_tile<D>>
+/// running max / sum of its two rows per thread (row g = lane / 4 and g + 8). D: the width of
+/// the queries and keys, DV: of the values and outputs (DeepSeek-V2's up-projected heads: 192
+/// and 128). Kv, Vt: the K and V tiles' layouts (row_tile or slab_tile); Q is always a row_tile.
+template <class T, int D, class Kv = row_tile<D>, int DV = D, class Vt = std::conditional_t<DV == D, Kv, row_tile<DV>>>
 struct warp_rows {
   static constexpr bool merges_in_registers = false;  ///< merged through shared memory only
   uint32_t qf[D / 16][4];
-  float o[D / 8][4];
+  float o[DV / 8][4];
   float m[2], l[2];
 
   __device__ __forceinline__ void init(uint32_t q_s, int lane) {
@@ -318,7 +320,7 @@ struct warp_rows {
     for (int ks = 0; ks < D / 16; ++ks)
       ldsm_x4(q_s + swz<D>(lane % 16, ks * 2 + lane / 16), qf[ks][0], qf[ks][1], qf[ks][2], qf[ks][3]);
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int n = 0; n < DV / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     m[0] = m[1] = -INFINITY;
     l[0] = l[1] = 0.0f;
   }
@@ -369,7 +371,7 @@ struct warp_rows {
     // Once the running max settles (most tiles) no row of the warp needs its output rescaled.
     if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n) {
+      for (int n = 0; n < DV / 8; ++n) {
         o[n][0] *= corr[0];
         o[n][1] *= corr[0];
         o[n][2] *= corr[1];
@@ -379,10 +381,10 @@ struct warp_rows {
 #pragma unroll
     for (int kk = 0; kk < NK / 16; ++kk) {
 #pragma unroll
-      for (int dn = 0; dn < D / 16; ++dn) {
+      for (int dn = 0; dn < DV / 16; ++dn) {
         uint32_t b0, b1, b2, b3;
         const int row = key0 + kk * 16 + ((lane / 8) % 2) * 8 + lane % 8;
-        ldsm_x4_t(v_s + Kv::at(row, dn * 2 + lane / 16), b0, b1, b2, b3);
+        ldsm_x4_t(v_s + Vt::at(row, dn * 2 + lane / 16), b0, b1, b2, b3);
         elem<T>::mma(o[2 * dn], pf[kk], b0, b1);
         elem<T>::mma(o[2 * dn + 1], pf[kk], b2, b3);
       }
@@ -408,7 +410,7 @@ struct warp_rows {
       const int row = lane / 4 + h * 8;
       if (row >= valid) continue;  // padding rows of a small group: never read
 #pragma unroll
-      for (int n = 0; n < D / 8; ++n)
+      for (int n = 0; n < DV / 8; ++n)
         *reinterpret_cast<float2*>(o_s + row * stride + n * 8 + (lane % 4) * 2) = make_float2(o[n][2 * h], o[n][2 * h + 1]);
       if (lane % 4 == 0) {
         ml_s[row * 2] = m[h];

@@ -1,7 +1,8 @@
 // DeepSeek-V2's absorbed attention over the latent cache (mla_kernels.hpp), whose pieces of a
 // split context merge within their thread-block cluster (or in the last piece's CTA). Every sum is
 // in fp32; the cache and the outputs are the activation dtype. The latent norm and cache write are
-// in latent_write_kernel.cu, the prefill's gather and softmax in prefill_kernels.cu.
+// in latent_write_kernel.cu, the prefill's gather in prefill_kernels.cu,
+// its attention in up_projected_attention_kernel.cu.
 #include <algorithm>
 #include <cmath>
 

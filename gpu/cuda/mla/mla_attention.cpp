@@ -7,6 +7,7 @@
 
 #include "gpu/cuda/cuda_status.hpp"
 #include "gpu/cuda/mla/mla_kernels.hpp"
+#include "gpu/cuda/mla/up_projected_plan.hpp"
 #include "gpu/cuda/model/cuda_model.hpp"
 #include "gpu/model/rope.hpp"
 
@@ -17,59 +18,44 @@ namespace {
 // not config.rms_norm_eps (as gpu/cpu/mla_attention does).
 constexpr float latent_norm_eps = 1e-6f;
 
-int round8(int x) { return (x + 7) & ~7; }
-
 }  // namespace
 
-size_t mla_score_elems(int heads, int max_context, int queries, size_t budget) {
-  const size_t row = size_t(heads) * size_t(round8(max_context));
-  return row * std::clamp<size_t>(budget / std::max<size_t>(row, 1), 1, size_t(std::max(queries, 1)));
-}
-
 status mla_prefill(gemm_runner& gemm, act_dtype dt, const mla_dims& d, const mla_prefill_workspace& ws,
-                   const void* kv_b_proj, const void* q, const attn_seq& seq, const int32_t* block_tables,
+                   const void* kv_b_proj, const void* q, std::span<const attn_seq> seqs, const int32_t* block_tables,
                    const void* cache, int block_size, float scale, void* out, cudaStream_t s) {
   const int H = d.heads, r = d.rank, dn = d.nope_dim, dr = d.rope_dim, dv = d.v_dim, qk = dn + dr;
-  const int c = seq.context_len, n = seq.q_len, first = c - n;
-  if (n <= 0) return {};
-  if (c > ws.max_context || first < 0)
-    return make_error(error_code::internal, fmt::format("latent prefill of {} tokens at {}: the workspace holds {}",
-                                                        n, first, ws.max_context));
   const size_t es = act_size(dt);
-  const mla_gather_args ga{.cache = cache, .block_table = block_tables + seq.bt_offset, .latents = ws.latents,
-                           .k = ws.k, .context = c, .num_heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr,
-                           .block_size = block_size};
-  AS_CUDA_TRY(mla_gather_latents(dt, ga, s));
-  // k_nope of head h = latents [c][r] times W_UK_h^T (kv_b_proj's key rows of head h, [dn][r])
-  // into k[.][h][0, dn); v of head h likewise from its value rows into v[.][h].
+  for (const attn_seq& a : seqs)
+    if (a.context_len > ws.tokens || a.q_len > a.context_len)
+      return make_error(error_code::internal, fmt::format("latent prefill of {} tokens at {}: the workspace holds {}",
+                                                          a.q_len, a.context_len - a.q_len, ws.tokens));
   const long long kv_b_head = static_cast<long long>(dn + dv) * r;
-  if (auto st = gemm.run_batched(dt, H, c, dn, r, ws.latents, r, 0, kv_b_proj, true, r, kv_b_head, ws.k, false,
-                                 H * qk, qk);
-      !st)
-    return st;
   const char* w_uv = static_cast<const char*>(kv_b_proj) + size_t(dn) * r * es;
-  if (auto st = gemm.run_batched(dt, H, c, dv, r, ws.latents, r, 0, w_uv, true, r, kv_b_head, ws.v, false, H * dv, dv);
-      !st)
-    return st;
-  // Tiles of queries as many as the score buffer holds at the full context; each tile's keys end
-  // at its last query's position (the causal bound), its scores [H][tile][keys] rows ld apart.
-  const int tile = static_cast<int>(std::min<size_t>(size_t(n), ws.score_elems / (size_t(H) * round8(c))));
-  if (tile < 1) return make_error(error_code::internal, "latent prefill: the score buffer holds no query");
-  for (int i0 = 0; i0 < n; i0 += tile) {
-    const int rows = std::min(tile, n - i0), keys = first + i0 + rows, ld = round8(keys);
-    const char* q_tile = static_cast<const char*>(q) + size_t(seq.q_start + i0) * H * qk * es;
-    if (auto st = gemm.run_batched(dt, H, rows, keys, qk, q_tile, H * qk, qk, ws.k, true, H * qk, qk, ws.scores,
-                                   true, ld, static_cast<long long>(rows) * ld);
+  for (const mla_up_projected_group& g : plan_up_projected(seqs, ws.tokens)) {
+    int row = 0;
+    for (const attn_seq& a : seqs.subspan(size_t(g.first), size_t(g.count))) {
+      const mla_gather_args ga{.cache = cache, .block_table = block_tables + a.bt_offset,
+                               .latents = static_cast<char*>(ws.latents) + size_t(row) * r * es,
+                               .k = static_cast<char*>(ws.k) + size_t(row) * H * qk * es, .context = a.context_len,
+                               .num_heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr, .block_size = block_size};
+      AS_CUDA_TRY(mla_gather_latents(dt, ga, s));
+      row += a.context_len;
+    }
+    // k_nope of head h = latents [rows][r] times W_UK_h^T (kv_b_proj's key rows of head h, [dn][r])
+    // into k[.][h][0, dn); v of head h likewise from its value rows into v[.][h].
+    if (auto st = gemm.run_batched(dt, H, g.context_rows, dn, r, ws.latents, r, 0, kv_b_proj, true, r, kv_b_head,
+                                   ws.k, false, H * qk, qk);
         !st)
       return st;
-    const mla_softmax_args sa{.scores = ws.scores, .probs = ws.probs, .num_heads = H, .rows = rows, .keys = keys,
-                              .ld = ld, .first_position = first + i0, .scale = scale};
-    AS_CUDA_TRY(mla_causal_softmax(dt, sa, s));
-    char* o_tile = static_cast<char*>(out) + size_t(seq.q_start + i0) * H * dv * es;
-    if (auto st = gemm.run_batched(dt, H, rows, dv, keys, ws.probs, ld, static_cast<long long>(rows) * ld, ws.v,
-                                   false, H * dv, dv, o_tile, false, H * dv, dv);
+    if (auto st = gemm.run_batched(dt, H, g.context_rows, dv, r, ws.latents, r, 0, w_uv, true, r, kv_b_head, ws.v,
+                                   false, H * dv, dv);
         !st)
       return st;
+    for (const mla_up_projected_launch& l : g.launches) {
+      const mla_up_projected_args ua{.q = q, .k = ws.k, .v = ws.v, .out = out, .num_heads = H, .qk_dim = qk,
+                                     .v_dim = dv, .scale = scale, .launch = l};
+      AS_CUDA_TRY(mla_up_projected_attention(dt, ua, s));
+    }
   }
   return {};
 }
@@ -111,12 +97,16 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
                                   "takes kv_lora_rank up to {}, an even qk_rope_head_dim up to {} and a sum that is a "
                                   "multiple of 8",
                                   rank_, rope_dim_, mla_max_rank, mla_max_rope_dim));
+  if (!mla_up_projected_supported(nope_dim_ + rope_dim_, v_dim_))
+    return make_error(error_code::unsupported,
+                      fmt::format("qk_nope_head_dim + qk_rope_head_dim {} and v_head_dim {}: the CUDA executor's "
+                                  "up-projected prefill takes multiples of 8 up to {} and {}",
+                                  nope_dim_ + rope_dim_, v_dim_, mla_max_up_projected_qk, mla_max_up_projected_v));
   const size_t T = size_t(max_tokens), H = size_t(heads_), W = size_t(rank_ + rope_dim_), es = act_size(dt);
   const size_t qk = size_t(nope_dim_ + rope_dim_), P = size_t(max_partial_rows_);
   const size_t counters = P * size_t(mla_head_groups(heads_));
-  prefill_.max_context = max_context;
-  prefill_.score_elems = mla_score_elems(heads_, max_context, max_tokens, mla_score_budget);
-  const size_t C = size_t(max_context), S = prefill_.score_elems;
+  prefill_.tokens = mla_prefill_workspace_tokens(heads_, max_context);
+  const size_t C = size_t(prefill_.tokens);
   struct want { size_t bytes; void** where; };
   const want wants[] = {
       {T * size_t(q_lora_) * 4, reinterpret_cast<void**>(&q_a_)},
@@ -131,8 +121,6 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
       {C * size_t(rank_) * es, &prefill_.latents},
       {C * H * qk * es, &prefill_.k},
       {C * H * size_t(v_dim_) * es, &prefill_.v},
-      {S * 4, reinterpret_cast<void**>(&prefill_.scores)},
-      {S * es, &prefill_.probs},
   };
   for (const want& w : wants)
     if (auto st = alloc(w.bytes, w.where); !st) return st;
@@ -180,12 +168,8 @@ status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x,
   // The prefill chunks, up-projected (their rows of `out` are written after the absorbed rows').
   const auto up_projected = [&]() -> status {
     const mla_dims d{.heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr, .v_dim = dv};
-    for (const attn_seq& q : step.up_projected)
-      if (auto st = mla_prefill(gemm, dt_, d, prefill_, w.kv_b_proj, q_, q, step.block_tables, cache, block_size,
-                                scale_, out, s);
-          !st)
-        return st;
-    return {};
+    return mla_prefill(gemm, dt_, d, prefill_, w.kv_b_proj, q_, step.up_projected, step.block_tables, cache,
+                       block_size, scale_, out, s);
   };
   if (!absorbed) return up_projected();
   const int splits = mla_num_splits(n, H, num_sms_, max_partial_rows_);

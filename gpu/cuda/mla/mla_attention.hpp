@@ -60,35 +60,25 @@ struct mla_dims {
   int heads = 0, rank = 0, nope_dim = 0, rope_dim = 0, v_dim = 0;
 };
 
-/// The up-projected form's buffers, planned once for the longest context (max_context tokens).
+/// The up-projected form's buffers, planned once: `tokens` context rows, at least the longest
+/// context (mla_prefill_workspace_tokens: a group of contexts, one after another).
 struct mla_prefill_workspace {
-  int max_context = 0;
-  void* latents = nullptr;     ///< [max_context][r] of dt: the context's latents, gathered
-  void* k = nullptr;           ///< [max_context][H][dn + dr] of dt: k_nope (kv_b_proj), then k_pe
-  void* v = nullptr;           ///< [max_context][H][dv] of dt
-  float* scores = nullptr;     ///< [score_elems]: one query tile's [H][queries][keys]
-  void* probs = nullptr;       ///< [score_elems] of dt: its causal softmax
-  size_t score_elems = 0;      ///< at least H x max_context rounded up to 8 (one query a tile)
+  int tokens = 0;
+  void* latents = nullptr;     ///< [tokens][r] of dt: the contexts' latents, gathered
+  void* k = nullptr;           ///< [tokens][H][dn + dr] of dt: k_nope (kv_b_proj), then k_pe
+  void* v = nullptr;           ///< [tokens][H][dv] of dt
 };
 
-/// Elements of the up-projected score tile beyond one query's that the executor plans: 32 Mi
-/// (128 MiB of fp32 scores and 64 MiB of 16-bit probabilities), a 1,000-token V2-Lite chunk in one
-/// tile.
-inline constexpr size_t mla_score_budget = size_t(32) << 20;
-
-/// Elements of an up-projected score tile for H heads: room for `queries` queries over
-/// `max_context` keys (rounded up to 8), at least one query, at most `budget` elements beyond that.
-size_t mla_score_elems(int heads, int max_context, int queries, size_t budget);
-
-/// One sequence's prefill chunk in the up-projected form: its context's latents (`seq`'s blocks
-/// of `cache`, the chunk's own written already) gathered and expanded by kv_b_proj into each
-/// head's k_nope and v (two strided-batched GEMMs), the shared k_pe appended to every head's key,
-/// then per tile of queries the scores Q K^T (a strided-batched GEMM over the heads, keys up to
-/// the tile's last query), the causal softmax with `scale`, and P V into `out`'s rows of the
-/// chunk ([rows][H][dv] of dt). `q` holds the step's queries, [rows][H][dn + dr] of dt with q_pe
-/// rotated; the chunk's queries are at positions context_len - q_len .. context_len - 1.
+/// The step's prefill chunks in the up-projected form (`seqs`, in row order), by the groups of
+/// plan_up_projected: each sequence's context latents (its blocks of `cache`, the chunk's own
+/// written already) gathered into the group's rows of the workspace, the shared k_pe appended to
+/// every head's key, the group's rows expanded by kv_b_proj into each head's k_nope and v (two
+/// strided-batched GEMMs), then the causal attention with `scale` on tensor cores
+/// (mla_up_projected_attention) into `out`'s rows of the chunks ([rows][H][dv] of dt). `q` holds
+/// the step's queries, [rows][H][dn + dr] of dt with q_pe rotated; a chunk's queries are at
+/// positions context_len - q_len .. context_len - 1.
 status mla_prefill(gemm_runner& gemm, act_dtype dt, const mla_dims& d, const mla_prefill_workspace& ws,
-                   const void* kv_b_proj, const void* q, const attn_seq& seq, const int32_t* block_tables,
+                   const void* kv_b_proj, const void* q, std::span<const attn_seq> seqs, const int32_t* block_tables,
                    const void* cache, int block_size, float scale, void* out, cudaStream_t s);
 
 /// One per-head product of the absorbed form (W_UK or W_UV, head_gemv_args): mla_head_gemv where
@@ -102,7 +92,8 @@ class mla_attention {
   /// Keeps the shapes, the softmax scale (qk_head_dim^-0.5 times YaRN's mscale correction) and
   /// the rope's frequencies on the device (`inv_freq`, [dr / 2]) and attention factor, and sizes
   /// the buffers for up to `max_tokens` rows a step through `alloc` (memory the caller owns).
-  /// The up-projected prefill's workspace is sized for contexts of up to `max_context` tokens.
+  /// The up-projected prefill's workspace holds mla_prefill_workspace_tokens(H, max_context)
+  /// tokens.
   /// With `cluster_merge` (attention_tuning::latent_cluster_merge) the decode's split pieces
   /// merge within their clusters where mla_merges_in_cluster says so.
   status init(const model_config& cfg, act_dtype dt, const float* inv_freq, float attention_factor, int max_tokens,
@@ -111,7 +102,7 @@ class mla_attention {
   /// One layer for `rows` rows of x ([rows][hidden] of dt, the normalised input): writes the
   /// rows' latents into `cache` ([num_blocks * block_size][r + dr] of dt) and the heads'
   /// outputs into `out` ([rows][H * dv] of dt, o_proj's input): the absorbed form for rows
-  /// [0, step.absorbed_rows), then mla_prefill for each of step.up_projected.
+  /// [0, step.absorbed_rows), then mla_prefill over step.up_projected.
   status run(gemm_runner& gemm, const device_mla& w, const void* x, int rows, const mla_step& step, void* cache,
              int block_size, void* out, cudaStream_t s);
 

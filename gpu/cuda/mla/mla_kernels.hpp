@@ -96,16 +96,49 @@ struct mla_gather_args {
 };
 int mla_gather_latents(act_dtype dt, const mla_gather_args& a, cudaStream_t s);
 
-/// Causal softmax over one tile of up-projected scores: row i of head h (query position
-/// first_position + i) takes keys 0 .. first_position + i, probs[h][i][j] = softmax_j(scores *
-/// scale) there and 0 for the other keys up to `keys`. Rows are `ld` elements apart, heads
-/// `rows * ld`; keys <= ld.
-struct mla_softmax_args {
-  const float* scores = nullptr;       ///< [H][rows][ld]
-  void* probs = nullptr;               ///< [H][rows][ld] of dt
-  int num_heads = 0, rows = 0, keys = 0, ld = 0, first_position = 0;
-  float scale = 1.0f;
+/// Widest up-projected query / key head (qk_nope_head_dim + qk_rope_head_dim) and value head
+/// (v_head_dim) mla_up_projected_attention takes: DeepSeek-V2's and V3's 192 and 128.
+inline constexpr int mla_max_up_projected_qk = 192;
+inline constexpr int mla_max_up_projected_v = 128;
+
+/// Queries a CTA of mla_up_projected_attention takes (8 warps of 16 rows).
+inline constexpr int mla_up_projected_rows = 128;
+/// Pieces and CTAs (a head's) one launch takes: its arguments travel by value.
+inline constexpr int mla_up_projected_max_pieces = 16;
+inline constexpr int mla_up_projected_max_items = 256;
+/// Queries [q_row, q_row + queries) of the step's rows (the last queries of a chunk, or all of
+/// them), which see keys [0, context) of the rows of k and v from kv_row.
+struct mla_up_projected_piece {
+  int32_t q_row = 0, queries = 0, kv_row = 0, context = 0;
 };
-int mla_causal_softmax(act_dtype dt, const mla_softmax_args& a, cudaStream_t s);
+
+/// One launch: its pieces, and its CTAs a head as (piece << 16 | query tile), the tiles whose
+/// last query sees the most keys first.
+struct mla_up_projected_launch {
+  int32_t num_pieces = 0, num_items = 0;
+  mla_up_projected_piece pieces[mla_up_projected_max_pieces];
+  uint32_t items[mla_up_projected_max_items];
+};
+
+/// Causal attention of prefill chunks over their up-projected contexts (FlashAttention-2 on
+/// tensor cores, fp32 sums, probabilities rounded to dt for P V): for each piece p of `launch`,
+/// its query i of head h (row p.q_row + i, at position p.context - p.queries + i) attends to
+/// keys 0 .. that position of head h (rows p.kv_row + j of k and v),
+///   out[row][h] = sum_j softmax_j(q[row][h] . k[p.kv_row + j][h] x scale) v[p.kv_row + j][h].
+/// A CTA takes one item (a query tile of a piece) of one head: grid (launch.num_items, H).
+struct mla_up_projected_args {
+  const void* q = nullptr;    ///< [rows][H][qk_dim] of dt: the step's queries, q_pe rotated
+  const void* k = nullptr;    ///< [context rows][H][qk_dim] of dt: k_nope, then the shared k_pe
+  const void* v = nullptr;    ///< [context rows][H][v_dim] of dt
+  void* out = nullptr;        ///< [rows][H][v_dim] of dt
+  int num_heads = 0, qk_dim = 0, v_dim = 0;
+  float scale = 1.0f;         ///< softmax scale (YaRN's mscale correction included)
+  mla_up_projected_launch launch;
+};
+/// Whether the kernels take these widths: multiples of 8 up to mla_max_up_projected_qk / _v.
+bool mla_up_projected_supported(int qk_dim, int v_dim);
+/// cudaErrorInvalidValue for widths it does not take, a piece of more queries than context, or
+/// an item past its piece's queries.
+int mla_up_projected_attention(act_dtype dt, const mla_up_projected_args& a, cudaStream_t s);
 
 }  // namespace actorserve::gpu::cuda
