@@ -67,7 +67,7 @@ if (( with_jit )); then
   cp "$build-ptx80/tests/test_cuda" "$bundle/bin-jit/"
   strip --strip-debug "$bundle/bin-jit/test_cuda"
 fi
-cp "$root/scripts/run_gpu_suite.sh" "$root/scripts/bench_gpu_suite.sh" "$bundle/"
+cp "$root/scripts/run_gpu_suite.sh" "$root/scripts/bench_gpu_suite.sh" "$root/scripts/bench_targets.sh" "$bundle/"
 if (( with_data )); then cp -r "$root/tests/data" "$bundle/data"; fi
 if (( with_node )); then
   [[ -d "$root/tests/e2e/node_modules" ]] || (cd "$root/tests/e2e" && npm ci --no-audit --no-fund --loglevel=error)
