@@ -25,10 +25,14 @@ status mla_prefill(gemm_runner& gemm, act_dtype dt, const mla_dims& d, const mla
                    const void* cache, int block_size, float scale, void* out, cudaStream_t s) {
   const int H = d.heads, r = d.rank, dn = d.nope_dim, dr = d.rope_dim, dv = d.v_dim, qk = dn + dr;
   const size_t es = act_size(dt);
-  for (const attn_seq& a : seqs)
-    if (a.context_len > ws.tokens || a.q_len > a.context_len)
+  for (const attn_seq& a : seqs) {
+    if (a.q_len > a.context_len)
+      return make_error(error_code::internal,
+                        fmt::format("latent prefill of {} tokens in a context of {}", a.q_len, a.context_len));
+    if (a.context_len > ws.tokens)
       return make_error(error_code::internal, fmt::format("latent prefill of {} tokens at {}: the workspace holds {}",
                                                           a.q_len, a.context_len - a.q_len, ws.tokens));
+  }
   const long long kv_b_head = static_cast<long long>(dn + dv) * r;
   const char* w_uv = static_cast<const char*>(kv_b_proj) + size_t(dn) * r * es;
   for (const mla_up_projected_group& g : plan_up_projected(seqs, ws.tokens)) {

@@ -3,9 +3,9 @@
 // warp_rows' online softmax in fp32, a 2-stage cp.async ring of 64-key tiles): a CTA of 8 warps
 // takes 128 queries of one head of one piece (mla_up_projected_plan) and streams that head's keys
 // (qk wide) and values (dv wide) from the expanded [context][H][.] rows; each warp skips the
-// tiles its queries cannot see. 128 queries a CTA halve the key and value reads from L2 of 64
-// (at 64, 45 V2-Lite prompts of 1,000 tokens took 2.5 ms a layer on an H100, L2-bound). The
-// widths are padded to a kernel's (kDk, kDv) with zeros in shared memory.
+// tiles its queries cannot see; 128 queries a CTA read each head's keys and values from L2 half
+// as often as 64 (docs/attention.md, Decisions). The widths are padded to a kernel's (kDk, kDv)
+// with zeros in shared memory.
 #include <cmath>
 
 #include "gpu/cuda/attention/tile_ops.cuh"
