@@ -397,7 +397,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     AS_CUDA_TRY(add_rmsnorm(dt_, residual_, l == 0 ? nullptr : delta, nullptr, w.input_norm, eps, nullptr, n, hidden,
                             x_, stream_));
     if (w.mla.kv_b_proj) {  // latent attention: one cache per layer, every row (no sampled_only)
-      mark(step_op::attention);
+      mark(step_op::latent_attention);
       if (auto st = mla_.run(gemm_, w.mla, x_, n, mla_rows, static_cast<char*>(kv_pool_) + l * cache_stride_,
                              info_.block_size, attn_, stream_);
           !st)
@@ -464,7 +464,7 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     // into delta_, which the next add_rmsnorm adds (tensor parallel: once summed over the shards).
     float* const ffn_out = add_in_gemm ? residual : delta_;
     if (w.experts.router) {  // a sparse layer: the experts' weighted sum goes where down's output would
-      mark(step_op::gate_up);
+      mark(step_op::experts);
       if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, ffn_out, add_in_gemm, stream_, norm_in_router); !st)
         return st;
       // The shared experts: a dense MLP over every token, added after the routed sum.

@@ -4,25 +4,30 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <iterator>
+
 namespace actorserve::gpu::cuda {
 namespace {
 
 constexpr int kOps = static_cast<int>(step_op::count);
-const char* const kNames[kOps] = {"step inputs (copies)",
-                                  "embedding",
-                                  "add_rmsnorm",
-                                  "qkv gemm",
-                                  "rope_kv_write",
-                                  "attention: prefill",
-                                  "attention: decode (+ merge)",
-                                  "o gemm",
-                                  "gate_up gemm",
-                                  "silu_and_mul",
-                                  "down gemm",
-                                  "all-reduce / gather (tensor parallel)",
-                                  "lm_head gemm",
-                                  "sample",
-                                  "step outputs (copies)"};
+const char* const kNames[] = {"step inputs (copies)",
+                              "embedding",
+                              "add_rmsnorm",
+                              "qkv gemm",
+                              "rope_kv_write",
+                              "attention: prefill",
+                              "attention: decode (+ merge)",
+                              "latent attention (q / latent projections to W_UV)",
+                              "o gemm",
+                              "routed experts (router to combine)",
+                              "gate_up gemm",
+                              "silu_and_mul",
+                              "down gemm",
+                              "all-reduce / gather (tensor parallel)",
+                              "lm_head gemm",
+                              "sample",
+                              "step outputs (copies)"};
+static_assert(std::size(kNames) == kOps, "a name for every class");
 
 }  // namespace
 

@@ -17,8 +17,8 @@ namespace actorserve::gpu::cuda {
 
 /// The classes of a step's launches, in the order a step runs them.
 enum class step_op {
-  inputs, embed, norm, qkv, rope, attention, attention_decode, o, gate_up, silu, down, all_reduce, lm_head, sample,
-  outputs,
+  inputs, embed, norm, qkv, rope, attention, attention_decode, latent_attention, o, experts, gate_up, silu, down,
+  all_reduce, lm_head, sample, outputs,
   count
 };
 
