@@ -22,7 +22,8 @@
 # Binaries: BIN_DIR, else bench_gpu_suite.sh's search (the bundle's bin/, build-gpu/). Knobs:
 # DEADLINE (s from the start, default 540: a part that would start later is skipped, and
 # targets.txt says so), MODELS (where the model configs go, default /tmp/bench-targets).
-# DRY_RUN=1 checks the plumbing without a GPU: the tiny presets of each family on the CPU
+# BASELINE_BIN_DIR and ROUNDS pass through to bench_gpu_suite.sh (an A/B of the engine parts
+# against another build's binaries, alternated). DRY_RUN=1 checks the plumbing without a GPU: the tiny presets of each family on the CPU
 # executor with every count divided by 20, no kernel benchmarks (ctest bench_targets.dry_run).
 # Exit status 1 when a stage failed or timed out.
 set -uo pipefail
