@@ -237,12 +237,13 @@ void bench_scenario(cuda::gemm_runner& gemm, const layer& l, cudaStream_t s, int
     check(!groups.empty(), "a plan of the prefill");
     stages.push_back({"gather latents", timed([&] {
                         for (const cuda::mla_up_projected_group& g : groups)
-                          for (int i = 0, row = 0; i < g.count; row += sc.seqs[size_t(g.first + i)].context_len, ++i) {
-                            const cuda::attn_seq& a = sc.seqs[size_t(g.first + i)];
+                          for (size_t i = 0; i < g.kv_rows.size(); ++i) {
+                            const cuda::attn_seq& a = sc.seqs[size_t(g.first) + i];
+                            const size_t row = size_t(g.kv_rows[i]);
                             const cuda::mla_gather_args ga{
                                 .cache = cache, .block_table = tables + a.bt_offset,
-                                .latents = static_cast<char*>(ws.latents) + size_t(row) * kRank * 2,
-                                .k = static_cast<char*>(ws.k) + size_t(row) * H * kQk * 2, .context = a.context_len,
+                                .latents = static_cast<char*>(ws.latents) + row * kRank * 2,
+                                .k = static_cast<char*>(ws.k) + row * H * kQk * 2, .context = a.context_len,
                                 .num_heads = H, .rank = kRank, .nope_dim = kNope, .rope_dim = kRope,
                                 .block_size = kBlock};
                             check(cuda::mla_gather_latents(kDt, ga, s) == 0, "gather");

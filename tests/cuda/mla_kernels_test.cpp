@@ -464,9 +464,11 @@ TEST(CudaMlaUpProjected, RefusesWidthsItDoesNotTake) {
   a.launch.pieces[0] = {.q_row = 0, .queries = 5, .kv_row = 0, .context = 4};
   EXPECT_EQ(cuda::mla_up_projected_attention(act_dtype::bf16, a, nullptr), int(cudaErrorInvalidValue));
   a.launch.pieces[0].context = 5;
-  for (const uint32_t item : {1u, 1u << 16}) {
+  for (const cuda::mla_up_projected_item item : {cuda::mla_up_projected_item{.piece = 0, .tile = 1},
+                                                  cuda::mla_up_projected_item{.piece = 1, .tile = 0}}) {
     a.launch.items[0] = item;
-    EXPECT_EQ(cuda::mla_up_projected_attention(act_dtype::bf16, a, nullptr), int(cudaErrorInvalidValue)) << item;
+    EXPECT_EQ(cuda::mla_up_projected_attention(act_dtype::bf16, a, nullptr), int(cudaErrorInvalidValue))
+        << item.piece << " / " << item.tile;
   }
 }
 

@@ -31,9 +31,9 @@ std::vector<attn_seq> chunks(const std::vector<std::pair<int, int>>& shapes) {
 }
 
 /// Keys the last query of an item sees.
-int item_keys(const mla_up_projected_launch& l, uint32_t item) {
-  const mla_up_projected_piece& p = l.pieces[item >> 16];
-  const int end = std::min(int(item & 0xffff) * mla_up_projected_rows + mla_up_projected_rows, p.queries);
+int item_keys(const mla_up_projected_launch& l, gpu::cuda::mla_up_projected_item item) {
+  const mla_up_projected_piece& p = l.pieces[item.piece];
+  const int end = std::min(item.tile * mla_up_projected_rows + mla_up_projected_rows, p.queries);
   return p.context - p.queries + end;
 }
 
@@ -45,9 +45,12 @@ std::map<int, std::pair<int, int>> covered_rows(const std::vector<attn_seq>& seq
   int next_seq = 0;
   for (const mla_up_projected_group& g : groups) {
     EXPECT_EQ(g.first, next_seq) << "groups are consecutive";
-    next_seq += g.count;
     int context = 0;
-    for (int i = g.first; i < g.first + g.count; ++i) context += seqs[size_t(i)].context_len;
+    for (size_t i = 0; i < g.kv_rows.size(); ++i) {
+      EXPECT_EQ(g.kv_rows[i], context) << "contexts one after another";
+      context += seqs[size_t(g.first) + i].context_len;
+    }
+    next_seq += int(g.kv_rows.size());
     EXPECT_EQ(g.context_rows, context);
     EXPECT_LE(g.context_rows, tokens);
     for (const mla_up_projected_launch& l : g.launches) {
@@ -57,8 +60,8 @@ std::map<int, std::pair<int, int>> covered_rows(const std::vector<attn_seq>& seq
       for (int i = 1; i < l.num_items; ++i)
         EXPECT_GE(item_keys(l, l.items[i - 1]), item_keys(l, l.items[i])) << "longest first";
       for (int i = 0; i < l.num_items; ++i) {
-        const mla_up_projected_piece& p = l.pieces[l.items[i] >> 16];
-        const int q0 = int(l.items[i] & 0xffff) * mla_up_projected_rows;
+        const mla_up_projected_piece& p = l.pieces[l.items[i].piece];
+        const int q0 = l.items[i].tile * mla_up_projected_rows;
         EXPECT_LT(q0, p.queries);
         for (int r = q0; r < std::min(q0 + mla_up_projected_rows, p.queries); ++r) {
           const int position = p.context - p.queries + r;
@@ -78,11 +81,11 @@ TEST(MlaUpProjectedPlan, PromptsShareGroupsWhileTheirContextsFit) {
   const std::vector<attn_seq> seqs = chunks(std::vector<std::pair<int, int>>(45, {1000, 1000}));
   const auto groups = plan_up_projected(seqs, tokens);
   ASSERT_EQ(groups.size(), 3u);
-  EXPECT_EQ(groups[0].count, 16);
-  EXPECT_EQ(groups[2].count, 13);
+  EXPECT_EQ(groups[0].kv_rows.size(), 16u);
+  EXPECT_EQ(groups[2].kv_rows.size(), 13u);
   for (const mla_up_projected_group& g : groups) {
     ASSERT_EQ(g.launches.size(), 1u);
-    EXPECT_EQ(g.launches[0].num_items, g.count * 8);  // 1,000 queries: 8 tiles of 128
+    EXPECT_EQ(g.launches[0].num_items, int(g.kv_rows.size()) * 8);  // 1,000 queries: 8 tiles of 128
   }
   const auto rows = covered_rows(seqs, groups, tokens);
   ASSERT_EQ(rows.size(), 45000u);
@@ -143,7 +146,7 @@ TEST(MlaUpProjectedPlan, ContextPastTheWorkspaceOrNoQueries) {
   // A sequence without queries keeps its place in the group but takes no CTA.
   const auto groups = plan_up_projected(chunks({{0, 40}, {3, 3}}), 100);
   ASSERT_EQ(groups.size(), 1u);
-  EXPECT_EQ(groups[0].count, 2);
+  EXPECT_EQ(groups[0].kv_rows.size(), 2u);
   ASSERT_EQ(groups[0].launches.size(), 1u);
   EXPECT_EQ(groups[0].launches[0].num_items, 1);
   EXPECT_EQ(groups[0].launches[0].pieces[0].kv_row, 40);

@@ -36,14 +36,14 @@ status mla_prefill(gemm_runner& gemm, act_dtype dt, const mla_dims& d, const mla
   const long long kv_b_head = static_cast<long long>(dn + dv) * r;
   const char* w_uv = static_cast<const char*>(kv_b_proj) + size_t(dn) * r * es;
   for (const mla_up_projected_group& g : plan_up_projected(seqs, ws.tokens)) {
-    int row = 0;
-    for (const attn_seq& a : seqs.subspan(size_t(g.first), size_t(g.count))) {
+    for (size_t i = 0; i < g.kv_rows.size(); ++i) {
+      const attn_seq& a = seqs[size_t(g.first) + i];
+      const size_t row = size_t(g.kv_rows[i]);
       const mla_gather_args ga{.cache = cache, .block_table = block_tables + a.bt_offset,
-                               .latents = static_cast<char*>(ws.latents) + size_t(row) * r * es,
-                               .k = static_cast<char*>(ws.k) + size_t(row) * H * qk * es, .context = a.context_len,
+                               .latents = static_cast<char*>(ws.latents) + row * r * es,
+                               .k = static_cast<char*>(ws.k) + row * H * qk * es, .context = a.context_len,
                                .num_heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr, .block_size = block_size};
       AS_CUDA_TRY(mla_gather_latents(dt, ga, s));
-      row += a.context_len;
     }
     // k_nope of head h = latents [rows][r] times W_UK_h^T (kv_b_proj's key rows of head h, [dn][r])
     // into k[.][h][0, dn); v of head h likewise from its value rows into v[.][h].

@@ -112,12 +112,17 @@ struct mla_up_projected_piece {
   int32_t q_row = 0, queries = 0, kv_row = 0, context = 0;
 };
 
-/// One launch: its pieces, and its CTAs a head as (piece << 16 | query tile), the tiles whose
-/// last query sees the most keys first.
+/// A CTA's work (one head's): query tile `tile` (queries [128 tile, 128 tile + 128)) of a piece.
+struct mla_up_projected_item {
+  uint16_t piece = 0, tile = 0;
+};
+
+/// One launch: its pieces, and its CTAs a head, the tiles whose last query sees the most keys
+/// first.
 struct mla_up_projected_launch {
   int32_t num_pieces = 0, num_items = 0;
   mla_up_projected_piece pieces[mla_up_projected_max_pieces];
-  uint32_t items[mla_up_projected_max_items];
+  mla_up_projected_item items[mla_up_projected_max_items];
 };
 
 /// Causal attention of prefill chunks over their up-projected contexts (FlashAttention-2 on

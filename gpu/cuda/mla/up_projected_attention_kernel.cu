@@ -53,9 +53,9 @@ __global__ void __launch_bounds__(kThreads, 1) up_projected_attention_kernel(con
   extern __shared__ uint4 smem_raw[];
   dev::pdl_begin();
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, H = a.num_heads, head = blockIdx.y;
-  const uint32_t item = a.launch.items[blockIdx.x];
-  const mla_up_projected_piece& p = a.launch.pieces[item >> 16];
-  const int q0 = int(item & 0xffff) * kRows, valid = min(kRows, p.queries - q0);
+  const mla_up_projected_item item = a.launch.items[blockIdx.x];
+  const mla_up_projected_piece& p = a.launch.pieces[item.piece];
+  const int q0 = item.tile * kRows, valid = min(kRows, p.queries - q0);
   const int first = p.context - p.queries;  // position of the piece's first query
   const int keys = first + q0 + valid;      // the CTA's queries see keys [0, keys)
   const int ntiles = (keys + kTile - 1) / kTile;
@@ -142,8 +142,8 @@ int mla_up_projected_attention(act_dtype dt, const mla_up_projected_args& a, cud
   for (int i = 0; i < l.num_pieces; ++i)
     if (l.pieces[i].queries > l.pieces[i].context || l.pieces[i].queries < 0) return int(cudaErrorInvalidValue);
   for (int i = 0; i < l.num_items; ++i) {
-    const int piece = int(l.items[i] >> 16), tile = int(l.items[i] & 0xffff);
-    if (piece >= l.num_pieces || tile * kRows >= l.pieces[piece].queries) return int(cudaErrorInvalidValue);
+    const mla_up_projected_item it = l.items[i];
+    if (it.piece >= l.num_pieces || it.tile * kRows >= l.pieces[it.piece].queries) return int(cudaErrorInvalidValue);
   }
   // Two kernels: the widths of the small test models, and DeepSeek-V2's 192 / 128 (the widest).
   if (a.qk_dim <= 64 && a.v_dim <= 32) return launch<64, 32>(dt, a, s);

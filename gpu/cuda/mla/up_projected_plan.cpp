@@ -7,16 +7,17 @@ namespace {
 
 int tiles(int queries) { return (queries + mla_up_projected_rows - 1) / mla_up_projected_rows; }
 
-/// Keys the last query of tile t of piece p sees.
-int tile_keys(const mla_up_projected_piece& p, int t) {
-  return p.context - p.queries + std::min((t + 1) * mla_up_projected_rows, p.queries);
+/// Keys the last query of an item of l sees.
+int item_keys(const mla_up_projected_launch& l, mla_up_projected_item it) {
+  const mla_up_projected_piece& p = l.pieces[it.piece];
+  return p.context - p.queries + std::min((it.tile + 1) * mla_up_projected_rows, p.queries);
 }
 
 /// Orders l's items by the keys their last query sees, most first (piece and tile break ties).
 void order_items(mla_up_projected_launch& l) {
-  std::sort(l.items, l.items + l.num_items, [&](uint32_t a, uint32_t b) {
-    const int ka = tile_keys(l.pieces[a >> 16], int(a & 0xffff)), kb = tile_keys(l.pieces[b >> 16], int(b & 0xffff));
-    return ka != kb ? ka > kb : a < b;
+  std::sort(l.items, l.items + l.num_items, [&](mla_up_projected_item a, mla_up_projected_item b) {
+    const int ka = item_keys(l, a), kb = item_keys(l, b);
+    return ka != kb ? ka > kb : a.piece != b.piece ? a.piece < b.piece : a.tile < b.tile;
   });
 }
 
@@ -35,7 +36,7 @@ void add_queries(std::vector<mla_up_projected_launch>& launches, const attn_seq&
     const int piece = l.num_pieces++;
     l.pieces[piece] = {.q_row = s.q_start + done, .queries = queries, .kv_row = kv_row,
                        .context = first_pos + done + queries};
-    for (int t = 0; t < tiles(queries); ++t) l.items[l.num_items++] = uint32_t(piece) << 16 | uint32_t(t);
+    for (int t = 0; t < tiles(queries); ++t) l.items[l.num_items++] = {.piece = uint16_t(piece), .tile = uint16_t(t)};
     done += queries;
   }
 }
@@ -48,10 +49,10 @@ std::vector<mla_up_projected_group> plan_up_projected(std::span<const attn_seq> 
     const attn_seq& s = seqs[size_t(i)];
     if (s.context_len > workspace_tokens) return {};
     if (groups.empty() || groups.back().context_rows + s.context_len > workspace_tokens)
-      groups.push_back({.first = i, .count = 0, .context_rows = 0, .launches = {}});
+      groups.push_back({.first = i, .kv_rows = {}, .context_rows = 0, .launches = {}});
     mla_up_projected_group& g = groups.back();
     add_queries(g.launches, s, g.context_rows);
-    ++g.count;
+    g.kv_rows.push_back(g.context_rows);
     g.context_rows += s.context_len;
   }
   for (mla_up_projected_group& g : groups)

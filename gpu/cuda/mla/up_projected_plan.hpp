@@ -2,7 +2,8 @@
 /// Host-only planning of DeepSeek-V2's up-projected prefill (mla_prefill, docs/mla.md): which of
 /// a step's prefill chunks share one gather of their contexts into the workspace, and which
 /// launches of mla_up_projected_attention cover their queries, each launch's CTAs ordered longest
-/// first. No CUDA calls: unit-tested without a GPU.
+/// first. Plain host code: unit-tested without a GPU.
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -23,10 +24,13 @@ constexpr int mla_prefill_workspace_tokens(int heads, int max_context) {
   return max_context > group ? max_context : group;
 }
 
-/// Sequences [first, first + count) of the step's up-projected list, whose contexts lie one after
-/// another in the workspace (sequence first at row 0), and the launches over their queries.
+/// Sequences [first, first + kv_rows.size()) of the step's up-projected list, whose contexts lie
+/// one after another in the workspace (sequence first + i from row kv_rows[i], sequence first at
+/// row 0; context_rows in all), and the launches over their queries.
 struct mla_up_projected_group {
-  int first = 0, count = 0, context_rows = 0;
+  int first = 0;
+  std::vector<int32_t> kv_rows;
+  int context_rows = 0;
   std::vector<mla_up_projected_launch> launches;
 };
 
