@@ -252,8 +252,11 @@ inline void bench_moe_ffn_paths() {
   for (const moe_bench_model& m : moe_bench_models)
     report("%s: the engine's chunks hold %d tokens (moe_chunk_tokens_for)\n", m.name,
            cuda::moe_chunk_tokens_for(m.experts, m.top_k, m.hidden, m.inter, 2));
+  report("cuBLAS: one GEMM per expert piece on the path's lanes (moe_ffn::cublas_lanes, below each model), "
+         "cuBLAS 1 lane: all on one stream\n");
   report("| model | tokens | rows/expert | grouped ms | grouped TFLOP/s | cuBLAS ms | cuBLAS TFLOP/s "
-         "| cuBLAS first run ms | cuBLAS / grouped | default path |\n|---|---|---|---|---|---|---|---|---|---|\n");
+         "| cuBLAS 1 lane ms | cuBLAS 1 lane TFLOP/s | cuBLAS first run ms | cuBLAS / grouped | default path |\n"
+         "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const moe_bench_model& m : moe_bench_models) {
     const size_t E = size_t(m.experts);
     const size_t gate_up_elems = E * 2 * m.inter * m.hidden, down_elems = E * m.hidden * m.inter;
@@ -284,10 +287,12 @@ inline void bench_moe_ffn_paths() {
       break;
     }
     const cuda::device_experts w{.router = router, .gate_up = w_gate_up, .down = w_down};
+    report("%s: %d lanes\n", m.name, ffn.cublas_lanes());
     for (int tokens : token_counts) {
       double first_ms = 0;  // the wall time of the untimed first run, its new GEMM shapes' set-up included
-      const auto run_ms = [&](int min_rows) -> double {
+      const auto run_ms = [&](int min_rows, int lanes = cuda::moe_cublas_lanes) -> double {
         ffn.set_cublas_min_rows_per_expert(min_rows);
+        ffn.set_cublas_lanes_in_use(lanes);
         const auto t0 = std::chrono::steady_clock::now();
         if (auto st = ffn.run(gemm, w, x, tokens, out, false, nullptr); !st) {  // once untimed: it runs
           report("moe_ffn::run: %s\n", st.err().message.c_str());
@@ -298,13 +303,15 @@ inline void bench_moe_ffn_paths() {
         return time_ms([&] { (void)ffn.run(gemm, w, x, tokens, out, false, nullptr); }, 10);
       };
       const double grouped = run_ms(INT_MAX), cublas = run_ms(0);
+      const double cublas_first_ms = first_ms;  // before one lane's run: the lanes' shapes new
+      const double one_lane = run_ms(0, 1);
       const int pairs = tokens * m.top_k;
       const double flops = 6.0 * pairs * m.hidden * m.inter;
       ffn.set_cublas_min_rows_per_expert(cuda::moe_cublas_rows_by_expert_size);
       const bool by_default = cuda::reaches_moe_cublas_rows(pairs, m.experts, ffn.cublas_min_rows_per_expert());
-      report("| %s | %d | %.0f | %.3f | %.0f | %.3f | %.0f | %.3f | %.2f | %s |\n", m.name, tokens,
-             double(pairs) / m.experts, grouped, flops / grouped / 1e9, cublas, flops / cublas / 1e9, first_ms,
-             cublas / grouped, by_default ? "cuBLAS" : "grouped");
+      report("| %s | %d | %.0f | %.3f | %.0f | %.3f | %.0f | %.3f | %.0f | %.3f | %.2f | %s |\n", m.name, tokens,
+             double(pairs) / m.experts, grouped, flops / grouped / 1e9, cublas, flops / cublas / 1e9, one_lane,
+             flops / one_lane / 1e9, cublas_first_ms, cublas / grouped, by_default ? "cuBLAS" : "grouped");
     }
     for (void* p : owned) cudaFree(p);
   }

@@ -3,7 +3,8 @@
 // group-limited routing), on the batched path (chunks taking other tiles than the whole step)
 // and on the one-token kernels' path. The per-expert cuBLAS path against the grouped GEMM, on the
 // fixtures and at Mixtral-8x7B's and Qwen3-30B-A3B's expert shapes with uneven routing and empty
-// experts, around its threshold; and never while the stream captures a graph.
+// experts, around its threshold, on its lanes and on one, the lanes' bits the same run after
+// run; and never while the stream captures a graph.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -227,6 +228,7 @@ struct cublas_case {
   std::vector<int> token_counts;     ///< just below, at and above it
   int chunk;                         ///< tokens a chunk
   bool (*empty)(int e);              ///< experts routed nothing
+  int lanes;                         ///< the cuBLAS path's lanes at this chunk (moe_ffn::init)
 };
 
 // Mixtral-8x7B at its default threshold, 256 rows an expert by its experts' size (1,024 tokens x
@@ -234,12 +236,14 @@ struct cublas_case {
 // just below it, 1,024 at it, 1,536 at 1.5 times it, 9,000 two chunks above it and one of 1,000
 // below. Qwen3-30B-A3B's 128 experts at 256 (4,096 tokens x top-8), one in seven empty, in
 // chunks of 6,000 tokens: 4,095 just below, 4,096 at it, 6,000 at 1.5 times it, 9,000 one above,
-// one below.
+// one below. Mixtral's scratch holds one piece of 1,088 rows at 4,000 tokens, Qwen3's four lanes
+// of full pieces (whose rounded rows cross into the next lane's unless the plan moves them).
 static_assert(cuda::moe_cublas_min_rows_for(14336, 4096) == 256, "the Mixtral case's token counts");
 const cublas_case cublas_cases[] = {
     {"Mixtral-8x7B", 8, 2, 4096, 14336, cuda::moe_cublas_rows_by_expert_size, {1023, 1024, 1536, 9000}, 4000,
-     [](int e) { return e == 2 || e == 5; }},
-    {"Qwen3-30B-A3B", 128, 8, 2048, 768, 256, {4095, 4096, 6000, 9000}, 6000, [](int e) { return e % 7 == 3; }},
+     [](int e) { return e == 2 || e == 5; }, 1},
+    {"Qwen3-30B-A3B", 128, 8, 2048, 768, 256, {4095, 4096, 6000, 9000}, 6000, [](int e) { return e % 7 == 3; },
+     cuda::moe_cublas_lanes},
 };
 
 TEST_F(CudaMoeFfn, CublasPathMatchesTheGroupedGemmAtModelShapesWithUnevenRouting) {
@@ -253,11 +257,15 @@ TEST_F(CudaMoeFfn, CublasPathMatchesTheGroupedGemmAtModelShapesWithUnevenRouting
       synthetic_layer layer;
       ASSERT_NO_FATAL_FAILURE(make_layer(layer, dt, c.experts, c.top_k, c.hidden, c.inter, bias, rng));
       const int max_tokens = *std::max_element(c.token_counts.begin(), c.token_counts.end());
-      cuda::moe_ffn grouped, cublas;
+      cuda::moe_ffn grouped, cublas, one_lane;
       init(grouped, layer.cfg, c.hidden, dt, max_tokens, c.chunk);
       init(cublas, layer.cfg, c.hidden, dt, max_tokens, c.chunk);
+      init(one_lane, layer.cfg, c.hidden, dt, max_tokens, c.chunk);
       grouped.set_cublas_min_rows_per_expert(kNeverCublas);
       cublas.set_cublas_min_rows_per_expert(c.min_rows);
+      one_lane.set_cublas_min_rows_per_expert(c.min_rows);
+      one_lane.set_cublas_lanes_in_use(1);
+      EXPECT_EQ(cublas.cublas_lanes(), c.lanes);
       const int min_rows = cublas.cublas_min_rows_per_expert();
       EXPECT_EQ(min_rows, c.min_rows >= 0 ? c.min_rows : cuda::moe_cublas_min_rows_for(c.inter, c.hidden));
       for (int tokens : c.token_counts) {
@@ -272,16 +280,27 @@ TEST_F(CudaMoeFfn, CublasPathMatchesTheGroupedGemmAtModelShapesWithUnevenRouting
         const int64_t before = cublas.cublas_chunks();
         const auto want = run(grouped, layer.experts(), x, tokens, residual, false);
         const auto got = run(cublas, layer.experts(), x, tokens, residual, false);
+        const auto serial = run(one_lane, layer.experts(), x, tokens, residual, false);
         EXPECT_EQ(cublas.cublas_chunks() - before, cublas_chunks);
         for (float v : want) ASSERT_TRUE(std::isfinite(v));
         EXPECT_GT(count_unequal(want, residual), 0) << "the experts gave nothing";
-        if (cublas_chunks == 0)
+        if (cublas_chunks == 0) {
           EXPECT_EQ(count_unequal(got, want), 0) << "below the threshold: the grouped GEMM's bits";
-        else
+        } else {
           EXPECT_LE(rel_max_err(got, want), cublas_path_bound(dt));
+          EXPECT_LE(rel_max_err(serial, want), cublas_path_bound(dt)) << "one lane";
+          // The lanes race only where the plan lets two write one row: the bits would vary.
+          for (int again = 0; again < 4; ++again)
+            EXPECT_EQ(count_unequal(run(cublas, layer.experts(), x, tokens, residual, false), got), 0)
+                << "run " << again + 2 << " gave other bits";
+        }
       }
       EXPECT_EQ(grouped.cublas_chunks(), 0);
       EXPECT_GT(cublas.cublas_chunks(), 0);
+      EXPECT_EQ(one_lane.cublas_multi_lane_chunks(), 0);
+      if (c.lanes > 1) {
+        EXPECT_GT(cublas.cublas_multi_lane_chunks(), 0) << "the chunks ran on one lane";
+      }
     }
   }
 }

@@ -8,13 +8,61 @@
 #include "gpu/cuda/cuda_status.hpp"
 #include "gpu/cuda/linear/gemv_kernel.hpp"
 #include "gpu/cuda/model/cuda_model.hpp"
+#include "gpu/cuda/moe/cublas_lanes.hpp"
 #include "gpu/cuda/moe/moe_kernels.hpp"
 #include "gpu/cuda/ops/elementwise.hpp"
 
 namespace actorserve::gpu::cuda {
 
+namespace {
+/// cuBLAS workspace of each lane past the first (the executor's own runner has as much).
+constexpr size_t lane_workspace_bytes = size_t(32) << 20;
+}  // namespace
+
 moe_ffn::~moe_ffn() {
+  release_lanes();
   if (host_offsets_) cudaFreeHost(host_offsets_);
+}
+
+void moe_ffn::release_lanes() {
+  for (cublas_lane& l : lanes_) {
+    l.gemm.reset();
+    if (l.done) cudaEventDestroy(l.done);
+    if (l.stream) cudaStreamDestroy(l.stream);
+  }
+  lanes_.clear();
+  if (fork_) cudaEventDestroy(fork_);
+  fork_ = nullptr;
+}
+
+status moe_ffn::make_lanes(int n) {
+  release_lanes();
+  lanes_.resize(static_cast<size_t>(std::max(1, n)));
+  if (lanes_.size() > 1) AS_CUDA_TRY(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+  for (size_t l = 1; l < lanes_.size(); ++l) {
+    cublas_lane& lane = lanes_[l];
+    AS_CUDA_TRY(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
+    AS_CUDA_TRY(cudaEventCreateWithFlags(&lane.done, cudaEventDisableTiming));
+    lane.gemm = std::make_unique<gemm_runner>();
+    if (auto st = lane.gemm->init(lane.stream, lane_workspace_bytes); !st) return st;
+  }
+  return {};
+}
+
+status moe_ffn::fork_lanes(int n, cudaStream_t s) {
+  if (n <= 1) return {};
+  AS_CUDA_TRY(cudaEventRecord(fork_, s));
+  for (int l = 1; l < n; ++l) AS_CUDA_TRY(cudaStreamWaitEvent(lanes_[size_t(l)].stream, fork_, 0));
+  return {};
+}
+
+status moe_ffn::join_lanes(int n, cudaStream_t s) {
+  for (int l = 1; l < n; ++l) {
+    const cublas_lane& lane = lanes_[size_t(l)];
+    AS_CUDA_TRY(cudaEventRecord(lane.done, lane.stream));
+    AS_CUDA_TRY(cudaStreamWaitEvent(s, lane.done, 0));
+  }
+  return {};
 }
 
 status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_tokens, const alloc_fn& alloc,
@@ -69,17 +117,24 @@ status moe_ffn::init(const moe_config& cfg, int hidden, act_dtype dt, int max_to
   // own: y_ ((CP + spare) x hidden fp32) is written by a chunk's down and read by its combine
   // only, so before down it holds the chunk's gathered rows (at most CP + spare rows of dt: its
   // first half at 2 bytes a value) and, behind them, the gate/up pieces of
-  // [cublas_piece_rows_][2 x inter] of dt: min(moe_cublas_piece_rows, what is left / (2 x inter))
-  // rows in multiples of moe_cublas_row_multiple (y_ grown to hold one where a chunk's rows
-  // leave less), Mixtral-8x7B's 2,048 once a chunk holds 7,168 tokens
-  // (CP x 4,096 x 2 bytes >= 2,048 x 2 x 14,336 x 2).
+  // [cublas_piece_rows_][2 x inter] of dt, one a lane: min(moe_cublas_piece_rows, what is left /
+  // (2 x inter) / lanes) rows in multiples of moe_cublas_row_multiple (y_ grown to hold one where
+  // a chunk's rows leave less), Mixtral-8x7B's 2,048 once a chunk holds 7,168 tokens
+  // (CP x 4,096 x 2 bytes >= 2,048 x 2 x 14,336 x 2). As many lanes as moe_cublas_lanes whose
+  // full pieces fit (Mixtral-8x7B's 8,192-token chunks: 1; DeepSeek-V2-Lite's and
+  // Qwen3-30B-A3B's: 4); one for E4M3 experts (expert_scratch_ holds one expert).
   if (host_offsets_) cudaFreeHost(host_offsets_);
   host_offsets_ = nullptr;
   AS_CUDA_TRY(cudaMallocHost(reinterpret_cast<void**>(&host_offsets_), (E + 1) * sizeof(int32_t)));
   cublas_scratch_ = reinterpret_cast<uint8_t*>(y_) + gathered_bytes;
   const size_t fits = piece_row_bytes == 0 ? 0 : (y_bytes - gathered_bytes) / piece_row_bytes;
-  cublas_piece_rows_ = static_cast<int>(std::min<size_t>(moe_cublas_piece_rows, fits) / moe_cublas_row_multiple *
-                                        moe_cublas_row_multiple);
+  const size_t full_pieces = fits / size_t(moe_cublas_piece_rows);
+  const int lanes = e4m3_experts ? 1 : static_cast<int>(std::clamp<size_t>(full_pieces, 1, moe_cublas_lanes));
+  cublas_piece_rows_ = static_cast<int>(std::min<size_t>(moe_cublas_piece_rows, fits / size_t(lanes)) /
+                                        moe_cublas_row_multiple * moe_cublas_row_multiple);
+  if (auto st = make_lanes(lanes); !st) return st;
+  for (size_t l = 0; l < lanes_.size(); ++l)
+    lanes_[l].scratch = static_cast<uint8_t*>(cublas_scratch_) + l * size_t(cublas_piece_rows_) * piece_row_bytes;
   return {};
 }
 
@@ -186,43 +241,62 @@ status moe_ffn::run_experts_cublas(gemm_runner& gemm, const device_experts& w, c
   const moe_gather_args ga{.x = x, .rows = sorted_pairs_, .rows_div = top_k_, .num_rows = P, .width = hidden_,
                            .out = gathered};
   AS_CUDA_TRY(moe_gather(dt_, ga, s));
+  // The pieces: each expert's rows in pieces of at most cublas_piece_rows_ (the scratch a lane
+  // holds), each GEMM over its rows rounded up (moe_cublas_row_multiple), spread over the lanes.
+  const int want_lanes = std::clamp(lanes_in_use_, 1, cublas_lanes());
+  const std::vector<std::vector<moe_cublas_piece>> plan =
+      plan_moe_cublas_lanes({off, size_t(E) + 1}, cublas_piece_rows_, moe_cublas_row_multiple, want_lanes);
+  const int n = static_cast<int>(plan.size());
+  const auto lane_gemm = [&](int l) -> gemm_runner& { return l == 0 ? gemm : *lanes_[size_t(l)].gemm; };
+  const auto lane_stream = [&](int l) { return l == 0 ? s : lanes_[size_t(l)].stream; };
   // gate/up: an expert's [2 x inter][hidden] weights are its gate rows, then its up rows, so one
   // GEMM gives each row's gate in columns [0, inter) and its up in [inter, 2 x inter), rounded to
-  // dt (run_act), which silu_and_mul_act reads: the grouped GEMM's epilogue's numbers, summed in
-  // cuBLAS's order. In pieces of at most cublas_piece_rows_ rows (the scratch behind the rows),
-  // each GEMM over its rows rounded up (moe_cublas_row_multiple): the extra rows are the next
-  // expert's or spare rows, their outputs in the scratch never read.
-  // E4M3 experts: each expert with rows dequantized into expert_scratch_ before its GEMMs, which
-  // the next one's dequantization follows on the stream.
+  // dt (run_act), into its lane's scratch, which silu_and_mul_act reads: the grouped GEMM's
+  // epilogue's numbers, summed in cuBLAS's order. A GEMM's extra rows read the next expert's or
+  // spare gathered rows; their outputs in the scratch are never read.
+  // E4M3 experts (one lane): each expert with rows dequantized into expert_scratch_ before its
+  // GEMMs, which the next one's dequantization follows on the stream.
   auto* act = static_cast<uint8_t*>(act_);
-  for (int e = 0; e < E; ++e) {
-    if (off[e] == off[e + 1]) continue;
+  if (auto st = fork_lanes(n, s); !st) return st;
+  for (int l = 0; l < n; ++l) {
+    int expert = -1;
     const void* we = nullptr;
-    if (auto st = expert_matrix(w.gate_up, w.gate_up_fp8, e, 2 * inter_, hidden_, s, we); !st) return st;
-    for (int r0 = off[e]; r0 < off[e + 1]; r0 += cublas_piece_rows_) {
-      const int m = std::min(cublas_piece_rows_, off[e + 1] - r0);
-      const void* rows = gathered + size_t(r0) * hidden_ * es;
-      if (auto st = gemm.run_act(dt_, rows, cublas_rows(m), hidden_, we, 2 * inter_, cublas_scratch_); !st) return st;
-      AS_CUDA_TRY(silu_and_mul_act(dt_, cublas_scratch_, m, inter_, act + size_t(r0) * inter_ * es, s));
+    for (const moe_cublas_piece& p : plan[size_t(l)]) {
+      if (p.expert != expert) {
+        if (auto st = expert_matrix(w.gate_up, w.gate_up_fp8, p.expert, 2 * inter_, hidden_, lane_stream(l), we); !st)
+          return st;
+        expert = p.expert;
+      }
+      void* scratch = lanes_[size_t(l)].scratch;
+      const void* rows = gathered + size_t(p.first) * hidden_ * es;
+      if (auto st = lane_gemm(l).run_act(dt_, rows, cublas_rows(p.rows), hidden_, we, 2 * inter_, scratch); !st)
+        return st;
+      AS_CUDA_TRY(silu_and_mul_act(dt_, scratch, p.rows, inter_, act + size_t(p.first) * inter_ * es, lane_stream(l)));
     }
   }
+  if (auto st = join_lanes(n, s); !st) return st;
   // down: y_ rows of expert e = its act_ rows x its [hidden][inter] down weights^T, in fp32, in
-  // the same rounded pieces. The gathered rows and pieces in y_ are dead: every gate/up GEMM and
-  // SiLU that read them is before on the stream. A piece's extra rows write the next expert's
-  // rows of y_, which its own down overwrites after (experts in ascending order), or spare rows.
-  for (int e = 0; e < E; ++e) {
-    if (off[e] == off[e + 1]) continue;
+  // the same rounded pieces, after every gate/up piece (the join): the gathered rows and scratches
+  // in y_ are dead. A piece's extra rows write rows of the pieces after it on its lane, which
+  // their own GEMMs overwrite later, or spare rows (the plan keeps them off other lanes' rows).
+  if (auto st = fork_lanes(n, s); !st) return st;
+  for (int l = 0; l < n; ++l) {
+    int expert = -1;
     const void* we = nullptr;
-    if (auto st = expert_matrix(w.down, w.down_fp8, e, hidden_, inter_, s, we); !st) return st;
-    for (int r0 = off[e]; r0 < off[e + 1]; r0 += cublas_piece_rows_) {
-      const int m = std::min(cublas_piece_rows_, off[e + 1] - r0);
-      if (auto st = gemm.run(dt_, act + size_t(r0) * inter_ * es, cublas_rows(m), inter_, we, hidden_,
-                             y_ + size_t(r0) * hidden_);
+    for (const moe_cublas_piece& p : plan[size_t(l)]) {
+      if (p.expert != expert) {
+        if (auto st = expert_matrix(w.down, w.down_fp8, p.expert, hidden_, inter_, lane_stream(l), we); !st) return st;
+        expert = p.expert;
+      }
+      if (auto st = lane_gemm(l).run(dt_, act + size_t(p.first) * inter_ * es, cublas_rows(p.rows), inter_, we,
+                                     hidden_, y_ + size_t(p.first) * hidden_);
           !st)
         return st;
     }
   }
+  if (auto st = join_lanes(n, s); !st) return st;
   cublas_chunks_.fetch_add(1);
+  if (n > 1) multi_lane_chunks_.fetch_add(1);
   return {};
 }
 
@@ -259,12 +333,16 @@ status moe_ffn::warm_cublas(gemm_runner& gemm, const device_experts& w, cudaStre
   const void* down = w.down_fp8.scale ? expert_scratch_ : w.down;
   if (!gate_up || !down)
     return make_error(error_code::internal, "moe_ffn: E4M3 experts on the cuBLAS path without init's scratch");
+  // Lane by lane (the downs of two lanes would write y_ at once).
   const int most = std::min(cublas_piece_rows_, pair_rows_capacity_);
-  for (int m = moe_cublas_row_multiple; m <= most; m += moe_cublas_row_multiple) {
-    if (auto st = gemm.run_act(dt_, y_, m, hidden_, gate_up, 2 * inter_, cublas_scratch_); !st) return st;
-    if (auto st = gemm.run(dt_, act_, m, inter_, down, hidden_, y_); !st) return st;
+  for (size_t l = 0; l < lanes_.size(); ++l) {
+    gemm_runner& lane_gemm = l == 0 ? gemm : *lanes_[l].gemm;
+    for (int m = moe_cublas_row_multiple; m <= most; m += moe_cublas_row_multiple) {
+      if (auto st = lane_gemm.run_act(dt_, y_, m, hidden_, gate_up, 2 * inter_, lanes_[l].scratch); !st) return st;
+      if (auto st = lane_gemm.run(dt_, act_, m, inter_, down, hidden_, y_); !st) return st;
+    }
+    AS_CUDA_TRY(cudaStreamSynchronize(l == 0 ? s : lanes_[l].stream));
   }
-  AS_CUDA_TRY(cudaStreamSynchronize(s));
   return {};
 }
 

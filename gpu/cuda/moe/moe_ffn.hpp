@@ -9,6 +9,8 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include "config/error.hpp"
 #include "config/moe_config.hpp"
@@ -39,6 +41,12 @@ inline constexpr int moe_cublas_piece_rows = 2048;
 /// shape on its first call, and a step that met hundreds of new row counts spent most of a
 /// second doing so.
 inline constexpr int moe_cublas_row_multiple = 64;
+
+/// Streams ("lanes") the per-expert cuBLAS path spreads a chunk's GEMMs over (cublas_lanes.hpp),
+/// where the scratch behind the gathered rows holds a full gate/up piece for each: while one
+/// GEMM runs its last partial wave of tiles, or a small expert's few tiles, the others' fill the
+/// idle SMs. Each lane past the first has its own cuBLAS handle and workspace.
+inline constexpr int moe_cublas_lanes = 4;
 
 /// The rows an expert a chunk is grown to hold on average, and the most bytes its expert buffers
 /// (act and y: top_k rows a token of inter values in the activation dtype and of hidden fp32
@@ -102,11 +110,21 @@ class moe_ffn {
   }
   /// Chunks whose experts ran through cuBLAS so far.
   int64_t cublas_chunks() const { return cublas_chunks_.load(); }
+  /// Lanes the cuBLAS path has (valid after init): moe_cublas_lanes where the scratch holds a
+  /// full piece for each, else 1 (and 1 for E4M3 experts, whose one dequantization scratch the
+  /// GEMMs share).
+  int cublas_lanes() const { return static_cast<int>(lanes_.size()); }
+  /// Runs the cuBLAS path on at most `lanes` of them (1: every GEMM on the caller's stream, in
+  /// ascending rows); for benchmarks and tests.
+  void set_cublas_lanes_in_use(int lanes) { lanes_in_use_ = lanes; }
+  /// Chunks whose cuBLAS GEMMs ran on more than one lane so far.
+  int64_t cublas_multi_lane_chunks() const { return multi_lane_chunks_.load(); }
 
   /// Runs the per-expert cuBLAS path's GEMMs once at every row count it takes (multiples of
   /// moe_cublas_row_multiple up to its piece rows), on expert 0 of `w` into this object's
-  /// buffers, so that no step meets a GEMM shape for the first time; nothing when the path never
-  /// runs. At start, outside graph capture; the outputs are discarded.
+  /// buffers, on every lane's cuBLAS handle, so that no step meets a GEMM shape for the first
+  /// time; nothing when the path never runs. At start, outside graph capture; the outputs are
+  /// discarded.
   status warm_cublas(gemm_runner& gemm, const device_experts& w, cudaStream_t s);
 
   /// out[t] (+)= the experts' weighted sum for each of `rows` tokens of x ([rows][hidden] of dt):
@@ -135,8 +153,24 @@ class moe_ffn {
                      bool accumulate, bool gemv, bool cublas, cudaStream_t s);
   /// The experts' products of the P permuted rows (moe_permute has run on `s`) through cuBLAS:
   /// the offsets read back, the rows gathered, per expert gate/up in pieces with SiLU-and-mul into
-  /// act_, then down into y_.
+  /// act_, then down into y_; the pieces spread over the lanes (plan_moe_cublas_lanes), all
+  /// gate/up pieces before any down piece (down's fp32 rows overwrite the gathered ones).
   status run_experts_cublas(gemm_runner& gemm, const device_experts& w, const void* x, int P, cudaStream_t s);
+  /// One lane of the cuBLAS path: lane 0 is the caller's stream and gemm_runner; the others
+  /// their own stream, handle and an event that marks their work's end.
+  struct cublas_lane {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t done = nullptr;
+    std::unique_ptr<gemm_runner> gemm;
+    void* scratch = nullptr;  ///< its gate/up pieces: [cublas_piece_rows_][2 x inter] of dt
+  };
+  /// Creates lanes 1..n-1 (streams, events, handles); lane 0 needs none.
+  status make_lanes(int n);
+  void release_lanes();
+  /// Lanes 1..n-1 wait for what `s` has enqueued so far.
+  status fork_lanes(int n, cudaStream_t s);
+  /// `s` waits for lanes 1..n-1's work so far.
+  status join_lanes(int n, cudaStream_t s);
   /// Expert e's [rows][cols] matrix of w for a cuBLAS GEMM of the act dtype: in place, or for
   /// E4M3 experts (f's scales set) dequantized into expert_scratch_ on `s`, each part with its
   /// scales (fp8_dequantize's values, those the grouped GEMM converts to).
@@ -169,7 +203,11 @@ class moe_ffn {
   int cublas_min_rows_ = moe_cublas_rows_by_expert_size;  ///< set_cublas_min_rows_per_expert
   int cublas_piece_rows_ = 0;         ///< rows of a gate/up piece the scratch holds (0: the path never runs)
   int pair_rows_capacity_ = 0;        ///< rows of act_ and y_: a chunk's pairs and the rounding's spare rows
-  void* cublas_scratch_ = nullptr;    ///< the gate/up pieces: inside y_, behind the gathered rows
+  void* cublas_scratch_ = nullptr;    ///< the lanes' gate/up pieces: inside y_, behind the gathered rows
+  std::vector<cublas_lane> lanes_;    ///< at least one once init has run
+  int lanes_in_use_ = moe_cublas_lanes;  ///< set_cublas_lanes_in_use
+  cudaEvent_t fork_ = nullptr;        ///< the point of `s` the lanes wait for
+  std::atomic<int64_t> multi_lane_chunks_{0};
   void* expert_scratch_ = nullptr;    ///< E4M3 experts: one expert's matrix dequantized (init)
   int32_t* host_offsets_ = nullptr;   ///< [E + 1]: offsets_ read back (cudaMallocHost)
   std::atomic<int64_t> cublas_chunks_{0};  ///< chunks run through cuBLAS
