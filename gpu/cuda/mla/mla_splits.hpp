@@ -14,9 +14,10 @@ constexpr int mla_head_groups(int num_heads) { return (num_heads + mla_heads_per
 inline constexpr int mla_ctas_per_sm = 2;
 /// Fewest keys of a split piece: a row's context is cut into at most ceil(context / this) pieces
 /// (whole 32-key tiles), so that the pieces' partials and merge never outweigh their key reads.
-/// Two tiles, so that the ring overlaps one: at 256 a single stream's CTAs each walked 8 tiles in
-/// turn (batch 1 x 1,100 keys 42 µs a launch against 23 µs with pieces of 69 keys before).
-inline constexpr int mla_min_piece = 64;
+/// One tile: a single stream's short contexts (128 to 384 keys) in as many CTAs as tiles, each
+/// CTA's path one tile long; at 256 a single stream's CTAs each walked 8 tiles in turn (batch 1 x
+/// 1,100 keys 42 µs a launch against 23 µs with pieces of 69 keys before).
+inline constexpr int mla_min_piece = 32;
 
 /// How many context splits latent_attention takes for n rows of num_heads heads on num_sms SMs:
 /// with C = n x ceil(num_heads / mla_heads_per_cta) CTAs a split and S = num_sms x
