@@ -1,8 +1,9 @@
 #pragma once
 /// Host-only planning of the per-expert cuBLAS path's concurrency (moe_ffn::run_experts_cublas,
 /// docs/moe.md): a chunk's GEMMs, one a piece of an expert's permuted rows, cut into lanes that
-/// run side by side on streams of their own, so that one GEMM's last partial wave of tiles and a
-/// small expert's few tiles leave no SMs idle. Plain host code: unit-tested without a GPU.
+/// run side by side on streams of their own, so that one GEMM's last partial wave of tiles, a
+/// small piece's few tiles and the gaps between GEMMs leave fewer SMs idle. Plain host code:
+/// unit-tested without a GPU.
 #include <cstdint>
 #include <span>
 #include <vector>

@@ -2,8 +2,9 @@
 /// A sparse layer's FFN on the device: router logits (one GEMM), the router, the permutation, the
 /// grouped gate/up GEMM with SiLU-and-mul (or, at one token, the expert GEMV), the grouped down
 /// GEMM and the weighted combine into the residual stream (docs/moe.md); a large chunk outside
-/// CUDA graph capture runs the experts' products as one cuBLAS GEMM per expert instead. No host
-/// round trip while capturing: a decode step that runs it is capturable.
+/// CUDA graph capture runs the experts' products as one cuBLAS GEMM per expert instead, on up to
+/// moe_cublas_lanes streams. No host round trip while capturing: a decode step that runs it is
+/// capturable.
 #include <cuda_runtime_api.h>
 
 #include <atomic>
@@ -43,9 +44,10 @@ inline constexpr int moe_cublas_piece_rows = 2048;
 inline constexpr int moe_cublas_row_multiple = 64;
 
 /// Streams ("lanes") the per-expert cuBLAS path spreads a chunk's GEMMs over (cublas_lanes.hpp),
-/// where the scratch behind the gathered rows holds a full gate/up piece for each: while one
-/// GEMM runs its last partial wave of tiles, or a small expert's few tiles, the others' fill the
-/// idle SMs. Each lane past the first has its own cuBLAS handle and workspace.
+/// where the scratch behind the gathered rows holds a full gate/up piece for each: the other
+/// lanes' tiles fill the SMs that one GEMM's last partial wave, a small piece's few tiles or the
+/// gap between two GEMMs leave idle. Each lane past the first has its own cuBLAS handle and
+/// 32 MiB workspace.
 inline constexpr int moe_cublas_lanes = 4;
 
 /// The rows an expert a chunk is grown to hold on average, and the most bytes its expert buffers
