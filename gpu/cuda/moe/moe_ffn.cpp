@@ -247,8 +247,24 @@ status moe_ffn::run_experts_cublas(gemm_runner& gemm, const device_experts& w, c
   const std::vector<std::vector<moe_cublas_piece>> plan =
       plan_moe_cublas_lanes({off, size_t(E) + 1}, cublas_piece_rows_, moe_cublas_row_multiple, want_lanes);
   const int n = static_cast<int>(plan.size());
-  const auto lane_gemm = [&](int l) -> gemm_runner& { return l == 0 ? gemm : *lanes_[size_t(l)].gemm; };
-  const auto lane_stream = [&](int l) { return l == 0 ? s : lanes_[size_t(l)].stream; };
+  // One phase: every piece's product on its lane between a fork and a join, the expert's matrix
+  // of `m` ([rows][cols]) fetched once for each run of its pieces.
+  const auto on_lanes = [&](const void* m, const moe_fp8_scales& f, int rows, int cols, auto&& product) -> status {
+    if (auto st = fork_lanes(n, s); !st) return st;
+    for (int l = 0; l < n; ++l) {
+      int expert = -1;
+      const void* we = nullptr;
+      for (const moe_cublas_piece& p : plan[size_t(l)]) {
+        if (p.expert != expert) {
+          if (auto st = expert_matrix(m, f, p.expert, rows, cols, lane_stream(l, s), we); !st) return st;
+          expert = p.expert;
+        }
+        if (auto st = product(lane_runner(l, gemm), lane_stream(l, s), lanes_[size_t(l)].scratch, p, we); !st)
+          return st;
+      }
+    }
+    return join_lanes(n, s);
+  };
   // gate/up: an expert's [2 x inter][hidden] weights are its gate rows, then its up rows, so one
   // GEMM gives each row's gate in columns [0, inter) and its up in [inter, 2 x inter), rounded to
   // dt (run_act), into its lane's scratch, which silu_and_mul_act reads: the grouped GEMM's
@@ -257,44 +273,23 @@ status moe_ffn::run_experts_cublas(gemm_runner& gemm, const device_experts& w, c
   // E4M3 experts (one lane): each expert with rows dequantized into expert_scratch_ before its
   // GEMMs, which the next one's dequantization follows on the stream.
   auto* act = static_cast<uint8_t*>(act_);
-  if (auto st = fork_lanes(n, s); !st) return st;
-  for (int l = 0; l < n; ++l) {
-    int expert = -1;
-    const void* we = nullptr;
-    for (const moe_cublas_piece& p : plan[size_t(l)]) {
-      if (p.expert != expert) {
-        if (auto st = expert_matrix(w.gate_up, w.gate_up_fp8, p.expert, 2 * inter_, hidden_, lane_stream(l), we); !st)
-          return st;
-        expert = p.expert;
-      }
-      void* scratch = lanes_[size_t(l)].scratch;
-      const void* rows = gathered + size_t(p.first) * hidden_ * es;
-      if (auto st = lane_gemm(l).run_act(dt_, rows, cublas_rows(p.rows), hidden_, we, 2 * inter_, scratch); !st)
-        return st;
-      AS_CUDA_TRY(silu_and_mul_act(dt_, scratch, p.rows, inter_, act + size_t(p.first) * inter_ * es, lane_stream(l)));
-    }
-  }
-  if (auto st = join_lanes(n, s); !st) return st;
+  const auto gate_up = [&](gemm_runner& g, cudaStream_t ls, void* scratch, const moe_cublas_piece& p,
+                           const void* we) -> status {
+    const void* rows = gathered + size_t(p.first) * hidden_ * es;
+    if (auto st = g.run_act(dt_, rows, cublas_rows(p.rows), hidden_, we, 2 * inter_, scratch); !st) return st;
+    AS_CUDA_TRY(silu_and_mul_act(dt_, scratch, p.rows, inter_, act + size_t(p.first) * inter_ * es, ls));
+    return {};
+  };
+  if (auto st = on_lanes(w.gate_up, w.gate_up_fp8, 2 * inter_, hidden_, gate_up); !st) return st;
   // down: y_ rows of expert e = its act_ rows x its [hidden][inter] down weights^T, in fp32, in
   // the same rounded pieces, after every gate/up piece (the join): the gathered rows and scratches
   // in y_ are dead. A piece's extra rows write rows of the pieces after it on its lane, which
   // their own GEMMs overwrite later, or spare rows (the plan keeps them off other lanes' rows).
-  if (auto st = fork_lanes(n, s); !st) return st;
-  for (int l = 0; l < n; ++l) {
-    int expert = -1;
-    const void* we = nullptr;
-    for (const moe_cublas_piece& p : plan[size_t(l)]) {
-      if (p.expert != expert) {
-        if (auto st = expert_matrix(w.down, w.down_fp8, p.expert, hidden_, inter_, lane_stream(l), we); !st) return st;
-        expert = p.expert;
-      }
-      if (auto st = lane_gemm(l).run(dt_, act + size_t(p.first) * inter_ * es, cublas_rows(p.rows), inter_, we,
-                                     hidden_, y_ + size_t(p.first) * hidden_);
-          !st)
-        return st;
-    }
-  }
-  if (auto st = join_lanes(n, s); !st) return st;
+  const auto down = [&](gemm_runner& g, cudaStream_t, void*, const moe_cublas_piece& p, const void* we) {
+    return g.run(dt_, act + size_t(p.first) * inter_ * es, cublas_rows(p.rows), inter_, we, hidden_,
+                 y_ + size_t(p.first) * hidden_);
+  };
+  if (auto st = on_lanes(w.down, w.down_fp8, hidden_, inter_, down); !st) return st;
   cublas_chunks_.fetch_add(1);
   if (n > 1) multi_lane_chunks_.fetch_add(1);
   return {};
@@ -335,13 +330,13 @@ status moe_ffn::warm_cublas(gemm_runner& gemm, const device_experts& w, cudaStre
     return make_error(error_code::internal, "moe_ffn: E4M3 experts on the cuBLAS path without init's scratch");
   // Lane by lane (the downs of two lanes would write y_ at once).
   const int most = std::min(cublas_piece_rows_, pair_rows_capacity_);
-  for (size_t l = 0; l < lanes_.size(); ++l) {
-    gemm_runner& lane_gemm = l == 0 ? gemm : *lanes_[l].gemm;
+  for (int l = 0; l < cublas_lanes(); ++l) {
+    gemm_runner& g = lane_runner(l, gemm);
     for (int m = moe_cublas_row_multiple; m <= most; m += moe_cublas_row_multiple) {
-      if (auto st = lane_gemm.run_act(dt_, y_, m, hidden_, gate_up, 2 * inter_, lanes_[l].scratch); !st) return st;
-      if (auto st = lane_gemm.run(dt_, act_, m, inter_, down, hidden_, y_); !st) return st;
+      if (auto st = g.run_act(dt_, y_, m, hidden_, gate_up, 2 * inter_, lanes_[size_t(l)].scratch); !st) return st;
+      if (auto st = g.run(dt_, act_, m, inter_, down, hidden_, y_); !st) return st;
     }
-    AS_CUDA_TRY(cudaStreamSynchronize(l == 0 ? s : lanes_[l].stream));
+    AS_CUDA_TRY(cudaStreamSynchronize(lane_stream(l, s)));
   }
   return {};
 }

@@ -173,6 +173,9 @@ class moe_ffn {
   status fork_lanes(int n, cudaStream_t s);
   /// `s` waits for lanes 1..n-1's work so far.
   status join_lanes(int n, cudaStream_t s);
+  /// Lane l's gemm_runner and stream: the caller's for lane 0.
+  gemm_runner& lane_runner(int l, gemm_runner& caller) const { return l == 0 ? caller : *lanes_[size_t(l)].gemm; }
+  cudaStream_t lane_stream(int l, cudaStream_t caller) const { return l == 0 ? caller : lanes_[size_t(l)].stream; }
   /// Expert e's [rows][cols] matrix of w for a cuBLAS GEMM of the act dtype: in place, or for
   /// E4M3 experts (f's scales set) dequantized into expert_scratch_ on `s`, each part with its
   /// scales (fp8_dequantize's values, those the grouped GEMM converts to).
