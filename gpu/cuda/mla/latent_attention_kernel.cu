@@ -9,6 +9,7 @@
 #include "gpu/cuda/attention/tile_ops.cuh"
 #include "gpu/cuda/cluster.cuh"
 #include "gpu/cuda/kernel_util.cuh"
+#include "gpu/cuda/mbarrier.cuh"
 #include "gpu/cuda/mla/mla_kernels.hpp"
 
 namespace actorserve::gpu::cuda {
@@ -21,15 +22,23 @@ constexpr int kKeys = 32;                   ///< keys per tile
 constexpr int kThreads = 256;               ///< 8 warps, each 64 latent values of every head
 constexpr int kWarps = kThreads / 32;
 constexpr int kTiles = mla_max_rank / 64;   ///< mma n-tiles of 8 latent values a warp accumulates
-/// Key tiles in the cp.async ring: the next tile's copies are in flight while this one's scores,
-/// softmax and weighted sum run. Two stages keep two CTAs an SM (mla_ctas_per_sm), whose four
-/// tiles in flight (150 KB at V2's 576) cover an SM's share of HBM bandwidth times its latency.
+/// Key tiles in the ring: the next tile's copies are in flight while this one's scores, softmax
+/// and weighted sum run. Two stages keep two CTAs an SM (mla_ctas_per_sm).
 constexpr int kStages = 2;
 static_assert(mla_min_piece % kKeys == 0, "pieces of whole tiles");
 /// Warps that compute a tile's scores (8 keys each); the others issue the next tile's copies
-/// meanwhile, so the block-table reads before those copies never delay the scores.
+/// meanwhile, so the block-table reads before those copies never delay the scores: on sm_90
+/// the last warp, one bulk copy a key row (a lane a row) onto the stage's mbarrier; before it
+/// (no bulk copies, no mbarrier transaction counts) the warps past kScoreWarps, a warp a key row
+/// and a lane 16 bytes of it by cp.async.
 constexpr int kScoreWarps = kKeys / 8;
-static_assert(kScoreWarps < kWarps, "copying warps left over");
+constexpr int kCopyWarp = kWarps - 1;
+static_assert(kScoreWarps <= kCopyWarp && kKeys <= 32, "a copying warp left over, a lane a key row");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr bool kBulkRows = false;
+#else
+constexpr bool kBulkRows = true;
+#endif
 /// Independent mma accumulators a score warp runs over the 16-wide slices of the dot product
 /// (slice i into chain i % kScoreChains, summed at the end): four dependent chains of 9 mmas at
 /// V2's 576 instead of one of 36.
@@ -54,6 +63,18 @@ static_assert(mla_ctas_per_sm * (attention_smem(mla_max_rank + mla_max_rope_dim)
               "mla_ctas_per_sm CTAs of the widest latent fit an SM's shared memory (sm_90)");
 
 __device__ __forceinline__ uint32_t ld32(const void* p) { return *static_cast<const uint32_t*>(p); }
+
+/// One bulk copy of `bytes` (a multiple of 16) from global `src` to shared `dst` (16-byte
+/// aligned), its bytes counted on mbarrier `bar` (sm_90; a template, so that the passes for
+/// older targets, which never use it, do not warn).
+template <class T>
+__device__ __forceinline__ void bulk_row(uint32_t dst, const T* src, uint32_t bytes, uint32_t bar) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+#endif
+}
 
 /// Partial vectors of one piece a thread of the merge loads at once, two pieces' in flight: V2's
 /// 16 heads x 512 in two even sweeps of float4s. 8 would push attention_kernel from 106 registers
@@ -233,8 +254,8 @@ __device__ __forceinline__ row_pieces pieces_of(const latent_attention_args& a, 
 /// Grid (n, ceil(H / kHeads), num_splits) of kThreads. Scores and the weighted sum on tensor cores
 /// (mma.sync m16n8k16, the CTA's 16 heads its rows): warp w accumulates latent values [64 w,
 /// 64 w + 64) of every head in the mma's C layout (rows lane / 4 and lane / 4 + 8, values
-/// 8 i + 2 (lane % 4) and the next of n-tile i). The key tiles stream through a kStages ring of
-/// cp.async copies (by the warps past kScoreWarps: a warp a key row, a lane 16 bytes), tile
+/// 8 i + 2 (lane % 4) and the next of n-tile i). The key tiles stream through a kStages ring
+/// (kBulkRows: bulk copies of key rows onto the stage's mbarrier on sm_90, else cp.async), tile
 /// i + 1's in flight while tile i is used. With one piece the CTA writes its heads' normalised
 /// output; with more, kCluster (a cluster of the grid's num_splits CTAs along z, one row's head
 /// group) merges the pieces through the cluster's shared memory (cluster_merge; the CTAs past a
@@ -244,6 +265,7 @@ template <class T, bool kCluster>
 __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(latent_attention_args a) {
   extern __shared__ float smem[];
   __shared__ float m_s[kHeads], l_s[kHeads], alpha_s[kHeads];
+  __shared__ __align__(8) uint64_t full_s[kStages];  // a stage's tile has landed
   pdl_begin();
   const int t = blockIdx.x, h0 = blockIdx.y * kHeads, split = blockIdx.z;
   const row_pieces rp = pieces_of(a, t);
@@ -263,21 +285,40 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
   const int ntiles = idle ? 0 : (ke - kb + kKeys - 1) / kKeys;
   const int32_t* table = seq >= 0 ? a.block_tables + a.seqs[seq].bt_offset : nullptr;
   const T* cache = static_cast<const T*>(a.cache);
-  const int vecs = W / 8;  // 16-byte pieces of one key row
-  const uint32_t k_addr = attn_dev::smem_addr(k_s);
-  // Tile `tile`'s key rows into ring stage `stage`; rows past the piece's end are zero-filled (a
-  // zero probability times a NaN would still be NaN).
+  const uint32_t k_addr = attn_dev::smem_addr(k_s), full0 = attn_dev::smem_addr(full_s);
+  // Tile `tile`'s key rows into ring stage `stage`. Bulk rows: lane 0 of the copying warp sets
+  // the bytes the stage's barrier waits for, then each lane copies one row; rows past the piece's
+  // end are not copied (the loop zeroes them in the last tile). cp.async: rows past the end are
+  // zero-filled (a zero probability times a NaN would still be NaN).
   const auto issue = [&](int tile, int stage) {
     const int k0 = kb + tile * kKeys;
-    for (int j = warp - kScoreWarps; j >= 0 && j < kKeys; j += kWarps - kScoreWarps) {
-      const int key = k0 + j;
-      const bool ok = key < ke;
-      const T* src = ok ? cache + (size_t(table[key / a.block_size]) * a.block_size + key % a.block_size) * W : cache;
-      const uint32_t dst = k_addr + uint32_t((stage * kKeys + j) * Ws * 2);
-      for (int v = lane; v < vecs; v += 32) attn_dev::cp_async16(dst + v * 16, src + (ok ? v * 8 : 0), ok ? 16 : 0);
+    const auto src_of = [&](int key) {
+      return cache + (size_t(table[key / a.block_size]) * a.block_size + key % a.block_size) * W;
+    };
+    if constexpr (kBulkRows) {
+      if (warp != kCopyWarp) return;
+      const int rows = min(kKeys, ke - k0);
+      const uint32_t bar = full0 + stage * 8;
+      if (lane == 0) dev::mbar_arrive_expect_tx(bar, uint32_t(rows * W * 2));
+      __syncwarp();
+      if (lane < rows) bulk_row(k_addr + uint32_t((stage * kKeys + lane) * Ws * 2), src_of(k0 + lane), uint32_t(W * 2), bar);
+    } else {
+      for (int j = warp - kScoreWarps; j >= 0 && j < kKeys; j += kWarps - kScoreWarps) {
+        const bool ok = k0 + j < ke;
+        const T* src = ok ? src_of(k0 + j) : cache;
+        const uint32_t dst = k_addr + uint32_t((stage * kKeys + j) * Ws * 2);
+        for (int v = lane; v < W / 8; v += 32) attn_dev::cp_async16(dst + v * 16, src + (ok ? v * 8 : 0), ok ? 16 : 0);
+      }
     }
   };
-  attn_dev::kv_ring_start<kStages>(ntiles, issue);
+  if constexpr (kBulkRows) {
+    if (threadIdx.x < kStages) dev::mbar_init(full0 + threadIdx.x * 8, 1);
+    dev::fence_mbarrier_init();
+    __syncthreads();
+    for (int st = 0; st < kStages - 1 && st < ntiles; ++st) issue(st, st);
+  } else {
+    attn_dev::kv_ring_start<kStages>(ntiles, issue);
+  }
   // The query's and the key tiles' columns [W, Ws) zeros (the scores' mma reads up to K16; the
   // copies write [0, W)); the query rounded to T for the tensor cores, every float4 of a thread
   // loaded before the first is stored (all in flight at once).
@@ -305,10 +346,23 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
   }
   float acc[kTiles][4] = {};
   for (int tile = 0; tile < ntiles; ++tile) {
-    // Tile `tile` has landed and every warp is done with the previous one: its stage takes the next.
-    attn_dev::kv_ring_next<kStages>(tile, ntiles, issue);
-    const T* kt = k_s + size_t(tile % kStages) * kKeys * Ws;
+    // Tile `tile` has landed and every warp is done with the previous one: its stage takes the
+    // next. A last tile's rows past the piece's end are zeroed first (a zero probability times a
+    // NaN would still be NaN); no copy comes into its stage after it.
+    const int stage = tile % kStages;
+    const T* kt = k_s + size_t(stage) * kKeys * Ws;
     const int nk = min(kKeys, ke - (kb + tile * kKeys));
+    if constexpr (kBulkRows) {
+      dev::mbar_wait(full0 + stage * 8, uint32_t((tile / kStages) & 1));
+      if (nk < kKeys)
+        for (int i = threadIdx.x; i < (kKeys - nk) * (W / 8); i += kThreads)
+          reinterpret_cast<uint4*>(k_s + size_t(stage * kKeys + nk + i / (W / 8)) * Ws)[i % (W / 8)] =
+              make_uint4(0, 0, 0, 0);
+      __syncthreads();
+      if (tile + kStages - 1 < ntiles) issue(tile + kStages - 1, (tile + kStages - 1) % kStages);
+    } else {
+      attn_dev::kv_ring_next<kStages>(tile, ntiles, issue);
+    }
     // Scores on tensor cores: warp w < kScoreWarps takes keys [8w, 8w + 8) of the 16 heads, one
     // mma.sync m16n8k16 per 16 dimensions (A: the query tile's rows, B: the keys' rows), the
     // slices spread over kScoreChains accumulators.
@@ -452,7 +506,7 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
   if (counted_last(a.split_counters + size_t(t) * gridDim.y + blockIdx.y, rp.count)) merge_pieces<T>(a, t, h0, rp.count);
 }
 
-/// The dynamic shared memory, the largest carveout (the keys come through cp.async.cg, past L1)
+/// The dynamic shared memory, the largest carveout (the keys come by bulk copies or cp.async.cg, past L1)
 /// and, for the cluster form, clusters past 8 CTAs, set once per kernel for the widest latent:
 /// never inside a graph capture after the first launch. Returns the largest cluster the kernel
 /// launches with (16 where the GPU places a cluster of 16 such CTAs, else 8; 1 without
