@@ -12,7 +12,8 @@
 // reads (rows x context x 576 x 2 bytes over its time), each launch over another layer's cache
 // as decode steps run, so that the caches' sum outgrows L2, with the split pieces merged within
 // clusters (9.x GPUs) and by the last piece's CTA.
-//   bench_cuda_mla [--out DIR]
+// With --probe, only the kernel's copy pipeline without its math (bench/README.md).
+//   bench_cuda_mla [--out DIR] [--probe]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "bench_timing.hpp"
+#include "bench/cuda/probe/probe.hpp"
 #include "gpu/cuda/device_info.hpp"
 #include "gpu/cuda/mla/mla_attention.hpp"
 #include "gpu/cuda/mla/mla_kernels.hpp"
@@ -306,7 +308,7 @@ constexpr size_t kColdBytes = size_t(256) << 20;
 /// The absorbed attention kernel alone for `batch` decode rows at `context` keys (as the
 /// executor splits it): ms a launch and GB/s of latent-cache reads, the launches of one replayed
 /// graph each over its own layer's cache.
-void bench_kernel_bandwidth(cudaStream_t s, int num_sms, int batch, int context) {
+void bench_kernel_bandwidth(cudaStream_t s, int num_sms, int batch, int context, bool probe = false) {
   const scenario sc = make_scenario(batch, 1, context, false);
   const int n = sc.rows, H = kHeads;
   arena mem;
@@ -361,14 +363,34 @@ void bench_kernel_bandwidth(cudaStream_t s, int num_sms, int batch, int context)
   const double last = launch_ms(false);
   report("| %d | %d | %d | %.1f | %s | %.1f | %.0f |\n", batch, context, splits, read / 1e6, cluster, last * 1e3,
          read / (last * 1e6));
+  if (!probe) return;
+  auto* sink = static_cast<unsigned*>(mem.get(16));
+  for (int ring = 0; ring < cuda::latent_probe_ring_count; ++ring)
+    for (int spin : {0, 500, 1000, 2000}) {
+      const double ms = graph_ms(s, [&] {
+                          for (void* c : caches) {
+                            a.cache = c;
+                            check(cuda::launch_latent_stream_probe(ring, a, spin, sink, s) == 0, "probe");
+                          }
+                        }) /
+                        layers;
+      check(cudaStreamSynchronize(s) == cudaSuccess, "the probe");
+      const auto& r = cuda::latent_probe_rings[ring];
+      report("| probe | %d | %d | %d keys x %d stages | %s | %d CTAs/SM | spin %d ns | %.1f us | %.0f GB/s |\n", batch,
+             context, r.keys, r.stages, r.bulk ? "bulk rows" : "cp.async", cuda::latent_probe_ctas_per_sm(ring), spin,
+             ms * 1e3, read / (ms * 1e6));
+    }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string out_dir;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--out") == 0) out_dir = argv[i + 1];
+  bool probe = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--probe") == 0) probe = true;
+    if (i + 1 < argc && std::strcmp(argv[i], "--out") == 0) out_dir = argv[i + 1];
+  }
   if (cuda::device_count() == 0) {
     std::printf("no CUDA device: nothing to measure\n");
     return 0;
@@ -381,6 +403,12 @@ int main(int argc, char** argv) {
          p.name.c_str(), p.num_sms, kHidden, kHeads, kRank, kNope, kRope, kV);
   cudaStream_t s = nullptr;
   check(cudaStreamCreate(&s) == cudaSuccess, "stream");
+  if (probe) {
+    report("latent copy pipeline probe (no math): the real kernel's row first, then each ring\n");
+    for (const auto& [batch, context] : {std::pair{32, 2048}, std::pair{196, 4096}, std::pair{196, 1100}, std::pair{64, 2048}})
+      bench_kernel_bandwidth(s, p.num_sms, batch, context, true);
+    return 0;
+  }
   cuda::gemm_runner gemm;
   check(bool(gemm.init(s, size_t(32) << 20)), "cuBLAS");
   const layer l = make_layer();

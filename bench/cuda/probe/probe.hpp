@@ -36,3 +36,25 @@ int launch_late_copies(const late_copy (&jobs)[3], int ns, cudaStream_t s);
 int launch_pdl_predecessor(int ns, cudaStream_t s);
 
 }  // namespace actorserve::gpu::cuda
+
+namespace actorserve::gpu::cuda {
+
+struct latent_attention_args;
+
+/// A ring of latent_stream_probe: `stages` tiles of `keys` key rows, filled by cp.async from
+/// four warps or by one bulk copy a row from one warp.
+struct latent_probe_ring {
+  int keys, stages;
+  bool bulk;
+};
+inline constexpr int latent_probe_ring_count = 8;
+extern const latent_probe_ring latent_probe_rings[latent_probe_ring_count];
+
+/// latent_attention's grid and pieces (576-wide bf16 latents, no math): each CTA streams its piece
+/// through ring `ring` (an index into latent_probe_rings), spinning `spin_ns` a tile.
+int launch_latent_stream_probe(int ring, const latent_attention_args& a, int spin_ns, unsigned* sink,
+                               cudaStream_t s);
+/// CTAs of ring `ring` an SM holds by shared memory (sm_90's 228 KiB).
+int latent_probe_ctas_per_sm(int ring);
+
+}  // namespace actorserve::gpu::cuda
