@@ -218,6 +218,18 @@ status cuda_executor::allocate_buffers() {
         !st)
       return st;
     moe_.set_cublas_min_rows_per_expert(opts_.tuning.moe_cublas_min_rows_per_expert);
+    for (size_t l = 0; l < model_->layers.size(); ++l) {
+      moe_slot_.push_back(model_->layers[l].experts.router ? static_cast<int>(info_.moe_layers.size()) : -1);
+      if (model_->layers[l].experts.router) info_.moe_layers.push_back(static_cast<int32_t>(l));
+    }
+    info_.num_experts = static_cast<int32_t>(m.num_experts);
+    const size_t counters = info_.moe_layers.size() * size_t(m.num_experts);
+    if (auto st = alloc(counters * sizeof(uint32_t), &p); !st) return st;
+    expert_counts_ = static_cast<uint32_t*>(p);
+    expert_counts_seen_.assign(counters, 0);
+    // Waited for here as mla_attention::init waits for its memset: the step's stream does not.
+    AS_CUDA_TRY(cudaMemset(expert_counts_, 0, counters * sizeof(uint32_t)));
+    AS_CUDA_TRY(cudaStreamSynchronize(cudaStreamLegacy));
     for (const device_layer& l : model_->layers)
       if (l.experts.router) {  // one sparse layer's experts serve for the shapes of all
         if (auto st = moe_.warm_cublas(gemm_, l.experts, stream_); !st) return st;
@@ -285,6 +297,9 @@ status cuda_executor::allocate_buffers() {
     if (opts_.keep_logits)
       AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&s.logits), size_t(max_rows_) * info_.vocab_size * 4,
                                 cudaHostAllocDefault));
+    if (!expert_counts_seen_.empty())
+      AS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&s.expert_counts),
+                                expert_counts_seen_.size() * sizeof(uint32_t), cudaHostAllocDefault));
   }
   return {};
 }
@@ -377,6 +392,9 @@ status cuda_executor::plan_memory(const std::function<bool()>& before_step) {
       if (auto st = opts_.collective->async_error(); !st) return st;
     prev_rows_.clear();
     last_mark_ = -1;  // the first real step has no step before it
+    // The worst-case step's routed tokens are no request's: the first real step counts from here.
+    if (slots_[0].expert_counts)
+      std::copy_n(slots_[0].expert_counts, expert_counts_seen_.size(), expert_counts_seen_.begin());
   }
   size_t free_b = 0, total_b = 0;
   AS_CUDA_TRY(cudaMemGetInfo(&free_b, &total_b));
@@ -455,6 +473,7 @@ cuda_executor::~cuda_executor() {
     if (s.out) cudaFreeHost(s.out);
     if (s.grammar) cudaFreeHost(s.grammar);
     if (s.logits) cudaFreeHost(s.logits);
+    if (s.expert_counts) cudaFreeHost(s.expert_counts);
     if (s.start) cudaEventDestroy(s.start);
     if (s.end) cudaEventDestroy(s.end);
   }
@@ -529,6 +548,14 @@ void cuda_executor::finish(pending_step& p) {
         rows.emplace_back(slot.logits + p.out_rows[i] * V, slot.logits + (p.out_rows[i] + 1) * V);
       std::lock_guard lock(logits_mu_);
       last_logits_ = std::move(rows);
+    }
+    // Steps finish in launch order, so each difference is one step's routed tokens.
+    if (slot.expert_counts) {
+      r.expert_tokens.resize(expert_counts_seen_.size());
+      for (size_t i = 0; i < expert_counts_seen_.size(); ++i) {
+        r.expert_tokens[i] = static_cast<uint32_t>(slot.expert_counts[i] - expert_counts_seen_[i]);
+        expert_counts_seen_[i] = slot.expert_counts[i];
+      }
     }
   }
   if (p.outcome.ok()) profile_.collect(p.slot);  // before the slot's events are reused

@@ -47,6 +47,8 @@ struct host_slot {
   sample_out* out = nullptr;     ///< pinned sampler output
   float* logits = nullptr;       ///< pinned copy of the logits (keep_logits only)
   uint32_t* grammar = nullptr;   ///< pinned grammar mask rows ([max rows, mask words])
+  /// Pinned copy of the routed-token counters after the step ([sparse layer][expert]; MoE models)
+  uint32_t* expert_counts = nullptr;
   cudaEvent_t start = nullptr, end = nullptr;
   bool busy = false;
 };
@@ -164,6 +166,12 @@ class cuda_executor final : public executor, public cuda_executor_probe {
   void *x_ = nullptr, *attn_ = nullptr, *act_ = nullptr;
   void* q16_ = nullptr;              ///< rope's 16-bit scaled q, when the prefill kernel reads it
   moe_ffn moe_;                      ///< the sparse layers' FFN and its buffers (MoE models)
+  /// The tokens the router sent to each expert since start, [sparse layer][expert] modulo 2^32
+  /// (moe_route_args::counts); each step copies them out and finish() reports the difference
+  /// from the previous step's copy (step_result::expert_tokens).
+  uint32_t* expert_counts_ = nullptr;
+  std::vector<uint32_t> expert_counts_seen_;  ///< the counters as the last finished step read them
+  std::vector<int> moe_slot_;        ///< each layer's index among the sparse layers; -1 for a dense one
   mla_attention mla_;                ///< latent attention and its buffers (DeepSeek-V2)
   /// The sampled rows' residual and fp32 q in the last layer of a prefill-carrying step
   /// ([max_rows, hidden] and [max_rows, H * D]); unused with cuda_tuning::last_layer_all_rows.

@@ -236,6 +236,9 @@ status cuda_executor::stage_and_launch(const step_batch& b, host_slot& slot, pen
       AS_CUDA_TRY(cudaMemcpyAsync(slot.logits, kept_logits_, size_t(shape.sample_rows) * V * sizeof(float),
                                   cudaMemcpyDeviceToHost, stream_));
   }
+  if (slot.expert_counts)
+    AS_CUDA_TRY(cudaMemcpyAsync(slot.expert_counts, expert_counts_, expert_counts_seen_.size() * sizeof(uint32_t),
+                                cudaMemcpyDeviceToHost, stream_));
   profile_.end(stream_);
   AS_CUDA_TRY(cudaEventRecord(slot.end, stream_));
   const int mark = static_cast<int>(launches_++ % kMarks);
@@ -465,7 +468,9 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     float* const ffn_out = add_in_gemm ? residual : delta_;
     if (w.experts.router) {  // a sparse layer: the experts' weighted sum goes where down's output would
       mark(step_op::experts);
-      if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, ffn_out, add_in_gemm, stream_, norm_in_router); !st)
+      uint32_t* counts = expert_counts_ + size_t(moe_slot_[l]) * size_t(info_.num_experts);
+      if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, ffn_out, add_in_gemm, stream_, norm_in_router, counts);
+          !st)
         return st;
       // The shared experts: a dense MLP over every token, added after the routed sum.
       if (w.experts.shared_gate_up)

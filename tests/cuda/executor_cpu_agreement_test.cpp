@@ -15,7 +15,10 @@
 // (flash-decoding layout, 64-token blocks on both); fp8_kv_bound says why that bound is looser.
 // The mixture-of-experts fixtures also run with every eager batched chunk's experts on the
 // per-expert cuBLAS path (cuda_tuning::moe_cublas_min_rows_per_expert 0; the fixtures' steps are
-// far below the default threshold), under the same bounds.
+// far below the default threshold), under the same bounds. Their steps' routed-token counts
+// (step_result::expert_tokens, /metrics' moe_expert_tokens_total) agree too: every sparse layer
+// sums to top_k times its tokens on both, and the two differ per expert by no more than a rerouted
+// token in 20 allows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -72,6 +75,38 @@ struct agreement_run {
 };
 
 /// Runs `model` through both executors and compares.
+/// The routed-token counts of the whole run (step_result::expert_tokens summed over its steps):
+/// laid out alike ([sparse layer][expert]), each layer's sum equal and at most two counts a
+/// rerouted token apart (one token in 20 of the layer's). A last decoder layer that is sparse
+/// computes only the sampled rows of the CUDA executor's prefill-carrying steps
+/// (sampled_only_steps), so there its sum is at most the CPU's.
+void expect_expert_counts_agree(const std::vector<int64_t>& cpu, const std::vector<int64_t>& gpu,
+                                const gpu::executor_info& cpu_info, const gpu::executor_info& gpu_info, int64_t top_k,
+                                int num_layers, bool sampled_only, const std::string& name) {
+  ASSERT_EQ(gpu_info.moe_layers, cpu_info.moe_layers) << name;
+  ASSERT_EQ(gpu_info.num_experts, cpu_info.num_experts) << name;
+  const size_t E = size_t(cpu_info.num_experts);
+  ASSERT_EQ(cpu.size(), cpu_info.moe_layers.size() * E) << name;
+  ASSERT_EQ(gpu.size(), cpu.size()) << name << ": the CUDA executor's steps report no expert counts";
+  for (size_t l = 0; l < cpu_info.moe_layers.size(); ++l) {
+    int64_t cs = 0, gs = 0, diff = 0;
+    for (size_t e = 0; e < E; ++e) {
+      cs += cpu[l * E + e];
+      gs += gpu[l * E + e];
+      diff += std::abs(cpu[l * E + e] - gpu[l * E + e]);
+    }
+    const int layer = cpu_info.moe_layers[l];
+    EXPECT_EQ(cs % top_k, 0) << name << " layer " << layer;
+    if (sampled_only && layer == num_layers - 1) {
+      EXPECT_LE(gs, cs) << name << " layer " << layer;
+      EXPECT_GT(gs, 0) << name << " layer " << layer;
+      continue;
+    }
+    EXPECT_EQ(gs, cs) << name << " layer " << layer;
+    EXPECT_LE(diff, 2 * std::max<int64_t>(1, cs / top_k / 20)) << name << " layer " << layer;
+  }
+}
+
 void expect_cuda_agrees_with_cpu(const std::string& model, const agreement_run& run) {
   const bool quantize_fp8 = run.quantize_fp8, fp8_activations = run.fp8_activations, kv_fp8 = run.kv_fp8;
   const bool moe_cublas = run.moe_cublas_min_rows != gpu::cuda::moe_cublas_rows_by_expert_size;
@@ -122,6 +157,12 @@ void expect_cuda_agrees_with_cpu(const std::string& model, const agreement_run& 
     next += nb;
   }
   std::vector<int32_t> done_len(lens.size(), 0), last_token(lens.size(), 0);
+  std::vector<int64_t> cpu_counts, gpu_counts;  // routed tokens, summed over the steps
+  const auto add_counts = [](std::vector<int64_t>& sum, const std::vector<int64_t>& step) {
+    if (sum.empty()) sum.assign(step.size(), 0);
+    if (sum.size() != step.size()) return;  // expect_expert_counts_agree reports the shape
+    for (size_t i = 0; i < step.size(); ++i) sum[i] += step[i];
+  };
   double worst = 0;
   int compared = 0, agreed = 0, rows = 0, over = 0;
   auto compare = [&](const gpu::step_batch& b, const char* phase) {
@@ -130,6 +171,8 @@ void expect_cuda_agrees_with_cpu(const std::string& model, const agreement_run& 
     ASSERT_TRUE(rc.outcome.ok()) << rc.outcome.err().message;
     auto rg = run_step(cu, b);
     ASSERT_TRUE(rg.outcome.ok()) << rg.outcome.err().message;
+    add_counts(cpu_counts, rc.expert_tokens);
+    add_counts(gpu_counts, rg.expert_tokens);
     const auto gl = probe->last_logits();
     size_t row = 0;
     for (size_t i = 0; i < b.seqs.size(); ++i) {
@@ -177,6 +220,9 @@ void expect_cuda_agrees_with_cpu(const std::string& model, const agreement_run& 
     compare(b, chunks ? "prefill" : "decode");
   }
   EXPECT_LE(over, routed ? rerouted_rows_allowed(rows) : 0) << name << ": rows beyond " << bound;
+  if (routed)
+    expect_expert_counts_agree(cpu_counts, gpu_counts, cpu.value()->info(), cu.info(), cfg->moe->top_k,
+                               int(cfg->num_layers), probe->sampled_only_steps() > 0, name);
   if (routed && run.moe_cublas_min_rows == 0) {
     EXPECT_GT(probe->moe_cublas_chunks(), 0) << name << ": no chunk took the cuBLAS path";
   }

@@ -43,6 +43,9 @@ struct moe_route_args {
   float scaling = 1.0f;            ///< times routed_scaling_factor
   int32_t* experts = nullptr;      ///< [n][top_k]: by descending score, ties by ascending index
   float* weights = nullptr;        ///< [n][top_k]
+  /// [num_experts] or null: each chosen expert's count gains 1 a token (atomically; modulo 2^32,
+  /// so a reader takes differences of 32-bit values).
+  uint32_t* counts = nullptr;
 };
 int moe_route(const moe_route_args& a, cudaStream_t s);
 
