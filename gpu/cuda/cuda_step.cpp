@@ -468,8 +468,11 @@ status cuda_executor::enqueue_forward(const launch_shape& shape) {
     float* const ffn_out = add_in_gemm ? residual : delta_;
     if (w.experts.router) {  // a sparse layer: the experts' weighted sum goes where down's output would
       mark(step_op::experts);
+      // A decode graph's padding rows (negative slots) are not counted; the gathered sampled rows
+      // of a last layer are all real.
       uint32_t* counts = expert_counts_ + size_t(moe_slot_[l]) * size_t(info_.num_experts);
-      if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, ffn_out, add_in_gemm, stream_, norm_in_router, counts);
+      if (auto st = moe_.run(gemm_, w.experts, x_, rows_on, ffn_out, add_in_gemm, stream_, norm_in_router, counts,
+                             rows_on == n ? ra.slots : nullptr);
           !st)
         return st;
       // The shared experts: a dense MLP over every token, added after the routed sum.

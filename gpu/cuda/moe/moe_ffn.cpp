@@ -144,7 +144,7 @@ bool moe_ffn::takes_norm(const gemm_runner& gemm, const device_experts& w, const
 }
 
 status moe_ffn::run(gemm_runner& gemm, const device_experts& w, const void* x, int rows, float* out, bool accumulate,
-                    cudaStream_t s, const moe_norm_args* norm, uint32_t* counts) {
+                    cudaStream_t s, const moe_norm_args* norm, uint32_t* counts, const int32_t* slots) {
   if (rows == 0) return {};
   if (norm && (norm->out != x || !takes_norm(gemm, w, x, rows)))
     return make_error(error_code::invalid_argument, "moe_ffn: the norm goes into the router only for one token on the "
@@ -152,7 +152,7 @@ status moe_ffn::run(gemm_runner& gemm, const device_experts& w, const void* x, i
   const moe_route_args ra{.logits = logits_, .n = rows, .num_experts = num_experts_, .top_k = top_k_,
                           .num_groups = num_groups_, .topk_groups = topk_groups_, .sigmoid = sigmoid_,
                           .renormalize = renormalize_, .scaling = scaling_,
-                          .experts = experts_, .weights = weights_, .counts = counts};
+                          .experts = experts_, .weights = weights_, .counts = counts, .slots = slots};
   const bool gemv = gemm.uses_gemv(rows);
   // The cuBLAS path waits for the stream (the experts' row offsets): never inside a graph.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;

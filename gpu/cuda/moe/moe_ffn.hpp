@@ -142,9 +142,10 @@ class moe_ffn {
   /// With `norm` (where takes_norm says so; its out is x), the router's launch runs the
   /// post-attention add_rmsnorm that writes x first (moe_norm_route_gemv), the same bits.
   /// With `counts` ([E], moe_route_args::counts) the router adds each token's top-k experts to
-  /// it.
+  /// it, but not those of rows whose `slots` entry is negative (padding; null: every row counts).
   status run(gemm_runner& gemm, const device_experts& w, const void* x, int rows, float* out, bool accumulate,
-             cudaStream_t s, const moe_norm_args* norm = nullptr, uint32_t* counts = nullptr);
+             cudaStream_t s, const moe_norm_args* norm = nullptr, uint32_t* counts = nullptr,
+             const int32_t* slots = nullptr);
   /// Whether run() takes the add_rmsnorm that writes x (`rows` rows) into the router's launch:
   /// one token on the GEMV path, of a shape moe_norm_route_supported takes.
   bool takes_norm(const gemm_runner& gemm, const device_experts& w, const void* x, int rows) const;

@@ -46,6 +46,9 @@ struct moe_route_args {
   /// [num_experts] or null: each chosen expert's count gains 1 a token (atomically; modulo 2^32,
   /// so a reader takes differences of 32-bit values).
   uint32_t* counts = nullptr;
+  /// [n] or null: the rows' KV slots; a row whose slot is negative (a decode graph's padding row)
+  /// is routed but not counted.
+  const int32_t* slots = nullptr;
 };
 int moe_route(const moe_route_args& a, cudaStream_t s);
 

@@ -106,7 +106,7 @@ __device__ void route_token(const moe_route_args& a, int t, float* scores, int l
     if (a.renormalize) w /= sum;
     a.experts[size_t(t) * K + lane] = chosen_e;
     a.weights[size_t(t) * K + lane] = w * a.scaling;
-    if (a.counts) atomicAdd(a.counts + chosen_e, 1u);
+    if (a.counts && (!a.slots || a.slots[t] >= 0)) atomicAdd(a.counts + chosen_e, 1u);
   }
 }
 
