@@ -322,6 +322,44 @@ TEST_P(CudaMla, LatentWriteNormalisesRotatesAndWritesItsSlot) {
   }
 }
 
+/// The one-token step's form (mla_attention::run): the query comes as the fused GEMV's fp32 output
+/// (rows q_f32_stride apart, kv_a behind it) and the kernel rounds it; everything it writes equals
+/// what the dt query rounded on the host gives.
+TEST_P(CudaMla, LatentWriteOfAnFp32QueryEqualsItsDtRounding) {
+  const act_dtype dt = GetParam();
+  const int n = 3, H = 4, r = 32, dn = 16, dr = 8, W = r + dr, qk = dn + dr, stride = H * qk + W, num_slots = 8;
+  rope_config rc;
+  const std::vector<float> inv_freq = gpu::rope_inv_freq(rc, dr);
+  const std::vector<float> kv_a = uniform(size_t(n) * W, 15), norm = uniform(r, 16);
+  const std::vector<float> q_f32 = uniform(size_t(n) * stride, 17, 4.0f);
+  std::vector<uint16_t> q_bits(size_t(n) * H * qk);
+  for (int t = 0; t < n; ++t)
+    for (int i = 0; i < H * qk; ++i) q_bits[size_t(t) * H * qk + i] = to_act_bits(dt, q_f32[size_t(t) * stride + i]);
+  const std::vector<int32_t> positions = {3, 40, 9}, slots = {1, -1, 6};
+  dev_vec<float> d_kv_a(kv_a), d_norm(norm), d_inv(inv_freq), d_qf(q_f32);
+  dev_vec<int32_t> d_pos(positions), d_slots(slots);
+  struct outputs { std::vector<uint16_t> q, cache; std::vector<float> q_abs; };
+  const auto run = [&](bool fp32_query) {
+    dev_vec<uint16_t> d_q(q_bits), d_cache(size_t(num_slots) * W);
+    dev_vec<float> d_q_abs(size_t(n) * H * W);
+    d_cache.poison();
+    d_q_abs.poison();
+    if (fp32_query) d_q.poison();
+    const cuda::mla_latent_args a{.kv_a = d_kv_a.get(), .kv_a_norm = d_norm.get(), .eps = 1e-6f, .q = d_q.get(),
+                                  .q_f32 = fp32_query ? d_qf.get() : nullptr, .q_f32_stride = stride,
+                                  .q_abs = d_q_abs.get(), .positions = d_pos.get(), .slots = d_slots.get(),
+                                  .inv_freq = d_inv.get(), .cache = d_cache.get(), .n = n, .num_heads = H,
+                                  .rank = r, .nope_dim = dn, .rope_dim = dr};
+    EXPECT_EQ(cuda::mla_latent_write(dt, a, nullptr), 0);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return outputs{d_q.download(), d_cache.download(), d_q_abs.download()};
+  };
+  const outputs want = run(false), got = run(true);
+  EXPECT_EQ(count_unequal(got.q, want.q), 0) << "the query";
+  EXPECT_EQ(count_unequal(got.cache, want.cache), 0) << "the cache";
+  EXPECT_EQ(count_unequal(got.q_abs, want.q_abs), 0) << "q_abs";
+}
+
 struct prefill_seq {
   int q_len, context;
 };

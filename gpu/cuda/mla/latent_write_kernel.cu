@@ -1,6 +1,6 @@
 // DeepSeek-V2's latent norm and the latent cache write (mla_kernels.hpp): kv_a_proj's latent part
 // normalised, its rope part rotated with every head's q_pe, the row written to the paged latent
-// cache. Every sum is in fp32; the cache and the outputs are the activation dtype.
+// cache; a query given in fp32 (the one-token GEMV's) is rounded to the activation dtype here. Every sum is in fp32; the cache and the outputs are the activation dtype.
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/mla/mla_kernels.hpp"
 #include "gpu/cuda/ops/rope_kv.cuh"
@@ -63,10 +63,21 @@ __global__ void __launch_bounds__(kNormThreads) latent_write_kernel(mla_latent_a
   }
   T* q = static_cast<T*>(a.q) + size_t(t) * H * qk;
   float* q_abs = a.q_abs + size_t(t) * H * W;
+  const float* qf = a.q_f32 ? a.q_f32 + size_t(t) * a.q_f32_stride : nullptr;
+  if (qf)  // q_nope, rounded as the projection's dt output is
+    for (int idx = threadIdx.x; idx < H * a.nope_dim; idx += blockDim.x) {
+      const size_t at = size_t(idx / a.nope_dim) * qk + idx % a.nope_dim;
+      q[at] = from_f32<T>(qf[at]);
+    }
+  // q_pe's element j of head h, as the dt query holds it.
+  const auto q_pe = [&](int h, int j) {
+    const size_t at = size_t(h) * qk + a.nope_dim + j;
+    return qf ? to_f32(from_f32<T>(qf[at])) : to_f32(q[at]);
+  };
   for (int idx = threadIdx.x; idx < H * half; idx += blockDim.x) {
     const int h = idx / half, i = idx % half;
     T* pe = q + size_t(h) * qk + a.nope_dim;
-    const float2 x = rope_rotate(to_f32(pe[2 * i]), to_f32(pe[2 * i + 1]), make_float2(cos_s[i], sin_s[i]));
+    const float2 x = rope_rotate(q_pe(h, 2 * i), q_pe(h, 2 * i + 1), make_float2(cos_s[i], sin_s[i]));
     float* dst = q_abs + size_t(h) * W + r;
     dst[2 * i] = x.x;
     dst[2 * i + 1] = x.y;

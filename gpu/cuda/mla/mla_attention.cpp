@@ -117,6 +117,7 @@ status mla_attention::init(const model_config& cfg, act_dtype dt, const float* i
       {T * size_t(q_lora_) * es, &q_a_act_},
       {T * H * qk * es, &q_},
       {T * W * 4, reinterpret_cast<void**>(&kv_a_)},
+      {(H * qk + W) * 4, reinterpret_cast<void**>(&q_kv_a_)},
       {T * H * W * 4, reinterpret_cast<void**>(&q_abs_)},
       {T * H * size_t(rank_) * es, &o_lat_},
       {P * H * size_t(rank_) * 4, reinterpret_cast<void**>(&partial_o_)},
@@ -144,15 +145,36 @@ status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x,
   // overwrites.
   const int n = step.absorbed_rows;
   const bool absorbed = n > 0;
-  // The queries, rounded to dt as HF's bf16/fp16 q_proj (or q_b_proj) output is.
-  if (w.q_a_proj) {
-    if (auto st = gemm.run(dt_, x, rows, hidden_, w.q_a_proj, q_lora_, q_a_); !st) return st;
-    AS_CUDA_TRY(mla_rmsnorm(dt_, q_a_, w.q_a_bias, w.q_a_norm, latent_norm_eps, rows, q_lora_, q_a_act_, s));
-    if (auto st = gemm.run_act(dt_, q_a_act_, rows, q_lora_, w.q_b_proj, H * qk, q_); !st) return st;
-  } else if (auto st = gemm.run_act(dt_, x, rows, hidden_, w.q_proj, H * qk, q_); !st) {
-    return st;
+  // The queries, rounded to dt as HF's bf16/fp16 q_proj (or q_b_proj) output is: by cuBLAS's dt
+  // output, or, for one token whose q_proj and kv_a_proj are one matrix (upload_mla), by the
+  // latent write from the one GEMV's fp32 output.
+  const float* kv_a = kv_a_;
+  const float* q_f32 = nullptr;
+  const bool one_gemv = rows == 1 && w.q_proj && gemm.uses_gemv(1) &&
+                        static_cast<const char*>(w.kv_a_proj) ==
+                            static_cast<const char*>(w.q_proj) + size_t(H) * qk * hidden_ * act_size(dt_);
+  if (one_gemv) {
+    if (auto st = gemm.run(dt_, x, 1, hidden_, w.q_proj, H * qk + W, q_kv_a_); !st) return st;
+    q_f32 = q_kv_a_;
+    kv_a = q_kv_a_ + H * qk;
+  } else {
+    if (w.q_a_proj) {
+      if (auto st = gemm.run(dt_, x, rows, hidden_, w.q_a_proj, q_lora_, q_a_); !st) return st;
+      AS_CUDA_TRY(mla_rmsnorm(dt_, q_a_, w.q_a_bias, w.q_a_norm, latent_norm_eps, rows, q_lora_, q_a_act_, s));
+      if (auto st = gemm.run_act(dt_, q_a_act_, rows, q_lora_, w.q_b_proj, H * qk, q_); !st) return st;
+    } else if (auto st = gemm.run_act(dt_, x, rows, hidden_, w.q_proj, H * qk, q_); !st) {
+      return st;
+    }
+    if (auto st = gemm.run(dt_, x, rows, hidden_, w.kv_a_proj, W, kv_a_); !st) return st;
   }
-  if (auto st = gemm.run(dt_, x, rows, hidden_, w.kv_a_proj, W, kv_a_); !st) return st;
+  // The latent write before the head product: it writes q_ from q_f32, and otherwise the two
+  // touch different parts (q_nope read against the rotated q_pe; q_abs's [0, r) against [r, W)).
+  const mla_latent_args la{.kv_a = kv_a, .kv_a_bias = w.kv_a_bias, .kv_a_norm = w.kv_a_norm,
+                           .eps = latent_norm_eps, .q = q_, .q_f32 = q_f32, .q_f32_stride = H * qk + W,
+                           .q_abs = q_abs_, .positions = step.positions, .slots = step.slots,
+                           .inv_freq = inv_freq_, .attention_factor = attention_factor_, .cache = cache, .n = rows,
+                           .num_heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr};
+  AS_CUDA_TRY(mla_latent_write(dt_, la, s));
   // q_lat of head h = W_UK_h^T q_nope_h: [n][dn] (in q_) times W_UK_h [dn][r] (kv_b_proj's key
   // rows of head h) into q_abs_[.][h][0, r).
   const long long kv_b_head = static_cast<long long>(dn + dv) * r;
@@ -164,11 +186,6 @@ status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x,
                                    s);
         !st)
       return st;
-  const mla_latent_args la{.kv_a = kv_a_, .kv_a_bias = w.kv_a_bias, .kv_a_norm = w.kv_a_norm,
-                           .eps = latent_norm_eps, .q = q_, .q_abs = q_abs_, .positions = step.positions,
-                           .slots = step.slots, .inv_freq = inv_freq_, .attention_factor = attention_factor_,
-                           .cache = cache, .n = rows, .num_heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr};
-  AS_CUDA_TRY(mla_latent_write(dt_, la, s));
   // The prefill chunks, up-projected (their rows of `out` are written after the absorbed rows').
   const auto up_projected = [&]() -> status {
     const mla_dims d{.heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr, .v_dim = dv};

@@ -31,7 +31,10 @@ struct device_mla {
   float* q_a_bias = nullptr;    ///< [q_lora_rank] or null
   float* q_a_norm = nullptr;    ///< [q_lora_rank]
   void* q_b_proj = nullptr;     ///< [H * qk][q_lora_rank]
-  void* kv_a_proj = nullptr;    ///< kv_a_proj_with_mqa: [r + dr][hidden]
+  /// kv_a_proj_with_mqa: [r + dr][hidden]. With q_proj, upload_mla stores it right after
+  /// q_proj's rows (one [H * qk + r + dr][hidden] matrix): a one-token step projects both with
+  /// one GEMV.
+  void* kv_a_proj = nullptr;
   float* kv_a_bias = nullptr;   ///< [r + dr] or null
   float* kv_a_norm = nullptr;   ///< [r]
   /// [H * (dn + dv)][r]: per head W_UK (dn rows), then W_UV (dv rows). The absorbed matrices are
@@ -120,6 +123,7 @@ class mla_attention {
   void* q_a_act_ = nullptr;     ///< [tokens][q_lora_rank] of dt: after q_a_layernorm
   void* q_ = nullptr;           ///< [tokens][H][dn + dr] of dt: the query projection
   float* kv_a_ = nullptr;       ///< [tokens][r + dr]: kv_a_proj_with_mqa's output
+  float* q_kv_a_ = nullptr;     ///< [H * (dn + dr) + r + dr]: one token's query and kv_a by one GEMV
   float* q_abs_ = nullptr;      ///< [tokens][H][r + dr]: q_lat = W_UK^T q_nope, then the rotated q_pe
   void* o_lat_ = nullptr;       ///< [tokens][H][r] of dt: each head's attention-weighted latent
   float* partial_o_ = nullptr;  ///< [partial rows][H][r]

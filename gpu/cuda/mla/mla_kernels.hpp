@@ -37,6 +37,11 @@ struct mla_latent_args {
   /// [n][H][dn + dr] of dt: the query projection's output; each head's q_pe is rotated in place
   /// (the up-projected prefill's query)
   void* q = nullptr;
+  /// Or null: the query projection's fp32 output, rows q_f32_stride floats apart (the one-token
+  /// GEMV's, which projects the query and kv_a together). The kernel rounds it to dt, as the
+  /// projection's dt output is rounded, and writes q from it (q's prior contents unused).
+  const float* q_f32 = nullptr;
+  int q_f32_stride = 0;
   float* q_abs = nullptr;            ///< [n][H][r + dr]: receives each head's rotated q_pe at r
   const int32_t* positions = nullptr;  ///< [n]
   const int32_t* slots = nullptr;    ///< [n]: block * block_size + offset; negative: no cache write

@@ -48,6 +48,7 @@ class uploader {
   uploader(device_model& m, cudaStream_t s, load_progress& progress) : m_(m), s_(s), progress_(progress) {}
   uploader(const uploader&) = delete;
   uploader& operator=(const uploader&) = delete;
+  act_dtype dt() const { return m_.dt; }
   ~uploader() {
     if (staging_) cudaFree(staging_);
     if (rounding_) cudaFree(rounding_);
@@ -390,16 +391,19 @@ status upload_mla(uploader& up, const mla_views& v, device_mla& out, bool quanti
     dst = *m;
     return {};
   };
-  if (v.q_proj) {
-    if (auto st = matrix(*v.q_proj, out.q_proj); !st) return st;
+  if (v.q_proj) {  // q_proj and kv_a_proj as one matrix (device_mla::kv_a_proj)
+    auto m = up.rounded_matrix({&*v.q_proj, &v.kv_a_proj}, quantize);
+    if (!m) return m.err();
+    out.q_proj = *m;
+    out.kv_a_proj = static_cast<char*>(*m) + v.q_proj->num_elements() * act_size(up.dt());
   } else {
     if (auto st = matrix(*v.q_a_proj, out.q_a_proj); !st) return st;
     if (v.q_a_bias)
       if (auto st = vector(*v.q_a_bias, out.q_a_bias); !st) return st;
     if (auto st = vector(*v.q_a_norm, out.q_a_norm); !st) return st;
     if (auto st = matrix(*v.q_b_proj, out.q_b_proj); !st) return st;
+    if (auto st = matrix(v.kv_a_proj, out.kv_a_proj); !st) return st;
   }
-  if (auto st = matrix(v.kv_a_proj, out.kv_a_proj); !st) return st;
   if (v.kv_a_bias)
     if (auto st = vector(*v.kv_a_bias, out.kv_a_bias); !st) return st;
   if (auto st = vector(v.kv_a_norm, out.kv_a_norm); !st) return st;
