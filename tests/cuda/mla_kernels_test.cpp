@@ -23,6 +23,7 @@
 #include "cuda_test_util.hpp"
 #include "gpu/cuda/device_info.hpp"
 #include "gpu/cuda/mla/mla_attention.hpp"
+#include "gpu/cuda/mla/head_gemv.hpp"
 #include "gpu/cuda/mla/mla_kernels.hpp"
 #include "gpu/cuda/model/cuda_model.hpp"
 #include "gpu/model/rope.hpp"
@@ -358,6 +359,59 @@ TEST_P(CudaMla, LatentWriteOfAnFp32QueryEqualsItsDtRounding) {
   EXPECT_EQ(count_unequal(got.q, want.q), 0) << "the query";
   EXPECT_EQ(count_unequal(got.cache, want.cache), 0) << "the cache";
   EXPECT_EQ(count_unequal(got.q_abs, want.q_abs), 0) << "q_abs";
+}
+
+/// The decode step's W_UK product with the latent write in its launch (mla_head_gemv_latent_write)
+/// against the two launches: the same query, cache and absorbed query, bit for bit; with the dt
+/// query at 1 and 3 rows, and with the one GEMV's fp32 query (q poisoned: the launch writes it).
+TEST_P(CudaMla, LatentWriteInTheWukLaunchEqualsTheTwoLaunches) {
+  const act_dtype dt = GetParam();
+  const int H = 4, r = 32, dn = 16, dv = 16, dr = 8, W = r + dr, qk = dn + dr, stride = H * qk + W, num_slots = 8;
+  const std::vector<float> inv_freq = gpu::rope_inv_freq(rope_config{}, dr);
+  const std::vector<float> norm = uniform(r, 21);
+  const std::vector<uint16_t> kv_b = random_act_bits(dt, size_t(H) * (dn + dv) * r, 22, 0.2f);
+  dev_vec<float> d_norm(norm), d_inv(inv_freq);
+  dev_vec<uint16_t> d_kv_b(kv_b);
+  const std::vector<int32_t> positions = {5, 0, 31}, slots = {2, 7, -1};
+  dev_vec<int32_t> d_pos(positions), d_slots(slots);
+  for (const auto& [rows, fp32_query] : {std::pair{1, true}, std::pair{1, false}, std::pair{3, false}}) {
+    const std::string what = std::to_string(rows) + (fp32_query ? " row, fp32 query" : " rows");
+    const std::vector<float> kv_a = uniform(size_t(rows) * W, 23), q_f32 = uniform(size_t(rows) * stride, 24, 3.0f);
+    std::vector<uint16_t> q_bits(size_t(rows) * H * qk);
+    for (int t = 0; t < rows; ++t)
+      for (int i = 0; i < H * qk; ++i) q_bits[size_t(t) * H * qk + i] = to_act_bits(dt, q_f32[size_t(t) * stride + i]);
+    dev_vec<float> d_kv_a(kv_a), d_qf(q_f32);
+    struct outputs { std::vector<uint16_t> q, cache; std::vector<float> q_abs; };
+    const auto run = [&](bool fused) {
+      dev_vec<uint16_t> d_q(q_bits), d_cache(size_t(num_slots) * W);
+      dev_vec<float> d_q_abs(size_t(rows) * H * W);
+      d_cache.poison();
+      d_q_abs.poison();
+      if (fused && fp32_query) d_q.poison();
+      const cuda::mla_latent_args la{.kv_a = d_kv_a.get(), .kv_a_norm = d_norm.get(), .eps = 1e-6f, .q = d_q.get(),
+                                     .q_f32 = fused && fp32_query ? d_qf.get() : nullptr, .q_f32_stride = stride,
+                                     .q_abs = d_q_abs.get(), .positions = d_pos.get(), .slots = d_slots.get(),
+                                     .inv_freq = d_inv.get(), .cache = d_cache.get(), .n = rows, .num_heads = H,
+                                     .rank = r, .nope_dim = dn, .rope_dim = dr};
+      cuda::head_gemv_args g{.batch = H, .m = rows, .n = r, .k = dn, .a = d_q.get(), .lda = H * qk,
+                             .stride_a = qk, .b = d_kv_b.get(), .b_rows_are_n = false, .ldb = r,
+                             .stride_b = (dn + dv) * r, .c = d_q_abs.get(), .c_f32 = true, .ldc = H * W,
+                             .stride_c = W};
+      if (fused) {
+        if (fp32_query) g.a_f32 = d_qf.get();
+        EXPECT_EQ(cuda::mla_head_gemv_latent_write(dt, g, la, nullptr), 0) << what;
+      } else {
+        EXPECT_EQ(cuda::mla_latent_write(dt, la, nullptr), 0) << what;
+        EXPECT_EQ(cuda::mla_head_gemv(dt, g, nullptr), 0) << what;
+      }
+      EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+      return outputs{d_q.download(), d_cache.download(), d_q_abs.download()};
+    };
+    const outputs want = run(false), got = run(true);
+    EXPECT_EQ(count_unequal(got.q, want.q), 0) << what << ": the query";
+    EXPECT_EQ(count_unequal(got.cache, want.cache), 0) << what << ": the cache";
+    EXPECT_EQ(count_unequal(got.q_abs, want.q_abs), 0) << what << ": q_abs";
+  }
 }
 
 struct prefill_seq {

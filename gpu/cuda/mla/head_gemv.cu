@@ -4,6 +4,7 @@
 
 #include "gpu/cuda/kernel_util.cuh"
 #include "gpu/cuda/mla/head_gemv.hpp"
+#include "gpu/cuda/mla/latent_write_row.cuh"
 
 namespace actorserve::gpu::cuda {
 namespace {
@@ -21,10 +22,11 @@ constexpr int kColGroups = 8, kKGroups = kThreads / kColGroups, kKnCols = kColGr
 /// Head h's rows of A as floats in a_s[row][0, k).
 template <class T>
 __device__ void stage_rows(const head_gemv_args& g, int h, float (*a_s)[kMaxK]) {
-  const T* a = static_cast<const T*>(g.a) + size_t(h) * g.stride_a;
+  const size_t base = size_t(h) * g.stride_a;
   for (int i = threadIdx.x; i < g.m * g.k; i += kThreads) {
     const int row = i / g.k, kk = i % g.k;
-    a_s[row][kk] = to_f32(a[size_t(row) * g.lda + kk]);
+    const size_t at = base + size_t(row) * g.lda + kk;
+    a_s[row][kk] = g.a_f32 ? to_f32(from_f32<T>(g.a_f32[at])) : to_f32(static_cast<const T*>(g.a)[at]);
   }
 }
 
@@ -41,10 +43,9 @@ __device__ __forceinline__ void store(const head_gemv_args& g, int h, int row, i
 /// .. + 8 over the k rows t / kColGroups, + kKGroups, ...; the groups' sums meet in shared
 /// memory, a row of A at a time.
 template <class T>
-__global__ void __launch_bounds__(kThreads) head_gemv_kn_kernel(head_gemv_args g) {
+__device__ __forceinline__ void head_gemv_kn_block(const head_gemv_args& g) {
   __shared__ float a_s[kRows][kMaxK];
   __shared__ float red_s[kKGroups][kKnCols];
-  pdl_begin();
   const int h = blockIdx.y, cg = threadIdx.x % kColGroups, kg = threadIdx.x / kColGroups;
   const int c = blockIdx.x * kKnCols + cg * 8;
   stage_rows<T>(g, h, a_s);
@@ -82,6 +83,25 @@ __global__ void __launch_bounds__(kThreads) head_gemv_kn_kernel(head_gemv_args g
     __syncthreads();
   }
 }
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) head_gemv_kn_kernel(head_gemv_args g) {
+  pdl_begin();
+  head_gemv_kn_block<T>(g);
+}
+
+/// head_gemv_kn_kernel's grid with one more column of blocks: block (last, t) for t < la.n
+/// writes token t's latent row (latent_write_row), the rest of that column has nothing to do.
+template <class T>
+__global__ void __launch_bounds__(kThreads) head_gemv_kn_latent_kernel(head_gemv_args g, mla_latent_args la) {
+  pdl_begin();
+  if (blockIdx.x + 1 < gridDim.x) {
+    head_gemv_kn_block<T>(g);
+  } else if (int(blockIdx.y) < la.n) {
+    latent_write_row<T>(la, blockIdx.y);
+  }
+}
+static_assert(kThreads == mla_latent_row_threads, "the latent rows' blocks are the GEMV's");
 
 /// B_h [n][k]: grid (ceil(n / kWarps), batch). Warp w takes output column blockIdx.x kWarps + w,
 /// its lanes 8 of the k values at a time, then a warp sum per row.
@@ -122,7 +142,7 @@ bool mla_head_gemv_supported(const head_gemv_args& g) {
   const bool rows = g.m >= 1 && g.m <= kRows && g.batch >= 1 && g.n >= 1 && g.k >= 1 && g.k <= kMaxK;
   const bool aligned = g.ldb % 8 == 0 && g.stride_b % 8 == 0 && reinterpret_cast<uintptr_t>(g.b) % 16 == 0;
   const bool vectors = g.b_rows_are_n ? g.k % 8 == 0 : g.n % 8 == 0;
-  return rows && aligned && vectors && g.a && g.c;
+  return rows && aligned && vectors && (g.a || g.a_f32) && g.c;
 }
 
 int mla_head_gemv(act_dtype dt, const head_gemv_args& g, cudaStream_t s) {
@@ -132,6 +152,15 @@ int mla_head_gemv(act_dtype dt, const head_gemv_args& g, cudaStream_t s) {
       return int(launch_pdl(head_gemv_nk_kernel<T>, dim3((g.n + kWarps - 1) / kWarps, g.batch), dim3(kThreads), s, g));
     return int(launch_pdl(head_gemv_kn_kernel<T>, dim3((g.n + kKnCols - 1) / kKnCols, g.batch), dim3(kThreads), s, g));
   });
+}
+
+int mla_head_gemv_latent_write(act_dtype dt, const head_gemv_args& g, const mla_latent_args& la, cudaStream_t s) {
+  if (!mla_head_gemv_supported(g) || g.b_rows_are_n || la.n > g.batch || la.rope_dim % 2 != 0 ||
+      la.rope_dim > mla_max_rope_dim)
+    return int(cudaErrorInvalidValue);
+  AS_DISPATCH_ACT(dt, return int(launch_pdl(head_gemv_kn_latent_kernel<T>,
+                                            dim3((g.n + kKnCols - 1) / kKnCols + 1, g.batch), dim3(kThreads), s, g,
+                                            la)));
 }
 
 }  // namespace actorserve::gpu::cuda

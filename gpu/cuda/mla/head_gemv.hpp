@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu/cuda/act_dtype.hpp"
+#include "gpu/cuda/mla/mla_kernels.hpp"
 
 namespace actorserve::gpu::cuda {
 
@@ -24,6 +25,10 @@ inline constexpr int mla_head_gemv_max_k = 1024;
 struct head_gemv_args {
   int batch = 0, m = 0, n = 0, k = 0;
   const void* a = nullptr;
+  /// Or, for mla_head_gemv (not cuBLAS), A in fp32 at the same offsets, each value rounded to
+  /// the activation dtype before use (the one-token GEMV's query, which the latent write rounds
+  /// into `a` at the same time: mla_head_gemv_latent_write).
+  const float* a_f32 = nullptr;
   int lda = 0;
   long long stride_a = 0;
   const void* b = nullptr;
@@ -45,5 +50,12 @@ bool mla_head_gemv_supported(const head_gemv_args& g);
 /// The product for every head in one launch (a programmatic dependent of the kernel before it);
 /// cudaErrorInvalidValue where mla_head_gemv_supported is false.
 int mla_head_gemv(act_dtype dt, const head_gemv_args& g, cudaStream_t s);
+
+/// W_UK's product ([k][n] B) and mla_latent_write(la) in one launch: the latent rows by extra
+/// blocks beside the product's, one a row. They touch different data (the product reads q_nope,
+/// from g.a_f32 where the latent write rounds it into q; the latent write rotates q_pe), so the
+/// results equal the two launches'. cudaErrorInvalidValue where mla_head_gemv_supported is
+/// false, B is [n][k], or la.n exceeds g.batch.
+int mla_head_gemv_latent_write(act_dtype dt, const head_gemv_args& g, const mla_latent_args& la, cudaStream_t s);
 
 }  // namespace actorserve::gpu::cuda

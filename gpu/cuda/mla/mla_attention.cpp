@@ -167,25 +167,28 @@ status mla_attention::run(gemm_runner& gemm, const device_mla& w, const void* x,
     }
     if (auto st = gemm.run(dt_, x, rows, hidden_, w.kv_a_proj, W, kv_a_); !st) return st;
   }
-  // The latent write before the head product: it writes q_ from q_f32, and otherwise the two
-  // touch different parts (q_nope read against the rotated q_pe; q_abs's [0, r) against [r, W)).
+  // The latent write and q_lat of head h = W_UK_h^T q_nope_h: [n][dn] (in q_) times W_UK_h
+  // [dn][r] (kv_b_proj's key rows of head h) into q_abs_[.][h][0, r). The two touch different
+  // parts (q_nope read against the rotated q_pe; q_abs's [0, r) against [r, W)), so at decode
+  // sizes they share one launch, the product reading the one GEMV's fp32 query where the latent
+  // write rounds it into q_; otherwise the latent write comes first (it writes q_ from q_f32).
   const mla_latent_args la{.kv_a = kv_a, .kv_a_bias = w.kv_a_bias, .kv_a_norm = w.kv_a_norm,
                            .eps = latent_norm_eps, .q = q_, .q_f32 = q_f32, .q_f32_stride = H * qk + W,
                            .q_abs = q_abs_, .positions = step.positions, .slots = step.slots,
                            .inv_freq = inv_freq_, .attention_factor = attention_factor_, .cache = cache, .n = rows,
                            .num_heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr};
-  AS_CUDA_TRY(mla_latent_write(dt_, la, s));
-  // q_lat of head h = W_UK_h^T q_nope_h: [n][dn] (in q_) times W_UK_h [dn][r] (kv_b_proj's key
-  // rows of head h) into q_abs_[.][h][0, r).
   const long long kv_b_head = static_cast<long long>(dn + dv) * r;
-  if (absorbed)
-    if (auto st = mla_head_product(gemm, dt_,
-                                   {.batch = H, .m = n, .n = r, .k = dn, .a = q_, .lda = H * qk, .stride_a = qk,
-                                    .b = w.kv_b_proj, .b_rows_are_n = false, .ldb = r, .stride_b = kv_b_head,
-                                    .c = q_abs_, .c_f32 = true, .ldc = H * W, .stride_c = W},
-                                   s);
-        !st)
-      return st;
+  head_gemv_args uk{.batch = H, .m = n, .n = r, .k = dn, .a = q_, .lda = H * qk, .stride_a = qk,
+                    .b = w.kv_b_proj, .b_rows_are_n = false, .ldb = r, .stride_b = kv_b_head,
+                    .c = q_abs_, .c_f32 = true, .ldc = H * W, .stride_c = W};
+  if (absorbed && rows <= H && mla_head_gemv_supported(uk)) {
+    uk.a_f32 = q_f32;  // one row when set: the rows' offsets are q_'s
+    AS_CUDA_TRY(mla_head_gemv_latent_write(dt_, uk, la, s));
+  } else {
+    AS_CUDA_TRY(mla_latent_write(dt_, la, s));
+    if (absorbed)
+      if (auto st = mla_head_product(gemm, dt_, uk, s); !st) return st;
+  }
   // The prefill chunks, up-projected (their rows of `out` are written after the absorbed rows').
   const auto up_projected = [&]() -> status {
     const mla_dims d{.heads = H, .rank = r, .nope_dim = dn, .rope_dim = dr, .v_dim = dv};
