@@ -323,6 +323,28 @@ TEST_P(CudaMla, LatentWriteNormalisesRotatesAndWritesItsSlot) {
   }
 }
 
+/// The dt query rows [rows][width] that the fused GEMV's fp32 output (rows `stride` floats apart)
+/// rounds to, rounded on the host.
+std::vector<uint16_t> rounded_query_bits(act_dtype dt, const std::vector<float>& q_f32, int rows, int width,
+                                         int stride) {
+  std::vector<uint16_t> bits(size_t(rows) * width);
+  for (int t = 0; t < rows; ++t)
+    for (int i = 0; i < width; ++i) bits[size_t(t) * width + i] = to_act_bits(dt, q_f32[size_t(t) * stride + i]);
+  return bits;
+}
+
+/// What a latent write leaves behind: the query, the cache and the absorbed query.
+struct latent_outputs {
+  std::vector<uint16_t> q, cache;
+  std::vector<float> q_abs;
+};
+
+void expect_latent_outputs_equal(const latent_outputs& got, const latent_outputs& want, const std::string& what) {
+  EXPECT_EQ(count_unequal(got.q, want.q), 0) << what << ": the query";
+  EXPECT_EQ(count_unequal(got.cache, want.cache), 0) << what << ": the cache";
+  EXPECT_EQ(count_unequal(got.q_abs, want.q_abs), 0) << what << ": q_abs";
+}
+
 /// The one-token step's form (mla_attention::run): the query comes as the fused GEMV's fp32 output
 /// (rows q_f32_stride apart, kv_a behind it) and the kernel rounds it; everything it writes equals
 /// what the dt query rounded on the host gives.
@@ -333,13 +355,10 @@ TEST_P(CudaMla, LatentWriteOfAnFp32QueryEqualsItsDtRounding) {
   const std::vector<float> inv_freq = gpu::rope_inv_freq(rc, dr);
   const std::vector<float> kv_a = uniform(size_t(n) * W, 15), norm = uniform(r, 16);
   const std::vector<float> q_f32 = uniform(size_t(n) * stride, 17, 4.0f);
-  std::vector<uint16_t> q_bits(size_t(n) * H * qk);
-  for (int t = 0; t < n; ++t)
-    for (int i = 0; i < H * qk; ++i) q_bits[size_t(t) * H * qk + i] = to_act_bits(dt, q_f32[size_t(t) * stride + i]);
+  const std::vector<uint16_t> q_bits = rounded_query_bits(dt, q_f32, n, H * qk, stride);
   const std::vector<int32_t> positions = {3, 40, 9}, slots = {1, -1, 6};
   dev_vec<float> d_kv_a(kv_a), d_norm(norm), d_inv(inv_freq), d_qf(q_f32);
   dev_vec<int32_t> d_pos(positions), d_slots(slots);
-  struct outputs { std::vector<uint16_t> q, cache; std::vector<float> q_abs; };
   const auto run = [&](bool fp32_query) {
     dev_vec<uint16_t> d_q(q_bits), d_cache(size_t(num_slots) * W);
     dev_vec<float> d_q_abs(size_t(n) * H * W);
@@ -353,12 +372,9 @@ TEST_P(CudaMla, LatentWriteOfAnFp32QueryEqualsItsDtRounding) {
                                   .rank = r, .nope_dim = dn, .rope_dim = dr};
     EXPECT_EQ(cuda::mla_latent_write(dt, a, nullptr), 0);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    return outputs{d_q.download(), d_cache.download(), d_q_abs.download()};
+    return latent_outputs{d_q.download(), d_cache.download(), d_q_abs.download()};
   };
-  const outputs want = run(false), got = run(true);
-  EXPECT_EQ(count_unequal(got.q, want.q), 0) << "the query";
-  EXPECT_EQ(count_unequal(got.cache, want.cache), 0) << "the cache";
-  EXPECT_EQ(count_unequal(got.q_abs, want.q_abs), 0) << "q_abs";
+  expect_latent_outputs_equal(run(true), run(false), "fp32 query");
 }
 
 /// The decode step's W_UK product with the latent write in its launch (mla_head_gemv_latent_write)
@@ -377,11 +393,8 @@ TEST_P(CudaMla, LatentWriteInTheWukLaunchEqualsTheTwoLaunches) {
   for (const auto& [rows, fp32_query] : {std::pair{1, true}, std::pair{1, false}, std::pair{3, false}}) {
     const std::string what = std::to_string(rows) + (fp32_query ? " row, fp32 query" : " rows");
     const std::vector<float> kv_a = uniform(size_t(rows) * W, 23), q_f32 = uniform(size_t(rows) * stride, 24, 3.0f);
-    std::vector<uint16_t> q_bits(size_t(rows) * H * qk);
-    for (int t = 0; t < rows; ++t)
-      for (int i = 0; i < H * qk; ++i) q_bits[size_t(t) * H * qk + i] = to_act_bits(dt, q_f32[size_t(t) * stride + i]);
+    const std::vector<uint16_t> q_bits = rounded_query_bits(dt, q_f32, rows, H * qk, stride);
     dev_vec<float> d_kv_a(kv_a), d_qf(q_f32);
-    struct outputs { std::vector<uint16_t> q, cache; std::vector<float> q_abs; };
     const auto run = [&](bool fused) {
       dev_vec<uint16_t> d_q(q_bits), d_cache(size_t(num_slots) * W);
       dev_vec<float> d_q_abs(size_t(rows) * H * W);
@@ -405,12 +418,9 @@ TEST_P(CudaMla, LatentWriteInTheWukLaunchEqualsTheTwoLaunches) {
         EXPECT_EQ(cuda::mla_head_gemv(dt, g, nullptr), 0) << what;
       }
       EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
-      return outputs{d_q.download(), d_cache.download(), d_q_abs.download()};
+      return latent_outputs{d_q.download(), d_cache.download(), d_q_abs.download()};
     };
-    const outputs want = run(false), got = run(true);
-    EXPECT_EQ(count_unequal(got.q, want.q), 0) << what << ": the query";
-    EXPECT_EQ(count_unequal(got.cache, want.cache), 0) << what << ": the cache";
-    EXPECT_EQ(count_unequal(got.q_abs, want.q_abs), 0) << what << ": q_abs";
+    expect_latent_outputs_equal(run(true), run(false), what);
   }
 }
 
