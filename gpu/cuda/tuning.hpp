@@ -53,9 +53,10 @@ struct attention_tuning {
   bool prefill_q16 = true;
   /// A layer with cascade prefix pieces runs them on a second stream of the flash-decoding
   /// backend beside the decode pieces (forked and joined by events; a decode graph captures the
-  /// two branches): the prefix pass is bound by tensor-core math, the suffix pieces by memory
-  /// bandwidth. Off: the prefix pieces run after the decode pieces on the step's stream.
-  bool cascade_overlap = true;
+  /// two branches), one prefix CTA an SM. Off (the default): the prefix pieces run after the
+  /// decode pieces on the step's stream, tiled for the decode kernel's resident CTAs, which
+  /// measured faster (docs/attention.md, Decisions).
+  bool cascade_overlap = false;
   /// The latent (MLA) decode kernel merges a row's split pieces within a thread-block cluster,
   /// through distributed shared memory (compute capability 9.x); off: through partial buffers in
   /// global memory, by the CTA of the last piece (mla_kernels.hpp, latent_attention_args).

@@ -490,8 +490,8 @@ TEST_P(AttentionBackend, CascadeMatchesReference) {
       {"two groups, 64/8, D 64, block 96", {64, 8, 64, 96, two_groups,
                                             {{3, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}, {20, {11, 12, 13}}}}, 0},
   };
-  // The prefix pieces beside the decode pieces on the backend's second stream (the default),
-  // and after them on the same stream.
+  // The prefix pieces beside the decode pieces on the backend's second stream, and after them
+  // on the same stream (the default).
   for (bool overlap : {true, false}) {
     gpu::attention_tuning tuning;
     tuning.cascade_overlap = overlap;
