@@ -58,6 +58,8 @@ class parser {
   expr_ptr parse_postfix(expr_ptr node);
   expr_ptr parse_filter_expr(expr_ptr node);
   expr_ptr parse_filter(expr_ptr node);
+  /// `callee(args...)`, the current token its "(".
+  expr_ptr parse_call(expr_ptr callee);
   expr_ptr parse_test(expr_ptr node);
   expr_ptr parse_subscript(expr_ptr node);
   std::vector<call_arg> parse_call_args();

@@ -324,11 +324,7 @@ expr_ptr parser::parse_postfix(expr_ptr node) {
     if (is_op(".") || is_op("[")) {
       node = parse_subscript(std::move(node));
     } else if (is_op("(")) {
-      auto call = make(expr_kind::call, cur().line);
-      auto* c = call.get();
-      c->a = std::move(node);
-      c->args = parse_call_args();
-      node = std::move(call);
+      node = parse_call(std::move(node));
     } else {
       return node;
     }
@@ -344,15 +340,18 @@ expr_ptr parser::parse_filter_expr(expr_ptr node) {
     } else if (is_name("is")) {
       node = parse_test(std::move(node));
     } else if (is_op("(")) {
-      auto call = make(expr_kind::call, cur().line);
-      auto* c = call.get();
-      c->a = std::move(node);
-      c->args = parse_call_args();
-      node = std::move(call);
+      node = parse_call(std::move(node));
     } else {
       return node;
     }
   }
+}
+
+expr_ptr parser::parse_call(expr_ptr callee) {
+  auto call = make(expr_kind::call, cur().line);
+  call->a = std::move(callee);
+  call->args = parse_call_args();
+  return call;
 }
 
 expr_ptr parser::parse_filter(expr_ptr node) {
