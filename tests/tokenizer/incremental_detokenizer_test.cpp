@@ -3,6 +3,7 @@
 #include <random>
 
 #include "protocol/tokenizer/incremental_detokenizer.hpp"
+#include "protocol/tokenizer/utf8.hpp"
 #include "tokenizer_fixture.hpp"
 
 namespace actorserve::testing {
@@ -10,17 +11,7 @@ namespace {
 
 using protocol::incremental_detokenizer;
 
-bool valid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    auto b = static_cast<uint8_t>(s[i]);
-    size_t len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return false;
-    for (size_t k = 1; k < len; ++k)
-      if ((static_cast<uint8_t>(s[i + k]) & 0xC0) != 0x80) return false;
-    i += len;
-  }
-  return true;
-}
+using protocol::detail::is_valid_utf8;
 
 /// Streams `ids` one by one; checks each output is whole UTF-8 characters; returns the text.
 std::string stream(const protocol::tokenizer& tok, std::span<const int32_t> prompt, std::span<const int32_t> ids,
@@ -29,12 +20,12 @@ std::string stream(const protocol::tokenizer& tok, std::span<const int32_t> prom
   std::string all;
   for (int32_t id : ids) {
     std::string piece = detok.push(id);
-    EXPECT_TRUE(valid_utf8(piece)) << "broken UTF-8 after id " << id;
+    EXPECT_TRUE(is_valid_utf8(piece)) << "broken UTF-8 after id " << id;
     if (num_nonempty && !piece.empty()) ++*num_nonempty;
     all += piece;
   }
   std::string rest = detok.flush();
-  EXPECT_TRUE(valid_utf8(rest));
+  EXPECT_TRUE(is_valid_utf8(rest));
   return all + rest;
 }
 

@@ -4,6 +4,7 @@
 #include <random>
 #include <thread>
 
+#include "protocol/tokenizer/utf8.hpp"
 #include "tokenizer_fixture.hpp"
 
 namespace actorserve::testing {
@@ -11,17 +12,7 @@ namespace {
 
 const std::string fffd = "\xEF\xBF\xBD";
 
-bool valid_utf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    auto b = static_cast<uint8_t>(s[i]);
-    size_t len = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3 : (b >> 3) == 30 ? 4 : 0;
-    if (len == 0 || i + len > s.size()) return false;
-    for (size_t k = 1; k < len; ++k)
-      if ((static_cast<uint8_t>(s[i + k]) & 0xC0) != 0x80) return false;
-    i += len;
-  }
-  return true;
-}
+using protocol::detail::is_valid_utf8;
 
 std::string random_bytes(std::mt19937& rng, size_t n) {
   static const std::vector<std::string> pieces = {"a", " ", "\n", "\xE6\x97\xA5", "\xF0\x9F\x99\x82", "<|eot_id|>",
@@ -46,8 +37,8 @@ TEST_P(tokenizer_fuzz, random_bytes_encode_to_valid_ids_and_decode_to_valid_utf8
     auto ids = tok.encode(text, round % 2 == 0);
     for (int32_t id : ids) ASSERT_TRUE(id >= 0 && id < tok.vocab_size());
     std::string back = tok.decode(ids, false);
-    EXPECT_TRUE(valid_utf8(back));
-    if (GetParam() == "bytelevel" && round % 2 == 1 && valid_utf8(text)) {
+    EXPECT_TRUE(is_valid_utf8(back));
+    if (GetParam() == "bytelevel" && round % 2 == 1 && is_valid_utf8(text)) {
       EXPECT_EQ(back, text);  // byte-level BPE is lossless
     }
   }
@@ -82,7 +73,7 @@ TEST_P(tokenizer_fuzz, arbitrary_ids_decode_without_crashing) {
   for (int round = 0; round < 500; ++round) {
     std::vector<int32_t> ids(rng() % 64);
     for (auto& id : ids) id = static_cast<int32_t>(rng() % 3 == 0 ? rng() : rng() % (tok.vocab_size() + 10));
-    EXPECT_TRUE(valid_utf8(tok.decode(ids, round % 2 == 0)));
+    EXPECT_TRUE(is_valid_utf8(tok.decode(ids, round % 2 == 0)));
   }
   std::vector<int32_t> extremes = {INT32_MIN, -1, tok.vocab_size(), INT32_MAX};
   EXPECT_EQ(tok.decode(extremes, false), "");
