@@ -236,18 +236,25 @@ void write_tool_call_pieces(json::writer& w, std::span<const tool_call_piece> pi
   w.end_array();
 }
 
-std::string write_error(std::string_view message, std::string_view type, std::string_view param,
+void write_error_object(json::writer& w, std::string_view message, std::string_view type, std::string_view param,
                         std::string_view code) {
-  std::string out;
-  json::writer w(out);
-  w.begin_object().key("error").begin_object();
+  w.begin_object();
   w.key("message").str(message);
   w.key("type").str(type);
   w.key("param");
   if (param.empty()) w.null(); else w.str(param);
   w.key("code");
   if (code.empty()) w.null(); else w.str(code);
-  w.end_object().end_object();
+  w.end_object();
+}
+
+std::string write_error(std::string_view message, std::string_view type, std::string_view param,
+                        std::string_view code) {
+  std::string out;
+  json::writer w(out);
+  w.begin_object().key("error");
+  write_error_object(w, message, type, param, code);
+  w.end_object();
   return out;
 }
 

@@ -60,7 +60,11 @@ void write_chat_logprobs(json::writer& w, std::span<const token_logprob> lp);
 /// arguments}}] on a call's first piece, [{index, function: {arguments}}] after.
 void write_tool_call_pieces(json::writer& w, std::span<const tool_call_piece> pieces);
 
-/// {"error": {"message", "type", "param", "code"}}; empty param/code are written as null.
+/// The value of an "error" key: {"message", "type", "param", "code"}; empty param/code are
+/// written as null.
+void write_error_object(json::writer& w, std::string_view message, std::string_view type, std::string_view param,
+                        std::string_view code);
+/// {"error": write_error_object's object}.
 std::string write_error(std::string_view message, std::string_view type, std::string_view param,
                         std::string_view code);
 

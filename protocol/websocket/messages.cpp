@@ -81,14 +81,8 @@ std::string write_error_frame(std::string_view id, std::string_view message, std
   w.key("type").str("error");
   w.key("id");
   if (id.empty()) w.null(); else w.str(id);
-  w.key("error").begin_object();
-  w.key("message").str(message);
-  w.key("type").str(type);
-  w.key("param");
-  if (param.empty()) w.null(); else w.str(param);
-  w.key("code");
-  if (code.empty()) w.null(); else w.str(code);
-  w.end_object();
+  w.key("error");
+  openai::write_error_object(w, message, type, param, code);
   w.end_object();
   return out;
 }
