@@ -491,17 +491,22 @@ TEST_P(AttentionBackend, CascadeMatchesReference) {
                                             {{3, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}, {20, {11, 12, 13}}}}, 0},
   };
   // The prefix pieces beside the decode pieces on the backend's second stream, and after them
-  // on the same stream (the default).
-  for (bool overlap : {true, false}) {
-    gpu::attention_tuning tuning;
-    tuning.cascade_overlap = overlap;
-    for (const config& k : configs) {
-      const double err = run_backend_case(dt, layout, k.c, 77, k.grid, false, tuning);
-      std::printf("backend %s cascade%s, %s: max abs err / max abs ref %.3g\n", to_string(layout),
-                  overlap ? "" : " (one stream)", k.what, err);
-      EXPECT_LT(err, 1e-2) << k.what << (overlap ? "" : ", one stream");
+  // on the same stream (the default); on warpgroup MMAs where the wgmma prefill runs (Hopper,
+  // bf16, head dim 128), and with the mma.sync prefill chosen, on mma.sync.
+  for (gpu::prefill_kernel prefill : {gpu::prefill_kernel::automatic, gpu::prefill_kernel::mma_sync})
+    for (bool overlap : {true, false}) {
+      gpu::attention_tuning tuning;
+      tuning.cascade_overlap = overlap;
+      tuning.prefill = prefill;
+      const std::string how = std::string(overlap ? "" : ", one stream") +
+                              (prefill == gpu::prefill_kernel::mma_sync ? ", mma.sync" : "");
+      for (const config& k : configs) {
+        const double err = run_backend_case(dt, layout, k.c, 77, k.grid, false, tuning);
+        std::printf("backend %s cascade%s, %s: max abs err / max abs ref %.3g\n", to_string(layout), how.c_str(),
+                    k.what, err);
+        EXPECT_LT(err, 1e-2) << k.what << how;
+      }
     }
-  }
 }
 
 TEST_P(AttentionBackend, SlidingWindowMatchesReference) {

@@ -320,7 +320,8 @@ TEST(AttentionBackend, CascadeGroupsMapToPrefixRowsAndCombineSlots) {
   // A group of 20 decodes sharing 64 blocks (4096 keys) plus one decode alone, 32/8 heads at
   // 64-token blocks: every member and KV head gets one combine whose first slots its prefix
   // pieces fill (one row per member in exactly one item per piece, the pieces tiling [0, 4096))
-  // and whose other slots its own pieces over [4096, context) fill; at most 64 rows an item.
+  // and whose other slots its own pieces over [4096, context) fill; at most 128 rows an item (64
+  // where the prefix pass runs on mma.sync).
   auto b = gpu::cuda::make_attention_backend(kv_cache_layout::flash_decoding, shape(128, 64, 32, 8));
   ASSERT_TRUE(b);
   ASSERT_TRUE((*b)->takes_cascade());
@@ -342,7 +343,7 @@ TEST(AttentionBackend, CascadeGroupsMapToPrefixRowsAndCombineSlots) {
   std::vector<int> filled(size_t(p.num_partials), 0);
   std::vector<int32_t> slot_begin(size_t(p.num_partials), -1), slot_end(size_t(p.num_partials), -1);
   for (const auto& it : p.prefix_items) {
-    EXPECT_LE(it.q_len * G, gpu::cuda::cascade_prefix_rows);
+    EXPECT_LE(it.q_len * G, gpu::cuda::cascade_prefix_wgmma_rows);
     EXPECT_EQ(it.bt_offset, 0) << "the group's first member's table";
     for (int m = 0; m < it.q_len; ++m) {
       const auto& row = p.prefix_rows[size_t(it.q_begin + m)];

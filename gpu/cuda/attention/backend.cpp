@@ -212,7 +212,7 @@ class tc_backend : public attention_backend {
     if (beside) {  // the prefix pieces on the side stream, once Q is written
       if (int e = cudaEventRecord(fork_, s)) return e;
       if (int e = cudaStreamWaitEvent(side_, fork_, 0)) return e;
-      if (int e = launch_cascade_prefix(shape_.dt, a, side_)) return e;
+      if (int e = launch_cascade_prefix(shape_.dt, a, prefix_wgmma(), side_)) return e;
       if (int e = cudaEventRecord(join_, side_)) return e;
     }
     if (int e = vllm_ ? launch_vllm_decode(shape_.dt, a, s) : launch_fd_decode(shape_.dt, a, tuning_.decode, s))
@@ -220,7 +220,7 @@ class tc_backend : public attention_backend {
     if (beside) {
       if (int e = cudaStreamWaitEvent(s, join_, 0)) return e;
     } else if (cascade) {
-      if (int e = launch_cascade_prefix(shape_.dt, a, s)) return e;
+      if (int e = launch_cascade_prefix(shape_.dt, a, prefix_wgmma(), s)) return e;
     }
     return fused ? 0 : launch_lse_combine(shape_.dt, a, s);
   }
@@ -232,6 +232,10 @@ class tc_backend : public attention_backend {
     return effective_prefill_kernel(tuning_.prefill, shape_.dt, shape_.head_dim, shape_.block_size);
   }
 
+  /// Whether the cascade prefix pass runs on warpgroup MMAs: where the prefill does (an FP8 or
+  /// windowed backend takes no prefix pieces).
+  bool prefix_wgmma() const { return prefill_runs() != prefill_kernel::mma_sync; }
+
   /// Query rows per prefill item: 128 for the wgmma kernels (two warpgroups sharing each K/V
   /// tile, prefill_wgmma.hpp), 64 for mma.sync.
   int prefill_rows() const {
@@ -239,14 +243,15 @@ class tc_backend : public attention_backend {
   }
 
   /// How the prefix pass is tiled: one prefix CTA per SM for a wave beside the decode pieces
-  /// (80 KiB of shared memory each, leaving room for a decode CTA), else as many as decode CTAs fit.
+  /// (80 KiB of shared memory each, leaving room for a decode CTA) or on warpgroup MMAs (one
+  /// 256-thread CTA an SM), else as many as decode CTAs fit.
   prefix_tiling tiling() const {
     prefix_tiling t;
-    t.query_rows = cascade_prefix_rows;
+    t.query_rows = prefix_wgmma() ? cascade_prefix_wgmma_rows : cascade_prefix_rows;
     t.group_heads = shape_.num_heads / shape_.num_kv_heads;
     t.num_kv_heads = shape_.num_kv_heads;
     t.key_tile = fd_kv_tile;
-    t.wave = side_ ? shape_.num_sms : resident_slots_;
+    t.wave = side_ || prefix_wgmma() ? shape_.num_sms : resident_slots_;
     t.max_pieces = cascade_max_prefix_pieces;
     t.min_piece_keys = cascade_min_piece_tokens;
     return t;

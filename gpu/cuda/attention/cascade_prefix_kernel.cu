@@ -112,7 +112,8 @@ int launch(const attn_launch& a, cudaStream_t s) {
 
 }  // namespace
 
-int launch_cascade_prefix(act_dtype dt, const attn_launch& a, cudaStream_t s) {
+int launch_cascade_prefix(act_dtype dt, const attn_launch& a, bool wgmma, cudaStream_t s) {
+  if (wgmma) return launch_cascade_prefix_wgmma(dt, a, s);
   if (a.prefix_grid <= 0) return 0;
   if (a.num_heads / a.num_kv_heads > tc_partial_rows) return int(cudaErrorInvalidValue);
   const bool bf16 = dt == act_dtype::bf16;

@@ -33,8 +33,10 @@ inline constexpr int max_merge_rows = 8;
 /// Rows of one partial slot of the tensor-core kernels (a decode piece or a cascade member: the
 /// query heads of one KV group, at most max_merge_rows).
 inline constexpr int tc_partial_rows = max_merge_rows;
-/// Query rows (group members x heads of one KV group) of one cascade prefix item.
+/// Query rows (group members x heads of one KV group) of one cascade prefix item: the mma.sync
+/// pass's four warps of 16, the wgmma pass's two warpgroups of 64.
 inline constexpr int cascade_prefix_rows = 64;
+inline constexpr int cascade_prefix_wgmma_rows = 128;
 /// Tokens one warp of the vLLM-style kernel takes per step (a 16-token block).
 inline constexpr int vllm_warp_tokens = 16;
 
@@ -58,7 +60,10 @@ int launch_tc_prefill(act_dtype dt, const attn_launch& a, prefill_kernel k, cuda
 /// over the item's keys, the members gathered as the rows of one tensor-core tile (no causal
 /// mask: every member sees the whole prefix); each member's normalised partial and log2-sum-exp
 /// go to its slot (attn_prefix_row::partial), merged by launch_lse_combine.
-int launch_cascade_prefix(act_dtype dt, const attn_launch& a, cudaStream_t s);
+/// Items of up to cascade_prefix_rows rows on mma.sync, or (wgmma) of up to
+/// cascade_prefix_wgmma_rows on Hopper's warpgroup MMAs (cascade_prefix_wgmma_kernel.cu).
+int launch_cascade_prefix(act_dtype dt, const attn_launch& a, bool wgmma, cudaStream_t s);
+int launch_cascade_prefix_wgmma(act_dtype dt, const attn_launch& a, cudaStream_t s);
 /// Log-sum-exp merge of split decode pieces (counts[1] combines).
 int launch_lse_combine(act_dtype dt, const attn_launch& a, cudaStream_t s);
 
