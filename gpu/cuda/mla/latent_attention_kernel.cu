@@ -26,23 +26,27 @@ constexpr int kTiles = mla_max_rank / 64;   ///< mma n-tiles of 8 latent values 
 /// and weighted sum run. Two stages keep two CTAs an SM (mla_ctas_per_sm).
 constexpr int kStages = 2;
 static_assert(mla_min_piece % kKeys == 0, "pieces of whole tiles");
-/// Warps that compute a tile's scores (8 keys each); the others issue the next tile's copies
-/// meanwhile, so the block-table reads before those copies never delay the scores: on sm_90
-/// the last warp, one bulk copy a key row (a lane a row) onto the stage's mbarrier; before it
-/// (no bulk copies, no mbarrier transaction counts) the warps past kScoreWarps, a warp a key row
-/// and a lane 16 bytes of it by cp.async.
-constexpr int kScoreWarps = kKeys / 8;
+/// Every warp computes a share of a tile's scores: warp w the dot products' half w / kKeyGroups
+/// (of the 16-wide slices) for keys [8 (w % kKeyGroups), + 8), the halves summed by the softmax.
+/// The next tile's copies come from the last warp on sm_90, one bulk copy a key row (a lane a
+/// row) onto the stage's mbarrier, the rows' block-table entries read a tile ahead so that their
+/// latency never delays that warp's scores; before sm_90 (no bulk copies, no mbarrier
+/// transaction counts) from the warps from kFirstCopyWarp on, a warp a key row and a lane 16
+/// bytes of it by cp.async.
+constexpr int kKeyGroups = kKeys / 8;
+constexpr int kDotHalves = kWarps / kKeyGroups;
+static_assert(kDotHalves == 2, "two halves of each dot product, summed by the softmax");
 constexpr int kCopyWarp = kWarps - 1;
-static_assert(kScoreWarps <= kCopyWarp && kKeys <= 32, "a copying warp left over, a lane a key row");
+constexpr int kFirstCopyWarp = kWarps / 2;
+static_assert(kKeys <= 32, "a lane a key row");
+/// Row stride (floats) of the score tiles in shared memory: kKeys plus 8, so that a half-warp's
+/// 8-byte stores of the mma's C layout (8 rows of 4 lanes) meet no bank conflict.
+constexpr int kScoreStride = kKeys + 8;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
 constexpr bool kBulkRows = false;
 #else
 constexpr bool kBulkRows = true;
 #endif
-/// Independent mma accumulators a score warp runs over the 16-wide slices of the dot product
-/// (slice i into chain i % kScoreChains, summed at the end): four dependent chains of 9 mmas at
-/// V2's 576 instead of one of 36.
-constexpr int kScoreChains = 4;
 /// Query float4s a thread loads at once, all in flight: the widest latent's 16 rows.
 constexpr int kQLoads = (kHeads * (mla_max_rank + mla_max_rope_dim) / 4 + kThreads - 1) / kThreads;
 
@@ -50,10 +54,10 @@ constexpr int kQLoads = (kHeads * (mla_max_rank + mla_max_rope_dim) / 4 + kThrea
 /// of 16, plus 8, so that a warp's 32-bit fragment loads meet no bank conflict at V2's 576.
 __host__ __device__ constexpr int tile_stride(int W) { return (W + 15) / 16 * 16 + 8; }
 
-/// Dynamic shared memory: q [kHeads][stride] and kStages key tiles [kKeys][stride] of T, scores
-/// [kHeads][kKeys].
+/// Dynamic shared memory: q [kHeads][stride] and kStages key tiles [kKeys][stride] of T, the
+/// scores' halves [kDotHalves][kHeads][kScoreStride] (the first then the probabilities).
 constexpr size_t attention_smem(int W) {
-  return size_t(kHeads + kStages * kKeys) * tile_stride(W) * 2 + size_t(kHeads) * kKeys * sizeof(float);
+  return size_t(kHeads + kStages * kKeys) * tile_stride(W) * 2 + size_t(kDotHalves) * kHeads * kScoreStride * sizeof(float);
 }
 /// The static shared memory of attention_kernel (running max, sum and rescale, the merge's
 /// weights, counted_last's flag) is under this; each CTA also takes 1 KB the runtime reserves.
@@ -61,8 +65,6 @@ constexpr size_t kStaticSmemBound = 2048, kReservedSmem = 1024, kSmemPerSm = 228
 static_assert(mla_ctas_per_sm * (attention_smem(mla_max_rank + mla_max_rope_dim) + kStaticSmemBound + kReservedSmem) <=
                   kSmemPerSm,
               "mla_ctas_per_sm CTAs of the widest latent fit an SM's shared memory (sm_90)");
-
-__device__ __forceinline__ uint32_t ld32(const void* p) { return *static_cast<const uint32_t*>(p); }
 
 /// One bulk copy of `bytes` (a multiple of 16) from global `src` to shared `dst` (16-byte
 /// aligned), its bytes counted on mbarrier `bar` (sm_90; a template, so that the passes for
@@ -278,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
   const int Ws = tile_stride(W), K16 = (W + 15) / 16 * 16;
   T* q_s = reinterpret_cast<T*>(smem);                                        // [kHeads][Ws]
   T* k_s = q_s + size_t(kHeads) * Ws;                                         // [kStages][kKeys][Ws]
-  float* s_s = reinterpret_cast<float*>(k_s + size_t(kStages) * kKeys * Ws);  // [kHeads][kKeys]
+  float* s_s = reinterpret_cast<float*>(k_s + size_t(kStages) * kKeys * Ws);  // [kDotHalves][kHeads][kScoreStride]
   const int seq = a.token_seqs[t];
   // This CTA's piece of the context: keys [kb, ke), in ntiles tiles.
   const int kb = split * rp.piece, ke = min(rp.context, kb + rp.piece);
@@ -286,24 +288,33 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
   const int32_t* table = seq >= 0 ? a.block_tables + a.seqs[seq].bt_offset : nullptr;
   const T* cache = static_cast<const T*>(a.cache);
   const uint32_t k_addr = attn_dev::smem_addr(k_s), full0 = attn_dev::smem_addr(full_s);
+  const auto src_of = [&](int key) {
+    return cache + (size_t(table[key / a.block_size]) * a.block_size + key % a.block_size) * W;
+  };
+  // Bulk rows: the copying warp's lane's key row of tile `tile` (none past the piece's end),
+  // read before it is needed.
+  const auto row_of = [&](int tile) -> const T* {
+    const int key = kb + tile * kKeys + lane;
+    return warp == kCopyWarp && tile < ntiles && key < ke ? src_of(key) : nullptr;
+  };
+  const T* next_row = nullptr;
   // Tile `tile`'s key rows into ring stage `stage`. Bulk rows: lane 0 of the copying warp sets
-  // the bytes the stage's barrier waits for, then each lane copies one row; rows past the piece's
-  // end are not copied (the loop zeroes them in the last tile). cp.async: rows past the end are
-  // zero-filled (a zero probability times a NaN would still be NaN).
+  // the bytes the stage's barrier waits for, then each lane copies its row, read by row_of into
+  // next_row, and reads its row of the tile after; rows past the piece's end are not copied (the
+  // loop zeroes them in the last tile). cp.async: rows past the end are zero-filled (a zero
+  // probability times a NaN would still be NaN).
   const auto issue = [&](int tile, int stage) {
     const int k0 = kb + tile * kKeys;
-    const auto src_of = [&](int key) {
-      return cache + (size_t(table[key / a.block_size]) * a.block_size + key % a.block_size) * W;
-    };
     if constexpr (kBulkRows) {
       if (warp != kCopyWarp) return;
       const int rows = min(kKeys, ke - k0);
       const uint32_t bar = full0 + stage * 8;
       if (lane == 0) dev::mbar_arrive_expect_tx(bar, uint32_t(rows * W * 2));
       __syncwarp();
-      if (lane < rows) bulk_row(k_addr + uint32_t((stage * kKeys + lane) * Ws * 2), src_of(k0 + lane), uint32_t(W * 2), bar);
+      if (lane < rows) bulk_row(k_addr + uint32_t((stage * kKeys + lane) * Ws * 2), next_row, uint32_t(W * 2), bar);
+      next_row = row_of(tile + 1);
     } else {
-      for (int j = warp - kScoreWarps; j >= 0 && j < kKeys; j += kWarps - kScoreWarps) {
+      for (int j = warp - kFirstCopyWarp; j >= 0 && j < kKeys; j += kWarps - kFirstCopyWarp) {
         const bool ok = k0 + j < ke;
         const T* src = ok ? src_of(k0 + j) : cache;
         const uint32_t dst = k_addr + uint32_t((stage * kKeys + j) * Ws * 2);
@@ -314,6 +325,7 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
   if constexpr (kBulkRows) {
     if (threadIdx.x < kStages) dev::mbar_init(full0 + threadIdx.x * 8, 1);
     dev::fence_mbarrier_init();
+    next_row = row_of(0);
     __syncthreads();
     for (int st = 0; st < kStages - 1 && st < ntiles; ++st) issue(st, st);
   } else {
@@ -363,33 +375,30 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
     } else {
       attn_dev::kv_ring_next<kStages>(tile, ntiles, issue);
     }
-    // Scores on tensor cores: warp w < kScoreWarps takes keys [8w, 8w + 8) of the 16 heads, one
-    // mma.sync m16n8k16 per 16 dimensions (A: the query tile's rows, B: the keys' rows), the
-    // slices spread over kScoreChains accumulators.
+    // Scores on tensor cores: warp w takes half w / kKeyGroups of the 16-wide slices of the dot
+    // products of keys [8 (w % kKeyGroups), + 8) with the 16 heads, one mma.sync m16n8k16 a slice
+    // (A: the query tile's rows, B: the keys' rows, both by ldmatrix; two slices a B load), even
+    // and odd slices in two accumulators, and stores its half into s_s's half.
     static_assert(kHeads == 16, "the mma's 16 rows");
-    if (warp < kScoreWarps) {
-      const T* qa = q_s + size_t(grp) * Ws + c2;
-      const T* kr = kt + size_t(warp * 8 + grp) * Ws + c2;
-      float cc[kScoreChains][4] = {};
-      for (int kd0 = 0; kd0 < K16; kd0 += 16 * kScoreChains) {
-#pragma unroll
-        for (int ch = 0; ch < kScoreChains; ++ch) {
-          const int kd = kd0 + 16 * ch;
-          if (kd >= K16) break;
-          const uint32_t af[4] = {ld32(qa + kd), ld32(qa + 8 * Ws + kd), ld32(qa + kd + 8),
-                                  ld32(qa + 8 * Ws + kd + 8)};
-          attn_dev::elem<T>::mma(cc[ch], af, ld32(kr + kd), ld32(kr + kd + 8));
+    {
+      const int half = warp / kKeyGroups, key0 = (warp % kKeyGroups) * 8, slices = K16 / 16;
+      const int per = (slices + kDotHalves - 1) / kDotHalves, s0 = half * per, s1 = min(slices, s0 + per);
+      const uint32_t qa = attn_dev::smem_addr(q_s + size_t(lane % 16) * Ws + (lane / 16) * 8);
+      const uint32_t kr = attn_dev::smem_addr(kt + size_t(key0 + lane % 8) * Ws + (lane / 8) * 8);
+      float c0[4] = {}, c1[4] = {};
+      for (int sl = s0; sl < s1; sl += 2) {
+        uint32_t a0[4], a1[4], b0, b1, b2, b3;
+        attn_dev::ldsm_x4(kr + sl * 32, b0, b1, b2, b3);  // keys' dims [16 sl, 16 sl + 32)
+        attn_dev::ldsm_x4(qa + sl * 32, a0[0], a0[1], a0[2], a0[3]);
+        attn_dev::elem<T>::mma(c0, a0, b0, b1);
+        if (sl + 1 < s1) {
+          attn_dev::ldsm_x4(qa + sl * 32 + 32, a1[0], a1[1], a1[2], a1[3]);
+          attn_dev::elem<T>::mma(c1, a1, b2, b3);
         }
       }
-      float c[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) c[e] = (cc[0][e] + cc[1][e]) + (cc[2][e] + cc[3][e]);
-      static_assert(kScoreChains == 4, "the sum above");
-      const int j = warp * 8 + c2;
-      s_s[grp * kKeys + j] = j < nk ? c[0] * a.scale : -INFINITY;
-      s_s[grp * kKeys + j + 1] = j + 1 < nk ? c[1] * a.scale : -INFINITY;
-      s_s[(grp + 8) * kKeys + j] = j < nk ? c[2] * a.scale : -INFINITY;
-      s_s[(grp + 8) * kKeys + j + 1] = j + 1 < nk ? c[3] * a.scale : -INFINITY;
+      float* sh = s_s + half * kHeads * kScoreStride;
+      *reinterpret_cast<float2*>(sh + grp * kScoreStride + key0 + c2) = make_float2(c0[0] + c1[0], c0[1] + c1[1]);
+      *reinterpret_cast<float2*>(sh + (grp + 8) * kScoreStride + key0 + c2) = make_float2(c0[2] + c1[2], c0[3] + c1[3]);
     }
     __syncthreads();
     // Online softmax: a warp per head, a lane per key (scores past nk are -inf: exp gives 0).
@@ -399,14 +408,17 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
     static_assert(kHeads % kWarps == 0, "heads spread evenly over the warps");
     float sv[kWarpHeads], mx[kWarpHeads], sum[kWarpHeads];
 #pragma unroll
-    for (int k = 0; k < kWarpHeads; ++k) sv[k] = s_s[(warp + k * kWarps) * kKeys + lane];
+    for (int k = 0; k < kWarpHeads; ++k) {
+      const int i = (warp + k * kWarps) * kScoreStride + lane;
+      sv[k] = lane < nk ? (s_s[i] + s_s[kHeads * kScoreStride + i]) * a.scale : -INFINITY;
+    }
 #pragma unroll
     for (int k = 0; k < kWarpHeads; ++k) mx[k] = warp_max(sv[k]);
 #pragma unroll
     for (int k = 0; k < kWarpHeads; ++k) {
       mx[k] = fmaxf(m_s[warp + k * kWarps], mx[k]);
       sv[k] = expf(sv[k] - mx[k]);
-      s_s[(warp + k * kWarps) * kKeys + lane] = sv[k];
+      s_s[(warp + k * kWarps) * kScoreStride + lane] = sv[k];
     }
 #pragma unroll
     for (int k = 0; k < kWarpHeads; ++k) sum[k] = warp_sum(sv[k]);
@@ -433,8 +445,8 @@ __global__ void __launch_bounds__(kThreads, mla_ctas_per_sm) attention_kernel(la
     }
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
-      const float* p0 = s_s + grp * kKeys + kk * 16 + c2;
-      const float* p1 = p0 + 8 * kKeys;
+      const float* p0 = s_s + grp * kScoreStride + kk * 16 + c2;
+      const float* p1 = p0 + 8 * kScoreStride;
       const uint32_t pf[4] = {attn_dev::elem<T>::pack(p0[0], p0[1]), attn_dev::elem<T>::pack(p1[0], p1[1]),
                               attn_dev::elem<T>::pack(p0[8], p0[9]), attn_dev::elem<T>::pack(p1[8], p1[9])};
       const int key = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
