@@ -2,7 +2,8 @@
 # Builds the libFuzzer targets (fuzz/) with clang + ASan/UBSan and runs each one for SECONDS
 # (default 60) on a temporary copy of its seed corpus, FUZZ_PARALLEL targets at a time. Fails on
 # any crash, sanitizer report, leak, timeout or out-of-memory, printing the report, the stack and
-# the reproducer (base64). Usage: scripts/fuzz_smoke.sh [SECONDS] [TARGET...]
+# the reproducer (base64); exits 2 for an unknown target or one not built under FUZZ_NO_BUILD=1.
+# Usage: scripts/fuzz_smoke.sh [SECONDS] [TARGET...]
 # Environment: FUZZ_BUILD_DIR (build-fuzz), FUZZ_JOBS (2, build jobs), FUZZ_PARALLEL (1),
 #   FUZZ_SEED (1; a fixed seed: the same commit mutates the same way), FUZZ_MAX_RUNS (no limit),
 #   FUZZ_UNIT_TIMEOUT (10 s per input), FUZZ_RSS_MB (2048), FUZZ_STRICT=1 (ignore
@@ -19,6 +20,9 @@ all_targets=(fuzz_chat_template fuzz_tokenizer_codec fuzz_tokenizer_load fuzz_op
              fuzz_websocket_message fuzz_safetensors_header fuzz_model_config fuzz_chat_output fuzz_grammar)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all_targets[@]}")
+for t in "${targets[@]}"; do
+  [[ " ${all_targets[*]} " == *" $t "* ]] || { echo "fuzz_smoke: unknown target '$t' (targets: ${all_targets[*]})" >&2; exit 2; }
+done
 
 if [ "${FUZZ_NO_BUILD:-0}" != 1 ]; then
   cmake_args=(-S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DACTORSERVE_ENABLE_CUDA=OFF
@@ -28,6 +32,10 @@ if [ "${FUZZ_NO_BUILD:-0}" != 1 ]; then
   cmake "${cmake_args[@]}" >/dev/null
   ninja -C "$build" -j"${FUZZ_JOBS:-2}" "${targets[@]}"
 fi
+
+for t in "${targets[@]}"; do
+  [ -x "$build/fuzz/$t" ] || { echo "fuzz_smoke: $build/fuzz/$t is not built (run without FUZZ_NO_BUILD=1, or ninja -C $build $t)" >&2; exit 2; }
+done
 
 work=$(mktemp -d /tmp/actorserve_fuzz.XXXXXX)
 trap 'rm -rf "$work"' EXIT
