@@ -11,6 +11,7 @@
 #include "bench/common/bench_cli.hpp"
 #include "bench/common/engine_runner.hpp"
 #include "bench/common/stats.hpp"
+#include "bench/common/tuning_args.hpp"
 #include "config/model_config.hpp"
 
 namespace {
@@ -53,18 +54,21 @@ int main(int argc, char** argv) {
       {"--bench-seed", "seed of the random prompts", &o.seed},
       {"--timeout", "give up on an iteration after this many seconds", &o.timeout_s},
   };
+  // The CUDA kernel choices (bench/cuda/tuning_flags.hpp) for A/B runs of one build.
+  const bench::tuning_args tuning = bench::split_tuning_flags(argc, argv);
   auto cl = bench::parse_bench_command_line("Single-stream latency through the actor engine (vLLM benchmark_latency)",
-                                            own, true, argc, argv);
+                                            own, true, int(tuning.rest.size()), tuning.rest.data());
   if (!cl) return fmt::print(stderr, "error: {}\n", cl.err().message), 2;
   if (cl->exit_now) return fmt::print("{}", cl->output), 0;
   if (o.input_len < 1 || o.output_len < 2 || o.num_iters < 1)
     return fmt::print(stderr, "error: --input-len >= 1, --output-len >= 2 and --num-iters >= 1 required\n"), 2;
   const engine_config& cfg = cl->engine;
+  if (auto st = bench::check_tuning_device(tuning, cfg); !st) return fmt::print(stderr, "error: {}\n", st.err().message), 2;
   auto model = load_model_config(cfg.model.model_dir);
   if (!model) return fmt::print(stderr, "error: {}\n", model.err().message), 2;
   fmt::print("bench_latency: {}\n", bench::command_line_text(argc, argv));
   double start_s = 0;
-  auto eng = bench::start_engine(cfg, start_s);
+  auto eng = tuning.flags.empty() ? bench::start_engine(cfg, start_s) : bench::start_engine(cfg, tuning.tuning, start_s);
   if (!eng) return fmt::print(stderr, "error: {}\n", eng.err().message), 1;
   fmt::print("model {} ({} layers, hidden {}), device {}, engine start {:.2f} s; prompt {} tokens, output {} tokens\n",
              cfg.model.model_dir, model->num_layers, model->hidden_size, to_string(cfg.executor.device), start_s,

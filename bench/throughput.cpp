@@ -20,6 +20,7 @@
 
 #include "bench/common/bench_cli.hpp"
 #include "bench/common/engine_runner.hpp"
+#include "bench/common/tuning_args.hpp"
 #include "bench/common/shared_prefix.hpp"
 #include "actors/engine.hpp"
 #include "bench/common/stats.hpp"
@@ -36,6 +37,7 @@ struct options {
   std::string preset;
   double temperature = 1.0, timeout_s = 3600;
   bool verify = false, one_by_one = false;
+  bench::tuning_args tuning;  ///< the CUDA kernel choices (bench/cuda/tuning_flags.hpp) for A/B runs of one build
 };
 
 std::vector<actors::generation_request> make_requests(const options& o, int64_t vocab) {
@@ -66,7 +68,8 @@ constexpr int64_t kOfflineMaxNumSeqs = 512, kOfflineMaxNumBatchedTokens = 65536;
 /// Runs the requests on a fresh engine; prints the vLLM throughput line and engine counters.
 result<bench::run_report> run_once(const engine_config& cfg, const options& o, int64_t vocab, const char* label) {
   double start_s = 0;
-  auto eng = bench::start_engine(cfg, start_s);
+  auto eng = o.tuning.flags.empty() ? bench::start_engine(cfg, start_s)
+                                    : bench::start_engine(cfg, o.tuning.tuning, start_s);
   if (!eng) return eng.err();
   if (o.w.prefix_len > 0) {   // the system prompt, cached before the clock starts
     actors::generation_request warm;
@@ -171,8 +174,9 @@ int main(int argc, char** argv) {
       {"--unconstrained-blocks", "KV blocks of the verifying engine (0: what the device holds)",
        &o.unconstrained_blocks},
   };
+  o.tuning = bench::split_tuning_flags(argc, argv);
   auto cl = bench::parse_bench_command_line("Offline throughput through the actor engine (vLLM benchmark_throughput)",
-                                            own, true, argc, argv);
+                                            own, true, int(o.tuning.rest.size()), o.tuning.rest.data());
   if (!cl) return fmt::print(stderr, "error: {}\n", cl.err().message), 2;
   if (cl->exit_now) return fmt::print("{}", cl->output), 0;
   engine_config& cfg = cl->engine;
@@ -182,6 +186,8 @@ int main(int argc, char** argv) {
   if (!bench::has_flag(argc, argv, "--max-num-batched-tokens"))
     cfg.scheduler.max_num_batched_tokens = kOfflineMaxNumBatchedTokens;
   if (auto st = validate(cfg); !st) return fmt::print(stderr, "error: {}\n", st.err().message), 2;
+  if (auto st = bench::check_tuning_device(o.tuning, cfg); !st)
+    return fmt::print(stderr, "error: {}\n", st.err().message), 2;
   if (o.w.input_len < 1 || o.w.output_len < 1 || o.w.num_prompts < 1 || o.w.prefix_len < 0)
     return fmt::print(stderr, "error: --input-len, --output-len and --num-prompts must be positive, "
                               "--random-prefix-len not negative\n"),

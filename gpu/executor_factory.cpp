@@ -47,8 +47,10 @@ cpu_executor_options cpu_options_from(const engine_config& cfg) {
 }
 
 #ifdef ACTORSERVE_HAS_CUDA
-cuda_executor_options cuda_options_from(const engine_config& cfg) {
+/// `tuning`: the kernel choices in place of cuda_tuning's defaults (null: the defaults).
+cuda_executor_options cuda_options_from(const engine_config& cfg, const cuda_tuning* tuning) {
   cuda_executor_options o;
+  if (tuning) o.tuning = *tuning;
   o.dtype = cfg.model.dtype;
   o.block_size = static_cast<int32_t>(cuda_block_size(cfg.cache));
   o.kv_layout = cuda_kv_layout(cfg.cache);
@@ -70,7 +72,7 @@ cuda_executor_options cuda_options_from(const engine_config& cfg) {
 
 /// --device cuda -tp N: shard r on GPU r with rank r's collective (NCCL, and the one-shot
 /// all-reduce for small messages), in a lock-step group whose abort hook aborts them all.
-result<std::unique_ptr<executor>> make_cuda_group(const engine_config& cfg) {
+result<std::unique_ptr<executor>> make_cuda_group(const engine_config& cfg, const cuda_tuning* tuning) {
   const int n = static_cast<int>(cfg.executor.tensor_parallel_size);
   std::vector<int> devices(static_cast<size_t>(n));
   std::iota(devices.begin(), devices.end(), 0);
@@ -80,7 +82,7 @@ result<std::unique_ptr<executor>> make_cuda_group(const engine_config& cfg) {
   if (!made) return make_error(made.err().code, fmt::format("--tensor-parallel-size {}: {}", n, made.err().message));
   std::vector<std::shared_ptr<cuda::device_collective>> collectives;
   for (auto& c : made.value()) collectives.push_back(std::move(c));
-  auto shards = cuda::start_shard_executors(cfg.model.model_dir, cuda_options_from(cfg), devices, collectives);
+  auto shards = cuda::start_shard_executors(cfg.model.model_dir, cuda_options_from(cfg, tuning), devices, collectives);
   if (!shards) return shards.err();
   auto abort = [collectives] {
     for (const auto& c : collectives) c->abort();
@@ -89,7 +91,7 @@ result<std::unique_ptr<executor>> make_cuda_group(const engine_config& cfg) {
 }
 #endif
 
-result<std::unique_ptr<executor>> make_device_executor(const engine_config& cfg) {
+result<std::unique_ptr<executor>> make_device_executor(const engine_config& cfg, const cuda_tuning* tuning) {
   if (cfg.executor.enable_expert_parallel && (cfg.executor.device == device_kind::cuda || picks_cuda(cfg)))
     return make_error(error_code::unsupported, "--enable-expert-parallel: " + expert_parallel_cuda_refusal());
 #ifdef ACTORSERVE_HAS_CUDA
@@ -101,10 +103,11 @@ result<std::unique_ptr<executor>> make_device_executor(const engine_config& cfg)
                                     "GPU(s) are visible", shards, visible));
     if (visible == 0) return make_error(error_code::unavailable, "--device cuda: no CUDA device is visible");
     if (auto st = check_cuda_support(cfg); !st) return st.err();
-    if (shards > 1) return make_cuda_group(cfg);
-    return make_cuda_executor(cfg.model.model_dir, cuda_options_from(cfg));
+    if (shards > 1) return make_cuda_group(cfg, tuning);
+    return make_cuda_executor(cfg.model.model_dir, cuda_options_from(cfg, tuning));
   }
 #else
+  (void)tuning;
   if (cfg.executor.device == device_kind::cuda)
     return make_error(error_code::unsupported, "--device cuda: this build has no CUDA executor (ACTORSERVE_ENABLE_CUDA=OFF)");
 #endif
@@ -141,13 +144,26 @@ int64_t block_size_for(const engine_config& cfg) {
   return picks_cuda(cfg) ? cuda_block_size(cfg.cache) : cpu_block_size(cfg.cache);
 }
 
-result<std::unique_ptr<executor>> make_executor(const engine_config& cfg) {
+namespace {
+
+result<std::unique_ptr<executor>> make_executor_with(const engine_config& cfg, const cuda_tuning* tuning) {
   if (cfg.model.load == load_format::dummy)
     log::warn("--load-format dummy: every weight is pseudo-random (seed {}); outputs are meaningless, timings are "
               "the real shapes'", cfg.executor.seed);
-  auto ex = make_device_executor(cfg);
+  auto ex = make_device_executor(cfg, tuning);
   if (!ex) return ex.err();
   return inject_step_failures(std::move(ex.value()), cfg.executor.inject_step_failures);
+}
+
+}  // namespace
+
+result<std::unique_ptr<executor>> make_executor(const engine_config& cfg) { return make_executor_with(cfg, nullptr); }
+
+result<std::unique_ptr<executor>> make_executor(const engine_config& cfg, const cuda_tuning& tuning) {
+  if (!picks_cuda(cfg))
+    return make_error(error_code::invalid_argument,
+                      "CUDA kernel choices (the benchmarks' tuning flags) need the CUDA executor: --device cuda");
+  return make_executor_with(cfg, &tuning);
 }
 
 }  // namespace actorserve::gpu

@@ -10,6 +10,8 @@
 
 namespace actorserve::gpu {
 
+struct cuda_tuning;  // gpu/cuda/tuning.hpp
+
 /// Whether make_executor picks the CUDA executor for `cfg`: --device cuda, or auto with a
 /// visible GPU (always false in a build without CUDA).
 bool picks_cuda(const engine_config& cfg);
@@ -28,5 +30,10 @@ status check_cuda_support(const engine_config& cfg);
 /// 0..N-1 in an executor_group, refused when fewer are visible). With --inject-step-failures
 /// (test only) it is wrapped to fail those steps. Errors name the flag or file.
 result<std::unique_ptr<executor>> make_executor(const engine_config& cfg);
+
+/// make_executor with the CUDA executor's kernel choices `tuning` in place of cuda_tuning's
+/// defaults (the benchmarks' A/B flags, bench/cuda/tuning_flags.hpp). Refused where `cfg` picks
+/// the CPU executor, whose kernels it does not choose.
+result<std::unique_ptr<executor>> make_executor(const engine_config& cfg, const cuda_tuning& tuning);
 
 }  // namespace actorserve::gpu

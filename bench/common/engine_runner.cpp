@@ -8,6 +8,8 @@
 #include <memory>
 #include <mutex>
 
+#include "gpu/executor_factory.hpp"
+
 namespace actorserve::bench {
 namespace {
 
@@ -78,6 +80,14 @@ std::string outside_steps_line(const actors::engine_stats& b, const actors::engi
 result<std::unique_ptr<actors::engine>> start_engine(const engine_config& cfg, double& seconds) {
   const auto t0 = clock_type::now();
   auto eng = actors::engine::start(cfg);
+  seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
+  return eng;
+}
+
+result<std::unique_ptr<actors::engine>> start_engine(const engine_config& cfg, const gpu::cuda_tuning& tuning,
+                                                     double& seconds) {
+  const auto t0 = clock_type::now();
+  auto eng = actors::engine::start(cfg, [cfg, tuning] { return gpu::make_executor(cfg, tuning); });
   seconds = std::chrono::duration<double>(clock_type::now() - t0).count();
   return eng;
 }

@@ -9,6 +9,7 @@
 
 #include "actors/engine.hpp"
 #include "config/error.hpp"
+#include "gpu/cuda/tuning.hpp"
 
 namespace actorserve::bench {
 
@@ -64,5 +65,8 @@ std::string outside_steps_line(const actors::engine_stats& before, const actors:
 
 /// Starts an engine, timing the start; logs the error (naming the flag or file) on failure.
 result<std::unique_ptr<actors::engine>> start_engine(const engine_config& cfg, double& seconds);
+/// The same, the executor made with the CUDA kernel choices `tuning` (bench/common/tuning_args.hpp).
+result<std::unique_ptr<actors::engine>> start_engine(const engine_config& cfg, const gpu::cuda_tuning& tuning,
+                                                     double& seconds);
 
 }  // namespace actorserve::bench
