@@ -27,8 +27,8 @@ constexpr int prefix_smem_bytes() { return kStages * 2 * kTile * D * 2 + NW * 16
 /// units; rows >= valid are zeros. Every load is issued before the first store, so the member
 /// rows' two dependent loads (its token, then its queries) are waited for once, not per chunk.
 template <class T, int D, int NT>
-__device__ __forceinline__ void stage_member_q(const attn_launch& a, const attn_item& it, int G, int valid,
-                                               uint32_t q_s, int tid) {
+__device__ __forceinline__ void stage_member_q(const attn_launch& a, const attn_item& it, int valid, uint32_t q_s,
+                                               int tid) {
   constexpr int kChunks = NW * 16 * (D / 8), kPer = kChunks / NT;
   static_assert(kChunks % NT == 0, "the Q tile's chunks divide over the threads");
   const float sc = a.scale * 1.4426950408889634f;
@@ -38,9 +38,7 @@ __device__ __forceinline__ void stage_member_q(const attn_launch& a, const attn_
     const int idx = i * NT + tid, r = idx / (D / 8), c = idx % (D / 8);
     x[i][0] = x[i][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (r < valid) {
-      const int token = __ldg(&a.prefix_rows[it.q_begin + r / G].token);
-      const float4* src =
-          reinterpret_cast<const float4*>(a.q + size_t(token) * a.q_stride + (it.kv_head * G + r % G) * D + c * 8);
+      const float4* src = member_q_src(a, it, r, c, D);
       x[i][0] = __ldg(src);
       x[i][1] = __ldg(src + 1);
     }
@@ -73,7 +71,7 @@ __global__ void __launch_bounds__(NW * 32, 2) cascade_prefix_kernel(attn_launch 
                                        it.kv_begin + tile * kTile, it.kv_end, dst, dst + kTileBytes, tid);
     };
     kv_ring_start<kStages>(ntiles, issue);
-    stage_member_q<T, D, kThreads>(a, it, G, valid, q_s, tid);
+    stage_member_q<T, D, kThreads>(a, it, valid, q_s, tid);
     __syncthreads();
     warp_rows<T, D> w;
     w.init(q_s + warp * 16 * D * 2, lane);
@@ -88,14 +86,8 @@ __global__ void __launch_bounds__(NW * 32, 2) cascade_prefix_kernel(attn_launch 
     for (int h = 0; h < 2; ++h) {
       const int r = warp * 16 + lane / 4 + h * 8;
       if (r >= valid) continue;
-      const attn_prefix_row row = a.prefix_rows[it.q_begin + r / G];
-      const size_t slot_row = size_t(row.partial) * tc_partial_rows + r % G;
-      const float inv = w.l[h] > 0.0f ? 1.0f / w.l[h] : 0.0f;
-      float* dst = a.partial_o + slot_row * D + (lane % 4) * 2;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(w.o[n][2 * h] * inv, w.o[n][2 * h + 1] * inv);
-      if (lane % 4 == 0) a.partial_lse[slot_row * 2] = w.l[h] > 0.0f ? w.m[h] + log2f(w.l[h]) : -INFINITY;
+      write_prefix_partial<D>(a, it, r, lane, w.l[h], w.m[h],
+                              [&](int n) { return make_float2(w.o[n][2 * h], w.o[n][2 * h + 1]); });
     }
   }
 }

@@ -34,8 +34,8 @@ constexpr int smem_bytes() { return 1024 + 2 * q_bytes<D>() + kStages * 2 * tile
 /// issued before the first store, so the rows' two dependent loads (the member's token, then its
 /// queries) are waited for once, not per chunk. The warpgroup's 128 threads share the work.
 template <class T, int D>
-__device__ __forceinline__ void stage_member_q(const attn_launch& a, const attn_item& it, int G, int valid,
-                                               uint32_t q_s, int tid, int row0) {
+__device__ __forceinline__ void stage_member_q(const attn_launch& a, const attn_item& it, int valid, uint32_t q_s,
+                                               int tid, int row0) {
   constexpr int kChunks = kRows * (D / 8), kPer = kChunks / 128;
   static_assert(kChunks % 128 == 0, "the Q tile's chunks divide over the warpgroup");
   const float sc = a.scale * 1.4426950408889634f;
@@ -45,9 +45,7 @@ __device__ __forceinline__ void stage_member_q(const attn_launch& a, const attn_
     const int idx = i * 128 + tid, row = row0 + idx / (D / 8), c = idx % (D / 8);
     x[i][0] = x[i][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (row < valid) {
-      const int token = __ldg(&a.prefix_rows[it.q_begin + row / G].token);
-      const float4* src = reinterpret_cast<const float4*>(a.q + size_t(token) * a.q_stride +
-                                                          (it.kv_head * G + row % G) * D + c * 8);
+      const float4* src = member_q_src(a, it, row, c, D);
       x[i][0] = __ldg(src);
       x[i][1] = __ldg(src + 1);
     }
@@ -57,19 +55,6 @@ __device__ __forceinline__ void stage_member_q(const attn_launch& a, const attn_
     const int idx = i * 128 + tid;
     st_shared16(q_s + sw128<kRows>(idx / (D / 8), idx % (D / 8)), pack8<T>(x[i][0], x[i][1], sc));
   }
-}
-
-/// Visibility bits of this thread's scores of keys [k0, k0 + N): the keys before kv_end
-/// (wg_rows's layout: score 4 n + e is key k0 + 8 n + 2 (lane % 4) + (e & 1)).
-template <int N>
-__device__ __forceinline__ mask_t<N> before_end(int k0, int kv_end, int lane) {
-  mask_t<N> vis = 0;
-#pragma unroll
-  for (int n = 0; n < N / 8; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (k0 + n * 8 + (lane % 4) * 2 + (e & 1) < kv_end) vis |= mask_t<N>(1) << (4 * n + e);
-  return vis;
 }
 
 /// Grid-stride over the prefix items [counts[0] + counts[2], + counts[3]) (one CTA an SM).
@@ -83,16 +68,15 @@ __global__ void __launch_bounds__(kThreads, 1) cascade_prefix_wgmma(attn_launch 
   const uint32_t q0 = (smem_addr(smem_raw) + 1023u) & ~1023u, kv0 = q0 + 2 * q_bytes<D>();
   const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
   const int first = a.counts[0] + a.counts[2], n_items = a.counts[3];
-  const int G = a.num_heads / a.num_kv_heads;
   const uint32_t q_s = q0 + wg * q_bytes<D>();
-  const int r0 = kRows * wg + warp * 16 + lane / 4;  // this thread's item rows r0 and r0 + 8
   const auto* kc = static_cast<const uint16_t*>(a.k_cache);
   const auto* vc = static_cast<const uint16_t*>(a.v_cache);
   for (int i = blockIdx.x; i < n_items; i += gridDim.x) {
-    const attn_item it = a.items[first + i];
-    const int valid = it.q_len * G;
+    // This thread's item rows c.r0 and c.r0 + 8 (warp 4 wg + warp of the item's 8).
+    const prefix_tile_ctx<kKeys> c(a, first + i, 4 * wg + warp, lane);
+    const attn_item& it = c.it;
+    const int valid = c.valid, ntiles = c.ntiles;
     const bool has_rows = valid > kRows * wg;
-    const int ntiles = (it.kv_end - it.kv_begin + kKeys - 1) / kKeys;
     const int32_t* bt = a.block_tables + it.bt_offset;
     const auto issue = [&](int tile) {
       const uint32_t k_s = kv0 + (tile % kStages) * 2 * kTB;
@@ -105,7 +89,7 @@ __global__ void __launch_bounds__(kThreads, 1) cascade_prefix_wgmma(attn_launch 
       if (st < ntiles) issue(st);
       cp_async_commit();
     }
-    stage_member_q<T, D>(a, it, G, valid, q_s, tid & 127, kRows * wg);
+    stage_member_q<T, D>(a, it, valid, q_s, tid & 127, kRows * wg);
     wg_rows<T, D, kKeys> w;
     w.init();
     for (int t = 0; t < ntiles; ++t) {
@@ -116,42 +100,9 @@ __global__ void __launch_bounds__(kThreads, 1) cascade_prefix_wgmma(attn_launch 
       cp_async_commit();
       if (!has_rows) continue;
       const uint32_t k_s = kv0 + (t % kStages) * 2 * kTB;
-      const int k0 = it.kv_begin + t * kKeys;
-      float s[kKeys / 2], p[kKeys / 2], corr[2];
-      uint32_t pf[kKeys / 16][4];
-      w.issue_scores(q_s, k_s, s);
-      wgmma_wait<0>();
-      fence_regs(s);
-      fence_regs(w.o);
-      if (k0 + kKeys > it.kv_end)
-        w.template exponentials<true>(s, before_end<kKeys>(k0, it.kv_end, lane), p, corr);
-      else
-        w.template exponentials<false>(s, 0, p, corr);
-      w.pack(p, pf);
-      w.rescale(corr);
-      w.issue_pv(pf, k_s + kTB);
-      wgmma_wait<0>();
-      fence_regs(w.o);
+      serial_tile(w, c, t, q_s, k_s, k_s + kTB, lane);
     }
-    if (!has_rows) continue;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      w.l[h] += __shfl_xor_sync(0xffffffffu, w.l[h], 1);
-      w.l[h] += __shfl_xor_sync(0xffffffffu, w.l[h], 2);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = r0 + h * 8;
-      if (r >= valid) continue;
-      const attn_prefix_row row = a.prefix_rows[it.q_begin + r / G];
-      const size_t slot_row = size_t(row.partial) * tc_partial_rows + r % G;
-      const float inv = w.l[h] > 0.0f ? 1.0f / w.l[h] : 0.0f;
-      float* dst = a.partial_o + slot_row * D + (lane % 4) * 2;
-#pragma unroll
-      for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<float2*>(dst + n * 8) = make_float2(w.o[4 * n + 2 * h] * inv, w.o[4 * n + 2 * h + 1] * inv);
-      if (lane % 4 == 0) a.partial_lse[slot_row * 2] = w.l[h] > 0.0f ? w.m[h] + log2f(w.l[h]) : -INFINITY;
-    }
+    if (has_rows) w.store_partial(a, it, valid, c.r0, lane);
   }
 #endif
 }

@@ -144,6 +144,24 @@ struct wg_rows {
         *reinterpret_cast<uint32_t*>(dst + n * 8) = elem<T>::pack(o[4 * n + 2 * h] * inv, o[4 * n + 2 * h + 1] * inv);
     }
   }
+
+  /// A cascade prefix item's rows (r0, r0 + 8): each normalised row and its log2-sum-exp into
+  /// its member's partial slot (write_prefix_partial).
+  __device__ __forceinline__ void store_partial(const attn_launch& a, const attn_item& it, int valid, int r0,
+                                                int lane) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + h * 8;
+      if (r >= valid) continue;
+      write_prefix_partial<D>(a, it, r, lane, l[h], m[h],
+                              [&](int n) { return make_float2(o[4 * n + 2 * h], o[4 * n + 2 * h + 1]); });
+    }
+  }
 };
 
 /// Visibility bits of this thread's kKeys / 2 scores against keys [k0, k0 + kKeys) (bit i:
@@ -197,10 +215,42 @@ struct tile_ctx {
   }
 };
 
+/// Visibility bits of this thread's scores of keys [k0, k0 + N): the keys before kv_end
+/// (wg_rows's layout: score 4 n + e is key k0 + 8 n + 2 (lane % 4) + (e & 1)).
+template <int N>
+__device__ __forceinline__ mask_t<N> before_end(int k0, int kv_end, int lane) {
+  mask_t<N> vis = 0;
+#pragma unroll
+  for (int n = 0; n < N / 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (k0 + n * 8 + (lane % 4) * 2 + (e & 1) < kv_end) vis |= mask_t<N>(1) << (4 * n + e);
+  return vis;
+}
+
+/// tile_ctx's counterpart for a cascade prefix item (launch_cascade_prefix): every row (a
+/// member's decode token and head) sees every key of the piece, so only the keys past kv_end
+/// of its last tile are masked.
+template <int kKeys>
+struct prefix_tile_ctx {
+  attn_item it;
+  int valid, ntiles, r0;
+
+  __device__ __forceinline__ prefix_tile_ctx(const attn_launch& a, int item, int warp, int lane) : it(a.items[item]) {
+    valid = it.q_len * (a.num_heads / a.num_kv_heads);
+    ntiles = (it.kv_end - it.kv_begin + kKeys - 1) / kKeys;
+    r0 = warp * 16 + lane / 4;
+  }
+  __device__ __forceinline__ bool needs_mask(int t) const { return it.kv_begin + (t + 1) * kKeys > it.kv_end; }
+  __device__ __forceinline__ mask_t<kKeys> tile_mask(int t, int lane) const {
+    return before_end<kKeys>(it.kv_begin + t * kKeys, it.kv_end, lane);
+  }
+};
+
 /// The online softmax's exponentials of tile t (wg_rows::exponentials), masked only where the
-/// tile needs it (the branch is uniform over the CTA).
-template <class T, int D, int kKeys>
-__device__ __forceinline__ void tile_exponentials(wg_rows<T, D, kKeys>& w, const tile_ctx<kKeys>& c, int t,
+/// tile needs it (the branch is uniform over the CTA). Ctx: tile_ctx or prefix_tile_ctx.
+template <class T, int D, int kKeys, class Ctx>
+__device__ __forceinline__ void tile_exponentials(wg_rows<T, D, kKeys>& w, const Ctx& c, int t,
                                                   const float (&s)[kKeys / 2], float (&p)[kKeys / 2],
                                                   float (&corr)[2], int lane) {
   if (c.needs_mask(t)) w.template exponentials<true>(s, c.tile_mask(t, lane), p, corr);
@@ -209,8 +259,8 @@ __device__ __forceinline__ void tile_exponentials(wg_rows<T, D, kKeys>& w, const
 
 /// One tile in turn (the kernels without overlap): S = Q K^T, wait, the online softmax masked
 /// by tile t's bits, O += P V, wait. Each MMA is waited for before its registers are touched.
-template <class T, int D, int kKeys>
-__device__ __forceinline__ void serial_tile(wg_rows<T, D, kKeys>& w, const tile_ctx<kKeys>& c, int t, uint32_t q_s,
+template <class T, int D, int kKeys, class Ctx>
+__device__ __forceinline__ void serial_tile(wg_rows<T, D, kKeys>& w, const Ctx& c, int t, uint32_t q_s,
                                             uint32_t k_s, uint32_t v_s, int lane) {
   float s[kKeys / 2], p[kKeys / 2], corr[2];
   uint32_t pf[kKeys / 16][4];

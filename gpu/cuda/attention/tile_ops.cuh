@@ -234,6 +234,34 @@ __device__ __forceinline__ const float4* q_src(const attn_launch& a, int q_begin
   return reinterpret_cast<const float4*>(a.q + size_t(q_begin + r / G) * a.q_stride + (kv_head * G + r % G) * D + c * 8);
 }
 
+/// Source of a cascade prefix item's row r (member r / G's decode token, through
+/// attn_launch::prefix_rows; head kv_head * G + r % G), chunk c of 8 floats.
+__device__ __forceinline__ const float4* member_q_src(const attn_launch& a, const attn_item& it, int r, int c, int D) {
+  const int G = a.num_heads / a.num_kv_heads;
+  const int token = __ldg(&a.prefix_rows[it.q_begin + r / G].token);
+  return reinterpret_cast<const float4*>(a.q + size_t(token) * a.q_stride + (it.kv_head * G + r % G) * D + c * 8);
+}
+
+/// A cascade prefix item's row r (member r / G, head r % G) into its member's partial slot
+/// (attn_prefix_row::partial, merged by launch_lse_combine): this lane's column pairs
+/// (lane % 4) * 2 + 8 n of the output, o(n) unnormalised, divided by the row's sum l; the
+/// log2-sum-exp m + log2(l) from the row's first lane.
+template <int D, class O>
+__device__ __forceinline__ void write_prefix_partial(const attn_launch& a, const attn_item& it, int r, int lane, float l,
+                                                     float m, O o) {
+  const int G = a.num_heads / a.num_kv_heads;
+  const attn_prefix_row row = a.prefix_rows[it.q_begin + r / G];
+  const size_t slot_row = size_t(row.partial) * tc_partial_rows + r % G;
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  float* dst = a.partial_o + slot_row * D + (lane % 4) * 2;
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    const float2 v = o(n);
+    *reinterpret_cast<float2*>(dst + n * 8) = make_float2(v.x * inv, v.y * inv);
+  }
+  if (lane % 4 == 0) a.partial_lse[slot_row * 2] = l > 0.0f ? m + log2f(l) : -INFINITY;
+}
+
 /// Writes query rows into a swizzled [rows, D] tile as T, times `sc` (the softmax scale in log2
 /// units, so scores come out in log2 units; the FP8 cache's kernels fold k_scale into it).
 /// Row r of the tile is token q_begin + r / G, head kv_head * G + r % G; rows >= valid are zeros.
